@@ -1,0 +1,15 @@
+//! Grid's domain as plain Rust.
+//!
+//! **Architecture invariant:** nothing in this crate performs I/O, reads the
+//! clock or generates randomness. Time (`Millis`) and ids come in as inputs;
+//! decisions come out as values. grid-server is the only driver.
+
+pub mod catalog;
+pub mod error;
+pub mod ids;
+pub mod item;
+pub mod ledger;
+pub mod pricing;
+pub mod time;
+pub mod validate;
+pub mod wire;

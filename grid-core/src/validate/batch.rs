@@ -1,0 +1,166 @@
+//! POST /batches bodies.
+
+use serde_json::{Map, Value};
+use url::Url;
+
+use super::{int_in_range, json_type, Problems};
+use crate::catalog::{Profile, Script};
+use crate::error::ApiError;
+use crate::wire::batch::BatchSubmission;
+
+pub const MAX_URLS: usize = 1_000;
+pub const MIN_PRIORITY: i64 = 1;
+pub const MAX_PRIORITY: i64 = 1_000_000;
+const FIELDS: &[&str] = &["urls", "script", "profileId", "params", "priority"];
+
+pub fn validate(body: &Value) -> Result<BatchSubmission, ApiError> {
+    let mut p = Problems::default();
+    let Some(obj) = p.object(body) else {
+        return Err(ApiError::InvalidBatchBody { detail: p.into_vec() });
+    };
+    p.unknown_fields(obj, FIELDS);
+    let urls = urls(&mut p, obj);
+    let script = match obj.get("script") {
+        None => Some(Script::Capture),
+        Some(Value::String(s)) => Script::parse(s).or_else(|| {
+            p.push("script", format!("unknown script \"{s}\"; one of capture, fetch, browser-fetch, render-fetch"));
+            None
+        }),
+        Some(v) => {
+            p.push("script", format!("must be a string, got {}", json_type(v)));
+            None
+        }
+    };
+    let profile = profile(&mut p, obj, "profileId");
+    let params = match obj.get("params") {
+        None => Some(Map::new()),
+        Some(Value::Object(m)) => Some(m.clone()),
+        Some(v) => {
+            p.push("params", format!("must be an object, got {}", json_type(v)));
+            None
+        }
+    };
+    let priority = int_in_range(&mut p, obj, "priority", MIN_PRIORITY, MAX_PRIORITY);
+    match (urls, script, profile, params) {
+        (Some(urls), Some(script), Some(profile), Some(params)) if p.is_empty() => Ok(BatchSubmission {
+            urls,
+            script,
+            profile,
+            params,
+            priority: priority.map(|n| n as u32),
+        }),
+        _ => Err(ApiError::InvalidBatchBody { detail: p.into_vec() }),
+    }
+}
+
+/// A `profileId` field: absent means the default profile.
+pub fn profile(p: &mut Problems, obj: &Map<String, Value>, field: &str) -> Option<Profile> {
+    match obj.get(field) {
+        None => Some(Profile::DEFAULT),
+        Some(Value::String(s)) => Profile::parse(s).or_else(|| {
+            p.push(field, format!("unknown profile \"{s}\"; one of desktop-browser-nl/v2, native-headless-browser/v2"));
+            None
+        }),
+        Some(v) => {
+            p.push(field, format!("must be a string, got {}", json_type(v)));
+            None
+        }
+    }
+}
+
+fn urls(p: &mut Problems, obj: &Map<String, Value>) -> Option<Vec<String>> {
+    let list = match obj.get("urls") {
+        None => {
+            p.push("urls", "is required: 1 to 1000 absolute URLs");
+            return None;
+        }
+        Some(Value::Array(a)) => a,
+        Some(v) => {
+            p.push("urls", format!("must be an array of strings, got {}", json_type(v)));
+            return None;
+        }
+    };
+    if list.is_empty() {
+        p.push("urls", "must hold at least 1 URL");
+        return None;
+    }
+    if list.len() > MAX_URLS {
+        p.push("urls", format!("must hold at most {MAX_URLS} URLs, got {}", list.len()));
+        return None;
+    }
+    let before = p.0.len();
+    let mut out = Vec::with_capacity(list.len());
+    for (i, v) in list.iter().enumerate() {
+        let field = format!("urls[{i}]");
+        match v {
+            Value::String(s) => match absolute_http_url(s) {
+                Ok(u) => out.push(u),
+                Err(msg) => p.push(&field, msg),
+            },
+            other => p.push(&field, format!("must be a string, got {}", json_type(other))),
+        }
+    }
+    (p.0.len() == before).then_some(out)
+}
+
+/// Parses an absolute http(s) URL, returning its normalised form.
+pub fn absolute_http_url(s: &str) -> Result<String, String> {
+    match Url::parse(s) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => Ok(u.to_string()),
+        Ok(u) => Err(format!("scheme \"{}\" is not supported; use an absolute http or https URL", u.scheme())),
+        Err(e) => Err(format!("not an absolute URL ({e}): \"{s}\"")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn detail(body: Value) -> Vec<String> {
+        match validate(&body) {
+            Err(ApiError::InvalidBatchBody { detail }) => detail,
+            other => panic!("expected invalid batch body, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_apply() {
+        let b = validate(&json!({"urls": ["http://127.0.0.1:9/a"]})).unwrap();
+        assert_eq!(b.script, Script::Capture);
+        assert_eq!(b.profile, Profile::DesktopBrowserNl);
+        assert!(b.params.is_empty());
+        assert_eq!(b.priority, None);
+        assert_eq!(b.urls, vec!["http://127.0.0.1:9/a".to_string()]);
+    }
+
+    #[test]
+    fn every_problem_is_listed_with_its_field() {
+        let d = detail(json!({"urls": ["nope", 3, "ftp://x/"], "script": "scrape", "profileId": "x", "params": [], "priority": 0, "extra": 1}));
+        let fields: Vec<&str> = d.iter().map(|s| s.split(':').next().unwrap()).collect();
+        assert_eq!(fields, vec!["extra", "urls[0]", "urls[1]", "urls[2]", "script", "profileId", "params", "priority"]);
+    }
+
+    #[test]
+    fn url_count_bounds() {
+        assert_eq!(detail(json!({"urls": []})), vec!["urls: must hold at least 1 URL"]);
+        assert_eq!(detail(json!({})), vec!["urls: is required: 1 to 1000 absolute URLs"]);
+        let many: Vec<String> = (0..1001).map(|i| format!("http://h/{i}")).collect();
+        assert_eq!(detail(json!({"urls": many})), vec!["urls: must hold at most 1000 URLs, got 1001"]);
+        let max: Vec<String> = (0..1000).map(|i| format!("http://h/{i}")).collect();
+        assert_eq!(validate(&json!({"urls": max})).unwrap().urls.len(), 1000);
+    }
+
+    #[test]
+    fn priority_bounds() {
+        assert_eq!(validate(&json!({"urls": ["http://h/"], "priority": 1})).unwrap().priority, Some(1));
+        assert_eq!(validate(&json!({"urls": ["http://h/"], "priority": 1_000_000})).unwrap().priority, Some(1_000_000));
+        assert_eq!(detail(json!({"urls": ["http://h/"], "priority": 1_000_001})).len(), 1);
+        assert_eq!(detail(json!({"urls": ["http://h/"], "priority": 1.5})).len(), 1);
+    }
+
+    #[test]
+    fn non_object_body() {
+        assert_eq!(detail(json!([1])), vec!["body: must be a JSON object, got an array"]);
+    }
+}

@@ -1,0 +1,1 @@
+//! Browser sessions (POST/GET/DELETE /sessions). Filled in by the sessions work.
