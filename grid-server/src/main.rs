@@ -1,1 +1,278 @@
-fn main() {}
+//! `grid-server`: the Grid server and its operator subcommands.
+
+mod admin;
+mod capture;
+mod config;
+mod http;
+mod ids;
+mod settlement;
+mod store;
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use grid_core::item::Backoff;
+use serde_json::json;
+use tokio::sync::{watch, Notify};
+
+use config::ServeConfig;
+use http::{App, UrlSigner};
+use store::{items, Store};
+
+#[derive(Parser)]
+#[command(name = "grid-server", version, about = "Self-hosted remote-browser grid: API server and operator commands")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the API server, capture workers and settlement pass.
+    Serve(ServeArgs),
+    /// Manage accounts and their credit.
+    #[command(subcommand)]
+    Account(AccountCommand),
+    /// Issue and revoke API keys.
+    #[command(subcommand)]
+    Key(KeyCommand),
+}
+
+#[derive(Args)]
+struct DataDir {
+    /// Directory holding grid.db and published files.
+    #[arg(long, default_value = "./grid-data")]
+    data_dir: PathBuf,
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// Address to listen on (port 0 picks a free port; the chosen address is printed).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    #[command(flatten)]
+    data: DataDir,
+    /// Public address of this server, used in download URLs and metadata [default: http://LISTEN]
+    #[arg(long)]
+    base_url: Option<String>,
+    /// OpenID Connect issuer named as authorization server in the metadata.
+    #[arg(long)]
+    auth_url: Option<String>,
+    /// Seconds between settlement passes (charges and releases).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    settlement_interval_secs: u64,
+    /// Let captures reach loopback, private and link-local addresses.
+    #[arg(long)]
+    allow_private_networks: bool,
+    /// Capture items run at once.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=512))]
+    workers: u64,
+    /// Wait before a failed item's second attempt; doubled before the third.
+    #[arg(long, default_value_t = 2_000)]
+    retry_backoff_ms: u64,
+    /// Credit of the account created on first start, in micro-euros.
+    #[arg(long, default_value_t = 10_000_000)]
+    initial_credit_micros: i64,
+    /// How long a credential check waits for the database before answering 503.
+    #[arg(long, default_value_t = 2_000)]
+    accounting_timeout_ms: u64,
+    /// Seconds in-flight items may take to finish after SIGTERM before they go back to the queue.
+    #[arg(long, default_value_t = 10)]
+    shutdown_grace_secs: u64,
+    /// Grid-wide number of browser session slots.
+    #[arg(long, default_value_t = 4)]
+    max_sessions: u32,
+}
+
+#[derive(Subcommand)]
+enum AccountCommand {
+    /// Create an account with an opening credit.
+    Create {
+        #[command(flatten)]
+        data: DataDir,
+        #[arg(long)]
+        name: String,
+        #[arg(long, default_value_t = 0)]
+        credit_micros: i64,
+    },
+    /// Show an account's balance.
+    Show {
+        #[command(flatten)]
+        data: DataDir,
+        #[arg(long)]
+        account: String,
+    },
+    /// Suspend an account: its keys stop working.
+    Suspend {
+        #[command(flatten)]
+        data: DataDir,
+        #[arg(long)]
+        account: String,
+    },
+    /// Lift a suspension.
+    Resume {
+        #[command(flatten)]
+        data: DataDir,
+        #[arg(long)]
+        account: String,
+    },
+    /// Add credit.
+    Credit {
+        #[command(flatten)]
+        data: DataDir,
+        #[arg(long)]
+        account: String,
+        #[arg(long)]
+        add_micros: i64,
+    },
+}
+
+#[derive(Subcommand)]
+enum KeyCommand {
+    /// Issue an API key (printed once; only its hash is kept).
+    Create {
+        #[command(flatten)]
+        data: DataDir,
+        #[arg(long)]
+        account: String,
+        /// Most the key may reserve and spend per UTC day, in micro-euros.
+        #[arg(long)]
+        daily_cap_micros: Option<i64>,
+    },
+    /// Revoke a key at once.
+    Revoke {
+        #[command(flatten)]
+        data: DataDir,
+        #[arg(long)]
+        key_id: String,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,hyper=warn,reqwest=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let out = match cli.command {
+        Command::Serve(args) => return serve(args),
+        Command::Account(cmd) => match cmd {
+            AccountCommand::Create { data, name, credit_micros } => {
+                admin::account_create(&admin::open(&data.data_dir)?, &name, credit_micros)
+            }
+            AccountCommand::Show { data, account } => admin::account_show(&admin::open(&data.data_dir)?, &account),
+            AccountCommand::Suspend { data, account } => {
+                admin::account_suspend(&admin::open(&data.data_dir)?, &account, true)
+            }
+            AccountCommand::Resume { data, account } => {
+                admin::account_suspend(&admin::open(&data.data_dir)?, &account, false)
+            }
+            AccountCommand::Credit { data, account, add_micros } => {
+                admin::account_credit(&admin::open(&data.data_dir)?, &account, add_micros)
+            }
+        },
+        Command::Key(cmd) => match cmd {
+            KeyCommand::Create { data, account, daily_cap_micros } => {
+                admin::key_create(&admin::open(&data.data_dir)?, &account, daily_cap_micros)
+            }
+            KeyCommand::Revoke { data, key_id } => admin::key_revoke(&admin::open(&data.data_dir)?, &key_id),
+        },
+    }?;
+    println!("{out}");
+    Ok(())
+}
+
+/// One JSON object per line on stdout, for operators' scripts and tests.
+fn announce(v: serde_json::Value) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{v}");
+    let _ = stdout.flush();
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(serve_async(args))
+}
+
+async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
+    let accounting_timeout = Duration::from_millis(args.accounting_timeout_ms);
+    let store = Store::open(&args.data.data_dir, accounting_timeout.max(Duration::from_millis(100)))
+        .with_context(|| format!("opening the store in {}", args.data.data_dir.display()))?;
+    if let Some(key) = admin::first_start(&store, args.initial_credit_micros)? {
+        announce(json!({"event": "first-start", "accountId": key.account_id, "keyId": key.key_id, "apiKey": key.api_key}));
+        eprintln!("First start: created account {} with API key {} (shown only this once).", key.account_id, key.api_key);
+    }
+    let listener = tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    let base_url = args.base_url.unwrap_or_else(|| format!("http://{addr}")).trim_end_matches('/').to_string();
+    let config = ServeConfig {
+        data_dir: args.data.data_dir.clone(),
+        base_url: base_url.clone(),
+        auth_url: args.auth_url,
+        settlement_interval: Duration::from_secs(args.settlement_interval_secs),
+        allow_private_networks: args.allow_private_networks,
+        workers: args.workers as usize,
+        backoff: Backoff { base_ms: args.retry_backoff_ms as i64 },
+        accounting_timeout,
+        shutdown_grace: Duration::from_secs(args.shutdown_grace_secs),
+        max_sessions: args.max_sessions,
+    };
+    let secret = store
+        .write(|tx| store::setting_or_init(tx, "download_signing_secret", || ids::random_hex(32)))
+        .await?;
+    let backoff = config.backoff;
+    let recovered = store.write(move |tx| Ok(items::recover_active(tx, ids::now(), backoff))).await??;
+    if recovered > 0 {
+        tracing::warn!(items = recovered, "put items left active by the last run back in the queue");
+    }
+    let app = Arc::new(App {
+        store,
+        signer: UrlSigner::new(hex::decode(&secret).unwrap_or_else(|_| secret.into_bytes()), base_url.clone()),
+        queue_ready: Notify::new(),
+        busy_workers: AtomicU32::new(0),
+        artifacts_dir: config.data_dir.join("artifacts"),
+        config,
+    });
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut workers = capture::spawn_workers(app.clone(), stop_rx.clone());
+    let settlement = tokio::spawn(settlement::run(app.clone(), stop_rx.clone()));
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("shutting down: no new work; in-flight items may finish");
+        let _ = stop_tx.send(true);
+    });
+    announce(json!({"event": "listening", "addr": addr.to_string(), "baseUrl": base_url}));
+    tracing::info!(%addr, "serving");
+    http::serve(app.clone(), listener, stop_rx).await;
+
+    let grace = app.config.shutdown_grace;
+    if tokio::time::timeout(grace, async { while workers.join_next().await.is_some() {} }).await.is_err() {
+        tracing::warn!("in-flight items did not finish within {grace:?}; they go back to the queue");
+        workers.abort_all();
+        while workers.join_next().await.is_some() {}
+    }
+    let requeued = app.store.write(move |tx| Ok(items::recover_active(tx, ids::now(), backoff))).await??;
+    if requeued > 0 {
+        tracing::info!(items = requeued, "put unfinished items back in the queue");
+    }
+    let _ = settlement.await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

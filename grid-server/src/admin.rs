@@ -1,0 +1,66 @@
+//! Operator subcommands: accounts, credit and keys. They open the same
+//! SQLite file as a running `serve` (WAL mode allows that) and print JSON.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::ids::now;
+use crate::store::{accounts, Store, StoreResult};
+
+/// How long an admin command waits for a busy database.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub fn open(data_dir: &Path) -> StoreResult<Store> {
+    Store::open(data_dir, BUSY_TIMEOUT)
+}
+
+pub fn account_create(store: &Store, name: &str, credit_micros: i64) -> StoreResult<Value> {
+    store.write_blocking(|tx| {
+        let id = accounts::create_account(tx, name, credit_micros, now())?;
+        Ok(serde_json::to_value(accounts::account(tx, &id)?).expect("serialisable"))
+    })
+}
+
+pub fn account_show(store: &Store, account_id: &str) -> StoreResult<Value> {
+    store.read_blocking(|c| Ok(serde_json::to_value(accounts::account(c, account_id)?).expect("serialisable")))
+}
+
+pub fn account_suspend(store: &Store, account_id: &str, suspended: bool) -> StoreResult<Value> {
+    store.write_blocking(|tx| {
+        accounts::set_suspended(tx, account_id, suspended)?;
+        Ok(serde_json::to_value(accounts::account(tx, account_id)?).expect("serialisable"))
+    })
+}
+
+pub fn account_credit(store: &Store, account_id: &str, add_micros: i64) -> StoreResult<Value> {
+    store.write_blocking(|tx| {
+        accounts::add_credit(tx, account_id, add_micros, now())?;
+        Ok(serde_json::to_value(accounts::account(tx, account_id)?).expect("serialisable"))
+    })
+}
+
+pub fn key_create(store: &Store, account_id: &str, daily_cap_micros: Option<i64>) -> StoreResult<Value> {
+    store.write_blocking(|tx| {
+        Ok(serde_json::to_value(accounts::create_key(tx, account_id, daily_cap_micros, now())?).expect("serialisable"))
+    })
+}
+
+pub fn key_revoke(store: &Store, key_id: &str) -> StoreResult<Value> {
+    store.write_blocking(|tx| {
+        accounts::revoke_key(tx, key_id, now())?;
+        Ok(json!({ "keyId": key_id, "revoked": true }))
+    })
+}
+
+/// On first start with an empty store: one account and one key, printed once.
+pub fn first_start(store: &Store, initial_credit_micros: i64) -> StoreResult<Option<accounts::NewKey>> {
+    store.write_blocking(|tx| {
+        if accounts::count_accounts(tx)? > 0 {
+            return Ok(None);
+        }
+        let id = accounts::create_account(tx, "default", initial_credit_micros, now())?;
+        Ok(Some(accounts::create_key(tx, &id, None, now())?))
+    })
+}

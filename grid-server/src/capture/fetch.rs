@@ -1,0 +1,148 @@
+//! The `fetch` script: one HTTP GET with the grid's own client; publishes
+//! the body as received and a meta file describing the exchange.
+
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use grid_core::catalog::ArtifactKind;
+use grid_core::item::Failure;
+use grid_core::validate::params;
+use serde_json::{json, Map, Value};
+use url::Url;
+
+use super::files::FileContent;
+use super::guard::{self, PublicOnlyResolver};
+use crate::ids::{now, sha256_hex};
+use crate::store::items::ItemRow;
+
+/// Bodies larger than this fail the item: the grid is not a bulk downloader.
+pub const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
+const MAX_REDIRECTS: usize = 10;
+pub const USER_AGENT: &str = concat!("grid-fetch/", env!("CARGO_PKG_VERSION"));
+
+pub struct Fetcher {
+    client: reqwest::Client,
+    allow_private: bool,
+}
+
+impl Fetcher {
+    pub fn new(allow_private: bool) -> Fetcher {
+        let policy = reqwest::redirect::Policy::custom(move |attempt| {
+            if attempt.previous().len() >= MAX_REDIRECTS {
+                return attempt.error(format!("more than {MAX_REDIRECTS} redirects"));
+            }
+            if !allow_private {
+                if let Err(refused) = guard::check_literal_host(attempt.url()) {
+                    return attempt.error(refused);
+                }
+            }
+            attempt.follow()
+        });
+        let mut builder = reqwest::Client::builder()
+            .user_agent(USER_AGENT)
+            .redirect(policy)
+            .connect_timeout(Duration::from_secs(10))
+            .pool_max_idle_per_host(32);
+        if !allow_private {
+            builder = builder.dns_resolver(std::sync::Arc::new(PublicOnlyResolver));
+        }
+        Fetcher { client: builder.build().expect("static client configuration"), allow_private }
+    }
+
+    pub async fn run(&self, row: &ItemRow) -> Result<Vec<FileContent>, Failure> {
+        let p = params::fetch(&row.params).map_err(Failure::Terminal)?;
+        let url = Url::parse(&row.url).map_err(|e| Failure::Terminal(format!("url: {e}")))?;
+        if !self.allow_private {
+            guard::check_literal_host(&url).map_err(|r| Failure::Terminal(r.to_string()))?;
+        }
+        let started = Instant::now();
+        let fetched_at = now();
+        let x = match tokio::time::timeout(Duration::from_millis(p.timeout_ms), self.exchange(url)).await {
+            Err(_) => return Err(Failure::Transient(format!("timed out after {} ms", p.timeout_ms))),
+            Ok(r) => r?,
+        };
+        if x.status >= 500 || x.status == 429 {
+            return Err(Failure::Transient(format!("target answered HTTP {}", x.status)));
+        }
+        let meta = json!({
+            "outcome": "success",
+            "script": "fetch",
+            "profileId": row.profile.as_str(),
+            "url": row.url,
+            "finalUrl": x.final_url,
+            "status": x.status,
+            "contentType": x.content_type,
+            "headers": x.headers,
+            "byteLength": x.body.len(),
+            "sha256": sha256_hex(&x.body),
+            "fetchedAt": fetched_at.to_iso(),
+            "durationMs": started.elapsed().as_millis() as u64,
+            "attempt": row.item.attempts_made + 1,
+        });
+        Ok(vec![
+            FileContent { kind: ArtifactKind::Body, content_type: x.content_type, bytes: x.body },
+            FileContent::meta(&meta),
+        ])
+    }
+
+    async fn exchange(&self, url: Url) -> Result<Exchange, Failure> {
+        let resp = self.client.get(url).send().await.map_err(classify)?;
+        let status = resp.status().as_u16();
+        let final_url = resp.url().to_string();
+        let content_type = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or(ArtifactKind::Body.default_content_type())
+            .to_string();
+        let headers: Map<String, Value> = resp
+            .headers()
+            .iter()
+            .map(|(k, v)| (k.as_str().to_string(), json!(String::from_utf8_lossy(v.as_bytes()))))
+            .collect();
+        let mut body = Vec::new();
+        let mut stream = resp.bytes_stream();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(classify)?;
+            if body.len() + chunk.len() > MAX_BODY_BYTES {
+                return Err(Failure::Terminal(format!("body larger than {} MiB", MAX_BODY_BYTES / (1024 * 1024))));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(Exchange { status, final_url, content_type, headers, body })
+    }
+}
+
+/// One HTTP exchange as received.
+struct Exchange {
+    status: u16,
+    final_url: String,
+    content_type: String,
+    headers: Map<String, Value>,
+    body: Vec<u8>,
+}
+
+/// Whether trying again can help: refused destinations and redirect loops
+/// cannot; timeouts, refused connections and broken streams can.
+fn classify(e: reqwest::Error) -> Failure {
+    if let Some(refused) = guard::refused_in(&e) {
+        return Failure::Terminal(refused.to_string());
+    }
+    if e.is_redirect() {
+        return Failure::Terminal(format!("redirect refused: {}", source_chain(&e)));
+    }
+    if e.is_timeout() {
+        return Failure::Transient("timed out".into());
+    }
+    Failure::Transient(format!("request failed: {}", source_chain(&e)))
+}
+
+fn source_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        parts.push(s.to_string());
+        cur = s.source();
+    }
+    parts.join(": ")
+}

@@ -1,0 +1,98 @@
+//! Capture batches, items, item retry and artifact URLs.
+
+use grid_core::catalog::ArtifactKind;
+use grid_core::error::ApiError;
+use grid_core::ids::{job_id_kind, JobIdKind};
+use grid_core::validate;
+use hyper::body::Incoming;
+
+use super::respond::{self, Resp};
+use super::App;
+use crate::ids::now;
+use crate::store::accounts::{Caller, ReserveError};
+use crate::store::items::{self, ItemError};
+use crate::store::StoreError;
+
+/// Store failures the caller can do nothing about. A busy database is the
+/// account database not answering in time: nothing was done, resend.
+pub fn store_error(e: StoreError) -> ApiError {
+    match e {
+        StoreError::Busy => ApiError::AccountingUnavailable,
+        other => {
+            tracing::error!(error = %other, "store error");
+            ApiError::Internal
+        }
+    }
+}
+
+fn item_error(e: ItemError) -> ApiError {
+    match e {
+        ItemError::Transition(grid_core::item::TransitionError::Refused(api)) => api,
+        ItemError::Transition(other) => {
+            tracing::error!(error = %other, "unexpected item transition");
+            ApiError::Internal
+        }
+        ItemError::Store(StoreError::NotFound(_)) => ApiError::UnknownJob,
+        ItemError::Store(s) => store_error(s),
+    }
+}
+
+pub async fn submit_batch(app: &App, caller: &Caller, body: Incoming) -> Result<Resp, ApiError> {
+    let refuse = |detail| ApiError::InvalidBatchBody { detail };
+    let body = respond::json_body(body, refuse).await?;
+    let submission = validate::batch::validate(&body)?;
+    let caller = caller.clone();
+    let created = app
+        .store
+        .write(move |tx| match items::submit_batch(tx, &caller, &submission, now()) {
+            Ok(created) => Ok(Ok(created)),
+            // Credit and cap are checked before anything is written, so a
+            // refusal commits an empty transaction: nothing is queued.
+            Err(ReserveError::Refused(e)) => Ok(Err(e)),
+            Err(ReserveError::Store(s)) => Err(s),
+        })
+        .await
+        .map_err(store_error)??;
+    app.queue_ready.notify_waiters();
+    tracing::info!(batch = %created.batch_id, items = created.job_count, "batch queued");
+    Ok(respond::json(201, &created))
+}
+
+pub async fn batch(app: &App, caller: &Caller, id: &str) -> Result<Resp, ApiError> {
+    let (account, id) = (caller.account_id.clone(), id.to_string());
+    let view = app.store.read(move |c| items::batch_view(c, &account, &id)).await.map_err(store_error)?;
+    view.map(|v| respond::json(200, &v)).ok_or(ApiError::UnknownBatch)
+}
+
+pub async fn item(app: &App, caller: &Caller, id: &str) -> Result<Resp, ApiError> {
+    if job_id_kind(id) == JobIdKind::ComputeJob {
+        return Err(ApiError::UnknownJob);
+    }
+    let (account, id) = (caller.account_id.clone(), id.to_string());
+    let view = app.store.read(move |c| items::item_view(c, &account, &id)).await.map_err(store_error)?;
+    view.map(|v| respond::json(200, &v)).ok_or(ApiError::UnknownJob)
+}
+
+pub async fn retry(app: &App, caller: &Caller, id: &str) -> Result<Resp, ApiError> {
+    if job_id_kind(id) == JobIdKind::ComputeJob {
+        return Err(ApiError::UnknownJob);
+    }
+    let (account, id) = (caller.account_id.clone(), id.to_string());
+    let backoff = app.config.backoff;
+    let retried = app
+        .store
+        .write(move |tx| Ok(items::retry(tx, &account, &id, now(), backoff)))
+        .await
+        .map_err(store_error)?
+        .map_err(item_error)?;
+    app.queue_ready.notify_waiters();
+    Ok(respond::json(200, &retried))
+}
+
+pub async fn artifact_url(app: &App, caller: &Caller, id: &str, kind: &str) -> Result<Resp, ApiError> {
+    let kind = ArtifactKind::parse(kind).ok_or(ApiError::BadArtifactKind)?;
+    let (account, item_id) = (caller.account_id.clone(), id.to_string());
+    app.store.read(move |c| Ok(items::artifact(c, &account, &item_id, kind))).await.map_err(store_error)??;
+    let url = app.signer.sign(id, kind, now());
+    Ok(respond::json(200, &grid_core::wire::item::ArtifactUrl { url }))
+}

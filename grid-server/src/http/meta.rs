@@ -1,0 +1,47 @@
+//! Health, grid status and OAuth protected-resource metadata.
+
+use std::sync::atomic::Ordering;
+
+use grid_core::error::ApiError;
+use grid_core::wire::grid::{GridStatus, Health, ProtectedResource, QueueDepth, SCOPES_SUPPORTED};
+
+use super::captures::store_error;
+use super::respond::{self, Resp};
+use super::App;
+use crate::store::items;
+
+pub fn healthz() -> Resp {
+    respond::json(200, &Health { status: "ok".into() })
+}
+
+pub fn protected_resource(app: &App, mcp: bool) -> Resp {
+    let base = &app.config.base_url;
+    respond::json(
+        200,
+        &ProtectedResource {
+            resource: if mcp { format!("{base}/mcp") } else { base.clone() },
+            authorization_servers: app.config.auth_url.iter().cloned().collect(),
+            scopes_supported: SCOPES_SUPPORTED.iter().map(|s| s.to_string()).collect(),
+            bearer_methods_supported: vec!["header".into()],
+        },
+    )
+}
+
+pub async fn grid_status(app: &App) -> Result<Resp, ApiError> {
+    let (queue, _active) = app.store.read(items::queue_counts).await.map_err(store_error)?;
+    Ok(respond::json(
+        200,
+        &GridStatus {
+            queue,
+            workers: app.busy_workers.load(Ordering::Relaxed),
+            sessions: 0,
+            max_sessions: app.config.max_sessions,
+        },
+    ))
+}
+
+pub async fn queue_depth(app: &App) -> Result<Resp, ApiError> {
+    let (q, active) = app.store.read(items::queue_counts).await.map_err(store_error)?;
+    // The grid has no paused state; the contract counts it for completeness.
+    Ok(respond::json(200, &QueueDepth { depth: q.wait + q.prioritized + q.delayed + active }))
+}

@@ -1,0 +1,137 @@
+//! The HTTP API: a hyper 1 server and one router.
+
+mod auth;
+mod captures;
+mod downloads;
+mod meta;
+pub mod respond;
+
+use std::convert::Infallible;
+use std::sync::atomic::AtomicU32;
+use std::sync::Arc;
+
+use grid_core::error::ApiError;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Notify};
+
+pub use downloads::UrlSigner;
+use respond::Resp;
+
+use crate::config::ServeConfig;
+use crate::store::Store;
+
+/// What every handler can reach.
+pub struct App {
+    pub store: Store,
+    pub config: ServeConfig,
+    pub signer: UrlSigner,
+    /// Woken when items become claimable, so idle workers start at once.
+    pub queue_ready: Notify,
+    /// Workers running an item right now.
+    pub busy_workers: AtomicU32,
+    pub artifacts_dir: std::path::PathBuf,
+}
+
+/// Serves until `shutdown` turns true, then lets open connections finish.
+pub async fn serve(app: Arc<App>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (stream, _) = match accepted {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        continue;
+                    }
+                };
+                let app = app.clone();
+                let service = service_fn(move |req| {
+                    let app = app.clone();
+                    async move { Ok::<_, Infallible>(route(&app, req).await) }
+                });
+                let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+                let conn = graceful.watch(conn);
+                tokio::spawn(async move {
+                    if let Err(e) = conn.await {
+                        tracing::debug!(error = %e, "connection ended with an error");
+                    }
+                });
+            }
+            _ = shutdown.changed() => break,
+        }
+    }
+    drop(listener);
+    if tokio::time::timeout(std::time::Duration::from_secs(10), graceful.shutdown()).await.is_err() {
+        tracing::warn!("open connections did not finish within 10 s");
+    }
+}
+
+async fn route(app: &App, req: Request<Incoming>) -> Resp {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let started = std::time::Instant::now();
+    let resp = match dispatch(app, req).await {
+        Ok(r) => r,
+        Err(e) => respond::error(&e),
+    };
+    tracing::debug!(%method, %path, status = resp.status().as_u16(), ms = started.elapsed().as_millis() as u64, "request");
+    resp
+}
+
+async fn dispatch(app: &App, req: Request<Incoming>) -> Result<Resp, ApiError> {
+    let path = req.uri().path().to_string();
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let method = req.method().clone();
+
+    // Paths that need no credential.
+    match (&method, segments.as_slice()) {
+        (&Method::GET, ["healthz"]) => return Ok(meta::healthz()),
+        (&Method::GET, [".well-known", "oauth-protected-resource"]) => return Ok(meta::protected_resource(app, false)),
+        (&Method::GET, [".well-known", "oauth-protected-resource", "mcp"]) => {
+            return Ok(meta::protected_resource(app, true))
+        }
+        (&Method::GET, ["downloads", item, kind]) => return downloads::serve(app, item, kind, req.uri().query()).await,
+        _ => {}
+    }
+    if !is_api_path(&segments) {
+        return Err(ApiError::RouteNotFound);
+    }
+    let caller = auth::authenticate(app, req.headers()).await?;
+    match (&method, segments.as_slice()) {
+        (&Method::GET, ["grid"]) => meta::grid_status(app).await,
+        (&Method::GET, ["grid", "queue-depth"]) => meta::queue_depth(app).await,
+        (&Method::POST, ["batches"]) => captures::submit_batch(app, &caller, req.into_body()).await,
+        (&Method::GET, ["batches", id]) => captures::batch(app, &caller, id).await,
+        (&Method::GET, ["jobs", id]) => captures::item(app, &caller, id).await,
+        (&Method::POST, ["jobs", id, "retry"]) => captures::retry(app, &caller, id).await,
+        // No analytical job exists before the executor lands, so every id is
+        // unknown here; capture items cannot be cancelled and have no logs.
+        (&Method::POST, ["jobs", _, "cancel"]) | (&Method::GET, ["jobs", _, "artifacts" | "logs"]) => {
+            Err(ApiError::UnknownJob)
+        }
+        (&Method::GET, ["artifacts", id, kind]) => captures::artifact_url(app, &caller, id, kind).await,
+        (&Method::POST | &Method::GET, ["jobs"]) => not_yet("analytical jobs"),
+        (_, ["sessions", ..]) => not_yet("browser sessions"),
+        (_, ["mcp"]) => not_yet("the MCP endpoint"),
+        _ => Err(ApiError::MethodNotAllowed),
+    }
+}
+
+/// Paths of the contract that need a credential; anything else is 404.
+fn is_api_path(segments: &[&str]) -> bool {
+    matches!(
+        segments,
+        ["grid"] | ["grid", "queue-depth"] | ["batches"] | ["batches", _] | ["jobs"] | ["jobs", _] | ["jobs", _, _]
+            | ["artifacts", _, _] | ["sessions"] | ["sessions", _] | ["mcp"]
+    )
+}
+
+fn not_yet(what: &str) -> Result<Resp, ApiError> {
+    Err(ApiError::NotImplemented { what: format!("not served by this release yet: {what}") })
+}

@@ -1,0 +1,55 @@
+//! The one place where API errors and values become HTTP responses.
+
+use bytes::Bytes;
+use grid_core::error::ApiError;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use hyper::{Response, StatusCode};
+use serde::Serialize;
+use serde_json::Value;
+
+pub type Resp = Response<Full<Bytes>>;
+
+/// Request bodies larger than this are refused before parsing. 1,000 URLs
+/// of a few kilobytes each fit comfortably.
+pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+
+pub fn json<T: Serialize>(status: u16, value: &T) -> Resp {
+    let body = serde_json::to_vec(value).unwrap_or_else(|_| b"{}".to_vec());
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+pub fn error(e: &ApiError) -> Resp {
+    let mut r = json(e.status(), &e.body());
+    if let Some(secs) = e.retry_after_secs() {
+        r.headers_mut().insert(RETRY_AFTER, HeaderValue::from(secs));
+    }
+    r
+}
+
+pub fn bytes(status: StatusCode, content_type: &str, body: Vec<u8>) -> Resp {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    if let Ok(v) = HeaderValue::from_str(content_type) {
+        r.headers_mut().insert(CONTENT_TYPE, v);
+    }
+    r
+}
+
+/// Reads a JSON body. `refuse` builds the endpoint's own 400 from a problem
+/// list, so a malformed body gets the same error code as an invalid one.
+pub async fn json_body(body: Incoming, refuse: impl Fn(Vec<String>) -> ApiError) -> Result<Value, ApiError> {
+    let collected = Limited::new(body, MAX_BODY_BYTES)
+        .collect()
+        .await
+        .map_err(|e| refuse(vec![format!("body: could not be read ({e}); at most {MAX_BODY_BYTES} bytes")]))?
+        .to_bytes();
+    if collected.is_empty() {
+        return Err(refuse(vec!["body: is empty; send a JSON object".into()]));
+    }
+    serde_json::from_slice(&collected).map_err(|e| refuse(vec![format!("body: not valid JSON ({e})")]))
+}

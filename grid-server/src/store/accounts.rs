@@ -1,0 +1,209 @@
+//! Accounts, API keys and the credit ledger.
+
+use grid_core::ids;
+use grid_core::ledger::{Balance, DailyUse, EntryKind};
+use grid_core::time::Millis;
+use rusqlite::{Connection, OptionalExtension};
+use serde::Serialize;
+
+use super::{StoreError, StoreResult};
+use crate::ids::{new_id, random_hex, sha256_hex};
+
+/// Prefix of every API key, so leaked keys are easy to recognise and scan for.
+pub const KEY_PREFIX: &str = "grid_";
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AccountView {
+    pub account_id: String,
+    pub name: String,
+    pub credit_micros: i64,
+    pub reserved_micros: i64,
+    pub available_micros: i64,
+    pub suspended: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NewKey {
+    pub key_id: String,
+    pub account_id: String,
+    /// Shown once; only its hash is stored.
+    pub api_key: String,
+    pub daily_cap_micros: Option<i64>,
+}
+
+/// Who a request acts for, once its credential checked out.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub account_id: String,
+    pub key_id: Option<String>,
+    pub daily_cap_micros: Option<i64>,
+}
+
+pub fn create_account(conn: &Connection, name: &str, credit_micros: i64, now: Millis) -> StoreResult<String> {
+    if credit_micros < 0 {
+        return Err(StoreError::Invalid("credit must not be negative".into()));
+    }
+    let id = new_id(ids::ACCOUNT);
+    conn.execute("INSERT INTO accounts (id, name, created_at) VALUES (?1, ?2, ?3)", (&id, name, now.0))?;
+    if credit_micros > 0 {
+        append(conn, &Entry::credit(&id, credit_micros), now)?;
+    }
+    Ok(id)
+}
+
+pub fn account(conn: &Connection, account_id: &str) -> StoreResult<AccountView> {
+    let (name, suspended): (String, bool) = conn
+        .query_row("SELECT name, suspended FROM accounts WHERE id = ?1", [account_id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?
+        .ok_or_else(|| StoreError::NotFound(format!("account {account_id}")))?;
+    let b = balance(conn, account_id)?;
+    Ok(AccountView {
+        account_id: account_id.to_string(),
+        name,
+        credit_micros: b.credit_micros,
+        reserved_micros: b.reserved_micros,
+        available_micros: b.available_micros(),
+        suspended,
+    })
+}
+
+pub fn count_accounts(conn: &Connection) -> StoreResult<i64> {
+    Ok(conn.query_row("SELECT COUNT(*) FROM accounts", [], |r| r.get(0))?)
+}
+
+pub fn set_suspended(conn: &Connection, account_id: &str, suspended: bool) -> StoreResult<()> {
+    let n = conn.execute("UPDATE accounts SET suspended = ?2 WHERE id = ?1", (account_id, suspended))?;
+    if n == 0 {
+        return Err(StoreError::NotFound(format!("account {account_id}")));
+    }
+    Ok(())
+}
+
+pub fn add_credit(conn: &Connection, account_id: &str, micros: i64, now: Millis) -> StoreResult<()> {
+    if micros <= 0 {
+        return Err(StoreError::Invalid("--add-micros must be a positive number".into()));
+    }
+    account(conn, account_id)?;
+    append(conn, &Entry::credit(account_id, micros), now)
+}
+
+pub fn create_key(conn: &Connection, account_id: &str, daily_cap_micros: Option<i64>, now: Millis) -> StoreResult<NewKey> {
+    account(conn, account_id)?;
+    if daily_cap_micros.is_some_and(|c| c < 0) {
+        return Err(StoreError::Invalid("--daily-cap-micros must not be negative".into()));
+    }
+    let key_id = new_id(ids::KEY);
+    let api_key = format!("{KEY_PREFIX}{}", random_hex(24));
+    conn.execute(
+        "INSERT INTO api_keys (id, account_id, secret_sha256, daily_cap_micros, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+        (&key_id, account_id, sha256_hex(api_key.as_bytes()), daily_cap_micros, now.0),
+    )?;
+    Ok(NewKey { key_id, account_id: account_id.to_string(), api_key, daily_cap_micros })
+}
+
+pub fn revoke_key(conn: &Connection, key_id: &str, now: Millis) -> StoreResult<()> {
+    let n = conn.execute(
+        "UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?2) WHERE id = ?1",
+        (key_id, now.0),
+    )?;
+    if n == 0 {
+        return Err(StoreError::NotFound(format!("key {key_id}")));
+    }
+    Ok(())
+}
+
+/// The caller behind an API key, if the key exists, is not revoked and its
+/// account is not suspended. Unknown, revoked and suspended look alike to the
+/// caller (401), so nothing here tells them apart.
+pub fn caller_for_key(conn: &Connection, api_key: &str) -> StoreResult<Option<Caller>> {
+    Ok(conn
+        .query_row(
+            "SELECT k.id, k.account_id, k.daily_cap_micros
+               FROM api_keys k JOIN accounts a ON a.id = k.account_id
+              WHERE k.secret_sha256 = ?1 AND k.revoked_at IS NULL AND a.suspended = 0",
+            [sha256_hex(api_key.as_bytes())],
+            |r| Ok(Caller { key_id: Some(r.get(0)?), account_id: r.get(1)?, daily_cap_micros: r.get(2)? }),
+        )
+        .optional()?)
+}
+
+pub fn balance(conn: &Connection, account_id: &str) -> StoreResult<Balance> {
+    let mut stmt =
+        conn.prepare_cached("SELECT kind, COALESCE(SUM(amount), 0) FROM ledger WHERE account_id = ?1 GROUP BY kind")?;
+    let rows = stmt.query_map([account_id], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+    let mut entries = vec![];
+    for row in rows {
+        let (kind, sum) = row?;
+        let kind = EntryKind::parse(&kind).ok_or_else(|| StoreError::Invalid(format!("ledger kind {kind}")))?;
+        entries.push((kind, sum));
+    }
+    Ok(Balance::fold(entries))
+}
+
+/// What the key's reservations made on `day` still hold or were charged.
+pub fn daily_use(conn: &Connection, key_id: &str, day: i64) -> StoreResult<DailyUse> {
+    let used = conn.prepare_cached(
+        "SELECT COALESCE(SUM(CASE kind WHEN 'reserve' THEN amount WHEN 'release' THEN -amount ELSE 0 END), 0)
+           FROM ledger WHERE key_id = ?1 AND reservation_day = ?2",
+    )?
+    .query_row((key_id, day), |r| r.get(0))?;
+    Ok(DailyUse { used_micros: used })
+}
+
+/// Checks credit and the daily cap, then takes the reservation, all inside
+/// the caller's transaction so that nothing else can spend the same credit.
+pub fn reserve(conn: &Connection, caller: &Caller, micros: i64, subject: &str, now: Millis) -> Result<(), ReserveError> {
+    balance(conn, &caller.account_id)?.check_reservation(micros)?;
+    if let Some(key_id) = &caller.key_id {
+        daily_use(conn, key_id, now.utc_day())?.check(caller.daily_cap_micros, micros, now)?;
+    }
+    let entry = Entry {
+        account_id: &caller.account_id,
+        key_id: caller.key_id.as_deref(),
+        kind: EntryKind::Reserve,
+        amount: micros,
+        subject: Some(subject),
+        reservation_day: Some(now.utc_day()),
+    };
+    append(conn, &entry, now)?;
+    Ok(())
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReserveError {
+    #[error(transparent)]
+    Refused(#[from] grid_core::error::ApiError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// One row of the ledger.
+pub struct Entry<'a> {
+    pub account_id: &'a str,
+    pub key_id: Option<&'a str>,
+    pub kind: EntryKind,
+    pub amount: i64,
+    /// A batch id for a reservation, an item id for its settlement.
+    pub subject: Option<&'a str>,
+    /// UTC day of the reservation the entry belongs to (the daily cap's window).
+    pub reservation_day: Option<i64>,
+}
+
+impl<'a> Entry<'a> {
+    pub fn credit(account_id: &'a str, amount: i64) -> Entry<'a> {
+        Entry { account_id, key_id: None, kind: EntryKind::Credit, amount, subject: None, reservation_day: None }
+    }
+}
+
+/// Appends one ledger entry. A settlement that already exists is not written
+/// again (the unique index makes settling idempotent).
+pub fn append(conn: &Connection, e: &Entry, now: Millis) -> StoreResult<()> {
+    conn.prepare_cached(
+        "INSERT OR IGNORE INTO ledger (account_id, key_id, kind, amount, subject, reservation_day, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )?
+    .execute((e.account_id, e.key_id, e.kind.as_str(), e.amount, e.subject, e.reservation_day, now.0))?;
+    Ok(())
+}

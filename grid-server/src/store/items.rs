@@ -1,0 +1,399 @@
+//! Capture batches, their items (the durable queue) and published files.
+//!
+//! Every state change of an item goes through `transition`, which loads the
+//! item, asks `grid_core::item::apply` for the next state and stores it in
+//! the caller's transaction.
+
+use std::collections::BTreeMap;
+
+use grid_core::catalog::{ArtifactKind, Profile, Script};
+use grid_core::error::ApiError;
+use grid_core::ids;
+use grid_core::item::{self, Backoff, Event, Item, ItemState, Outcome, Settlement, TransitionError};
+use grid_core::ledger::EntryKind;
+use grid_core::pricing;
+use grid_core::time::Millis;
+use grid_core::wire::batch::{BatchCreated, BatchJob, BatchSubmission, BatchView};
+use grid_core::wire::grid::QueueCounts;
+use grid_core::wire::item::{CaptureItem, ItemRetried};
+use rusqlite::{params, Connection, OptionalExtension, Row};
+use serde_json::{Map, Value};
+
+use super::accounts::{self, Caller, Entry, ReserveError};
+use super::{StoreError, StoreResult};
+use crate::ids::{new_id, ordered_ids};
+
+/// An item with what a worker needs to run it.
+#[derive(Debug, Clone)]
+pub struct ItemRow {
+    pub id: String,
+    pub batch_id: String,
+    pub account_id: String,
+    pub url: String,
+    pub script: Script,
+    pub profile: Profile,
+    pub params: Map<String, Value>,
+    pub item: Item,
+}
+
+/// A file written to the artifact store and checked, ready to publish.
+#[derive(Debug, Clone)]
+pub struct PublishedFile {
+    pub kind: ArtifactKind,
+    pub storage_name: String,
+    pub sha256: String,
+    pub byte_length: i64,
+    pub content_type: String,
+}
+
+/// Takes the reservation and queues every item, in one transaction: on a
+/// refusal nothing is queued.
+pub fn submit_batch(
+    tx: &Connection,
+    caller: &Caller,
+    sub: &BatchSubmission,
+    now: Millis,
+) -> Result<BatchCreated, ReserveError> {
+    let batch_id = new_id(ids::BATCH);
+    let price = sub.script.price_micros();
+    accounts::reserve(tx, caller, pricing::batch_reservation_micros(sub.script, sub.urls.len()), &batch_id, now)?;
+    let params = Value::Object(sub.params.clone()).to_string();
+    tx.execute(
+        "INSERT INTO batches (id, account_id, key_id, script, profile_id, params, priority, item_count, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        params![
+            batch_id,
+            caller.account_id,
+            caller.key_id,
+            sub.script.as_str(),
+            sub.profile.as_str(),
+            params,
+            sub.priority,
+            sub.urls.len() as i64,
+            now.0
+        ],
+    )
+    .map_err(StoreError::from)?;
+    let state = ItemState::queued(sub.priority);
+    let mut insert = tx
+        .prepare_cached(
+            "INSERT INTO items (id, batch_id, account_id, key_id, url, script, profile_id, priority, price_micros,
+                                reservation_day, state, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+        )
+        .map_err(StoreError::from)?;
+    for (id, url) in ordered_ids(ids::ITEM, sub.urls.len()).iter().zip(&sub.urls) {
+        insert
+            .execute(params![
+                id,
+                batch_id,
+                caller.account_id,
+                caller.key_id,
+                url,
+                sub.script.as_str(),
+                sub.profile.as_str(),
+                sub.priority,
+                price,
+                now.utc_day(),
+                state.as_str(),
+                now.0
+            ])
+            .map_err(StoreError::from)?;
+    }
+    Ok(BatchCreated { batch_id, job_count: sub.urls.len() as u32 })
+}
+
+pub fn batch_view(conn: &Connection, account_id: &str, batch_id: &str) -> StoreResult<Option<BatchView>> {
+    let owned: Option<i64> = conn
+        .query_row("SELECT 1 FROM batches WHERE id = ?1 AND account_id = ?2", (batch_id, account_id), |r| r.get(0))
+        .optional()?;
+    if owned.is_none() {
+        return Ok(None);
+    }
+    let mut stmt =
+        conn.prepare_cached("SELECT id, url, state, failed_reason FROM items WHERE batch_id = ?1 ORDER BY id")?;
+    let jobs = stmt
+        .query_map([batch_id], |r| {
+            let state: String = r.get(2)?;
+            let state = ItemState::parse(&state).unwrap_or(ItemState::Waiting);
+            let failed = state == ItemState::Failed;
+            Ok(BatchJob {
+                job_id: r.get(0)?,
+                url: r.get(1)?,
+                state: state.into(),
+                failed_reason: if failed { r.get(3)? } else { None },
+            })
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Some(BatchView::from_jobs(batch_id.to_string(), jobs)))
+}
+
+const ITEM_COLUMNS: &str = "i.id, i.batch_id, i.account_id, i.url, i.script, i.profile_id, b.params,
+     i.state, i.priority, i.attempts_made, i.failed_reason, i.failure_published, i.run_at, i.billable";
+
+fn item_row(r: &Row) -> rusqlite::Result<ItemRow> {
+    let bad = |i: usize, what: &str| {
+        rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, what.to_string().into())
+    };
+    let script: String = r.get(4)?;
+    let profile: String = r.get(5)?;
+    let params: String = r.get(6)?;
+    let state: String = r.get(7)?;
+    Ok(ItemRow {
+        id: r.get(0)?,
+        batch_id: r.get(1)?,
+        account_id: r.get(2)?,
+        url: r.get(3)?,
+        script: Script::parse(&script).ok_or_else(|| bad(4, "script"))?,
+        profile: Profile::parse(&profile).ok_or_else(|| bad(5, "profile"))?,
+        params: serde_json::from_str(&params).map_err(|_| bad(6, "params"))?,
+        item: Item {
+            state: ItemState::parse(&state).ok_or_else(|| bad(7, "state"))?,
+            priority: r.get(8)?,
+            attempts_made: r.get(9)?,
+            failed_reason: r.get(10)?,
+            failure_published: r.get(11)?,
+            run_at: r.get::<_, Option<i64>>(12)?.map(Millis),
+            billable: r.get(13)?,
+        },
+    })
+}
+
+pub fn load_item(conn: &Connection, id: &str) -> StoreResult<Option<ItemRow>> {
+    let sql = format!("SELECT {ITEM_COLUMNS} FROM items i JOIN batches b ON b.id = i.batch_id WHERE i.id = ?1");
+    Ok(conn.prepare_cached(&sql)?.query_row([id], item_row).optional()?)
+}
+
+fn save_item(conn: &Connection, id: &str, o: &Outcome, now: Millis) -> StoreResult<()> {
+    let it = &o.item;
+    conn.prepare_cached(
+        "UPDATE items SET state = ?2, attempts_made = ?3, failed_reason = ?4, failure_published = ?5, run_at = ?6,
+                          billable = ?7, settlement_due = COALESCE(?8, settlement_due), updated_at = ?9
+          WHERE id = ?1",
+    )?
+    .execute(params![
+        id,
+        it.state.as_str(),
+        it.attempts_made,
+        it.failed_reason,
+        it.failure_published,
+        it.run_at.map(|t| t.0),
+        it.billable,
+        o.settlement.map(Settlement::as_str),
+        now.0
+    ])?;
+    Ok(())
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ItemError {
+    #[error(transparent)]
+    Transition(#[from] TransitionError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<rusqlite::Error> for ItemError {
+    fn from(e: rusqlite::Error) -> Self {
+        ItemError::Store(e.into())
+    }
+}
+
+/// Loads an item, applies one event and stores the result.
+pub fn transition(
+    conn: &Connection,
+    id: &str,
+    event: Event,
+    now: Millis,
+    backoff: Backoff,
+) -> Result<(ItemRow, Outcome), ItemError> {
+    let row = load_item(conn, id)?.ok_or_else(|| StoreError::NotFound(format!("item {id}")))?;
+    let outcome = item::apply(&row.item, event, now, backoff)?;
+    save_item(conn, id, &outcome, now)?;
+    Ok((row, outcome))
+}
+
+/// Wakes delayed items whose time has come, then claims the next item in
+/// queue order: items without a priority first, then lower priority, then age.
+pub fn claim_next(conn: &Connection, now: Millis, backoff: Backoff) -> Result<Option<ItemRow>, ItemError> {
+    let due: Vec<String> = conn
+        .prepare_cached("SELECT id FROM items WHERE state = 'delayed' AND run_at <= ?1")?
+        .query_map([now.0], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    for id in due {
+        transition(conn, &id, Event::Wake, now, backoff)?;
+    }
+    let next: Option<String> = conn
+        .prepare_cached(
+            "SELECT id FROM (
+                 SELECT id, 0 AS band, seq FROM (SELECT id, seq FROM items WHERE state = 'waiting' ORDER BY seq LIMIT 1)
+                 UNION ALL
+                 SELECT id, 1 AS band, seq FROM (SELECT id, seq FROM items WHERE state = 'prioritized'
+                                                  ORDER BY priority, seq LIMIT 1))
+             ORDER BY band LIMIT 1",
+        )?
+        .query_row([], |r| r.get(0))
+        .optional()?;
+    let Some(id) = next else { return Ok(None) };
+    let (row, outcome) = transition(conn, &id, Event::Claim, now, backoff)?;
+    Ok(Some(ItemRow { item: outcome.item, ..row }))
+}
+
+/// When the earliest delayed item becomes due, if any.
+pub fn next_wake(conn: &Connection) -> StoreResult<Option<Millis>> {
+    let t: Option<i64> =
+        conn.query_row("SELECT MIN(run_at) FROM items WHERE state = 'delayed'", [], |r| r.get(0))?;
+    Ok(t.map(Millis))
+}
+
+/// Ends an attempt: publishes the files (if the transition publishes) in the
+/// same transaction as the state change.
+pub fn finish_attempt(
+    conn: &Connection,
+    id: &str,
+    event: Event,
+    files: &[PublishedFile],
+    now: Millis,
+    backoff: Backoff,
+) -> Result<Outcome, ItemError> {
+    let (_, outcome) = transition(conn, id, event, now, backoff)?;
+    let publish = outcome.item.state == ItemState::Completed || outcome.publish_failure_record;
+    if publish {
+        let mut insert = conn.prepare_cached(
+            "INSERT INTO artifacts (item_id, kind, storage_name, sha256, byte_length, content_type, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )?;
+        for f in files {
+            insert
+                .execute(params![id, f.kind.as_str(), f.storage_name, f.sha256, f.byte_length, f.content_type, now.0])
+                .map_err(StoreError::from)?;
+        }
+    }
+    Ok(outcome)
+}
+
+/// Puts every item left active by a stopped server back in the queue.
+pub fn recover_active(conn: &Connection, now: Millis, backoff: Backoff) -> Result<usize, ItemError> {
+    let ids: Vec<String> = conn
+        .prepare("SELECT id FROM items WHERE state = 'active'")?
+        .query_map([], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    for id in &ids {
+        transition(conn, id, Event::Recover, now, backoff)?;
+    }
+    Ok(ids.len())
+}
+
+/// POST /jobs/{id}/retry for a capture item.
+pub fn retry(
+    conn: &Connection,
+    account_id: &str,
+    id: &str,
+    now: Millis,
+    backoff: Backoff,
+) -> Result<ItemRetried, ItemError> {
+    let row = load_item(conn, id)?
+        .filter(|r| r.account_id == account_id)
+        .ok_or(TransitionError::Refused(ApiError::UnknownJob))?;
+    // Every profile the grid has ever offered is still selectable today.
+    let profile_selectable = Profile::ALL.contains(&row.profile);
+    let (_, outcome) = transition(conn, id, Event::Retry { profile_selectable }, now, backoff)?;
+    Ok(ItemRetried { job_id: id.to_string(), state: outcome.item.state })
+}
+
+pub fn item_view(conn: &Connection, account_id: &str, id: &str) -> StoreResult<Option<CaptureItem>> {
+    let Some(row) = load_item(conn, id)?.filter(|r| r.account_id == account_id) else { return Ok(None) };
+    let artifacts: BTreeMap<String, String> = conn
+        .prepare_cached("SELECT kind, storage_name FROM artifacts WHERE item_id = ?1")?
+        .query_map([id], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    Ok(Some(CaptureItem {
+        job_id: row.id,
+        batch_id: row.batch_id,
+        url: row.url,
+        state: row.item.state,
+        attempts_made: row.item.attempts_made,
+        failed_reason: row.item.failed_reason,
+        artifacts,
+        script: row.script.as_str().to_string(),
+        profile_id: row.profile.as_str().to_string(),
+    }))
+}
+
+/// A published file of an item the account owns. `Ok(None)` when the item is
+/// unknown to the account; `Err(ArtifactNotPresent)` when it has no such file.
+pub fn artifact(conn: &Connection, account_id: &str, id: &str, kind: ArtifactKind) -> Result<PublishedFile, ApiError> {
+    let owned = load_item(conn, id)
+        .map_err(|_| ApiError::Internal)?
+        .is_some_and(|r| r.account_id == account_id);
+    if !owned {
+        return Err(ApiError::UnknownJob);
+    }
+    published_file(conn, id, kind).map_err(|_| ApiError::Internal)?.ok_or(ApiError::ArtifactNotPresent)
+}
+
+pub fn published_file(conn: &Connection, id: &str, kind: ArtifactKind) -> StoreResult<Option<PublishedFile>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT storage_name, sha256, byte_length, content_type FROM artifacts WHERE item_id = ?1 AND kind = ?2",
+        )?
+        .query_row((id, kind.as_str()), |r| {
+            Ok(PublishedFile {
+                kind,
+                storage_name: r.get(0)?,
+                sha256: r.get(1)?,
+                byte_length: r.get(2)?,
+                content_type: r.get(3)?,
+            })
+        })
+        .optional()?)
+}
+
+/// Grid-wide queue figures.
+pub fn queue_counts(conn: &Connection) -> StoreResult<(QueueCounts, u32)> {
+    let mut counts = QueueCounts::default();
+    let mut active = 0;
+    let mut stmt = conn.prepare_cached(
+        "SELECT state, COUNT(*) FROM items WHERE state IN ('waiting', 'prioritized', 'delayed', 'active') GROUP BY state",
+    )?;
+    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, u32>(1)?)))?;
+    for row in rows {
+        let (state, n) = row?;
+        match state.as_str() {
+            "waiting" => counts.wait = n,
+            "prioritized" => counts.prioritized = n,
+            "delayed" => counts.delayed = n,
+            _ => active = n,
+        }
+    }
+    Ok((counts, active))
+}
+
+/// The settlement pass: writes the ledger entry every finished item owes and
+/// clears the debt, in one transaction. Returns how many items it settled.
+pub fn settle_due(conn: &Connection, now: Millis, limit: usize) -> StoreResult<usize> {
+    let due: Vec<(String, String, Option<String>, String, i64, i64)> = conn
+        .prepare_cached(
+            "SELECT id, account_id, key_id, settlement_due, price_micros, reservation_day
+               FROM items WHERE settlement_due IS NOT NULL LIMIT ?1",
+        )?
+        .query_map([limit as i64], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))?
+        .collect::<Result<_, _>>()?;
+    for (id, account_id, key_id, due, price, day) in &due {
+        let kind = match due.as_str() {
+            "charge" => EntryKind::Charge,
+            _ => EntryKind::Release,
+        };
+        let entry = Entry {
+            account_id,
+            key_id: key_id.as_deref(),
+            kind,
+            amount: *price,
+            subject: Some(id),
+            reservation_day: Some(*day),
+        };
+        accounts::append(conn, &entry, now)?;
+        conn.prepare_cached("UPDATE items SET settlement_due = NULL WHERE id = ?1")?.execute([id])?;
+    }
+    Ok(due.len())
+}

@@ -1,0 +1,158 @@
+//! The embedded SQLite store: one database file in the data dir, WAL mode,
+//! shared by `serve` and the admin subcommands running as other processes.
+//!
+//! All access goes through `Store::read` / `Store::write`, which run the
+//! closure on a blocking thread: one writer connection (SQLite allows one
+//! writer at a time anyway) and a small pool of readers.
+
+pub mod accounts;
+pub mod items;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rusqlite::{Connection, ErrorCode, OpenFlags};
+
+pub const DB_FILE: &str = "grid.db";
+const SCHEMA_VERSION: i64 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database stayed locked past the busy timeout.
+    #[error("database busy")]
+    Busy,
+    #[error("sqlite: {0}")]
+    Sqlite(rusqlite::Error),
+    #[error("not found: {0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("store task failed: {0}")]
+    Task(String),
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        match e.sqlite_error_code() {
+            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => StoreError::Busy,
+            _ => StoreError::Sqlite(e),
+        }
+    }
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    writer: Mutex<Connection>,
+    readers: Mutex<Vec<Connection>>,
+    busy_timeout: Duration,
+}
+
+impl Store {
+    /// Opens (creating if needed) the store in `data_dir`, applying the schema.
+    pub fn open(data_dir: &Path, busy_timeout: Duration) -> StoreResult<Store> {
+        std::fs::create_dir_all(data_dir)
+            .map_err(|e| StoreError::Invalid(format!("cannot create data dir {}: {e}", data_dir.display())))?;
+        let path = data_dir.join(DB_FILE);
+        let writer = connect(&path, busy_timeout)?;
+        migrate(&writer)?;
+        Ok(Store {
+            inner: Arc::new(Inner { path, writer: Mutex::new(writer), readers: Mutex::new(vec![]), busy_timeout }),
+        })
+    }
+
+    /// Runs `f` in one write transaction on a blocking thread.
+    pub async fn write<R, F>(&self, f: F) -> StoreResult<R>
+    where
+        R: Send + 'static,
+        F: FnOnce(&rusqlite::Transaction) -> StoreResult<R> + Send + 'static,
+    {
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || store.write_blocking(f))
+            .await
+            .map_err(|e| StoreError::Task(e.to_string()))?
+    }
+
+    /// The same as `write`, for callers already off the async runtime.
+    pub fn write_blocking<R>(&self, f: impl FnOnce(&rusqlite::Transaction) -> StoreResult<R>) -> StoreResult<R> {
+        let mut conn = self.inner.writer.lock().unwrap_or_else(|p| p.into_inner());
+        // IMMEDIATE takes the write lock up front, so a busy database fails
+        // here (after the busy timeout) instead of half-way through.
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let r = f(&tx)?;
+        tx.commit()?;
+        Ok(r)
+    }
+
+    /// Runs `f` on a reader connection on a blocking thread.
+    pub async fn read<R, F>(&self, f: F) -> StoreResult<R>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Connection) -> StoreResult<R> + Send + 'static,
+    {
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || store.read_blocking(f))
+            .await
+            .map_err(|e| StoreError::Task(e.to_string()))?
+    }
+
+    pub fn read_blocking<R>(&self, f: impl FnOnce(&Connection) -> StoreResult<R>) -> StoreResult<R> {
+        let pooled = self.inner.readers.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let conn = match pooled {
+            Some(c) => c,
+            None => connect(&self.inner.path, self.inner.busy_timeout)?,
+        };
+        let r = f(&conn);
+        let mut readers = self.inner.readers.lock().unwrap_or_else(|p| p.into_inner());
+        if readers.len() < 8 {
+            readers.push(conn);
+        }
+        r
+    }
+}
+
+fn connect(path: &Path, busy_timeout: Duration) -> StoreResult<Connection> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(busy_timeout)?;
+    // WAL lets readers go on while one writer commits; NORMAL sync is durable
+    // across process crashes (the WAL is fsynced at checkpoints).
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    Ok(conn)
+}
+
+fn migrate(conn: &Connection) -> StoreResult<()> {
+    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    if version > SCHEMA_VERSION {
+        return Err(StoreError::Invalid(format!(
+            "data dir was written by a newer grid-server (schema {version}, this one knows {SCHEMA_VERSION})"
+        )));
+    }
+    if version < 1 {
+        conn.execute_batch(include_str!("schema.sql"))?;
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+    }
+    Ok(())
+}
+
+/// A setting, created with `init` on first use (e.g. the signing secret).
+pub fn setting_or_init(tx: &rusqlite::Transaction, key: &str, init: impl FnOnce() -> String) -> StoreResult<String> {
+    use rusqlite::OptionalExtension;
+    if let Some(v) = tx.query_row("SELECT value FROM settings WHERE key = ?1", [key], |r| r.get(0)).optional()? {
+        return Ok(v);
+    }
+    let v = init();
+    tx.execute("INSERT INTO settings (key, value) VALUES (?1, ?2)", (key, &v))?;
+    Ok(v)
+}
