@@ -9,6 +9,7 @@ pub mod error;
 pub mod ids;
 pub mod item;
 pub mod ledger;
+pub mod netaddr;
 pub mod pricing;
 pub mod time;
 pub mod validate;
