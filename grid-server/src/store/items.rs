@@ -397,3 +397,162 @@ pub fn settle_due(conn: &Connection, now: Millis, limit: usize) -> StoreResult<u
     }
     Ok(due.len())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Store;
+    use grid_core::item::Failure;
+    use std::time::Duration;
+
+    const B: Backoff = Backoff { base_ms: 1_000 };
+    const T: Millis = Millis(1_800_000_000_000);
+
+    fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), Duration::from_secs(1)).unwrap();
+        (dir, store)
+    }
+
+    fn caller(store: &Store, credit: i64, cap: Option<i64>) -> Caller {
+        store
+            .write_blocking(|tx| {
+                let id = accounts::create_account(tx, "t", credit, T)?;
+                let k = accounts::create_key(tx, &id, cap, T)?;
+                Ok(Caller { account_id: id, key_id: Some(k.key_id), daily_cap_micros: cap })
+            })
+            .unwrap()
+    }
+
+    fn submission(n: usize, priority: Option<u32>) -> BatchSubmission {
+        BatchSubmission {
+            urls: (0..n).map(|i| format!("http://t/{i}")).collect(),
+            script: Script::Fetch,
+            profile: Profile::DEFAULT,
+            params: Map::new(),
+            priority,
+        }
+    }
+
+    fn submit(store: &Store, c: &Caller, n: usize, priority: Option<u32>) -> Result<BatchCreated, ReserveError> {
+        let (c, sub) = (c.clone(), submission(n, priority));
+        store.write_blocking(move |tx| Ok(submit_batch(tx, &c, &sub, T))).unwrap()
+    }
+
+    fn claim(store: &Store) -> Option<ItemRow> {
+        store.write_blocking(|tx| Ok(claim_next(tx, T, B))).unwrap().unwrap()
+    }
+
+    fn balance(store: &Store, c: &Caller) -> grid_core::ledger::Balance {
+        let id = c.account_id.clone();
+        store.read_blocking(move |conn| accounts::balance(conn, &id)).unwrap()
+    }
+
+    #[test]
+    fn refused_batch_queues_and_reserves_nothing() {
+        let (_d, s) = store();
+        let c = caller(&s, 1_000, None);
+        match submit(&s, &c, 9, None) {
+            Err(ReserveError::Refused(ApiError::InsufficientCredit { required_micros, available_micros })) => {
+                assert_eq!((required_micros, available_micros), (1_080, 1_000));
+            }
+            other => panic!("expected insufficient credit, got {other:?}"),
+        }
+        assert!(claim(&s).is_none());
+        assert_eq!(balance(&s, &c).reserved_micros, 0);
+        let capped = caller(&s, 1_000_000, Some(240));
+        submit(&s, &capped, 2, None).unwrap();
+        assert!(matches!(submit(&s, &capped, 1, None), Err(ReserveError::Refused(ApiError::DailyCapExceeded { .. }))));
+    }
+
+    #[test]
+    fn unprioritised_items_run_first_then_by_priority_then_age() {
+        let (_d, s) = store();
+        let c = caller(&s, 1_000_000, None);
+        submit(&s, &c, 1, Some(5)).unwrap();
+        submit(&s, &c, 1, Some(2)).unwrap();
+        let plain = submit(&s, &c, 2, None).unwrap();
+        let order: Vec<(String, Option<u32>)> =
+            std::iter::from_fn(|| claim(&s)).map(|r| (r.batch_id, r.item.priority)).collect();
+        let priorities: Vec<Option<u32>> = order.iter().map(|o| o.1).collect();
+        assert_eq!(priorities, vec![None, None, Some(2), Some(5)]);
+        assert_eq!(order[0].0, plain.batch_id);
+    }
+
+    #[test]
+    fn settlement_charges_once_even_when_run_twice() {
+        let (_d, s) = store();
+        let c = caller(&s, 10_000, None);
+        submit(&s, &c, 2, None).unwrap();
+        let a = claim(&s).unwrap();
+        let b = claim(&s).unwrap();
+        s.write_blocking(|tx| Ok(finish_attempt(tx, &a.id, Event::Succeed, &[], T, B).unwrap())).unwrap();
+        s.write_blocking(|tx| {
+            Ok(finish_attempt(tx, &b.id, Event::Fail(Failure::Terminal("x".into())), &[], T, B).unwrap())
+        })
+        .unwrap();
+        assert_eq!(s.write_blocking(|tx| settle_due(tx, T, 100)).unwrap(), 2);
+        assert_eq!(s.write_blocking(|tx| settle_due(tx, T, 100)).unwrap(), 0);
+        // Even a settlement written again by hand is absorbed by the unique index.
+        s.write_blocking(|tx| {
+            let e = Entry {
+                account_id: &c.account_id,
+                key_id: None,
+                kind: EntryKind::Charge,
+                amount: 120,
+                subject: Some(&a.id),
+                reservation_day: None,
+            };
+            accounts::append(tx, &e, T)
+        })
+        .unwrap();
+        let bal = balance(&s, &c);
+        assert_eq!((bal.credit_micros, bal.reserved_micros), (10_000 - 120, 0));
+    }
+
+    #[test]
+    fn active_items_are_recovered_without_counting_the_attempt() {
+        let (_d, s) = store();
+        let c = caller(&s, 10_000, None);
+        submit(&s, &c, 3, None).unwrap();
+        let a = claim(&s).unwrap();
+        claim(&s).unwrap();
+        assert_eq!(s.write_blocking(|tx| Ok(recover_active(tx, T, B).unwrap())).unwrap(), 2);
+        let again = claim(&s).unwrap();
+        assert_eq!(again.id, a.id);
+        assert_eq!(again.item.attempts_made, 0);
+    }
+
+    #[test]
+    fn delayed_items_wake_when_due() {
+        let (_d, s) = store();
+        let c = caller(&s, 10_000, None);
+        submit(&s, &c, 1, None).unwrap();
+        let a = claim(&s).unwrap();
+        s.write_blocking(|tx| {
+            Ok(finish_attempt(tx, &a.id, Event::Fail(Failure::Transient("503".into())), &[], T, B).unwrap())
+        })
+        .unwrap();
+        assert!(claim(&s).is_none());
+        assert_eq!(s.read_blocking(next_wake).unwrap(), Some(T.plus_ms(1_000)));
+        let later = s.write_blocking(|tx| Ok(claim_next(tx, T.plus_ms(1_000), B).unwrap())).unwrap().unwrap();
+        assert_eq!((later.id, later.item.attempts_made), (a.id, 1));
+    }
+
+    #[test]
+    fn other_accounts_see_nothing() {
+        let (_d, s) = store();
+        let owner = caller(&s, 10_000, None);
+        let other = caller(&s, 10_000, None);
+        let created = submit(&s, &owner, 1, None).unwrap();
+        let (bid, oid) = (created.batch_id.clone(), other.account_id.clone());
+        assert!(s.read_blocking(move |c| batch_view(c, &oid, &bid)).unwrap().is_none());
+        let item = claim(&s).unwrap();
+        let oid = other.account_id.clone();
+        let iid = item.id.clone();
+        assert!(s.read_blocking(move |c| item_view(c, &oid, &iid)).unwrap().is_none());
+        let oid = other.account_id.clone();
+        let r = s.read_blocking(move |c| Ok(artifact(c, &oid, &item.id, ArtifactKind::Meta))).unwrap();
+        assert_eq!(r.unwrap_err(), ApiError::UnknownJob);
+    }
+}
