@@ -1,0 +1,897 @@
+//! The analytical job state machine, as pure transitions.
+//!
+//! ```text
+//!           enqueue         provision            container started
+//! ACCEPTED ────────► QUEUED ─────────► PROVISIONING ──────────────► RUNNING
+//!  (attempt 0)      (attempt n made)    │ start failed,              │ exited, evicted,
+//!                                       │ evicted, lost              │ lost (after a stop for
+//!                                       │ (no log)                   │ cancel or deadline, or not)
+//!                                       ▼                            ▼
+//!                          SUCCEEDED | FAILED | TIMED_OUT | CANCELLED ◄── PUBLISHING
+//!                                    │                       published (log)
+//!            replay (PLATFORM_EVICTED, replays used < retries, no cancel) → QUEUED, attempt n+1, free
+//!            retry  (FAILED or TIMED_OUT, no replay pending)              → QUEUED, attempt n+1, reserve
+//! ```
+//!
+//! The job's phase is its current attempt's phase (ACCEPTED before the first
+//! attempt exists). An attempt ends when its termination is decided; an
+//! attempt whose container started then publishes its log (PUBLISHING), one
+//! that never started has no log and finishes at once.
+//!
+//! Decisions the contract leaves open, made here:
+//!
+//! - **Termination reason.** A stop the grid asked for decides the reason,
+//!   first cause wins: a deadline stop gives RUNNING_DEADLINE_EXCEEDED, a
+//!   cancel gives CANCELLED, whatever the container did meanwhile (exit,
+//!   eviction, loss, failed start). Otherwise: exit 0 → WORKLOAD_SUCCEEDED,
+//!   OOM-killed → PLATFORM_OOM, other exit → WORKLOAD_FAILED, eviction →
+//!   PLATFORM_EVICTED, failed start → PLATFORM_START_FAILED, other loss →
+//!   PLATFORM_LOST. A container that exits on its own after its deadline but
+//!   before the deadline stop keeps its own result (the charge is capped at
+//!   the deadline either way).
+//! - **Final phase** follows the last attempt's reason: WORKLOAD_SUCCEEDED →
+//!   SUCCEEDED, RUNNING_DEADLINE_EXCEEDED → TIMED_OUT, CANCELLED → CANCELLED,
+//!   anything else → FAILED.
+//! - **Eviction and replay.** An evicted attempt takes the job to FAILED
+//!   like any other final end; while a replay is still to come the job keeps
+//!   its reservation and the driver is told `ReplayDue`. The replay is a new
+//!   attempt funded by the same reservation. `retries` counts replays per
+//!   reservation: a manual retry starts a fresh count.
+//! - **Cancel.** Before the first attempt or while queued there is no
+//!   container, so the job is CANCELLED at once (in ACCEPTED no attempt is
+//!   made). While provisioning or running the container is stopped first.
+//!   During PUBLISHING the attempt has already ended: its result stands and
+//!   the cancel is only recorded (it stops a replay still to come). On
+//!   FAILED or TIMED_OUT the cancel is recorded and stops a pending replay,
+//!   settling the reservation. On SUCCEEDED, CANCELLED, or an attempt already
+//!   being stopped, nothing changes.
+//! - **Manual retry** is allowed on FAILED or TIMED_OUT when no replay is
+//!   still to come (including a job whose last eviction used up its
+//!   replays, and a job whose cancellation was recorded after it failed: the
+//!   retry is a new request and clears that record). Otherwise 409
+//!   JOB_NOT_RETRYABLE. A retry takes a new reservation.
+//! - **phaseTimestamps** of the job hold ACCEPTED and the phases of the
+//!   current attempt; every attempt keeps its own map.
+//! - **Settlement.** Each reservation is settled once, when the last attempt
+//!   it funds finishes: that attempt's run time is charged if its reason is
+//!   charged and its container started, the rest is released.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ApiError;
+use crate::time::Millis;
+use crate::wire::job::{JobPhase, Termination, TerminationReason};
+
+/// What pays for an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Funding {
+    /// Its own reservation: the first attempt and every manual retry.
+    Reservation,
+    /// A replay after an eviction: holds nothing more.
+    Replay,
+}
+
+/// Why the grid asked an attempt's container to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum StopCause {
+    Cancel,
+    Deadline,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Attempt {
+    /// 1-based.
+    pub number: u32,
+    pub phase: JobPhase,
+    pub phase_timestamps: BTreeMap<JobPhase, Millis>,
+    pub funding: Funding,
+    /// When the container started (entered RUNNING).
+    pub started_at: Option<Millis>,
+    /// When the termination was decided.
+    pub ended_at: Option<Millis>,
+    pub stopping: Option<StopCause>,
+    pub termination: Option<Termination>,
+    pub log_available: bool,
+}
+
+impl Attempt {
+    fn new(number: u32, funding: Funding, now: Millis) -> Attempt {
+        Attempt {
+            number,
+            phase: JobPhase::Queued,
+            phase_timestamps: BTreeMap::from([(JobPhase::Queued, now)]),
+            funding,
+            started_at: None,
+            ended_at: None,
+            stopping: None,
+            termination: None,
+            log_available: false,
+        }
+    }
+
+    /// Container run time, from start to end; `None` if it never started.
+    pub fn run_millis(&self) -> Option<i64> {
+        match (self.started_at, self.ended_at) {
+            (Some(s), Some(e)) => Some((e.0 - s.0).max(0)),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Job {
+    pub phase: JobPhase,
+    pub phase_timestamps: BTreeMap<JobPhase, Millis>,
+    pub attempts: Vec<Attempt>,
+    /// From the submission: replays allowed per reservation.
+    pub retries: u32,
+    pub running_deadline_seconds: u32,
+    /// Replays made under the current reservation.
+    pub replays_used: u32,
+    /// A cancellation was recorded (and not cleared by a later retry).
+    pub cancel_requested: bool,
+    /// The job holds a reservation not yet settled.
+    pub reservation_open: bool,
+}
+
+impl Job {
+    /// A job just accepted by POST /jobs; the driver takes its first
+    /// reservation together with storing it.
+    pub fn new(retries: u32, running_deadline_seconds: u32, now: Millis) -> Job {
+        Job {
+            phase: JobPhase::Accepted,
+            phase_timestamps: BTreeMap::from([(JobPhase::Accepted, now)]),
+            attempts: vec![],
+            retries,
+            running_deadline_seconds,
+            replays_used: 0,
+            cancel_requested: false,
+            reservation_open: true,
+        }
+    }
+
+    /// The record's `attempt`: 0 on a new job.
+    pub fn attempt_number(&self) -> u32 {
+        self.attempts.len() as u32
+    }
+
+    pub fn current_attempt(&self) -> Option<&Attempt> {
+        self.attempts.last()
+    }
+
+    /// The record's `termination`: the current attempt's, once it ended.
+    pub fn termination(&self) -> Option<&Termination> {
+        self.current_attempt().and_then(|a| a.termination.as_ref())
+    }
+
+    /// FAILED by an eviction with an automatic replay still to come.
+    pub fn replay_pending(&self) -> bool {
+        self.phase == JobPhase::Failed && self.reservation_open
+    }
+
+    /// When a running attempt reaches `runningDeadlineSeconds`.
+    pub fn deadline_at(&self) -> Option<Millis> {
+        let a = self.current_attempt()?;
+        match (self.phase, a.started_at) {
+            (JobPhase::Running, Some(s)) => Some(s.plus_ms(i64::from(self.running_deadline_seconds) * 1_000)),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// The accepted job joins the queue; its first attempt is made.
+    Enqueue,
+    /// The scheduler picks the queued attempt and starts its container.
+    Provision,
+    /// The container is running.
+    ContainerStarted,
+    /// The container could not be created or started, or its start was
+    /// aborted after a cancel.
+    StartFailed,
+    /// The running container exited.
+    ContainerExited { exit_code: i32, oom_killed: bool },
+    /// The running attempt reached its deadline.
+    DeadlineExceeded,
+    /// The container was lost because the machine ran short of resources.
+    Evicted,
+    /// The container was lost for another grid-side cause.
+    Lost,
+    /// The ended attempt's log was published (or could not be).
+    Published { log_available: bool },
+    /// The automatic replay after an eviction.
+    Replay,
+    /// POST /jobs/{jobId}/cancel.
+    Cancel,
+    /// POST /jobs/{jobId}/retry.
+    Retry,
+}
+
+fn event_name(e: &Event) -> &'static str {
+    match e {
+        Event::Enqueue => "enqueue",
+        Event::Provision => "provision",
+        Event::ContainerStarted => "container started",
+        Event::StartFailed => "start failed",
+        Event::ContainerExited { .. } => "container exited",
+        Event::DeadlineExceeded => "deadline exceeded",
+        Event::Evicted => "evicted",
+        Event::Lost => "lost",
+        Event::Published { .. } => "published",
+        Event::Replay => "replay",
+        Event::Cancel => "cancel",
+        Event::Retry => "retry",
+    }
+}
+
+/// An attempt's charge, for the settlement pass to price with
+/// `pricing::job_attempt_charge_micros`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttemptCharge {
+    pub attempt: u32,
+    pub run_millis: i64,
+}
+
+/// What the driver must do after a transition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    /// A manual retry needs a new reservation of the job formula. The driver
+    /// checks credit first and drops the whole outcome on a refusal.
+    Reserve { attempt: u32 },
+    /// Pull, create and start the attempt's container.
+    StartContainer { attempt: u32 },
+    /// Stop (or abort the start of) the attempt's container.
+    StopContainer { attempt: u32 },
+    /// Publish the ended attempt's log, then report `Published`.
+    PublishLog { attempt: u32 },
+    /// Settle the job's open reservation: charge `charge` if any, release
+    /// the rest.
+    Settle { charge: Option<AttemptCharge> },
+    /// An automatic replay is due; report `Replay`.
+    ReplayDue,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub job: Job,
+    pub effects: Vec<Effect>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TransitionError {
+    #[error("event {event} is not allowed in phase {phase}")]
+    NotAllowed { phase: &'static str, event: &'static str },
+    #[error("deadline is not reached before {0:?}")]
+    NotDue(Millis),
+    #[error(transparent)]
+    Refused(#[from] ApiError),
+}
+
+/// Applies one event. Pure: `now` is an input.
+pub fn apply(job: &Job, event: Event, now: Millis) -> Result<Outcome, TransitionError> {
+    use JobPhase::*;
+    let mut j = job.clone();
+    let mut fx = vec![];
+    let attempt = job.attempt_number();
+    let stopping = job.current_attempt().and_then(|a| a.stopping);
+    match (job.phase, &event) {
+        (Accepted, Event::Enqueue) => new_attempt(&mut j, Funding::Reservation, now),
+        (Queued, Event::Provision) => {
+            enter(&mut j, Provisioning, now);
+            fx.push(Effect::StartContainer { attempt });
+        }
+        (Provisioning, Event::ContainerStarted) => {
+            enter(&mut j, Running, now);
+            current(&mut j).started_at = Some(now);
+            if stopping.is_some() {
+                fx.push(Effect::StopContainer { attempt });
+            }
+        }
+        (Provisioning, Event::StartFailed) => {
+            end_attempt(&mut j, TerminationReason::PlatformStartFailed, None, now, &mut fx)
+        }
+        (Running, Event::ContainerExited { exit_code, oom_killed }) => {
+            let own = match (exit_code, oom_killed) {
+                (_, true) => TerminationReason::PlatformOom,
+                (0, false) => TerminationReason::WorkloadSucceeded,
+                _ => TerminationReason::WorkloadFailed,
+            };
+            end_attempt(&mut j, own, Some(*exit_code), now, &mut fx);
+        }
+        (Running, Event::DeadlineExceeded) => {
+            let due = job.deadline_at().unwrap_or(now);
+            if due > now {
+                return Err(TransitionError::NotDue(due));
+            }
+            if stopping.is_none() {
+                current(&mut j).stopping = Some(StopCause::Deadline);
+                fx.push(Effect::StopContainer { attempt });
+            }
+        }
+        (Provisioning | Running, Event::Evicted) => {
+            end_attempt(&mut j, TerminationReason::PlatformEvicted, None, now, &mut fx)
+        }
+        (Provisioning | Running, Event::Lost) => {
+            end_attempt(&mut j, TerminationReason::PlatformLost, None, now, &mut fx)
+        }
+        (Publishing, Event::Published { log_available }) => {
+            current(&mut j).log_available = *log_available;
+            finish(&mut j, now, &mut fx);
+        }
+        (Failed, Event::Replay) if job.replay_pending() => {
+            j.replays_used += 1;
+            new_attempt(&mut j, Funding::Replay, now);
+        }
+
+        (Accepted, Event::Cancel) => {
+            j.cancel_requested = true;
+            j.phase = Cancelled;
+            j.phase_timestamps.insert(Cancelled, now);
+            settle(&mut j, &mut fx);
+        }
+        (Queued, Event::Cancel) => {
+            j.cancel_requested = true;
+            end_attempt(&mut j, TerminationReason::Cancelled, None, now, &mut fx);
+        }
+        (Provisioning | Running, Event::Cancel) => {
+            j.cancel_requested = true;
+            if stopping.is_none() {
+                current(&mut j).stopping = Some(StopCause::Cancel);
+                fx.push(Effect::StopContainer { attempt });
+            }
+        }
+        (Publishing | Failed | TimedOut, Event::Cancel) => {
+            j.cancel_requested = true;
+            if job.replay_pending() {
+                settle(&mut j, &mut fx);
+            }
+        }
+        (Succeeded | Cancelled, Event::Cancel) => {}
+
+        (Failed | TimedOut, Event::Retry) if !job.replay_pending() => {
+            j.cancel_requested = false;
+            j.replays_used = 0;
+            j.reservation_open = true;
+            new_attempt(&mut j, Funding::Reservation, now);
+            fx.push(Effect::Reserve { attempt: j.attempt_number() });
+        }
+        (_, Event::Retry) => return Err(ApiError::JobNotRetryable.into()),
+        (phase, e) => return Err(TransitionError::NotAllowed { phase: phase.as_str(), event: event_name(e) }),
+    }
+    Ok(Outcome { job: j, effects: fx })
+}
+
+fn current(job: &mut Job) -> &mut Attempt {
+    job.attempts.last_mut().expect("a phase after ACCEPTED always has an attempt")
+}
+
+/// The job and its current attempt enter `phase`.
+fn enter(job: &mut Job, phase: JobPhase, now: Millis) {
+    let a = current(job);
+    a.phase = phase;
+    a.phase_timestamps.insert(phase, now);
+    job.phase = phase;
+    job.phase_timestamps.insert(phase, now);
+}
+
+fn new_attempt(job: &mut Job, funding: Funding, now: Millis) {
+    job.attempts.push(Attempt::new(job.attempt_number() + 1, funding, now));
+    job.phase = JobPhase::Queued;
+    job.phase_timestamps.retain(|p, _| *p == JobPhase::Accepted);
+    job.phase_timestamps.insert(JobPhase::Queued, now);
+}
+
+/// Decides the current attempt's termination; a stop the grid asked for
+/// overrides what the container itself did (`own`).
+fn end_attempt(job: &mut Job, own: TerminationReason, exit_code: Option<i32>, now: Millis, fx: &mut Vec<Effect>) {
+    let cancel_requested = job.cancel_requested;
+    let a = current(job);
+    let reason = match a.stopping {
+        Some(StopCause::Deadline) => TerminationReason::RunningDeadlineExceeded,
+        Some(StopCause::Cancel) => TerminationReason::Cancelled,
+        None if cancel_requested => TerminationReason::Cancelled,
+        None => own,
+    };
+    a.termination = Some(Termination::new(reason, exit_code));
+    a.ended_at = Some(now);
+    if a.started_at.is_some() {
+        let attempt = a.number;
+        enter(job, JobPhase::Publishing, now);
+        fx.push(Effect::PublishLog { attempt });
+    } else {
+        finish(job, now, fx);
+    }
+}
+
+/// The ended attempt reaches its final phase; the job then either awaits a
+/// replay or settles its reservation.
+fn finish(job: &mut Job, now: Millis, fx: &mut Vec<Effect>) {
+    let reason = current(job).termination.as_ref().expect("an ended attempt has a termination").reason.clone();
+    enter(job, reason.final_phase(), now);
+    if reason == TerminationReason::PlatformEvicted && job.replays_used < job.retries && !job.cancel_requested {
+        fx.push(Effect::ReplayDue);
+    } else {
+        settle(job, fx);
+    }
+}
+
+fn settle(job: &mut Job, fx: &mut Vec<Effect>) {
+    let charge = job.current_attempt().and_then(|a| {
+        let charged = a.termination.as_ref().is_some_and(|t| t.reason.is_charged());
+        let run_millis = a.run_millis()?;
+        charged.then_some(AttemptCharge { attempt: a.number, run_millis })
+    });
+    job.reservation_open = false;
+    fx.push(Effect::Settle { charge });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::job::TerminationClass;
+    use proptest::prelude::*;
+
+    const T0: Millis = Millis(1_000_000);
+
+    fn at(s: i64) -> Millis {
+        T0.plus_ms(s * 1_000)
+    }
+
+    fn step(job: &Job, e: Event, now: Millis) -> Outcome {
+        apply(job, e.clone(), now).unwrap_or_else(|err| panic!("{e:?} in {:?}: {err}", job.phase))
+    }
+
+    /// Walks a job of `retries` and a 60 s deadline to `phase` through its
+    /// first attempt, one second per step.
+    fn job_in(phase: JobPhase, retries: u32) -> Job {
+        let mut j = Job::new(retries, 60, T0);
+        let path = [
+            (JobPhase::Queued, Event::Enqueue),
+            (JobPhase::Provisioning, Event::Provision),
+            (JobPhase::Running, Event::ContainerStarted),
+        ];
+        for (i, (reached, e)) in path.into_iter().enumerate() {
+            if j.phase == phase {
+                break;
+            }
+            j = step(&j, e, at(i as i64 + 1)).job;
+            assert_eq!(j.phase, reached);
+        }
+        j
+    }
+
+    fn termination(j: &Job) -> (TerminationClass, Option<i32>, TerminationReason) {
+        let t = j.termination().expect("termination");
+        (t.class, t.exit_code, t.reason.clone())
+    }
+
+    /// Runs one attempt from RUNNING through exit and publishing.
+    fn exit_and_publish(j: &Job, exit_code: i32, oom_killed: bool, secs: i64) -> (Job, Vec<Effect>) {
+        let o = step(j, Event::ContainerExited { exit_code, oom_killed }, at(secs));
+        assert_eq!(o.job.phase, JobPhase::Publishing);
+        assert_eq!(o.effects, vec![Effect::PublishLog { attempt: j.attempt_number() }]);
+        let o = step(&o.job, Event::Published { log_available: true }, at(secs + 1));
+        (o.job, o.effects)
+    }
+
+    #[test]
+    fn new_job_is_accepted_with_no_attempt() {
+        let j = Job::new(2, 60, T0);
+        assert_eq!(j.phase, JobPhase::Accepted);
+        assert_eq!(j.attempt_number(), 0);
+        assert!(j.attempts.is_empty());
+        assert_eq!(j.termination(), None);
+        assert_eq!(j.phase_timestamps, BTreeMap::from([(JobPhase::Accepted, T0)]));
+        assert!(j.reservation_open);
+    }
+
+    #[test]
+    fn happy_path_records_every_phase_and_charges_run_time() {
+        let j = job_in(JobPhase::Running, 0);
+        assert_eq!(j.attempt_number(), 1);
+        assert_eq!(j.deadline_at(), Some(at(3 + 60)));
+        let (j, fx) = exit_and_publish(&j, 0, false, 33);
+        assert_eq!(j.phase, JobPhase::Succeeded);
+        assert_eq!(termination(&j), (TerminationClass::Workload, Some(0), TerminationReason::WorkloadSucceeded));
+        assert_eq!(fx, vec![Effect::Settle { charge: Some(AttemptCharge { attempt: 1, run_millis: 30_000 }) }]);
+        let a = &j.attempts[0];
+        assert!(a.log_available);
+        assert_eq!(a.funding, Funding::Reservation);
+        let phases: Vec<_> = a.phase_timestamps.iter().map(|(p, t)| (*p, *t)).collect();
+        assert_eq!(
+            phases,
+            [
+                (JobPhase::Queued, at(1)),
+                (JobPhase::Provisioning, at(2)),
+                (JobPhase::Running, at(3)),
+                (JobPhase::Publishing, at(33)),
+                (JobPhase::Succeeded, at(34)),
+            ]
+        );
+        assert_eq!(j.phase_timestamps[&JobPhase::Accepted], T0);
+        assert_eq!(j.phase_timestamps.len(), 6);
+        assert!(!j.reservation_open);
+    }
+
+    #[test]
+    fn workload_failure_and_oom_are_failed_and_charged() {
+        let (j, fx) = exit_and_publish(&job_in(JobPhase::Running, 3), 2, false, 13);
+        assert_eq!(j.phase, JobPhase::Failed);
+        assert_eq!(termination(&j), (TerminationClass::Workload, Some(2), TerminationReason::WorkloadFailed));
+        assert_eq!(fx, vec![Effect::Settle { charge: Some(AttemptCharge { attempt: 1, run_millis: 10_000 }) }]);
+
+        let (j, fx) = exit_and_publish(&job_in(JobPhase::Running, 3), 137, true, 5);
+        assert_eq!(j.phase, JobPhase::Failed);
+        assert_eq!(termination(&j), (TerminationClass::Workload, Some(137), TerminationReason::PlatformOom));
+        assert_eq!(fx, vec![Effect::Settle { charge: Some(AttemptCharge { attempt: 1, run_millis: 2_000 }) }]);
+        // Neither is replayed, whatever `retries` says.
+        assert!(!j.replay_pending());
+        assert!(apply(&j, Event::Replay, at(9)).is_err());
+    }
+
+    #[test]
+    fn deadline_stops_the_container_and_times_out() {
+        let j = job_in(JobPhase::Running, 0);
+        assert_eq!(apply(&j, Event::DeadlineExceeded, at(62)), Err(TransitionError::NotDue(at(63))));
+        let o = step(&j, Event::DeadlineExceeded, at(63));
+        assert_eq!(o.job.phase, JobPhase::Running);
+        assert_eq!(o.effects, vec![Effect::StopContainer { attempt: 1 }]);
+        // A second deadline tick changes nothing.
+        let again = step(&o.job, Event::DeadlineExceeded, at(64));
+        assert_eq!((again.job.clone(), again.effects), (o.job.clone(), vec![]));
+        // The stopped container exits with SIGKILL's code; the stop decides.
+        let (j, fx) = exit_and_publish(&o.job, 137, false, 65);
+        assert_eq!(j.phase, JobPhase::TimedOut);
+        assert_eq!(
+            termination(&j),
+            (TerminationClass::Workload, Some(137), TerminationReason::RunningDeadlineExceeded)
+        );
+        // Run time is 62 s; pricing caps it at the 60 s deadline.
+        assert_eq!(fx, vec![Effect::Settle { charge: Some(AttemptCharge { attempt: 1, run_millis: 62_000 }) }]);
+    }
+
+    #[test]
+    fn start_failure_and_loss_are_final_free_failures() {
+        let o = step(&job_in(JobPhase::Provisioning, 3), Event::StartFailed, at(5));
+        assert_eq!(o.job.phase, JobPhase::Failed);
+        assert_eq!(termination(&o.job), (TerminationClass::Platform, None, TerminationReason::PlatformStartFailed));
+        assert_eq!(o.effects, vec![Effect::Settle { charge: None }]);
+        assert!(!o.job.attempts[0].log_available);
+
+        let o = step(&job_in(JobPhase::Running, 3), Event::Lost, at(5));
+        assert_eq!(o.effects, vec![Effect::PublishLog { attempt: 1 }]);
+        let o = step(&o.job, Event::Published { log_available: false }, at(6));
+        assert_eq!(o.job.phase, JobPhase::Failed);
+        assert_eq!(termination(&o.job).2, TerminationReason::PlatformLost);
+        assert_eq!(o.effects, vec![Effect::Settle { charge: None }]);
+    }
+
+    // Contract row: an attempt lost with PLATFORM_EVICTED | automatic replay |
+    // replays used < retries and no cancellation | a new attempt | free.
+    #[test]
+    fn eviction_is_replayed_for_free_while_retries_allow() {
+        let o = step(&job_in(JobPhase::Running, 1), Event::Evicted, at(10));
+        assert_eq!(o.job.phase, JobPhase::Publishing);
+        let o = step(&o.job, Event::Published { log_available: true }, at(11));
+        assert_eq!(o.job.phase, JobPhase::Failed);
+        assert_eq!(termination(&o.job), (TerminationClass::Platform, None, TerminationReason::PlatformEvicted));
+        assert_eq!(o.effects, vec![Effect::ReplayDue]);
+        assert!(o.job.replay_pending() && o.job.reservation_open);
+        assert_eq!(apply(&o.job, Event::Retry, at(12)), Err(TransitionError::Refused(ApiError::JobNotRetryable)));
+
+        let r = step(&o.job, Event::Replay, at(12));
+        assert_eq!(r.effects, vec![]);
+        assert_eq!(r.job.phase, JobPhase::Queued);
+        assert_eq!(r.job.attempt_number(), 2);
+        assert_eq!(r.job.replays_used, 1);
+        assert_eq!(r.job.attempts[1].funding, Funding::Replay);
+        assert_eq!(r.job.termination(), None);
+        assert_eq!(r.job.phase_timestamps, BTreeMap::from([(JobPhase::Accepted, T0), (JobPhase::Queued, at(12))]));
+        // The first attempt is kept as it ended.
+        assert_eq!(r.job.attempts[0], o.job.attempts[0]);
+
+        // Evicted again while provisioning: replays are used up, so it is final.
+        let j = step(&r.job, Event::Provision, at(13)).job;
+        let o = step(&j, Event::Evicted, at(14));
+        assert_eq!(o.job.phase, JobPhase::Failed);
+        assert_eq!(o.effects, vec![Effect::Settle { charge: None }]);
+        assert!(!o.job.replay_pending());
+        assert!(apply(&o.job, Event::Replay, at(15)).is_err());
+    }
+
+    #[test]
+    fn eviction_with_no_retries_is_final() {
+        let o = step(&job_in(JobPhase::Provisioning, 0), Event::Evicted, at(5));
+        assert_eq!(o.job.phase, JobPhase::Failed);
+        assert_eq!(o.effects, vec![Effect::Settle { charge: None }]);
+    }
+
+    // Contract row: running | cancel | any state before finish | CANCELLED once
+    // the container has stopped | class cancelled; no further retries; release.
+    #[test]
+    fn cancel_while_running_stops_then_cancels() {
+        let o = step(&job_in(JobPhase::Running, 3), Event::Cancel, at(10));
+        assert_eq!(o.job.phase, JobPhase::Running);
+        assert!(o.job.cancel_requested);
+        assert_eq!(o.effects, vec![Effect::StopContainer { attempt: 1 }]);
+        let (j, fx) = exit_and_publish(&o.job, 143, false, 12);
+        assert_eq!(j.phase, JobPhase::Cancelled);
+        assert_eq!(termination(&j), (TerminationClass::Cancelled, Some(143), TerminationReason::Cancelled));
+        assert_eq!(fx, vec![Effect::Settle { charge: Some(AttemptCharge { attempt: 1, run_millis: 9_000 }) }]);
+        assert_eq!(apply(&j, Event::Retry, at(20)), Err(TransitionError::Refused(ApiError::JobNotRetryable)));
+    }
+
+    #[test]
+    fn cancel_before_a_container_exists_cancels_at_once() {
+        let o = step(&Job::new(1, 60, T0), Event::Cancel, at(1));
+        assert_eq!(o.job.phase, JobPhase::Cancelled);
+        assert_eq!(o.job.attempt_number(), 0);
+        assert_eq!(o.job.phase_timestamps[&JobPhase::Cancelled], at(1));
+        assert_eq!(o.effects, vec![Effect::Settle { charge: None }]);
+
+        let o = step(&job_in(JobPhase::Queued, 1), Event::Cancel, at(5));
+        assert_eq!(o.job.phase, JobPhase::Cancelled);
+        assert_eq!(termination(&o.job), (TerminationClass::Cancelled, None, TerminationReason::Cancelled));
+        assert_eq!(o.effects, vec![Effect::Settle { charge: None }]);
+    }
+
+    #[test]
+    fn cancel_while_provisioning_waits_for_the_container() {
+        let o = step(&job_in(JobPhase::Provisioning, 1), Event::Cancel, at(5));
+        assert_eq!(o.job.phase, JobPhase::Provisioning);
+        assert_eq!(o.effects, vec![Effect::StopContainer { attempt: 1 }]);
+        // Aborted start: cancelled, nothing ran, no log.
+        let aborted = step(&o.job, Event::StartFailed, at(6));
+        assert_eq!(aborted.job.phase, JobPhase::Cancelled);
+        assert_eq!(termination(&aborted.job).2, TerminationReason::Cancelled);
+        assert_eq!(aborted.effects, vec![Effect::Settle { charge: None }]);
+        // The start won the race: stop it again, then it is cancelled.
+        let started = step(&o.job, Event::ContainerStarted, at(6));
+        assert_eq!(started.job.phase, JobPhase::Running);
+        assert_eq!(started.effects, vec![Effect::StopContainer { attempt: 1 }]);
+        let (j, _) = exit_and_publish(&started.job, 0, false, 7);
+        assert_eq!(j.phase, JobPhase::Cancelled);
+    }
+
+    #[test]
+    fn cancel_beats_eviction_and_stops_replays() {
+        let o = step(&job_in(JobPhase::Running, 3), Event::Cancel, at(5));
+        let o = step(&o.job, Event::Evicted, at(6));
+        let o = step(&o.job, Event::Published { log_available: true }, at(7));
+        assert_eq!(o.job.phase, JobPhase::Cancelled);
+        assert_eq!(termination(&o.job), (TerminationClass::Cancelled, None, TerminationReason::Cancelled));
+        assert_eq!(o.effects, vec![Effect::Settle { charge: Some(AttemptCharge { attempt: 1, run_millis: 3_000 }) }]);
+    }
+
+    #[test]
+    fn deadline_stop_wins_over_a_later_cancel() {
+        let j = step(&job_in(JobPhase::Running, 0), Event::DeadlineExceeded, at(63)).job;
+        let o = step(&j, Event::Cancel, at(64));
+        assert_eq!(o.effects, vec![]);
+        assert!(o.job.cancel_requested);
+        let (j, _) = exit_and_publish(&o.job, 137, false, 65);
+        assert_eq!(j.phase, JobPhase::TimedOut);
+    }
+
+    // Contract row: SUCCEEDED or CANCELLED, or already being cancelled | cancel
+    // | unchanged.
+    #[test]
+    fn cancel_on_finished_or_cancelling_job_changes_nothing() {
+        let (succeeded, _) = exit_and_publish(&job_in(JobPhase::Running, 0), 0, false, 10);
+        let cancelled = step(&job_in(JobPhase::Queued, 0), Event::Cancel, at(5)).job;
+        let cancelling = step(&job_in(JobPhase::Running, 0), Event::Cancel, at(5)).job;
+        for j in [succeeded, cancelled, cancelling] {
+            let o = step(&j, Event::Cancel, at(50));
+            assert_eq!((o.job, o.effects), (j, vec![]));
+        }
+    }
+
+    // Contract row: FAILED or TIMED_OUT | cancel | keeps its phase |
+    // cancellation recorded; stops a replay still to come.
+    #[test]
+    fn cancel_on_failed_or_timed_out_records_and_stops_replay() {
+        let (failed, _) = exit_and_publish(&job_in(JobPhase::Running, 0), 1, false, 10);
+        let o = step(&failed, Event::Cancel, at(20));
+        assert_eq!(o.job.phase, JobPhase::Failed);
+        assert!(o.job.cancel_requested);
+        assert_eq!(o.effects, vec![]);
+
+        let j = step(&job_in(JobPhase::Running, 0), Event::DeadlineExceeded, at(63)).job;
+        let (timed_out, _) = exit_and_publish(&j, 137, false, 64);
+        let o = step(&timed_out, Event::Cancel, at(70));
+        assert_eq!(o.job.phase, JobPhase::TimedOut);
+        assert!(o.job.cancel_requested);
+
+        let evicted = step(&job_in(JobPhase::Provisioning, 2), Event::Evicted, at(5));
+        assert_eq!(evicted.effects, vec![Effect::ReplayDue]);
+        let o = step(&evicted.job, Event::Cancel, at(6));
+        assert_eq!(o.job.phase, JobPhase::Failed);
+        assert_eq!(o.effects, vec![Effect::Settle { charge: None }]);
+        assert!(!o.job.replay_pending());
+        assert!(matches!(apply(&o.job, Event::Replay, at(7)), Err(TransitionError::NotAllowed { .. })));
+    }
+
+    #[test]
+    fn cancel_while_publishing_keeps_the_result_and_stops_replay() {
+        let o = step(&job_in(JobPhase::Running, 0), Event::ContainerExited { exit_code: 0, oom_killed: false }, at(10));
+        let o = step(&o.job, Event::Cancel, at(11));
+        assert_eq!((o.job.phase, o.effects.clone()), (JobPhase::Publishing, vec![]));
+        let o = step(&o.job, Event::Published { log_available: true }, at(12));
+        assert_eq!(o.job.phase, JobPhase::Succeeded);
+
+        let o = step(&job_in(JobPhase::Running, 3), Event::Evicted, at(10));
+        let o = step(&o.job, Event::Cancel, at(11));
+        let o = step(&o.job, Event::Published { log_available: true }, at(12));
+        assert_eq!(o.job.phase, JobPhase::Failed);
+        assert_eq!(o.effects, vec![Effect::Settle { charge: None }]);
+    }
+
+    // Contract row: a failed or timed-out job | retry | retryable | new
+    // attempt queued | new reservation.
+    #[test]
+    fn retry_of_failed_or_timed_out_queues_a_new_reserved_attempt() {
+        let (failed, _) = exit_and_publish(&job_in(JobPhase::Running, 2), 1, false, 10);
+        let o = step(&failed, Event::Retry, at(20));
+        assert_eq!(o.job.phase, JobPhase::Queued);
+        assert_eq!(o.job.attempt_number(), 2);
+        assert_eq!(o.job.attempts[1].funding, Funding::Reservation);
+        assert_eq!(o.effects, vec![Effect::Reserve { attempt: 2 }]);
+        assert!(o.job.reservation_open);
+        assert_eq!(o.job.phase_timestamps, BTreeMap::from([(JobPhase::Accepted, T0), (JobPhase::Queued, at(20))]));
+
+        let j = step(&job_in(JobPhase::Running, 0), Event::DeadlineExceeded, at(63)).job;
+        let (timed_out, _) = exit_and_publish(&j, 137, false, 64);
+        assert_eq!(step(&timed_out, Event::Retry, at(70)).effects, vec![Effect::Reserve { attempt: 2 }]);
+
+        // A job whose evictions used up its replays is FAILED and retryable,
+        // and the retry gets a fresh count of replays.
+        let evicted = step(&job_in(JobPhase::Running, 0), Event::Evicted, at(5)).job;
+        let evicted = step(&evicted, Event::Published { log_available: true }, at(6)).job;
+        let o = step(&evicted, Event::Retry, at(7));
+        assert_eq!(o.job.replays_used, 0);
+
+        // A cancellation recorded after the failure does not block a retry;
+        // the retry clears it.
+        let recorded = step(&failed, Event::Cancel, at(30)).job;
+        let o = step(&recorded, Event::Retry, at(31));
+        assert!(!o.job.cancel_requested);
+    }
+
+    #[test]
+    fn retry_elsewhere_is_not_retryable() {
+        let (succeeded, _) = exit_and_publish(&job_in(JobPhase::Running, 0), 0, false, 10);
+        let cancelled = step(&job_in(JobPhase::Queued, 0), Event::Cancel, at(5)).job;
+        let mut jobs = vec![succeeded, cancelled];
+        for p in [JobPhase::Accepted, JobPhase::Queued, JobPhase::Provisioning, JobPhase::Running] {
+            jobs.push(job_in(p, 0));
+        }
+        jobs.push(
+            step(&job_in(JobPhase::Running, 0), Event::ContainerExited { exit_code: 1, oom_killed: false }, at(9)).job,
+        );
+        for j in jobs {
+            assert_eq!(
+                apply(&j, Event::Retry, at(99)),
+                Err(TransitionError::Refused(ApiError::JobNotRetryable)),
+                "{:?}",
+                j.phase
+            );
+        }
+    }
+
+    #[test]
+    fn events_out_of_place_are_refused() {
+        let accepted = Job::new(0, 60, T0);
+        assert_eq!(
+            apply(&accepted, Event::ContainerStarted, T0),
+            Err(TransitionError::NotAllowed { phase: "ACCEPTED", event: "container started" })
+        );
+        let queued = job_in(JobPhase::Queued, 0);
+        assert!(apply(&queued, Event::Enqueue, T0).is_err());
+        assert!(apply(&queued, Event::ContainerExited { exit_code: 0, oom_killed: false }, T0).is_err());
+        assert!(apply(&queued, Event::Evicted, T0).is_err());
+        let provisioning = job_in(JobPhase::Provisioning, 0);
+        assert!(apply(&provisioning, Event::ContainerExited { exit_code: 0, oom_killed: false }, T0).is_err());
+        assert!(apply(&provisioning, Event::DeadlineExceeded, at(999)).is_err());
+        assert!(apply(&job_in(JobPhase::Running, 0), Event::Published { log_available: true }, T0).is_err());
+    }
+
+    #[test]
+    fn job_serializes_with_contract_phase_names() {
+        let j = job_in(JobPhase::Running, 0);
+        let v = serde_json::to_value(&j).unwrap();
+        assert_eq!(v["phase"], "RUNNING");
+        assert_eq!(v["phaseTimestamps"]["ACCEPTED"], "1970-01-01T00:16:40.000Z");
+        assert_eq!(v["attempts"][0]["phaseTimestamps"]["RUNNING"], at(3).to_iso());
+        let back: Job = serde_json::from_value(v).unwrap();
+        assert_eq!(back, j);
+    }
+
+    fn arb_event() -> impl Strategy<Value = Event> {
+        prop_oneof![
+            Just(Event::Enqueue),
+            Just(Event::Provision),
+            Just(Event::ContainerStarted),
+            Just(Event::StartFailed),
+            (0i32..3, any::<bool>())
+                .prop_map(|(exit_code, oom_killed)| Event::ContainerExited { exit_code, oom_killed }),
+            Just(Event::DeadlineExceeded),
+            Just(Event::Evicted),
+            Just(Event::Evicted),
+            Just(Event::Lost),
+            any::<bool>().prop_map(|log_available| Event::Published { log_available }),
+            Just(Event::Replay),
+            Just(Event::Replay),
+            Just(Event::Cancel),
+            Just(Event::Retry),
+        ]
+    }
+
+    proptest! {
+        /// Whatever happens: attempts only grow, a finished attempt never
+        /// changes, replays stay within `retries`, nothing is replayed after a
+        /// cancel, every reservation is settled exactly once, and the phase
+        /// always agrees with the current attempt.
+        #[test]
+        fn job_invariants(
+            retries in 0u32..=3,
+            events in proptest::collection::vec((arb_event(), 0i64..40_000), 0..80),
+        ) {
+            let mut job = Job::new(retries, 30, T0);
+            let mut now = T0;
+            let (mut reservations, mut settlements) = (1, 0);
+            for (e, dt) in events {
+                now = now.plus_ms(dt);
+                let before = job.clone();
+                let Ok(o) = apply(&job, e.clone(), now) else { continue };
+                job = o.job;
+                for fx in &o.effects {
+                    match fx {
+                        Effect::Reserve { .. } => reservations += 1,
+                        Effect::Settle { charge } => {
+                            settlements += 1;
+                            if let Some(c) = charge {
+                                prop_assert!(c.run_millis >= 0);
+                                let a = &job.attempts[c.attempt as usize - 1];
+                                prop_assert!(a.termination.as_ref().unwrap().reason.is_charged());
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                prop_assert!(job.attempts.len() >= before.attempts.len());
+                for (old, new) in before.attempts.iter().zip(&job.attempts) {
+                    if old.phase.is_finished() {
+                        prop_assert_eq!(old, new);
+                    }
+                    if old.termination.is_some() {
+                        prop_assert_eq!(&old.termination, &new.termination);
+                    }
+                }
+                prop_assert!(job.replays_used <= job.retries);
+                if before.cancel_requested && e != Event::Retry {
+                    prop_assert_eq!(job.attempts.len(), before.attempts.len());
+                }
+                prop_assert_eq!(reservations, settlements + i32::from(job.reservation_open));
+                prop_assert!(settlements <= reservations);
+                for (i, a) in job.attempts.iter().enumerate() {
+                    prop_assert_eq!(a.number as usize, i + 1);
+                    prop_assert_eq!(a.termination.is_some(), a.phase == JobPhase::Publishing || a.phase.is_finished());
+                }
+                match job.current_attempt() {
+                    Some(a) => prop_assert_eq!(a.phase, job.phase),
+                    None => prop_assert!(matches!(job.phase, JobPhase::Accepted | JobPhase::Cancelled)),
+                }
+                if job.phase.is_finished() && !job.replay_pending() {
+                    prop_assert!(!job.reservation_open);
+                }
+            }
+        }
+    }
+}

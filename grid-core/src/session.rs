@@ -1,0 +1,309 @@
+//! The browser session state machine, as pure transitions.
+//!
+//! ```text
+//!          ready (first ready moment recorded: the meter starts)
+//! pending ───────────► running
+//!    │                    │
+//!    └──── release | expiry | loss ────► ended   (settle once: ready time)
+//! ```
+//!
+//! Settlement: the charge covers ready time only, from the first ready
+//! moment to the end, capped at `expiresAt`; a session never ready costs
+//! nothing. The amount is `pricing::session_charge_micros(ready_millis,
+//! reserved)`; the rest of the reservation is released.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ApiError;
+use crate::time::Millis;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SessionStatus {
+    Pending,
+    Running,
+}
+
+impl SessionStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SessionStatus::Pending => "pending",
+            SessionStatus::Running => "running",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<SessionStatus> {
+        [SessionStatus::Pending, SessionStatus::Running].into_iter().find(|x| x.as_str() == s)
+    }
+}
+
+/// How a session ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EndCause {
+    /// DELETE /sessions/{sessionId}.
+    Released,
+    /// `expiresAt` passed.
+    Expired,
+    /// The browser died or could not be reached.
+    Lost,
+}
+
+impl EndCause {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EndCause::Released => "released",
+            EndCause::Expired => "expired",
+            EndCause::Lost => "lost",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Ended {
+    pub cause: EndCause,
+    pub at: Millis,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Session {
+    pub status: SessionStatus,
+    pub created_at: Millis,
+    pub expires_at: Millis,
+    /// The first ready moment; the meter runs from here.
+    pub ready_at: Option<Millis>,
+    pub ended: Option<Ended>,
+}
+
+impl Session {
+    /// A session just leased by POST /sessions.
+    pub fn new(created_at: Millis, ttl_minutes: u32) -> Session {
+        Session {
+            status: SessionStatus::Pending,
+            created_at,
+            expires_at: created_at.plus_ms(i64::from(ttl_minutes) * 60_000),
+            ready_at: None,
+            ended: None,
+        }
+    }
+
+    /// Ready time up to `end`, capped at `expiresAt`; 0 if never ready.
+    pub fn ready_millis(&self, end: Millis) -> i64 {
+        match self.ready_at {
+            Some(r) => (end.min(self.expires_at).0 - r.0).max(0),
+            None => 0,
+        }
+    }
+
+    pub fn is_live(&self) -> bool {
+        self.ended.is_none()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// The browser is ready (its attestation is filled).
+    Ready,
+    /// DELETE /sessions/{sessionId}.
+    Release,
+    /// The settlement pass found `expiresAt` passed.
+    Expire,
+    /// The browser died or could not be reached.
+    Lose,
+}
+
+fn event_name(e: Event) -> &'static str {
+    match e {
+        Event::Ready => "ready",
+        Event::Release => "release",
+        Event::Expire => "expire",
+        Event::Lose => "lose",
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effect {
+    /// Stop the browser and revoke the cdpUrl's token.
+    StopBrowser,
+    /// Settle the reservation: charge `ready_millis` of ready time, release
+    /// the rest.
+    Settle { ready_millis: i64 },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub session: Session,
+    pub effects: Vec<Effect>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TransitionError {
+    #[error("event {event} is not allowed in status {status}")]
+    NotAllowed { status: &'static str, event: &'static str },
+    #[error("session does not expire before {0:?}")]
+    NotDue(Millis),
+    #[error(transparent)]
+    Refused(#[from] ApiError),
+}
+
+/// Applies one event. Pure: `now` is an input.
+pub fn apply(session: &Session, event: Event, now: Millis) -> Result<Outcome, TransitionError> {
+    let not_allowed = |status: &'static str| TransitionError::NotAllowed { status, event: event_name(event) };
+    if session.ended.is_some() {
+        return Err(match event {
+            Event::Release => ApiError::UnknownSession.into(),
+            _ => not_allowed("ended"),
+        });
+    }
+    let mut next = session.clone();
+    let end = |next: &mut Session, cause: EndCause, at: Millis| {
+        next.ended = Some(Ended { cause, at });
+        vec![Effect::StopBrowser, Effect::Settle { ready_millis: session.ready_millis(at) }]
+    };
+    let effects = match (session.status, event) {
+        (SessionStatus::Pending, Event::Ready) if now < session.expires_at => {
+            next.status = SessionStatus::Running;
+            next.ready_at = Some(now);
+            vec![]
+        }
+        (SessionStatus::Pending, Event::Ready) => return Err(not_allowed("expired")),
+        // Later ready signals (a re-attestation) keep the first moment.
+        (SessionStatus::Running, Event::Ready) => vec![],
+        (_, Event::Release) => end(&mut next, EndCause::Released, now),
+        (_, Event::Expire) if now < session.expires_at => return Err(TransitionError::NotDue(session.expires_at)),
+        (_, Event::Expire) => end(&mut next, EndCause::Expired, session.expires_at),
+        (_, Event::Lose) => end(&mut next, EndCause::Lost, now),
+    };
+    Ok(Outcome { session: next, effects })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pricing::{session_charge_micros, session_reservation_micros};
+    use proptest::prelude::*;
+
+    const T0: Millis = Millis(1_795_000_000_000);
+
+    fn at(s: i64) -> Millis {
+        T0.plus_ms(s * 1_000)
+    }
+
+    fn step(s: &Session, e: Event, now: Millis) -> Outcome {
+        apply(s, e, now).unwrap_or_else(|err| panic!("{e:?}: {err}"))
+    }
+
+    #[test]
+    fn new_session_is_pending_until_expiry() {
+        let s = Session::new(T0, 30);
+        assert_eq!(s.status, SessionStatus::Pending);
+        assert_eq!(s.expires_at, at(1_800));
+        assert_eq!(s.ready_millis(at(100)), 0);
+        assert!(s.is_live());
+    }
+
+    #[test]
+    fn ready_starts_the_meter_once() {
+        let s = step(&Session::new(T0, 30), Event::Ready, at(20)).session;
+        assert_eq!((s.status, s.ready_at), (SessionStatus::Running, Some(at(20))));
+        let again = step(&s, Event::Ready, at(50));
+        assert_eq!((again.session.clone(), again.effects), (s, vec![]));
+    }
+
+    #[test]
+    fn release_charges_ready_time_only() {
+        let s = step(&Session::new(T0, 30), Event::Ready, at(20)).session;
+        let o = step(&s, Event::Release, at(80));
+        assert_eq!(o.session.ended, Some(Ended { cause: EndCause::Released, at: at(80) }));
+        assert_eq!(o.effects, vec![Effect::StopBrowser, Effect::Settle { ready_millis: 60_000 }]);
+        // One minute at 0.07 €/h.
+        assert_eq!(session_charge_micros(60_000, session_reservation_micros(30)), 1_167);
+        // Releasing twice: the session is gone.
+        assert_eq!(apply(&o.session, Event::Release, at(81)), Err(TransitionError::Refused(ApiError::UnknownSession)));
+    }
+
+    #[test]
+    fn never_ready_costs_nothing() {
+        for e in [Event::Release, Event::Lose] {
+            let o = step(&Session::new(T0, 30), e, at(100));
+            assert_eq!(o.effects, vec![Effect::StopBrowser, Effect::Settle { ready_millis: 0 }]);
+        }
+        let o = step(&Session::new(T0, 1), Event::Expire, at(60));
+        assert_eq!(o.effects[1], Effect::Settle { ready_millis: 0 });
+    }
+
+    #[test]
+    fn expiry_is_capped_at_expires_at() {
+        let s = step(&Session::new(T0, 1), Event::Ready, at(10)).session;
+        assert_eq!(apply(&s, Event::Expire, at(59)), Err(TransitionError::NotDue(at(60))));
+        // The settlement pass notices up to 30 s late; the meter stops at expiresAt.
+        let o = step(&s, Event::Expire, at(85));
+        assert_eq!(o.session.ended, Some(Ended { cause: EndCause::Expired, at: at(60) }));
+        assert_eq!(o.effects[1], Effect::Settle { ready_millis: 50_000 });
+        // A loss noticed after expiry is capped the same way.
+        let o = step(&s, Event::Lose, at(90));
+        assert_eq!(o.effects[1], Effect::Settle { ready_millis: 50_000 });
+    }
+
+    #[test]
+    fn ready_after_expiry_and_events_after_end_are_refused() {
+        let s = Session::new(T0, 1);
+        assert_eq!(
+            apply(&s, Event::Ready, at(60)),
+            Err(TransitionError::NotAllowed { status: "expired", event: "ready" })
+        );
+        let ended = step(&s, Event::Lose, at(5)).session;
+        for e in [Event::Ready, Event::Expire, Event::Lose] {
+            assert_eq!(
+                apply(&ended, e, at(6)),
+                Err(TransitionError::NotAllowed { status: "ended", event: event_name(e) })
+            );
+        }
+    }
+
+    #[test]
+    fn status_names() {
+        for s in [SessionStatus::Pending, SessionStatus::Running] {
+            assert_eq!(SessionStatus::parse(s.as_str()), Some(s));
+            assert_eq!(serde_json::to_value(s).unwrap(), serde_json::json!(s.as_str()));
+        }
+        assert_eq!(EndCause::Expired.as_str(), "expired");
+    }
+
+    fn arb_event() -> impl Strategy<Value = Event> {
+        prop_oneof![Just(Event::Ready), Just(Event::Release), Just(Event::Expire), Just(Event::Lose)]
+    }
+
+    proptest! {
+        /// Settled exactly once at most, for no more than the ready time
+        /// within the lease, and never more than the reservation.
+        #[test]
+        fn session_invariants(ttl in 1u32..=240, events in proptest::collection::vec((arb_event(), 0i64..3_600_000), 0..20)) {
+            let mut s = Session::new(T0, ttl);
+            let reserved = session_reservation_micros(ttl);
+            let mut now = T0;
+            let mut settled = 0;
+            for (e, dt) in events {
+                now = now.plus_ms(dt);
+                let before = s.clone();
+                let Ok(o) = apply(&s, e, now) else { continue };
+                s = o.session;
+                if before.ready_at.is_some() { prop_assert_eq!(before.ready_at, s.ready_at); }
+                prop_assert!(before.ended.is_none());
+                for fx in o.effects {
+                    if let Effect::Settle { ready_millis } = fx {
+                        settled += 1;
+                        prop_assert!(ready_millis >= 0);
+                        prop_assert!(ready_millis <= i64::from(ttl) * 60_000);
+                        if s.ready_at.is_none() { prop_assert_eq!(ready_millis, 0); }
+                        prop_assert!(session_charge_micros(ready_millis, reserved) <= reserved);
+                    }
+                }
+                prop_assert_eq!(settled, i32::from(s.ended.is_some()));
+                if let Some(r) = s.ready_at { prop_assert!(r < s.expires_at && r >= s.created_at); }
+            }
+        }
+    }
+}
