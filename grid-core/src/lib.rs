@@ -12,6 +12,7 @@ pub mod job;
 pub mod ledger;
 pub mod netaddr;
 pub mod pricing;
+pub mod registry;
 pub mod session;
 pub mod time;
 pub mod validate;

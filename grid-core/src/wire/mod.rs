@@ -5,4 +5,5 @@ pub mod batch;
 pub mod grid;
 pub mod item;
 pub mod job;
+pub mod job_record;
 pub mod session;
