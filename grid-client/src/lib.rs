@@ -1,1 +1,334 @@
-//! SDK
+//! Typed async SDK for the Grid API.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), grid_client::error::ClientError> {
+//! use grid_client::GridClient;
+//! use grid_core::wire::batch::NewBatch;
+//!
+//! let client = GridClient::new("http://127.0.0.1:8080", "my-api-key")?;
+//! let created = client
+//!     .submit_batch(&NewBatch { urls: vec!["https://example.com/".into()], ..NewBatch::default() })
+//!     .await?;
+//! let done = client
+//!     .wait_batch(&created.batch_id, std::time::Duration::from_secs(2), |view| {
+//!         eprintln!("{}/{}", view.counts.completed + view.counts.failed, view.total)
+//!     })
+//!     .await?;
+//! # let _ = done; Ok(()) }
+//! ```
+//!
+//! **API Boundary:** request and answer shapes are grid-core's
+//! (`grid_core::wire`); this crate adds no wire types of its own. Every call
+//! is an [`endpoint::Endpoint`] value; the methods of [`GridClient`] are
+//! one-liners over [`GridClient::send`].
+
+pub mod endpoint;
+pub mod error;
+
+use std::fmt;
+use std::time::Duration;
+
+use bytes::Bytes;
+use grid_core::catalog::ArtifactKind;
+use grid_core::wire::batch::{BatchCreated, BatchView, NewBatch};
+use grid_core::wire::grid::{GridStatus, Health, ProtectedResource, QueueDepth};
+use grid_core::wire::item::{ArtifactUrl, CaptureItem, ItemRetried};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
+use reqwest::Method;
+use serde::de::DeserializeOwned;
+use url::Url;
+
+use crate::endpoint::Endpoint;
+use crate::error::ClientError;
+
+/// How a client proves who it is. Debug output never shows the secret.
+#[derive(Clone, Default)]
+pub enum Credential {
+    /// No credential: only `/healthz` and `/.well-known/...` answer 200.
+    #[default]
+    None,
+    /// Sent as `x-api-key: <key>`.
+    ApiKey(String),
+    /// Sent as `Authorization: Bearer <token>`.
+    BearerToken(String),
+}
+
+impl fmt::Debug for Credential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Credential::None => f.write_str("None"),
+            Credential::ApiKey(_) => f.write_str("ApiKey(<redacted>)"),
+            Credential::BearerToken(_) => f.write_str("BearerToken(<redacted>)"),
+        }
+    }
+}
+
+/// Everything a [`GridClient`] is built from. [`ClientConfig::new`] fills in
+/// the defaults.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// The server's address, `http` or `https`, optionally with a path prefix.
+    pub base_url: String,
+    pub credential: Credential,
+    /// Time limit of one API call, from sending to the end of the answer.
+    pub timeout: Duration,
+    pub connect_timeout: Duration,
+    /// Time limit of one [`GridClient::download`].
+    pub download_timeout: Duration,
+}
+
+impl ClientConfig {
+    pub fn new(base_url: impl Into<String>, credential: Credential) -> ClientConfig {
+        ClientConfig {
+            base_url: base_url.into(),
+            credential,
+            timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(10),
+            download_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+/// A successful (2xx) answer, undecoded.
+#[derive(Debug, Clone)]
+pub struct RawReply {
+    /// The call, as `GET /batches/b1`.
+    pub endpoint: String,
+    pub status: u16,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl RawReply {
+    pub fn decode<T: DeserializeOwned>(&self) -> Result<T, ClientError> {
+        serde_json::from_slice(&self.body)
+            .map_err(|cause| ClientError::Decode { endpoint: self.endpoint.clone(), cause })
+    }
+}
+
+/// A client of one Grid server with one credential. Cheap to clone (the
+/// connection pool is shared).
+#[derive(Clone)]
+pub struct GridClient {
+    http: reqwest::Client,
+    base: Url,
+    auth: Option<(HeaderName, HeaderValue)>,
+    timeout: Duration,
+    download_timeout: Duration,
+}
+
+impl fmt::Debug for GridClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GridClient")
+            .field("base", &self.base.as_str())
+            .field("auth", &self.auth.as_ref().map(|(name, _)| name.as_str()))
+            .finish()
+    }
+}
+
+/// How many polls in a row [`GridClient::wait_batch`] lets fail with a
+/// retryable error before giving up.
+const WAIT_RETRIES: u32 = 5;
+
+impl GridClient {
+    /// A client that sends `x-api-key: <api_key>`.
+    pub fn new(base_url: &str, api_key: impl Into<String>) -> Result<GridClient, ClientError> {
+        GridClient::from_config(ClientConfig::new(base_url, Credential::ApiKey(api_key.into())))
+    }
+
+    /// A client that sends `Authorization: Bearer <token>`.
+    pub fn with_bearer_token(base_url: &str, token: impl Into<String>) -> Result<GridClient, ClientError> {
+        GridClient::from_config(ClientConfig::new(base_url, Credential::BearerToken(token.into())))
+    }
+
+    /// A client without credential.
+    pub fn anonymous(base_url: &str) -> Result<GridClient, ClientError> {
+        GridClient::from_config(ClientConfig::new(base_url, Credential::None))
+    }
+
+    pub fn from_config(config: ClientConfig) -> Result<GridClient, ClientError> {
+        let base = Url::parse(&config.base_url)
+            .map_err(|e| ClientError::InvalidInput(format!("base URL {:?}: {e}", config.base_url)))?;
+        if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
+            return Err(ClientError::InvalidInput(format!("base URL {:?}: not an http(s) URL", config.base_url)));
+        }
+        if base.query().is_some() || base.fragment().is_some() {
+            return Err(ClientError::InvalidInput(format!(
+                "base URL {:?}: must not have a query or fragment",
+                config.base_url
+            )));
+        }
+        let auth = match config.credential {
+            Credential::None => None,
+            Credential::ApiKey(key) => Some((HeaderName::from_static("x-api-key"), secret_header(&key, "API key")?)),
+            Credential::BearerToken(token) => {
+                Some((AUTHORIZATION, secret_header(&format!("Bearer {token}"), "bearer token")?))
+            }
+        };
+        let http = reqwest::Client::builder()
+            .user_agent(concat!("grid-client/", env!("CARGO_PKG_VERSION")))
+            .connect_timeout(config.connect_timeout)
+            .build()?;
+        Ok(GridClient { http, base, auth, timeout: config.timeout, download_timeout: config.download_timeout })
+    }
+
+    pub fn base_url(&self) -> &Url {
+        &self.base
+    }
+
+    /// Performs `endpoint` and decodes its answer.
+    pub async fn send<T: DeserializeOwned>(&self, endpoint: &Endpoint<T>) -> Result<T, ClientError> {
+        self.send_raw(endpoint).await?.decode()
+    }
+
+    /// Performs `endpoint` and returns its 2xx answer undecoded; any other
+    /// status is [`ClientError::Api`].
+    pub async fn send_raw<T>(&self, endpoint: &Endpoint<T>) -> Result<RawReply, ClientError> {
+        let url = endpoint.url(&self.base)?;
+        let mut request =
+            self.http.request(endpoint.method().clone(), url).timeout(self.timeout).header(ACCEPT, "application/json");
+        if endpoint.sends_credential() {
+            if let Some((name, value)) = &self.auth {
+                request = request.header(name, value.clone());
+            }
+        }
+        if let Some(body) = endpoint.body() {
+            request = request.header(CONTENT_TYPE, "application/json").body(body.to_vec());
+        } else if endpoint.method() == Method::POST {
+            // Said explicitly: some proxies answer 411 to a POST without it.
+            request = request.header(CONTENT_LENGTH, "0");
+        }
+        let response = request.send().await?;
+        read_answer(endpoint.to_string(), response).await
+    }
+
+    /// GET /healthz.
+    pub async fn health(&self) -> Result<Health, ClientError> {
+        self.send(&endpoint::health()).await
+    }
+
+    /// GET /grid.
+    pub async fn grid_status(&self) -> Result<GridStatus, ClientError> {
+        self.send(&endpoint::grid_status()).await
+    }
+
+    /// GET /grid/queue-depth.
+    pub async fn queue_depth(&self) -> Result<QueueDepth, ClientError> {
+        self.send(&endpoint::queue_depth()).await
+    }
+
+    /// GET /.well-known/oauth-protected-resource, or `.../mcp` when `mcp`.
+    pub async fn protected_resource(&self, mcp: bool) -> Result<ProtectedResource, ClientError> {
+        self.send(&endpoint::protected_resource(mcp)).await
+    }
+
+    /// POST /batches.
+    pub async fn submit_batch(&self, batch: &NewBatch) -> Result<BatchCreated, ClientError> {
+        self.send(&endpoint::submit_batch(batch)).await
+    }
+
+    /// GET /batches/{batchId}.
+    pub async fn batch(&self, batch_id: &str) -> Result<BatchView, ClientError> {
+        self.send(&endpoint::batch(batch_id)).await
+    }
+
+    /// GET /jobs/{jobId} for a capture item.
+    pub async fn item(&self, job_id: &str) -> Result<CaptureItem, ClientError> {
+        self.send(&endpoint::item(job_id)).await
+    }
+
+    /// POST /jobs/{jobId}/retry for a capture item.
+    pub async fn retry_item(&self, job_id: &str) -> Result<ItemRetried, ClientError> {
+        self.send(&endpoint::retry_item(job_id)).await
+    }
+
+    /// GET /artifacts/{jobId}/{kind}: a download URL valid for 15 minutes.
+    pub async fn artifact_url(&self, job_id: &str, kind: ArtifactKind) -> Result<ArtifactUrl, ClientError> {
+        self.send(&endpoint::artifact_url(job_id, kind)).await
+    }
+
+    /// A plain GET of a signed download URL, without credential (the URL is
+    /// the credential). A non-2xx answer is [`ClientError::Api`]. The URL is
+    /// kept out of transport error messages, since it holds a secret.
+    pub async fn download(&self, url: &str) -> Result<Bytes, ClientError> {
+        let parsed = Url::parse(url).map_err(|e| ClientError::InvalidInput(format!("download URL: {e}")))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err(ClientError::InvalidInput("download URL: not an http(s) URL".into()));
+        }
+        let response = self
+            .http
+            .get(parsed)
+            .timeout(self.download_timeout)
+            .send()
+            .await
+            .map_err(|e| ClientError::Transport(e.without_url()))?;
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let body = response.bytes().await.map_err(|e| ClientError::Transport(e.without_url()))?;
+        if !(200..300).contains(&status) {
+            return Err(ClientError::from_answer(status, &headers, &body));
+        }
+        Ok(body)
+    }
+
+    /// Asks for the download URL of `kind`, then downloads it.
+    pub async fn download_artifact(&self, job_id: &str, kind: ArtifactKind) -> Result<Bytes, ClientError> {
+        let ArtifactUrl { url } = self.artifact_url(job_id, kind).await?;
+        self.download(&url).await
+    }
+
+    /// Polls GET /batches/{batchId} every `poll_interval` until
+    /// `counts.completed + counts.failed == total`, calling `on_progress` with
+    /// every view read (the last one included) and returning the last one.
+    ///
+    /// A retryable error ([`ClientError::is_retryable`]) is tolerated up to
+    /// five polls in a row, waiting its `retry-after` when it has one; any
+    /// other error ends the wait. There is no overall time limit: wrap the
+    /// future in `tokio::time::timeout` for one.
+    pub async fn wait_batch(
+        &self,
+        batch_id: &str,
+        poll_interval: Duration,
+        mut on_progress: impl FnMut(&BatchView),
+    ) -> Result<BatchView, ClientError> {
+        let endpoint = endpoint::batch(batch_id);
+        let mut failures = 0;
+        loop {
+            match self.send(&endpoint).await {
+                Ok(view) => {
+                    failures = 0;
+                    on_progress(&view);
+                    if view.is_done() {
+                        return Ok(view);
+                    }
+                    tokio::time::sleep(poll_interval).await;
+                }
+                Err(e) if e.is_retryable() && failures < WAIT_RETRIES => {
+                    failures += 1;
+                    tokio::time::sleep(e.retry_after().unwrap_or(poll_interval)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+fn secret_header(value: &str, what: &str) -> Result<HeaderValue, ClientError> {
+    let mut header = HeaderValue::from_str(value)
+        .map_err(|_| ClientError::InvalidInput(format!("{what} contains characters a header cannot carry")))?;
+    header.set_sensitive(true);
+    Ok(header)
+}
+
+async fn read_answer(endpoint: String, response: reqwest::Response) -> Result<RawReply, ClientError> {
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let body = response.bytes().await?;
+    if !(200..300).contains(&status) {
+        return Err(ClientError::from_answer(status, &headers, &body));
+    }
+    Ok(RawReply { endpoint, status, headers, body })
+}
+
+#[cfg(test)]
+mod tests;

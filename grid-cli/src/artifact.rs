@@ -1,0 +1,57 @@
+//! `grid artifact get`.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::builder::PossibleValuesParser;
+use clap::Subcommand;
+use grid_client::endpoint;
+use grid_core::catalog::ArtifactKind;
+use grid_core::wire::item::ArtifactUrl;
+
+use crate::{output, Context};
+
+#[derive(Debug, Subcommand)]
+pub enum ArtifactCommand {
+    /// Download one file of a capture item: asks GET /artifacts/{jobId}/{kind}
+    /// for a download URL, then fetches that URL (without credential).
+    ///
+    /// Writes the file to stdout, or to FILE with -o. With --json nothing is
+    /// downloaded: prints the API's answer, {"url": ...}, a URL valid for 15
+    /// minutes (cannot be combined with -o).
+    Get {
+        /// The item id.
+        job_id: String,
+        /// The file kind.
+        #[arg(value_parser = PossibleValuesParser::new(ArtifactKind::ALL.map(ArtifactKind::as_str)))]
+        kind: String,
+        /// Write to FILE (created or replaced once the download is complete); - is stdout.
+        #[arg(short, long, value_name = "FILE", conflicts_with = "json")]
+        output: Option<PathBuf>,
+    },
+}
+
+pub async fn run(cx: &Context, command: ArtifactCommand) -> anyhow::Result<ExitCode> {
+    let ArtifactCommand::Get { job_id, kind, output: file } = command;
+    let kind = ArtifactKind::parse(&kind).context("unknown kind")?;
+    let reply = cx.client.send_raw(&endpoint::artifact_url(&job_id, kind)).await?;
+    if cx.json {
+        output::json_line(&reply)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let ArtifactUrl { url } = reply.decode()?;
+    let bytes = cx.client.download(&url).await?;
+    match file {
+        Some(path) if path.as_os_str() != "-" => {
+            std::fs::write(&path, &bytes).with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        _ => {
+            let mut stdout = std::io::stdout().lock();
+            stdout.write_all(&bytes)?;
+            stdout.flush()?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,243 @@
+//! `grid batch submit | show | wait`.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use grid_client::endpoint;
+use grid_core::wire::batch::{BatchCreated, BatchJobState, BatchView, NewBatch};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde_json::Value;
+
+use crate::input::{collect_urls, params_object, parse_param, parse_seconds};
+use crate::{output, Context};
+
+/// Exit code of a wait whose batch finished with failed items.
+const EXIT_FAILED_ITEMS: u8 = 3;
+
+#[derive(Debug, Subcommand)]
+pub enum BatchCommand {
+    /// Submit URLs as one batch (POST /batches).
+    ///
+    /// Prints the batch id and item count; with --json, the API's answer
+    /// ({"batchId", "jobCount"}). With --wait, then waits for the batch to
+    /// finish and prints its items (with --json: a second line, the final
+    /// batch view), exiting with 3 if any item failed.
+    Submit(SubmitArgs),
+    /// Show a batch's counts and items (GET /batches/{batchId}).
+    Show {
+        /// The batch id.
+        batch_id: String,
+    },
+    /// Wait until every item of a batch has completed or failed, then show it;
+    /// exits with 3 if any item failed.
+    Wait {
+        /// The batch id.
+        batch_id: String,
+        #[command(flatten)]
+        wait: WaitArgs,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct SubmitArgs {
+    /// http(s) URLs, files with one URL per line (blank lines and lines starting with # are skipped), or - for stdin.
+    #[arg(required = true, value_name = "FILE|URL")]
+    inputs: Vec<String>,
+    /// Script: capture (default), fetch, browser-fetch or render-fetch.
+    #[arg(long)]
+    script: Option<String>,
+    /// Browser profile: desktop-browser-nl/v2 (default) or native-headless-browser/v2.
+    #[arg(long = "profile", value_name = "PROFILE")]
+    profile_id: Option<String>,
+    /// Priority 1 to 1000000, lower runs sooner; without it, items run before any prioritised item.
+    #[arg(long)]
+    priority: Option<u32>,
+    /// A script parameter; repeatable. VALUE is taken as JSON when it parses (3, true, ["a.example"], "3"), else as text. A later KEY replaces an earlier one.
+    #[arg(long = "param", value_name = "KEY=VALUE", value_parser = parse_param)]
+    params: Vec<(String, Value)>,
+    /// Wait for the batch to finish, with a progress bar on stderr when it is a terminal.
+    #[arg(long)]
+    wait: bool,
+    /// With --wait: seconds between polls.
+    #[arg(long, value_name = "SECONDS", default_value = "2", value_parser = parse_seconds, requires = "wait")]
+    poll_interval: Duration,
+    /// With --wait: give up (exit 1) after this many seconds.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, requires = "wait")]
+    timeout: Option<Duration>,
+}
+
+#[derive(Debug, Args)]
+pub struct WaitArgs {
+    /// Seconds between polls.
+    #[arg(long, value_name = "SECONDS", default_value = "2", value_parser = parse_seconds)]
+    poll_interval: Duration,
+    /// Give up (exit 1) after this many seconds.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+    timeout: Option<Duration>,
+}
+
+pub async fn run(cx: &Context, command: BatchCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        BatchCommand::Submit(args) => submit(cx, args).await,
+        BatchCommand::Show { batch_id } => show(cx, &batch_id).await,
+        BatchCommand::Wait { batch_id, wait } => wait_and_show(cx, &batch_id, wait).await,
+    }
+}
+
+async fn submit(cx: &Context, args: SubmitArgs) -> anyhow::Result<ExitCode> {
+    let batch = NewBatch {
+        urls: collect_urls(&args.inputs)?,
+        script: args.script,
+        profile_id: args.profile_id,
+        params: params_object(args.params),
+        priority: args.priority,
+    };
+    let reply = cx.client.send_raw(&endpoint::submit_batch(&batch)).await?;
+    let created: BatchCreated = reply.decode()?;
+    if cx.json {
+        output::json_line(&reply)?;
+    } else {
+        let items = if created.job_count == 1 { "item" } else { "items" };
+        output::lines(&[format!("batch {} submitted: {} {items}", created.batch_id, created.job_count)])?;
+    }
+    if !args.wait {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let wait = WaitArgs { poll_interval: args.poll_interval, timeout: args.timeout };
+    wait_and_show(cx, &created.batch_id, wait).await
+}
+
+async fn show(cx: &Context, batch_id: &str) -> anyhow::Result<ExitCode> {
+    let reply = cx.client.send_raw(&endpoint::batch(batch_id)).await?;
+    if cx.json {
+        output::json_line(&reply)?;
+    } else {
+        output::lines(&view_lines(&reply.decode()?))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn wait_and_show(cx: &Context, batch_id: &str, args: WaitArgs) -> anyhow::Result<ExitCode> {
+    let bar = progress_bar();
+    let waiting = cx.client.wait_batch(batch_id, args.poll_interval, |view| {
+        bar.set_length(u64::from(view.total));
+        bar.set_position(u64::from(view.counts.completed + view.counts.failed));
+        bar.set_message(format!("done, {} active, {} failed", view.counts.active, view.counts.failed));
+    });
+    let finished = match args.timeout {
+        Some(limit) => match tokio::time::timeout(limit, waiting).await {
+            Ok(finished) => finished,
+            Err(_) => {
+                bar.abandon();
+                anyhow::bail!("batch {batch_id} not finished after {}s", limit.as_secs_f64());
+            }
+        },
+        None => waiting.await,
+    };
+    bar.finish_and_clear();
+    let view = if cx.json {
+        // The last poll's view was decoded; print the API's own bytes instead.
+        let reply = cx.client.send_raw(&endpoint::batch(batch_id)).await?;
+        output::json_line(&reply)?;
+        reply.decode()?
+    } else {
+        let view = finished?;
+        output::lines(&view_lines(&view))?;
+        view
+    };
+    Ok(if view.counts.failed > 0 { ExitCode::from(EXIT_FAILED_ITEMS) } else { ExitCode::SUCCESS })
+}
+
+/// A bar on stderr; indicatif hides it when stderr is not a terminal (or
+/// TERM=dumb), so pipes and CI logs get nothing.
+fn progress_bar() -> ProgressBar {
+    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+    let style = ProgressStyle::with_template("{spinner} {elapsed_precise} [{wide_bar}] {pos}/{len} {msg}")
+        .unwrap_or_else(|_| ProgressStyle::default_bar());
+    bar.set_style(style.progress_chars("=> "));
+    if !bar.is_hidden() {
+        bar.enable_steady_tick(Duration::from_millis(200));
+    }
+    bar
+}
+
+/// The summary line, then one row per item.
+fn view_lines(view: &BatchView) -> Vec<String> {
+    let c = &view.counts;
+    let mut lines = vec![format!(
+        "batch {}: {} items, {} waiting, {} active, {} completed, {} failed",
+        view.batch_id, view.total, c.waiting, c.active, c.completed, c.failed
+    )];
+    let rows: Vec<Vec<String>> = view
+        .jobs
+        .iter()
+        .map(|job| {
+            vec![
+                job.job_id.clone(),
+                state_name(job.state).to_string(),
+                job.url.clone(),
+                job.failed_reason.clone().unwrap_or_default(),
+            ]
+        })
+        .collect();
+    if !rows.is_empty() {
+        lines.extend(output::table(&["JOB", "STATE", "URL", "REASON"], &rows));
+    }
+    lines
+}
+
+fn state_name(state: BatchJobState) -> &'static str {
+    match state {
+        BatchJobState::Waiting => "waiting",
+        BatchJobState::Active => "active",
+        BatchJobState::Completed => "completed",
+        BatchJobState::Failed => "failed",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use grid_core::wire::batch::BatchJob;
+
+    use super::*;
+
+    #[test]
+    fn view_reads_as_a_table() {
+        let view = BatchView::from_jobs(
+            "b1".into(),
+            vec![
+                BatchJob {
+                    job_id: "j1".into(),
+                    url: "https://a.example/".into(),
+                    state: BatchJobState::Completed,
+                    failed_reason: None,
+                },
+                BatchJob {
+                    job_id: "j2".into(),
+                    url: "https://b.example/".into(),
+                    state: BatchJobState::Failed,
+                    failed_reason: Some("timeout".into()),
+                },
+            ],
+        );
+        assert_eq!(
+            view_lines(&view),
+            vec![
+                "batch b1: 2 items, 0 waiting, 0 active, 1 completed, 1 failed",
+                "JOB  STATE      URL                 REASON",
+                "j1   completed  https://a.example/",
+                "j2   failed     https://b.example/  timeout",
+            ]
+        );
+    }
+
+    #[test]
+    fn progress_bar_is_hidden_off_a_terminal() {
+        // `cargo test` captures stderr through a pipe or runs without a tty in CI;
+        // when it is a terminal this says nothing.
+        if !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            assert!(progress_bar().is_hidden());
+        }
+    }
+}

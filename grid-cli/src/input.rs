@@ -1,0 +1,123 @@
+//! Turning command-line input into request fields: URL lists, `--param`
+//! pairs, durations. Nothing here judges URLs or params; the server does.
+
+use std::io::{self, Read};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use serde_json::{Map, Value};
+
+/// Whether an argument is a URL rather than a file name.
+pub fn looks_like_url(arg: &str) -> bool {
+    let lower = arg.get(..8).unwrap_or(arg).to_ascii_lowercase();
+    lower.starts_with("http://") || lower.starts_with("https://")
+}
+
+/// The URLs of `args` in order: an http(s) URL is itself; `-` is stdin; any
+/// other argument is a file with one URL per line.
+pub fn collect_urls(args: &[String]) -> anyhow::Result<Vec<String>> {
+    let mut urls = Vec::new();
+    for arg in args {
+        if looks_like_url(arg) {
+            urls.push(arg.clone());
+        } else if arg == "-" {
+            let mut text = String::new();
+            io::stdin().read_to_string(&mut text).context("cannot read URLs from stdin")?;
+            urls.extend(urls_in(&text));
+        } else {
+            let text = std::fs::read_to_string(arg).with_context(|| format!("cannot read {arg}"))?;
+            urls.extend(urls_in(&text));
+        }
+    }
+    Ok(urls)
+}
+
+/// The lines of a URL list, trimmed, without blank lines and `#` comments.
+pub fn urls_in(text: &str) -> Vec<String> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    text.lines().map(str::trim).filter(|line| !line.is_empty() && !line.starts_with('#')).map(str::to_string).collect()
+}
+
+/// `key=value`: the value is taken as JSON when it parses as JSON (`3`,
+/// `true`, `["a.example"]`, `"quoted"`), otherwise as a plain string.
+pub fn parse_param(arg: &str) -> Result<(String, Value), String> {
+    let (key, value) = arg.split_once('=').ok_or_else(|| format!("{arg:?} is not key=value"))?;
+    if key.is_empty() {
+        return Err(format!("{arg:?} has an empty key"));
+    }
+    let value = serde_json::from_str(value).unwrap_or_else(|_| Value::String(value.to_string()));
+    Ok((key.to_string(), value))
+}
+
+/// The `params` object of `--param` pairs; a later key replaces an earlier one.
+pub fn params_object(pairs: Vec<(String, Value)>) -> Option<Map<String, Value>> {
+    if pairs.is_empty() {
+        return None;
+    }
+    Some(pairs.into_iter().collect())
+}
+
+/// Seconds, fractions allowed: `2`, `0.5`.
+pub fn parse_seconds(arg: &str) -> Result<Duration, String> {
+    let secs: f64 = arg.parse().map_err(|_| format!("{arg:?} is not a number of seconds"))?;
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("{arg:?} is not a non-negative number of seconds"))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn url_or_file() {
+        assert!(looks_like_url("https://example.com/"));
+        assert!(looks_like_url("HTTP://EXAMPLE.COM"));
+        assert!(!looks_like_url("urls.txt"));
+        assert!(!looks_like_url("-"));
+        assert!(!looks_like_url("ftp://x"));
+        assert!(!looks_like_url("ü"));
+    }
+
+    #[test]
+    fn url_lists_skip_blanks_and_comments() {
+        let text = "\u{feff}https://a.example/\r\n\n  # a comment\n   https://b.example/#frag  \n#x\n";
+        assert_eq!(urls_in(text), vec!["https://a.example/", "https://b.example/#frag"]);
+    }
+
+    #[test]
+    fn files_and_urls_keep_their_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("urls.txt");
+        std::fs::write(&file, "https://b.example/\nhttps://c.example/\n").unwrap();
+        let args = vec!["https://a.example/".to_string(), file.display().to_string(), "https://d.example/".into()];
+        assert_eq!(
+            collect_urls(&args).unwrap(),
+            vec!["https://a.example/", "https://b.example/", "https://c.example/", "https://d.example/"]
+        );
+        let missing = collect_urls(&[dir.path().join("nope").display().to_string()]).unwrap_err();
+        assert!(format!("{missing:#}").starts_with("cannot read "));
+    }
+
+    #[test]
+    fn params_are_json_or_text() {
+        assert_eq!(parse_param("allowedHosts=[\"a.example\"]").unwrap(), ("allowedHosts".into(), json!(["a.example"])));
+        assert_eq!(parse_param("n=3").unwrap(), ("n".into(), json!(3)));
+        assert_eq!(parse_param("s=\"3\"").unwrap(), ("s".into(), json!("3")));
+        assert_eq!(parse_param("s=hello world").unwrap(), ("s".into(), json!("hello world")));
+        assert_eq!(parse_param("s=a=b").unwrap(), ("s".into(), json!("a=b")));
+        assert_eq!(parse_param("s=").unwrap(), ("s".into(), json!("")));
+        assert!(parse_param("novalue").is_err());
+        assert!(parse_param("=x").is_err());
+        let params = params_object(vec![("a".into(), json!(1)), ("a".into(), json!(2))]).unwrap();
+        assert_eq!(Value::Object(params), json!({"a": 2}));
+        assert_eq!(params_object(Vec::new()), None);
+    }
+
+    #[test]
+    fn seconds() {
+        assert_eq!(parse_seconds("0.5").unwrap(), Duration::from_millis(500));
+        assert!(parse_seconds("-1").is_err());
+        assert!(parse_seconds("soon").is_err());
+    }
+}

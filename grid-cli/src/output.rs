@@ -1,0 +1,164 @@
+//! How `grid` writes: JSON lines for `--json`, aligned tables and key/value
+//! lines for people, and the one `error: ...` line on stderr.
+//!
+//! Rules: stdout carries only results; progress and errors go to stderr.
+//! With `--json`, every answer is printed as the API sent it, with the
+//! whitespace outside strings removed so one document is one line.
+
+use std::io::{self, Write};
+use std::process::ExitCode;
+
+use grid_client::error::ClientError;
+use grid_client::RawReply;
+
+/// Prints one API answer as one line of JSON. Refuses a body that is not JSON.
+pub fn json_line(reply: &RawReply) -> anyhow::Result<()> {
+    if let Err(cause) = serde_json::from_slice::<serde_json::Value>(&reply.body) {
+        return Err(ClientError::Decode { endpoint: reply.endpoint.clone(), cause }.into());
+    }
+    let mut line = compact_json(&reply.body);
+    line.push(b'\n');
+    let mut stdout = io::stdout().lock();
+    stdout.write_all(&line)?;
+    stdout.flush()?;
+    Ok(())
+}
+
+/// Removes the whitespace outside strings; keeps everything else, key order
+/// included, byte for byte.
+pub fn compact_json(body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(body.len());
+    let mut in_string = false;
+    let mut escaped = false;
+    for &b in body {
+        if in_string {
+            out.push(b);
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+        } else {
+            match b {
+                b' ' | b'\n' | b'\r' | b'\t' => {}
+                b'"' => {
+                    in_string = true;
+                    out.push(b);
+                }
+                _ => out.push(b),
+            }
+        }
+    }
+    out
+}
+
+/// Writes lines to stdout.
+pub fn lines(lines: &[String]) -> anyhow::Result<()> {
+    let mut stdout = io::stdout().lock();
+    for line in lines {
+        writeln!(stdout, "{line}")?;
+    }
+    stdout.flush()?;
+    Ok(())
+}
+
+/// Left-aligned columns separated by two spaces; the last column is not padded.
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> Vec<String> {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            if i < widths.len() {
+                widths[i] = widths[i].max(cell.chars().count());
+            }
+        }
+    }
+    let render = |cells: Vec<&str>| {
+        let last = cells.len().saturating_sub(1);
+        let mut line = String::new();
+        for (i, cell) in cells.into_iter().enumerate() {
+            if i > 0 {
+                line.push_str("  ");
+            }
+            line.push_str(cell);
+            if i < last {
+                line.extend(std::iter::repeat_n(' ', widths[i].saturating_sub(cell.chars().count())));
+            }
+        }
+        line.trim_end().to_string()
+    };
+    let mut out = vec![render(header.to_vec())];
+    out.extend(rows.iter().map(|row| render(row.iter().map(String::as_str).collect())));
+    out
+}
+
+/// `key  value` lines with the keys padded to one width.
+pub fn key_values(pairs: &[(&str, String)]) -> Vec<String> {
+    let width = pairs.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    pairs.iter().map(|(k, v)| format!("{k:width$}  {v}").trim_end().to_string()).collect()
+}
+
+/// Prints the error line on stderr and gives the exit code: 1, or 0 when
+/// stdout was closed early by a reader (`grid ... | head`).
+pub fn report_error(error: &anyhow::Error) -> ExitCode {
+    if let Some(io_error) = error.downcast_ref::<io::Error>() {
+        if io_error.kind() == io::ErrorKind::BrokenPipe {
+            return ExitCode::SUCCESS;
+        }
+    }
+    eprintln!("error: {}", error_text(error));
+    ExitCode::from(1)
+}
+
+fn error_text(error: &anyhow::Error) -> String {
+    match error.downcast_ref::<ClientError>() {
+        // `<status> <error>[: detail; ...][ (field=value, ...)]`
+        Some(e @ ClientError::Api { .. }) => e.to_string(),
+        Some(ClientError::Transport(e)) => {
+            let mut text = format!("request failed: {e}");
+            let mut source = std::error::Error::source(e);
+            while let Some(s) = source {
+                text.push_str(&format!(": {s}"));
+                source = s.source();
+            }
+            text
+        }
+        Some(other) => other.to_string(),
+        None => format!("{error:#}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn compaction_keeps_strings_and_order() {
+        let body = b"{\n  \"z\": \"a b\\\" \\\\\",\n  \"a\": [1, 2],\t\"u\": \"\xc3\xbc \"\n}\n";
+        assert_eq!(compact_json(body), b"{\"z\":\"a b\\\" \\\\\",\"a\":[1,2],\"u\":\"\xc3\xbc \"}".to_vec());
+        let compact = br#"{"batchId":"b1","jobCount":2}"#;
+        assert_eq!(compact_json(compact), compact.to_vec());
+    }
+
+    #[test]
+    fn tables_align() {
+        let rows = vec![vec!["j1".to_string(), "completed".into(), "https://a".into(), String::new()]];
+        assert_eq!(
+            table(&["JOB", "STATE", "URL", "REASON"], &rows),
+            vec!["JOB  STATE      URL        REASON", "j1   completed  https://a"]
+        );
+    }
+
+    #[test]
+    fn api_errors_read_as_the_contract_says() {
+        let e = ClientError::from_answer(
+            400,
+            &Default::default(),
+            json!({"error": "invalid batch body", "detail": ["urls: at most 1000"]}).to_string().as_bytes(),
+        );
+        assert_eq!(error_text(&e.into()), "400 invalid batch body: urls: at most 1000");
+    }
+}

@@ -1,0 +1,226 @@
+//! Every call of the API as a value: method, path, whether it carries the
+//! credential, and its body. [`crate::GridClient::send`] performs one and
+//! decodes the answer into `T`; [`crate::GridClient::send_raw`] keeps the
+//! answer's bytes (the CLI's `--json` prints them as they came).
+//!
+//! Ids in paths are percent-encoded as one segment each: everything except
+//! the unreserved characters `A-Z a-z 0-9 - . _ ~` is escaped, so an id can
+//! never add a segment, a query or a fragment.
+
+use std::fmt;
+use std::marker::PhantomData;
+
+use grid_core::catalog::ArtifactKind;
+use grid_core::wire::batch::{BatchCreated, BatchView, NewBatch};
+use grid_core::wire::grid::{GridStatus, Health, ProtectedResource, QueueDepth};
+use grid_core::wire::item::{ArtifactUrl, CaptureItem, ItemRetried};
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use reqwest::Method;
+use url::Url;
+
+use crate::error::ClientError;
+
+/// Characters escaped in a path segment: all but RFC 3986's unreserved set.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+
+/// One call of the API whose successful answer decodes as `T`.
+#[derive(Debug, Clone)]
+pub struct Endpoint<T> {
+    method: Method,
+    segments: Vec<String>,
+    credential: bool,
+    body: Option<Vec<u8>>,
+    answer: PhantomData<fn() -> T>,
+}
+
+impl<T> Endpoint<T> {
+    fn new(method: Method, segments: &[&str], credential: bool) -> Endpoint<T> {
+        Endpoint {
+            method,
+            segments: segments.iter().map(|s| s.to_string()).collect(),
+            credential,
+            body: None,
+            answer: PhantomData,
+        }
+    }
+
+    pub fn method(&self) -> &Method {
+        &self.method
+    }
+
+    /// Whether the call carries the credential (all but `/healthz` and the
+    /// two `/.well-known/...` paths).
+    pub fn sends_credential(&self) -> bool {
+        self.credential
+    }
+
+    /// The JSON body, if the call has one.
+    pub fn body(&self) -> Option<&[u8]> {
+        self.body.as_deref()
+    }
+
+    /// The encoded path, relative to the base URL: `/batches/a%2Fb`.
+    pub fn path(&self) -> Result<String, ClientError> {
+        let mut path = String::new();
+        for segment in &self.segments {
+            // A URL parser resolves `.` and `..` (also when escaped as
+            // `%2E`), and an empty segment would address another route.
+            if segment.is_empty() || segment == "." || segment == ".." {
+                return Err(ClientError::InvalidInput(format!("{segment:?} cannot be used as an id in a path")));
+            }
+            path.push('/');
+            path.extend(utf8_percent_encode(segment, SEGMENT));
+        }
+        Ok(path)
+    }
+
+    /// The full URL under `base`; a path in `base` (`https://host/grid/`) is kept as a prefix.
+    pub fn url(&self, base: &Url) -> Result<Url, ClientError> {
+        let path = self.path()?;
+        let mut url = base.clone();
+        let full = format!("{}{}", base.path().trim_end_matches('/'), path);
+        url.set_path(&full);
+        url.set_query(None);
+        url.set_fragment(None);
+        Ok(url)
+    }
+}
+
+/// `GET /batches/a%2Fb`, for messages.
+impl<T> fmt::Display for Endpoint<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.path() {
+            Ok(path) => write!(f, "{} {}", self.method, path),
+            Err(_) => write!(f, "{} /{}", self.method, self.segments.join("/")),
+        }
+    }
+}
+
+/// GET /healthz (no credential).
+pub fn health() -> Endpoint<Health> {
+    Endpoint::new(Method::GET, &["healthz"], false)
+}
+
+/// GET /grid.
+pub fn grid_status() -> Endpoint<GridStatus> {
+    Endpoint::new(Method::GET, &["grid"], true)
+}
+
+/// GET /grid/queue-depth.
+pub fn queue_depth() -> Endpoint<QueueDepth> {
+    Endpoint::new(Method::GET, &["grid", "queue-depth"], true)
+}
+
+/// GET /.well-known/oauth-protected-resource, or `.../mcp` when `mcp` (no credential).
+pub fn protected_resource(mcp: bool) -> Endpoint<ProtectedResource> {
+    let mut segments = vec![".well-known", "oauth-protected-resource"];
+    if mcp {
+        segments.push("mcp");
+    }
+    Endpoint::new(Method::GET, &segments, false)
+}
+
+/// POST /batches.
+pub fn submit_batch(batch: &NewBatch) -> Endpoint<BatchCreated> {
+    let mut endpoint = Endpoint::new(Method::POST, &["batches"], true);
+    // A NewBatch has only string keys and plain values: it always serializes.
+    endpoint.body = Some(serde_json::to_vec(batch).expect("NewBatch serializes"));
+    endpoint
+}
+
+/// GET /batches/{batchId}.
+pub fn batch(batch_id: &str) -> Endpoint<BatchView> {
+    Endpoint::new(Method::GET, &["batches", batch_id], true)
+}
+
+/// GET /jobs/{jobId} for a capture item.
+pub fn item(job_id: &str) -> Endpoint<CaptureItem> {
+    Endpoint::new(Method::GET, &["jobs", job_id], true)
+}
+
+/// POST /jobs/{jobId}/retry for a capture item (no body).
+pub fn retry_item(job_id: &str) -> Endpoint<ItemRetried> {
+    Endpoint::new(Method::POST, &["jobs", job_id, "retry"], true)
+}
+
+/// GET /artifacts/{jobId}/{kind}.
+pub fn artifact_url(job_id: &str, kind: ArtifactKind) -> Endpoint<ArtifactUrl> {
+    Endpoint::new(Method::GET, &["artifacts", job_id, kind.as_str()], true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn url_of<T>(base: &str, endpoint: &Endpoint<T>) -> String {
+        endpoint.url(&Url::parse(base).unwrap()).unwrap().to_string()
+    }
+
+    #[test]
+    fn paths_of_every_call() {
+        let base = "http://127.0.0.1:8080";
+        assert_eq!(url_of(base, &health()), "http://127.0.0.1:8080/healthz");
+        assert_eq!(url_of(base, &grid_status()), "http://127.0.0.1:8080/grid");
+        assert_eq!(url_of(base, &queue_depth()), "http://127.0.0.1:8080/grid/queue-depth");
+        assert_eq!(
+            url_of(base, &protected_resource(false)),
+            "http://127.0.0.1:8080/.well-known/oauth-protected-resource"
+        );
+        assert_eq!(
+            url_of(base, &protected_resource(true)),
+            "http://127.0.0.1:8080/.well-known/oauth-protected-resource/mcp"
+        );
+        assert_eq!(url_of(base, &submit_batch(&NewBatch::default())), "http://127.0.0.1:8080/batches");
+        assert_eq!(url_of(base, &batch("b1")), "http://127.0.0.1:8080/batches/b1");
+        assert_eq!(url_of(base, &item("j1")), "http://127.0.0.1:8080/jobs/j1");
+        assert_eq!(url_of(base, &retry_item("j1")), "http://127.0.0.1:8080/jobs/j1/retry");
+        assert_eq!(
+            url_of(base, &artifact_url("j1", ArtifactKind::Screenshot)),
+            "http://127.0.0.1:8080/artifacts/j1/screenshot"
+        );
+    }
+
+    #[test]
+    fn credential_only_where_the_contract_wants_it() {
+        assert!(!health().sends_credential());
+        assert!(!protected_resource(false).sends_credential());
+        assert!(!protected_resource(true).sends_credential());
+        assert!(grid_status().sends_credential());
+        assert!(batch("b").sends_credential());
+        assert!(retry_item("j").sends_credential());
+    }
+
+    #[test]
+    fn ids_are_one_encoded_segment() {
+        assert_eq!(batch("a/b").path().unwrap(), "/batches/a%2Fb");
+        assert_eq!(batch("a b?c#d").path().unwrap(), "/batches/a%20b%3Fc%23d");
+        assert_eq!(batch("100%").path().unwrap(), "/batches/100%25");
+        assert_eq!(batch(r"a\b").path().unwrap(), "/batches/a%5Cb");
+        assert_eq!(batch("ü").path().unwrap(), "/batches/%C3%BC");
+        assert_eq!(batch("01J-x_y.z~").path().unwrap(), "/batches/01J-x_y.z~");
+        assert_eq!(url_of("http://h", &retry_item("../../grid")), "http://h/jobs/..%2F..%2Fgrid/retry");
+    }
+
+    #[test]
+    fn dot_and_empty_ids_are_refused() {
+        for id in ["", ".", ".."] {
+            assert!(matches!(item(id).path(), Err(ClientError::InvalidInput(_))), "{id:?}");
+        }
+        assert_eq!(item("..").to_string(), "GET /jobs/..");
+    }
+
+    #[test]
+    fn base_path_is_a_prefix() {
+        assert_eq!(url_of("https://h/api/", &batch("b")), "https://h/api/batches/b");
+        assert_eq!(url_of("https://h/api", &batch("b")), "https://h/api/batches/b");
+        assert_eq!(url_of("https://h/", &batch("b")), "https://h/batches/b");
+    }
+
+    #[test]
+    fn batch_body_leaves_out_defaults() {
+        let body = NewBatch { urls: vec!["https://example.com/".into()], ..NewBatch::default() };
+        let endpoint = submit_batch(&body);
+        assert_eq!(endpoint.to_string(), "POST /batches");
+        assert_eq!(endpoint.body().unwrap(), br#"{"urls":["https://example.com/"]}"#);
+    }
+}
