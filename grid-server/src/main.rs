@@ -2,10 +2,12 @@
 
 mod admin;
 mod capture;
+mod compute;
 mod config;
 mod http;
 mod ids;
 mod settlement;
+mod signing;
 mod store;
 
 use std::io::Write;
@@ -22,7 +24,9 @@ use serde_json::json;
 use tokio::sync::{watch, Notify};
 
 use config::ServeConfig;
-use http::{App, UrlSigner};
+use compute::{Compute, ComputeConfig};
+use http::App;
+use signing::Signer;
 use store::{items, Store};
 
 #[derive(Parser)]
@@ -88,6 +92,27 @@ struct ServeArgs {
     /// Grid-wide number of browser session slots.
     #[arg(long, default_value_t = 4)]
     max_sessions: u32,
+    #[command(flatten)]
+    compute: ComputeArgs,
+}
+
+#[derive(Args)]
+struct ComputeArgs {
+    /// Admit images from this registry (HOST[:PORT][/PREFIX]); repeatable. No registry is admitted by default.
+    #[arg(long = "admit-registry", value_name = "HOST[/PREFIX]", value_parser = grid_core::registry::Admitted::parse)]
+    admitted: Vec<grid_core::registry::Admitted>,
+    /// Docker Engine socket (unix:///path); the engine's default (DOCKER_HOST or /var/run/docker.sock) when absent.
+    #[arg(long)]
+    docker_host: Option<String>,
+    /// CPU the grid gives analytical jobs, in millicores [default: all cores]
+    #[arg(long)]
+    compute_cpu_millis: Option<u64>,
+    /// Memory the grid gives analytical jobs, in bytes.
+    #[arg(long, default_value_t = 8 * 1024 * 1024 * 1024)]
+    compute_memory_bytes: u64,
+    /// Offer `networkProfile: public-https` (containers get the engine's bridge network).
+    #[arg(long)]
+    enable_public_https: bool,
 }
 
 #[derive(Subcommand)]
@@ -225,6 +250,14 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         shutdown_grace: Duration::from_secs(args.shutdown_grace_secs),
         max_sessions: args.max_sessions,
     };
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    let compute_config = ComputeConfig {
+        docker_host: args.compute.docker_host,
+        admitted: args.compute.admitted,
+        cpu_millis: args.compute.compute_cpu_millis.unwrap_or(cores * 1000),
+        memory_bytes: args.compute.compute_memory_bytes,
+        public_https: args.compute.enable_public_https,
+    };
     let secret = store
         .write(|tx| store::setting_or_init(tx, "download_signing_secret", || ids::random_hex(32)))
         .await?;
@@ -235,7 +268,8 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     }
     let app = Arc::new(App {
         store,
-        signer: UrlSigner::new(hex::decode(&secret).unwrap_or_else(|_| secret.into_bytes()), base_url.clone()),
+        signer: Signer::new(hex::decode(&secret).unwrap_or_else(|_| secret.into_bytes()), base_url.clone()),
+        compute: Compute::new(compute_config, config.data_dir.join("logs")),
         queue_ready: Notify::new(),
         busy_workers: AtomicU32::new(0),
         artifacts_dir: config.data_dir.join("artifacts"),
@@ -244,6 +278,8 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut workers = capture::spawn_workers(app.clone(), stop_rx.clone());
     let settlement = tokio::spawn(settlement::run(app.clone(), stop_rx.clone()));
+    tokio::spawn(compute::health(app.clone(), stop_rx.clone()));
+    tokio::spawn(compute::scheduler(app.clone(), stop_rx.clone()));
     tokio::spawn(async move {
         shutdown_signal().await;
         tracing::info!("shutting down: no new work; in-flight items may finish");

@@ -5,6 +5,7 @@
 
 pub mod batch;
 pub mod job;
+pub mod list;
 pub mod params;
 pub mod quantity;
 pub mod session;

@@ -30,37 +30,53 @@ impl FileContent {
     }
 }
 
+/// Writes one file under `root/dir/` named `{stem}-{sha256 prefix}`: under a
+/// temporary name first, synced, renamed, then read back and checked.
+/// Returns the storage name (relative to `root`) and the SHA-256. Blocking.
+pub fn write_checked(root: &Path, dir: &str, stem: &str, bytes: &[u8]) -> std::io::Result<(String, String)> {
+    let folder = root.join(dir);
+    std::fs::create_dir_all(&folder)?;
+    let sha = sha256_hex(bytes);
+    let name = format!("{stem}-{}", &sha[..16]);
+    let tmp = folder.join(format!(".{name}.tmp"));
+    {
+        let mut out = std::fs::File::create(&tmp)?;
+        out.write_all(bytes)?;
+        out.sync_all()?;
+    }
+    std::fs::rename(&tmp, folder.join(&name))?;
+    std::fs::File::open(&folder)?.sync_all()?;
+    let storage_name = format!("{dir}/{name}");
+    if sha256_hex(&std::fs::read(root.join(&storage_name))?) != sha {
+        return Err(std::io::Error::other(format!("{storage_name} failed its checksum after writing")));
+    }
+    Ok((storage_name, sha))
+}
+
+/// Reads a stored file back, checking it against its SHA-256. Blocking.
+pub fn read_checked(root: &Path, storage_name: &str, sha256: &str) -> std::io::Result<Vec<u8>> {
+    let data = std::fs::read(root.join(storage_name))?;
+    if sha256_hex(&data) != sha256 {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{storage_name} failed its checksum")));
+    }
+    Ok(data)
+}
+
 /// Writes and checks a family of files for one item. Blocking.
 pub fn write_family(root: &Path, item_id: &str, files: Vec<FileContent>) -> std::io::Result<Vec<PublishedFile>> {
-    let dir = root.join(item_id);
-    std::fs::create_dir_all(&dir)?;
-    let mut published = Vec::with_capacity(files.len());
-    for f in files {
-        let sha = sha256_hex(&f.bytes);
-        let name = format!("{}-{}", f.kind.as_str(), &sha[..16]);
-        let tmp = dir.join(format!(".{name}.tmp"));
-        {
-            let mut out = std::fs::File::create(&tmp)?;
-            out.write_all(&f.bytes)?;
-            out.sync_all()?;
-        }
-        std::fs::rename(&tmp, dir.join(&name))?;
-        published.push(PublishedFile {
-            kind: f.kind,
-            storage_name: format!("{item_id}/{name}"),
-            sha256: sha,
-            byte_length: f.bytes.len() as i64,
-            content_type: f.content_type,
-        });
-    }
-    std::fs::File::open(&dir)?.sync_all()?;
-    for p in &published {
-        let back = std::fs::read(root.join(&p.storage_name))?;
-        if sha256_hex(&back) != p.sha256 {
-            return Err(std::io::Error::other(format!("{} failed its checksum after writing", p.storage_name)));
-        }
-    }
-    Ok(published)
+    files
+        .into_iter()
+        .map(|f| {
+            let (storage_name, sha256) = write_checked(root, item_id, f.kind.as_str(), &f.bytes)?;
+            Ok(PublishedFile {
+                kind: f.kind,
+                storage_name,
+                sha256,
+                byte_length: f.bytes.len() as i64,
+                content_type: f.content_type,
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -2,7 +2,6 @@
 
 use grid_core::catalog::ArtifactKind;
 use grid_core::error::ApiError;
-use grid_core::ids::{job_id_kind, JobIdKind};
 use grid_core::validate;
 use hyper::body::Incoming;
 
@@ -65,18 +64,12 @@ pub async fn batch(app: &App, caller: &Caller, id: &str) -> Result<Resp, ApiErro
 }
 
 pub async fn item(app: &App, caller: &Caller, id: &str) -> Result<Resp, ApiError> {
-    if job_id_kind(id) == JobIdKind::ComputeJob {
-        return Err(ApiError::UnknownJob);
-    }
     let (account, id) = (caller.account_id.clone(), id.to_string());
     let view = app.store.read(move |c| items::item_view(c, &account, &id)).await.map_err(store_error)?;
     view.map(|v| respond::json(200, &v)).ok_or(ApiError::UnknownJob)
 }
 
 pub async fn retry(app: &App, caller: &Caller, id: &str) -> Result<Resp, ApiError> {
-    if job_id_kind(id) == JobIdKind::ComputeJob {
-        return Err(ApiError::UnknownJob);
-    }
     let (account, id) = (caller.account_id.clone(), id.to_string());
     let backoff = app.config.backoff;
     let retried = app
@@ -93,6 +86,6 @@ pub async fn artifact_url(app: &App, caller: &Caller, id: &str, kind: &str) -> R
     let kind = ArtifactKind::parse(kind).ok_or(ApiError::BadArtifactKind)?;
     let (account, item_id) = (caller.account_id.clone(), id.to_string());
     app.store.read(move |c| Ok(items::artifact(c, &account, &item_id, kind))).await.map_err(store_error)??;
-    let url = app.signer.sign(id, kind, now());
+    let url = app.signer.download_url(id, kind, now());
     Ok(respond::json(200, &grid_core::wire::item::ArtifactUrl { url }))
 }

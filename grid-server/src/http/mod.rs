@@ -3,6 +3,7 @@
 mod auth;
 mod captures;
 mod downloads;
+mod jobs;
 mod meta;
 pub mod respond;
 
@@ -19,17 +20,19 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify};
 
-pub use downloads::UrlSigner;
 use respond::Resp;
 
+use crate::compute::Compute;
 use crate::config::ServeConfig;
+use crate::signing::Signer;
 use crate::store::Store;
 
 /// What every handler can reach.
 pub struct App {
     pub store: Store,
     pub config: ServeConfig,
-    pub signer: UrlSigner,
+    pub signer: Signer,
+    pub compute: Compute,
     /// Woken when items become claimable, so idle workers start at once.
     pub queue_ready: Notify,
     /// Workers running an item right now.
@@ -108,19 +111,28 @@ async fn dispatch(app: &App, req: Request<Incoming>) -> Result<Resp, ApiError> {
         (&Method::GET, ["grid", "queue-depth"]) => meta::queue_depth(app).await,
         (&Method::POST, ["batches"]) => captures::submit_batch(app, &caller, req.into_body()).await,
         (&Method::GET, ["batches", id]) => captures::batch(app, &caller, id).await,
+        (&Method::POST, ["jobs"]) => jobs::submit(app, &caller, req.into_body()).await,
+        (&Method::GET, ["jobs"]) => jobs::list(app, &caller, req.uri().query()).await,
+        (&Method::GET, ["jobs", id]) if is_compute(id) => jobs::get(app, &caller, id).await,
         (&Method::GET, ["jobs", id]) => captures::item(app, &caller, id).await,
+        (&Method::POST, ["jobs", id, "retry"]) if is_compute(id) => jobs::retry(app, &caller, id).await,
         (&Method::POST, ["jobs", id, "retry"]) => captures::retry(app, &caller, id).await,
-        // No analytical job exists before the executor lands, so every id is
-        // unknown here; capture items cannot be cancelled and have no logs.
+        // Capture items cannot be cancelled and have no job artifacts or logs.
+        (&Method::POST, ["jobs", id, "cancel"]) if is_compute(id) => jobs::cancel(app, &caller, id).await,
+        (&Method::GET, ["jobs", id, "artifacts"]) if is_compute(id) => jobs::artifacts(app, &caller, id).await,
+        (&Method::GET, ["jobs", id, "logs"]) if is_compute(id) => jobs::logs(app, &caller, id, req.uri().query()).await,
         (&Method::POST, ["jobs", _, "cancel"]) | (&Method::GET, ["jobs", _, "artifacts" | "logs"]) => {
             Err(ApiError::UnknownJob)
         }
         (&Method::GET, ["artifacts", id, kind]) => captures::artifact_url(app, &caller, id, kind).await,
-        (&Method::POST | &Method::GET, ["jobs"]) => not_yet("analytical jobs"),
         (_, ["sessions", ..]) => not_yet("browser sessions"),
         (_, ["mcp"]) => not_yet("the MCP endpoint"),
         _ => Err(ApiError::MethodNotAllowed),
     }
+}
+
+fn is_compute(id: &str) -> bool {
+    grid_core::ids::job_id_kind(id) == grid_core::ids::JobIdKind::ComputeJob
 }
 
 /// Paths of the contract that need a credential; anything else is 404.

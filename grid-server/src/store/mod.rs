@@ -7,6 +7,7 @@
 
 pub mod accounts;
 pub mod items;
+pub mod jobs;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -15,7 +16,7 @@ use std::time::Duration;
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 pub const DB_FILE: &str = "grid.db";
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -139,9 +140,13 @@ fn migrate(conn: &Connection) -> StoreResult<()> {
             "data dir was written by a newer grid-server (schema {version}, this one knows {SCHEMA_VERSION})"
         )));
     }
-    if version < 1 {
-        conn.execute_batch(include_str!("schema.sql"))?;
-        conn.pragma_update(None, "user_version", SCHEMA_VERSION)?;
+    // Each step runs once, in order; a released step is never edited.
+    let steps = [include_str!("schema.sql"), include_str!("schema_v2_jobs.sql")];
+    for (i, sql) in steps.iter().enumerate() {
+        let step = i as i64 + 1;
+        if version < step {
+            conn.execute_batch(&format!("BEGIN IMMEDIATE; {sql}; PRAGMA user_version = {step}; COMMIT;"))?;
+        }
     }
     Ok(())
 }

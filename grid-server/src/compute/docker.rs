@@ -1,0 +1,218 @@
+//! The Docker Engine, through bollard: the only module that speaks to it.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::query_parameters::{
+    CreateContainerOptions, CreateImageOptions, InspectContainerOptions, KillContainerOptions, ListContainersOptions,
+    LogsOptions, RemoveContainerOptions, WaitContainerOptions,
+};
+use bollard::Docker;
+use futures_util::StreamExt;
+use grid_core::time::Millis;
+use grid_core::wire::job::{JobSubmission, NetworkProfile};
+
+/// Label carrying the job id on every container the grid starts.
+pub const JOB_LABEL: &str = "grid.job";
+pub const ATTEMPT_LABEL: &str = "grid.attempt";
+
+#[derive(Debug, thiserror::Error)]
+pub enum DockerError {
+    #[error("container not found")]
+    NotFound,
+    #[error("docker: {0}")]
+    Engine(String),
+}
+
+impl From<bollard::errors::Error> for DockerError {
+    fn from(e: bollard::errors::Error) -> Self {
+        match &e {
+            bollard::errors::Error::DockerResponseServerError { status_code: 404, .. } => DockerError::NotFound,
+            _ => DockerError::Engine(e.to_string()),
+        }
+    }
+}
+
+/// Connects to `host` (`unix:///path`) or the local default socket, and
+/// agrees an API version with the engine.
+pub async fn connect(host: Option<&str>) -> Result<Docker, DockerError> {
+    let docker = match host {
+        Some(h) => {
+            let path = h.strip_prefix("unix://").unwrap_or(h);
+            Docker::connect_with_unix(path, 60, bollard::API_DEFAULT_VERSION)?
+        }
+        None => Docker::connect_with_local_defaults()?,
+    };
+    let negotiated = tokio::time::timeout(Duration::from_secs(5), docker.negotiate_version())
+        .await
+        .map_err(|_| DockerError::Engine("engine did not answer within 5 s".into()))??;
+    Ok(negotiated)
+}
+
+pub async fn ping(docker: &Docker) -> bool {
+    matches!(tokio::time::timeout(Duration::from_secs(3), docker.ping()).await, Ok(Ok(_)))
+}
+
+/// Pulls `repo@sha256:...` for linux/amd64 unless the engine has it.
+pub async fn pull(docker: &Docker, image: &str) -> Result<(), DockerError> {
+    if docker.inspect_image(image).await.is_ok() {
+        return Ok(());
+    }
+    let opts = CreateImageOptions { from_image: Some(image.to_string()), platform: "linux/amd64".into(), ..Default::default() };
+    let mut stream = docker.create_image(Some(opts), None, None);
+    while let Some(progress) = stream.next().await {
+        let p = progress?;
+        if let Some(err) = p.error_detail.and_then(|d| d.message) {
+            return Err(DockerError::Engine(format!("pull {image}: {err}")));
+        }
+    }
+    Ok(())
+}
+
+/// What one attempt's container looks like.
+pub struct ContainerSpec<'a> {
+    pub name: &'a str,
+    pub job_id: &'a str,
+    pub attempt: u32,
+    pub image: &'a str,
+    pub request: &'a JobSubmission,
+}
+
+pub async fn create(docker: &Docker, spec: &ContainerSpec<'_>) -> Result<String, DockerError> {
+    let r = spec.request;
+    let mut labels: HashMap<String, String> =
+        r.labels.iter().map(|(k, v)| (format!("grid.label.{k}"), v.clone())).collect();
+    labels.insert(JOB_LABEL.into(), spec.job_id.into());
+    labels.insert(ATTEMPT_LABEL.into(), spec.attempt.to_string());
+    let host = HostConfig {
+        memory: Some(r.resources.memory_bytes.limit as i64),
+        // No swap: the memory limit is the whole budget, so an overrun is an OOM kill.
+        memory_swap: Some(r.resources.memory_bytes.limit as i64),
+        nano_cpus: Some(r.resources.cpu_millis.limit as i64 * 1_000_000),
+        network_mode: Some(match r.network_profile {
+            NetworkProfile::None => "none".into(),
+            NetworkProfile::PublicHttps => "bridge".into(),
+        }),
+        pids_limit: Some(4_096),
+        cap_drop: Some(vec!["NET_RAW".into(), "MKNOD".into(), "AUDIT_WRITE".into()]),
+        security_opt: Some(vec!["no-new-privileges".into()]),
+        ..Default::default()
+    };
+    let body = ContainerCreateBody {
+        image: Some(spec.image.into()),
+        entrypoint: Some(r.command.clone()),
+        cmd: Some(r.args.clone()),
+        env: Some(r.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+        labels: Some(labels),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        host_config: Some(host),
+        ..Default::default()
+    };
+    let opts = CreateContainerOptions { name: Some(spec.name.into()), ..Default::default() };
+    match docker.create_container(Some(opts), body.clone()).await {
+        Ok(c) => Ok(c.id),
+        // A container of that name left by an earlier run of this attempt.
+        Err(bollard::errors::Error::DockerResponseServerError { status_code: 409, .. }) => {
+            remove(docker, spec.name).await;
+            Ok(docker.create_container(Some(CreateContainerOptions { name: Some(spec.name.into()), ..Default::default() }), body).await?.id)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+pub async fn start(docker: &Docker, id: &str) -> Result<(), DockerError> {
+    Ok(docker.start_container(id, None).await?)
+}
+
+/// The facts of a container the runner acts on.
+#[derive(Debug, Clone)]
+pub struct ContainerState {
+    pub exit_code: i32,
+    pub oom_killed: bool,
+    pub started_at: Option<Millis>,
+    pub finished_at: Option<Millis>,
+    /// Bytes written to the container's own layer, when asked for.
+    pub size_rw: Option<i64>,
+}
+
+fn docker_time(s: Option<&String>) -> Option<Millis> {
+    let s = s?;
+    // The engine writes the zero time for "never".
+    if s.starts_with("0001-") {
+        return None;
+    }
+    Millis::parse_iso(s)
+}
+
+pub async fn inspect(docker: &Docker, id: &str, size: bool) -> Result<ContainerState, DockerError> {
+    let c = docker.inspect_container(id, Some(InspectContainerOptions { size })).await?;
+    let st = c.state.unwrap_or_default();
+    Ok(ContainerState {
+        exit_code: st.exit_code.unwrap_or(-1) as i32,
+        oom_killed: st.oom_killed.unwrap_or(false),
+        started_at: docker_time(st.started_at.as_ref()),
+        finished_at: docker_time(st.finished_at.as_ref()),
+        size_rw: c.size_rw,
+    })
+}
+
+/// Waits until the container is no longer running.
+pub async fn wait(docker: &Docker, id: &str) -> Result<(), DockerError> {
+    let opts = WaitContainerOptions { condition: "not-running".into() };
+    let mut s = docker.wait_container(id, Some(opts));
+    match s.next().await {
+        // bollard reports a non-zero exit as an error; the exit itself is what we waited for.
+        Some(Ok(_)) | Some(Err(bollard::errors::Error::DockerContainerWaitError { .. })) | None => Ok(()),
+        Some(Err(e)) => Err(e.into()),
+    }
+}
+
+pub async fn kill(docker: &Docker, id: &str) -> Result<(), DockerError> {
+    match docker.kill_container(id, Some(KillContainerOptions { signal: "SIGKILL".into() })).await {
+        Ok(()) => Ok(()),
+        // Already stopped: the kill's purpose is met.
+        Err(bollard::errors::Error::DockerResponseServerError { status_code: 409, .. }) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+pub async fn remove(docker: &Docker, id: &str) {
+    let opts = RemoveContainerOptions { force: true, v: true, ..Default::default() };
+    if let Err(e) = docker.remove_container(id, Some(opts)).await {
+        tracing::debug!(container = id, error = %e, "remove failed");
+    }
+}
+
+/// The container's stdout and stderr, interleaved as written, up to `cap`
+/// bytes; `true` when there was more.
+pub async fn logs(docker: &Docker, id: &str, cap: usize) -> Result<(Vec<u8>, bool), DockerError> {
+    let opts = LogsOptions { stdout: true, stderr: true, tail: "all".into(), ..Default::default() };
+    let mut stream = docker.logs(id, Some(opts));
+    let mut out = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let bytes = chunk?.into_bytes();
+        if out.len() + bytes.len() > cap {
+            out.extend_from_slice(&bytes[..cap - out.len()]);
+            return Ok((out, true));
+        }
+        out.extend_from_slice(&bytes);
+    }
+    Ok((out, false))
+}
+
+/// Containers the grid started, running or not: (container id, job id, attempt).
+pub async fn grid_containers(docker: &Docker) -> Result<Vec<(String, String, u32)>, DockerError> {
+    let filters = HashMap::from([("label".to_string(), vec![JOB_LABEL.to_string()])]);
+    let list = docker.list_containers(Some(ListContainersOptions { all: true, filters: Some(filters), ..Default::default() })).await?;
+    Ok(list
+        .into_iter()
+        .filter_map(|c| {
+            let labels = c.labels.unwrap_or_default();
+            let job = labels.get(JOB_LABEL)?.clone();
+            let attempt = labels.get(ATTEMPT_LABEL)?.parse().ok()?;
+            Some((c.id?, job, attempt))
+        })
+        .collect())
+}

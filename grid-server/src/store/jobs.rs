@@ -1,0 +1,435 @@
+//! Analytical jobs: the record, its state machine, labels, logs, and the
+//! money each transition moves.
+//!
+//! Every change goes through `transition`, which applies a
+//! `grid_core::job::Event` and carries out, in the same transaction, the
+//! effects that touch only the database: a retry's new reservation and the
+//! settlement of a finished reservation. Effects that touch Docker are
+//! returned for the compute runner.
+
+use std::collections::BTreeMap;
+
+use grid_core::error::ApiError;
+use grid_core::ids;
+use grid_core::job::{self, Effect, Event, Job, Outcome, TransitionError};
+use grid_core::ledger::{self, EntryKind};
+use grid_core::pricing;
+use grid_core::time::Millis;
+use grid_core::wire::job::{JobPhase, JobSubmission};
+use grid_core::wire::job_record::{Executor, JobArtifact, JobRecord, RecordParts, LOG_CONTENT_TYPE, LOG_KIND};
+use rusqlite::{params, Connection, OptionalExtension, Row};
+use serde_json::Value;
+
+use super::accounts::{self, Caller, Entry, ReserveError};
+use super::{StoreError, StoreResult};
+use crate::ids::{new_id, sha256_hex};
+
+#[derive(Debug, Clone)]
+pub struct JobRow {
+    pub id: String,
+    pub account_id: String,
+    pub key_id: Option<String>,
+    pub body: Value,
+    pub image_digest: String,
+    pub priority: u32,
+    pub cpu_millis: u64,
+    pub memory_bytes: u64,
+    pub job: Job,
+    pub executors: BTreeMap<u32, Executor>,
+    pub reservations: u32,
+    pub reserved_micros: i64,
+    pub reservation_day: i64,
+    pub labels: BTreeMap<String, String>,
+    pub created_at: Millis,
+}
+
+impl JobRow {
+    /// The ledger subject of the job's current reservation.
+    pub fn reservation_subject(&self) -> String {
+        format!("{}/r{}", self.id, self.reservations)
+    }
+
+    /// The validated request, as it was accepted.
+    pub fn submission(&self) -> Result<JobSubmission, StoreError> {
+        grid_core::validate::job::validate(&self.body)
+            .map_err(|e| StoreError::Invalid(format!("stored request of {} no longer validates: {e}", self.id)))
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    #[error(transparent)]
+    Transition(#[from] TransitionError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<rusqlite::Error> for JobError {
+    fn from(e: rusqlite::Error) -> Self {
+        JobError::Store(e.into())
+    }
+}
+
+impl From<ReserveError> for JobError {
+    fn from(e: ReserveError) -> Self {
+        match e {
+            ReserveError::Refused(api) => JobError::Transition(TransitionError::Refused(api)),
+            ReserveError::Store(s) => JobError::Store(s),
+        }
+    }
+}
+
+pub fn body_hash(sub: &JobSubmission) -> String {
+    sha256_hex(grid_core::validate::job::canonical_body_hash_input(sub).as_bytes())
+}
+
+/// The reservation one attempt of this request holds.
+pub fn attempt_reservation(sub: &JobSubmission) -> i64 {
+    pricing::job_attempt_reservation_micros(
+        sub.resources.cpu_millis.request,
+        sub.resources.memory_bytes.request,
+        sub.running_deadline_seconds,
+    )
+}
+
+/// The job of an idempotency key, with its body hash.
+pub fn find_by_idempotency_key(conn: &Connection, account_id: &str, key: &str) -> StoreResult<Option<(JobRow, String)>> {
+    let found: Option<(String, String)> = conn
+        .query_row(
+            "SELECT id, body_hash FROM jobs WHERE account_id = ?1 AND idempotency_key = ?2",
+            (account_id, key),
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    match found {
+        Some((id, hash)) => Ok(load(conn, &id)?.map(|row| (row, hash))),
+        None => Ok(None),
+    }
+}
+
+/// POST /jobs. Returns the job and whether it was created now (`false`: an
+/// idempotent resend, nothing reserved).
+pub fn submit(
+    tx: &Connection,
+    caller: &Caller,
+    sub: &JobSubmission,
+    body: &Value,
+    image_digest: &str,
+    now: Millis,
+) -> Result<(JobRow, bool), JobError> {
+    let hash = body_hash(sub);
+    let existing: Option<(String, String)> = tx
+        .query_row(
+            "SELECT id, body_hash FROM jobs WHERE account_id = ?1 AND idempotency_key = ?2",
+            (&caller.account_id, &sub.idempotency_key),
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    if let Some((id, existing_hash)) = existing {
+        if existing_hash != hash {
+            return Err(TransitionError::Refused(ApiError::IdempotencyConflict).into());
+        }
+        return Ok((load(tx, &id)?.ok_or_else(|| StoreError::NotFound(id))?, false));
+    }
+    let id = new_id(ids::COMPUTE_JOB);
+    let reserve = attempt_reservation(sub);
+    accounts::reserve(tx, caller, reserve, &format!("{id}/r1"), now)?;
+    let machine = Job::new(sub.retries, sub.running_deadline_seconds, now);
+    tx.execute(
+        "INSERT INTO jobs (id, account_id, key_id, idempotency_key, body_hash, request, image_digest, priority,
+                           cpu_millis, memory_bytes, phase, machine, reserved_micros, reservation_day,
+                           created_at, updated_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?15)",
+        params![
+            id,
+            caller.account_id,
+            caller.key_id,
+            sub.idempotency_key,
+            hash,
+            body.to_string(),
+            image_digest,
+            sub.priority,
+            sub.resources.cpu_millis.request as i64,
+            sub.resources.memory_bytes.request as i64,
+            machine.phase.as_str(),
+            serde_json::to_string(&machine).expect("serialisable"),
+            reserve,
+            now.utc_day(),
+            now.0
+        ],
+    )?;
+    let mut label = tx.prepare_cached("INSERT INTO job_labels (job_id, key, value) VALUES (?1, ?2, ?3)")?;
+    for (k, v) in &sub.labels {
+        label.execute((&id, k, v))?;
+    }
+    Ok((load(tx, &id)?.expect("just inserted"), true))
+}
+
+const JOB_COLUMNS: &str = "id, account_id, key_id, request, image_digest, priority, cpu_millis, memory_bytes, machine,
+     executors, reservations, reserved_micros, reservation_day, created_at";
+
+fn job_row(r: &Row) -> rusqlite::Result<JobRow> {
+    let bad = |i: usize, e: serde_json::Error| rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, Box::new(e));
+    let body: String = r.get(3)?;
+    let machine: String = r.get(8)?;
+    let executors: String = r.get(9)?;
+    Ok(JobRow {
+        id: r.get(0)?,
+        account_id: r.get(1)?,
+        key_id: r.get(2)?,
+        body: serde_json::from_str(&body).map_err(|e| bad(3, e))?,
+        image_digest: r.get(4)?,
+        priority: r.get(5)?,
+        cpu_millis: r.get::<_, i64>(6)? as u64,
+        memory_bytes: r.get::<_, i64>(7)? as u64,
+        job: serde_json::from_str(&machine).map_err(|e| bad(8, e))?,
+        executors: serde_json::from_str(&executors).map_err(|e| bad(9, e))?,
+        reservations: r.get(10)?,
+        reserved_micros: r.get(11)?,
+        reservation_day: r.get(12)?,
+        labels: BTreeMap::new(),
+        created_at: Millis(r.get(13)?),
+    })
+}
+
+pub fn load(conn: &Connection, id: &str) -> StoreResult<Option<JobRow>> {
+    let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1");
+    let Some(mut row) = conn.prepare_cached(&sql)?.query_row([id], job_row).optional()? else { return Ok(None) };
+    row.labels = conn
+        .prepare_cached("SELECT key, value FROM job_labels WHERE job_id = ?1")?
+        .query_map([id], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<Result<_, _>>()?;
+    Ok(Some(row))
+}
+
+/// A job of this account, or `None` (another account's jobs do not exist).
+pub fn load_owned(conn: &Connection, account_id: &str, id: &str) -> StoreResult<Option<JobRow>> {
+    Ok(load(conn, id)?.filter(|r| r.account_id == account_id))
+}
+
+fn save(conn: &Connection, row: &JobRow, now: Millis) -> StoreResult<()> {
+    conn.prepare_cached(
+        "UPDATE jobs SET phase = ?2, machine = ?3, executors = ?4, reservations = ?5, reserved_micros = ?6,
+                         reservation_day = ?7, updated_at = ?8
+          WHERE id = ?1",
+    )?
+    .execute(params![
+        row.id,
+        row.job.phase.as_str(),
+        serde_json::to_string(&row.job).expect("serialisable"),
+        serde_json::to_string(&row.executors).expect("serialisable"),
+        row.reservations,
+        row.reserved_micros,
+        row.reservation_day,
+        now.0
+    ])?;
+    Ok(())
+}
+
+/// Applies one event to a job and carries out its database effects. The
+/// returned effects are the ones left for the runner (container work,
+/// publishing, replays).
+pub fn transition(
+    conn: &Connection,
+    id: &str,
+    event: Event,
+    now: Millis,
+    caller: Option<&Caller>,
+) -> Result<(JobRow, Vec<Effect>), JobError> {
+    let mut row = load(conn, id)?.ok_or_else(|| StoreError::NotFound(format!("job {id}")))?;
+    let Outcome { job, effects } = job::apply(&row.job, event, now)?;
+    let mut left = vec![];
+    for effect in effects {
+        match effect {
+            Effect::Reserve { .. } => {
+                let sub = row.submission()?;
+                let amount = attempt_reservation(&sub);
+                // A retry is billed to whoever asked for it; the job's own key otherwise.
+                let owner = Caller { account_id: row.account_id.clone(), key_id: row.key_id.clone(), daily_cap_micros: None };
+                let payer = caller.unwrap_or(&owner);
+                row.reservations += 1;
+                row.reserved_micros = amount;
+                row.reservation_day = now.utc_day();
+                accounts::reserve(conn, payer, amount, &row.reservation_subject(), now)?;
+            }
+            Effect::Settle { charge } => settle(conn, &row, charge, now)?,
+            other => left.push(other),
+        }
+    }
+    row.job = job;
+    save(conn, &row, now)?;
+    Ok((row, left))
+}
+
+/// Charges an attempt's run time (capped by the pricing rules) and releases
+/// the rest of the open reservation.
+fn settle(conn: &Connection, row: &JobRow, charge: Option<job::AttemptCharge>, now: Millis) -> StoreResult<()> {
+    let used = charge.map_or(0, |c| {
+        pricing::job_attempt_charge_micros(
+            row.cpu_millis,
+            row.memory_bytes,
+            c.run_millis,
+            row.job.running_deadline_seconds,
+            row.reserved_micros,
+        )
+    });
+    let (charged, released) = ledger::settle(row.reserved_micros, used);
+    let subject = row.reservation_subject();
+    for (kind, amount) in [(EntryKind::Charge, charged), (EntryKind::Release, released)] {
+        if amount > 0 {
+            let e = Entry {
+                account_id: &row.account_id,
+                key_id: row.key_id.as_deref(),
+                kind,
+                amount,
+                subject: Some(&subject),
+                reservation_day: Some(row.reservation_day),
+            };
+            accounts::append(conn, &e, now)?;
+        }
+    }
+    Ok(())
+}
+
+pub fn set_executor(conn: &Connection, id: &str, attempt: u32, executor: Executor, now: Millis) -> StoreResult<()> {
+    let mut row = load(conn, id)?.ok_or_else(|| StoreError::NotFound(format!("job {id}")))?;
+    row.executors.insert(attempt, executor);
+    save(conn, &row, now)
+}
+
+/// A stored log and where its bytes are.
+#[derive(Debug, Clone)]
+pub struct StoredLog {
+    pub artifact: JobArtifact,
+    pub storage_name: String,
+    pub sha256: String,
+}
+
+pub fn insert_log(conn: &Connection, job_id: &str, log: &StoredLog) -> StoreResult<()> {
+    conn.execute(
+        "INSERT OR REPLACE INTO job_logs (artifact_id, job_id, attempt, storage_name, sha256, byte_length, truncated, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        params![
+            log.artifact.artifact_id,
+            job_id,
+            log.artifact.attempt,
+            log.storage_name,
+            log.sha256,
+            log.artifact.byte_length as i64,
+            log.artifact.truncated,
+            log.artifact.created_at.0
+        ],
+    )?;
+    Ok(())
+}
+
+pub fn logs(conn: &Connection, job_id: &str) -> StoreResult<Vec<StoredLog>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT artifact_id, attempt, storage_name, sha256, byte_length, truncated, created_at
+               FROM job_logs WHERE job_id = ?1 ORDER BY attempt",
+        )?
+        .query_map([job_id], |r| {
+            Ok(StoredLog {
+                artifact: JobArtifact {
+                    artifact_id: r.get(0)?,
+                    kind: LOG_KIND.into(),
+                    byte_length: r.get::<_, i64>(4)? as u64,
+                    content_type: LOG_CONTENT_TYPE.into(),
+                    created_at: Millis(r.get(6)?),
+                    attempt: r.get(1)?,
+                    truncated: r.get(5)?,
+                },
+                storage_name: r.get(2)?,
+                sha256: r.get(3)?,
+            })
+        })?
+        .collect::<Result<_, _>>()?)
+}
+
+pub fn record_of(conn: &Connection, row: &JobRow) -> StoreResult<JobRecord> {
+    let logs: Vec<JobArtifact> = logs(conn, &row.id)?.into_iter().map(|l| l.artifact).collect();
+    Ok(JobRecord::build(RecordParts {
+        job_id: &row.id,
+        image_digest: &row.image_digest,
+        job: &row.job,
+        executors: &row.executors,
+        logs: &logs,
+        labels: &row.labels,
+        priority: row.priority,
+        created_at: row.created_at,
+    }))
+}
+
+/// GET /jobs filters, already validated.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListFilter {
+    pub phase: Option<JobPhase>,
+    pub label: Option<(String, String)>,
+}
+
+/// Newest first, `limit` records with `seq` below `before`. Returns the
+/// records and the `seq` to continue from when there are more.
+pub fn list(
+    conn: &Connection,
+    account_id: &str,
+    filter: &ListFilter,
+    before: Option<i64>,
+    limit: usize,
+) -> StoreResult<(Vec<JobRecord>, Option<i64>)> {
+    let mut sql = String::from("SELECT j.seq, j.id FROM jobs j");
+    if filter.label.is_some() {
+        sql.push_str(" JOIN job_labels l ON l.job_id = j.id AND l.key = ?4 AND l.value = ?5");
+    }
+    sql.push_str(" WHERE j.account_id = ?1 AND j.seq < ?2 AND (?3 IS NULL OR j.phase = ?3) ORDER BY j.seq DESC LIMIT ?6");
+    let (lk, lv) = filter.label.clone().unzip();
+    let ids: Vec<(i64, String)> = conn
+        .prepare_cached(&sql)?
+        .query_map(
+            params![account_id, before.unwrap_or(i64::MAX), filter.phase.map(JobPhase::as_str), lk, lv, limit as i64 + 1],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?
+        .collect::<Result<_, _>>()?;
+    let more = ids.len() > limit;
+    let mut out = Vec::with_capacity(limit);
+    let mut last_seq = None;
+    for (seq, id) in ids.into_iter().take(limit) {
+        if let Some(row) = load(conn, &id)? {
+            out.push(record_of(conn, &row)?);
+            last_seq = Some(seq);
+        }
+    }
+    Ok((out, if more { last_seq } else { None }))
+}
+
+/// Ids of jobs in a phase, in queue order (higher priority first, then older).
+pub fn ids_in_phase(conn: &Connection, phase: JobPhase) -> StoreResult<Vec<String>> {
+    Ok(conn
+        .prepare_cached("SELECT id FROM jobs WHERE phase = ?1 ORDER BY priority DESC, seq")?
+        .query_map([phase.as_str()], |r| r.get(0))?
+        .collect::<Result<_, _>>()?)
+}
+
+/// CPU millicores and memory bytes requested by jobs holding a container.
+pub fn capacity_in_use(conn: &Connection) -> StoreResult<(u64, u64)> {
+    let (cpu, mem): (i64, i64) = conn.query_row(
+        "SELECT COALESCE(SUM(cpu_millis), 0), COALESCE(SUM(memory_bytes), 0) FROM jobs
+          WHERE phase IN ('PROVISIONING', 'RUNNING')",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    Ok((cpu as u64, mem as u64))
+}
+
+/// Jobs whose replay is due (an eviction with replays left): after a crash
+/// between the attempt's end and its replay, these are replayed on start.
+pub fn replay_pending_ids(conn: &Connection) -> StoreResult<Vec<String>> {
+    let failed = ids_in_phase(conn, JobPhase::Failed)?;
+    let mut out = vec![];
+    for id in failed {
+        if load(conn, &id)?.is_some_and(|r| r.job.replay_pending()) {
+            out.push(id);
+        }
+    }
+    Ok(out)
+}
