@@ -41,9 +41,10 @@ pub fn account_credit(store: &Store, account_id: &str, add_micros: i64) -> Store
     })
 }
 
-pub fn key_create(store: &Store, account_id: &str, daily_cap_micros: Option<i64>) -> StoreResult<Value> {
+pub fn key_create(store: &Store, account_id: &str, daily_cap_micros: Option<i64>, internal: bool) -> StoreResult<Value> {
     store.write_blocking(|tx| {
-        Ok(serde_json::to_value(accounts::create_key(tx, account_id, daily_cap_micros, now())?).expect("serialisable"))
+        let key = accounts::create_key(tx, account_id, daily_cap_micros, internal, now())?;
+        Ok(serde_json::to_value(key).expect("serialisable"))
     })
 }
 
@@ -61,6 +62,20 @@ pub fn first_start(store: &Store, initial_credit_micros: i64) -> StoreResult<Opt
             return Ok(None);
         }
         let id = accounts::create_account(tx, "default", initial_credit_micros, now())?;
-        Ok(Some(accounts::create_key(tx, &id, None, now())?))
+        Ok(Some(accounts::create_key(tx, &id, None, false, now())?))
+    })
+}
+
+pub fn identity_link(store: &Store, issuer: &str, subject: &str, account_id: &str) -> StoreResult<Value> {
+    store.write_blocking(|tx| {
+        accounts::link_identity(tx, issuer, subject, account_id, now())?;
+        Ok(json!({ "issuer": issuer, "subject": subject, "accountId": account_id }))
+    })
+}
+
+pub fn identity_unlink(store: &Store, issuer: &str, subject: &str) -> StoreResult<Value> {
+    store.write_blocking(|tx| {
+        accounts::unlink_identity(tx, issuer, subject)?;
+        Ok(json!({ "issuer": issuer, "subject": subject, "unlinked": true }))
     })
 }

@@ -9,6 +9,7 @@ mod ids;
 mod settlement;
 mod signing;
 mod store;
+mod tokens;
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -46,6 +47,35 @@ enum Command {
     /// Issue and revoke API keys.
     #[command(subcommand)]
     Key(KeyCommand),
+    /// Link sign-in identities (OpenID issuer + subject) to accounts.
+    #[command(subcommand)]
+    Identity(IdentityCommand),
+}
+
+#[derive(Subcommand)]
+enum IdentityCommand {
+    /// Let a sign-in identity act for an account.
+    Link {
+        #[command(flatten)]
+        data: DataDir,
+        /// The token's `iss` claim.
+        #[arg(long)]
+        issuer: String,
+        /// The token's `sub` claim.
+        #[arg(long)]
+        subject: String,
+        #[arg(long)]
+        account: String,
+    },
+    /// Remove a link.
+    Unlink {
+        #[command(flatten)]
+        data: DataDir,
+        #[arg(long)]
+        issuer: String,
+        #[arg(long)]
+        subject: String,
+    },
 }
 
 #[derive(Args)]
@@ -65,9 +95,12 @@ struct ServeArgs {
     /// Public address of this server, used in download URLs and metadata [default: http://LISTEN]
     #[arg(long)]
     base_url: Option<String>,
-    /// OpenID Connect issuer named as authorization server in the metadata.
+    /// OpenID Connect issuer: named as authorization server in the metadata, and the `iss` sign-in tokens must carry.
     #[arg(long)]
     auth_url: Option<String>,
+    /// The issuer's JWKS address [default: jwks_uri from AUTH_URL/.well-known/openid-configuration]
+    #[arg(long)]
+    jwks_url: Option<String>,
     /// Seconds between settlement passes (charges and releases).
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     settlement_interval_secs: u64,
@@ -169,6 +202,10 @@ enum KeyCommand {
         /// Most the key may reserve and spend per UTC day, in micro-euros.
         #[arg(long)]
         daily_cap_micros: Option<i64>,
+        /// An internal credential (the operator's own integration billed to this account): when the
+        /// account is suspended its billable calls answer 403 account_suspended.
+        #[arg(long)]
+        internal: bool,
     },
     /// Revoke a key at once.
     Revoke {
@@ -205,10 +242,18 @@ fn main() -> anyhow::Result<()> {
             }
         },
         Command::Key(cmd) => match cmd {
-            KeyCommand::Create { data, account, daily_cap_micros } => {
-                admin::key_create(&admin::open(&data.data_dir)?, &account, daily_cap_micros)
+            KeyCommand::Create { data, account, daily_cap_micros, internal } => {
+                admin::key_create(&admin::open(&data.data_dir)?, &account, daily_cap_micros, internal)
             }
             KeyCommand::Revoke { data, key_id } => admin::key_revoke(&admin::open(&data.data_dir)?, &key_id),
+        },
+        Command::Identity(cmd) => match cmd {
+            IdentityCommand::Link { data, issuer, subject, account } => {
+                admin::identity_link(&admin::open(&data.data_dir)?, &issuer, &subject, &account)
+            }
+            IdentityCommand::Unlink { data, issuer, subject } => {
+                admin::identity_unlink(&admin::open(&data.data_dir)?, &issuer, &subject)
+            }
         },
     }?;
     println!("{out}");
@@ -270,6 +315,7 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         store,
         signer: Signer::new(hex::decode(&secret).unwrap_or_else(|_| secret.into_bytes()), base_url.clone()),
         compute: Compute::new(compute_config, config.data_dir.join("logs")),
+        tokens: tokens::TokenVerifier::new(config.auth_url.clone(), args.jwks_url.clone()),
         queue_ready: Notify::new(),
         busy_workers: AtomicU32::new(0),
         artifacts_dir: config.data_dir.join("artifacts"),

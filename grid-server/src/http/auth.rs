@@ -1,30 +1,54 @@
-//! Credential checks. A check that cannot read the account database in time
-//! answers 503 accounting_unavailable: nothing was done, resending is safe.
+//! Credential checks: `x-api-key`, or `Authorization: Bearer` with a sign-in
+//! token. A check that cannot read the account database in time answers
+//! 503 accounting_unavailable: nothing was done, resending is safe.
 
 use grid_core::error::ApiError;
 use hyper::HeaderMap;
 
 use super::App;
 use crate::store::accounts::{self, Caller};
-use crate::store::StoreError;
+use crate::store::{StoreError, StoreResult};
 
-pub async fn authenticate(app: &App, headers: &HeaderMap) -> Result<Caller, ApiError> {
-    let Some(key) = headers.get("x-api-key").and_then(|v| v.to_str().ok()).map(str::to_owned) else {
-        // Sign-in tokens (Authorization: Bearer) are checked once an OpenID
-        // issuer is configured; until then a bearer token is no credential.
-        return Err(ApiError::Unauthorized);
-    };
-    if !key.starts_with(accounts::KEY_PREFIX) {
-        return Err(ApiError::Unauthorized);
+/// `audience` is the resource the request is for: the base URL, or the
+/// base URL + `/mcp` on the MCP endpoint.
+pub async fn authenticate(app: &App, headers: &HeaderMap, audience: &str) -> Result<Caller, ApiError> {
+    if let Some(key) = headers.get("x-api-key").and_then(|v| v.to_str().ok()) {
+        if !key.starts_with(accounts::KEY_PREFIX) {
+            return Err(ApiError::Unauthorized);
+        }
+        let key = key.to_string();
+        return lookup(app, move |c| accounts::caller_for_key(c, &key)).await?.ok_or(ApiError::Unauthorized);
     }
-    let lookup = app.store.read(move |conn| accounts::caller_for_key(conn, &key));
-    match tokio::time::timeout(app.config.accounting_timeout, lookup).await {
+    let bearer = headers
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .map(str::trim);
+    let Some(token) = bearer else { return Err(ApiError::Unauthorized) };
+    let identity = app.tokens.verify(token, audience).await.map_err(|e| {
+        tracing::info!(error = %e, "bearer token refused");
+        ApiError::Unauthorized
+    })?;
+    let (issuer, subject) = (identity.issuer.clone(), identity.subject.clone());
+    match lookup(app, move |c| accounts::account_for_identity(c, &issuer, &subject)).await? {
+        // A valid sign-in with no account, or a suspended one: accept the
+        // invitation first, or use a key.
+        None | Some((_, true)) => Err(ApiError::Forbidden),
+        Some((account_id, false)) => Ok(Caller { account_id, ..Default::default() }),
+    }
+}
+
+/// Reads the account database within the accounting deadline.
+async fn lookup<R: Send + 'static>(
+    app: &App,
+    f: impl FnOnce(&rusqlite::Connection) -> StoreResult<R> + Send + 'static,
+) -> Result<R, ApiError> {
+    match tokio::time::timeout(app.config.accounting_timeout, app.store.read(f)).await {
         Err(_) | Ok(Err(StoreError::Busy)) => Err(ApiError::AccountingUnavailable),
         Ok(Err(e)) => {
             tracing::error!(error = %e, "credential check failed");
             Err(ApiError::AccountingUnavailable)
         }
-        Ok(Ok(None)) => Err(ApiError::Unauthorized),
-        Ok(Ok(Some(caller))) => Ok(caller),
+        Ok(Ok(r)) => Ok(r),
     }
 }

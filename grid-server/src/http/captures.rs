@@ -3,7 +3,7 @@
 use grid_core::catalog::ArtifactKind;
 use grid_core::error::ApiError;
 use grid_core::validate;
-use hyper::body::Incoming;
+use serde_json::Value;
 
 use super::respond::{self, Resp};
 use super::App;
@@ -36,9 +36,7 @@ fn item_error(e: ItemError) -> ApiError {
     }
 }
 
-pub async fn submit_batch(app: &App, caller: &Caller, body: Incoming) -> Result<Resp, ApiError> {
-    let refuse = |detail| ApiError::InvalidBatchBody { detail };
-    let body = respond::json_body(body, refuse).await?;
+pub async fn submit_batch(app: &App, caller: &Caller, body: Value) -> Result<Resp, ApiError> {
     let submission = validate::batch::validate(&body)?;
     let caller = caller.clone();
     let created = app

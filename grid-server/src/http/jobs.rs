@@ -7,7 +7,7 @@ use grid_core::validate;
 use grid_core::validate::list::{list_query, log_query};
 use grid_core::wire::job::NetworkProfile;
 use grid_core::wire::job_record::JobArtifacts;
-use hyper::body::Incoming;
+use serde_json::Value;
 use hyper::header::HeaderValue;
 use hyper::StatusCode;
 
@@ -61,8 +61,7 @@ async fn record(app: &App, row: JobRow, status: u16) -> Result<Resp, ApiError> {
     Ok(with_degraded(app, respond::json(status, &r)))
 }
 
-pub async fn submit(app: &App, caller: &Caller, body: Incoming) -> Result<Resp, ApiError> {
-    let body = respond::json_body(body, |detail| ApiError::InvalidJobRequest { detail }).await?;
+pub async fn submit(app: &App, caller: &Caller, body: Value) -> Result<Resp, ApiError> {
     let sub = validate::job::validate(&body)?;
     if sub.network_profile == NetworkProfile::PublicHttps && !app.compute.config.public_https {
         return Err(ApiError::CapabilityNotAvailable { capability: "networkProfile:public-https".into() });
@@ -119,8 +118,8 @@ pub async fn get(app: &App, caller: &Caller, id: &str) -> Result<Resp, ApiError>
     record(app, row, 200).await
 }
 
-pub async fn list(app: &App, caller: &Caller, query: Option<&str>) -> Result<Resp, ApiError> {
-    let q = list_query(&pairs(query))?;
+pub async fn list(app: &App, caller: &Caller, query: &[(String, String)]) -> Result<Resp, ApiError> {
+    let q = list_query(query)?;
     let filter = ListFilter { phase: q.phase, label: q.label.clone() };
     let scope = format!("{}|{:?}|{:?}", caller.account_id, filter.phase, filter.label);
     let before = match &q.cursor {
@@ -169,8 +168,8 @@ pub async fn artifacts(app: &App, caller: &Caller, id: &str) -> Result<Resp, Api
     Ok(respond::json(200, &JobArtifacts { artifacts: logs.into_iter().map(|l| l.artifact).collect() }))
 }
 
-pub async fn logs(app: &App, caller: &Caller, id: &str, query: Option<&str>) -> Result<Resp, ApiError> {
-    let attempt = log_query(&pairs(query))?;
+pub async fn logs(app: &App, caller: &Caller, id: &str, query: &[(String, String)]) -> Result<Resp, ApiError> {
+    let attempt = log_query(query)?;
     let row = owned(app, caller, id).await?;
     let attempt = attempt.unwrap_or(row.job.attempt_number());
     let logs = app.store.read(move |c| jobs::logs(c, &row.id)).await.map_err(job_store_error)?;

@@ -1,9 +1,11 @@
 //! The HTTP API: a hyper 1 server and one router.
 
 mod auth;
+mod calls;
 mod captures;
 mod downloads;
 mod jobs;
+mod mcp;
 mod meta;
 pub mod respond;
 
@@ -20,6 +22,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify};
 
+use calls::Call;
 use respond::Resp;
 
 use crate::compute::Compute;
@@ -32,6 +35,7 @@ pub struct App {
     pub store: Store,
     pub config: ServeConfig,
     pub signer: Signer,
+    pub tokens: crate::tokens::TokenVerifier,
     pub compute: Compute,
     /// Woken when items become claimable, so idle workers start at once.
     pub queue_ready: Notify,
@@ -102,37 +106,37 @@ async fn dispatch(app: &App, req: Request<Incoming>) -> Result<Resp, ApiError> {
         (&Method::GET, ["downloads", item, kind]) => return downloads::serve(app, item, kind, req.uri().query()).await,
         _ => {}
     }
-    if !is_api_path(&segments) {
-        return Err(ApiError::RouteNotFound);
-    }
-    let caller = auth::authenticate(app, req.headers()).await?;
-    match (&method, segments.as_slice()) {
-        (&Method::GET, ["grid"]) => meta::grid_status(app).await,
-        (&Method::GET, ["grid", "queue-depth"]) => meta::queue_depth(app).await,
-        (&Method::POST, ["batches"]) => captures::submit_batch(app, &caller, req.into_body()).await,
-        (&Method::GET, ["batches", id]) => captures::batch(app, &caller, id).await,
-        (&Method::POST, ["jobs"]) => jobs::submit(app, &caller, req.into_body()).await,
-        (&Method::GET, ["jobs"]) => jobs::list(app, &caller, req.uri().query()).await,
-        (&Method::GET, ["jobs", id]) if is_compute(id) => jobs::get(app, &caller, id).await,
-        (&Method::GET, ["jobs", id]) => captures::item(app, &caller, id).await,
-        (&Method::POST, ["jobs", id, "retry"]) if is_compute(id) => jobs::retry(app, &caller, id).await,
-        (&Method::POST, ["jobs", id, "retry"]) => captures::retry(app, &caller, id).await,
-        // Capture items cannot be cancelled and have no job artifacts or logs.
-        (&Method::POST, ["jobs", id, "cancel"]) if is_compute(id) => jobs::cancel(app, &caller, id).await,
-        (&Method::GET, ["jobs", id, "artifacts"]) if is_compute(id) => jobs::artifacts(app, &caller, id).await,
-        (&Method::GET, ["jobs", id, "logs"]) if is_compute(id) => jobs::logs(app, &caller, id, req.uri().query()).await,
-        (&Method::POST, ["jobs", _, "cancel"]) | (&Method::GET, ["jobs", _, "artifacts" | "logs"]) => {
-            Err(ApiError::UnknownJob)
+    let caller = match (&method, segments.as_slice()) {
+        (_, ["mcp"]) => return mcp::handle(app, req).await,
+        _ if is_api_path(&segments) => auth::authenticate(app, req.headers(), &app.config.base_url).await?,
+        _ => return Err(ApiError::RouteNotFound),
+    };
+    let query = || jobs::pairs(req.uri().query());
+    let call = match (&method, segments.as_slice()) {
+        (&Method::GET, ["grid"]) => Call::GridStatus,
+        (&Method::GET, ["grid", "queue-depth"]) => Call::QueueDepth,
+        (&Method::GET, ["batches", id]) => Call::Batch(id.to_string()),
+        (&Method::GET, ["jobs"]) => Call::ListJobs(query()),
+        (&Method::GET, ["jobs", id]) => Call::GetJob(id.to_string()),
+        (&Method::POST, ["jobs", id, "retry"]) => Call::Retry(id.to_string()),
+        (&Method::POST, ["jobs", id, "cancel"]) => Call::Cancel(id.to_string()),
+        (&Method::GET, ["jobs", id, "artifacts"]) => Call::JobArtifacts(id.to_string()),
+        (&Method::GET, ["jobs", id, "logs"]) => Call::JobLogs { id: id.to_string(), query: query() },
+        (&Method::GET, ["artifacts", item, kind]) => Call::ArtifactUrl { item: item.to_string(), kind: kind.to_string() },
+        (&Method::GET, ["sessions"]) => Call::ListSessions,
+        (&Method::DELETE, ["sessions", id]) => Call::ReleaseSession(id.to_string()),
+        (&Method::POST, ["batches"]) => {
+            Call::SubmitBatch(respond::json_body(req.into_body(), |detail| ApiError::InvalidBatchBody { detail }).await?)
         }
-        (&Method::GET, ["artifacts", id, kind]) => captures::artifact_url(app, &caller, id, kind).await,
-        (_, ["sessions", ..]) => not_yet("browser sessions"),
-        (_, ["mcp"]) => not_yet("the MCP endpoint"),
-        _ => Err(ApiError::MethodNotAllowed),
-    }
-}
-
-fn is_compute(id: &str) -> bool {
-    grid_core::ids::job_id_kind(id) == grid_core::ids::JobIdKind::ComputeJob
+        (&Method::POST, ["jobs"]) => {
+            Call::SubmitJob(respond::json_body(req.into_body(), |detail| ApiError::InvalidJobRequest { detail }).await?)
+        }
+        (&Method::POST, ["sessions"]) => Call::LeaseSession(
+            respond::json_body(req.into_body(), |detail| ApiError::InvalidSessionBody { detail }).await?,
+        ),
+        _ => return Err(ApiError::MethodNotAllowed),
+    };
+    calls::perform(app, &caller, call).await
 }
 
 /// Paths of the contract that need a credential; anything else is 404.
@@ -144,6 +148,3 @@ fn is_api_path(segments: &[&str]) -> bool {
     )
 }
 
-fn not_yet(what: &str) -> Result<Resp, ApiError> {
-    Err(ApiError::NotImplemented { what: format!("not served by this release yet: {what}") })
-}

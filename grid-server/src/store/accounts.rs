@@ -31,14 +31,19 @@ pub struct NewKey {
     /// Shown once; only its hash is stored.
     pub api_key: String,
     pub daily_cap_micros: Option<i64>,
+    pub internal: bool,
 }
 
 /// Who a request acts for, once its credential checked out.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Caller {
     pub account_id: String,
+    /// The API key used; `None` for a sign-in token.
     pub key_id: Option<String>,
     pub daily_cap_micros: Option<i64>,
+    /// An internal key whose account is suspended: reads work, billable
+    /// calls answer 403 account_suspended.
+    pub suspended_internal: bool,
 }
 
 pub fn create_account(conn: &Connection, name: &str, credit_micros: i64, now: Millis) -> StoreResult<String> {
@@ -89,7 +94,13 @@ pub fn add_credit(conn: &Connection, account_id: &str, micros: i64, now: Millis)
     append(conn, &Entry::credit(account_id, micros), now)
 }
 
-pub fn create_key(conn: &Connection, account_id: &str, daily_cap_micros: Option<i64>, now: Millis) -> StoreResult<NewKey> {
+pub fn create_key(
+    conn: &Connection,
+    account_id: &str,
+    daily_cap_micros: Option<i64>,
+    internal: bool,
+    now: Millis,
+) -> StoreResult<NewKey> {
     account(conn, account_id)?;
     if daily_cap_micros.is_some_and(|c| c < 0) {
         return Err(StoreError::Invalid("--daily-cap-micros must not be negative".into()));
@@ -97,10 +108,11 @@ pub fn create_key(conn: &Connection, account_id: &str, daily_cap_micros: Option<
     let key_id = new_id(ids::KEY);
     let api_key = format!("{KEY_PREFIX}{}", random_hex(24));
     conn.execute(
-        "INSERT INTO api_keys (id, account_id, secret_sha256, daily_cap_micros, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-        (&key_id, account_id, sha256_hex(api_key.as_bytes()), daily_cap_micros, now.0),
+        "INSERT INTO api_keys (id, account_id, secret_sha256, daily_cap_micros, internal, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        (&key_id, account_id, sha256_hex(api_key.as_bytes()), daily_cap_micros, internal, now.0),
     )?;
-    Ok(NewKey { key_id, account_id: account_id.to_string(), api_key, daily_cap_micros })
+    Ok(NewKey { key_id, account_id: account_id.to_string(), api_key, daily_cap_micros, internal })
 }
 
 pub fn revoke_key(conn: &Connection, key_id: &str, now: Millis) -> StoreResult<()> {
@@ -114,19 +126,63 @@ pub fn revoke_key(conn: &Connection, key_id: &str, now: Millis) -> StoreResult<(
     Ok(())
 }
 
-/// The caller behind an API key, if the key exists, is not revoked and its
-/// account is not suspended. Unknown, revoked and suspended look alike to the
-/// caller (401), so nothing here tells them apart.
+/// The caller behind an API key, if the key exists and is not revoked, and
+/// its account is not suspended (an internal key of a suspended account
+/// still identifies, marked `suspended_internal`). Unknown, revoked and
+/// suspended look alike to the caller (401), so nothing here tells them apart.
 pub fn caller_for_key(conn: &Connection, api_key: &str) -> StoreResult<Option<Caller>> {
+    let found = conn
+        .query_row(
+            "SELECT k.id, k.account_id, k.daily_cap_micros, k.internal, a.suspended
+               FROM api_keys k JOIN accounts a ON a.id = k.account_id
+              WHERE k.secret_sha256 = ?1 AND k.revoked_at IS NULL",
+            [sha256_hex(api_key.as_bytes())],
+            |r| {
+                let caller = Caller {
+                    key_id: Some(r.get(0)?),
+                    account_id: r.get(1)?,
+                    daily_cap_micros: r.get(2)?,
+                    suspended_internal: false,
+                };
+                Ok((caller, r.get::<_, bool>(3)?, r.get::<_, bool>(4)?))
+            },
+        )
+        .optional()?;
+    Ok(match found {
+        Some((caller, _, false)) => Some(caller),
+        Some((caller, true, true)) => Some(Caller { suspended_internal: true, ..caller }),
+        _ => None,
+    })
+}
+
+/// The account a sign-in identity acts for, and whether it is suspended.
+pub fn account_for_identity(conn: &Connection, issuer: &str, subject: &str) -> StoreResult<Option<(String, bool)>> {
     Ok(conn
         .query_row(
-            "SELECT k.id, k.account_id, k.daily_cap_micros
-               FROM api_keys k JOIN accounts a ON a.id = k.account_id
-              WHERE k.secret_sha256 = ?1 AND k.revoked_at IS NULL AND a.suspended = 0",
-            [sha256_hex(api_key.as_bytes())],
-            |r| Ok(Caller { key_id: Some(r.get(0)?), account_id: r.get(1)?, daily_cap_micros: r.get(2)? }),
+            "SELECT a.id, a.suspended FROM identities i JOIN accounts a ON a.id = i.account_id
+              WHERE i.issuer = ?1 AND i.subject = ?2",
+            (issuer, subject),
+            |r| Ok((r.get(0)?, r.get(1)?)),
         )
         .optional()?)
+}
+
+pub fn link_identity(conn: &Connection, issuer: &str, subject: &str, account_id: &str, now: Millis) -> StoreResult<()> {
+    account(conn, account_id)?;
+    conn.execute(
+        "INSERT INTO identities (issuer, subject, account_id, created_at) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (issuer, subject) DO UPDATE SET account_id = excluded.account_id",
+        (issuer, subject, account_id, now.0),
+    )?;
+    Ok(())
+}
+
+pub fn unlink_identity(conn: &Connection, issuer: &str, subject: &str) -> StoreResult<()> {
+    let n = conn.execute("DELETE FROM identities WHERE issuer = ?1 AND subject = ?2", (issuer, subject))?;
+    if n == 0 {
+        return Err(StoreError::NotFound(format!("identity {issuer} {subject}")));
+    }
+    Ok(())
 }
 
 pub fn balance(conn: &Connection, account_id: &str) -> StoreResult<Balance> {

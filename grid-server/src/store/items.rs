@@ -418,8 +418,8 @@ mod tests {
         store
             .write_blocking(|tx| {
                 let id = accounts::create_account(tx, "t", credit, T)?;
-                let k = accounts::create_key(tx, &id, cap, T)?;
-                Ok(Caller { account_id: id, key_id: Some(k.key_id), daily_cap_micros: cap })
+                let k = accounts::create_key(tx, &id, cap, false, T)?;
+                Ok(Caller { account_id: id, key_id: Some(k.key_id), daily_cap_micros: cap, ..Default::default() })
             })
             .unwrap()
     }

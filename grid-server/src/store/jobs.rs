@@ -245,7 +245,7 @@ pub fn transition(
                 let sub = row.submission()?;
                 let amount = attempt_reservation(&sub);
                 // A retry is billed to whoever asked for it; the job's own key otherwise.
-                let owner = Caller { account_id: row.account_id.clone(), key_id: row.key_id.clone(), daily_cap_micros: None };
+                let owner = Caller { account_id: row.account_id.clone(), key_id: row.key_id.clone(), ..Default::default() };
                 let payer = caller.unwrap_or(&owner);
                 row.reservations += 1;
                 row.reserved_micros = amount;

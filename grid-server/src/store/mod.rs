@@ -16,7 +16,7 @@ use std::time::Duration;
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 pub const DB_FILE: &str = "grid.db";
-const SCHEMA_VERSION: i64 = 2;
+const SCHEMA_VERSION: i64 = 3;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -141,7 +141,11 @@ fn migrate(conn: &Connection) -> StoreResult<()> {
         )));
     }
     // Each step runs once, in order; a released step is never edited.
-    let steps = [include_str!("schema.sql"), include_str!("schema_v2_jobs.sql")];
+    let steps = [
+        include_str!("schema.sql"),
+        include_str!("schema_v2_jobs.sql"),
+        include_str!("schema_v3_identities.sql"),
+    ];
     for (i, sql) in steps.iter().enumerate() {
         let step = i as i64 + 1;
         if version < step {

@@ -1,0 +1,81 @@
+//! Every call of the grid API, independent of how it arrived: the HTTP
+//! router and the MCP tools both turn requests into a `Call`, and `perform`
+//! is the one place that runs it. So a tool is billed and refused exactly as
+//! its HTTP call is.
+
+use grid_core::error::ApiError;
+use grid_core::ids::{job_id_kind, JobIdKind};
+use serde_json::Value;
+
+use super::respond::Resp;
+use super::{captures, jobs, meta, App};
+use crate::store::accounts::Caller;
+
+pub type Query = Vec<(String, String)>;
+
+#[derive(Debug, Clone)]
+pub enum Call {
+    GridStatus,
+    QueueDepth,
+    SubmitBatch(Value),
+    Batch(String),
+    /// GET /jobs/{id}: a capture item or an analytical job.
+    GetJob(String),
+    /// POST /jobs/{id}/retry: a capture item or an analytical job.
+    Retry(String),
+    ArtifactUrl { item: String, kind: String },
+    SubmitJob(Value),
+    ListJobs(Query),
+    Cancel(String),
+    JobArtifacts(String),
+    JobLogs { id: String, query: Query },
+    // Their payloads are read once browser sessions are served.
+    #[allow(dead_code)]
+    LeaseSession(Value),
+    ListSessions,
+    #[allow(dead_code)]
+    ReleaseSession(String),
+}
+
+impl Call {
+    /// Whether the call takes a reservation (and so is refused for a
+    /// suspended internal credential).
+    pub fn is_billable(&self) -> bool {
+        match self {
+            Call::SubmitBatch(_) | Call::SubmitJob(_) | Call::LeaseSession(_) => true,
+            Call::Retry(id) => is_compute(id),
+            _ => false,
+        }
+    }
+}
+
+pub fn is_compute(id: &str) -> bool {
+    job_id_kind(id) == JobIdKind::ComputeJob
+}
+
+pub async fn perform(app: &App, caller: &Caller, call: Call) -> Result<Resp, ApiError> {
+    if caller.suspended_internal && call.is_billable() {
+        return Err(ApiError::AccountSuspended);
+    }
+    match call {
+        Call::GridStatus => meta::grid_status(app).await,
+        Call::QueueDepth => meta::queue_depth(app).await,
+        Call::SubmitBatch(body) => captures::submit_batch(app, caller, body).await,
+        Call::Batch(id) => captures::batch(app, caller, &id).await,
+        Call::GetJob(id) if is_compute(&id) => jobs::get(app, caller, &id).await,
+        Call::GetJob(id) => captures::item(app, caller, &id).await,
+        Call::Retry(id) if is_compute(&id) => jobs::retry(app, caller, &id).await,
+        Call::Retry(id) => captures::retry(app, caller, &id).await,
+        Call::ArtifactUrl { item, kind } => captures::artifact_url(app, caller, &item, &kind).await,
+        Call::SubmitJob(body) => jobs::submit(app, caller, body).await,
+        Call::ListJobs(query) => jobs::list(app, caller, &query).await,
+        // Capture items cannot be cancelled and have no job artifacts or logs.
+        Call::Cancel(id) if is_compute(&id) => jobs::cancel(app, caller, &id).await,
+        Call::JobArtifacts(id) if is_compute(&id) => jobs::artifacts(app, caller, &id).await,
+        Call::JobLogs { id, query } if is_compute(&id) => jobs::logs(app, caller, &id, &query).await,
+        Call::Cancel(_) | Call::JobArtifacts(_) | Call::JobLogs { .. } => Err(ApiError::UnknownJob),
+        Call::LeaseSession(_) | Call::ListSessions | Call::ReleaseSession(_) => {
+            Err(ApiError::NotImplemented { what: "not served by this release yet: browser sessions".into() })
+        }
+    }
+}

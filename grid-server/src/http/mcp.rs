@@ -1,0 +1,362 @@
+//! POST /mcp: the grid's calls as MCP tools over stateless Streamable HTTP.
+//!
+//! One JSON-RPC message per request, answered with one JSON body; no
+//! session (`mcp-session-id`) is ever issued and nothing is pushed. Each tool
+//! becomes a `Call` and runs through `calls::perform`, so it is billed and
+//! refused exactly as its HTTP call; the call's JSON body comes back as the
+//! tool's text, with `isError: true` when its status is 400 or more.
+//!
+//! Hand-written rather than built on an MCP SDK: the contract fixes the
+//! 401/405/406 answers to the byte, the transport is JSON-only and
+//! stateless, and every tool must run as the authenticated caller through
+//! the same code as the HTTP API; the protocol surface this needs (initialize,
+//! ping, tools/list, tools/call, notifications) is small. See docs/mcp.md.
+
+use bytes::Bytes;
+use grid_core::error::ApiError;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, ACCEPT, ALLOW, CONTENT_TYPE, WWW_AUTHENTICATE};
+use hyper::{Method, Request, StatusCode};
+use serde_json::{json, Map, Value};
+
+use super::calls::{self, Call};
+use super::respond::{self, Resp};
+use super::{auth, App};
+use crate::store::accounts::Caller;
+
+/// Protocol versions this server speaks, newest first.
+pub const PROTOCOL_VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+
+const PARSE_ERROR: i64 = -32700;
+const INVALID_REQUEST: i64 = -32600;
+const METHOD_NOT_FOUND: i64 = -32601;
+const INVALID_PARAMS: i64 = -32602;
+/// The transport-level errors of the Streamable HTTP transport.
+const TRANSPORT_ERROR: i64 = -32000;
+
+fn rpc_error(status: u16, code: i64, message: &str, id: Value) -> Resp {
+    respond::json(status, &json!({"jsonrpc": "2.0", "error": {"code": code, "message": message}, "id": id}))
+}
+
+fn rpc_result(id: Value, result: Value) -> Resp {
+    respond::json(200, &json!({"jsonrpc": "2.0", "result": result, "id": id}))
+}
+
+fn accepted() -> Resp {
+    let mut r = respond::bytes(StatusCode::ACCEPTED, "application/json", vec![]);
+    r.headers_mut().remove(CONTENT_TYPE);
+    r
+}
+
+pub async fn handle(app: &App, req: Request<Incoming>) -> Result<Resp, ApiError> {
+    if req.method() != Method::POST {
+        let mut r = rpc_error(405, TRANSPORT_ERROR, "Method not allowed.", Value::Null);
+        r.headers_mut().insert(ALLOW, HeaderValue::from_static("POST"));
+        return Ok(r);
+    }
+    let audience = format!("{}/mcp", app.config.base_url);
+    let caller = match auth::authenticate(app, req.headers(), &audience).await {
+        Ok(c) => c,
+        Err(ApiError::Unauthorized) => {
+            let mut r = respond::error(&ApiError::Unauthorized);
+            let challenge = format!(
+                "Bearer resource_metadata=\"{}/.well-known/oauth-protected-resource/mcp\"",
+                app.config.base_url
+            );
+            if let Ok(v) = HeaderValue::from_str(&challenge) {
+                r.headers_mut().insert(WWW_AUTHENTICATE, v);
+            }
+            return Ok(r);
+        }
+        Err(e) => return Err(e),
+    };
+    let accept = req.headers().get(ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if !(accept.contains("application/json") && accept.contains("text/event-stream")) {
+        return Ok(rpc_error(
+            406,
+            TRANSPORT_ERROR,
+            "Not Acceptable: Client must accept both application/json and text/event-stream",
+            Value::Null,
+        ));
+    }
+    let content_type = req.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if !content_type.starts_with("application/json") {
+        return Ok(rpc_error(
+            415,
+            TRANSPORT_ERROR,
+            "Unsupported Media Type: Content-Type must be application/json",
+            Value::Null,
+        ));
+    }
+    let body = match http_body_util::Limited::new(req.into_body(), respond::MAX_BODY_BYTES).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(_) => return Ok(rpc_error(400, PARSE_ERROR, "Parse error: body unreadable or too large", Value::Null)),
+    };
+    let message: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return Ok(rpc_error(400, PARSE_ERROR, &format!("Parse error: {e}"), Value::Null)),
+    };
+    let Value::Object(msg) = message else {
+        return Ok(rpc_error(400, INVALID_REQUEST, "Invalid Request: send one JSON-RPC message (no batches)", Value::Null));
+    };
+    if msg.get("jsonrpc") != Some(&json!("2.0")) {
+        let id = msg.get("id").cloned().unwrap_or(Value::Null);
+        return Ok(rpc_error(400, INVALID_REQUEST, "Invalid Request: jsonrpc must be \"2.0\"", id));
+    }
+    let Some(method) = msg.get("method").and_then(Value::as_str) else {
+        // A response to a server request, which this server never sends.
+        return Ok(accepted());
+    };
+    let Some(id) = msg.get("id").cloned() else {
+        // Notifications (initialized, cancelled, ...) need no answer.
+        return Ok(accepted());
+    };
+    let params = msg.get("params").cloned().unwrap_or(json!({}));
+    Ok(match method {
+        "initialize" => rpc_result(id, initialize(&params)),
+        "ping" => rpc_result(id, json!({})),
+        "tools/list" => rpc_result(id, json!({ "tools": tools() })),
+        "tools/call" => match call_tool(app, &caller, &params).await {
+            Ok(result) => rpc_result(id, result),
+            Err(message) => rpc_error(200, INVALID_PARAMS, &message, id),
+        },
+        other => rpc_error(200, METHOD_NOT_FOUND, &format!("Method not found: {other}"), id),
+    })
+}
+
+fn initialize(params: &Value) -> Value {
+    let asked = params["protocolVersion"].as_str().unwrap_or("");
+    let version = PROTOCOL_VERSIONS.iter().find(|v| **v == asked).unwrap_or(&PROTOCOL_VERSIONS[0]);
+    json!({
+        "protocolVersion": version,
+        "capabilities": {"tools": {"listChanged": false}},
+        "serverInfo": {"name": "grid", "title": "Grid", "version": env!("CARGO_PKG_VERSION")},
+        "instructions": "Grid runs capture batches, analytical container jobs and leased browser sessions. \
+                         Billable tools (submit_batch, submit_compute_job, retry_job, lease_session) reserve credit \
+                         like their HTTP calls. Poll get_batch / get_job for progress; nothing is pushed."
+    })
+}
+
+/// Runs a tool. `Err` is a JSON-RPC invalid-params error (unknown tool or
+/// arguments that do not name the call); the call's own refusals come back
+/// as a tool result with `isError: true`.
+async fn call_tool(app: &App, caller: &Caller, params: &Value) -> Result<Value, String> {
+    let name = params["name"].as_str().ok_or("params.name: required string")?;
+    let args = match params.get("arguments") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(m)) => m.clone(),
+        Some(_) => return Err("params.arguments: must be an object".into()),
+    };
+    let call = to_call(name, &args)?;
+    let resp = match calls::perform(app, caller, call).await {
+        Ok(r) => r,
+        Err(e) => respond::error(&e),
+    };
+    let status = resp.status().as_u16();
+    let body: Bytes = resp.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    Ok(json!({
+        "content": [{"type": "text", "text": String::from_utf8_lossy(&body)}],
+        "isError": status >= 400,
+    }))
+}
+
+fn string_arg(args: &Map<String, Value>, field: &str) -> Result<String, String> {
+    match args.get(field) {
+        Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
+        _ => Err(format!("arguments.{field}: required non-empty string")),
+    }
+}
+
+fn to_call(name: &str, args: &Map<String, Value>) -> Result<Call, String> {
+    let body = || Value::Object(args.clone());
+    Ok(match name {
+        "grid_status" => Call::GridStatus,
+        "queue_depth" => Call::QueueDepth,
+        "submit_batch" => Call::SubmitBatch(body()),
+        "get_batch" => Call::Batch(string_arg(args, "batchId")?),
+        "get_job" => Call::GetJob(string_arg(args, "jobId")?),
+        "retry_job" => Call::Retry(string_arg(args, "jobId")?),
+        "get_artifact_url" => Call::ArtifactUrl { item: string_arg(args, "jobId")?, kind: string_arg(args, "kind")? },
+        "submit_compute_job" => Call::SubmitJob(body()),
+        "list_jobs" => Call::ListJobs(list_query(args)?),
+        "cancel_job" => Call::Cancel(string_arg(args, "jobId")?),
+        "get_job_artifacts" => Call::JobArtifacts(string_arg(args, "jobId")?),
+        "get_job_logs" => {
+            let mut query = vec![];
+            if let Some(a) = args.get("attempt") {
+                query.push(("attempt".to_string(), a.as_u64().map_or_else(|| a.to_string(), |n| n.to_string())));
+            }
+            Call::JobLogs { id: string_arg(args, "jobId")?, query }
+        }
+        "lease_session" => Call::LeaseSession(body()),
+        "list_sessions" => Call::ListSessions,
+        "release_session" => Call::ReleaseSession(string_arg(args, "sessionId")?),
+        other => return Err(format!("Unknown tool: {other}")),
+    })
+}
+
+/// list_jobs arguments as GET /jobs query pairs, so the call validates them.
+fn list_query(args: &Map<String, Value>) -> Result<calls::Query, String> {
+    let mut q = vec![];
+    for (k, v) in args {
+        match (k.as_str(), v) {
+            ("label", Value::Object(labels)) => {
+                for (lk, lv) in labels {
+                    q.push((format!("label.{lk}"), lv.as_str().map_or_else(|| lv.to_string(), str::to_string)));
+                }
+            }
+            (_, Value::String(s)) => q.push((k.clone(), s.clone())),
+            (_, other) => q.push((k.clone(), other.to_string())),
+        }
+    }
+    Ok(q)
+}
+
+fn tool(name: &str, title: &str, description: &str, properties: Value, required: &[&str]) -> Value {
+    json!({
+        "name": name,
+        "title": title,
+        "description": description,
+        "inputSchema": {"type": "object", "properties": properties, "required": required, "additionalProperties": false}
+    })
+}
+
+fn id_tool(name: &str, title: &str, description: &str, field: &str) -> Value {
+    tool(name, title, description, json!({ field: {"type": "string", "minLength": 1} }), &[field])
+}
+
+/// The tool list with input schemas that match the calls' validation.
+pub fn tools() -> Vec<Value> {
+    let quantity = |pattern: &str| json!({"type": "object", "properties": {
+        "request": {"type": "string", "pattern": pattern}, "limit": {"type": "string", "pattern": pattern}},
+        "required": ["request", "limit"], "additionalProperties": false});
+    let cpu = quantity("^([0-9]+m|[0-9]*\\.?[0-9]+)$");
+    let bytes = quantity("^[0-9]*\\.?[0-9]+(k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$");
+    vec![
+        tool("grid_status", "Grid status", "Queue figures, busy capture workers and session slots of the whole grid. Free.", json!({}), &[]),
+        tool("queue_depth", "Queue depth", "Capture items waiting, prioritised, delayed or active across the grid. Free.", json!({}), &[]),
+        tool(
+            "submit_batch",
+            "Submit a capture batch",
+            "Queues 1 to 1000 URLs, one item each, run by a script under a browser profile. Reserves the script's price per item (fetch 120 µ€, browser-fetch and render-fetch 800 µ€, capture 1000 µ€); charged when an item's files are published.",
+            json!({
+                "urls": {"type": "array", "items": {"type": "string", "format": "uri"}, "minItems": 1, "maxItems": 1000},
+                "script": {"type": "string", "enum": ["capture", "fetch", "browser-fetch", "render-fetch"], "default": "capture"},
+                "profileId": {"type": "string", "enum": ["desktop-browser-nl/v2", "native-headless-browser/v2"], "default": "desktop-browser-nl/v2"},
+                "params": {"type": "object", "description": "Script parameters, checked when each item runs (see docs/captures.md)."},
+                "priority": {"type": "integer", "minimum": 1, "maximum": 1000000, "description": "Lower runs sooner; items without priority run first."}
+            }),
+            &["urls"],
+        ),
+        id_tool("get_batch", "Read a batch", "Counts and items (with states) of a capture batch. Free.", "batchId"),
+        id_tool("get_job", "Read a job", "A capture item (by its id) or an analytical job record (cj_ id). Free.", "jobId"),
+        id_tool(
+            "retry_job",
+            "Retry a job",
+            "Retries a failed capture item (free) or a FAILED/TIMED_OUT analytical job (new reservation as for submit_compute_job).",
+            "jobId",
+        ),
+        tool(
+            "get_artifact_url",
+            "Download URL of a capture file",
+            "A 15-minute download URL for one file of a finished capture item. Free.",
+            json!({"jobId": {"type": "string", "minLength": 1}, "kind": {"type": "string", "enum": ["screenshot", "html", "body", "meta"]}}),
+            &["jobId", "kind"],
+        ),
+        tool(
+            "submit_compute_job",
+            "Submit an analytical job",
+            "Runs a container image from an admitted registry with a command and resource bounds. Reserves one attempt's longest cost: (vCPU × 0.04 € + GiB × 0.0064 €) per hour × runningDeadlineSeconds on requested CPU and memory.",
+            json!({
+                "image": {"type": "string", "minLength": 1},
+                "command": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 128},
+                "args": {"type": "array", "items": {"type": "string"}, "maxItems": 128},
+                "resources": {"type": "object", "properties": {"cpu": cpu, "memory": bytes.clone(), "ephemeralStorage": bytes},
+                              "required": ["cpu", "memory", "ephemeralStorage"], "additionalProperties": false},
+                "runningDeadlineSeconds": {"type": "integer", "minimum": 1, "maximum": 21600},
+                "retries": {"type": "integer", "minimum": 0, "maximum": 3, "default": 0},
+                "priority": {"type": "integer", "minimum": 0, "maximum": 10, "default": 0},
+                "capabilities": {"type": "object", "properties": {"networkProfile": {"type": "string", "enum": ["none", "public-https"]}},
+                                 "required": ["networkProfile"], "additionalProperties": false},
+                "env": {"type": "object", "maxProperties": 100, "propertyNames": {"pattern": "^[A-Z_][A-Z0-9_]*$"},
+                        "additionalProperties": {"type": "string"}},
+                "labels": {"type": "object", "maxProperties": 20, "propertyNames": {"pattern": "^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"},
+                           "additionalProperties": {"type": "string", "pattern": "^([a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?)?$"}},
+                "idempotencyKey": {"type": "string", "minLength": 1, "maxLength": 128}
+            }),
+            &["image", "command", "resources", "runningDeadlineSeconds", "capabilities", "env", "labels", "idempotencyKey"],
+        ),
+        tool(
+            "list_jobs",
+            "List analytical jobs",
+            "The caller's analytical jobs, newest first. Free.",
+            json!({
+                "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 50},
+                "cursor": {"type": "string", "description": "nextCursor of the previous page"},
+                "phase": {"type": "string", "enum": ["ACCEPTED", "QUEUED", "PROVISIONING", "RUNNING", "PUBLISHING", "SUCCEEDED", "FAILED", "TIMED_OUT", "CANCELLED"]},
+                "label": {"type": "object", "maxProperties": 1, "additionalProperties": {"type": "string"}, "description": "one label filter, {key: value}"}
+            }),
+            &[],
+        ),
+        id_tool("cancel_job", "Cancel a job", "Cancels an analytical job; it reaches CANCELLED once its container stopped. Free.", "jobId"),
+        id_tool("get_job_artifacts", "List a job's files", "The published logs of an analytical job's attempts. Free.", "jobId"),
+        tool(
+            "get_job_logs",
+            "Read a job's log",
+            "stdout and stderr of an ended attempt (default: the current one), up to 1 MiB. Free.",
+            json!({"jobId": {"type": "string", "minLength": 1}, "attempt": {"type": "integer", "minimum": 1}}),
+            &["jobId"],
+        ),
+        tool(
+            "lease_session",
+            "Lease a browser session",
+            "Leases a remote Chromium for 1 to 240 minutes and returns a one-time CDP URL. Reserves the whole lifetime at 0.07 € per hour; charged for ready time only.",
+            json!({
+                "profileId": {"type": "string", "enum": ["desktop-browser-nl/v2", "native-headless-browser/v2"]},
+                "ttlMinutes": {"type": "integer", "minimum": 1, "maximum": 240, "default": 30},
+                "network": {"type": "string", "enum": ["public-web-only/v1"]}
+            }),
+            &[],
+        ),
+        tool("list_sessions", "List browser sessions", "The caller's live sessions (without their CDP URLs). Free.", json!({}), &[]),
+        id_tool("release_session", "Release a browser session", "Ends a session at once; its CDP URL stops working. Free.", "sessionId"),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contract_tools_are_listed_with_object_schemas() {
+        let names: Vec<String> = tools().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect();
+        for required in ["grid_status", "submit_batch", "lease_session", "submit_compute_job", "retry_job"] {
+            assert!(names.contains(&required.to_string()), "{required} missing");
+        }
+        for t in tools() {
+            assert_eq!(t["inputSchema"]["type"], "object", "{}", t["name"]);
+            // Every tool maps to a call (arguments aside).
+            let name = t["name"].as_str().unwrap();
+            let mut args = Map::new();
+            for f in t["inputSchema"]["required"].as_array().unwrap() {
+                args.insert(f.as_str().unwrap().into(), json!("x"));
+            }
+            assert!(to_call(name, &args).is_ok(), "{name}");
+        }
+    }
+
+    #[test]
+    fn version_negotiation_echoes_known_and_offers_newest_otherwise() {
+        assert_eq!(initialize(&json!({"protocolVersion": "2025-03-26"}))["protocolVersion"], "2025-03-26");
+        assert_eq!(initialize(&json!({"protocolVersion": "1999-01-01"}))["protocolVersion"], PROTOCOL_VERSIONS[0]);
+    }
+
+    #[test]
+    fn list_jobs_arguments_become_query_pairs() {
+        let args = json!({"limit": 5, "phase": "RUNNING", "label": {"team": "x"}});
+        let q = list_query(args.as_object().unwrap()).unwrap();
+        assert!(q.contains(&("limit".into(), "5".into())));
+        assert!(q.contains(&("label.team".into(), "x".into())));
+    }
+}
