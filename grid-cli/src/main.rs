@@ -8,6 +8,7 @@ mod artifact;
 mod batch;
 mod input;
 mod item;
+mod job;
 mod output;
 mod status;
 
@@ -65,6 +66,9 @@ enum Command {
     /// Files of capture items.
     #[command(subcommand)]
     Artifact(artifact::ArtifactCommand),
+    /// Analytical jobs (containers): submit, show, list, logs, cancel, retry, artifacts.
+    #[command(subcommand)]
+    Job(job::JobCommand),
 }
 
 /// What every command gets: the client and the output mode.
@@ -103,6 +107,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Batch(command) => batch::run(&cx, command).await,
         Command::Item(command) => item::run(&cx, command).await,
         Command::Artifact(command) => artifact::run(&cx, command).await,
+        Command::Job(command) => job::run(&cx, command).await,
     }
 }
 

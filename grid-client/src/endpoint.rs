@@ -29,19 +29,39 @@ pub struct Endpoint<T> {
     method: Method,
     segments: Vec<String>,
     credential: bool,
+    /// Query pairs, encoded by [`Endpoint::url`]; empty for most calls.
+    query: Vec<(String, String)>,
     body: Option<Vec<u8>>,
     answer: PhantomData<fn() -> T>,
 }
 
 impl<T> Endpoint<T> {
-    fn new(method: Method, segments: &[&str], credential: bool) -> Endpoint<T> {
+    pub(crate) fn new(method: Method, segments: &[&str], credential: bool) -> Endpoint<T> {
         Endpoint {
             method,
             segments: segments.iter().map(|s| s.to_string()).collect(),
             credential,
+            query: Vec::new(),
             body: None,
             answer: PhantomData,
         }
+    }
+
+    /// The same call with a JSON body.
+    pub(crate) fn with_body(mut self, body: Vec<u8>) -> Endpoint<T> {
+        self.body = Some(body);
+        self
+    }
+
+    /// The same call with one more query pair (kept in order, encoded by `url`).
+    pub(crate) fn with_query(mut self, name: impl Into<String>, value: impl Into<String>) -> Endpoint<T> {
+        self.query.push((name.into(), value.into()));
+        self
+    }
+
+    /// The query pairs, in order.
+    pub fn query(&self) -> &[(String, String)] {
+        &self.query
     }
 
     pub fn method(&self) -> &Method {
@@ -82,17 +102,25 @@ impl<T> Endpoint<T> {
         url.set_path(&full);
         url.set_query(None);
         url.set_fragment(None);
+        if !self.query.is_empty() {
+            url.query_pairs_mut().extend_pairs(&self.query);
+        }
         Ok(url)
     }
 }
 
-/// `GET /batches/a%2Fb`, for messages.
+/// `GET /batches/a%2Fb` (with `?query` when it has one), for messages.
 impl<T> fmt::Display for Endpoint<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.path() {
-            Ok(path) => write!(f, "{} {}", self.method, path),
-            Err(_) => write!(f, "{} /{}", self.method, self.segments.join("/")),
+            Ok(path) => write!(f, "{} {}", self.method, path)?,
+            Err(_) => write!(f, "{} /{}", self.method, self.segments.join("/"))?,
         }
+        if !self.query.is_empty() {
+            let query: String = url::form_urlencoded::Serializer::new(String::new()).extend_pairs(&self.query).finish();
+            write!(f, "?{query}")?;
+        }
+        Ok(())
     }
 }
 

@@ -24,6 +24,7 @@
 
 pub mod endpoint;
 pub mod error;
+pub mod jobs;
 
 use std::fmt;
 use std::time::Duration;
@@ -33,6 +34,8 @@ use grid_core::catalog::ArtifactKind;
 use grid_core::wire::batch::{BatchCreated, BatchView, NewBatch};
 use grid_core::wire::grid::{GridStatus, Health, ProtectedResource, QueueDepth};
 use grid_core::wire::item::{ArtifactUrl, CaptureItem, ItemRetried};
+use grid_core::wire::job::NewJob;
+use grid_core::wire::job_record::{JobArtifacts, JobList, JobRecord};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
 use reqwest::Method;
 use serde::de::DeserializeOwned;
@@ -40,6 +43,7 @@ use url::Url;
 
 use crate::endpoint::Endpoint;
 use crate::error::ClientError;
+use crate::jobs::{JobListQuery, JobLog, JobSubmitted};
 
 /// How a client proves who it is. Debug output never shows the secret.
 #[derive(Clone, Default)]
@@ -310,6 +314,113 @@ impl GridClient {
                 Err(e) => return Err(e),
             }
         }
+    }
+}
+
+/// Analytical jobs (module [`jobs`]).
+impl GridClient {
+    /// POST /jobs: 202 with a new record (`created`), or 200 with the
+    /// existing one when the idempotency key was used with the same body.
+    pub async fn submit_job(&self, job: &NewJob) -> Result<JobSubmitted, ClientError> {
+        let reply = self.send_raw(&jobs::submit_job(job)).await?;
+        Ok(JobSubmitted { created: reply.status == 202, record: reply.decode()? })
+    }
+
+    /// GET /jobs/{jobId} for an analytical job.
+    pub async fn job(&self, job_id: &str) -> Result<JobRecord, ClientError> {
+        self.send(&jobs::job(job_id)).await
+    }
+
+    /// GET /jobs: one page.
+    pub async fn list_jobs(&self, query: &JobListQuery) -> Result<JobList, ClientError> {
+        self.send(&jobs::list_jobs(query)).await
+    }
+
+    /// GET /jobs, following `nextCursor` from `query`'s page to the last one;
+    /// every record, newest first.
+    pub async fn list_all_jobs(&self, query: &JobListQuery) -> Result<Vec<JobRecord>, ClientError> {
+        let mut query = query.clone();
+        let mut all = Vec::new();
+        loop {
+            let page = self.list_jobs(&query).await?;
+            all.extend(page.jobs);
+            match page.next_cursor {
+                Some(cursor) => query.cursor = Some(cursor),
+                None => return Ok(all),
+            }
+        }
+    }
+
+    /// POST /jobs/{jobId}/cancel.
+    pub async fn cancel_job(&self, job_id: &str) -> Result<JobRecord, ClientError> {
+        self.send(&jobs::cancel_job(job_id)).await
+    }
+
+    /// POST /jobs/{jobId}/retry for an analytical job: a new attempt with a
+    /// new reservation.
+    pub async fn retry_job(&self, job_id: &str) -> Result<JobRecord, ClientError> {
+        self.send(&jobs::retry_job(job_id)).await
+    }
+
+    /// GET /jobs/{jobId}/artifacts.
+    pub async fn job_artifacts(&self, job_id: &str) -> Result<JobArtifacts, ClientError> {
+        self.send(&jobs::job_artifacts(job_id)).await
+    }
+
+    /// GET /jobs/{jobId}/logs: the log of `attempt` (default the current
+    /// one) with its `x-grid-*` headers.
+    pub async fn job_logs(&self, job_id: &str, attempt: Option<u32>) -> Result<JobLog, ClientError> {
+        JobLog::from_reply(&self.send_raw(&jobs::job_logs(job_id, attempt)).await?)
+    }
+
+    /// Polls GET /jobs/{jobId}/logs every `poll_interval` until the log is
+    /// published and returns it. While the answer is 404 LOGS_NOT_AVAILABLE
+    /// it keeps polling as long as the job can still produce that log; once
+    /// the job is finished without it (an attempt that never started a
+    /// container has no log) that 404 is returned. Retryable errors are
+    /// tolerated as in [`GridClient::wait_batch`]. No overall time limit.
+    pub async fn wait_job_log(
+        &self,
+        job_id: &str,
+        attempt: Option<u32>,
+        poll_interval: Duration,
+    ) -> Result<JobLog, ClientError> {
+        let mut failures = 0;
+        loop {
+            let outcome = match self.job_logs(job_id, attempt).await {
+                Ok(log) => return Ok(log),
+                Err(e) if e.is_not_found() && e.error_code() == Some(jobs::LOGS_NOT_AVAILABLE) => {
+                    match self.job(job_id).await {
+                        Ok(record) if log_will_not_come(&record, attempt) => return Err(e),
+                        Ok(_) => Ok(()),
+                        Err(other) => Err(other),
+                    }
+                }
+                Err(e) => Err(e),
+            };
+            match outcome {
+                Ok(()) => {
+                    failures = 0;
+                    tokio::time::sleep(poll_interval).await;
+                }
+                Err(e) if e.is_retryable() && failures < WAIT_RETRIES => {
+                    failures += 1;
+                    tokio::time::sleep(e.retry_after().unwrap_or(poll_interval)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// Whether a log that is not available now never will be: the attempt asked
+/// for (or the current one) ended without one, or does not exist while the
+/// job is finished (only a manual retry could make it).
+fn log_will_not_come(record: &JobRecord, attempt: Option<u32>) -> bool {
+    let wanted = attempt.unwrap_or(record.attempt);
+    match record.attempts.iter().find(|a| a.attempt == wanted) {
+        Some(a) => a.phase.is_finished() && !a.logs.available,
+        None => record.phase.is_finished(),
     }
 }
 

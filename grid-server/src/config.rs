@@ -23,4 +23,11 @@ pub struct ServeConfig {
     /// How long in-flight items may take to finish after SIGTERM.
     pub shutdown_grace: Duration,
     pub max_sessions: u32,
+    /// Chromium processes of the browser pool; 0 runs no pool (browser
+    /// scripts then fail terminally).
+    pub browsers: usize,
+    /// Items one Chromium runs at once.
+    pub pages_per_browser: usize,
+    /// The Chromium executable.
+    pub chromium: std::path::PathBuf,
 }

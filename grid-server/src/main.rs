@@ -1,11 +1,13 @@
 //! `grid-server`: the Grid server and its operator subcommands.
 
 mod admin;
+mod browser;
 mod capture;
 mod compute;
 mod config;
 mod http;
 mod ids;
+mod sessions;
 mod settlement;
 mod signing;
 mod store;
@@ -125,6 +127,27 @@ struct ServeArgs {
     /// Grid-wide number of browser session slots.
     #[arg(long, default_value_t = 4)]
     max_sessions: u32,
+    /// Switch browser sessions off (POST/GET/DELETE /sessions answer 503 sessions disabled).
+    #[arg(long)]
+    sessions_disabled: bool,
+    /// Browsers kept started per profile so a lease (without network policy) does not wait for a launch.
+    #[arg(long, default_value_t = 0)]
+    warm_sessions: usize,
+    /// Treat this range as public for the public-web-only/v1 policy (for closed test networks); repeatable.
+    #[arg(long = "session-treat-as-public", value_name = "CIDR")]
+    session_treat_as_public: Vec<ipnet::IpNet>,
+    /// A non-public address the network attestation of a policy session must find refused.
+    #[arg(long, default_value = "http://169.254.169.254/latest/meta-data/")]
+    session_probe_url: String,
+    /// Chromium processes of the browser pool (capture, render-fetch, browser-fetch); 0 runs none.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(0..=64))]
+    browsers: u64,
+    /// Items one Chromium runs at once, each in its own browser context.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pages_per_browser: u64,
+    /// The Chromium executable (Debian package `chromium`).
+    #[arg(long, default_value = "/usr/bin/chromium")]
+    chromium: PathBuf,
     #[command(flatten)]
     compute: ComputeArgs,
 }
@@ -294,6 +317,9 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         accounting_timeout,
         shutdown_grace: Duration::from_secs(args.shutdown_grace_secs),
         max_sessions: args.max_sessions,
+        browsers: args.browsers as usize,
+        pages_per_browser: args.pages_per_browser as usize,
+        chromium: args.chromium.clone(),
     };
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
     let compute_config = ComputeConfig {
@@ -302,6 +328,17 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         cpu_millis: args.compute.compute_cpu_millis.unwrap_or(cores * 1000),
         memory_bytes: args.compute.compute_memory_bytes,
         public_https: args.compute.enable_public_https,
+    };
+    let runtime_dir = args.data.data_dir.join("run");
+    std::fs::create_dir_all(&runtime_dir).with_context(|| format!("creating {}", runtime_dir.display()))?;
+    let session_config = sessions::SessionConfig {
+        chromium: args.chromium.clone(),
+        max_sessions: args.max_sessions,
+        disabled: args.sessions_disabled,
+        warm: args.warm_sessions,
+        egress: sessions::egress::EgressPolicy { treat_as_public: args.session_treat_as_public.clone() },
+        probe_url: args.session_probe_url.clone(),
+        runtime_dir,
     };
     let secret = store
         .write(|tx| store::setting_or_init(tx, "download_signing_secret", || ids::random_hex(32)))
@@ -315,10 +352,12 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         store,
         signer: Signer::new(hex::decode(&secret).unwrap_or_else(|_| secret.into_bytes()), base_url.clone()),
         compute: Compute::new(compute_config, config.data_dir.join("logs")),
+        sessions: sessions::Sessions::new(session_config),
         tokens: tokens::TokenVerifier::new(config.auth_url.clone(), args.jwks_url.clone()),
         queue_ready: Notify::new(),
         busy_workers: AtomicU32::new(0),
         artifacts_dir: config.data_dir.join("artifacts"),
+        browsers: browser_pool(&config),
         config,
     });
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -331,10 +370,14 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!("shutting down: no new work; in-flight items may finish");
         let _ = stop_tx.send(true);
     });
+    let last_alive = app.store.read(|c| store::setting(c, settlement::HEARTBEAT)).await?.and_then(|v| v.parse().ok()).map(grid_core::time::Millis);
+    sessions::recover(&app, last_alive).await;
+    sessions::refill_warm(app.clone());
     announce(json!({"event": "listening", "addr": addr.to_string(), "baseUrl": base_url}));
     tracing::info!(%addr, "serving");
     http::serve(app.clone(), listener, stop_rx).await;
 
+    sessions::shutdown(&app).await;
     let grace = app.config.shutdown_grace;
     if tokio::time::timeout(grace, async { while workers.join_next().await.is_some() {} }).await.is_err() {
         tracing::warn!("in-flight items did not finish within {grace:?}; they go back to the queue");
@@ -348,6 +391,32 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     let _ = settlement.await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The browser pool, unless `--browsers 0` or the Chromium executable is
+/// missing (browser scripts then fail terminally). No browser starts here.
+fn browser_pool(config: &ServeConfig) -> Option<Arc<browser::pool::BrowserPool>> {
+    if config.browsers == 0 {
+        return None;
+    }
+    if !config.chromium.exists() {
+        tracing::warn!(chromium = %config.chromium.display(), "Chromium not found: browser scripts will fail (install the Debian package chromium)");
+        return None;
+    }
+    let pool_config = browser::pool::PoolConfig {
+        chromium: config.chromium.clone(),
+        browsers: config.browsers,
+        pages_per_browser: config.pages_per_browser,
+        work_dir: config.data_dir.join("browser"),
+        allow_private_networks: config.allow_private_networks,
+    };
+    match browser::pool::BrowserPool::new(pool_config) {
+        Ok(pool) => Some(Arc::new(pool)),
+        Err(e) => {
+            tracing::error!(error = %e, "browser pool could not be prepared: browser scripts will fail");
+            None
+        }
+    }
 }
 
 async fn shutdown_signal() {

@@ -12,6 +12,9 @@ use crate::ids::now;
 use crate::store::items;
 
 const BATCH: usize = 2_000;
+/// Setting holding the time of the last pass: how long the server was
+/// known to be alive, should it stop without warning.
+pub const HEARTBEAT: &str = "settlement_heartbeat";
 
 pub async fn run(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(app.config.settlement_interval);
@@ -30,6 +33,9 @@ pub async fn run(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
 
 /// Settles everything due now.
 pub async fn pass(app: &App) {
+    if let Err(e) = app.store.write(|tx| crate::store::set_setting(tx, HEARTBEAT, &now().0.to_string())).await {
+        tracing::warn!(error = %e, "heartbeat not stored");
+    }
     loop {
         match app.store.write(|tx| items::settle_due(tx, now(), BATCH)).await {
             Ok(n) if n == BATCH => continue,

@@ -43,6 +43,144 @@ pub fn fetch(params: &Map<String, Value>) -> Result<FetchParams, String> {
     }
 }
 
+/// Budget bounds of the browser scripts' `timeoutMs` (navigation until the
+/// wait condition is met). A browser needs longer than a bare GET.
+pub const MIN_BROWSER_TIMEOUT_MS: u64 = 1_000;
+pub const MAX_BROWSER_TIMEOUT_MS: u64 = 120_000;
+/// Most entries `allowedHosts` may list.
+pub const MAX_ALLOWED_HOSTS: usize = 100;
+
+/// When a browser script considers the page loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitUntil {
+    /// The main document's `load` event.
+    Load,
+    /// `load`, then no network connection for 500 ms (Chromium's
+    /// `networkIdle` lifecycle event).
+    NetworkIdle,
+}
+
+impl WaitUntil {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WaitUntil::Load => "load",
+            WaitUntil::NetworkIdle => "networkidle",
+        }
+    }
+}
+
+/// Parameters of the browser scripts (`capture`, `render-fetch`,
+/// `browser-fetch`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrowserParams {
+    /// From navigation start until the wait condition is met.
+    pub timeout_ms: u64,
+    pub wait_until: WaitUntil,
+    /// Hosts the page may reach besides the item URL's own host; `None`
+    /// when not given (no host restriction). Lower case; an entry
+    /// `*.example.com` matches every subdomain of example.com.
+    pub allowed_hosts: Option<Vec<String>>,
+    /// `capture` only: screenshot the whole page instead of the viewport.
+    pub full_page: bool,
+}
+
+pub fn browser(script: Script, params: &Map<String, Value>) -> Result<BrowserParams, String> {
+    let name = script.as_str();
+    let mut problems = vec![];
+    let mut out =
+        BrowserParams { timeout_ms: DEFAULT_TIMEOUT_MS, wait_until: WaitUntil::Load, allowed_hosts: None, full_page: false };
+    for (k, v) in params {
+        match k.as_str() {
+            "timeoutMs" => match v.as_u64() {
+                Some(n) if (MIN_BROWSER_TIMEOUT_MS..=MAX_BROWSER_TIMEOUT_MS).contains(&n) => out.timeout_ms = n,
+                _ => problems.push(format!(
+                    "params.timeoutMs: must be a whole number from {MIN_BROWSER_TIMEOUT_MS} to {MAX_BROWSER_TIMEOUT_MS}, got {}",
+                    if v.is_number() { v.to_string() } else { json_type(v).to_string() }
+                )),
+            },
+            "waitUntil" => match v.as_str() {
+                Some("load") => out.wait_until = WaitUntil::Load,
+                Some("networkidle") => out.wait_until = WaitUntil::NetworkIdle,
+                Some(other) => {
+                    problems.push(format!("params.waitUntil: must be \"load\" or \"networkidle\", got \"{other}\""))
+                }
+                None => problems.push(format!(
+                    "params.waitUntil: must be \"load\" or \"networkidle\", got {}",
+                    json_type(v)
+                )),
+            },
+            "allowedHosts" if script.takes_allowed_hosts() => match allowed_hosts(v) {
+                Ok(hosts) => out.allowed_hosts = Some(hosts),
+                Err(mut e) => problems.append(&mut e),
+            },
+            "allowedHosts" => problems.push(format!(
+                "params.allowedHosts: not a parameter of {name}; only browser-fetch and render-fetch take it"
+            )),
+            "fullPage" if script == Script::Capture => match v.as_bool() {
+                Some(b) => out.full_page = b,
+                None => problems.push(format!("params.fullPage: must be a boolean, got {}", json_type(v))),
+            },
+            "fullPage" => problems.push(format!("params.fullPage: not a parameter of {name}; only capture takes it")),
+            other => problems.push(format!("params.{other}: unknown parameter of {name}")),
+        }
+    }
+    if problems.is_empty() {
+        Ok(out)
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+/// `allowedHosts`: an array of bare host names (no scheme, port or path),
+/// each optionally starting with `*.`.
+fn allowed_hosts(v: &Value) -> Result<Vec<String>, Vec<String>> {
+    let Some(items) = v.as_array() else {
+        return Err(vec![format!("params.allowedHosts: must be an array of host names, got {}", json_type(v))]);
+    };
+    if items.len() > MAX_ALLOWED_HOSTS {
+        return Err(vec![format!(
+            "params.allowedHosts: at most {MAX_ALLOWED_HOSTS} entries, got {}",
+            items.len()
+        )]);
+    }
+    let mut hosts = vec![];
+    let mut problems = vec![];
+    for (i, item) in items.iter().enumerate() {
+        match item.as_str() {
+            Some(h) if is_host_pattern(h) => hosts.push(h.to_ascii_lowercase()),
+            Some(h) => problems.push(format!(
+                "params.allowedHosts[{i}]: \"{h}\" is not a host name (write example.com or *.example.com, without scheme, port or path)"
+            )),
+            None => problems.push(format!("params.allowedHosts[{i}]: must be a string, got {}", json_type(item))),
+        }
+    }
+    if problems.is_empty() {
+        Ok(hosts)
+    } else {
+        Err(problems)
+    }
+}
+
+/// A DNS name, an IPv4 address or a bracketed IPv6 address, optionally
+/// prefixed by `*.` (a DNS name then follows).
+fn is_host_pattern(h: &str) -> bool {
+    if h.len() > 253 {
+        return false;
+    }
+    if let Some(inner) = h.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
+        return inner.parse::<std::net::Ipv6Addr>().is_ok();
+    }
+    let name = h.strip_prefix("*.").unwrap_or(h);
+    !name.is_empty()
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -65,5 +203,51 @@ mod tests {
         let e = fetch(&map(json!({"allowedHosts": ["a"], "bogus": 1}))).unwrap_err();
         assert!(e.contains("params.allowedHosts: not a parameter of fetch"), "{e}");
         assert!(e.contains("params.bogus: unknown parameter of fetch"), "{e}");
+    }
+
+    #[test]
+    fn browser_defaults() {
+        for script in [Script::Capture, Script::RenderFetch, Script::BrowserFetch] {
+            assert_eq!(
+                browser(script, &Map::new()),
+                Ok(BrowserParams { timeout_ms: 30_000, wait_until: WaitUntil::Load, allowed_hosts: None, full_page: false })
+            );
+        }
+    }
+
+    #[test]
+    fn browser_params_are_read() {
+        let p = browser(
+            Script::RenderFetch,
+            &map(json!({"timeoutMs": 5000, "waitUntil": "networkidle", "allowedHosts": ["Example.com", "*.cdn.example", "127.0.0.1", "[::1]"]})),
+        )
+        .unwrap();
+        assert_eq!(p.timeout_ms, 5000);
+        assert_eq!(p.wait_until, WaitUntil::NetworkIdle);
+        assert_eq!(
+            p.allowed_hosts,
+            Some(vec!["example.com".to_string(), "*.cdn.example".into(), "127.0.0.1".into(), "[::1]".into()])
+        );
+        assert_eq!(browser(Script::BrowserFetch, &map(json!({"allowedHosts": []}))).unwrap().allowed_hosts, Some(vec![]));
+        assert!(browser(Script::Capture, &map(json!({"fullPage": true}))).unwrap().full_page);
+    }
+
+    #[test]
+    fn browser_params_problems_are_named() {
+        let e = browser(Script::Capture, &map(json!({"allowedHosts": ["a.example"], "timeoutMs": 999, "waitUntil": "idle", "x": 1})))
+            .unwrap_err();
+        assert!(e.contains("params.allowedHosts: not a parameter of capture"), "{e}");
+        assert!(e.contains("params.timeoutMs: must be a whole number from 1000 to 120000, got 999"), "{e}");
+        assert!(e.contains("params.waitUntil: must be \"load\" or \"networkidle\", got \"idle\""), "{e}");
+        assert!(e.contains("params.x: unknown parameter of capture"), "{e}");
+        let e = browser(Script::RenderFetch, &map(json!({"allowedHosts": ["http://a.example/", 7, "a.example:80"], "fullPage": true})))
+            .unwrap_err();
+        assert!(e.contains("params.allowedHosts[0]: \"http://a.example/\" is not a host name"), "{e}");
+        assert!(e.contains("params.allowedHosts[1]: must be a string, got a number"), "{e}");
+        assert!(e.contains("params.allowedHosts[2]: \"a.example:80\" is not a host name"), "{e}");
+        assert!(e.contains("params.fullPage: not a parameter of render-fetch; only capture takes it"), "{e}");
+        let e = browser(Script::BrowserFetch, &map(json!({"allowedHosts": "a.example", "timeoutMs": 120001}))).unwrap_err();
+        assert!(e.contains("params.allowedHosts: must be an array of host names, got a string"), "{e}");
+        assert!(e.contains("got 120001"), "{e}");
     }
 }

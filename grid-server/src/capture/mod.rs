@@ -77,10 +77,13 @@ async fn run_item(app: &Arc<App>, fetcher: &Fetcher, row: ItemRow) {
 
 async fn run_attempt(app: &Arc<App>, fetcher: &Fetcher, row: ItemRow) {
     let result = if row.script.needs_browser() {
-        Err(Failure::Terminal(format!(
-            "script {} needs the browser pool, which this grid does not run yet",
-            row.script.as_str()
-        )))
+        match &app.browsers {
+            Some(pool) => crate::browser::scripts::run(pool, &row).await,
+            None => Err(Failure::Terminal(format!(
+                "script {} needs the browser pool, which this grid does not run (--browsers 0 or no Chromium)",
+                row.script.as_str()
+            ))),
+        }
     } else {
         fetcher.run(&row).await
     };

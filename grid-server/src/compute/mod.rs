@@ -358,7 +358,10 @@ async fn supervise(app: &Arc<App>, docker: &Docker, job_id: &str, id: &str, stop
         }
     }
     let state = docker::inspect(docker, id, false).await?;
-    let at = state.finished_at.unwrap_or_else(now);
+    // The engine can report a FinishedAt a millisecond before the StartedAt
+    // of a container that exits at once; the end never precedes the start.
+    let started = row.job.current_attempt().and_then(|a| a.started_at);
+    let at = state.finished_at.unwrap_or_else(now).max(started.unwrap_or(Millis(i64::MIN)));
     // A kill the grid did not ask for (exit by SIGKILL or SIGTERM without an
     // OOM kill) is the container lost for a grid-side cause.
     let killed_from_outside = !stopped_by_grid && !state.oom_killed && matches!(state.exit_code, 137 | 143);

@@ -3,12 +3,14 @@
 //! is the one place that runs it. So a tool is billed and refused exactly as
 //! its HTTP call is.
 
+use std::sync::Arc;
+
 use grid_core::error::ApiError;
 use grid_core::ids::{job_id_kind, JobIdKind};
 use serde_json::Value;
 
 use super::respond::Resp;
-use super::{captures, jobs, meta, App};
+use super::{captures, jobs, meta, sessions, App};
 use crate::store::accounts::Caller;
 
 pub type Query = Vec<(String, String)>;
@@ -29,11 +31,8 @@ pub enum Call {
     Cancel(String),
     JobArtifacts(String),
     JobLogs { id: String, query: Query },
-    // Their payloads are read once browser sessions are served.
-    #[allow(dead_code)]
     LeaseSession(Value),
     ListSessions,
-    #[allow(dead_code)]
     ReleaseSession(String),
 }
 
@@ -53,7 +52,7 @@ pub fn is_compute(id: &str) -> bool {
     job_id_kind(id) == JobIdKind::ComputeJob
 }
 
-pub async fn perform(app: &App, caller: &Caller, call: Call) -> Result<Resp, ApiError> {
+pub async fn perform(app: &Arc<App>, caller: &Caller, call: Call) -> Result<Resp, ApiError> {
     if caller.suspended_internal && call.is_billable() {
         return Err(ApiError::AccountSuspended);
     }
@@ -74,8 +73,8 @@ pub async fn perform(app: &App, caller: &Caller, call: Call) -> Result<Resp, Api
         Call::JobArtifacts(id) if is_compute(&id) => jobs::artifacts(app, caller, &id).await,
         Call::JobLogs { id, query } if is_compute(&id) => jobs::logs(app, caller, &id, &query).await,
         Call::Cancel(_) | Call::JobArtifacts(_) | Call::JobLogs { .. } => Err(ApiError::UnknownJob),
-        Call::LeaseSession(_) | Call::ListSessions | Call::ReleaseSession(_) => {
-            Err(ApiError::NotImplemented { what: "not served by this release yet: browser sessions".into() })
-        }
+        Call::LeaseSession(body) => sessions::lease(app, caller, body).await,
+        Call::ListSessions => sessions::list(app, caller).await,
+        Call::ReleaseSession(id) => sessions::release(app, caller, &id).await,
     }
 }

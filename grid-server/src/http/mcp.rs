@@ -12,6 +12,8 @@
 //! the same code as the HTTP API; the protocol surface this needs (initialize,
 //! ping, tools/list, tools/call, notifications) is small. See docs/mcp.md.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use grid_core::error::ApiError;
 use http_body_util::BodyExt;
@@ -49,7 +51,7 @@ fn accepted() -> Resp {
     r
 }
 
-pub async fn handle(app: &App, req: Request<Incoming>) -> Result<Resp, ApiError> {
+pub async fn handle(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiError> {
     if req.method() != Method::POST {
         let mut r = rpc_error(405, TRANSPORT_ERROR, "Method not allowed.", Value::Null);
         r.headers_mut().insert(ALLOW, HeaderValue::from_static("POST"));
@@ -141,7 +143,7 @@ fn initialize(params: &Value) -> Value {
 /// Runs a tool. `Err` is a JSON-RPC invalid-params error (unknown tool or
 /// arguments that do not name the call); the call's own refusals come back
 /// as a tool result with `isError: true`.
-async fn call_tool(app: &App, caller: &Caller, params: &Value) -> Result<Value, String> {
+async fn call_tool(app: &Arc<App>, caller: &Caller, params: &Value) -> Result<Value, String> {
     let name = params["name"].as_str().ok_or("params.name: required string")?;
     let args = match params.get("arguments") {
         None | Some(Value::Null) => Map::new(),

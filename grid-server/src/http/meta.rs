@@ -34,7 +34,7 @@ pub async fn grid_status(app: &App) -> Result<Resp, ApiError> {
         &GridStatus {
             queue,
             workers: app.busy_workers.load(Ordering::Relaxed),
-            sessions: 0,
+            sessions: app.store.read(crate::store::sessions::live_count).await.map_err(store_error)?,
             max_sessions: app.config.max_sessions,
         },
     ))

@@ -8,6 +8,7 @@ mod jobs;
 mod mcp;
 mod meta;
 pub mod respond;
+mod sessions;
 
 use std::convert::Infallible;
 use std::sync::atomic::AtomicU32;
@@ -37,17 +38,23 @@ pub struct App {
     pub signer: Signer,
     pub tokens: crate::tokens::TokenVerifier,
     pub compute: Compute,
+    pub sessions: crate::sessions::Sessions,
     /// Woken when items become claimable, so idle workers start at once.
     pub queue_ready: Notify,
     /// Workers running an item right now.
     pub busy_workers: AtomicU32,
     pub artifacts_dir: std::path::PathBuf,
+    /// The browser pool of the browser scripts; `None` with `--browsers 0`
+    /// or without a Chromium executable.
+    pub browsers: Option<Arc<crate::browser::pool::BrowserPool>>,
 }
 
-/// Serves until `shutdown` turns true, then lets open connections finish.
+/// Serves until `shutdown` turns true, then lets open connections finish
+/// (at most 10 s). Connections may be upgraded (CDP WebSockets).
 pub async fn serve(app: Arc<App>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut connections = tokio::task::JoinSet::new();
     loop {
+        while connections.try_join_next().is_some() {}
         tokio::select! {
             accepted = listener.accept() => {
                 let (stream, _) = match accepted {
@@ -58,14 +65,22 @@ pub async fn serve(app: Arc<App>, listener: TcpListener, mut shutdown: watch::Re
                     }
                 };
                 let app = app.clone();
-                let service = service_fn(move |req| {
-                    let app = app.clone();
-                    async move { Ok::<_, Infallible>(route(&app, req).await) }
-                });
-                let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service);
-                let conn = graceful.watch(conn);
-                tokio::spawn(async move {
-                    if let Err(e) = conn.await {
+                let mut stop = shutdown.clone();
+                connections.spawn(async move {
+                    let service = service_fn(move |req| {
+                        let app = app.clone();
+                        async move { Ok::<_, Infallible>(route(&app, req).await) }
+                    });
+                    let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service).with_upgrades();
+                    tokio::pin!(conn);
+                    let result = tokio::select! {
+                        r = conn.as_mut() => r,
+                        _ = async { let _ = stop.wait_for(|s| *s).await; } => {
+                            conn.as_mut().graceful_shutdown();
+                            conn.await
+                        }
+                    };
+                    if let Err(e) = result {
                         tracing::debug!(error = %e, "connection ended with an error");
                     }
                 });
@@ -74,12 +89,13 @@ pub async fn serve(app: Arc<App>, listener: TcpListener, mut shutdown: watch::Re
         }
     }
     drop(listener);
-    if tokio::time::timeout(std::time::Duration::from_secs(10), graceful.shutdown()).await.is_err() {
+    let drain = async { while connections.join_next().await.is_some() {} };
+    if tokio::time::timeout(std::time::Duration::from_secs(10), drain).await.is_err() {
         tracing::warn!("open connections did not finish within 10 s");
     }
 }
 
-async fn route(app: &App, req: Request<Incoming>) -> Resp {
+async fn route(app: &Arc<App>, req: Request<Incoming>) -> Resp {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let started = std::time::Instant::now();
@@ -91,7 +107,7 @@ async fn route(app: &App, req: Request<Incoming>) -> Resp {
     resp
 }
 
-async fn dispatch(app: &App, req: Request<Incoming>) -> Result<Resp, ApiError> {
+async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiError> {
     let path = req.uri().path().to_string();
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     let method = req.method().clone();
@@ -104,6 +120,12 @@ async fn dispatch(app: &App, req: Request<Incoming>) -> Result<Resp, ApiError> {
             return Ok(meta::protected_resource(app, true))
         }
         (&Method::GET, ["downloads", item, kind]) => return downloads::serve(app, item, kind, req.uri().query()).await,
+        // The session's token in the path is the credential of its CDP endpoint.
+        (_, ["cdp", id, token, rest @ ..]) => {
+            let (id, token, rest) = (id.to_string(), token.to_string(), rest.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+            let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
+            return crate::sessions::proxy::handle(app, &id, &token, &rest, req).await;
+        }
         _ => {}
     }
     let caller = match (&method, segments.as_slice()) {

@@ -8,6 +8,7 @@
 pub mod accounts;
 pub mod items;
 pub mod jobs;
+pub mod sessions;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -16,7 +17,7 @@ use std::time::Duration;
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 pub const DB_FILE: &str = "grid.db";
-const SCHEMA_VERSION: i64 = 3;
+const SCHEMA_VERSION: i64 = 4;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -145,6 +146,7 @@ fn migrate(conn: &Connection) -> StoreResult<()> {
         include_str!("schema.sql"),
         include_str!("schema_v2_jobs.sql"),
         include_str!("schema_v3_identities.sql"),
+        include_str!("schema_v4_sessions.sql"),
     ];
     for (i, sql) in steps.iter().enumerate() {
         let step = i as i64 + 1;
@@ -152,6 +154,19 @@ fn migrate(conn: &Connection) -> StoreResult<()> {
             conn.execute_batch(&format!("BEGIN IMMEDIATE; {sql}; PRAGMA user_version = {step}; COMMIT;"))?;
         }
     }
+    Ok(())
+}
+
+pub fn setting(conn: &Connection, key: &str) -> StoreResult<Option<String>> {
+    use rusqlite::OptionalExtension;
+    Ok(conn.query_row("SELECT value FROM settings WHERE key = ?1", [key], |r| r.get(0)).optional()?)
+}
+
+pub fn set_setting(conn: &Connection, key: &str, value: &str) -> StoreResult<()> {
+    conn.execute(
+        "INSERT INTO settings (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        (key, value),
+    )?;
     Ok(())
 }
 

@@ -1,0 +1,157 @@
+//! Which requests a page may make: the `allowedHosts` parameter of
+//! `render-fetch` and `browser-fetch`, and the private-network guard.
+//!
+//! Both are enforced on every request the page makes (documents, frames,
+//! scripts, images, XHR/fetch, redirects) through CDP `Fetch` interception;
+//! a refused request fails with `net::ERR_BLOCKED_BY_CLIENT` and is listed
+//! in the item's meta under `blockedRequests`.
+
+use std::net::{IpAddr, ToSocketAddrs};
+
+use grid_core::netaddr::is_public;
+use url::Url;
+
+/// Why a request was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// The host is neither the item URL's host nor in `allowedHosts`.
+    HostNotAllowed,
+    /// The host is, or resolves to, a non-public address.
+    PrivateNetwork(String),
+}
+
+impl Refusal {
+    pub fn reason(&self) -> String {
+        match self {
+            Refusal::HostNotAllowed => "host not in allowedHosts".to_string(),
+            Refusal::PrivateNetwork(detail) => format!("private network: {detail}"),
+        }
+    }
+}
+
+/// The request rules of one item.
+#[derive(Debug, Clone)]
+pub struct RequestRules {
+    /// The item URL's host (always allowed) and the `allowedHosts` entries;
+    /// `None`: no host restriction.
+    pub allowed_hosts: Option<(String, Vec<String>)>,
+    /// Refuse hosts that are or resolve to non-public addresses.
+    pub guard_private: bool,
+}
+
+impl RequestRules {
+    /// Whether the page needs request interception at all.
+    pub fn intercepts(&self) -> bool {
+        self.allowed_hosts.is_some() || self.guard_private
+    }
+
+    /// Decides one request. May resolve DNS (blocking) when the private
+    /// guard is on. Only http(s) and ws(s) URLs are checked; other schemes
+    /// (data:, blob:) never reach the network.
+    pub fn check(&self, raw_url: &str) -> Result<(), Refusal> {
+        let Ok(url) = Url::parse(raw_url) else { return Ok(()) };
+        if !matches!(url.scheme(), "http" | "https" | "ws" | "wss") {
+            return Ok(());
+        }
+        let host = host_of(&url);
+        if let Some((own, allowed)) = &self.allowed_hosts {
+            if host != *own && !allowed.iter().any(|pattern| host_matches(pattern, &host)) {
+                return Err(Refusal::HostNotAllowed);
+            }
+        }
+        if self.guard_private {
+            check_public(&url)?;
+        }
+        Ok(())
+    }
+}
+
+/// A URL's host as `allowedHosts` entries write it: lower case, IPv6 in
+/// brackets, no port.
+pub fn host_of(url: &Url) -> String {
+    match url.host() {
+        Some(url::Host::Ipv6(v6)) => format!("[{v6}]"),
+        Some(h) => h.to_string().to_ascii_lowercase(),
+        None => String::new(),
+    }
+}
+
+/// `pattern` is an exact host, or `*.suffix` matching any subdomain of
+/// suffix (not suffix itself).
+pub fn host_matches(pattern: &str, host: &str) -> bool {
+    match pattern.strip_prefix("*.") {
+        Some(suffix) => host.len() > suffix.len() + 1 && host.ends_with(suffix) && host[..host.len() - suffix.len()].ends_with('.'),
+        None => pattern == host,
+    }
+}
+
+/// Refuses a literal non-public IP, or a name of which any address is not
+/// public (Chromium may connect to any of them). A name that does not
+/// resolve is let through: the browser's own lookup then fails the same way.
+pub fn check_public(url: &Url) -> Result<(), Refusal> {
+    let port = url.port_or_known_default().unwrap_or(80);
+    let ips: Vec<IpAddr> = match url.host() {
+        Some(url::Host::Ipv4(v4)) => vec![v4.into()],
+        Some(url::Host::Ipv6(v6)) => vec![v6.into()],
+        Some(url::Host::Domain(name)) => match (name, port).to_socket_addrs() {
+            Ok(addrs) => addrs.map(|a| a.ip()).collect(),
+            Err(_) => vec![],
+        },
+        None => vec![],
+    };
+    match ips.iter().find(|ip| !is_public(**ip)) {
+        Some(ip) => Err(Refusal::PrivateNetwork(format!("{} is not a public address", ip))),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rules(own: &str, allowed: &[&str], guard_private: bool) -> RequestRules {
+        RequestRules {
+            allowed_hosts: Some((own.to_string(), allowed.iter().map(|s| s.to_string()).collect())),
+            guard_private,
+        }
+    }
+
+    #[test]
+    fn own_host_and_listed_hosts_pass_others_are_refused() {
+        let r = rules("127.0.0.1", &["cdn.example", "*.img.example"], false);
+        assert_eq!(r.check("http://127.0.0.1:9/a.js"), Ok(()));
+        assert_eq!(r.check("https://cdn.example/x"), Ok(()));
+        assert_eq!(r.check("https://a.b.img.example/x"), Ok(()));
+        assert_eq!(r.check("https://img.example/x"), Err(Refusal::HostNotAllowed));
+        assert_eq!(r.check("http://localhost:9/a.js"), Err(Refusal::HostNotAllowed));
+        assert_eq!(r.check("https://evilcdn.example/x"), Err(Refusal::HostNotAllowed));
+        assert_eq!(r.check("data:text/plain,hi"), Ok(()));
+    }
+
+    #[test]
+    fn no_allowed_hosts_means_no_host_restriction() {
+        let r = RequestRules { allowed_hosts: None, guard_private: false };
+        assert!(!r.intercepts());
+        assert_eq!(r.check("http://anything.example/"), Ok(()));
+    }
+
+    #[test]
+    fn private_guard_refuses_literals_and_names_resolving_to_loopback() {
+        let r = RequestRules { allowed_hosts: None, guard_private: true };
+        assert!(matches!(r.check("http://127.0.0.1:8080/"), Err(Refusal::PrivateNetwork(_))));
+        assert!(matches!(r.check("http://[::1]/"), Err(Refusal::PrivateNetwork(_))));
+        assert!(matches!(r.check("http://169.254.169.254/latest"), Err(Refusal::PrivateNetwork(_))));
+        assert!(matches!(r.check("http://localhost:1/"), Err(Refusal::PrivateNetwork(_))));
+        assert!(matches!(r.check("ws://10.0.0.1/socket"), Err(Refusal::PrivateNetwork(_))));
+        assert_eq!(r.check("http://93.184.216.34/"), Ok(()));
+    }
+
+    #[test]
+    fn ipv6_hosts_are_bracketed() {
+        assert_eq!(host_of(&Url::parse("http://[::1]:8080/").unwrap()), "[::1]");
+        assert_eq!(host_of(&Url::parse("http://Example.COM/").unwrap()), "example.com");
+        assert!(host_matches("*.example.com", "a.example.com"));
+        assert!(!host_matches("*.example.com", "example.com"));
+        assert!(!host_matches("*.example.com", "aexample.com"));
+    }
+}

@@ -1,0 +1,162 @@
+//! The browser profiles as versioned launch manifests.
+//!
+//! One Chromium process serves both profiles. It is launched with the flags
+//! and environment of [`LAUNCH`] (Chromium's own identity: en-US, UTC, new
+//! headless mode); each item's page then gets its profile's overrides
+//! through CDP `Emulation`/`Network` calls before it navigates. The manifest
+//! of a profile is both halves; its SHA-256 (over the canonical JSON of
+//! [`manifest_json`]) is recorded in every meta file, so a change to either
+//! half is visible. Changing a manifest's values means a new profile
+//! version (`/v3`), never an edit of `/v2`.
+
+use grid_core::catalog::Profile;
+use serde_json::{json, Value};
+
+use crate::ids::sha256_hex;
+
+/// Flags every pooled Chromium gets on top of headless_chrome's defaults
+/// (which add `--headless`, `--no-sandbox`, `--disable-gpu`,
+/// `--remote-debugging-port`, `--user-data-dir` and Puppeteer's list of
+/// `--disable-*` background features).
+pub const LAUNCH_FLAGS: &[&str] = &[
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--lang=en-US",
+    "--window-size=800,600",
+    "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
+];
+
+/// Environment of the Chromium process.
+pub const LAUNCH_ENV: &[(&str, &str)] = &[("TZ", "UTC"), ("LANG", "en_US.UTF-8")];
+
+/// The user agent a page sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UserAgent {
+    /// Chromium's own, e.g. `... HeadlessChrome/156.0.0.0 Safari/537.36`.
+    Native,
+    /// Chromium's own with `HeadlessChrome` written `Chrome`, the way the
+    /// same build running with a window introduces itself.
+    Desktop,
+}
+
+/// What a page of a profile looks like from inside.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Manifest {
+    pub profile: Profile,
+    pub user_agent: UserAgent,
+    /// `Accept-Language` and `navigator.languages`; `None`: Chromium's own
+    /// (from `--lang`).
+    pub accept_language: Option<&'static str>,
+    /// `navigator.language` and the ICU default locale (Intl).
+    pub locale: &'static str,
+    /// IANA time zone of `Date` and `Intl`.
+    pub timezone: &'static str,
+    /// CSS viewport (`innerWidth` x `innerHeight`) and screenshot size at
+    /// scale 1.
+    pub viewport: (u32, u32),
+    pub device_scale_factor: f64,
+    /// Whether locale and time zone are CDP overrides (true) or the launch
+    /// defaults (false).
+    pub emulates_locale: bool,
+}
+
+pub const DESKTOP_BROWSER_NL_V2: Manifest = Manifest {
+    profile: Profile::DesktopBrowserNl,
+    user_agent: UserAgent::Desktop,
+    accept_language: Some("nl-NL,nl"),
+    locale: "nl-NL",
+    timezone: "Europe/Amsterdam",
+    viewport: (1366, 768),
+    device_scale_factor: 1.0,
+    emulates_locale: true,
+};
+
+/// Chromium's own headless identity. Its viewport is pinned to 800x600, the
+/// nominal default window of headless Chromium: the window it actually
+/// opens loses a version-dependent strip to emulated browser UI (780x437
+/// inside an 800x600 window in 156), which would make screenshots change
+/// size between Chromium releases.
+pub const NATIVE_HEADLESS_BROWSER_V2: Manifest = Manifest {
+    profile: Profile::NativeHeadlessBrowser,
+    user_agent: UserAgent::Native,
+    accept_language: None,
+    locale: "en-US",
+    timezone: "UTC",
+    viewport: (800, 600),
+    device_scale_factor: 1.0,
+    emulates_locale: false,
+};
+
+pub fn manifest(profile: Profile) -> &'static Manifest {
+    match profile {
+        Profile::DesktopBrowserNl => &DESKTOP_BROWSER_NL_V2,
+        Profile::NativeHeadlessBrowser => &NATIVE_HEADLESS_BROWSER_V2,
+    }
+}
+
+impl Manifest {
+    /// The user agent string for a browser whose own is `native`.
+    pub fn user_agent_for(&self, native: &str) -> String {
+        match self.user_agent {
+            UserAgent::Native => native.to_string(),
+            UserAgent::Desktop => native.replace("HeadlessChrome/", "Chrome/"),
+        }
+    }
+}
+
+/// The manifest as documented JSON: launch half and page half.
+pub fn manifest_json(m: &Manifest) -> Value {
+    json!({
+        "profileId": m.profile.as_str(),
+        "launch": {
+            "executable": "chromium (Debian package)",
+            "headlessMode": "new",
+            "flags": LAUNCH_FLAGS,
+            "env": LAUNCH_ENV.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
+        },
+        "page": {
+            "userAgent": match m.user_agent { UserAgent::Native => "chromium-native", UserAgent::Desktop => "chromium-native with HeadlessChrome/ written Chrome/" },
+            "acceptLanguage": m.accept_language,
+            "locale": m.locale,
+            "timezone": m.timezone,
+            "localeSource": if m.emulates_locale { "Emulation.setLocaleOverride, Emulation.setTimezoneOverride" } else { "launch (--lang, TZ)" },
+            "viewport": {"width": m.viewport.0, "height": m.viewport.1, "deviceScaleFactor": m.device_scale_factor, "mobile": false},
+        },
+    })
+}
+
+/// SHA-256 of the manifest's canonical JSON (serde_json sorts object keys).
+pub fn manifest_sha256(m: &Manifest) -> String {
+    sha256_hex(manifest_json(m).to_string().as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_profile_has_a_manifest_of_its_own() {
+        for p in Profile::ALL {
+            assert_eq!(manifest(p).profile, p);
+        }
+        assert_ne!(manifest_sha256(&DESKTOP_BROWSER_NL_V2), manifest_sha256(&NATIVE_HEADLESS_BROWSER_V2));
+        assert_eq!(manifest_sha256(&DESKTOP_BROWSER_NL_V2).len(), 64);
+    }
+
+    #[test]
+    fn desktop_user_agent_drops_the_headless_marker() {
+        let native = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) HeadlessChrome/156.0.0.0 Safari/537.36";
+        assert_eq!(
+            DESKTOP_BROWSER_NL_V2.user_agent_for(native),
+            "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/156.0.0.0 Safari/537.36"
+        );
+        assert_eq!(NATIVE_HEADLESS_BROWSER_V2.user_agent_for(native), native);
+    }
+}

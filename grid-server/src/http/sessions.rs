@@ -1,0 +1,87 @@
+//! POST /sessions, GET /sessions, DELETE /sessions/{sessionId}.
+
+use std::sync::Arc;
+
+use grid_core::error::ApiError;
+use grid_core::session::{Event, TransitionError};
+use grid_core::validate;
+use grid_core::wire::session::SessionLease;
+use hyper::StatusCode;
+use serde_json::Value;
+
+use super::captures::store_error;
+use super::respond::{self, Resp};
+use super::App;
+use crate::ids::{now, random_hex};
+use crate::sessions::{self, token_hash};
+use crate::store::accounts::Caller;
+use crate::store::sessions::{self as store, SessionError};
+use crate::store::StoreError;
+
+fn session_error(e: SessionError) -> ApiError {
+    match e {
+        SessionError::Transition(TransitionError::Refused(api)) => api,
+        SessionError::Transition(_) => ApiError::UnknownSession,
+        SessionError::Store(StoreError::NotFound(_)) => ApiError::UnknownSession,
+        SessionError::Store(s) => store_error(s),
+    }
+}
+
+fn enabled(app: &App) -> Result<(), ApiError> {
+    if app.sessions.config.disabled {
+        Err(ApiError::SessionsDisabled)
+    } else {
+        Ok(())
+    }
+}
+
+pub async fn lease(app: &Arc<App>, caller: &Caller, body: Value) -> Result<Resp, ApiError> {
+    enabled(app)?;
+    let sub = validate::session::validate(&body)?;
+    let token = random_hex(32);
+    let (c, s, t, max) = (caller.clone(), sub.clone(), token.clone(), app.sessions.config.max_sessions);
+    let row = app
+        .store
+        .write(move |tx| Ok(store::lease(tx, &c, &s, &t, max, now())))
+        .await
+        .map_err(store_error)?
+        .map_err(session_error)?;
+    sessions::spawn(app.clone(), row.id.clone(), token_hash(&token), sub);
+    tracing::info!(session = %row.id, profile = row.profile.as_str(), "session leased");
+    Ok(respond::json(
+        201,
+        &SessionLease {
+            cdp_url: format!("{}/cdp/{}/{token}", app.config.base_url, row.id),
+            session_id: row.id,
+            expires_at: row.session.expires_at,
+            profile_id: row.profile.as_str().to_string(),
+            attestation: None,
+            network_policy: row.network_policy,
+            network_attestation: None,
+        },
+    ))
+}
+
+pub async fn list(app: &App, caller: &Caller) -> Result<Resp, ApiError> {
+    enabled(app)?;
+    let account = caller.account_id.clone();
+    let rows = app.store.read(move |c| store::live_of(c, &account)).await.map_err(store_error)?;
+    Ok(respond::json(200, &rows.iter().map(|r| r.view()).collect::<Vec<_>>()))
+}
+
+pub async fn release(app: &App, caller: &Caller, id: &str) -> Result<Resp, ApiError> {
+    enabled(app)?;
+    let (account, sid) = (caller.account_id.clone(), id.to_string());
+    app.store
+        .write(move |tx| {
+            let owned = store::load(tx, &sid)?.is_some_and(|r| r.account_id == account);
+            if !owned {
+                return Ok(Err(ApiError::UnknownSession));
+            }
+            Ok(store::transition(tx, &sid, Event::Release, now()).map_err(session_error))
+        })
+        .await
+        .map_err(store_error)??;
+    app.sessions.signal_end(id);
+    Ok(respond::bytes(StatusCode::NO_CONTENT, "application/json", vec![]))
+}

@@ -1,0 +1,173 @@
+//! Starting and stopping one session's Chromium. A session owns its whole
+//! browser, and the lessee opens pages itself, so the profile is applied at
+//! launch (flags and environment), not per page.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use grid_core::catalog::Profile;
+use serde_json::{json, Value};
+use tokio::process::{Child, Command};
+
+use crate::browser::profiles::{self, UserAgent};
+use crate::ids::sha256_hex;
+
+/// Flags of every session browser (the grid's Chromium baseline).
+pub const BASE_FLAGS: &[&str] = &[
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--remote-debugging-address=127.0.0.1",
+    "--remote-debugging-port=0",
+    "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
+];
+
+/// Facts about the installed browser, read once.
+#[derive(Debug, Clone)]
+pub struct BrowserBuild {
+    pub executable: PathBuf,
+    /// `sha256:<hex>` of the executable's bytes (symlinks resolved).
+    pub digest: String,
+    /// Major version, for the desktop user agent.
+    pub major: String,
+}
+
+impl BrowserBuild {
+    pub fn inspect(executable: &Path) -> std::io::Result<BrowserBuild> {
+        let out = std::process::Command::new(executable).arg("--version").output()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let major = text
+            .split_whitespace()
+            .find(|w| w.chars().next().is_some_and(|c| c.is_ascii_digit()))
+            .and_then(|v| v.split('.').next())
+            .unwrap_or("0")
+            .to_string();
+        let real = std::fs::canonicalize(executable)?;
+        // The Debian `chromium` command is a wrapper script: hash the binary it runs when there is one.
+        let binary = real.parent().map(|d| d.join("chromium")).filter(|p| p.is_file() && *p != real);
+        let bytes = std::fs::read(binary.as_ref().unwrap_or(&real))?;
+        Ok(BrowserBuild { executable: executable.to_path_buf(), digest: format!("sha256:{}", sha256_hex(&bytes)), major })
+    }
+}
+
+/// The launch manifest of a session: what makes its browser this profile.
+#[derive(Debug, Clone)]
+pub struct LaunchManifest {
+    pub profile: Profile,
+    pub flags: Vec<String>,
+    pub env: Vec<(String, String)>,
+}
+
+impl LaunchManifest {
+    pub fn new(profile: Profile, build: &BrowserBuild, proxy_port: Option<u16>) -> LaunchManifest {
+        let m = profiles::manifest(profile);
+        let mut flags: Vec<String> = BASE_FLAGS.iter().map(|f| f.to_string()).collect();
+        flags.push(format!("--lang={}", m.locale));
+        if let Some(al) = m.accept_language {
+            flags.push(format!("--accept-lang={al}"));
+        }
+        flags.push(format!("--window-size={},{}", m.viewport.0, m.viewport.1));
+        flags.push(format!("--force-device-scale-factor={}", m.device_scale_factor));
+        if m.user_agent == UserAgent::Desktop {
+            flags.push(format!(
+                "--user-agent=Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/{}.0.0.0 Safari/537.36",
+                build.major
+            ));
+        }
+        if let Some(port) = proxy_port {
+            // Chromium sends loopback requests around a proxy unless told not to.
+            flags.push(format!("--proxy-server=http://127.0.0.1:{port}"));
+            flags.push("--proxy-bypass-list=<-loopback>".into());
+        }
+        let env = vec![("TZ".into(), m.timezone.to_string()), ("LANG".into(), format!("{}.UTF-8", m.locale.replace('-', "_")))];
+        LaunchManifest { profile, flags, env }
+    }
+
+    /// Canonical JSON (keys sorted) of what the launch depends on; the proxy
+    /// port varies per session and is left out, the policy is not.
+    pub fn canonical(&self) -> Value {
+        let flags: Vec<&String> = self.flags.iter().filter(|f| !f.starts_with("--proxy-server=")).collect();
+        json!({"profileId": self.profile.as_str(), "flags": flags, "env": self.env, "proxied": self.flags.iter().any(|f| f.starts_with("--proxy-server="))})
+    }
+
+    pub fn hash(&self) -> String {
+        format!("sha256:{}", sha256_hex(self.canonical().to_string().as_bytes()))
+    }
+}
+
+/// A running Chromium and its throwaway profile directory.
+pub struct BrowserProcess {
+    pub child: Child,
+    pub pid: i32,
+    pub port: u16,
+    /// `/devtools/browser/<id>`
+    pub ws_path: String,
+    user_data_dir: tempfile::TempDir,
+}
+
+/// Starts Chromium and waits until its DevTools endpoint is announced.
+pub async fn start(build: &BrowserBuild, manifest: &LaunchManifest, runtime_dir: &Path) -> std::io::Result<BrowserProcess> {
+    let user_data_dir = tempfile::Builder::new().prefix("session-").tempdir_in(runtime_dir)?;
+    let mut cmd = Command::new(&build.executable);
+    cmd.args(&manifest.flags)
+        .arg(format!("--user-data-dir={}", user_data_dir.path().display()))
+        .arg("about:blank")
+        .envs(manifest.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .kill_on_drop(true);
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn()?;
+    let pid = child.id().unwrap_or(0) as i32;
+    let port_file = user_data_dir.path().join("DevToolsActivePort");
+    let started = Instant::now();
+    loop {
+        if let Ok(text) = std::fs::read_to_string(&port_file) {
+            let mut lines = text.lines();
+            if let (Some(port), Some(path)) = (lines.next().and_then(|p| p.parse().ok()), lines.next()) {
+                return Ok(BrowserProcess { child, pid, port, ws_path: path.to_string(), user_data_dir });
+            }
+        }
+        if let Some(status) = child.try_wait()? {
+            return Err(std::io::Error::other(format!("chromium exited during start: {status}")));
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            kill_group(pid);
+            return Err(std::io::Error::other("chromium did not open its DevTools port within 30 s"));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+impl BrowserProcess {
+    /// Kills the browser and every process it started.
+    pub fn stop(mut self) {
+        kill_group(self.pid);
+        let _ = self.child.start_kill();
+        drop(self.user_data_dir);
+    }
+}
+
+fn kill_group(pid: i32) {
+    if pid > 0 {
+        // SAFETY: sends a signal to the process group this module created.
+        unsafe {
+            libc::killpg(pid, libc::SIGKILL);
+        }
+    }
+}

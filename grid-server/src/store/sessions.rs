@@ -1,0 +1,204 @@
+//! Browser sessions: the lease record, its state machine and its money.
+
+use grid_core::catalog::Profile;
+use grid_core::error::ApiError;
+use grid_core::ids;
+use grid_core::ledger::{self, EntryKind};
+use grid_core::pricing;
+use grid_core::session::{self, Effect, Event, Session, TransitionError};
+use grid_core::time::Millis;
+use grid_core::wire::session::{Attestation, NetworkAttestation, SessionSubmission, SessionView};
+use rusqlite::{params, Connection, OptionalExtension, Row};
+
+use super::accounts::{self, Caller, Entry, ReserveError};
+use super::{StoreError, StoreResult};
+use crate::ids::{new_id, sha256_hex};
+
+#[derive(Debug, Clone)]
+pub struct SessionRow {
+    pub id: String,
+    pub account_id: String,
+    pub key_id: Option<String>,
+    pub profile: Profile,
+    pub network_policy: Option<String>,
+    pub session: Session,
+    pub attestation: Option<Attestation>,
+    pub network_attestation: Option<NetworkAttestation>,
+    pub reserved_micros: i64,
+    pub reservation_day: i64,
+}
+
+impl SessionRow {
+    pub fn view(&self) -> SessionView {
+        SessionView {
+            session_id: self.id.clone(),
+            status: self.session.status,
+            created_at: self.session.created_at,
+            expires_at: self.session.expires_at,
+            profile_id: self.profile.as_str().to_string(),
+            attestation: self.attestation.clone(),
+            network_policy: self.network_policy.clone(),
+            network_attestation: self.network_attestation.clone(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error(transparent)]
+    Transition(#[from] TransitionError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<rusqlite::Error> for SessionError {
+    fn from(e: rusqlite::Error) -> Self {
+        SessionError::Store(e.into())
+    }
+}
+
+impl From<ReserveError> for SessionError {
+    fn from(e: ReserveError) -> Self {
+        match e {
+            ReserveError::Refused(api) => SessionError::Transition(TransitionError::Refused(api)),
+            ReserveError::Store(s) => SessionError::Store(s),
+        }
+    }
+}
+
+pub fn live_count(conn: &Connection) -> StoreResult<u32> {
+    Ok(conn.query_row("SELECT COUNT(*) FROM sessions WHERE live = 1", [], |r| r.get(0))?)
+}
+
+/// POST /sessions: takes a slot and the reservation, in one transaction.
+pub fn lease(
+    tx: &Connection,
+    caller: &Caller,
+    sub: &SessionSubmission,
+    token: &str,
+    max_sessions: u32,
+    now: Millis,
+) -> Result<SessionRow, SessionError> {
+    if live_count(tx)? >= max_sessions {
+        return Err(TransitionError::Refused(ApiError::SessionLimitReached { max_sessions }).into());
+    }
+    let id = new_id(ids::SESSION);
+    let reserve = pricing::session_reservation_micros(sub.ttl_minutes);
+    accounts::reserve(tx, caller, reserve, &id, now)?;
+    let machine = Session::new(now, sub.ttl_minutes);
+    tx.execute(
+        "INSERT INTO sessions (id, account_id, key_id, profile_id, network_policy, token_sha256, machine,
+                               reserved_micros, reservation_day, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+        params![
+            id,
+            caller.account_id,
+            caller.key_id,
+            sub.profile.as_str(),
+            sub.network_policy,
+            sha256_hex(token.as_bytes()),
+            serde_json::to_string(&machine).expect("serialisable"),
+            reserve,
+            now.utc_day(),
+            now.0
+        ],
+    )?;
+    Ok(load(tx, &id)?.expect("just inserted"))
+}
+
+const COLUMNS: &str = "id, account_id, key_id, profile_id, network_policy, machine, attestation,
+     network_attestation, reserved_micros, reservation_day";
+
+fn row(r: &Row) -> rusqlite::Result<SessionRow> {
+    let json_err = |i: usize, e: serde_json::Error| {
+        rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, Box::new(e))
+    };
+    let profile: String = r.get(3)?;
+    let machine: String = r.get(5)?;
+    let att: Option<String> = r.get(6)?;
+    let net: Option<String> = r.get(7)?;
+    Ok(SessionRow {
+        id: r.get(0)?,
+        account_id: r.get(1)?,
+        key_id: r.get(2)?,
+        profile: Profile::parse(&profile).unwrap_or(Profile::DEFAULT),
+        network_policy: r.get(4)?,
+        session: serde_json::from_str(&machine).map_err(|e| json_err(5, e))?,
+        attestation: att.map(|a| serde_json::from_str(&a)).transpose().map_err(|e| json_err(6, e))?,
+        network_attestation: net.map(|a| serde_json::from_str(&a)).transpose().map_err(|e| json_err(7, e))?,
+        reserved_micros: r.get(8)?,
+        reservation_day: r.get(9)?,
+    })
+}
+
+pub fn load(conn: &Connection, id: &str) -> StoreResult<Option<SessionRow>> {
+    let sql = format!("SELECT {COLUMNS} FROM sessions WHERE id = ?1");
+    Ok(conn.prepare_cached(&sql)?.query_row([id], row).optional()?)
+}
+
+/// The caller's live sessions, oldest first.
+pub fn live_of(conn: &Connection, account_id: &str) -> StoreResult<Vec<SessionRow>> {
+    let sql = format!("SELECT {COLUMNS} FROM sessions WHERE live = 1 AND account_id = ?1 ORDER BY seq");
+    Ok(conn.prepare_cached(&sql)?.query_map([account_id], row)?.collect::<Result<_, _>>()?)
+}
+
+pub fn live_ids(conn: &Connection) -> StoreResult<Vec<String>> {
+    Ok(conn.prepare_cached("SELECT id FROM sessions WHERE live = 1")?.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?)
+}
+
+/// Applies an event and settles in the same transaction when the session
+/// ends. Returns the row and whether the browser must be stopped.
+pub fn transition(conn: &Connection, id: &str, event: Event, now: Millis) -> Result<(SessionRow, bool), SessionError> {
+    let mut r = load(conn, id)?.ok_or_else(|| StoreError::NotFound(format!("session {id}")))?;
+    let outcome = session::apply(&r.session, event, now)?;
+    let mut stop = false;
+    for effect in &outcome.effects {
+        match effect {
+            Effect::StopBrowser => stop = true,
+            Effect::Settle { ready_millis } => settle(conn, &r, *ready_millis, now)?,
+        }
+    }
+    r.session = outcome.session;
+    conn.prepare_cached("UPDATE sessions SET machine = ?2, live = ?3 WHERE id = ?1")?.execute(params![
+        id,
+        serde_json::to_string(&r.session).expect("serialisable"),
+        r.session.is_live()
+    ])?;
+    Ok((r, stop))
+}
+
+fn settle(conn: &Connection, r: &SessionRow, ready_millis: i64, now: Millis) -> StoreResult<()> {
+    let used = pricing::session_charge_micros(ready_millis, r.reserved_micros);
+    let (charged, released) = ledger::settle(r.reserved_micros, used);
+    for (kind, amount) in [(EntryKind::Charge, charged), (EntryKind::Release, released)] {
+        if amount > 0 {
+            let e = Entry {
+                account_id: &r.account_id,
+                key_id: r.key_id.as_deref(),
+                kind,
+                amount,
+                subject: Some(&r.id),
+                reservation_day: Some(r.reservation_day),
+            };
+            accounts::append(conn, &e, now)?;
+        }
+    }
+    Ok(())
+}
+
+pub fn set_attestation(
+    conn: &Connection,
+    id: &str,
+    attestation: &Attestation,
+    network: Option<&NetworkAttestation>,
+) -> StoreResult<()> {
+    conn.execute(
+        "UPDATE sessions SET attestation = ?2, network_attestation = ?3 WHERE id = ?1",
+        params![
+            id,
+            serde_json::to_string(attestation).expect("serialisable"),
+            network.map(|n| serde_json::to_string(n).expect("serialisable"))
+        ],
+    )?;
+    Ok(())
+}
