@@ -126,34 +126,22 @@ impl TokenVerifier {
             Some(u) => u.clone(),
             None => self.discover(issuer).await?,
         };
-        let set: JwkSet = self
-            .client
-            .get(&url)
-            .send()
-            .await
-            .and_then(|r| r.error_for_status())
-            .map_err(|e| TokenError::KeysUnavailable(e.to_string()))?
-            .json()
-            .await
+        let set: JwkSet = serde_json::from_value(self.get_json(&url).await?)
             .map_err(|e| TokenError::KeysUnavailable(format!("JWKS at {url}: {e}")))?;
         tracing::info!(keys = set.keys.len(), %url, "fetched issuer keys");
         *self.keys.lock().unwrap_or_else(|p| p.into_inner()) = (set, Some(Instant::now()));
         Ok(())
     }
 
+    async fn get_json(&self, url: &str) -> Result<Value, TokenError> {
+        let fetch = async { self.client.get(url).send().await?.error_for_status()?.json::<Value>().await };
+        fetch.await.map_err(|e| TokenError::KeysUnavailable(format!("{url}: {e}")))
+    }
+
     /// The JWKS address from the issuer's OpenID configuration.
     async fn discover(&self, issuer: &str) -> Result<String, TokenError> {
         let url = format!("{}/.well-known/openid-configuration", issuer.trim_end_matches('/'));
-        let doc: Value = self
-            .client
-            .get(&url)
-            .send()
-            .await
-            .and_then(|r| r.error_for_status())
-            .map_err(|e| TokenError::KeysUnavailable(e.to_string()))?
-            .json()
-            .await
-            .map_err(|e| TokenError::KeysUnavailable(e.to_string()))?;
+        let doc = self.get_json(&url).await?;
         doc["jwks_uri"].as_str().map(str::to_string).ok_or_else(|| TokenError::KeysUnavailable(format!("{url} has no jwks_uri")))
     }
 }

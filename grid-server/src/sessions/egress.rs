@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use grid_core::netaddr::is_public;
 use ipnet::IpNet;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -98,7 +98,7 @@ fn record(decisions: &Mutex<Vec<Decision>>, d: Decision) {
 }
 
 async fn serve(mut client: TcpStream, policy: &EgressPolicy, decisions: &Mutex<Vec<Decision>>) -> std::io::Result<()> {
-    let (head, rest) = read_head(&mut client).await?;
+    let (head, rest) = super::read_head(&mut client, MAX_HEAD).await?;
     let head_text = String::from_utf8_lossy(&head).to_string();
     let mut lines = head_text.split("\r\n");
     let request_line = lines.next().unwrap_or("");
@@ -161,26 +161,6 @@ async fn serve(mut client: TcpStream, policy: &EgressPolicy, decisions: &Mutex<V
     Ok(())
 }
 
-/// Reads up to the end of the request head; returns the head and any bytes after it.
-async fn read_head(s: &mut TcpStream) -> std::io::Result<(Vec<u8>, Vec<u8>)> {
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 4096];
-    loop {
-        let n = s.read(&mut chunk).await?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let rest = buf.split_off(end + 4);
-            return Ok((buf, rest));
-        }
-        if buf.len() > MAX_HEAD {
-            return Err(std::io::Error::other("request head too large"));
-        }
-    }
-}
-
 fn split_host_port(target: &str, default_port: u16) -> (String, u16) {
     match target.rsplit_once(':') {
         Some((h, p)) if p.parse::<u16>().is_ok() => (h.trim_matches(['[', ']']).to_string(), p.parse().unwrap_or(default_port)),
@@ -208,6 +188,7 @@ async fn bad_gateway(client: &mut TcpStream, why: &str) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::AsyncReadExt;
 
     #[test]
     fn treat_as_public_widens_only_the_named_ranges() {

@@ -345,6 +345,28 @@ pub async fn shutdown(app: &App) {
     }
 }
 
+/// Reads an HTTP message head (up to and including the blank line) of at
+/// most `max` bytes; returns the head and any bytes that came after it.
+pub(crate) async fn read_head(s: &mut tokio::net::TcpStream, max: usize) -> std::io::Result<(Vec<u8>, Vec<u8>)> {
+    use tokio::io::AsyncReadExt;
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = s.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let rest = buf.split_off(end + 4);
+            return Ok((buf, rest));
+        }
+        if buf.len() > max {
+            return Err(std::io::Error::other("message head too large"));
+        }
+    }
+}
+
 /// The token's hash, as stored.
 pub fn token_hash(token: &str) -> String {
     sha256_hex(token.as_bytes())

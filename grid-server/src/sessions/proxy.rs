@@ -15,7 +15,7 @@ use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONNECTION, UPGRADE};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use super::{token_hash, Live};
@@ -105,7 +105,7 @@ async fn upgrade(port: u16, path: &str, mut req: Request<Incoming>, live: Live) 
     handshake.push_str("\r\n");
     let mut upstream = TcpStream::connect(("127.0.0.1", port)).await.map_err(|_| ApiError::UnknownSession)?;
     upstream.write_all(handshake.as_bytes()).await.map_err(|_| ApiError::UnknownSession)?;
-    let (head, leftover) = read_head(&mut upstream).await.map_err(|_| ApiError::UnknownSession)?;
+    let (head, leftover) = super::read_head(&mut upstream, 16 * 1024).await.map_err(|_| ApiError::UnknownSession)?;
     let head = String::from_utf8_lossy(&head).to_string();
     if !head.starts_with("HTTP/1.1 101") {
         tracing::warn!(answer = head.lines().next().unwrap_or(""), "browser refused the WebSocket upgrade");
@@ -139,25 +139,6 @@ async fn upgrade(port: u16, path: &str, mut req: Request<Incoming>, live: Live) 
         }
     });
     Ok(resp)
-}
-
-async fn read_head(s: &mut TcpStream) -> std::io::Result<(Vec<u8>, Vec<u8>)> {
-    let mut buf = Vec::with_capacity(512);
-    let mut chunk = [0u8; 2048];
-    loop {
-        let n = s.read(&mut chunk).await?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let rest = buf.split_off(end + 4);
-            return Ok((buf, rest));
-        }
-        if buf.len() > 16 * 1024 {
-            return Err(std::io::Error::other("handshake answer too large"));
-        }
-    }
 }
 
 #[cfg(test)]
