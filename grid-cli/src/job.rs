@@ -130,9 +130,7 @@ pub async fn run(cx: &Context, command: JobCommand) -> anyhow::Result<ExitCode> 
         JobCommand::Show { job_id } => show(cx, &job_id).await?,
         JobCommand::List(args) => list(cx, args).await?,
         JobCommand::Logs(args) => logs(cx, args).await?,
-        JobCommand::Cancel { job_id } => {
-            record_call(cx, &job_calls::cancel_job(&job_id), "cancel requested").await?
-        }
+        JobCommand::Cancel { job_id } => record_call(cx, &job_calls::cancel_job(&job_id), "cancel requested").await?,
         JobCommand::Retry { job_id } => record_call(cx, &job_calls::retry_job(&job_id), "retried").await?,
         JobCommand::Artifacts { job_id } => artifacts(cx, &job_id).await?,
     }
@@ -209,7 +207,11 @@ async fn show(cx: &Context, job_id: &str) -> anyhow::Result<()> {
 }
 
 /// Cancel and retry: both answer the record.
-async fn record_call(cx: &Context, call: &grid_client::endpoint::Endpoint<JobRecord>, what: &str) -> anyhow::Result<()> {
+async fn record_call(
+    cx: &Context,
+    call: &grid_client::endpoint::Endpoint<JobRecord>,
+    what: &str,
+) -> anyhow::Result<()> {
     let reply = cx.client.send_raw(call).await?;
     if cx.json {
         return output::json_line(&reply);
@@ -392,9 +394,30 @@ mod tests {
     #[test]
     fn submit_flags_become_the_body() {
         let args = submit_args(&[
-            "--image", "127.0.0.1:5000/tools/busybox:1", "--cpu", "500m", "--memory", "256Mi", "--deadline", "60",
-            "--retries", "1", "--priority", "2", "--env", "A_B=x=y", "--env", "EMPTY=", "--label", "team=x",
-            "--idempotency-key", "k1", "--", "sh", "-c", "echo hi",
+            "--image",
+            "127.0.0.1:5000/tools/busybox:1",
+            "--cpu",
+            "500m",
+            "--memory",
+            "256Mi",
+            "--deadline",
+            "60",
+            "--retries",
+            "1",
+            "--priority",
+            "2",
+            "--env",
+            "A_B=x=y",
+            "--env",
+            "EMPTY=",
+            "--label",
+            "team=x",
+            "--idempotency-key",
+            "k1",
+            "--",
+            "sh",
+            "-c",
+            "echo hi",
         ]);
         let job = serde_json::to_value(build_job(args)).unwrap();
         assert_eq!(
@@ -421,8 +444,7 @@ mod tests {
 
     #[test]
     fn submit_defaults_a_fresh_key_and_no_args() {
-        let args =
-            submit_args(&["--image", "r/x:1", "--cpu", "1", "--memory", "1Gi", "--deadline", "5", "--", "true"]);
+        let args = submit_args(&["--image", "r/x:1", "--cpu", "1", "--memory", "1Gi", "--deadline", "5", "--", "true"]);
         let job = build_job(args);
         assert_eq!(job.command, vec!["true"]);
         assert_eq!(job.args, None);

@@ -10,6 +10,7 @@ mod input;
 mod item;
 mod job;
 mod output;
+mod session;
 mod status;
 
 use std::process::ExitCode;
@@ -69,6 +70,9 @@ enum Command {
     /// Analytical jobs (containers): submit, show, list, logs, cancel, retry, artifacts.
     #[command(subcommand)]
     Job(job::JobCommand),
+    /// Leased browser sessions: lease, list, release.
+    #[command(subcommand)]
+    Session(session::SessionCommand),
 }
 
 /// What every command gets: the client and the output mode.
@@ -108,6 +112,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Item(command) => item::run(&cx, command).await,
         Command::Artifact(command) => artifact::run(&cx, command).await,
         Command::Job(command) => job::run(&cx, command).await,
+        Command::Session(command) => session::run(&cx, command).await,
     }
 }
 

@@ -25,6 +25,7 @@
 pub mod endpoint;
 pub mod error;
 pub mod jobs;
+pub mod sessions;
 
 use std::fmt;
 use std::time::Duration;
@@ -36,6 +37,7 @@ use grid_core::wire::grid::{GridStatus, Health, ProtectedResource, QueueDepth};
 use grid_core::wire::item::{ArtifactUrl, CaptureItem, ItemRetried};
 use grid_core::wire::job::NewJob;
 use grid_core::wire::job_record::{JobArtifacts, JobList, JobRecord};
+use grid_core::wire::session::{NewSession, SessionLease, SessionView};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
 use reqwest::Method;
 use serde::de::DeserializeOwned;
@@ -402,6 +404,57 @@ impl GridClient {
                 Ok(()) => {
                     failures = 0;
                     tokio::time::sleep(poll_interval).await;
+                }
+                Err(e) if e.is_retryable() && failures < WAIT_RETRIES => {
+                    failures += 1;
+                    tokio::time::sleep(e.retry_after().unwrap_or(poll_interval)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// Browser sessions (module [`sessions`]).
+impl GridClient {
+    /// POST /sessions: 201 with the cdpUrl (shown only here); the session is
+    /// `pending` until its browser runs.
+    pub async fn lease_session(&self, session: &NewSession) -> Result<SessionLease, ClientError> {
+        self.send(&sessions::lease_session(session)).await
+    }
+
+    /// GET /sessions: the caller's live sessions (pending or running), oldest
+    /// first, without cdpUrl.
+    pub async fn sessions(&self) -> Result<Vec<SessionView>, ClientError> {
+        self.send(&sessions::sessions()).await
+    }
+
+    /// DELETE /sessions/{sessionId}: ends the session (204); its cdpUrl stops
+    /// working at once.
+    pub async fn release_session(&self, session_id: &str) -> Result<(), ClientError> {
+        self.send_raw(&sessions::release_session(session_id)).await.map(|_| ())
+    }
+
+    /// Polls GET /sessions every `poll_interval` until the session is
+    /// `running` and returns that entry (its attestation filled); `None` when
+    /// the session is no longer listed (it ended before running: released,
+    /// expired or lost). Retryable errors are tolerated as in
+    /// [`GridClient::wait_batch`]. No overall time limit.
+    pub async fn wait_session_running(
+        &self,
+        session_id: &str,
+        poll_interval: Duration,
+    ) -> Result<Option<SessionView>, ClientError> {
+        let mut failures = 0;
+        loop {
+            match self.sessions().await {
+                Ok(list) => {
+                    failures = 0;
+                    match list.into_iter().find(|s| s.session_id == session_id) {
+                        None => return Ok(None),
+                        Some(s) if s.status == grid_core::session::SessionStatus::Running => return Ok(Some(s)),
+                        Some(_) => tokio::time::sleep(poll_interval).await,
+                    }
                 }
                 Err(e) if e.is_retryable() && failures < WAIT_RETRIES => {
                     failures += 1;

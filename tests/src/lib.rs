@@ -1,1 +1,23 @@
-//! Test harness
+//! Test harness for Grid's black-box tests (`tests/tests/*.rs`).
+//!
+//! - [`server::GridServer`] runs the real `grid-server` binary on a temp data
+//!   dir and a free port, and prints its log tail when a test fails.
+//! - [`target::Target`] is a local HTTP server the grid fetches from.
+//! - [`cli::run_cli`] runs the real `grid` binary.
+//!
+//! The binaries are not built by `cargo test`: run `cargo build --workspace
+//! --bins` first (scripts/test.sh does), or point GRID_SERVER_BIN and
+//! GRID_CLI_BIN at them.
+
+pub mod bins;
+pub mod cdp;
+pub mod cli;
+pub mod http;
+pub mod jobs;
+pub mod server;
+pub mod target;
+
+/// Contract price of one `fetch` item, µ€.
+pub const FETCH_PRICE_MICROS: i64 = 120;
+/// The server's default initial credit of the first-start account, µ€.
+pub const DEFAULT_INITIAL_CREDIT_MICROS: i64 = 10_000_000;

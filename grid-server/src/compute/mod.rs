@@ -458,6 +458,15 @@ async fn reconcile(app: &Arc<App>) -> Result<(), AttemptError> {
             }
         }
     }
+    // Containers of attempts that are over, left by a stop between publishing
+    // their log and removing them. Jobs of other data dirs are not ours.
+    for (container, job_id, attempt) in &containers {
+        let jid = job_id.clone();
+        let Some(row) = app.store.read(move |c| jobs::load(c, &jid)).await? else { continue };
+        if *attempt < row.job.attempt_number() || row.job.phase.is_finished() {
+            docker::remove(&docker, container).await;
+        }
+    }
     for id in app.store.read(jobs::replay_pending_ids).await? {
         step(app, &id, Event::Replay, now()).await?;
     }

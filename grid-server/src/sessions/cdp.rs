@@ -74,9 +74,17 @@ impl Cdp {
         let session = attached["sessionId"].as_str().unwrap_or_default().to_string();
         for _ in 0..100 {
             let state = self
-                .call("Runtime.evaluate", json!({"expression": "document.readyState", "returnByValue": true}), Some(&session))
+                .call(
+                    "Runtime.evaluate",
+                    json!({"expression": "[document.readyState, location.href]", "returnByValue": true}),
+                    Some(&session),
+                )
                 .await?;
-            if state["result"]["value"] == "complete" {
+            let value = &state["result"]["value"];
+            // A new target's initial about:blank is `complete` before the
+            // navigation to `url` has committed: wait for the page itself.
+            let navigated = url == "about:blank" || value[1] != "about:blank";
+            if value[0] == "complete" && navigated {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Fetch throughput: the grid (release build, --workers 16) against a plain
+# reqwest loop of the same concurrency over the same local URLs.
+#
+#   bench/fetch_throughput.sh [ITEMS]        # default 2000
+#
+# Env: WORKERS (default 16), BENCH_TIMEOUT_SECS (default 600; the run is
+# abandoned after that). Only 127.0.0.1 is contacted.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+items="${1:-2000}"
+workers="${WORKERS:-16}"
+timeout="${BENCH_TIMEOUT_SECS:-600}"
+
+echo "==> building release: grid-server and bench_fetch"
+cargo build --release -p grid-server -p grid-tests --bins
+
+target_dir="${CARGO_TARGET_DIR:-target}"
+case "$target_dir" in
+    /*) ;;
+    *) target_dir="$PWD/$target_dir" ;;
+esac
+export GRID_SERVER_BIN="$target_dir/release/grid-server"
+export RUST_LOG="${RUST_LOG:-warn}"
+
+echo "==> bench: $items fetch items, $workers workers / concurrency, timeout ${timeout}s"
+exec timeout --signal=TERM "$((timeout + 60))" \
+    "$target_dir/release/bench_fetch" --items "$items" --workers "$workers" --timeout-secs "$timeout"

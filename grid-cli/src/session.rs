@@ -1,0 +1,260 @@
+//! `grid session lease | list | release`: leased browser sessions.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::{Args, Subcommand};
+use grid_client::sessions as session_calls;
+use grid_client::RawReply;
+use grid_core::session::SessionStatus;
+use grid_core::wire::session::{NewSession, SessionLease, SessionView};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::input::parse_seconds;
+use crate::{output, Context};
+
+#[derive(Debug, Subcommand)]
+pub enum SessionCommand {
+    /// Lease a browser (POST /sessions); prints its id and cdpUrl (with --json, the API's answer).
+    ///
+    /// Connect a CDP client to the cdpUrl once the session runs: Playwright's
+    /// chromium.connectOverCDP(cdpUrl), or the webSocketDebuggerUrl of
+    /// {cdpUrl}/json/version for Puppeteer and others. The cdpUrl is shown only
+    /// here. With --wait, waits until the browser runs and then prints the
+    /// session with its attestation (with --json: a second line, the GET
+    /// /sessions answer in which it was first seen running).
+    ///   grid session lease --ttl 10 --wait
+    Lease(LeaseArgs),
+    /// List your live sessions, oldest first (GET /sessions).
+    List,
+    /// End a session (DELETE /sessions/{sessionId}); its cdpUrl stops working at once. Prints nothing with --json.
+    Release {
+        /// The session id.
+        session_id: String,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct LeaseArgs {
+    /// Browser profile: desktop-browser-nl/v2 (default) or native-headless-browser/v2.
+    #[arg(long = "profile", value_name = "PROFILE")]
+    profile_id: Option<String>,
+    /// Lifetime in minutes, 1 to 240 (server default 30); the whole lifetime is reserved, ready time is charged.
+    #[arg(long = "ttl", value_name = "MINUTES", value_parser = clap::value_parser!(u32).range(1..=240))]
+    ttl_minutes: Option<u32>,
+    /// Network policy: public-web-only/v1 (the browser reaches only public addresses).
+    #[arg(long, value_name = "POLICY")]
+    network: Option<String>,
+    /// Wait until the browser runs, with a spinner on stderr when it is a terminal.
+    #[arg(long)]
+    wait: bool,
+    /// With --wait: seconds between polls.
+    #[arg(long, value_name = "SECONDS", default_value = "0.5", value_parser = parse_seconds, requires = "wait")]
+    poll_interval: Duration,
+    /// With --wait: give up (exit 1, the session stays leased) after this many seconds.
+    #[arg(long, value_name = "SECONDS", default_value = "120", value_parser = parse_seconds, requires = "wait")]
+    timeout: Duration,
+}
+
+pub async fn run(cx: &Context, command: SessionCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        SessionCommand::Lease(args) => lease(cx, args).await?,
+        SessionCommand::List => list(cx).await?,
+        SessionCommand::Release { session_id } => release(cx, &session_id).await?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn new_session(args: &LeaseArgs) -> NewSession {
+    NewSession { profile_id: args.profile_id.clone(), ttl_minutes: args.ttl_minutes, network: args.network.clone() }
+}
+
+async fn lease(cx: &Context, args: LeaseArgs) -> anyhow::Result<()> {
+    let reply = cx.client.send_raw(&session_calls::lease_session(&new_session(&args))).await?;
+    let lease: SessionLease = reply.decode()?;
+    if cx.json {
+        output::json_line(&reply)?;
+    } else if !args.wait {
+        output::lines(&lease_lines(&lease))?;
+    }
+    if !args.wait {
+        return Ok(());
+    }
+    let (list_reply, running) = wait_running(cx, &lease.session_id, args.poll_interval, args.timeout).await?;
+    if cx.json {
+        output::json_line(&list_reply)?;
+    } else {
+        let mut lines = lease_lines(&lease);
+        lines.extend(view_lines(&running));
+        output::lines(&lines)?;
+    }
+    Ok(())
+}
+
+/// Polls GET /sessions until the session is running; returns the answer
+/// that showed it so and its entry.
+async fn wait_running(
+    cx: &Context,
+    session_id: &str,
+    poll_interval: Duration,
+    timeout: Duration,
+) -> anyhow::Result<(RawReply, SessionView)> {
+    let spinner = spinner(session_id);
+    let deadline = Instant::now() + timeout;
+    let result = loop {
+        let reply = cx.client.send_raw(&session_calls::sessions()).await?;
+        let list: Vec<SessionView> = reply.decode()?;
+        match list.into_iter().find(|s| s.session_id == session_id) {
+            None => break Err(anyhow::anyhow!("session {session_id} ended before it ran (released, expired or lost)")),
+            Some(view) if view.status == SessionStatus::Running => break Ok((reply, view)),
+            Some(_) if Instant::now() >= deadline => {
+                break Err(anyhow::anyhow!(
+                    "session {session_id} not running after {}s; it stays leased until released or expired",
+                    timeout.as_secs_f64()
+                ))
+            }
+            Some(_) => tokio::time::sleep(poll_interval).await,
+        }
+    };
+    spinner.finish_and_clear();
+    result
+}
+
+/// A spinner on stderr; hidden when stderr is not a terminal.
+fn spinner(session_id: &str) -> ProgressBar {
+    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+    bar.set_style(ProgressStyle::with_template("{spinner} {elapsed} {msg}").unwrap_or_else(|_| ProgressStyle::default_spinner()));
+    bar.set_message(format!("waiting for session {session_id} to run"));
+    if !bar.is_hidden() {
+        bar.enable_steady_tick(Duration::from_millis(200));
+    }
+    bar
+}
+
+async fn list(cx: &Context) -> anyhow::Result<()> {
+    let reply = cx.client.send_raw(&session_calls::sessions()).await?;
+    if cx.json {
+        return output::json_line(&reply);
+    }
+    let views: Vec<SessionView> = reply.decode()?;
+    output::lines(&list_lines(&views))
+}
+
+async fn release(cx: &Context, session_id: &str) -> anyhow::Result<()> {
+    cx.client.release_session(session_id).await?;
+    if !cx.json {
+        output::lines(&[format!("session {session_id} released")])?;
+    }
+    Ok(())
+}
+
+fn lease_lines(lease: &SessionLease) -> Vec<String> {
+    output::key_values(&[
+        ("session", lease.session_id.clone()),
+        ("cdpUrl", lease.cdp_url.clone()),
+        ("expires", lease.expires_at.to_iso()),
+        ("profile", lease.profile_id.clone()),
+        ("network", lease.network_policy.clone().unwrap_or_else(|| "-".into())),
+    ])
+}
+
+/// What a running session attests, as key/value lines.
+fn view_lines(view: &SessionView) -> Vec<String> {
+    let mut pairs = vec![("status", view.status.as_str().to_string())];
+    if let Some(a) = &view.attestation {
+        pairs.push(("browser", format!("{} ({}, protocol {})", a.product, a.mode, a.protocol_version)));
+        pairs.push(("locale", format!("{}, {}", a.locale, a.time_zone)));
+        pairs.push(("window", format!("{}x{} @{}", a.window.width, a.window.height, a.window.device_scale_factor)));
+        pairs.push(("image", a.image_digest.clone()));
+    }
+    if let Some(n) = &view.network_attestation {
+        let probes: Vec<String> = n.probes.iter().map(|p| format!("{} {}", p.url, p.outcome)).collect();
+        pairs.push(("probes", probes.join(", ")));
+    }
+    output::key_values(&pairs)
+}
+
+fn list_lines(views: &[SessionView]) -> Vec<String> {
+    if views.is_empty() {
+        return vec!["no live sessions".into()];
+    }
+    let rows: Vec<Vec<String>> = views
+        .iter()
+        .map(|v| {
+            vec![
+                v.session_id.clone(),
+                v.status.as_str().to_string(),
+                v.profile_id.clone(),
+                v.network_policy.clone().unwrap_or_else(|| "-".into()),
+                v.expires_at.to_iso(),
+                v.attestation.as_ref().map(|a| a.product.clone()).unwrap_or_default(),
+            ]
+        })
+        .collect();
+    output::table(&["SESSION", "STATUS", "PROFILE", "NETWORK", "EXPIRES", "BROWSER"], &rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use grid_core::time::Millis;
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Wrap {
+        #[command(subcommand)]
+        command: SessionCommand,
+    }
+
+    fn lease_args(args: &[&str]) -> Result<LeaseArgs, clap::Error> {
+        let mut argv = vec!["t", "lease"];
+        argv.extend_from_slice(args);
+        match Wrap::try_parse_from(argv)?.command {
+            SessionCommand::Lease(a) => Ok(a),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn lease_flags_become_the_body() {
+        let args = lease_args(&["--profile", "native-headless-browser/v2", "--ttl", "2", "--network", "public-web-only/v1"])
+            .unwrap();
+        assert_eq!(
+            serde_json::to_value(new_session(&args)).unwrap(),
+            serde_json::json!({"profileId": "native-headless-browser/v2", "ttlMinutes": 2, "network": "public-web-only/v1"})
+        );
+        assert_eq!(serde_json::to_value(new_session(&lease_args(&[]).unwrap())).unwrap(), serde_json::json!({}));
+    }
+
+    #[test]
+    fn bad_flags_are_usage_errors() {
+        assert!(lease_args(&["--ttl", "0"]).is_err());
+        assert!(lease_args(&["--ttl", "241"]).is_err());
+        assert!(lease_args(&["--ttl", "240", "--wait", "--timeout", "5"]).is_ok());
+        assert!(lease_args(&["--timeout", "5"]).is_err(), "needs --wait");
+        assert!(Wrap::try_parse_from(["t", "release"]).is_err(), "needs an id");
+    }
+
+    #[test]
+    fn list_reads_as_a_table() {
+        let view = SessionView {
+            session_id: "gs_1".into(),
+            status: SessionStatus::Pending,
+            created_at: Millis(0),
+            expires_at: Millis(60_000),
+            profile_id: "desktop-browser-nl/v2".into(),
+            attestation: None,
+            network_policy: None,
+            network_attestation: None,
+        };
+        assert_eq!(
+            list_lines(&[view]),
+            vec![
+                "SESSION  STATUS   PROFILE                NETWORK  EXPIRES                   BROWSER",
+                "gs_1     pending  desktop-browser-nl/v2  -        1970-01-01T00:01:00.000Z",
+            ]
+        );
+        assert_eq!(list_lines(&[]), vec!["no live sessions"]);
+    }
+}

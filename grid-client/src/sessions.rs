@@ -1,0 +1,76 @@
+//! Browser sessions: the calls of POST/GET/DELETE /sessions as [`Endpoint`]
+//! values. The answers are grid-core's wire types
+//! ([`SessionLease`], [`SessionView`]).
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), grid_client::error::ClientError> {
+//! use std::time::Duration;
+//! use grid_client::GridClient;
+//! use grid_core::wire::session::NewSession;
+//!
+//! let client = GridClient::new("http://127.0.0.1:8080", "my-api-key")?;
+//! let lease = client.lease_session(&NewSession { ttl_minutes: Some(10), ..NewSession::default() }).await?;
+//! // Connect a CDP client to lease.cdp_url once the session runs.
+//! if let Some(running) = client.wait_session_running(&lease.session_id, Duration::from_millis(250)).await? {
+//!     println!("{} runs {}", running.session_id, running.attestation.map(|a| a.product).unwrap_or_default());
+//! }
+//! client.release_session(&lease.session_id).await?;
+//! # Ok(()) }
+//! ```
+
+use bytes::Bytes;
+use grid_core::wire::session::{NewSession, SessionLease, SessionView};
+use reqwest::Method;
+
+use crate::endpoint::Endpoint;
+
+/// `error` of the 404 answered for a session that does not exist, has
+/// ended, or is another identity's.
+pub const UNKNOWN_SESSION: &str = "unknown session";
+
+/// POST /sessions.
+pub fn lease_session(session: &NewSession) -> Endpoint<SessionLease> {
+    // A NewSession has only optional plain values: it always serializes.
+    Endpoint::new(Method::POST, &["sessions"], true)
+        .with_body(serde_json::to_vec(session).expect("NewSession serializes"))
+}
+
+/// GET /sessions: the caller's live sessions, oldest first.
+pub fn sessions() -> Endpoint<Vec<SessionView>> {
+    Endpoint::new(Method::GET, &["sessions"], true)
+}
+
+/// DELETE /sessions/{sessionId}. The answer is 204 without a body: perform
+/// it with [`crate::GridClient::send_raw`] (or use
+/// [`crate::GridClient::release_session`]).
+pub fn release_session(session_id: &str) -> Endpoint<Bytes> {
+    Endpoint::new(Method::DELETE, &["sessions", session_id], true)
+}
+
+#[cfg(test)]
+mod tests {
+    use url::Url;
+
+    use super::*;
+
+    #[test]
+    fn session_calls() {
+        let base = Url::parse("http://127.0.0.1:8080/").unwrap();
+        let lease = lease_session(&NewSession::default());
+        assert_eq!(lease.to_string(), "POST /sessions");
+        assert_eq!(lease.body().unwrap(), b"{}");
+        let full = lease_session(&NewSession {
+            profile_id: Some("native-headless-browser/v2".into()),
+            ttl_minutes: Some(2),
+            network: Some("public-web-only/v1".into()),
+        });
+        assert_eq!(
+            full.body().unwrap(),
+            br#"{"profileId":"native-headless-browser/v2","ttlMinutes":2,"network":"public-web-only/v1"}"#
+        );
+        assert_eq!(sessions().url(&base).unwrap().as_str(), "http://127.0.0.1:8080/sessions");
+        assert_eq!(release_session("gs_1").to_string(), "DELETE /sessions/gs_1");
+        assert_eq!(release_session("a/b").url(&base).unwrap().as_str(), "http://127.0.0.1:8080/sessions/a%2Fb");
+        assert!(lease.sends_credential() && sessions().sends_credential() && release_session("s").sends_credential());
+    }
+}

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The test command: installs what the suite needs, builds every binary once,
+# then runs every test of the workspace (unit tests and the black-box suite
+# in tests/, which starts the real grid-server and grid binaries).
+#
+#   scripts/test.sh                 # everything
+#   scripts/test.sh -p grid-tests   # extra arguments go to the test runner
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+say() { printf '==> %s\n' "$*"; }
+
+apt_updated=0
+# need_pkg NAME: installs the Debian package NAME unless it is installed.
+need_pkg() {
+    local name="$1"
+    if dpkg -s "$name" >/dev/null 2>&1; then
+        return 0
+    fi
+    local sudo=""
+    if [ "$(id -u)" -ne 0 ]; then
+        sudo="sudo"
+    fi
+    if [ "$apt_updated" -eq 0 ]; then
+        say "apt-get update"
+        $sudo apt-get update -qq
+        apt_updated=1
+    fi
+    say "installing Debian package $name"
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$name"
+}
+
+# Debian packages the suite needs. Later work adds here, e.g.
+#   need_pkg docker.io; need_pkg docker-registry; need_pkg busybox-static; need_pkg chromium
+need_pkg ca-certificates
+# Browser scripts (capture, render-fetch, browser-fetch) drive Debian's Chromium;
+# util-linux's setpriv ties each browser's life to the server's.
+need_pkg chromium
+need_pkg util-linux
+bash scripts/compute-env.sh  # docker.io, docker-registry, busybox-static; dockerd, registry :5000, tools/busybox:1
+# The MCP tests drive the server with the official Python MCP SDK's client.
+if ! python3 -c "import mcp.client.streamable_http" >/dev/null 2>&1; then
+    say "installing the Python MCP SDK (PyPI package mcp)"
+    python3 -m pip install --quiet --disable-pip-version-check mcp
+fi
+
+say "cargo $(cargo --version | cut -d' ' -f2), rustc $(rustc --version | cut -d' ' -f2)"
+say "building the workspace: cargo build --workspace --bins --tests"
+cargo build --workspace --bins --tests
+
+# The black-box tests run these binaries; point at exactly what was just built.
+target_dir="${CARGO_TARGET_DIR:-target}"
+case "$target_dir" in
+    /*) ;;
+    *) target_dir="$PWD/$target_dir" ;;
+esac
+export GRID_SERVER_BIN="$target_dir/debug/grid-server"
+export GRID_CLI_BIN="$target_dir/debug/grid"
+say "binaries under test: $GRID_SERVER_BIN, $GRID_CLI_BIN"
+
+if cargo nextest --version >/dev/null 2>&1; then
+    if [ "$#" -eq 0 ]; then
+        # nextest does not run doctests; run them first so the suite's
+        # summary is the last thing printed.
+        say "running doctests: cargo test --workspace --doc"
+        cargo test --workspace --doc
+    fi
+    say "running tests: cargo nextest run --workspace --no-fail-fast $*"
+    cargo nextest run --workspace --no-fail-fast "$@"
+else
+    say "cargo-nextest not found; running tests: cargo test --workspace --no-fail-fast $*"
+    cargo test --workspace --no-fail-fast "$@"
+fi

@@ -1,0 +1,214 @@
+//! Screenshots per minute: the grid's `capture` script against Browserless's
+//! `POST /chromium/screenshot`, same local pages (each runs a little
+//! JavaScript), same concurrency, same run. Everything stays on 127.0.0.1.
+//!
+//!     bench_screenshots [--items N] [--browsers B] [--pages P] [--browserless URL] [--timeout-secs S]
+//!
+//! Grid: `grid-server serve --browsers B --pages-per-browser P --workers B*P`,
+//! one capture batch of N `/js/{n}` URLs with profile
+//! `native-headless-browser/v2` (800x600, Browserless's default viewport).
+//! Browserless: the same N URLs, B*P requests at a time (start it with
+//! `bash ../shared/peers/browserless.sh`, CONC=B*P). While each side runs,
+//! the summed RSS of all `chromium` processes is sampled every 100 ms; the
+//! peak is printed.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use grid_tests::server::{GridServer, ServerOptions};
+use grid_tests::target::Target;
+
+struct Config {
+    items: usize,
+    browsers: u32,
+    pages: u32,
+    browserless: String,
+    timeout: Duration,
+}
+
+fn parse_args() -> Config {
+    let mut c = Config {
+        items: 200,
+        browsers: 2,
+        pages: 2,
+        browserless: "http://127.0.0.1:3999".into(),
+        timeout: Duration::from_secs(900),
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut value = || args.next().unwrap_or_else(|| usage(&format!("{arg} needs a value")));
+        let number = |v: String| -> u64 { v.parse().unwrap_or_else(|e| usage(&format!("{v}: {e}"))) };
+        match arg.as_str() {
+            "--items" => c.items = number(value()) as usize,
+            "--browsers" => c.browsers = number(value()) as u32,
+            "--pages" => c.pages = number(value()) as u32,
+            "--browserless" => c.browserless = value(),
+            "--timeout-secs" => c.timeout = Duration::from_secs(number(value())),
+            "-h" | "--help" => usage(""),
+            other => usage(&format!("unknown argument {other}")),
+        }
+    }
+    if c.items == 0 || c.browsers == 0 || c.pages == 0 {
+        usage("--items, --browsers and --pages must be positive");
+    }
+    c
+}
+
+fn usage(problem: &str) -> ! {
+    if !problem.is_empty() {
+        eprintln!("bench_screenshots: {problem}");
+    }
+    eprintln!("usage: bench_screenshots [--items N] [--browsers B] [--pages P] [--browserless URL] [--timeout-secs S]");
+    std::process::exit(2)
+}
+
+/// Summed VmRSS (bytes) of every process whose name starts with "chromium"
+/// (browser, zygotes, renderers, GPU and utility processes).
+fn chromium_rss() -> u64 {
+    let mut total = 0;
+    let Ok(dir) = std::fs::read_dir("/proc") else { return 0 };
+    for entry in dir.flatten() {
+        if !entry.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else { continue };
+        let name = status.lines().next().unwrap_or("").trim_start_matches("Name:").trim();
+        if !name.starts_with("chromium") {
+            continue;
+        }
+        let kb: u64 = status
+            .lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        total += kb * 1024;
+    }
+    total
+}
+
+/// Samples `chromium_rss` until the returned flag is set; the peak lands in the counter.
+fn sample_peak() -> (Arc<AtomicBool>, Arc<AtomicU64>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let peak = Arc::new(AtomicU64::new(0));
+    let (s, p) = (stop.clone(), peak.clone());
+    std::thread::spawn(move || {
+        while !s.load(Ordering::Relaxed) {
+            p.fetch_max(chromium_rss(), Ordering::Relaxed);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    (stop, peak)
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+#[tokio::main]
+async fn main() {
+    let c = parse_args();
+    let deadline = Instant::now() + c.timeout;
+    let concurrency = (c.browsers * c.pages) as usize;
+    let target = Target::start();
+    let urls: Vec<String> = (0..c.items).map(|n| target.url(&format!("/js/{n}"))).collect();
+
+    // ----- the grid -----
+    let server = GridServer::start(ServerOptions {
+        workers: Some(concurrency as u32),
+        initial_credit_micros: Some(1_000_000_000),
+        extra_args: vec![
+            "--browsers".into(),
+            c.browsers.to_string(),
+            "--pages-per-browser".into(),
+            c.pages.to_string(),
+        ],
+        ..Default::default()
+    });
+    eprintln!("bench: grid-server on {}, {} pages, {} browsers x {} pages", server.base_url(), c.items, c.browsers, c.pages);
+    let (stop, peak) = sample_peak();
+    let started = Instant::now();
+    let batch = server
+        .submit_as(server.api_key(), &json!({"urls": urls, "script": "capture", "profileId": "native-headless-browser/v2"}))
+        .await;
+    let done = server.wait_batch_done(&batch, deadline.saturating_duration_since(Instant::now())).await;
+    let grid_secs = started.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    let grid_peak = peak.load(Ordering::Relaxed);
+    let grid_ok = done["counts"]["completed"].as_u64().unwrap_or(0);
+    let grid_rate = grid_ok as f64 * 60.0 / grid_secs;
+    println!(
+        "grid:        {grid_ok}/{} screenshots in {grid_secs:.1} s = {grid_rate:.0}/min, peak chromium RSS {:.0} MiB",
+        c.items,
+        mib(grid_peak)
+    );
+    drop(server);
+    // Let the grid's browsers exit before measuring the peer's.
+    let quiet = Instant::now() + Duration::from_secs(10);
+    while chromium_rss() > 0 && Instant::now() < quiet {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // ----- Browserless -----
+    let client = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(120)).build().unwrap();
+    let endpoint = format!("{}/chromium/screenshot?token=peer", c.browserless.trim_end_matches('/'));
+    let probe = client.get(format!("{}/pressure?token=peer", c.browserless.trim_end_matches('/'))).send().await;
+    if !probe.is_ok_and(|r| r.status().is_success()) {
+        eprintln!("bench: Browserless not reachable at {}; start it with bash ../shared/peers/browserless.sh", c.browserless);
+        std::process::exit(1);
+    }
+    let (stop, peak) = sample_peak();
+    let next = Arc::new(AtomicUsize::new(0));
+    let ok = Arc::new(AtomicUsize::new(0));
+    let urls = Arc::new(urls);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..concurrency {
+        let (client, endpoint, next, ok, urls) = (client.clone(), endpoint.clone(), next.clone(), ok.clone(), urls.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(url) = urls.get(i) else { break };
+                if Instant::now() >= deadline {
+                    break;
+                }
+                let body = json!({"url": url, "options": {"type": "png"}, "gotoOptions": {"waitUntil": "load"}});
+                match client.post(&endpoint).json(&body).send().await {
+                    Ok(r) if r.status().is_success() => {
+                        if r.bytes().await.is_ok_and(|b| b.starts_with(b"\x89PNG")) {
+                            ok.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    Ok(r) => eprintln!("browserless: {} for {url}", r.status()),
+                    Err(e) => eprintln!("browserless: {e} for {url}"),
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("browserless task");
+    }
+    let peer_secs = started.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    let peer_peak = peak.load(Ordering::Relaxed);
+    let peer_ok = ok.load(Ordering::Relaxed);
+    let peer_rate = peer_ok as f64 * 60.0 / peer_secs;
+    println!(
+        "browserless: {peer_ok}/{} screenshots in {peer_secs:.1} s = {peer_rate:.0}/min, peak chromium RSS {:.0} MiB ({concurrency} concurrent)",
+        c.items,
+        mib(peer_peak)
+    );
+    println!("ratio grid/browserless: {:.2}", grid_rate / peer_rate);
+    println!(
+        "{}",
+        json!({
+            "items": c.items, "browsers": c.browsers, "pagesPerBrowser": c.pages, "concurrency": concurrency,
+            "gridSeconds": grid_secs, "gridCompleted": grid_ok, "gridPerMinute": grid_rate, "gridPeakChromiumRssMiB": mib(grid_peak),
+            "browserlessSeconds": peer_secs, "browserlessOk": peer_ok, "browserlessPerMinute": peer_rate,
+            "browserlessPeakChromiumRssMiB": mib(peer_peak), "ratio": grid_rate / peer_rate,
+        })
+    );
+}

@@ -1,0 +1,60 @@
+//! Where the binaries under test are, and the environment they run in.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests crate has a parent").to_path_buf()
+}
+
+/// CARGO_TARGET_DIR (relative to the workspace when relative) or `<workspace>/target`.
+pub fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) => {
+            let dir = PathBuf::from(dir);
+            if dir.is_absolute() {
+                dir
+            } else {
+                workspace_root().join(dir)
+            }
+        }
+        None => workspace_root().join("target"),
+    }
+}
+
+/// `$env_var`, else `<target>/debug/<name>`; panics when it does not exist.
+pub fn bin_path(env_var: &str, name: &str) -> PathBuf {
+    let path = match std::env::var_os(env_var) {
+        Some(p) => PathBuf::from(p),
+        None => target_dir().join("debug").join(name),
+    };
+    if !path.is_file() {
+        panic!(
+            "{name} not found at {}: build it first: cargo build --workspace --bins (or point {env_var} at it)",
+            path.display()
+        );
+    }
+    path
+}
+
+pub fn grid_server_bin() -> PathBuf {
+    bin_path("GRID_SERVER_BIN", "grid-server")
+}
+
+pub fn grid_cli_bin() -> PathBuf {
+    bin_path("GRID_CLI_BIN", "grid")
+}
+
+/// Tests only send traffic to 127.0.0.1: no proxy may pick it up, and no
+/// GRID_ setting of the developer's shell may leak into a binary under test.
+pub fn scrub_env(cmd: &mut Command) {
+    for var in ["http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"] {
+        cmd.env_remove(var);
+    }
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("GRID_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("NO_PROXY", "127.0.0.1,localhost").env("no_proxy", "127.0.0.1,localhost");
+}

@@ -1,0 +1,682 @@
+//! `GridServer`: the real `grid-server` binary on a temp data dir and a
+//! free port of 127.0.0.1, with raw HTTP helpers and admin subcommands.
+//!
+//! The server's stderr (its tracing log) goes to a file; when a test panics
+//! while a `GridServer` is alive, its drop prints the log's last lines.
+
+use std::fs::OpenOptions;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::bins::{grid_server_bin, scrub_env};
+use crate::http::{http_client, Resp};
+
+/// How long to wait for `{"event":"listening"}` after spawning.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+/// Lines of server log shown with a failure.
+const LOG_TAIL_LINES: usize = 60;
+
+/// Flags for `grid-server serve`. `None` leaves the server's default.
+/// The defaults here are the suite's short timings, not the server's.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    pub settlement_interval_secs: Option<u64>,
+    /// Tests fetch from a `Target` on 127.0.0.1, so this is on by default.
+    pub allow_private_networks: bool,
+    pub workers: Option<u32>,
+    pub retry_backoff_ms: Option<u64>,
+    pub initial_credit_micros: Option<i64>,
+    pub auth_url: Option<String>,
+    pub accounting_timeout_ms: Option<u64>,
+    pub extra_args: Vec<String>,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            settlement_interval_secs: Some(1),
+            allow_private_networks: true,
+            workers: None,
+            retry_backoff_ms: Some(200),
+            initial_credit_micros: None,
+            auth_url: None,
+            accounting_timeout_ms: None,
+            extra_args: Vec::new(),
+        }
+    }
+}
+
+impl ServerOptions {
+    fn serve_args(&self, port: u16, data_dir: &Path) -> Vec<String> {
+        let mut args = vec![
+            "serve".to_string(),
+            "--listen".into(),
+            format!("127.0.0.1:{port}"),
+            "--data-dir".into(),
+            data_dir.display().to_string(),
+            "--base-url".into(),
+            format!("http://127.0.0.1:{port}"),
+        ];
+        let mut flag = |name: &str, value: Option<String>| {
+            if let Some(v) = value {
+                args.push(name.to_string());
+                args.push(v);
+            }
+        };
+        flag("--settlement-interval-secs", self.settlement_interval_secs.map(|v| v.to_string()));
+        flag("--workers", self.workers.map(|v| v.to_string()));
+        flag("--retry-backoff-ms", self.retry_backoff_ms.map(|v| v.to_string()));
+        flag("--initial-credit-micros", self.initial_credit_micros.map(|v| v.to_string()));
+        flag("--auth-url", self.auth_url.clone());
+        flag("--accounting-timeout-ms", self.accounting_timeout_ms.map(|v| v.to_string()));
+        if self.allow_private_networks {
+            args.push("--allow-private-networks".into());
+        }
+        args.extend(self.extra_args.iter().cloned());
+        args
+    }
+}
+
+/// What the first start printed.
+#[derive(Debug, Clone)]
+pub struct FirstStart {
+    pub account_id: String,
+    pub key_id: String,
+    pub api_key: String,
+}
+
+pub struct GridServer {
+    opts: ServerOptions,
+    bin: PathBuf,
+    /// Holds the data dir and the log; removed on drop.
+    root: tempfile::TempDir,
+    data_dir: PathBuf,
+    log_path: PathBuf,
+    port: u16,
+    child: Option<Child>,
+    first_start: FirstStart,
+    /// Stdout lines of the current process after `listening`.
+    stdout: Option<mpsc::Receiver<String>>,
+    http: reqwest::Client,
+    tail_shown: AtomicBool,
+}
+
+/// The server gets SIGKILL when the thread that spawned it ends, so a test
+/// process killed by a timeout leaves no server behind.
+fn die_with_parent(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+}
+
+/// Holds grid.db-shm's lock bytes; dropping it (closing the file) releases them.
+pub struct DbLock {
+    _file: std::fs::File,
+}
+
+/// Bytes of SQLite's unix WAL-index lock area: WAL_WRITE_LOCK at 120 up to
+/// the last read-mark lock at 127 (UNIX_SHM_BASE + SQLITE_SHM_NLOCK).
+const SHM_LOCK_START: i64 = 120;
+const SHM_LOCK_LEN: i64 = 8;
+
+fn posix_lock(file: &std::fs::File, kind: libc::c_short) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a zeroed flock is a valid value; fcntl(F_SETLK) only reads it.
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = kind;
+    lock.l_whence = libc::SEEK_SET as libc::c_short;
+    lock.l_start = SHM_LOCK_START;
+    lock.l_len = SHM_LOCK_LEN;
+    // SAFETY: fd is open for the duration of the call; lock outlives it.
+    let r = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &lock) };
+    if r == -1 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// A port of 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    l.local_addr().unwrap().port()
+}
+
+enum StartError {
+    /// The port was taken between picking and binding; try another.
+    AddrInUse,
+    Other(String),
+}
+
+impl GridServer {
+    /// Spawns `grid-server serve` on a fresh data dir and waits for
+    /// first-start and listening.
+    pub fn start(opts: ServerOptions) -> GridServer {
+        let bin = grid_server_bin();
+        let root = tempfile::Builder::new().prefix("grid-test-").tempdir().expect("tempdir");
+        let data_dir = root.path().join("data");
+        std::fs::create_dir(&data_dir).expect("create data dir");
+        let log_path = root.path().join("server.log");
+        let mut server = GridServer {
+            opts,
+            bin,
+            root,
+            data_dir,
+            log_path,
+            port: 0,
+            child: None,
+            first_start: FirstStart { account_id: String::new(), key_id: String::new(), api_key: String::new() },
+            stdout: None,
+            http: http_client(),
+            tail_shown: AtomicBool::new(false),
+        };
+        let mut last_error = String::new();
+        for _ in 0..5 {
+            server.port = free_port();
+            match server.spawn(true) {
+                Ok(Some(first)) => {
+                    server.first_start = first;
+                    return server;
+                }
+                Ok(None) => server.fail("first start on an empty data dir printed no first-start event"),
+                Err(StartError::AddrInUse) => {
+                    last_error = format!("port {} in use", server.port);
+                    continue;
+                }
+                Err(StartError::Other(e)) => server.fail(&e),
+            }
+        }
+        server.fail(&format!("could not start grid-server: {last_error}"))
+    }
+
+    /// Spawns serve on the current data dir and port; returns the first-start
+    /// event when one was printed.
+    fn spawn(&mut self, first: bool) -> Result<Option<FirstStart>, StartError> {
+        let mut log = OpenOptions::new().create(true).append(true).open(&self.log_path).expect("open server log");
+        let args = self.opts.serve_args(self.port, &self.data_dir);
+        writeln!(log, "===== harness: {} {}", self.bin.display(), args.join(" ")).ok();
+        let mut cmd = Command::new(&self.bin);
+        cmd.args(&args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::from(log));
+        scrub_env(&mut cmd);
+        die_with_parent(&mut cmd);
+        if std::env::var_os("RUST_LOG").is_none() {
+            cmd.env("RUST_LOG", "info");
+        }
+        let mut child = cmd.spawn().map_err(|e| StartError::Other(format!("spawn {}: {e}", self.bin.display())))?;
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = mpsc::channel();
+        let log_path = self.log_path.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Ok(mut f) = OpenOptions::new().append(true).open(&log_path) {
+                    let _ = writeln!(f, "[stdout] {line}");
+                }
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        self.child = Some(child);
+        let deadline = Instant::now() + START_TIMEOUT;
+        let mut first_start = None;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) => {
+                    let Ok(v) = serde_json::from_str::<Value>(&line) else { continue };
+                    match v["event"].as_str() {
+                        Some("first-start") => {
+                            let field = |k: &str| {
+                                v[k].as_str().map(str::to_string).ok_or_else(|| {
+                                    StartError::Other(format!("first-start event without string {k}: {line}"))
+                                })
+                            };
+                            first_start = Some(FirstStart {
+                                account_id: field("accountId")?,
+                                key_id: field("keyId")?,
+                                api_key: field("apiKey")?,
+                            });
+                            if !first {
+                                return Err(StartError::Other(format!("restart printed a first-start event: {line}")));
+                            }
+                        }
+                        Some("listening") => {
+                            let expected = format!("127.0.0.1:{}", self.port);
+                            if v["addr"].as_str() != Some(expected.as_str()) {
+                                return Err(StartError::Other(format!(
+                                    "listening on {:?}, expected {expected}",
+                                    v["addr"]
+                                )));
+                            }
+                            self.stdout = Some(rx);
+                            return Ok(first_start);
+                        }
+                        _ => continue,
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    self.kill9();
+                    return Err(StartError::Other(format!("no listening event within {START_TIMEOUT:?}")));
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    let status = self.child.as_mut().and_then(|c| c.wait().ok());
+                    self.child = None;
+                    let log = std::fs::read_to_string(&self.log_path).unwrap_or_default();
+                    let last_run = log.rsplit("===== harness:").next().unwrap_or("");
+                    if last_run.contains("in use") || last_run.contains("AddrInUse") {
+                        return Err(StartError::AddrInUse);
+                    }
+                    return Err(StartError::Other(format!("grid-server exited before listening: {status:?}")));
+                }
+            }
+        }
+    }
+
+    pub fn base_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The first-start account's key.
+    pub fn api_key(&self) -> &str {
+        &self.first_start.api_key
+    }
+
+    pub fn account_id(&self) -> &str {
+        &self.first_start.account_id
+    }
+
+    pub fn key_id(&self) -> &str {
+        &self.first_start.key_id
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    pub fn db_path(&self) -> PathBuf {
+        self.data_dir.join("grid.db")
+    }
+
+    pub fn log_path(&self) -> &Path {
+        &self.log_path
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// SIGKILL and reap. No-op when not running.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.forget_process();
+    }
+
+    /// After the process ended: drop its stdout and the connections pooled to
+    /// it (a reused keep-alive connection to a dead process fails the next
+    /// request).
+    fn forget_process(&mut self) {
+        self.stdout = None;
+        self.http = http_client();
+    }
+
+    /// SIGTERM, then wait up to 20 s for the exit.
+    pub fn sigterm(&mut self) -> ExitStatus {
+        let Some(mut child) = self.child.take() else { self.fail("sigterm: server not running") };
+        // SAFETY: kill(2) on the pid of a child we have not reaped yet.
+        unsafe {
+            libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) => {
+                    self.forget_process();
+                    return status;
+                }
+                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    self.fail("grid-server did not exit within 20 s of SIGTERM")
+                }
+            }
+        }
+    }
+
+    /// Starts the server again on the same data dir and port. A running
+    /// server is stopped with SIGTERM first.
+    pub fn restart(&mut self) {
+        if self.child.is_some() {
+            self.sigterm();
+        }
+        // The old socket may linger a moment; retry while the port is busy.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match self.spawn(false) {
+                Ok(_) => return,
+                Err(StartError::AddrInUse) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(200))
+                }
+                Err(StartError::AddrInUse) => self.fail(&format!("restart: port {} stayed in use", self.port)),
+                Err(StartError::Other(e)) => self.fail(&format!("restart: {e}")),
+            }
+        }
+    }
+
+    /// Replaces the extra `serve` flags used by later `restart`s (for
+    /// example another `--docker-host`).
+    pub fn set_extra_args(&mut self, extra_args: Vec<String>) {
+        self.opts.extra_args = extra_args;
+    }
+
+    /// Stdout lines printed since `listening` (drained).
+    pub fn stdout_lines(&self) -> Vec<String> {
+        self.stdout.as_ref().map(|rx| rx.try_iter().collect()).unwrap_or_default()
+    }
+
+    /// The last `n` lines of the server log (stderr plus stdout lines).
+    pub fn log_tail(&self, n: usize) -> String {
+        let log = std::fs::read_to_string(&self.log_path).unwrap_or_else(|e| format!("(no log: {e})"));
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    /// Panics with `msg` and the server log's tail.
+    pub fn fail(&self, msg: &str) -> ! {
+        self.tail_shown.store(true, Ordering::SeqCst);
+        panic!(
+            "{msg}\n----- last {LOG_TAIL_LINES} lines of grid-server log ({}) -----\n{}\n-----",
+            self.log_path.display(),
+            self.log_tail(LOG_TAIL_LINES)
+        )
+    }
+
+    // ----- admin subcommands -----
+
+    /// Runs `grid-server ARGS --data-dir DIR`; panics (with the log tail) on a
+    /// non-zero exit; returns the JSON object it printed.
+    pub fn admin(&self, args: &[&str]) -> Value {
+        let out = self.admin_raw(args);
+        if !out.status.success() {
+            self.fail(&format!(
+                "admin {args:?} failed: {}\nstdout: {}\nstderr: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let last = stdout.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+        serde_json::from_str(last)
+            .unwrap_or_else(|e| self.fail(&format!("admin {args:?} printed no JSON object ({e}): {stdout}")))
+    }
+
+    pub fn admin_raw(&self, args: &[&str]) -> std::process::Output {
+        let mut cmd = Command::new(&self.bin);
+        cmd.args(args).arg("--data-dir").arg(&self.data_dir).stdin(Stdio::null());
+        scrub_env(&mut cmd);
+        cmd.output().unwrap_or_else(|e| self.fail(&format!("spawn admin {args:?}: {e}")))
+    }
+
+    /// `account show` of an account.
+    pub fn account_show(&self, account_id: &str) -> Value {
+        self.admin(&["account", "show", "--account", account_id])
+    }
+
+    /// A new account with `credit_micros` and one key: (accountId, apiKey).
+    pub fn create_account(&self, name: &str, credit_micros: i64) -> (String, String) {
+        let acc = self.admin(&["account", "create", "--name", name, "--credit-micros", &credit_micros.to_string()]);
+        let account_id =
+            acc["accountId"].as_str().unwrap_or_else(|| self.fail(&format!("no accountId: {acc}"))).to_string();
+        let key = self.admin(&["key", "create", "--account", &account_id]);
+        let api_key = key["apiKey"].as_str().unwrap_or_else(|| self.fail(&format!("no apiKey: {key}"))).to_string();
+        (account_id, api_key)
+    }
+
+    /// Makes the account database unreadable until the returned guard is
+    /// dropped: takes exclusive POSIX locks on the WAL index's lock bytes
+    /// (grid.db-shm, bytes 120..128: the write, checkpoint, recovery and five
+    /// read locks), so every read or write transaction of the server waits.
+    ///
+    /// `PRAGMA locking_mode=EXCLUSIVE; BEGIN EXCLUSIVE;` on a second
+    /// connection cannot do this: in WAL mode every open connection holds a
+    /// SHARED lock on grid.db, and the server keeps idle connections open,
+    /// so that EXCLUSIVE lock is never granted while the server runs.
+    pub fn lock_db(&self) -> DbLock {
+        let shm = self.data_dir.join("grid.db-shm");
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&shm)
+            .unwrap_or_else(|e| self.fail(&format!("open {}: {e}", shm.display())));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match posix_lock(&file, libc::F_WRLCK as libc::c_short) {
+                Ok(()) => return DbLock { _file: file },
+                Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(1)),
+                Err(e) => self.fail(&format!("could not lock {} within 10 s: {e}", shm.display())),
+            }
+        }
+    }
+
+    // ----- raw HTTP -----
+
+    /// Sends a request to the server; `key` None sends no credential.
+    pub async fn request(&self, method: reqwest::Method, path: &str, key: Option<&str>, body: Option<&Value>) -> Resp {
+        let url = if path.starts_with("http://") { path.to_string() } else { format!("{}{}", self.base_url(), path) };
+        let mut req = self.http.request(method.clone(), &url);
+        if let Some(k) = key {
+            req = req.header("x-api-key", k);
+        }
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        match Resp::read(req).await {
+            Ok(r) => r,
+            Err(e) => self.fail(&format!("{method} {url}: {e}")),
+        }
+    }
+
+    /// GET with the first-start key.
+    pub async fn get(&self, path: &str) -> Resp {
+        self.request(reqwest::Method::GET, path, Some(self.api_key()), None).await
+    }
+
+    /// POST a JSON body with the first-start key.
+    pub async fn post(&self, path: &str, body: &Value) -> Resp {
+        self.request(reqwest::Method::POST, path, Some(self.api_key()), Some(body)).await
+    }
+
+    pub async fn get_as(&self, key: Option<&str>, path: &str) -> Resp {
+        self.request(reqwest::Method::GET, path, key, None).await
+    }
+
+    pub async fn post_as(&self, key: Option<&str>, path: &str, body: Option<&Value>) -> Resp {
+        self.request(reqwest::Method::POST, path, key, body).await
+    }
+
+    // ----- the grid's flows -----
+
+    /// POST /batches with `key`; asserts 201 and returns the batchId.
+    pub async fn submit_as(&self, key: &str, body: &Value) -> String {
+        let r = self.post_as(Some(key), "/batches", Some(body)).await;
+        if r.status != 201 {
+            self.fail(&format!("POST /batches {body}: expected 201, got {r}"));
+        }
+        r.json["batchId"].as_str().unwrap_or_else(|| self.fail(&format!("201 without batchId: {r}"))).to_string()
+    }
+
+    /// A `fetch` batch of `urls` with the first-start key; returns the batchId.
+    pub async fn submit_fetch(&self, urls: &[String]) -> String {
+        self.submit_as(self.api_key(), &serde_json::json!({"urls": urls, "script": "fetch"})).await
+    }
+
+    /// GET /batches/{id} with `key`, asserting 200.
+    pub async fn batch_as(&self, key: &str, batch_id: &str) -> Value {
+        let r = self.get_as(Some(key), &format!("/batches/{batch_id}")).await;
+        if r.status != 200 {
+            self.fail(&format!("GET /batches/{batch_id}: expected 200, got {r}"));
+        }
+        r.json
+    }
+
+    pub async fn batch(&self, batch_id: &str) -> Value {
+        self.batch_as(self.api_key(), batch_id).await
+    }
+
+    /// Polls GET /batches/{id} until completed + failed == total.
+    pub async fn wait_batch_done_as(&self, key: &str, batch_id: &str, timeout: Duration) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let b = self.batch_as(key, batch_id).await;
+            let count = |k: &str| b["counts"][k].as_u64().unwrap_or(0);
+            if b["total"].as_u64().is_some() && count("completed") + count("failed") == b["total"].as_u64().unwrap() {
+                return b;
+            }
+            if Instant::now() >= deadline {
+                self.fail(&format!("batch {batch_id} not done within {timeout:?}: counts {}", b["counts"]));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub async fn wait_batch_done(&self, batch_id: &str, timeout: Duration) -> Value {
+        self.wait_batch_done_as(self.api_key(), batch_id, timeout).await
+    }
+
+    /// GET /jobs/{itemId} with the first-start key, asserting 200.
+    pub async fn item(&self, item_id: &str) -> Value {
+        let r = self.get(&format!("/jobs/{item_id}")).await;
+        if r.status != 200 {
+            self.fail(&format!("GET /jobs/{item_id}: expected 200, got {r}"));
+        }
+        r.json
+    }
+
+    /// Polls GET /jobs/{itemId} until `done(item)`; returns that item and every
+    /// state seen on the way (in order, without repeats).
+    pub async fn wait_item(
+        &self,
+        item_id: &str,
+        timeout: Duration,
+        done: impl Fn(&Value) -> bool,
+    ) -> (Value, Vec<String>) {
+        let deadline = Instant::now() + timeout;
+        let mut seen: Vec<String> = Vec::new();
+        loop {
+            let item = self.item(item_id).await;
+            if let Some(s) = item["state"].as_str() {
+                if seen.last().map(String::as_str) != Some(s) {
+                    seen.push(s.to_string());
+                }
+            }
+            if done(&item) {
+                return (item, seen);
+            }
+            if Instant::now() >= deadline {
+                self.fail(&format!("item {item_id} not done within {timeout:?}; states seen {seen:?}; last {item}"));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Waits until the item is completed or failed.
+    pub async fn wait_item_final(&self, item_id: &str, timeout: Duration) -> (Value, Vec<String>) {
+        self.wait_item(item_id, timeout, |i| matches!(i["state"].as_str(), Some("completed" | "failed"))).await
+    }
+
+    /// Polls `account show` until reservedMicros is 0 and creditMicros equals
+    /// `expected_credit`; then checks that two more settlement passes change
+    /// nothing (no late double charge).
+    pub async fn wait_settled(&self, account_id: &str, expected_credit: i64, timeout: Duration) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let acc = self.account_show(account_id);
+            if acc["reservedMicros"].as_i64() == Some(0) && acc["creditMicros"].as_i64() == Some(expected_credit) {
+                let interval = self.opts.settlement_interval_secs.unwrap_or(30);
+                tokio::time::sleep(Duration::from_secs(2 * interval) + Duration::from_millis(300)).await;
+                let again = self.account_show(account_id);
+                if again != acc {
+                    self.fail(&format!("ledger moved after settling: {acc} then {again}"));
+                }
+                return acc;
+            }
+            if Instant::now() >= deadline {
+                self.fail(&format!(
+                    "account {account_id} not settled to creditMicros {expected_credit}, reservedMicros 0 within {timeout:?}: {acc}"
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// GET /artifacts/{item}/{kind} → the signed URL (asserting 200).
+    pub async fn artifact_url(&self, item_id: &str, kind: &str) -> String {
+        let r = self.get(&format!("/artifacts/{item_id}/{kind}")).await;
+        if r.status != 200 {
+            self.fail(&format!("GET /artifacts/{item_id}/{kind}: expected 200, got {r}"));
+        }
+        r.json["url"].as_str().unwrap_or_else(|| self.fail(&format!("no url: {r}"))).to_string()
+    }
+
+    /// Downloads a signed URL without any credential.
+    pub async fn download(&self, url: &str) -> Resp {
+        self.request(reqwest::Method::GET, url, None, None).await
+    }
+
+    // ----- the `grid` CLI -----
+
+    /// Runs `grid ARGS` with GRID_URL and GRID_API_KEY of this server.
+    pub fn cli(&self, args: &[&str]) -> crate::cli::CliOutput {
+        let url = self.base_url();
+        crate::cli::run_cli(
+            args,
+            &[("GRID_URL", url.as_str()), ("GRID_API_KEY", self.api_key())],
+            crate::cli::CLI_TIMEOUT,
+        )
+    }
+}
+
+impl GridServer {
+    /// The typed SDK pointed at this server with the first-start key.
+    pub fn client(&self) -> grid_client::GridClient {
+        grid_client::GridClient::new(&self.base_url(), self.api_key())
+            .unwrap_or_else(|e| self.fail(&format!("GridClient::new: {e}")))
+    }
+}
+
+impl Drop for GridServer {
+    fn drop(&mut self) {
+        self.kill9();
+        if std::thread::panicking() && !self.tail_shown.load(Ordering::SeqCst) {
+            eprintln!(
+                "----- last {LOG_TAIL_LINES} lines of grid-server log ({}) -----\n{}\n-----",
+                self.log_path.display(),
+                self.log_tail(LOG_TAIL_LINES)
+            );
+        }
+        if std::env::var_os("GRID_TEST_KEEP").is_some() {
+            let root = std::mem::replace(&mut self.root, tempfile::tempdir().expect("tempdir"));
+            eprintln!("GRID_TEST_KEEP: kept {}", root.keep().display());
+        }
+    }
+}

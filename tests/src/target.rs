@@ -1,0 +1,308 @@
+//! `Target`: a local HTTP server the grid fetches from, in-process on
+//! 127.0.0.1 with its own runtime thread, so it keeps answering while a test
+//! blocks (admin subcommands, the CLI).
+//!
+//! Routes:
+//! - `/page/{n}`: 200, a small HTML page ([`page_html`]).
+//! - `/flaky/{key}?fail=N`: 503 for the first N requests to that path, then 200.
+//! - `/status/{code}`: answers with that status.
+//! - `/slow?ms=N`: waits N ms, then 200.
+//! - `/hang`: never answers.
+//! - `/redirect?to=URL`: 302 to URL (absolute, or a path on this target).
+//!
+//! Pages for the browser scripts ([`browser_pages`]):
+//! - `/js/{n}`: HTML whose visible text is written by JavaScript ([`js_text`]).
+//! - `/cross?other=ORIGIN`: HTML loading an image and a script from ORIGIN
+//!   (e.g. `http://localhost:PORT`, another host than 127.0.0.1).
+//! - `/never-loads`: HTML with an image from `/hang`: the load event never fires.
+//! - `/facts`: HTML printing, as JSON in `<pre id="facts">`, what the page
+//!   sees: navigator.language(s), Intl time zone and locale, window size,
+//!   devicePixelRatio, user agent.
+//! - `/throws`: HTML whose script throws `Error("grid test error")`.
+//!
+//! Every request is counted per path (without the query): [`Target::hits`].
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+
+/// The HTML `/page/{n}` answers with.
+pub fn page_html(n: &str) -> String {
+    format!("<!doctype html><html><head><title>page {n}</title></head><body><h1>page {n}</h1></body></html>\n")
+}
+
+#[derive(Default)]
+struct Hits {
+    per_path: HashMap<String, u64>,
+    total: u64,
+}
+
+pub struct Target {
+    addr: SocketAddr,
+    hits: Arc<Mutex<Hits>>,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Target {
+    /// Starts on an ephemeral port of 127.0.0.1.
+    pub fn start() -> Target {
+        Target::start_on("127.0.0.1:0".parse().unwrap())
+    }
+
+    /// Starts on the given address (the standalone `grid_target` binary picks it).
+    pub fn start_on(addr: SocketAddr) -> Target {
+        let listener = std::net::TcpListener::bind(addr).unwrap_or_else(|e| panic!("target: bind {addr}: {e}"));
+        listener.set_nonblocking(true).expect("target: set_nonblocking");
+        let addr = listener.local_addr().expect("target: local_addr");
+        let hits = Arc::new(Mutex::new(Hits::default()));
+        let (shutdown, shutdown_rx) = tokio::sync::oneshot::channel();
+        let thread_hits = hits.clone();
+        std::thread::Builder::new()
+            .name(format!("target-{}", addr.port()))
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                    .expect("target: runtime");
+                runtime.block_on(serve(listener, thread_hits, shutdown_rx));
+                // Dropping the runtime closes every connection still open (/hang).
+                runtime.shutdown_background();
+            })
+            .expect("target: spawn thread");
+        Target { addr, hits, shutdown: Some(shutdown) }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT{path_and_query}`.
+    pub fn url(&self, path_and_query: &str) -> String {
+        format!("http://{}{}", self.addr, path_and_query)
+    }
+
+    /// Requests seen for `path` (no query part), e.g. `/flaky/a`.
+    pub fn hits(&self, path: &str) -> u64 {
+        self.hits.lock().unwrap().per_path.get(path).copied().unwrap_or(0)
+    }
+
+    pub fn total_hits(&self) -> u64 {
+        self.hits.lock().unwrap().total
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+async fn serve(
+    listener: std::net::TcpListener,
+    hits: Arc<Mutex<Hits>>,
+    mut shutdown: tokio::sync::oneshot::Receiver<()>,
+) {
+    let listener = tokio::net::TcpListener::from_std(listener).expect("target: tokio listener");
+    loop {
+        let stream = tokio::select! {
+            _ = &mut shutdown => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(_) => continue,
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let hits = hits.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |req: Request<Incoming>| {
+                let hits = hits.clone();
+                async move { Ok::<_, Infallible>(route(req, hits).await) }
+            });
+            let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+        });
+    }
+}
+
+fn query_param(req: &Request<Incoming>, name: &str) -> Option<String> {
+    let query = req.uri().query()?;
+    url::form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == name).map(|(_, v)| v.into_owned())
+}
+
+fn respond(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(status)
+        .header("content-type", content_type)
+        .body(Full::new(body.into()))
+        .expect("target: response")
+}
+
+fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    respond(status, "text/plain; charset=utf-8", body)
+}
+
+async fn route(req: Request<Incoming>, hits: Arc<Mutex<Hits>>) -> Response<Full<Bytes>> {
+    let path = req.uri().path().to_string();
+    let count = {
+        let mut h = hits.lock().unwrap();
+        h.total += 1;
+        let c = h.per_path.entry(path.clone()).or_insert(0);
+        *c += 1;
+        *c
+    };
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    match segments.as_slice() {
+        ["page", n] => respond(StatusCode::OK, "text/html; charset=utf-8", page_html(n)),
+        ["flaky", key] => {
+            let fail: u64 = query_param(&req, "fail").and_then(|v| v.parse().ok()).unwrap_or(1);
+            if count <= fail {
+                text(StatusCode::SERVICE_UNAVAILABLE, format!("flaky {key}: failure {count} of {fail}\n"))
+            } else {
+                text(StatusCode::OK, format!("flaky {key}: ok after {fail} failures\n"))
+            }
+        }
+        ["status", code] => match code.parse::<u16>().ok().and_then(|c| StatusCode::from_u16(c).ok()) {
+            Some(status) => text(status, format!("status {code}\n")),
+            None => text(StatusCode::BAD_REQUEST, "bad status code\n"),
+        },
+        ["slow"] => {
+            let ms: u64 = query_param(&req, "ms").and_then(|v| v.parse().ok()).unwrap_or(1000);
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            text(StatusCode::OK, format!("slow {ms}\n"))
+        }
+        ["hang"] => std::future::pending().await,
+        ["js", n] => respond(StatusCode::OK, "text/html; charset=utf-8", browser_pages::js(n)),
+        ["cross"] => {
+            let other = query_param(&req, "other").unwrap_or_default();
+            respond(StatusCode::OK, "text/html; charset=utf-8", browser_pages::cross(&other))
+        }
+        ["never-loads"] => respond(StatusCode::OK, "text/html; charset=utf-8", browser_pages::NEVER_LOADS),
+        ["facts"] => respond(StatusCode::OK, "text/html; charset=utf-8", browser_pages::FACTS),
+        ["throws"] => respond(StatusCode::OK, "text/html; charset=utf-8", browser_pages::THROWS),
+        ["pixel.png"] => respond(StatusCode::OK, "image/png", browser_pages::PIXEL_PNG),
+        ["cross.js"] => respond(StatusCode::OK, "text/javascript", "window.crossLoaded = true;\n"),
+        ["redirect"] => match query_param(&req, "to") {
+            Some(to) => Response::builder()
+                .status(StatusCode::FOUND)
+                .header("location", to)
+                .body(Full::new(Bytes::new()))
+                .expect("target: response"),
+            None => text(StatusCode::BAD_REQUEST, "missing to\n"),
+        },
+        _ => text(StatusCode::NOT_FOUND, "no such target route\n"),
+    }
+}
+
+/// Pages the browser scripts are tested on.
+pub mod browser_pages {
+    /// The text `/js/{n}` shows once its script ran. The raw HTML never
+    /// contains it (the script builds it from pieces).
+    pub fn js_text(n: &str) -> String {
+        format!("built by javascript {n}")
+    }
+
+    pub fn js(n: &str) -> String {
+        format!(
+            "<!doctype html><html><head><title>js {n}</title></head><body><div id=\"out\">waiting</div>\n\
+             <script>\n\
+             var parts = ['built', 'by', 'java' + 'script', '{n}'];\n\
+             var s = 0; for (var i = 0; i < 20000; i++) {{ s += Math.sqrt(i); }}\n\
+             document.getElementById('out').textContent = parts.join(' ');\n\
+             document.body.style.background = 'hsl(' + (s % 360) + ', 60%, 80%)';\n\
+             </script></body></html>\n"
+        )
+    }
+
+    pub fn cross(other: &str) -> String {
+        format!(
+            "<!doctype html><html><head><title>cross</title><script src=\"{other}/cross.js\"></script></head>\
+             <body><h1>cross</h1><img src=\"{other}/pixel.png\" alt=\"other host\"></body></html>\n"
+        )
+    }
+
+    pub const NEVER_LOADS: &str =
+        "<!doctype html><html><head><title>never loads</title></head><body><h1>never loads</h1><img src=\"/hang\"></body></html>\n";
+
+    pub const FACTS: &str = "<!doctype html><html><head><title>facts</title></head><body><pre id=\"facts\"></pre>\n\
+        <script>\n\
+        var o = Intl.DateTimeFormat().resolvedOptions();\n\
+        document.getElementById('facts').textContent = JSON.stringify({\n\
+          language: navigator.language, languages: navigator.languages, timeZone: o.timeZone, locale: o.locale,\n\
+          innerWidth: window.innerWidth, innerHeight: window.innerHeight, devicePixelRatio: window.devicePixelRatio,\n\
+          userAgent: navigator.userAgent\n\
+        });\n\
+        </script></body></html>\n";
+
+    pub const THROWS: &str = "<!doctype html><html><head><title>throws</title></head><body><p>throws</p>\n\
+        <script>throw new Error('grid test error');</script></body></html>\n";
+
+    /// A 1x1 PNG.
+    pub const PIXEL_PNG: &[u8] = &[
+        0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52, 0x00, 0x00,
+        0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1f, 0x15, 0xc4, 0x89, 0x00, 0x00, 0x00,
+        0x0d, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9c, 0x63, 0xf8, 0xcf, 0xc0, 0xf0, 0x1f, 0x00, 0x05, 0x00, 0x01, 0xff,
+        0x89, 0x99, 0x3d, 0x1d, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45, 0x4e, 0x44, 0xae, 0x42, 0x60, 0x82,
+    ];
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client() -> reqwest::Client {
+        reqwest::Client::builder().no_proxy().redirect(reqwest::redirect::Policy::none()).build().unwrap()
+    }
+
+    #[tokio::test]
+    async fn page_answers_html_and_counts_hits() {
+        let target = Target::start();
+        let r = client().get(target.url("/page/7")).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.text().await.unwrap(), page_html("7"));
+        assert_eq!(target.hits("/page/7"), 1);
+        assert_eq!(target.total_hits(), 1);
+    }
+
+    #[tokio::test]
+    async fn flaky_fails_n_times_per_key_then_succeeds() {
+        let target = Target::start();
+        let c = client();
+        let mut statuses = Vec::new();
+        for _ in 0..4 {
+            statuses.push(c.get(target.url("/flaky/a?fail=2")).send().await.unwrap().status().as_u16());
+        }
+        assert_eq!(statuses, [503, 503, 200, 200]);
+        let other = c.get(target.url("/flaky/b?fail=1")).send().await.unwrap().status().as_u16();
+        assert_eq!(other, 503);
+        assert_eq!(target.hits("/flaky/a"), 4);
+        assert_eq!(target.hits("/flaky/b"), 1);
+    }
+
+    #[tokio::test]
+    async fn status_slow_redirect_and_hang() {
+        let target = Target::start();
+        let c = client();
+        assert_eq!(c.get(target.url("/status/429")).send().await.unwrap().status(), 429);
+        let started = std::time::Instant::now();
+        assert_eq!(c.get(target.url("/slow?ms=150")).send().await.unwrap().status(), 200);
+        assert!(started.elapsed() >= Duration::from_millis(150));
+        let r = c.get(target.url("/redirect?to=/page/3")).send().await.unwrap();
+        assert_eq!(r.status(), 302);
+        assert_eq!(r.headers()["location"], "/page/3");
+        let hang = c.get(target.url("/hang")).timeout(Duration::from_millis(200)).send().await;
+        assert!(hang.unwrap_err().is_timeout());
+        assert_eq!(target.hits("/hang"), 1);
+    }
+}

@@ -1,0 +1,166 @@
+//! GET /artifacts/{itemId}/{kind} and the signed download URLs it hands out.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use grid_tests::http::assert_error;
+use grid_tests::server::{GridServer, ServerOptions};
+use grid_tests::target::{page_html, Target};
+
+const DONE: Duration = Duration::from_secs(60);
+
+async fn completed_fetch(server: &GridServer, url: String) -> String {
+    let batch_id = server.submit_fetch(&[url]).await;
+    let done = server.wait_batch_done(&batch_id, DONE).await;
+    assert_eq!(done["counts"]["completed"], json!(1), "{done}");
+    done["jobs"][0]["jobId"].as_str().unwrap().to_string()
+}
+
+/// Changes the first character of the signature: the query value whose
+/// name mentions "sig", else the longest query value, else the longest path
+/// segment. The first character, because the last one of unpadded base64
+/// may carry unused bits.
+fn tamper(signed: &str) -> String {
+    let mut url = url::Url::parse(signed).expect("signed url parses");
+    let pairs: Vec<(String, String)> = url.query_pairs().into_owned().collect();
+    let flip = |s: &str| {
+        let mut chars: Vec<char> = s.chars().collect();
+        chars[0] = if chars[0] == 'A' { 'B' } else { 'A' };
+        chars.into_iter().collect::<String>()
+    };
+    let sig_index = pairs
+        .iter()
+        .position(|(k, _)| k.to_lowercase().contains("sig"))
+        .or_else(|| (0..pairs.len()).max_by_key(|&i| pairs[i].1.len()));
+    if let Some(i) = sig_index.filter(|&i| !pairs[i].1.is_empty()) {
+        let mut tampered = pairs.clone();
+        tampered[i].1 = flip(&pairs[i].1);
+        url.query_pairs_mut().clear().extend_pairs(tampered);
+        return url.to_string();
+    }
+    let segments: Vec<String> = url.path_segments().expect("path").map(str::to_string).collect();
+    let longest = (0..segments.len()).max_by_key(|&i| segments[i].len()).expect("a path segment");
+    let mut tampered = segments.clone();
+    tampered[longest] = flip(&segments[longest]);
+    url.set_path(&tampered.join("/"));
+    url.to_string()
+}
+
+#[test]
+fn tamper_changes_the_signature() {
+    assert_eq!(tamper("http://h/d/it_1/body?exp=9&sig=abc"), "http://h/d/it_1/body?exp=9&sig=Abc");
+    assert_eq!(tamper("http://h/d/it_1/body?e=9&token=Qxyzxyz"), "http://h/d/it_1/body?e=9&token=Axyzxyz");
+    assert_eq!(tamper("http://h/d/Xsignaturepart/body"), "http://h/d/Asignaturepart/body");
+}
+
+#[tokio::test]
+async fn bad_kind_is_400_with_the_exact_body() {
+    let target = Target::start();
+    let server = GridServer::start(ServerOptions::default());
+    let item_id = completed_fetch(&server, target.url("/page/1")).await;
+    for kind in ["pdf", "BODY", "log", "screenshots"] {
+        let r = server.get(&format!("/artifacts/{item_id}/{kind}")).await;
+        assert_eq!(r.status, 400, "{kind}: {r}");
+        assert_eq!(r.json, json!({"error": "kind must be screenshot|html|body|meta"}), "{kind}: {r}");
+    }
+}
+
+#[tokio::test]
+async fn absent_kinds_and_unfinished_items_are_404_artifact_not_present() {
+    let target = Target::start();
+    let server = GridServer::start(ServerOptions::default());
+    let expected = json!({
+        "error": "artifact not present",
+        "reason": "job has no complete published artifact family for this kind",
+    });
+    let item_id = completed_fetch(&server, target.url("/page/1")).await;
+    for kind in ["screenshot", "html"] {
+        let r = server.get(&format!("/artifacts/{item_id}/{kind}")).await;
+        assert_error(&r, 404, "artifact not present");
+        assert_eq!(r.json, expected, "{kind}: {r}");
+    }
+
+    let batch_id = server.submit_fetch(&[target.url("/slow?ms=4000")]).await;
+    let slow_id = server.batch(&batch_id).await["jobs"][0]["jobId"].as_str().unwrap().to_string();
+    for kind in ["body", "meta"] {
+        let r = server.get(&format!("/artifacts/{slow_id}/{kind}")).await;
+        assert_error(&r, 404, "artifact not present");
+        assert_eq!(r.json, expected, "unfinished item, {kind}: {r}");
+    }
+    assert_error(&server.get("/artifacts/it_01ARZ3NDEKTSV4RRFFQ69G5FAV/meta").await, 404, "unknown job");
+}
+
+#[tokio::test]
+async fn signed_urls_download_without_credential() {
+    let target = Target::start();
+    let server = GridServer::start(ServerOptions::default());
+    let item_id = completed_fetch(&server, target.url("/page/17")).await;
+
+    let body_url = server.artifact_url(&item_id, "body").await;
+    assert!(body_url.starts_with(&server.base_url()), "{body_url} is not under {}", server.base_url());
+    let body = server.download(&body_url).await;
+    assert_eq!(body.status, 200, "{body}");
+    assert_eq!(body.text, page_html("17"));
+    // Downloads repeat within the validity window.
+    assert_eq!(server.download(&body_url).await.text, page_html("17"));
+
+    let meta_url = server.artifact_url(&item_id, "meta").await;
+    assert_ne!(meta_url, body_url);
+    let meta = server.download(&meta_url).await;
+    assert_eq!(meta.status, 200, "{meta}");
+    assert!(meta.json.is_object(), "meta is not a JSON object: {meta}");
+    assert_ne!(meta.json["outcome"], json!("failure"), "{meta}");
+
+    // The item's storage names are not download URLs.
+    let item = server.item(&item_id).await;
+    for (_, name) in item["artifacts"].as_object().unwrap() {
+        let name = name.as_str().unwrap();
+        assert!(!name.starts_with("http"), "storage name looks like a URL: {name}");
+        let r = server.get_as(None, &format!("/{}", name.trim_start_matches('/'))).await;
+        assert_ne!(r.status, 200, "storage name {name} downloads: {r}");
+    }
+}
+
+#[tokio::test]
+async fn tampered_signature_is_404() {
+    let target = Target::start();
+    let server = GridServer::start(ServerOptions::default());
+    let item_id = completed_fetch(&server, target.url("/page/3")).await;
+    let url = server.artifact_url(&item_id, "body").await;
+    let tampered = tamper(&url);
+    assert_ne!(tampered, url);
+    let r = server.download(&tampered).await;
+    assert_eq!(r.status, 404, "tampered {tampered}: {r}");
+    assert!(r.json["error"].is_string(), "not a JSON error: {r}");
+    assert!(!r.text.contains("page 3"), "tampered URL leaked the file: {r}");
+    // Pointing a valid signature at another kind fails as well.
+    let other_kind = url.replacen("/body", "/meta", 1);
+    if other_kind != url {
+        let r = server.download(&other_kind).await;
+        assert_eq!(r.status, 404, "signature reused for another kind: {r}");
+    }
+    // A credential does not rescue a bad signature.
+    let r = server.get(&tampered).await;
+    assert_eq!(r.status, 404, "{r}");
+}
+
+#[tokio::test]
+async fn failed_item_publishes_meta_only() {
+    let target = Target::start();
+    let server = GridServer::start(ServerOptions::default());
+    let batch_id = server
+        .submit_as(server.api_key(), &json!({"urls": [target.url("/page/1")], "script": "fetch", "params": {"x": 1}}))
+        .await;
+    let done = server.wait_batch_done(&batch_id, DONE).await;
+    let item_id = done["jobs"][0]["jobId"].as_str().unwrap().to_string();
+    let item = server.item(&item_id).await;
+    assert_eq!(item["state"], json!("failed"), "{item}");
+    let kinds: Vec<&String> = item["artifacts"].as_object().map(|o| o.keys().collect()).unwrap_or_default();
+    assert_eq!(kinds, ["meta"], "a failed item publishes meta only: {item}");
+    let meta = server.download(&server.artifact_url(&item_id, "meta").await).await;
+    assert_eq!(meta.status, 200, "{meta}");
+    assert_eq!(meta.json["outcome"], json!("failure"), "{meta}");
+    let r = server.get(&format!("/artifacts/{item_id}/body")).await;
+    assert_error(&r, 404, "artifact not present");
+}

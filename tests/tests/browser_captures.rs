@@ -1,0 +1,392 @@
+//! Browser scripts on real Chromium (/usr/bin/chromium, Debian package
+//! `chromium`): `capture`, `render-fetch`, `browser-fetch`, both profiles,
+//! allowedHosts, wait rules, failure classes, browser replacement and
+//! prices. Pages come from a local `Target` on 127.0.0.1.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use grid_tests::server::{GridServer, ServerOptions};
+use grid_tests::target::{browser_pages, Target};
+use grid_tests::DEFAULT_INITIAL_CREDIT_MICROS;
+
+/// Chromium on two cores is slow to start; items get generous deadlines.
+const DONE: Duration = Duration::from_secs(120);
+const CAPTURE_PRICE_MICROS: i64 = 1_000;
+const BROWSER_FETCH_PRICE_MICROS: i64 = 800;
+const RENDER_FETCH_PRICE_MICROS: i64 = 800;
+
+/// One browser per test server: several tests run at once on a small machine.
+fn opts() -> ServerOptions {
+    ServerOptions {
+        retry_backoff_ms: Some(300),
+        extra_args: vec!["--browsers".into(), "1".into()],
+        ..Default::default()
+    }
+}
+
+async fn single_item(server: &GridServer, body: &Value) -> String {
+    let batch_id = server.submit_as(server.api_key(), body).await;
+    let batch = server.batch(&batch_id).await;
+    assert_eq!(batch["jobs"].as_array().map(Vec::len), Some(1), "{batch}");
+    batch["jobs"][0]["jobId"].as_str().expect("jobId").to_string()
+}
+
+/// Runs one item to its end and asserts it completed.
+async fn completed(server: &GridServer, body: Value) -> (String, Value) {
+    let id = single_item(server, &body).await;
+    let (item, seen) = server.wait_item_final(&id, DONE).await;
+    if item["state"] != json!("completed") {
+        server.fail(&format!("{body}: expected completed, states seen {seen:?}: {item}"));
+    }
+    (id, item)
+}
+
+async fn bytes(server: &GridServer, item_id: &str, kind: &str) -> Vec<u8> {
+    let url = server.artifact_url(item_id, kind).await;
+    let r = reqwest::Client::builder().no_proxy().build().unwrap().get(&url).send().await.expect("download");
+    assert_eq!(r.status(), 200, "download {kind} of {item_id}");
+    r.bytes().await.expect("download body").to_vec()
+}
+
+async fn text(server: &GridServer, item_id: &str, kind: &str) -> String {
+    String::from_utf8(bytes(server, item_id, kind).await).expect("utf-8")
+}
+
+async fn meta(server: &GridServer, item_id: &str) -> Value {
+    serde_json::from_slice(&bytes(server, item_id, "meta").await).expect("meta is JSON")
+}
+
+/// Width and height from a PNG's IHDR chunk (signature, length, "IHDR", w, h).
+fn png_size(png: &[u8]) -> (u32, u32) {
+    assert!(png.len() > 24, "PNG of {} bytes", png.len());
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "not a PNG");
+    assert_eq!(&png[12..16], b"IHDR", "first chunk is not IHDR");
+    (u32::from_be_bytes(png[16..20].try_into().unwrap()), u32::from_be_bytes(png[20..24].try_into().unwrap()))
+}
+
+/// The JSON the `/facts` page printed into `<pre id="facts">`.
+fn facts_from(html: &str) -> Value {
+    let start = html.find("<pre id=\"facts\">").unwrap_or_else(|| panic!("no facts element in {html}")) + 16;
+    let end = start + html[start..].find("</pre>").expect("closing pre");
+    serde_json::from_str(&html[start..end].replace("&amp;", "&")).unwrap_or_else(|e| panic!("facts JSON: {e}: {html}"))
+}
+
+#[tokio::test]
+async fn render_fetch_sees_javascript_content_that_fetch_does_not() {
+    let target = Target::start();
+    let server = GridServer::start(opts());
+    let url = target.url("/js/7");
+    let (rendered, item) = completed(&server, json!({"urls": [url], "script": "render-fetch"})).await;
+    assert_eq!(item["attemptsMade"], json!(1), "{item}");
+    let mut kinds: Vec<&String> = item["artifacts"].as_object().expect("artifacts").keys().collect();
+    kinds.sort();
+    assert_eq!(kinds, ["html", "meta"], "{item}");
+    let html = text(&server, &rendered, "html").await;
+    assert!(html.contains(&browser_pages::js_text("7")), "rendered DOM lacks the script's text: {html}");
+
+    let (fetched, _) = completed(&server, json!({"urls": [url], "script": "fetch"})).await;
+    let body = text(&server, &fetched, "body").await;
+    assert_eq!(body, browser_pages::js("7"));
+    assert!(!body.contains(&browser_pages::js_text("7")), "{body}");
+
+    let m = meta(&server, &rendered).await;
+    assert_eq!(m["outcome"], json!("success"), "{m}");
+    assert_eq!(m["script"], json!("render-fetch"), "{m}");
+    assert_eq!(m["status"], json!(200), "{m}");
+    assert_eq!(m["title"], json!("js 7"), "{m}");
+    assert_eq!(m["finalUrl"], json!(url), "{m}");
+    assert_eq!(m["waitUntil"], json!("load"), "{m}");
+    assert_eq!(m["files"]["html"]["byteLength"], json!(html.len()), "{m}");
+    assert_eq!(m["blockedRequests"], json!([]), "{m}");
+}
+
+#[tokio::test]
+async fn disallowed_host_is_blocked_and_listed_in_meta() {
+    let target = Target::start();
+    let server = GridServer::start(opts());
+    // localhost and 127.0.0.1 are different hosts to allowedHosts.
+    let other = format!("http://localhost:{}", target.addr().port());
+    let url = target.url(&format!("/cross?other={other}"));
+
+    let (blocked, _) =
+        completed(&server, json!({"urls": [url], "script": "render-fetch", "params": {"allowedHosts": []}})).await;
+    assert_eq!(target.hits("/pixel.png"), 0, "the blocked image reached the target");
+    assert_eq!(target.hits("/cross.js"), 0, "the blocked script reached the target");
+    let m = meta(&server, &blocked).await;
+    let listed = m["blockedRequests"].as_array().unwrap_or_else(|| panic!("no blockedRequests: {m}"));
+    let mut urls: Vec<&str> = listed.iter().filter_map(|b| b["url"].as_str()).collect();
+    urls.sort();
+    assert_eq!(urls, [format!("{other}/cross.js"), format!("{other}/pixel.png")], "{m}");
+    for b in listed {
+        assert_eq!(b["host"], json!("localhost"), "{m}");
+        assert_eq!(b["reason"], json!("host not in allowedHosts"), "{m}");
+    }
+    assert_eq!(m["allowedHosts"], json!([]), "{m}");
+
+    // browser-fetch: the same rules; the body is the document as received.
+    let (raw, _) =
+        completed(&server, json!({"urls": [url], "script": "browser-fetch", "params": {"allowedHosts": []}})).await;
+    assert_eq!(text(&server, &raw, "body").await, browser_pages::cross(&other));
+    let m = meta(&server, &raw).await;
+    assert_eq!(m["blockedRequests"].as_array().map(Vec::len), Some(2), "{m}");
+    assert_eq!(target.hits("/pixel.png"), 0);
+
+    // Listing the host lets the page reach it.
+    let (allowed, _) = completed(
+        &server,
+        json!({"urls": [url], "script": "render-fetch", "params": {"allowedHosts": ["localhost"]}}),
+    )
+    .await;
+    let m = meta(&server, &allowed).await;
+    assert_eq!(m["blockedRequests"], json!([]), "{m}");
+    assert_eq!(target.hits("/pixel.png"), 1);
+    assert_eq!(target.hits("/cross.js"), 1);
+}
+
+#[tokio::test]
+async fn never_finishing_page_times_out_is_delayed_retried_then_failed() {
+    let target = Target::start();
+    let server = GridServer::start(opts());
+    let body = |path: &str| json!({"urls": [target.url(path)], "script": "capture", "params": {"timeoutMs": 1500}});
+    let never_loads = single_item(&server, &body("/never-loads")).await;
+    let hang = single_item(&server, &body("/hang")).await;
+    // Both run at once; watch both so neither's delayed state is missed.
+    let (a, b) = tokio::join!(server.wait_item_final(&never_loads, DONE), server.wait_item_final(&hang, DONE));
+    let expected = [
+        (never_loads, a, "page did not reach the load event within 1500 ms"),
+        (hang, b, "no response for the main document within 1500 ms"),
+    ];
+    for (id, (item, seen), reason) in expected {
+        assert_eq!(item["state"], json!("failed"), "states seen {seen:?}: {item}");
+        assert_eq!(item["attemptsMade"], json!(3), "{item}");
+        assert!(seen.iter().any(|s| s == "delayed"), "never observed delayed; states seen {seen:?}");
+        let failed_reason = item["failedReason"].as_str().unwrap_or("");
+        assert!(failed_reason.contains(reason), "failedReason {failed_reason:?} lacks {reason:?}");
+        // Transient: no failure record is published, so it can be retried.
+        let r = server.get(&format!("/artifacts/{id}/meta")).await;
+        assert_eq!(r.status, 404, "{r}");
+    }
+    assert_eq!(target.hits("/never-loads"), 3);
+    // Three attempts at /hang, plus three from /never-loads' image.
+    assert_eq!(target.hits("/hang"), 6);
+    server.wait_settled(server.account_id(), DEFAULT_INITIAL_CREDIT_MICROS, Duration::from_secs(30)).await;
+}
+
+#[tokio::test]
+async fn capture_png_has_the_profile_viewport_size() {
+    let target = Target::start();
+    let server = GridServer::start(opts());
+    for (profile, size) in [("desktop-browser-nl/v2", (1366, 768)), ("native-headless-browser/v2", (800, 600))] {
+        let (id, item) =
+            completed(&server, json!({"urls": [target.url("/js/3")], "script": "capture", "profileId": profile})).await;
+        let mut kinds: Vec<&String> = item["artifacts"].as_object().expect("artifacts").keys().collect();
+        kinds.sort();
+        assert_eq!(kinds, ["html", "meta", "screenshot"], "{item}");
+        let png = bytes(&server, &id, "screenshot").await;
+        assert_eq!(png_size(&png), size, "{profile}");
+        let html = text(&server, &id, "html").await;
+        assert!(html.contains(&browser_pages::js_text("3")), "{profile}: {html}");
+        let m = meta(&server, &id).await;
+        assert_eq!(m["profileId"], json!(profile), "{m}");
+        assert_eq!(m["files"]["screenshot"]["width"], json!(size.0), "{m}");
+        assert_eq!(m["files"]["screenshot"]["byteLength"], json!(png.len()), "{m}");
+        assert_eq!(m["profile"]["viewport"]["width"], json!(size.0), "{m}");
+    }
+    // fullPage: the screenshot keeps the viewport's width and covers the page.
+    let (id, _) = completed(
+        &server,
+        json!({"urls": [target.url("/js/4")], "script": "capture", "profileId": "native-headless-browser/v2", "params": {"fullPage": true}}),
+    )
+    .await;
+    let (w, h) = png_size(&bytes(&server, &id, "screenshot").await);
+    assert_eq!(w, 800);
+    assert!(h >= 1, "{h}");
+}
+
+#[tokio::test]
+async fn profile_facts_are_read_from_inside_the_page() {
+    let target = Target::start();
+    let server = GridServer::start(opts());
+    let (nl, _) = completed(
+        &server,
+        json!({"urls": [target.url("/facts")], "script": "render-fetch", "profileId": "desktop-browser-nl/v2"}),
+    )
+    .await;
+    let f = facts_from(&text(&server, &nl, "html").await);
+    assert_eq!(f["language"], json!("nl-NL"), "{f}");
+    assert_eq!(f["languages"][0], json!("nl-NL"), "{f}");
+    assert_eq!(f["timeZone"], json!("Europe/Amsterdam"), "{f}");
+    assert_eq!(f["locale"], json!("nl-NL"), "{f}");
+    assert_eq!((f["innerWidth"].as_u64(), f["innerHeight"].as_u64()), (Some(1366), Some(768)), "{f}");
+    assert_eq!(f["devicePixelRatio"], json!(1), "{f}");
+    let ua = f["userAgent"].as_str().unwrap_or("");
+    assert!(ua.contains(" Chrome/") && !ua.contains("Headless"), "{ua}");
+
+    let (native, _) = completed(
+        &server,
+        json!({"urls": [target.url("/facts")], "script": "render-fetch", "profileId": "native-headless-browser/v2"}),
+    )
+    .await;
+    let f = facts_from(&text(&server, &native, "html").await);
+    assert_eq!(f["language"], json!("en-US"), "{f}");
+    assert_eq!(f["timeZone"], json!("UTC"), "{f}");
+    assert_eq!((f["innerWidth"].as_u64(), f["innerHeight"].as_u64()), (Some(800), Some(600)), "{f}");
+    assert!(f["userAgent"].as_str().unwrap_or("").contains("HeadlessChrome/"), "{f}");
+    let m = meta(&server, &native).await;
+    assert_eq!(m["browser"]["userAgent"], f["userAgent"], "{m}");
+    assert_ne!(m["profile"]["manifestSha256"], meta(&server, &nl).await["profile"]["manifestSha256"]);
+}
+
+#[tokio::test]
+async fn page_errors_and_http_errors_are_recorded_in_meta() {
+    let target = Target::start();
+    let server = GridServer::start(opts());
+    let (id, _) = completed(&server, json!({"urls": [target.url("/throws")], "script": "render-fetch"})).await;
+    let m = meta(&server, &id).await;
+    let errors = m["pageErrors"].as_array().unwrap_or_else(|| panic!("no pageErrors: {m}"));
+    assert_eq!(errors.len(), 1, "{m}");
+    assert!(errors[0]["message"].as_str().unwrap_or("").contains("grid test error"), "{m}");
+
+    let (id, item) = completed(&server, json!({"urls": [target.url("/status/404")], "script": "browser-fetch"})).await;
+    assert_eq!(item["attemptsMade"], json!(1), "{item}");
+    let m = meta(&server, &id).await;
+    assert_eq!(m["status"], json!(404), "{m}");
+    assert_eq!(text(&server, &id, "body").await, "status 404\n");
+
+    // 5xx is transient, as for fetch.
+    let id = single_item(&server, &json!({"urls": [target.url("/status/503")], "script": "render-fetch"})).await;
+    let (item, _) = server.wait_item_final(&id, DONE).await;
+    assert_eq!(item["state"], json!("failed"), "{item}");
+    assert_eq!(item["attemptsMade"], json!(3), "{item}");
+    assert_eq!(item["failedReason"], json!("target answered HTTP 503"), "{item}");
+}
+
+#[tokio::test]
+async fn bad_browser_params_fail_the_item_with_a_published_record() {
+    let target = Target::start();
+    let server = GridServer::start(opts());
+    let id = single_item(
+        &server,
+        &json!({"urls": [target.url("/page/1")], "script": "capture", "params": {"allowedHosts": ["a.example"], "waitUntil": "idle"}}),
+    )
+    .await;
+    let (item, _) = server.wait_item_final(&id, DONE).await;
+    assert_eq!(item["state"], json!("failed"), "{item}");
+    assert_eq!(item["attemptsMade"], json!(1), "{item}");
+    let reason = item["failedReason"].as_str().unwrap_or("");
+    assert!(reason.contains("params.allowedHosts: not a parameter of capture"), "{reason}");
+    assert!(reason.contains("params.waitUntil"), "{reason}");
+    let m = meta(&server, &id).await;
+    assert_eq!(m["outcome"], json!("failure"), "{m}");
+    assert_eq!(target.hits("/page/1"), 0);
+}
+
+#[tokio::test]
+async fn private_network_guard_applies_to_the_browser() {
+    let target = Target::start();
+    let server = GridServer::start(ServerOptions { allow_private_networks: false, ..opts() });
+    // A literal loopback address is refused before the browser starts.
+    let literal = single_item(&server, &json!({"urls": [target.url("/page/1")], "script": "render-fetch"})).await;
+    // A name resolving to loopback is refused by the browser's request check.
+    let name = format!("http://localhost:{}/page/2", target.addr().port());
+    let named = single_item(&server, &json!({"urls": [name], "script": "browser-fetch"})).await;
+    for (id, reason) in [(literal, "destination refused"), (named, "private network")] {
+        let (item, _) = server.wait_item_final(&id, DONE).await;
+        assert_eq!(item["state"], json!("failed"), "{item}");
+        assert_eq!(item["attemptsMade"], json!(1), "{item}");
+        let got = item["failedReason"].as_str().unwrap_or("");
+        assert!(got.contains(reason), "failedReason {got:?} lacks {reason:?}");
+        assert_eq!(meta(&server, &id).await["outcome"], json!("failure"));
+    }
+    assert_eq!(target.total_hits(), 0, "a refused page reached the target");
+}
+
+/// Pids of the Chromium main processes the server started (its children).
+fn chromium_children(server_pid: u32) -> Vec<i32> {
+    let mut pids = vec![];
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        let Some((head, rest)) = stat.rsplit_once(')') else { continue };
+        let ppid: u32 = rest.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
+        if ppid == server_pid && head.contains("(chromium") {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+#[tokio::test]
+async fn crashed_browser_is_replaced_and_its_item_retried() {
+    let target = Target::start();
+    let server = GridServer::start(opts());
+    let id = single_item(&server, &json!({"urls": [target.url("/slow?ms=4000")], "script": "render-fetch"})).await;
+    // Once the browser asked for the page, kill it.
+    let deadline = Instant::now() + DONE;
+    while target.hits("/slow") == 0 {
+        assert!(Instant::now() < deadline, "the browser never requested the page");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let browsers = chromium_children(server.pid().expect("server pid"));
+    assert_eq!(browsers.len(), 1, "expected one Chromium child of the server: {browsers:?}");
+    // SAFETY: kill(2) on a process this test found as the server's child.
+    unsafe {
+        libc::kill(browsers[0], libc::SIGKILL);
+    }
+    let (item, seen) = server.wait_item_final(&id, DONE).await;
+    assert_eq!(item["state"], json!("completed"), "states seen {seen:?}: {item}");
+    assert_eq!(item["attemptsMade"], json!(2), "{item}");
+    assert!(seen.iter().any(|s| s == "delayed"), "states seen {seen:?}");
+    assert_eq!(target.hits("/slow"), 2);
+    let now = chromium_children(server.pid().unwrap());
+    assert_eq!(now.len(), 1, "{now:?}");
+    assert_ne!(now[0], browsers[0], "the browser was not replaced");
+}
+
+#[tokio::test]
+async fn browser_items_are_charged_their_contract_price_once() {
+    let target = Target::start();
+    let server = GridServer::start(opts());
+    for script in ["capture", "render-fetch", "browser-fetch"] {
+        completed(&server, json!({"urls": [target.url("/page/9")], "script": script})).await;
+    }
+    server
+        .wait_settled(
+            server.account_id(),
+            DEFAULT_INITIAL_CREDIT_MICROS - CAPTURE_PRICE_MICROS - RENDER_FETCH_PRICE_MICROS - BROWSER_FETCH_PRICE_MICROS,
+            Duration::from_secs(30),
+        )
+        .await;
+}
+
+#[tokio::test]
+async fn hung_browser_is_killed_and_replaced() {
+    let target = Target::start();
+    let server = GridServer::start(opts());
+    completed(&server, json!({"urls": [target.url("/page/1")], "script": "render-fetch"})).await;
+    let browsers = chromium_children(server.pid().expect("server pid"));
+    assert_eq!(browsers.len(), 1, "{browsers:?}");
+    // A stopped process keeps its sockets open and answers nothing: a hang.
+    // SAFETY: kill(2) on a process this test found as the server's child.
+    unsafe {
+        libc::kill(browsers[0], libc::SIGSTOP);
+    }
+    let started = Instant::now();
+    let id = single_item(
+        &server,
+        &json!({"urls": [target.url("/page/2")], "script": "render-fetch", "params": {"timeoutMs": 1000}}),
+    )
+    .await;
+    let (item, seen) = server.wait_item_final(&id, DONE).await;
+    assert_eq!(item["state"], json!("completed"), "states seen {seen:?}: {item}");
+    assert_eq!(item["attemptsMade"], json!(2), "{item}");
+    assert!(seen.iter().any(|s| s == "delayed"), "states seen {seen:?}");
+    // The watchdog waits for the budget plus the collect allowance (30 s).
+    assert!(started.elapsed() >= Duration::from_secs(30), "replaced after only {:?}", started.elapsed());
+    let now = chromium_children(server.pid().unwrap());
+    assert_eq!(now.len(), 1, "{now:?}");
+    assert_ne!(now[0], browsers[0], "the hung browser was not replaced");
+    assert!(server.log_tail(200).contains("killing browser"), "no kill logged");
+}
