@@ -123,7 +123,9 @@ async fn wait_running(
 /// A spinner on stderr; hidden when stderr is not a terminal.
 fn spinner(session_id: &str) -> ProgressBar {
     let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
-    bar.set_style(ProgressStyle::with_template("{spinner} {elapsed} {msg}").unwrap_or_else(|_| ProgressStyle::default_spinner()));
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {elapsed} {msg}").unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
     bar.set_message(format!("waiting for session {session_id} to run"));
     if !bar.is_hidden() {
         bar.enable_steady_tick(Duration::from_millis(200));
@@ -218,8 +220,9 @@ mod tests {
 
     #[test]
     fn lease_flags_become_the_body() {
-        let args = lease_args(&["--profile", "native-headless-browser/v2", "--ttl", "2", "--network", "public-web-only/v1"])
-            .unwrap();
+        let args =
+            lease_args(&["--profile", "native-headless-browser/v2", "--ttl", "2", "--network", "public-web-only/v1"])
+                .unwrap();
         assert_eq!(
             serde_json::to_value(new_session(&args)).unwrap(),
             serde_json::json!({"profileId": "native-headless-browser/v2", "ttlMinutes": 2, "network": "public-web-only/v1"})

@@ -89,7 +89,8 @@ impl Cdp {
     pub async fn open_page(&mut self, url: &str) -> Result<(String, String), String> {
         let target = self.call("Target.createTarget", json!({"url": url}), None).await?;
         let target_id = target["targetId"].as_str().ok_or_else(|| format!("no targetId: {target}"))?.to_string();
-        let attached = self.call("Target.attachToTarget", json!({"targetId": target_id, "flatten": true}), None).await?;
+        let attached =
+            self.call("Target.attachToTarget", json!({"targetId": target_id, "flatten": true}), None).await?;
         let session = attached["sessionId"].as_str().ok_or_else(|| format!("no sessionId: {attached}"))?.to_string();
         let deadline = Instant::now() + LOAD_TIMEOUT;
         loop {

@@ -339,7 +339,10 @@ async fn session_expires_after_its_ttl_and_is_charged_to_expiry() {
 
 #[tokio::test]
 async fn session_limit_refuses_a_lease_beyond_max_sessions() {
-    let server = GridServer::start(ServerOptions { extra_args: vec!["--max-sessions".into(), "1".into()], ..Default::default() });
+    let server = GridServer::start(ServerOptions {
+        extra_args: vec!["--max-sessions".into(), "1".into()],
+        ..Default::default()
+    });
     let account = server.account_id().to_string();
     let first = lease(&server, json!({"ttlMinutes": 2})).await;
     let first_id = first["sessionId"].as_str().unwrap();
@@ -363,7 +366,8 @@ async fn session_limit_refuses_a_lease_beyond_max_sessions() {
 
 #[tokio::test]
 async fn sessions_disabled_answers_503_on_every_call() {
-    let server = GridServer::start(ServerOptions { extra_args: vec!["--sessions-disabled".into()], ..Default::default() });
+    let server =
+        GridServer::start(ServerOptions { extra_args: vec!["--sessions-disabled".into()], ..Default::default() });
     assert_error(&server.post("/sessions", &json!({})).await, 503, "sessions disabled");
     assert_error(&server.get("/sessions").await, 503, "sessions disabled");
     assert_error(&delete_as(&server, server.api_key(), "gs_anything").await, 503, "sessions disabled");
@@ -384,7 +388,8 @@ async fn invalid_session_bodies_are_refused_with_detail() {
     for (body, field) in cases {
         let r = server.post("/sessions", &body).await;
         assert_error(&r, 400, "invalid session body");
-        let detail: Vec<&str> = r.json["detail"].as_array().map(|d| d.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+        let detail: Vec<&str> =
+            r.json["detail"].as_array().map(|d| d.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
         assert!(detail.iter().any(|d| d.contains(field)), "{body}: detail does not name {field}: {r}");
     }
     // Several problems at once are all named.
@@ -458,7 +463,10 @@ async fn native_profile_is_attested_as_requested() {
     let mut cdp = connect(&server, cdp_url).await;
     let (_, page) = cdp.open_page("about:blank#x").await.unwrap_or_else(|e| server.fail(&e));
     let inside = cdp
-        .evaluate(&page, "[navigator.language, Intl.DateTimeFormat().resolvedOptions().timeZone, outerWidth, outerHeight]")
+        .evaluate(
+            &page,
+            "[navigator.language, Intl.DateTimeFormat().resolvedOptions().timeZone, outerWidth, outerHeight]",
+        )
         .await
         .unwrap_or_else(|e| server.fail(&e));
     assert_eq!(inside, json!(["en-US", "UTC", 800, 600]));
@@ -478,7 +486,11 @@ async fn another_account_can_neither_see_nor_release_a_session() {
     // The owner's session is untouched by the refused DELETE.
     wait_running(&server, id).await;
     let other = server.account_show(&other_account);
-    assert_eq!((other["reservedMicros"].as_i64(), other["creditMicros"].as_i64()), (Some(0), Some(1_000_000)), "{other}");
+    assert_eq!(
+        (other["reservedMicros"].as_i64(), other["creditMicros"].as_i64()),
+        (Some(0), Some(1_000_000)),
+        "{other}"
+    );
     assert_eq!(delete_as(&server, server.api_key(), id).await.status, 204);
 }
 

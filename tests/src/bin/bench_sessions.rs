@@ -249,7 +249,8 @@ async fn main() {
         }
     };
     println!("{}", grid.line("grid (POST /sessions → answer)"));
-    for (name, other) in [("browserless (connect → answer)", &browserless), ("cold chromium (spawn → answer)", &cold)] {
+    for (name, other) in [("browserless (connect → answer)", &browserless), ("cold chromium (spawn → answer)", &cold)]
+    {
         match other {
             Ok(f) => {
                 println!("{}", f.line(name));
