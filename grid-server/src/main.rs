@@ -348,7 +348,9 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     if recovered > 0 {
         tracing::warn!(items = recovered, "put items left active by the last run back in the queue");
     }
+    let commits = capture::commits::Commits::start(store.clone(), config.backoff);
     let app = Arc::new(App {
+        commits,
         store,
         signer: Signer::new(hex::decode(&secret).unwrap_or_else(|_| secret.into_bytes()), base_url.clone()),
         compute: Compute::new(compute_config, config.data_dir.join("logs")),

@@ -6,6 +6,7 @@
 //! change. An item whose worker dies mid-attempt stays `active` in the store
 //! and is put back in the queue on the next start (`recover_active`).
 
+pub mod commits;
 pub mod fetch;
 pub mod files;
 pub mod guard;
@@ -21,7 +22,7 @@ use tracing::Instrument;
 
 use crate::http::App;
 use crate::ids::now;
-use crate::store::items::{self, ItemRow, PublishedFile};
+use crate::store::items::{self, ItemError, ItemRow, PublishedFile};
 use crate::store::StoreError;
 use fetch::Fetcher;
 use files::FileContent;
@@ -46,17 +47,15 @@ async fn worker(n: usize, app: Arc<App>, fetcher: Arc<Fetcher>, mut shutdown: wa
         // Register interest before looking, so a submission that lands
         // between the look and the wait still wakes this worker.
         let ready = app.queue_ready.notified();
-        let backoff = app.config.backoff;
-        match app.store.write(move |tx| Ok(items::claim_next(tx, now(), backoff))).await {
-            Ok(Ok(Some(row))) => {
+        match app.commits.claim().await {
+            Ok(Some(row)) => {
                 app.busy_workers.fetch_add(1, Ordering::Relaxed);
                 run_item(&app, &fetcher, row).await;
                 app.busy_workers.fetch_sub(1, Ordering::Relaxed);
                 continue;
             }
-            Ok(Ok(None)) => {}
-            Ok(Err(e)) => tracing::error!(worker = n, error = %e, "claim failed"),
-            Err(e) => tracing::warn!(worker = n, error = %e, "claim could not reach the store"),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(worker = n, error = %e, "claim failed"),
         }
         let wait = match app.store.read(items::next_wake).await {
             Ok(Some(t)) => Duration::from_millis((t.0 - now().0).clamp(1, IDLE_POLL.as_millis() as i64) as u64),
@@ -140,15 +139,14 @@ async fn finish(
 ) -> Option<grid_core::item::Outcome> {
     let mut delay = Duration::from_millis(50);
     for _ in 0..12 {
-        let (id, event, files, backoff) = (id.to_string(), event.clone(), files.clone(), app.config.backoff);
-        match app.store.write(move |tx| Ok(items::finish_attempt(tx, &id, event, &files, now(), backoff))).await {
-            Ok(Ok(o)) => return Some(o),
-            Ok(Err(e)) => {
+        match app.commits.finish(id, event.clone(), files.clone()).await {
+            Ok(o) => return Some(o),
+            Err(ItemError::Store(StoreError::Busy)) => {}
+            Err(ItemError::Store(e)) => tracing::warn!(error = %e, "storing attempt end failed; trying again"),
+            Err(e) => {
                 tracing::error!(error = %e, "attempt end refused by the item's state");
                 return None;
             }
-            Err(StoreError::Busy) => {}
-            Err(e) => tracing::warn!(error = %e, "storing attempt end failed; trying again"),
         }
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_secs(8));

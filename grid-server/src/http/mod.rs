@@ -39,6 +39,8 @@ pub struct App {
     pub tokens: crate::tokens::TokenVerifier,
     pub compute: Compute,
     pub sessions: crate::sessions::Sessions,
+    /// Group commit of capture claims and attempt ends.
+    pub commits: crate::capture::commits::Commits,
     /// Woken when items become claimable, so idle workers start at once.
     pub queue_ready: Notify,
     /// Workers running an item right now.
