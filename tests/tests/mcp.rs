@@ -215,5 +215,9 @@ async fn every_billable_tool_reserves_what_its_call_reserves() {
     // The retry is free.
     let account = server.account_show(server.account_id());
     assert_eq!(account["reservedMicros"], 120 + 1_167 + 360, "{account}");
-    let _ = server.post(&format!("/jobs/{}/cancel", record["jobId"].as_str().unwrap()), &json!({})).await;
+    // Leave no container behind.
+    let job_id = record["jobId"].as_str().unwrap();
+    let _ = server.post(&format!("/jobs/{job_id}/cancel"), &json!({})).await;
+    let ended = grid_tests::jobs::wait_finished(&server, job_id).await;
+    assert_eq!(ended["phase"], "CANCELLED", "{ended}");
 }
