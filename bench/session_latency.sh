@@ -6,7 +6,10 @@
 #
 #   bench/session_latency.sh [LEASES]        # default 30
 #
-# Env: WARM (default 2), GAP_MS (unmeasured pause after each release so the
+# The run is LEASES rounds of one Browserless connection, one cold start and
+# one lease, so the three sides see the same machine load.
+#
+# Env: WARM (default 2), GAP_MS (unmeasured pause after each round so the
 # warm pool refills, default 1500), BENCH_TIMEOUT_SECS (default 600; the run
 # is abandoned after that). Only 127.0.0.1 is contacted.
 set -euo pipefail

@@ -7,8 +7,7 @@
 //!   POST /sessions to the answer of `Browser.getVersion` sent over the
 //!   `webSocketDebuggerUrl` of `{cdpUrl}/json/version` (the way Puppeteer
 //!   connects; the grid holds the connection until the session runs). Each
-//!   session is released after its answer, then G ms pass (unmeasured) so
-//!   the warm pool can refill, as between a lessee's leases.
+//!   session is released after its answer (unmeasured).
 //! - Browserless: from opening `ws://127.0.0.1:3999/chromium?token=peer`
 //!   (a fresh browser per connection) to the answer of `Browser.getVersion`
 //!   (start it with `bash ../shared/peers/browserless.sh`).
@@ -16,8 +15,11 @@
 //!   (the grid's headless flags, a fresh user-data dir) to the answer of
 //!   `Browser.getVersion` on the socket it announces.
 //!
-//! Prints p50 and p95 (nearest rank) of N runs of each, and the grid's
-//! ratios to the other two (below 1: the grid answers sooner).
+//! The run is N rounds of one of each (so the three see the same machine
+//! load), with G ms after each round in which the grid's warm pool refills,
+//! as between a lessee's leases. Prints p50 and p95 (nearest rank) of each
+//! side and the grid's ratios to the other two (below 1: the grid answers
+//! sooner).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -120,44 +122,30 @@ async fn first_answer(ws: &str) -> Result<(), String> {
     Ok(())
 }
 
-async fn grid_runs(cfg: &Config) -> Result<Figures, String> {
-    let server = GridServer::start(ServerOptions {
-        extra_args: vec!["--warm-sessions".into(), cfg.warm.to_string()],
-        ..ServerOptions::default()
-    });
-    let http = http_client();
-    // Let the warm pool fill (both profiles) before the first lease.
-    tokio::time::sleep(Duration::from_secs(2 * u64::from(cfg.warm)) + cfg.gap).await;
-    let mut samples = Vec::new();
-    for i in 0..cfg.leases {
-        let start = Instant::now();
-        let r = server.post("/sessions", &json!({"ttlMinutes": 5})).await;
-        if r.status != 201 {
-            return Err(format!("lease {i}: {r}"));
-        }
-        let (id, cdp_url) = (r.json["sessionId"].as_str().unwrap_or(""), r.json["cdpUrl"].as_str().unwrap_or(""));
-        let ws = cdp::ws_url(&http, cdp_url).await?;
-        first_answer(&ws).await?;
-        samples.push(ms(start.elapsed()));
-        let d = server.request(reqwest::Method::DELETE, &format!("/sessions/{id}"), Some(server.api_key()), None).await;
-        if d.status != 204 {
-            return Err(format!("release {id}: {d}"));
-        }
-        tokio::time::sleep(cfg.gap).await;
+/// One lease: POST /sessions to the first answer through its cdpUrl; the
+/// session is released afterwards (unmeasured).
+async fn grid_once(server: &GridServer, http: &reqwest::Client) -> Result<f64, String> {
+    let start = Instant::now();
+    let r = server.post("/sessions", &json!({"ttlMinutes": 5})).await;
+    if r.status != 201 {
+        return Err(format!("lease: {r}"));
     }
-    Ok(Figures::new(samples))
+    let (id, cdp_url) = (r.json["sessionId"].as_str().unwrap_or(""), r.json["cdpUrl"].as_str().unwrap_or(""));
+    let ws = cdp::ws_url(http, cdp_url).await?;
+    first_answer(&ws).await?;
+    let elapsed = ms(start.elapsed());
+    let d = server.request(reqwest::Method::DELETE, &format!("/sessions/{id}"), Some(server.api_key()), None).await;
+    if d.status != 204 {
+        return Err(format!("release {id}: {d}"));
+    }
+    Ok(elapsed)
 }
 
-async fn browserless_runs(cfg: &Config) -> Result<Figures, String> {
-    let mut samples = Vec::new();
-    for _ in 0..cfg.leases {
-        let start = Instant::now();
-        first_answer(&cfg.browserless).await?;
-        samples.push(ms(start.elapsed()));
-        // Browserless ends the browser when the socket closes; let it.
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-    Ok(Figures::new(samples))
+/// One Browserless connection (a fresh browser) to its first answer.
+async fn browserless_once(cfg: &Config) -> Result<f64, String> {
+    let start = Instant::now();
+    first_answer(&cfg.browserless).await?;
+    Ok(ms(start.elapsed()))
 }
 
 /// Kills the browser's whole process group and reaps it.
@@ -169,90 +157,131 @@ fn kill_group(child: &mut Child) {
     let _ = child.wait();
 }
 
-async fn cold_runs(cfg: &Config) -> Result<Figures, String> {
+/// One cold Chromium: spawn to the first answer on the socket it announces.
+async fn cold_once(cfg: &Config) -> Result<f64, String> {
     use std::os::unix::process::CommandExt;
-    let mut samples = Vec::new();
-    for i in 0..cfg.leases {
-        let dir = tempfile::Builder::new().prefix("bench-chromium-").tempdir().map_err(|e| e.to_string())?;
-        let start = Instant::now();
-        let mut child = Command::new(&cfg.chromium)
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--disable-dev-shm-usage",
-                "--remote-debugging-address=127.0.0.1",
-                "--remote-debugging-port=0",
-            ])
-            .arg(format!("--user-data-dir={}", dir.path().display()))
-            .arg("about:blank")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .spawn()
-            .map_err(|e| format!("spawn {}: {e}", cfg.chromium))?;
-        let stderr = child.stderr.take().expect("piped stderr");
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        std::thread::spawn(move || {
-            let mut tx = Some(tx);
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(ws) = line.strip_prefix("DevTools listening on ") {
-                    if let Some(tx) = tx.take() {
-                        let _ = tx.send(ws.trim().to_string());
-                    }
+    let dir = tempfile::Builder::new().prefix("bench-chromium-").tempdir().map_err(|e| e.to_string())?;
+    let start = Instant::now();
+    let mut child = Command::new(&cfg.chromium)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-dev-shm-usage",
+            "--remote-debugging-address=127.0.0.1",
+            "--remote-debugging-port=0",
+        ])
+        .arg(format!("--user-data-dir={}", dir.path().display()))
+        .arg("about:blank")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .map_err(|e| format!("spawn {}: {e}", cfg.chromium))?;
+    let stderr = child.stderr.take().expect("piped stderr");
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let mut tx = Some(tx);
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(ws) = line.strip_prefix("DevTools listening on ") {
+                if let Some(tx) = tx.take() {
+                    let _ = tx.send(ws.trim().to_string());
                 }
             }
-        });
-        let ws = match tokio::time::timeout(Duration::from_secs(30), rx).await {
-            Ok(Ok(ws)) => ws,
-            _ => {
-                kill_group(&mut child);
-                return Err(format!("cold start {i}: no DevTools address within 30 s"));
-            }
-        };
-        let answered = first_answer(&ws).await;
-        let elapsed = start.elapsed();
-        kill_group(&mut child);
-        answered?;
-        samples.push(ms(elapsed));
+        }
+    });
+    let ws = match tokio::time::timeout(Duration::from_secs(30), rx).await {
+        Ok(Ok(ws)) => ws,
+        _ => {
+            kill_group(&mut child);
+            return Err("no DevTools address within 30 s".into());
+        }
+    };
+    let answered = first_answer(&ws).await;
+    let elapsed = start.elapsed();
+    kill_group(&mut child);
+    answered.map(|()| ms(elapsed))
+}
+
+/// Samples of the three sides, or the first error of each.
+struct Runs {
+    grid: Result<Vec<f64>, String>,
+    browserless: Result<Vec<f64>, String>,
+    cold: Result<Vec<f64>, String>,
+}
+
+fn push(side: &mut Result<Vec<f64>, String>, sample: Result<f64, String>) {
+    if let Ok(samples) = side {
+        match sample {
+            Ok(ms) => samples.push(ms),
+            Err(e) => *side = Err(e),
+        }
     }
-    Ok(Figures::new(samples))
+}
+
+/// Rounds of one Browserless connection, one cold start and one lease, so
+/// the three sides see the same machine load; the pause after each round
+/// lets the grid's warm pool refill, as between a lessee's leases.
+async fn run_rounds(cfg: &Config) -> Runs {
+    let server = GridServer::start(ServerOptions {
+        extra_args: vec!["--warm-sessions".into(), cfg.warm.to_string()],
+        ..ServerOptions::default()
+    });
+    let http = http_client();
+    // Let the warm pool fill (both profiles) before the first lease.
+    tokio::time::sleep(Duration::from_secs(2 * u64::from(cfg.warm)) + cfg.gap).await;
+    let mut runs = Runs { grid: Ok(Vec::new()), browserless: Ok(Vec::new()), cold: Ok(Vec::new()) };
+    for i in 0..cfg.leases {
+        if runs.browserless.is_ok() {
+            push(&mut runs.browserless, browserless_once(cfg).await);
+        }
+        if runs.cold.is_ok() {
+            push(&mut runs.cold, cold_once(cfg).await);
+        }
+        push(&mut runs.grid, grid_once(&server, &http).await);
+        if runs.grid.is_err() {
+            break;
+        }
+        if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            eprint!("\r    round {}/{}", i + 1, cfg.leases);
+        }
+        tokio::time::sleep(cfg.gap).await;
+    }
+    eprintln!();
+    runs
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let cfg = parse_args();
-    let run = async {
-        eprintln!("==> grid: {} leases, --warm-sessions {}, {:?} between leases", cfg.leases, cfg.warm, cfg.gap);
-        let grid = grid_runs(&cfg).await;
-        eprintln!("==> browserless: {} connections to {}", cfg.leases, cfg.browserless);
-        let browserless = browserless_runs(&cfg).await;
-        eprintln!("==> cold chromium: {} starts of {}", cfg.leases, cfg.chromium);
-        let cold = cold_runs(&cfg).await;
-        (grid, browserless, cold)
-    };
-    let Ok((grid, browserless, cold)) = tokio::time::timeout(cfg.timeout, run).await else {
+    eprintln!(
+        "==> {} rounds of: a Browserless connection ({}), a cold {} start, a grid lease (--warm-sessions {}); {:?} after each round",
+        cfg.leases, cfg.browserless, cfg.chromium, cfg.warm, cfg.gap
+    );
+    let Ok(runs) = tokio::time::timeout(cfg.timeout, run_rounds(&cfg)).await else {
         eprintln!("bench_sessions: not finished within {:?}", cfg.timeout);
         std::process::exit(1)
     };
-    println!("time to first CDP answer (Browser.getVersion), 127.0.0.1:");
-    let grid = match grid {
-        Ok(f) => f,
+    let grid = match runs.grid {
+        Ok(samples) => Figures::new(samples),
         Err(e) => {
             eprintln!("bench_sessions: grid: {e}");
             std::process::exit(1)
         }
     };
+    println!("time to first CDP answer (Browser.getVersion), 127.0.0.1:");
     println!("{}", grid.line("grid (POST /sessions → answer)"));
-    for (name, other) in [("browserless (connect → answer)", &browserless), ("cold chromium (spawn → answer)", &cold)]
+    for (name, other) in
+        [("browserless (connect → answer)", runs.browserless), ("cold chromium (spawn → answer)", runs.cold)]
     {
         match other {
-            Ok(f) => {
+            Ok(samples) if !samples.is_empty() => {
+                let f = Figures::new(samples);
                 println!("{}", f.line(name));
                 println!(
                     "  grid / {:<30} p50 {:.2}x  p95 {:.2}x",
@@ -261,6 +290,7 @@ async fn main() {
                     grid.pct(95.0) / f.pct(95.0)
                 );
             }
+            Ok(_) => println!("{name:<34} no samples"),
             Err(e) => println!("{name:<34} unavailable: {e}"),
         }
     }
