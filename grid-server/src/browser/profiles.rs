@@ -14,11 +14,10 @@ use serde_json::{json, Value};
 
 use crate::ids::sha256_hex;
 
-/// Flags every pooled Chromium gets on top of headless_chrome's defaults
-/// (which add `--headless`, `--no-sandbox`, `--disable-gpu`,
-/// `--remote-debugging-port`, `--user-data-dir` and Puppeteer's list of
-/// `--disable-*` background features).
-pub const LAUNCH_FLAGS: &[&str] = &[
+/// Flags every Chromium the grid starts gets, pooled or leased: headless,
+/// no background traffic of its own (this machine's network is closed, and
+/// a grid browser should only make the requests its page or lessee makes).
+pub const CHROMIUM_BASELINE: [&str; 9] = [
     "--headless",
     "--no-sandbox",
     "--disable-gpu",
@@ -28,6 +27,22 @@ pub const LAUNCH_FLAGS: &[&str] = &[
     "--disable-component-update",
     "--disable-sync",
     "--disable-dev-shm-usage",
+];
+
+/// Flags every pooled Chromium gets on top of headless_chrome's defaults
+/// (which add `--headless`, `--no-sandbox`, `--disable-gpu`,
+/// `--remote-debugging-port`, `--user-data-dir` and Puppeteer's list of
+/// `--disable-*` background features).
+pub const LAUNCH_FLAGS: &[&str] = &[
+    CHROMIUM_BASELINE[0],
+    CHROMIUM_BASELINE[1],
+    CHROMIUM_BASELINE[2],
+    CHROMIUM_BASELINE[3],
+    CHROMIUM_BASELINE[4],
+    CHROMIUM_BASELINE[5],
+    CHROMIUM_BASELINE[6],
+    CHROMIUM_BASELINE[7],
+    CHROMIUM_BASELINE[8],
     "--lang=en-US",
     "--window-size=800,600",
     "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",

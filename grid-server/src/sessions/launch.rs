@@ -13,17 +13,8 @@ use tokio::process::{Child, Command};
 use crate::browser::profiles::{self, UserAgent};
 use crate::ids::sha256_hex;
 
-/// Flags of every session browser (the grid's Chromium baseline).
-pub const BASE_FLAGS: &[&str] = &[
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
+/// Flags of every session browser on top of the grid's Chromium baseline.
+pub const SESSION_FLAGS: &[&str] = &[
     "--remote-debugging-address=127.0.0.1",
     "--remote-debugging-port=0",
     "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
@@ -68,7 +59,8 @@ pub struct LaunchManifest {
 impl LaunchManifest {
     pub fn new(profile: Profile, build: &BrowserBuild, proxy_port: Option<u16>) -> LaunchManifest {
         let m = profiles::manifest(profile);
-        let mut flags: Vec<String> = BASE_FLAGS.iter().map(|f| f.to_string()).collect();
+        let mut flags: Vec<String> =
+            profiles::CHROMIUM_BASELINE.iter().chain(SESSION_FLAGS).map(|f| f.to_string()).collect();
         flags.push(format!("--lang={}", m.locale));
         if let Some(al) = m.accept_language {
             flags.push(format!("--accept-lang={al}"));
