@@ -8,6 +8,7 @@
 //! - `/status/{code}`: answers with that status.
 //! - `/slow?ms=N`: waits N ms, then 200.
 //! - `/hang`: never answers.
+//! - `/bytes/{n}`: 200, n bytes of [`pattern_bytes`] (application/octet-stream).
 //! - `/redirect?to=URL`: 302 to URL (absolute, or a path on this target).
 //!
 //! Pages for the browser scripts ([`browser_pages`]):
@@ -35,6 +36,12 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
+
+/// The body `/bytes/{n}` answers with: a repeating, position-dependent
+/// pattern, so a truncated or shifted copy never matches.
+pub fn pattern_bytes(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i % 251) as u8 ^ (i / 251) as u8).collect()
+}
 
 /// The HTML `/page/{n}` answers with.
 pub fn page_html(n: &str) -> String {
@@ -183,6 +190,10 @@ async fn route(req: Request<Incoming>, hits: Arc<Mutex<Hits>>) -> Response<Full<
             text(StatusCode::OK, format!("slow {ms}\n"))
         }
         ["hang"] => std::future::pending().await,
+        ["bytes", n] => match n.parse::<usize>() {
+            Ok(n) if n <= 64 * 1024 * 1024 => respond(StatusCode::OK, "application/octet-stream", pattern_bytes(n)),
+            _ => text(StatusCode::BAD_REQUEST, "bad length\n"),
+        },
         ["js", n] => respond(StatusCode::OK, "text/html; charset=utf-8", browser_pages::js(n)),
         ["cross"] => {
             let other = query_param(&req, "other").unwrap_or_default();

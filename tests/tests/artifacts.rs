@@ -164,3 +164,24 @@ async fn failed_item_publishes_meta_only() {
     let r = server.get(&format!("/artifacts/{item_id}/body")).await;
     assert_error(&r, 404, "artifact not present");
 }
+
+#[tokio::test]
+async fn a_large_body_is_stored_as_a_checked_file_and_downloads_intact() {
+    // Above the 512 KiB the server keeps inline in its database.
+    const LEN: usize = 3 * 1024 * 1024 + 17;
+    let server = GridServer::start(ServerOptions::default());
+    let target = Target::start();
+    let id = completed_fetch(&server, target.url(&format!("/bytes/{LEN}"))).await;
+    let item = server.item(&id).await;
+    let body_name = item["artifacts"]["body"].as_str().unwrap().to_string();
+    assert!(!body_name.starts_with("db:"), "a large body is a file: {item}");
+    assert!(item["artifacts"]["meta"].as_str().unwrap().starts_with("db:"), "small meta stays inline: {item}");
+    assert!(server.data_dir().join("artifacts").join(&body_name).is_file(), "{body_name} on disk");
+    let url = server.get(&format!("/artifacts/{id}/body")).await.json["url"].as_str().unwrap().to_string();
+    let bytes = grid_tests::http::http_client().get(&url).send().await.unwrap().bytes().await.unwrap();
+    assert!(bytes.as_ref() == grid_tests::target::pattern_bytes(LEN).as_slice(), "downloaded body differs ({} bytes)", bytes.len());
+    // A changed file fails its check instead of being served.
+    std::fs::write(server.data_dir().join("artifacts").join(&body_name), b"tampered").unwrap();
+    let r = grid_tests::http::Resp::read(grid_tests::http::http_client().get(&url)).await.unwrap();
+    assert_eq!(r.status, 500, "{r}");
+}

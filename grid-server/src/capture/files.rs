@@ -62,21 +62,39 @@ pub fn read_checked(root: &Path, storage_name: &str, sha256: &str) -> std::io::R
     Ok(data)
 }
 
-/// Writes and checks a family of files for one item. Blocking.
+/// Files up to this size are kept in the database, published in the same
+/// transaction as the item's state: creating a file (an inode) per item
+/// costs more than the item's whole fetch on a busy file system.
+pub const INLINE_MAX_BYTES: usize = 512 * 1024;
+
+/// Checks and stores a family of files for one item: small ones stay in
+/// memory for the database, larger ones are written under a shard directory
+/// (`<last two characters of the item id>/`), so no directory is made per
+/// item. Blocking.
 pub fn write_family(root: &Path, item_id: &str, files: Vec<FileContent>) -> std::io::Result<Vec<PublishedFile>> {
+    let shard = &item_id[item_id.len().saturating_sub(2)..];
     files
         .into_iter()
         .map(|f| {
-            let (storage_name, sha256) = write_checked(root, item_id, f.kind.as_str(), &f.bytes)?;
-            Ok(PublishedFile {
-                kind: f.kind,
-                storage_name,
-                sha256,
-                byte_length: f.bytes.len() as i64,
-                content_type: f.content_type,
-            })
+            let byte_length = f.bytes.len() as i64;
+            let (storage_name, sha256, inline) = if f.bytes.len() <= INLINE_MAX_BYTES {
+                (format!("db:{item_id}/{}", f.kind.as_str()), sha256_hex(&f.bytes), Some(f.bytes))
+            } else {
+                let (name, sha) = write_checked(root, shard, &format!("{item_id}-{}", f.kind.as_str()), &f.bytes)?;
+                (name, sha, None)
+            };
+            Ok(PublishedFile { kind: f.kind, storage_name, sha256, inline, byte_length, content_type: f.content_type })
         })
         .collect()
+}
+
+/// The bytes of a published file, checked against its SHA-256. Blocking.
+pub fn read_published(root: &Path, file: &PublishedFile) -> std::io::Result<Vec<u8>> {
+    match &file.inline {
+        Some(bytes) if sha256_hex(bytes) == file.sha256 => Ok(bytes.clone()),
+        Some(_) => Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{} failed its checksum", file.storage_name))),
+        None => read_checked(root, &file.storage_name, &file.sha256),
+    }
 }
 
 #[cfg(test)]
@@ -84,21 +102,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn family_is_written_named_by_checksum_and_checked() {
+    fn small_files_stay_inline_and_large_ones_are_written_checked() {
         let root = tempfile::tempdir().unwrap();
+        let big = vec![7u8; INLINE_MAX_BYTES + 1];
         let files = vec![
-            FileContent { kind: ArtifactKind::Body, content_type: "text/plain".into(), bytes: b"hello".to_vec() },
+            FileContent { kind: ArtifactKind::Body, content_type: "text/plain".into(), bytes: big.clone() },
             FileContent::meta(&serde_json::json!({"outcome": "success"})),
         ];
-        let out = write_family(root.path(), "it_1", files).unwrap();
+        let out = write_family(root.path(), "it_01AB", files).unwrap();
         assert_eq!(out.len(), 2);
-        assert_eq!(out[0].sha256, sha256_hex(b"hello"));
-        assert_eq!(out[0].storage_name, format!("it_1/body-{}", &sha256_hex(b"hello")[..16]));
-        assert_eq!(std::fs::read(root.path().join(&out[0].storage_name)).unwrap(), b"hello");
-        let leftovers: Vec<_> = std::fs::read_dir(root.path().join("it_1"))
+        assert_eq!(out[0].sha256, sha256_hex(&big));
+        assert_eq!(out[0].storage_name, format!("AB/it_01AB-body-{}", &sha256_hex(&big)[..16]));
+        assert!(out[0].inline.is_none());
+        assert_eq!(read_published(root.path(), &out[0]).unwrap(), big);
+        assert_eq!(out[1].storage_name, "db:it_01AB/meta");
+        assert!(out[1].inline.is_some());
+        let leftovers: Vec<_> = std::fs::read_dir(root.path().join("AB"))
             .unwrap()
             .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".tmp"))
             .collect();
         assert!(leftovers.is_empty());
+    }
+
+    #[test]
+    fn a_changed_inline_file_fails_its_check() {
+        let root = tempfile::tempdir().unwrap();
+        let mut out = write_family(root.path(), "it_1", vec![FileContent::meta(&serde_json::json!({"a": 1}))]).unwrap();
+        out[0].inline.as_mut().unwrap().push(b' ');
+        assert!(read_published(root.path(), &out[0]).is_err());
     }
 }

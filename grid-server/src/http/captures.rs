@@ -83,7 +83,7 @@ pub async fn retry(app: &App, caller: &Caller, id: &str) -> Result<Resp, ApiErro
 pub async fn artifact_url(app: &App, caller: &Caller, id: &str, kind: &str) -> Result<Resp, ApiError> {
     let kind = ArtifactKind::parse(kind).ok_or(ApiError::BadArtifactKind)?;
     let (account, item_id) = (caller.account_id.clone(), id.to_string());
-    app.store.read(move |c| Ok(items::artifact(c, &account, &item_id, kind))).await.map_err(store_error)??;
+    app.store.read(move |c| Ok(items::check_artifact(c, &account, &item_id, kind))).await.map_err(store_error)??;
     let url = app.signer.download_url(id, kind, now());
     Ok(respond::json(200, &grid_core::wire::item::ArtifactUrl { url }))
 }

@@ -31,14 +31,14 @@ pub async fn serve(app: &App, item: &str, kind: &str, query: Option<&str>) -> Re
         .await
         .map_err(store_error)?
         .ok_or(ApiError::ArtifactNotPresent)?;
-    let (root, name, sha) = (app.artifacts_dir.clone(), file.storage_name.clone(), file.sha256.clone());
-    let data = tokio::task::spawn_blocking(move || crate::capture::files::read_checked(&root, &name, &sha))
+    let root = app.artifacts_dir.clone();
+    let (data, file) = tokio::task::spawn_blocking(move || (crate::capture::files::read_published(&root, &file), file))
         .await
-        .map_err(|_| ApiError::Internal)?
-        .map_err(|e| {
-            tracing::error!(file = %file.storage_name, error = %e, "published file unreadable or corrupt");
-            ApiError::Internal
-        })?;
+        .map_err(|_| ApiError::Internal)?;
+    let data = data.map_err(|e| {
+        tracing::error!(file = %file.storage_name, error = %e, "published file unreadable or corrupt");
+        ApiError::Internal
+    })?;
     Ok(respond::bytes(StatusCode::OK, &file.content_type, data))
 }
 

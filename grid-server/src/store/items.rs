@@ -40,7 +40,11 @@ pub struct ItemRow {
 #[derive(Debug, Clone)]
 pub struct PublishedFile {
     pub kind: ArtifactKind,
+    /// Where the bytes are: `db:<item>/<kind>` for a file kept inline, else
+    /// a path under the artifacts directory.
     pub storage_name: String,
+    /// The bytes of a file kept inline in the database.
+    pub inline: Option<Vec<u8>>,
     pub sha256: String,
     pub byte_length: i64,
     pub content_type: String,
@@ -260,12 +264,21 @@ pub fn finish_attempt(
     let publish = outcome.item.state == ItemState::Completed || outcome.publish_failure_record;
     if publish {
         let mut insert = conn.prepare_cached(
-            "INSERT INTO artifacts (item_id, kind, storage_name, sha256, byte_length, content_type, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            "INSERT INTO artifacts (item_id, kind, storage_name, sha256, byte_length, content_type, content, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
         )?;
         for f in files {
             insert
-                .execute(params![id, f.kind.as_str(), f.storage_name, f.sha256, f.byte_length, f.content_type, now.0])
+                .execute(params![
+                    id,
+                    f.kind.as_str(),
+                    f.storage_name,
+                    f.sha256,
+                    f.byte_length,
+                    f.content_type,
+                    f.inline,
+                    now.0
+                ])
                 .map_err(StoreError::from)?;
         }
     }
@@ -320,22 +333,27 @@ pub fn item_view(conn: &Connection, account_id: &str, id: &str) -> StoreResult<O
     }))
 }
 
-/// A published file of an item the account owns. `Ok(None)` when the item is
-/// unknown to the account; `Err(ArtifactNotPresent)` when it has no such file.
-pub fn artifact(conn: &Connection, account_id: &str, id: &str, kind: ArtifactKind) -> Result<PublishedFile, ApiError> {
+/// Whether an item the account owns has a published file of this kind:
+/// `UnknownJob` for another account's (or no) item, `ArtifactNotPresent`
+/// when the item has no such file.
+pub fn check_artifact(conn: &Connection, account_id: &str, id: &str, kind: ArtifactKind) -> Result<(), ApiError> {
     let owned = load_item(conn, id)
         .map_err(|_| ApiError::Internal)?
         .is_some_and(|r| r.account_id == account_id);
     if !owned {
         return Err(ApiError::UnknownJob);
     }
-    published_file(conn, id, kind).map_err(|_| ApiError::Internal)?.ok_or(ApiError::ArtifactNotPresent)
+    let present: Option<i64> = conn
+        .prepare_cached("SELECT 1 FROM artifacts WHERE item_id = ?1 AND kind = ?2")
+        .and_then(|mut s| s.query_row((id, kind.as_str()), |r| r.get(0)).optional())
+        .map_err(|_| ApiError::Internal)?;
+    present.map(|_| ()).ok_or(ApiError::ArtifactNotPresent)
 }
 
 pub fn published_file(conn: &Connection, id: &str, kind: ArtifactKind) -> StoreResult<Option<PublishedFile>> {
     Ok(conn
         .prepare_cached(
-            "SELECT storage_name, sha256, byte_length, content_type FROM artifacts WHERE item_id = ?1 AND kind = ?2",
+            "SELECT storage_name, sha256, byte_length, content_type, content FROM artifacts WHERE item_id = ?1 AND kind = ?2",
         )?
         .query_row((id, kind.as_str()), |r| {
             Ok(PublishedFile {
@@ -344,6 +362,7 @@ pub fn published_file(conn: &Connection, id: &str, kind: ArtifactKind) -> StoreR
                 sha256: r.get(1)?,
                 byte_length: r.get(2)?,
                 content_type: r.get(3)?,
+                inline: r.get(4)?,
             })
         })
         .optional()?)
@@ -552,7 +571,7 @@ mod tests {
         let iid = item.id.clone();
         assert!(s.read_blocking(move |c| item_view(c, &oid, &iid)).unwrap().is_none());
         let oid = other.account_id.clone();
-        let r = s.read_blocking(move |c| Ok(artifact(c, &oid, &item.id, ArtifactKind::Meta))).unwrap();
+        let r = s.read_blocking(move |c| Ok(check_artifact(c, &oid, &item.id, ArtifactKind::Meta))).unwrap();
         assert_eq!(r.unwrap_err(), ApiError::UnknownJob);
     }
 }

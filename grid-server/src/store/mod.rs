@@ -17,7 +17,7 @@ use std::time::Duration;
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 pub const DB_FILE: &str = "grid.db";
-const SCHEMA_VERSION: i64 = 4;
+const SCHEMA_VERSION: i64 = 5;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -147,6 +147,7 @@ fn migrate(conn: &Connection) -> StoreResult<()> {
         include_str!("schema_v2_jobs.sql"),
         include_str!("schema_v3_identities.sql"),
         include_str!("schema_v4_sessions.sql"),
+        include_str!("schema_v5_inline_artifacts.sql"),
     ];
     for (i, sql) in steps.iter().enumerate() {
         let step = i as i64 + 1;
