@@ -13,16 +13,8 @@ items="${1:-2000}"
 workers="${WORKERS:-16}"
 timeout="${BENCH_TIMEOUT_SECS:-600}"
 
-echo "==> building release: grid-server and bench_fetch"
-cargo build --release -p grid-server -p grid-tests --bins
-
-target_dir="${CARGO_TARGET_DIR:-target}"
-case "$target_dir" in
-    /*) ;;
-    *) target_dir="$PWD/$target_dir" ;;
-esac
-export GRID_SERVER_BIN="$target_dir/release/grid-server"
-export RUST_LOG="${RUST_LOG:-warn}"
+. bench/common.sh
+build_release
 
 echo "==> bench: $items fetch items, $workers workers / concurrency, timeout ${timeout}s"
 exec timeout --signal=TERM "$((timeout + 60))" \

@@ -16,16 +16,8 @@ timeout="${BENCH_TIMEOUT_SECS:-900}"
 
 bash scripts/compute-env.sh
 
-echo "==> building release: grid-server and bench_job_latency"
-cargo build --release -p grid-server -p grid-tests --bins
-
-target_dir="${CARGO_TARGET_DIR:-target}"
-case "$target_dir" in
-    /*) ;;
-    *) target_dir="$PWD/$target_dir" ;;
-esac
-export GRID_SERVER_BIN="$target_dir/release/grid-server"
-export RUST_LOG="${RUST_LOG:-warn}"
+. bench/common.sh
+build_release
 
 echo "==> bench: $jobs jobs each way (+$warmup warm-up), timeout ${timeout}s"
 exec timeout --signal=TERM "$timeout" \

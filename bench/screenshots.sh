@@ -22,16 +22,8 @@ command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=nonint
 echo "==> starting Browserless (concurrency $conc) on 127.0.0.1:3999"
 CONC="$conc" bash ../shared/peers/browserless.sh
 
-echo "==> building release: grid-server and bench_screenshots"
-cargo build --release -p grid-server -p grid-tests --bins
-
-target_dir="${CARGO_TARGET_DIR:-target}"
-case "$target_dir" in
-    /*) ;;
-    *) target_dir="$PWD/$target_dir" ;;
-esac
-export GRID_SERVER_BIN="$target_dir/release/grid-server"
-export RUST_LOG="${RUST_LOG:-warn}"
+. bench/common.sh
+build_release
 
 echo "==> bench: $items pages, $browsers browsers x $pages pages, timeout ${timeout}s"
 exec timeout --signal=TERM "$((timeout + 60))" \

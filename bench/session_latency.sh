@@ -24,16 +24,8 @@ command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=nonint
 echo "==> starting Browserless on 127.0.0.1:3999"
 bash ../shared/peers/browserless.sh
 
-echo "==> building release: grid-server and bench_sessions"
-cargo build --release -p grid-server -p grid-tests --bins
-
-target_dir="${CARGO_TARGET_DIR:-target}"
-case "$target_dir" in
-    /*) ;;
-    *) target_dir="$PWD/$target_dir" ;;
-esac
-export GRID_SERVER_BIN="$target_dir/release/grid-server"
-export RUST_LOG="${RUST_LOG:-warn}"
+. bench/common.sh
+build_release
 
 echo "==> bench: $leases leases / connections / starts each, warm pool $warm, timeout ${timeout}s"
 exec timeout --signal=TERM "$((timeout + 60))" \

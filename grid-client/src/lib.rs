@@ -136,6 +136,35 @@ impl fmt::Debug for GridClient {
 /// retryable error before giving up.
 const WAIT_RETRIES: u32 = 5;
 
+/// Rides out short outages while polling: up to [`WAIT_RETRIES`] retryable
+/// errors in a row, each waited out for its `retry-after` (or the poll
+/// interval).
+struct Outages {
+    in_a_row: u32,
+}
+
+impl Outages {
+    fn new() -> Outages {
+        Outages { in_a_row: 0 }
+    }
+
+    /// After a good answer.
+    fn reset(&mut self) {
+        self.in_a_row = 0;
+    }
+
+    /// Waits out a retryable error, or hands the error back.
+    async fn wait_out(&mut self, e: ClientError, poll_interval: Duration) -> Result<(), ClientError> {
+        if e.is_retryable() && self.in_a_row < WAIT_RETRIES {
+            self.in_a_row += 1;
+            tokio::time::sleep(e.retry_after().unwrap_or(poll_interval)).await;
+            Ok(())
+        } else {
+            Err(e)
+        }
+    }
+}
+
 impl GridClient {
     /// A client that sends `x-api-key: <api_key>`.
     pub fn new(base_url: &str, api_key: impl Into<String>) -> Result<GridClient, ClientError> {
@@ -298,22 +327,18 @@ impl GridClient {
         mut on_progress: impl FnMut(&BatchView),
     ) -> Result<BatchView, ClientError> {
         let endpoint = endpoint::batch(batch_id);
-        let mut failures = 0;
+        let mut outages = Outages::new();
         loop {
             match self.send(&endpoint).await {
                 Ok(view) => {
-                    failures = 0;
+                    outages.reset();
                     on_progress(&view);
                     if view.is_done() {
                         return Ok(view);
                     }
                     tokio::time::sleep(poll_interval).await;
                 }
-                Err(e) if e.is_retryable() && failures < WAIT_RETRIES => {
-                    failures += 1;
-                    tokio::time::sleep(e.retry_after().unwrap_or(poll_interval)).await;
-                }
-                Err(e) => return Err(e),
+                Err(e) => outages.wait_out(e, poll_interval).await?,
             }
         }
     }
@@ -387,7 +412,7 @@ impl GridClient {
         attempt: Option<u32>,
         poll_interval: Duration,
     ) -> Result<JobLog, ClientError> {
-        let mut failures = 0;
+        let mut outages = Outages::new();
         loop {
             let outcome = match self.job_logs(job_id, attempt).await {
                 Ok(log) => return Ok(log),
@@ -402,14 +427,10 @@ impl GridClient {
             };
             match outcome {
                 Ok(()) => {
-                    failures = 0;
+                    outages.reset();
                     tokio::time::sleep(poll_interval).await;
                 }
-                Err(e) if e.is_retryable() && failures < WAIT_RETRIES => {
-                    failures += 1;
-                    tokio::time::sleep(e.retry_after().unwrap_or(poll_interval)).await;
-                }
-                Err(e) => return Err(e),
+                Err(e) => outages.wait_out(e, poll_interval).await?,
             }
         }
     }
@@ -445,22 +466,18 @@ impl GridClient {
         session_id: &str,
         poll_interval: Duration,
     ) -> Result<Option<SessionView>, ClientError> {
-        let mut failures = 0;
+        let mut outages = Outages::new();
         loop {
             match self.sessions().await {
                 Ok(list) => {
-                    failures = 0;
+                    outages.reset();
                     match list.into_iter().find(|s| s.session_id == session_id) {
                         None => return Ok(None),
                         Some(s) if s.status == grid_core::session::SessionStatus::Running => return Ok(Some(s)),
                         Some(_) => tokio::time::sleep(poll_interval).await,
                     }
                 }
-                Err(e) if e.is_retryable() && failures < WAIT_RETRIES => {
-                    failures += 1;
-                    tokio::time::sleep(e.retry_after().unwrap_or(poll_interval)).await;
-                }
-                Err(e) => return Err(e),
+                Err(e) => outages.wait_out(e, poll_interval).await?,
             }
         }
     }
