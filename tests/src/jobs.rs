@@ -139,23 +139,8 @@ pub async fn wait_job(
     timeout: Duration,
     done: impl Fn(&Value) -> bool,
 ) -> (Value, Vec<String>) {
-    let deadline = Instant::now() + timeout;
-    let mut seen: Vec<String> = Vec::new();
-    loop {
-        let record = job(server, id).await;
-        if let Some(p) = record["phase"].as_str() {
-            if seen.last().map(String::as_str) != Some(p) {
-                seen.push(p.to_string());
-            }
-        }
-        if done(&record) {
-            return (record, seen);
-        }
-        if Instant::now() >= deadline {
-            server.fail(&format!("job {id} not done within {timeout:?}; phases seen {seen:?}; last {record}"));
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    let what = format!("job {id}");
+    server.watch(&what, "phase", timeout, Duration::from_millis(25), || job(server, id), done).await
 }
 
 pub fn is_finished(record: &Value) -> bool {
@@ -216,6 +201,13 @@ pub fn all_containers(job_id: &str, attempt: u32) -> Vec<String> {
 
 /// One ledger entry of a job: (kind, amount, subject).
 pub type LedgerEntry = (String, i64, String);
+
+/// The ledger of a job settled from its first reservation: `reserved`
+/// held, `charge` charged, the rest released.
+pub fn settled_once(job_id: &str, reserved: i64, charge: i64) -> Vec<LedgerEntry> {
+    let s = format!("{job_id}/r1");
+    vec![("reserve".into(), reserved, s.clone()), ("charge".into(), charge, s.clone()), ("release".into(), reserved - charge, s)]
+}
 
 /// The ledger entries whose subject is one of the job's reservations
 /// (`<jobId>/r<n>`), in insertion order, read from grid.db directly.

@@ -580,22 +580,42 @@ impl GridServer {
         timeout: Duration,
         done: impl Fn(&Value) -> bool,
     ) -> (Value, Vec<String>) {
+        let what = format!("item {item_id}");
+        self.watch(&what, "state", timeout, Duration::from_millis(10), || self.item(item_id), done).await
+    }
+
+    /// Reads `read()` every `poll` until `done(value)`; returns that value and
+    /// every `field` value seen on the way (in order, without repeats). Fails
+    /// the test at `timeout`, naming what was seen.
+    pub async fn watch<F, Fut>(
+        &self,
+        what: &str,
+        field: &str,
+        timeout: Duration,
+        poll: Duration,
+        mut read: F,
+        done: impl Fn(&Value) -> bool,
+    ) -> (Value, Vec<String>)
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Value>,
+    {
         let deadline = Instant::now() + timeout;
         let mut seen: Vec<String> = Vec::new();
         loop {
-            let item = self.item(item_id).await;
-            if let Some(s) = item["state"].as_str() {
+            let value = read().await;
+            if let Some(s) = value[field].as_str() {
                 if seen.last().map(String::as_str) != Some(s) {
                     seen.push(s.to_string());
                 }
             }
-            if done(&item) {
-                return (item, seen);
+            if done(&value) {
+                return (value, seen);
             }
             if Instant::now() >= deadline {
-                self.fail(&format!("item {item_id} not done within {timeout:?}; states seen {seen:?}; last {item}"));
+                self.fail(&format!("{what} not done within {timeout:?}; {field} values seen {seen:?}; last {value}"));
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            tokio::time::sleep(poll).await;
         }
     }
 

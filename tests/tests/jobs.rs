@@ -217,15 +217,7 @@ async fn eviction_with_retries_1_is_replayed_free_and_only_the_replay_is_charged
     // One reservation; the evicted attempt is free, the replay is charged from it.
     let charge = expected_charge(a2, 500, 256 * MI, 60);
     server.wait_settled(server.account_id(), INITIAL - charge, SETTLE_TIMEOUT).await;
-    let s = format!("{id}/r1");
-    assert_eq!(
-        job_ledger(&server, &id),
-        vec![
-            ("reserve".into(), DEFAULT_RESERVATION, s.clone()),
-            ("charge".into(), charge, s.clone()),
-            ("release".into(), DEFAULT_RESERVATION - charge, s)
-        ]
-    );
+    assert_eq!(job_ledger(&server, &id), settled_once(&id, DEFAULT_RESERVATION, charge));
     wait_container_removed(&server, &id, 2).await;
 }
 
@@ -306,15 +298,7 @@ async fn charge_is_exact_on_requested_cpu_and_memory_for_the_engine_run_time() {
     // About 12.9 µ€ per second; charging the limits would double it.
     assert!((12..=40).contains(&charge), "charge {charge} for {run} ms");
     server.wait_settled(&acc, INITIAL - charge, SETTLE_TIMEOUT).await;
-    let s = format!("{id}/r1");
-    assert_eq!(
-        job_ledger(&server, &id),
-        vec![
-            ("reserve".into(), reservation, s.clone()),
-            ("charge".into(), charge, s.clone()),
-            ("release".into(), reservation - charge, s)
-        ]
-    );
+    assert_eq!(job_ledger(&server, &id), settled_once(&id, reservation, charge));
 }
 
 #[tokio::test]
@@ -708,15 +692,7 @@ async fn kill_9_while_running_then_restart_finishes_the_job_with_its_log_charged
     assert!(run >= 5_000, "run time from the engine's clock: {run} ms");
     let charge = expected_charge(attempt(&done, 1), 500, 256 * MI, 60);
     server.wait_settled(&acc, INITIAL - charge, SETTLE_TIMEOUT).await;
-    let s = format!("{id}/r1");
-    assert_eq!(
-        job_ledger(&server, &id),
-        vec![
-            ("reserve".into(), DEFAULT_RESERVATION, s.clone()),
-            ("charge".into(), charge, s.clone()),
-            ("release".into(), DEFAULT_RESERVATION - charge, s)
-        ]
-    );
+    assert_eq!(job_ledger(&server, &id), settled_once(&id, DEFAULT_RESERVATION, charge));
     wait_container_removed(&server, &id, 1).await;
 }
 
