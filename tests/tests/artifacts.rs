@@ -26,7 +26,9 @@ fn tamper(signed: &str) -> String {
     let pairs: Vec<(String, String)> = url.query_pairs().into_owned().collect();
     let flip = |s: &str| {
         let mut chars: Vec<char> = s.chars().collect();
-        chars[0] = if chars[0] == 'A' { 'B' } else { 'A' };
+        // A digit unlike the original even ignoring case: hex (and many
+        // signature encodings) read `a` and `A` alike.
+        chars[0] = if chars[0] == '0' { '1' } else { '0' };
         chars.into_iter().collect::<String>()
     };
     let sig_index = pairs
@@ -49,9 +51,11 @@ fn tamper(signed: &str) -> String {
 
 #[test]
 fn tamper_changes_the_signature() {
-    assert_eq!(tamper("http://h/d/it_1/body?exp=9&sig=abc"), "http://h/d/it_1/body?exp=9&sig=Abc");
-    assert_eq!(tamper("http://h/d/it_1/body?e=9&token=Qxyzxyz"), "http://h/d/it_1/body?e=9&token=Axyzxyz");
-    assert_eq!(tamper("http://h/d/Xsignaturepart/body"), "http://h/d/Asignaturepart/body");
+    // `abc` must not become `Abc`: hex signatures read both alike.
+    assert_eq!(tamper("http://h/d/it_1/body?exp=9&sig=abc"), "http://h/d/it_1/body?exp=9&sig=0bc");
+    assert_eq!(tamper("http://h/d/it_1/body?exp=9&sig=0bc"), "http://h/d/it_1/body?exp=9&sig=1bc");
+    assert_eq!(tamper("http://h/d/it_1/body?e=9&token=Qxyzxyz"), "http://h/d/it_1/body?e=9&token=0xyzxyz");
+    assert_eq!(tamper("http://h/d/Xsignaturepart/body"), "http://h/d/0signaturepart/body");
 }
 
 #[tokio::test]
