@@ -81,6 +81,11 @@ pub fn sh_job(script: &str) -> Value {
 /// Reservation of 500m + 256Mi for 60 s: (20,000 + 1,600) µ€/h × 60 s.
 pub const DEFAULT_RESERVATION: i64 = 360;
 
+/// How far an engine-measured run (FinishedAt - StartedAt) may fall short
+/// of the command's own sleep: the engine stamps StartedAt after the process
+/// is already running, and each timestamp is cut to the millisecond.
+pub const ENGINE_CLOCK_SLACK_MS: i64 = 100;
+
 /// POST /jobs with `key`, resending while the answer is 503
 /// COMPUTE_UNAVAILABLE (the engine connection comes up just after the
 /// server starts; the contract says to resend with the same
