@@ -96,6 +96,14 @@ docker_answers() {
     $sudo docker info >/dev/null 2>&1
 }
 
+# dockerd_alive: whether the pid in dockerd's pid file is a running dockerd
+# (a pid file alone proves nothing: the pid may be dead or reused).
+dockerd_alive() {
+    local pid
+    pid="$(cat /var/run/docker.pid 2>/dev/null)" || return 1
+    [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "dockerd" ]
+}
+
 # ----- 1. packages -----
 need_pkg docker.io
 need_pkg docker-registry
@@ -115,9 +123,15 @@ done
 if docker_answers; then
     say "docker engine: running"
 else
-    if [ -S /var/run/docker.sock ]; then
-        say "docker engine: socket exists but the engine does not answer yet; waiting"
+    if dockerd_alive; then
+        say "docker engine: dockerd runs but does not answer yet; waiting"
     else
+        if [ -e /var/run/docker.sock ] || [ -e /var/run/docker.pid ]; then
+            # A daemon that died without cleaning up (machine snapshot, killed
+            # session) leaves its socket and pid file behind; neither is in use.
+            say "docker engine: removing the stale socket and pid file of a dockerd that no longer runs"
+            $sudo rm -f /var/run/docker.sock /var/run/docker.pid
+        fi
         say "docker engine: starting dockerd in the background (log: $DOCKERD_LOG)"
         # setsid: the daemon outlives this script and its terminal.
         $sudo setsid dockerd >"$DOCKERD_LOG" 2>&1 </dev/null &
