@@ -96,12 +96,20 @@ docker_answers() {
     $sudo docker info >/dev/null 2>&1
 }
 
-# dockerd_alive: whether the pid in dockerd's pid file is a running dockerd
-# (a pid file alone proves nothing: the pid may be dead or reused).
-dockerd_alive() {
-    local pid
-    pid="$(cat /var/run/docker.pid 2>/dev/null)" || return 1
-    [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "dockerd" ]
+# pid_file_alive FILE NAME: whether FILE names a running process called NAME
+# (a pid file alone proves nothing: the pid may be dead, a zombie nobody
+# reaped, or reused).
+pid_file_alive() {
+    local pid stat
+    pid="$(cat "$1" 2>/dev/null)" || return 1
+    [ -n "$pid" ] || return 1
+    stat="$(cat "/proc/$pid/stat" 2>/dev/null)" || return 1
+    # "PID (COMM) STATE ...": the command and a live state (not Z or X).
+    case "$stat" in
+        *"($2) "[ZX]*) return 1 ;;
+        *"($2) "*) return 0 ;;
+        *) return 1 ;;
+    esac
 }
 
 # ----- 1. packages -----
@@ -123,15 +131,19 @@ done
 if docker_answers; then
     say "docker engine: running"
 else
-    if dockerd_alive; then
+    if pid_file_alive /var/run/docker.pid dockerd; then
         say "docker engine: dockerd runs but does not answer yet; waiting"
     else
-        if [ -e /var/run/docker.sock ] || [ -e /var/run/docker.pid ]; then
-            # A daemon that died without cleaning up (machine snapshot, killed
-            # session) leaves its socket and pid file behind; neither is in use.
-            say "docker engine: removing the stale socket and pid file of a dockerd that no longer runs"
-            $sudo rm -f /var/run/docker.sock /var/run/docker.pid
-        fi
+        # A daemon that died without cleaning up (machine snapshot, killed
+        # session) leaves its socket and pid files behind; dockerd would wait
+        # on them (it takes a pid file naming a zombie for a live containerd).
+        containerd_pid=/var/run/docker/containerd/containerd.pid
+        for stale in /var/run/docker.sock /var/run/docker.pid $containerd_pid; do
+            if [ -e "$stale" ] && ! { [ "$stale" = $containerd_pid ] && pid_file_alive "$stale" containerd; }; then
+                say "docker engine: removing $stale, left by a daemon that no longer runs"
+                $sudo rm -f "$stale"
+            fi
+        done
         say "docker engine: starting dockerd in the background (log: $DOCKERD_LOG)"
         # setsid: the daemon outlives this script and its terminal.
         $sudo setsid dockerd >"$DOCKERD_LOG" 2>&1 </dev/null &
