@@ -97,8 +97,14 @@ impl ApiError {
     pub fn status(&self) -> u16 {
         use ApiError::*;
         match self {
-            InvalidJobRequest { .. } | InvalidImage { .. } | InvalidBatchBody { .. } | InvalidSessionBody { .. }
-            | InvalidListQuery { .. } | InvalidListCursor | InvalidLogQuery { .. } | BadArtifactKind
+            InvalidJobRequest { .. }
+            | InvalidImage { .. }
+            | InvalidBatchBody { .. }
+            | InvalidSessionBody { .. }
+            | InvalidListQuery { .. }
+            | InvalidListCursor
+            | InvalidLogQuery { .. }
+            | BadArtifactKind
             | InvalidBody { .. } => 400,
             Unauthorized => 401,
             InsufficientCredit { .. } | DailyCapExceeded { .. } => 402,
@@ -106,8 +112,13 @@ impl ApiError {
             UnknownJob | UnknownBatch | UnknownSession | ArtifactNotPresent | LogsNotAvailable | RouteNotFound
             | DownloadLinkInvalid => 404,
             MethodNotAllowed => 405,
-            OnlyFailedCanBeRetried | PublishedFailureImmutable | ProfileNotSelectable | JobNotRetryable
-            | JobStateConflict | IdempotencyConflict | SessionLimitReached { .. } => 409,
+            OnlyFailedCanBeRetried
+            | PublishedFailureImmutable
+            | ProfileNotSelectable
+            | JobNotRetryable
+            | JobStateConflict
+            | IdempotencyConflict
+            | SessionLimitReached { .. } => 409,
             CapabilityNotAvailable { .. } => 422,
             NotImplemented { .. } => 501,
             AccountingUnavailable | ComputeUnavailable { .. } | SessionsDisabled => 503,

@@ -108,7 +108,9 @@ pub enum Event {
     /// counted because the grid, not the item, failed.
     Recover,
     /// POST /jobs/{jobId}/retry.
-    Retry { profile_selectable: bool },
+    Retry {
+        profile_selectable: bool,
+    },
 }
 
 /// What the settlement pass owes for an item.

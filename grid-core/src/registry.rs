@@ -55,9 +55,13 @@ impl Admitted {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ManifestChoice {
     /// An index or manifest list: fetch this platform manifest next.
-    Platform { digest: String },
+    Platform {
+        digest: String,
+    },
     /// A single-image manifest: its config blob tells the platform.
-    Config { digest: String },
+    Config {
+        digest: String,
+    },
     /// An index without a linux/amd64 entry.
     NoAmd64,
     Unreadable(String),
@@ -122,7 +126,8 @@ mod tests {
             {"digest": "sha256:arm", "platform": {"os": "linux", "architecture": "arm64"}},
             {"digest": "sha256:amd", "platform": {"os": "linux", "architecture": "amd64"}}]});
         assert_eq!(choose("", &idx), ManifestChoice::Platform { digest: "sha256:amd".into() });
-        let arm_only = json!({"manifests": [{"digest": "sha256:arm", "platform": {"os": "linux", "architecture": "arm64"}}]});
+        let arm_only =
+            json!({"manifests": [{"digest": "sha256:arm", "platform": {"os": "linux", "architecture": "arm64"}}]});
         assert_eq!(choose("application/vnd.oci.image.index.v1+json", &arm_only), ManifestChoice::NoAmd64);
     }
 

@@ -24,9 +24,7 @@ impl Millis {
     }
 
     pub fn parse_iso(s: &str) -> Option<Millis> {
-        DateTime::parse_from_rfc3339(s)
-            .ok()
-            .map(|d| Millis(d.with_timezone(&Utc).timestamp_millis()))
+        DateTime::parse_from_rfc3339(s).ok().map(|d| Millis(d.with_timezone(&Utc).timestamp_millis()))
     }
 
     /// The UTC day this instant falls in, as days since the epoch.

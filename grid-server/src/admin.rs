@@ -41,7 +41,12 @@ pub fn account_credit(store: &Store, account_id: &str, add_micros: i64) -> Store
     })
 }
 
-pub fn key_create(store: &Store, account_id: &str, daily_cap_micros: Option<i64>, internal: bool) -> StoreResult<Value> {
+pub fn key_create(
+    store: &Store,
+    account_id: &str,
+    daily_cap_micros: Option<i64>,
+    internal: bool,
+) -> StoreResult<Value> {
     store.write_blocking(|tx| {
         let key = accounts::create_key(tx, account_id, daily_cap_micros, internal, now())?;
         Ok(serde_json::to_value(key).expect("serialisable"))

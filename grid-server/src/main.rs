@@ -26,8 +26,8 @@ use grid_core::item::Backoff;
 use serde_json::json;
 use tokio::sync::{watch, Notify};
 
-use config::ServeConfig;
 use compute::{Compute, ComputeConfig};
+use config::ServeConfig;
 use http::App;
 use signing::Signer;
 use store::{items, Store};
@@ -243,7 +243,8 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,hyper=warn,reqwest=warn".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,hyper=warn,reqwest=warn".into()),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -300,10 +301,16 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     let store = Store::open(&args.data.data_dir, accounting_timeout.max(Duration::from_millis(100)))
         .with_context(|| format!("opening the store in {}", args.data.data_dir.display()))?;
     if let Some(key) = admin::first_start(&store, args.initial_credit_micros)? {
-        announce(json!({"event": "first-start", "accountId": key.account_id, "keyId": key.key_id, "apiKey": key.api_key}));
-        eprintln!("First start: created account {} with API key {} (shown only this once).", key.account_id, key.api_key);
+        announce(
+            json!({"event": "first-start", "accountId": key.account_id, "keyId": key.key_id, "apiKey": key.api_key}),
+        );
+        eprintln!(
+            "First start: created account {} with API key {} (shown only this once).",
+            key.account_id, key.api_key
+        );
     }
-    let listener = tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
+    let listener =
+        tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
     let addr = listener.local_addr()?;
     let base_url = args.base_url.unwrap_or_else(|| format!("http://{addr}")).trim_end_matches('/').to_string();
     let config = ServeConfig {
@@ -340,9 +347,8 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         probe_url: args.session_probe_url.clone(),
         runtime_dir,
     };
-    let secret = store
-        .write(|tx| store::setting_or_init(tx, "download_signing_secret", || ids::random_hex(32)))
-        .await?;
+    let secret =
+        store.write(|tx| store::setting_or_init(tx, "download_signing_secret", || ids::random_hex(32))).await?;
     let backoff = config.backoff;
     let recovered = store.write(move |tx| Ok(items::recover_active(tx, ids::now(), backoff))).await??;
     if recovered > 0 {
@@ -372,7 +378,12 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!("shutting down: no new work; in-flight items may finish");
         let _ = stop_tx.send(true);
     });
-    let last_alive = app.store.read(|c| store::setting(c, settlement::HEARTBEAT)).await?.and_then(|v| v.parse().ok()).map(grid_core::time::Millis);
+    let last_alive = app
+        .store
+        .read(|c| store::setting(c, settlement::HEARTBEAT))
+        .await?
+        .and_then(|v| v.parse().ok())
+        .map(grid_core::time::Millis);
     sessions::recover(&app, last_alive).await;
     sessions::refill_warm(app.clone());
     announce(json!({"event": "listening", "addr": addr.to_string(), "baseUrl": base_url}));

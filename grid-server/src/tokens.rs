@@ -79,7 +79,8 @@ pub struct TokenVerifier {
 
 impl TokenVerifier {
     pub fn new(issuer: Option<String>, jwks_url: Option<String>) -> TokenVerifier {
-        let client = reqwest::Client::builder().timeout(Duration::from_secs(5)).build().expect("static client configuration");
+        let client =
+            reqwest::Client::builder().timeout(Duration::from_secs(5)).build().expect("static client configuration");
         TokenVerifier { issuer, jwks_url, client, keys: Mutex::new((JwkSet { keys: vec![] }, None)) }
     }
 
@@ -142,7 +143,10 @@ impl TokenVerifier {
     async fn discover(&self, issuer: &str) -> Result<String, TokenError> {
         let url = format!("{}/.well-known/openid-configuration", issuer.trim_end_matches('/'));
         let doc = self.get_json(&url).await?;
-        doc["jwks_uri"].as_str().map(str::to_string).ok_or_else(|| TokenError::KeysUnavailable(format!("{url} has no jwks_uri")))
+        doc["jwks_uri"]
+            .as_str()
+            .map(str::to_string)
+            .ok_or_else(|| TokenError::KeysUnavailable(format!("{url} has no jwks_uri")))
     }
 }
 

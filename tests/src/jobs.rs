@@ -211,7 +211,11 @@ pub type LedgerEntry = (String, i64, String);
 /// held, `charge` charged, the rest released.
 pub fn settled_once(job_id: &str, reserved: i64, charge: i64) -> Vec<LedgerEntry> {
     let s = format!("{job_id}/r1");
-    vec![("reserve".into(), reserved, s.clone()), ("charge".into(), charge, s.clone()), ("release".into(), reserved - charge, s)]
+    vec![
+        ("reserve".into(), reserved, s.clone()),
+        ("charge".into(), charge, s.clone()),
+        ("release".into(), reserved - charge, s),
+    ]
 }
 
 /// The ledger entries whose subject is one of the job's reservations

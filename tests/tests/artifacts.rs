@@ -183,7 +183,11 @@ async fn a_large_body_is_stored_as_a_checked_file_and_downloads_intact() {
     assert!(server.data_dir().join("artifacts").join(&body_name).is_file(), "{body_name} on disk");
     let url = server.get(&format!("/artifacts/{id}/body")).await.json["url"].as_str().unwrap().to_string();
     let bytes = grid_tests::http::http_client().get(&url).send().await.unwrap().bytes().await.unwrap();
-    assert!(bytes.as_ref() == grid_tests::target::pattern_bytes(LEN).as_slice(), "downloaded body differs ({} bytes)", bytes.len());
+    assert!(
+        bytes.as_ref() == grid_tests::target::pattern_bytes(LEN).as_slice(),
+        "downloaded body differs ({} bytes)",
+        bytes.len()
+    );
     // A changed file fails its check instead of being served.
     std::fs::write(server.data_dir().join("artifacts").join(&body_name), b"tampered").unwrap();
     let r = grid_tests::http::Resp::read(grid_tests::http::http_client().get(&url)).await.unwrap();

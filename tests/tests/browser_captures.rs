@@ -134,11 +134,9 @@ async fn disallowed_host_is_blocked_and_listed_in_meta() {
     assert_eq!(target.hits("/pixel.png"), 0);
 
     // Listing the host lets the page reach it.
-    let (allowed, _) = completed(
-        &server,
-        json!({"urls": [url], "script": "render-fetch", "params": {"allowedHosts": ["localhost"]}}),
-    )
-    .await;
+    let (allowed, _) =
+        completed(&server, json!({"urls": [url], "script": "render-fetch", "params": {"allowedHosts": ["localhost"]}}))
+            .await;
     let m = meta(&server, &allowed).await;
     assert_eq!(m["blockedRequests"], json!([]), "{m}");
     assert_eq!(target.hits("/pixel.png"), 1);
@@ -355,7 +353,10 @@ async fn browser_items_are_charged_their_contract_price_once() {
     server
         .wait_settled(
             server.account_id(),
-            DEFAULT_INITIAL_CREDIT_MICROS - CAPTURE_PRICE_MICROS - RENDER_FETCH_PRICE_MICROS - BROWSER_FETCH_PRICE_MICROS,
+            DEFAULT_INITIAL_CREDIT_MICROS
+                - CAPTURE_PRICE_MICROS
+                - RENDER_FETCH_PRICE_MICROS
+                - BROWSER_FETCH_PRICE_MICROS,
             Duration::from_secs(30),
         )
         .await;

@@ -67,7 +67,8 @@ async fn sdk_client_initializes_lists_tools_and_calls_billable_tools_billed_as_t
     assert_eq!(out["serverName"], "grid", "{out}");
     assert_eq!(out["protocolVersion"], "2025-11-25", "{out}");
     let tools: Vec<&str> = out["tools"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
-    for t in ["grid_status", "submit_batch", "lease_session", "submit_compute_job", "retry_job", "get_job", "list_jobs"] {
+    for t in ["grid_status", "submit_batch", "lease_session", "submit_compute_job", "retry_job", "get_job", "list_jobs"]
+    {
         assert!(tools.contains(&t), "tool {t} missing from {tools:?}");
     }
     assert_eq!(out["schemas"]["submit_batch"]["properties"]["urls"]["maxItems"], 1000, "{out}");
@@ -78,7 +79,11 @@ async fn sdk_client_initializes_lists_tools_and_calls_billable_tools_billed_as_t
     assert_eq!(calls[1]["isError"], false, "{out}");
     assert_eq!(created["jobCount"], 2, "{out}");
     let refused: Value = serde_json::from_str(calls[2]["text"].as_str().unwrap()).unwrap();
-    assert_eq!((calls[2]["isError"].clone(), refused["error"].clone()), (json!(true), json!("invalid batch body")), "{out}");
+    assert_eq!(
+        (calls[2]["isError"].clone(), refused["error"].clone()),
+        (json!(true), json!("invalid batch body")),
+        "{out}"
+    );
     let unknown: Value = serde_json::from_str(calls[3]["text"].as_str().unwrap()).unwrap();
     assert_eq!((calls[3]["isError"].clone(), unknown["error"].clone()), (json!(true), json!("unknown job")), "{out}");
 
@@ -94,7 +99,11 @@ async fn sdk_client_initializes_lists_tools_and_calls_billable_tools_billed_as_t
 async fn tool_refusals_arrive_as_tool_errors_and_reserve_nothing() {
     let server = GridServer::start(ServerOptions::default());
     let (poor, poor_key) = server.create_account("poor", 100);
-    let out = sdk_client(&server, &poor_key, json!([["submit_batch", {"urls": ["http://127.0.0.1:9/x"], "script": "fetch"}]]));
+    let out = sdk_client(
+        &server,
+        &poor_key,
+        json!([["submit_batch", {"urls": ["http://127.0.0.1:9/x"], "script": "fetch"}]]),
+    );
     let call = &out["calls"][0];
     let body: Value = serde_json::from_str(call["text"].as_str().unwrap()).unwrap();
     assert_eq!(call["isError"], true, "{out}");
@@ -111,12 +120,16 @@ async fn transport_answers_are_exactly_the_contracts() {
     for method in [Method::GET, Method::DELETE] {
         let r = Resp::read(http_client().request(method.clone(), &url).header("x-api-key", &key)).await.unwrap();
         assert_eq!(r.status, 405, "{method} {r}");
-        assert_eq!(r.json, json!({"jsonrpc": "2.0", "error": {"code": -32000, "message": "Method not allowed."}, "id": null}));
+        assert_eq!(
+            r.json,
+            json!({"jsonrpc": "2.0", "error": {"code": -32000, "message": "Method not allowed."}, "id": null})
+        );
     }
 
     let r = rpc(&server, None, Some(ACCEPT_BOTH), r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).await;
     assert_eq!((r.status, r.error()), (401, "unauthorized"), "{r}");
-    let challenge = format!("Bearer resource_metadata=\"{}/.well-known/oauth-protected-resource/mcp\"", server.base_url());
+    let challenge =
+        format!("Bearer resource_metadata=\"{}/.well-known/oauth-protected-resource/mcp\"", server.base_url());
     assert_eq!(r.header("www-authenticate"), Some(challenge.as_str()), "{r}");
 
     for accept in [None, Some("application/json"), Some("text/event-stream")] {
@@ -131,16 +144,27 @@ async fn transport_answers_are_exactly_the_contracts() {
     assert_eq!((r.status, r.json.clone()), (200, json!({"jsonrpc": "2.0", "id": 7, "result": {}})), "{r}");
     assert!(r.header("mcp-session-id").is_none(), "no session is ever issued");
 
-    let r = rpc(&server, Some(&key), Some(ACCEPT_BOTH), r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).await;
+    let r =
+        rpc(&server, Some(&key), Some(ACCEPT_BOTH), r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).await;
     assert_eq!((r.status, r.text.as_str()), (202, ""), "{r}");
 
     let r = rpc(&server, Some(&key), Some(ACCEPT_BOTH), r#"{"jsonrpc":"2.0","id":8,"method":"resources/nope"}"#).await;
-    assert_eq!((r.status, r.json["error"]["code"].clone(), r.json["id"].clone()), (200, json!(-32601), json!(8)), "{r}");
+    assert_eq!(
+        (r.status, r.json["error"]["code"].clone(), r.json["id"].clone()),
+        (200, json!(-32601), json!(8)),
+        "{r}"
+    );
 
     let r = rpc(&server, Some(&key), Some(ACCEPT_BOTH), "{not json").await;
     assert_eq!((r.status, r.json["error"]["code"].clone()), (400, json!(-32700)), "{r}");
 
-    let r = rpc(&server, Some(&key), Some(ACCEPT_BOTH), r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"nope"}}"#).await;
+    let r = rpc(
+        &server,
+        Some(&key),
+        Some(ACCEPT_BOTH),
+        r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"nope"}}"#,
+    )
+    .await;
     assert_eq!((r.status, r.json["error"]["code"].clone()), (200, json!(-32602)), "{r}");
 
     let r = rpc(&server, Some(&key), Some(ACCEPT_BOTH), r#"{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"get_batch","arguments":{"batchId":"bt_nope"}}}"#).await;

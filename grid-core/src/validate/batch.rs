@@ -42,13 +42,9 @@ pub fn validate(body: &Value) -> Result<BatchSubmission, ApiError> {
     };
     let priority = int_in_range(&mut p, obj, "priority", MIN_PRIORITY, MAX_PRIORITY);
     match (urls, script, profile, params) {
-        (Some(urls), Some(script), Some(profile), Some(params)) if p.is_empty() => Ok(BatchSubmission {
-            urls,
-            script,
-            profile,
-            params,
-            priority: priority.map(|n| n as u32),
-        }),
+        (Some(urls), Some(script), Some(profile), Some(params)) if p.is_empty() => {
+            Ok(BatchSubmission { urls, script, profile, params, priority: priority.map(|n| n as u32) })
+        }
         _ => Err(ApiError::InvalidBatchBody { detail: p.into_vec() }),
     }
 }
@@ -136,7 +132,9 @@ mod tests {
 
     #[test]
     fn every_problem_is_listed_with_its_field() {
-        let d = detail(json!({"urls": ["nope", 3, "ftp://x/"], "script": "scrape", "profileId": "x", "params": [], "priority": 0, "extra": 1}));
+        let d = detail(
+            json!({"urls": ["nope", 3, "ftp://x/"], "script": "scrape", "profileId": "x", "params": [], "priority": 0, "extra": 1}),
+        );
         let fields: Vec<&str> = d.iter().map(|s| s.split(':').next().unwrap()).collect();
         assert_eq!(fields, vec!["extra", "urls[0]", "urls[1]", "urls[2]", "script", "profileId", "params", "priority"]);
     }

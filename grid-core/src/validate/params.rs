@@ -87,8 +87,12 @@ pub struct BrowserParams {
 pub fn browser(script: Script, params: &Map<String, Value>) -> Result<BrowserParams, String> {
     let name = script.as_str();
     let mut problems = vec![];
-    let mut out =
-        BrowserParams { timeout_ms: DEFAULT_TIMEOUT_MS, wait_until: WaitUntil::Load, allowed_hosts: None, full_page: false };
+    let mut out = BrowserParams {
+        timeout_ms: DEFAULT_TIMEOUT_MS,
+        wait_until: WaitUntil::Load,
+        allowed_hosts: None,
+        full_page: false,
+    };
     for (k, v) in params {
         match k.as_str() {
             "timeoutMs" => match v.as_u64() {
@@ -138,10 +142,7 @@ fn allowed_hosts(v: &Value) -> Result<Vec<String>, Vec<String>> {
         return Err(vec![format!("params.allowedHosts: must be an array of host names, got {}", json_type(v))]);
     };
     if items.len() > MAX_ALLOWED_HOSTS {
-        return Err(vec![format!(
-            "params.allowedHosts: at most {MAX_ALLOWED_HOSTS} entries, got {}",
-            items.len()
-        )]);
+        return Err(vec![format!("params.allowedHosts: at most {MAX_ALLOWED_HOSTS} entries, got {}", items.len())]);
     }
     let mut hosts = vec![];
     let mut problems = vec![];
@@ -210,7 +211,12 @@ mod tests {
         for script in [Script::Capture, Script::RenderFetch, Script::BrowserFetch] {
             assert_eq!(
                 browser(script, &Map::new()),
-                Ok(BrowserParams { timeout_ms: 30_000, wait_until: WaitUntil::Load, allowed_hosts: None, full_page: false })
+                Ok(BrowserParams {
+                    timeout_ms: 30_000,
+                    wait_until: WaitUntil::Load,
+                    allowed_hosts: None,
+                    full_page: false
+                })
             );
         }
     }
@@ -228,25 +234,35 @@ mod tests {
             p.allowed_hosts,
             Some(vec!["example.com".to_string(), "*.cdn.example".into(), "127.0.0.1".into(), "[::1]".into()])
         );
-        assert_eq!(browser(Script::BrowserFetch, &map(json!({"allowedHosts": []}))).unwrap().allowed_hosts, Some(vec![]));
+        assert_eq!(
+            browser(Script::BrowserFetch, &map(json!({"allowedHosts": []}))).unwrap().allowed_hosts,
+            Some(vec![])
+        );
         assert!(browser(Script::Capture, &map(json!({"fullPage": true}))).unwrap().full_page);
     }
 
     #[test]
     fn browser_params_problems_are_named() {
-        let e = browser(Script::Capture, &map(json!({"allowedHosts": ["a.example"], "timeoutMs": 999, "waitUntil": "idle", "x": 1})))
-            .unwrap_err();
+        let e = browser(
+            Script::Capture,
+            &map(json!({"allowedHosts": ["a.example"], "timeoutMs": 999, "waitUntil": "idle", "x": 1})),
+        )
+        .unwrap_err();
         assert!(e.contains("params.allowedHosts: not a parameter of capture"), "{e}");
         assert!(e.contains("params.timeoutMs: must be a whole number from 1000 to 120000, got 999"), "{e}");
         assert!(e.contains("params.waitUntil: must be \"load\" or \"networkidle\", got \"idle\""), "{e}");
         assert!(e.contains("params.x: unknown parameter of capture"), "{e}");
-        let e = browser(Script::RenderFetch, &map(json!({"allowedHosts": ["http://a.example/", 7, "a.example:80"], "fullPage": true})))
-            .unwrap_err();
+        let e = browser(
+            Script::RenderFetch,
+            &map(json!({"allowedHosts": ["http://a.example/", 7, "a.example:80"], "fullPage": true})),
+        )
+        .unwrap_err();
         assert!(e.contains("params.allowedHosts[0]: \"http://a.example/\" is not a host name"), "{e}");
         assert!(e.contains("params.allowedHosts[1]: must be a string, got a number"), "{e}");
         assert!(e.contains("params.allowedHosts[2]: \"a.example:80\" is not a host name"), "{e}");
         assert!(e.contains("params.fullPage: not a parameter of render-fetch; only capture takes it"), "{e}");
-        let e = browser(Script::BrowserFetch, &map(json!({"allowedHosts": "a.example", "timeoutMs": 120001}))).unwrap_err();
+        let e =
+            browser(Script::BrowserFetch, &map(json!({"allowedHosts": "a.example", "timeoutMs": 120001}))).unwrap_err();
         assert!(e.contains("params.allowedHosts: must be an array of host names, got a string"), "{e}");
         assert!(e.contains("got 120001"), "{e}");
     }

@@ -209,7 +209,12 @@ mod tests {
     fn current_attempt_log_shows_on_the_record() {
         let t = Millis(0);
         let mut job = Job::new(0, 60, t);
-        for e in [Event::Enqueue, Event::Provision, Event::ContainerStarted, Event::ContainerExited { exit_code: 0, oom_killed: false }] {
+        for e in [
+            Event::Enqueue,
+            Event::Provision,
+            Event::ContainerStarted,
+            Event::ContainerExited { exit_code: 0, oom_killed: false },
+        ] {
             job = apply(&job, e, t).unwrap().job;
         }
         job = apply(&job, Event::Published { log_available: true }, t).unwrap().job;

@@ -6,7 +6,7 @@
 //! a refused request fails with `net::ERR_BLOCKED_BY_CLIENT` and is listed
 //! in the item's meta under `blockedRequests`.
 
-use std::net::{IpAddr, ToSocketAddrs};
+use std::net::IpAddr;
 
 use grid_core::netaddr::is_public;
 use url::Url;
@@ -45,10 +45,10 @@ impl RequestRules {
         self.allowed_hosts.is_some() || self.guard_private
     }
 
-    /// Decides one request. May resolve DNS (blocking) when the private
-    /// guard is on. Only http(s) and ws(s) URLs are checked; other schemes
-    /// (data:, blob:) never reach the network.
-    pub fn check(&self, raw_url: &str) -> Result<(), Refusal> {
+    /// Decides one request. Resolves the host when the private guard is on
+    /// and it is a name. Only http(s) and ws(s) URLs are checked; other
+    /// schemes (data:, blob:) never reach the network.
+    pub async fn check(&self, raw_url: &str) -> Result<(), Refusal> {
         let Ok(url) = Url::parse(raw_url) else { return Ok(()) };
         if !matches!(url.scheme(), "http" | "https" | "ws" | "wss") {
             return Ok(());
@@ -60,7 +60,7 @@ impl RequestRules {
             }
         }
         if self.guard_private {
-            check_public(&url)?;
+            check_public(&url).await?;
         }
         Ok(())
     }
@@ -80,7 +80,9 @@ pub fn host_of(url: &Url) -> String {
 /// suffix (not suffix itself).
 pub fn host_matches(pattern: &str, host: &str) -> bool {
     match pattern.strip_prefix("*.") {
-        Some(suffix) => host.len() > suffix.len() + 1 && host.ends_with(suffix) && host[..host.len() - suffix.len()].ends_with('.'),
+        Some(suffix) => {
+            host.len() > suffix.len() + 1 && host.ends_with(suffix) && host[..host.len() - suffix.len()].ends_with('.')
+        }
         None => pattern == host,
     }
 }
@@ -88,12 +90,12 @@ pub fn host_matches(pattern: &str, host: &str) -> bool {
 /// Refuses a literal non-public IP, or a name of which any address is not
 /// public (Chromium may connect to any of them). A name that does not
 /// resolve is let through: the browser's own lookup then fails the same way.
-pub fn check_public(url: &Url) -> Result<(), Refusal> {
+pub async fn check_public(url: &Url) -> Result<(), Refusal> {
     let port = url.port_or_known_default().unwrap_or(80);
     let ips: Vec<IpAddr> = match url.host() {
         Some(url::Host::Ipv4(v4)) => vec![v4.into()],
         Some(url::Host::Ipv6(v6)) => vec![v6.into()],
-        Some(url::Host::Domain(name)) => match (name, port).to_socket_addrs() {
+        Some(url::Host::Domain(name)) => match tokio::net::lookup_host((name, port)).await {
             Ok(addrs) => addrs.map(|a| a.ip()).collect(),
             Err(_) => vec![],
         },
@@ -116,34 +118,34 @@ mod tests {
         }
     }
 
-    #[test]
-    fn own_host_and_listed_hosts_pass_others_are_refused() {
+    #[tokio::test]
+    async fn own_host_and_listed_hosts_pass_others_are_refused() {
         let r = rules("127.0.0.1", &["cdn.example", "*.img.example"], false);
-        assert_eq!(r.check("http://127.0.0.1:9/a.js"), Ok(()));
-        assert_eq!(r.check("https://cdn.example/x"), Ok(()));
-        assert_eq!(r.check("https://a.b.img.example/x"), Ok(()));
-        assert_eq!(r.check("https://img.example/x"), Err(Refusal::HostNotAllowed));
-        assert_eq!(r.check("http://localhost:9/a.js"), Err(Refusal::HostNotAllowed));
-        assert_eq!(r.check("https://evilcdn.example/x"), Err(Refusal::HostNotAllowed));
-        assert_eq!(r.check("data:text/plain,hi"), Ok(()));
+        assert_eq!(r.check("http://127.0.0.1:9/a.js").await, Ok(()));
+        assert_eq!(r.check("https://cdn.example/x").await, Ok(()));
+        assert_eq!(r.check("https://a.b.img.example/x").await, Ok(()));
+        assert_eq!(r.check("https://img.example/x").await, Err(Refusal::HostNotAllowed));
+        assert_eq!(r.check("http://localhost:9/a.js").await, Err(Refusal::HostNotAllowed));
+        assert_eq!(r.check("https://evilcdn.example/x").await, Err(Refusal::HostNotAllowed));
+        assert_eq!(r.check("data:text/plain,hi").await, Ok(()));
     }
 
-    #[test]
-    fn no_allowed_hosts_means_no_host_restriction() {
+    #[tokio::test]
+    async fn no_allowed_hosts_means_no_host_restriction() {
         let r = RequestRules { allowed_hosts: None, guard_private: false };
         assert!(!r.intercepts());
-        assert_eq!(r.check("http://anything.example/"), Ok(()));
+        assert_eq!(r.check("http://anything.example/").await, Ok(()));
     }
 
-    #[test]
-    fn private_guard_refuses_literals_and_names_resolving_to_loopback() {
+    #[tokio::test]
+    async fn private_guard_refuses_literals_and_names_resolving_to_loopback() {
         let r = RequestRules { allowed_hosts: None, guard_private: true };
-        assert!(matches!(r.check("http://127.0.0.1:8080/"), Err(Refusal::PrivateNetwork(_))));
-        assert!(matches!(r.check("http://[::1]/"), Err(Refusal::PrivateNetwork(_))));
-        assert!(matches!(r.check("http://169.254.169.254/latest"), Err(Refusal::PrivateNetwork(_))));
-        assert!(matches!(r.check("http://localhost:1/"), Err(Refusal::PrivateNetwork(_))));
-        assert!(matches!(r.check("ws://10.0.0.1/socket"), Err(Refusal::PrivateNetwork(_))));
-        assert_eq!(r.check("http://93.184.216.34/"), Ok(()));
+        assert!(matches!(r.check("http://127.0.0.1:8080/").await, Err(Refusal::PrivateNetwork(_))));
+        assert!(matches!(r.check("http://[::1]/").await, Err(Refusal::PrivateNetwork(_))));
+        assert!(matches!(r.check("http://169.254.169.254/latest").await, Err(Refusal::PrivateNetwork(_))));
+        assert!(matches!(r.check("http://localhost:1/").await, Err(Refusal::PrivateNetwork(_))));
+        assert!(matches!(r.check("ws://10.0.0.1/socket").await, Err(Refusal::PrivateNetwork(_))));
+        assert_eq!(r.check("http://93.184.216.34/").await, Ok(()));
     }
 
     #[test]

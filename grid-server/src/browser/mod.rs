@@ -1,20 +1,24 @@
 //! The browser pool and the three browser scripts (`capture`,
-//! `render-fetch`, `browser-fetch`) on Debian's Chromium, driven over CDP
-//! with headless_chrome.
+//! `render-fetch`, `browser-fetch`) on Debian's Chromium, driven over CDP.
 //!
+//! - `process.rs`: starting and killing one Chromium (also used by sessions).
+//! - `cdp.rs`: one async, multiplexed DevTools connection per browser
+//!   (also used by sessions to read attestations).
 //! - `pool.rs`: a bounded set of Chromium processes; each item leases one
 //!   and gets a fresh browser context (no cookies, storage or cache shared
 //!   between items). A crashed or hung browser is killed and replaced; the
 //!   items on it fail transiently and go back through the attempt rules.
 //! - `profiles.rs`: the versioned launch manifests of the two profiles.
-//! - `page.rs`: the synchronous page driver (one item, on a blocking thread).
+//! - `page.rs`: the page driver (one item; setup and collection pipelined).
 //! - `hosts.rs`: which requests a page may make (allowedHosts, private networks).
 //! - `scripts.rs`: params, files and meta of each script; failure classes.
 //!
 //! docs/browser-captures.md describes what users see.
 
+pub mod cdp;
 pub mod hosts;
 pub mod page;
 pub mod pool;
+pub mod process;
 pub mod profiles;
 pub mod scripts;

@@ -1,26 +1,33 @@
-//! The page driver: one item on one browser, synchronous (it runs on a
-//! blocking thread; headless_chrome's API is blocking).
+//! The page driver: one item on one browser, asynchronous, over the
+//! browser's shared DevTools connection (`cdp.rs`).
 //!
-//! Steps: fresh browser context and page → profile overrides → request
-//! rules (CDP `Fetch` interception) → navigate → wait for `load` (and
-//! `networkIdle`) of the navigation's loader within the budget → read what
-//! the script wants (screenshot, DOM, main document body) → dispose the
-//! context. Every page-side fact worth keeping (main response, blocked and
-//! failed requests, uncaught exceptions) is gathered from CDP events.
+//! Steps: fresh browser context and page → setup (domains, profile
+//! overrides, request interception) sent as one pipelined burst → navigate
+//! → wait for `load` (and `networkIdle`) of the navigation's loader within
+//! the budget → read what the script wants (facts and DOM, screenshot, main
+//! document body), again pipelined → dispose the context. Every page-side
+//! fact worth keeping (main response, blocked and failed requests, uncaught
+//! exceptions) is gathered from the page's events, which are handled
+//! whenever the driver waits, so paused requests are always answered.
+//!
+//! Events are read as plain JSON (the few fields needed), so a field a newer
+//! Chromium adds or changes elsewhere in an event cannot make it unreadable;
+//! commands use headless_chrome's typed protocol structs.
 
 use std::collections::HashMap;
-use std::sync::mpsc;
-use std::sync::{Arc, Condvar, Mutex};
+use std::future::Future;
+use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
 use grid_core::validate::params::WaitUntil;
-use headless_chrome::browser::tab::{RequestPausedDecision, Tab};
-use headless_chrome::browser::transport::ConnectionClosed;
-use headless_chrome::protocol::cdp::types::Event;
+use headless_chrome::protocol::cdp::types::Method;
 use headless_chrome::protocol::cdp::{Emulation, Fetch, Network, Page, Runtime, Target};
+use serde::Serialize;
 use serde_json::{json, Map, Value};
+use tokio::sync::mpsc;
 
+use super::cdp::{CdpError, Connection, Event};
 use super::hosts::{host_of, RequestRules};
 use super::pool::Chromium;
 use super::profiles::{Manifest, UserAgent};
@@ -29,6 +36,14 @@ use super::profiles::{Manifest, UserAgent};
 pub const MAX_FULL_PAGE_HEIGHT: f64 = 16_384.0;
 /// Most entries kept per list in meta (blocked/failed requests, errors).
 const MAX_LISTED: usize = 200;
+/// Longest disposing an item's context may take before the item moves on
+/// (a browser that slow is caught by the next item's watchdog).
+const DISPOSE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Chromium's response-body buffers for `browser-fetch` (total, per resource).
+const BODY_BUFFERS: (u64, u64) = (64 * 1024 * 1024, 32 * 1024 * 1024);
+/// The DOM as `html` serves it: doctype + `<html>` element.
+const HTML_EXPRESSION: &str = "(document.doctype ? new XMLSerializer().serializeToString(document.doctype) : '') + \
+     (document.documentElement ? document.documentElement.outerHTML : '')";
 
 /// What one item asks of its page.
 #[derive(Debug, Clone)]
@@ -92,7 +107,8 @@ pub struct PageOutcome {
 pub enum PageError {
     /// The budget ran out (transient).
     Timeout(String),
-    /// The navigation failed: refused connection, DNS, reset... (transient).
+    /// The navigation failed: refused connection, DNS, reset, a crashed
+    /// renderer... (transient).
     Navigation(String),
     /// The main document was refused by the request rules (terminal).
     Refused(String),
@@ -100,6 +116,13 @@ pub enum PageError {
     Cdp(String),
     /// The browser is gone or not answering (transient; it is replaced).
     Browser(String),
+}
+
+fn classify(e: CdpError, what: &str) -> PageError {
+    match e {
+        CdpError::Closed => PageError::Browser(format!("{what}: {e}")),
+        CdpError::Protocol(..) | CdpError::Decode(..) => PageError::Cdp(format!("{what}: {e}")),
+    }
 }
 
 /// Facts gathered from the page's events.
@@ -114,375 +137,472 @@ struct Seen {
     failed: Vec<Value>,
     errors: Vec<Value>,
     blocked: Vec<Blocked>,
+    /// Why the page's renderer went away, if it did.
+    crashed: Option<String>,
 }
 
-type Shared = Arc<(Mutex<Seen>, Condvar)>;
-
-/// Disposes the item's browser context (closing its page) however the
-/// item ends.
-struct ContextGuard<'a> {
-    chromium: &'a Chromium,
-    context_id: String,
-}
-
-impl Drop for ContextGuard<'_> {
-    fn drop(&mut self) {
-        let id = self.context_id.clone();
-        if let Err(e) = self.chromium.side.call_method_on_browser(Target::DisposeBrowserContext { browser_context_id: id }) {
-            tracing::debug!(browser = %self.chromium.id, error = %e, "disposing a browser context failed");
-        }
-    }
-}
-
-fn classify(e: anyhow::Error, what: &str) -> PageError {
-    if e.downcast_ref::<ConnectionClosed>().is_some() || e.downcast_ref::<headless_chrome::util::Timeout>().is_some() {
-        PageError::Browser(format!("{what}: {e}"))
-    } else {
-        PageError::Cdp(format!("{what}: {e}"))
-    }
-}
-
-pub fn run(chromium: &Chromium, spec: &PageSpec) -> Result<PageOutcome, PageError> {
-    let context_id = chromium
-        .side
-        .call_method_on_browser(Target::CreateBrowserContext {
-            dispose_on_detach: None,
-            proxy_server: None,
-            proxy_bypass_list: None,
-            origins_with_universal_network_access: None,
-        })
+/// Runs one item's page in a fresh browser context, disposed afterwards.
+pub async fn run(chromium: &Chromium, spec: &PageSpec) -> Result<PageOutcome, PageError> {
+    let cdp = &chromium.cdp;
+    let context_id = cdp
+        .call(
+            None,
+            Target::CreateBrowserContext {
+                dispose_on_detach: None,
+                proxy_server: None,
+                proxy_bypass_list: None,
+                origins_with_universal_network_access: None,
+            },
+        )
+        .await
         .map_err(|e| classify(e, "Target.createBrowserContext"))?
         .browser_context_id;
-    let _guard = ContextGuard { chromium, context_id: context_id.clone() };
-    let (width, height) = spec.manifest.viewport;
-    let target_id = chromium
-        .side
-        .call_method_on_browser(Target::CreateTarget {
-            url: "about:blank".into(),
-            left: None,
-            top: None,
-            width: Some(width),
-            height: Some(height),
-            window_state: None,
-            browser_context_id: Some(context_id),
-            enable_begin_frame_control: None,
-            new_window: None,
-            background: None,
-            for_tab: None,
-            hidden: None,
-        })
-        .map_err(|e| classify(e, "Target.createTarget"))?
-        .target_id;
-    // headless_chrome attaches to the new page on its event thread.
-    let tab: Arc<Tab> = headless_chrome::util::Wait::new(Duration::from_secs(15), Duration::from_millis(5))
-        .until(|| chromium.browser.get_tabs().lock().ok()?.iter().find(|t| *t.get_target_id() == target_id).cloned())
-        .map_err(|_| PageError::Browser("the new page did not attach within 15 s".into()))?;
-    let shared: Shared = Arc::default();
-    let listener = tab
-        .add_event_listener(Arc::new(listen(shared.clone(), target_id.clone())))
-        .map_err(|e| classify(e, "listener"))?;
-    let result = drive(chromium, spec, &tab, &target_id, &shared);
-    let _ = tab.remove_event_listener(&listener);
+    let result = open(chromium, spec, &context_id).await;
+    let dispose = cdp.call(None, Target::DisposeBrowserContext { browser_context_id: context_id });
+    match tokio::time::timeout(DISPOSE_TIMEOUT, dispose).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::debug!(browser = %chromium.id, error = %e, "disposing a browser context failed"),
+        Err(_) => tracing::warn!(browser = %chromium.id, "disposing a browser context took over {DISPOSE_TIMEOUT:?}"),
+    }
     result
 }
 
-/// Records the events the outcome needs; runs on the page's event thread.
-fn listen(shared: Shared, main_frame: String) -> impl Fn(&Event) + Send + Sync {
-    move |event: &Event| {
-        let (lock, changed) = &*shared;
-        let Ok(mut seen) = lock.lock() else { return };
-        match event {
-            Event::PageLifecycleEvent(e) if e.params.frame_id == main_frame => {
-                seen.lifecycle.push((e.params.loader_id.clone(), e.params.name.clone()));
+async fn open(chromium: &Chromium, spec: &PageSpec, context_id: &str) -> Result<PageOutcome, PageError> {
+    let cdp = &chromium.cdp;
+    let (width, height) = spec.manifest.viewport;
+    let target_id = cdp
+        .call(
+            None,
+            Target::CreateTarget {
+                url: "about:blank".into(),
+                left: None,
+                top: None,
+                width: Some(width),
+                height: Some(height),
+                window_state: None,
+                browser_context_id: Some(context_id.to_string()),
+                enable_begin_frame_control: None,
+                new_window: None,
+                background: None,
+                for_tab: None,
+                hidden: None,
+            },
+        )
+        .await
+        .map_err(|e| classify(e, "Target.createTarget"))?
+        .target_id;
+    let session = cdp
+        .call(None, Target::AttachToTarget { target_id: target_id.clone(), flatten: Some(true) })
+        .await
+        .map_err(|e| classify(e, "Target.attachToTarget"))?
+        .session_id;
+    let events = cdp.subscribe(&session);
+    let mut page = PageDriver {
+        cdp: cdp.clone(),
+        session,
+        main_frame: target_id,
+        events,
+        rules: spec.rules.clone(),
+        seen: Seen::default(),
+    };
+    let result = page.drive(chromium, spec).await;
+    cdp.unsubscribe(&page.session);
+    result
+}
+
+type Answer = Pin<Box<dyn Future<Output = Result<(), PageError>> + Send>>;
+
+struct PageDriver {
+    cdp: Connection,
+    session: String,
+    /// The page's target id is its main frame's id.
+    main_frame: String,
+    events: mpsc::UnboundedReceiver<Event>,
+    rules: RequestRules,
+    seen: Seen,
+}
+
+impl PageDriver {
+    /// Sends a typed command on the page's session now; its answer, named.
+    fn call<M: Method + Serialize>(&self, method: M) -> impl Future<Output = Result<M::ReturnObject, PageError>> {
+        let answer = self.cdp.call(Some(&self.session), method);
+        async move { answer.await.map_err(|e| classify(e, M::NAME)) }
+    }
+
+    /// Like [`PageDriver::call`], for commands whose answer is only success.
+    fn command<M: Method + Serialize + 'static>(&self, method: M) -> Answer
+    where
+        M::ReturnObject: Send,
+    {
+        let answer = self.call(method);
+        Box::pin(async move { answer.await.map(drop) })
+    }
+
+    async fn drive(&mut self, chromium: &Chromium, spec: &PageSpec) -> Result<PageOutcome, PageError> {
+        // Setup: one burst, answered in order by the page.
+        let mut setup = vec![
+            self.command(Page::Enable { enable_file_chooser_opened_event: None }),
+            self.command(Page::SetLifecycleEventsEnabled { enabled: true }),
+            self.command(Network::Enable {
+                max_total_buffer_size: spec.want.body.then_some(BODY_BUFFERS.0 as u32),
+                max_resource_buffer_size: spec.want.body.then_some(BODY_BUFFERS.1 as u32),
+                max_post_data_size: None,
+                report_direct_socket_traffic: None,
+                enable_durable_messages: None,
+            }),
+            self.command(Runtime::Enable(None)),
+        ];
+        setup.extend(self.emulation(chromium, spec.manifest));
+        if self.rules.intercepts() {
+            let all = Fetch::RequestPattern { url_pattern: Some("*".into()), resource_Type: None, request_stage: None };
+            setup.push(self.command(Fetch::Enable { patterns: Some(vec![all]), handle_auth_requests: None }));
+        }
+        futures_util::future::try_join_all(setup).await?;
+
+        // Navigate. Page.navigate answers once the main document's response
+        // arrived (which may be never), so it races the budget.
+        let started = Instant::now();
+        let deadline = started + spec.timeout;
+        let budget_ms = spec.timeout.as_millis();
+        let navigate = self.call(Page::Navigate {
+            url: spec.url.clone(),
+            referrer: None,
+            transition_Type: None,
+            frame_id: None,
+            referrer_policy: None,
+        });
+        let nav = match self.pump(navigate, deadline).await? {
+            Some(answer) => answer?,
+            None => {
+                self.stop_loading();
+                return Err(PageError::Timeout(format!("no response for the main document within {budget_ms} ms")));
             }
-            Event::NetworkRequestWillBeSent(e) => {
+        };
+        if let Some(error_text) = nav.error_text {
+            if let Some(b) = self.seen.blocked.iter().find(|b| b.main) {
+                return Err(PageError::Refused(format!("main document {} refused: {}", b.url, b.reason)));
+            }
+            return Err(PageError::Navigation(format!("navigation failed: {error_text}")));
+        }
+        if nav.is_download == Some(true) {
+            return Err(PageError::Refused("the URL answers with a download, not a page".into()));
+        }
+        let loader =
+            nav.loader_id.ok_or_else(|| PageError::Navigation("navigation did not start a new document".into()))?;
+
+        // Wait for the condition within the budget.
+        let needed: &[&str] = match spec.wait_until {
+            WaitUntil::Load => &["load"],
+            WaitUntil::NetworkIdle => &["load", "networkIdle"],
+        };
+        let reached =
+            |seen: &Seen| needed.iter().all(|n| seen.lifecycle.iter().any(|(l, name)| *l == loader && name == n));
+        if !self.wait_for(reached, deadline).await? {
+            let what = if spec.wait_until == WaitUntil::Load { "the load event" } else { "load and network idle" };
+            self.stop_loading();
+            return Err(PageError::Timeout(format!("page did not reach {what} within {budget_ms} ms")));
+        }
+        let loaded_ms = started.elapsed().as_millis() as u64;
+        let main = self
+            .seen
+            .documents
+            .get(&loader)
+            .cloned()
+            .ok_or_else(|| PageError::Navigation("loaded without a main document response".into()))?;
+
+        // Collect: facts and DOM, screenshot and body in one burst. The
+        // item's watchdog (scripts.rs) bounds this phase.
+        let html = if spec.want.html { HTML_EXPRESSION } else { "null" };
+        let facts = self.call(Runtime::Evaluate {
+            expression: format!("[location.href, document.title, navigator.userAgent, {html}]"),
+            object_group: None,
+            include_command_line_api: None,
+            silent: Some(true),
+            context_id: None,
+            return_by_value: Some(true),
+            generate_preview: None,
+            user_gesture: None,
+            await_promise: None,
+            throw_on_side_effect: None,
+            timeout: None,
+            disable_breaks: None,
+            repl_mode: None,
+            allow_unsafe_eval_blocked_by_csp: None,
+            unique_context_id: None,
+            serialization_options: None,
+        });
+        let screenshot = spec.want.screenshot.then(|| self.screenshot(spec.want.full_page));
+        let body = spec.want.body.then(|| self.call(Network::GetResponseBody { request_id: main.request_id.clone() }));
+        let far = Instant::now() + Duration::from_secs(24 * 3600);
+        let collected = self
+            .pump(
+                async move {
+                    let screenshot = async {
+                        match screenshot {
+                            Some(s) => s.await.map(Some),
+                            None => Ok(None),
+                        }
+                    };
+                    let body = async {
+                        match body {
+                            Some(b) => b.await.map(Some),
+                            None => Ok(None),
+                        }
+                    };
+                    tokio::join!(facts, screenshot, body)
+                },
+                far,
+            )
+            .await?;
+        let Some((facts, screenshot, body)) = collected else {
+            return Err(PageError::Timeout("collecting the page's files took a day".into()));
+        };
+        let facts = facts?;
+        if let Some(ex) = facts.exception_details {
+            return Err(PageError::Cdp(format!("reading the page: {}", ex.text)));
+        }
+        let values = facts.result.value.unwrap_or(Value::Null);
+        let text = |i: usize| values.get(i).and_then(Value::as_str).map(str::to_string);
+        let final_url = text(0).unwrap_or_else(|| main.url.clone());
+        let html = if spec.want.html {
+            Some(text(3).ok_or_else(|| PageError::Cdp("reading the DOM: no document".into()))?)
+        } else {
+            None
+        };
+        let body = match body? {
+            Some(b) if b.base_64_encoded => Some(
+                base64::prelude::BASE64_STANDARD
+                    .decode(b.body)
+                    .map_err(|e| PageError::Cdp(format!("response body: {e}")))?,
+            ),
+            Some(b) => Some(b.body.into_bytes()),
+            None => None,
+        };
+        Ok(PageOutcome {
+            main,
+            final_url,
+            title: text(1).unwrap_or_default(),
+            loaded_ms,
+            user_agent: text(2).unwrap_or_default(),
+            blocked: std::mem::take(&mut self.seen.blocked),
+            failed_requests: std::mem::take(&mut self.seen.failed),
+            page_errors: std::mem::take(&mut self.seen.errors),
+            screenshot: screenshot?,
+            html,
+            body,
+        })
+    }
+
+    /// Awaits `fut` while handling the page's events; `None` at `deadline`.
+    async fn pump<F: Future>(&mut self, fut: F, deadline: Instant) -> Result<Option<F::Output>, PageError> {
+        tokio::pin!(fut);
+        loop {
+            tokio::select! {
+                biased;
+                out = &mut fut => return Ok(Some(out)),
+                event = self.events.recv() => self.handle(event).await?,
+                _ = tokio::time::sleep_until(deadline.into()) => return Ok(None),
+            }
+        }
+    }
+
+    /// Handles events until `reached` holds (true) or `deadline` (false).
+    async fn wait_for(&mut self, reached: impl Fn(&Seen) -> bool, deadline: Instant) -> Result<bool, PageError> {
+        while !reached(&self.seen) {
+            tokio::select! {
+                event = self.events.recv() => self.handle(event).await?,
+                _ = tokio::time::sleep_until(deadline.into()) => return Ok(false),
+            }
+        }
+        Ok(true)
+    }
+
+    fn stop_loading(&self) {
+        // Sent now; the answer does not matter.
+        drop(self.cdp.send(Some(&self.session), "Page.stopLoading", json!({})));
+    }
+
+    /// Records what the outcome needs and answers paused requests. `None`
+    /// (the connection closed) and a crashed renderer end the item.
+    async fn handle(&mut self, event: Option<Event>) -> Result<(), PageError> {
+        let Some(Event { method, params: p }) = event else {
+            return Err(PageError::Browser("devtools connection closed".into()));
+        };
+        let str_of = |v: &Value| v.as_str().unwrap_or_default().to_string();
+        let seen = &mut self.seen;
+        match method.as_str() {
+            "Page.lifecycleEvent" if p["frameId"] == self.main_frame.as_str() => {
+                seen.lifecycle.push((str_of(&p["loaderId"]), str_of(&p["name"])));
+            }
+            "Network.requestWillBeSent" => {
                 if seen.requests.len() < 10_000 {
-                    seen.requests.insert(e.params.request_id.clone(), e.params.request.url.clone());
+                    seen.requests.insert(str_of(&p["requestId"]), str_of(&p["request"]["url"]));
                 }
             }
-            Event::NetworkResponseReceived(e)
-                if matches!(e.params.Type, Network::ResourceType::Document)
-                    && e.params.frame_id.as_deref() == Some(main_frame.as_str()) =>
-            {
-                let r = &e.params.response;
-                let headers = match serde_json::to_value(&r.headers) {
-                    Ok(Value::Object(m)) => m,
-                    _ => Map::new(),
-                };
-                let headers = headers.into_iter().map(|(k, v)| (k.to_ascii_lowercase(), v)).collect();
+            "Network.responseReceived" if p["type"] == "Document" && p["frameId"] == self.main_frame.as_str() => {
+                let r = &p["response"];
+                let headers = r["headers"]
+                    .as_object()
+                    .map(|h| h.iter().map(|(k, v)| (k.to_ascii_lowercase(), v.clone())).collect())
+                    .unwrap_or_default();
                 seen.documents.insert(
-                    e.params.loader_id.clone(),
+                    str_of(&p["loaderId"]),
                     MainResponse {
-                        request_id: e.params.request_id.clone(),
-                        url: r.url.clone(),
-                        status: r.status,
-                        status_text: r.status_text.clone(),
-                        mime_type: r.mime_type.clone(),
+                        request_id: str_of(&p["requestId"]),
+                        url: str_of(&r["url"]),
+                        status: r["status"].as_u64().or_else(|| r["status"].as_f64().map(|f| f as u64)).unwrap_or(0)
+                            as u32,
+                        status_text: str_of(&r["statusText"]),
+                        mime_type: str_of(&r["mimeType"]),
                         headers,
                     },
                 );
             }
-            Event::NetworkLoadingFailed(e) => {
-                let url = seen.requests.get(&e.params.request_id).cloned().unwrap_or_default();
+            "Network.loadingFailed" => {
+                let url = seen.requests.get(&str_of(&p["requestId"])).cloned().unwrap_or_default();
+                let error = str_of(&p["errorText"]);
                 // Requests refused by the rules are listed as blocked instead.
-                let refused = e.params.error_text.contains("ERR_BLOCKED_BY_CLIENT") && seen.blocked.iter().any(|b| b.url == url);
-                if !refused && !e.params.canceled.unwrap_or(false) && seen.failed.len() < MAX_LISTED {
-                    seen.failed.push(json!({"url": url, "resourceType": format!("{:?}", e.params.Type), "error": e.params.error_text}));
+                let refused = error.contains("ERR_BLOCKED_BY_CLIENT") && seen.blocked.iter().any(|b| b.url == url);
+                if !refused && p["canceled"] != true && seen.failed.len() < MAX_LISTED {
+                    seen.failed.push(json!({"url": url, "resourceType": p["type"], "error": error}));
                 }
             }
-            Event::RuntimeExceptionThrown(e) if seen.errors.len() < MAX_LISTED => {
-                let d = &e.params.exception_details;
-                let message = d
-                    .exception
-                    .as_ref()
-                    .and_then(|x| x.description.clone())
-                    .unwrap_or_else(|| d.text.clone());
+            "Runtime.exceptionThrown" if seen.errors.len() < MAX_LISTED => {
+                let d = &p["exceptionDetails"];
+                let message = d["exception"]["description"].as_str().or(d["text"].as_str()).unwrap_or_default();
                 seen.errors.push(json!({
                     "message": message.lines().next().unwrap_or(""),
-                    "url": d.url,
-                    "line": d.line_number + 1,
-                    "column": d.column_number + 1,
+                    "url": d["url"].as_str().unwrap_or_default(),
+                    "line": d["lineNumber"].as_u64().unwrap_or(0) + 1,
+                    "column": d["columnNumber"].as_u64().unwrap_or(0) + 1,
                 }));
             }
-            _ => return,
-        }
-        changed.notify_all();
-    }
-}
-
-fn drive(chromium: &Chromium, spec: &PageSpec, tab: &Arc<Tab>, main_frame: &str, shared: &Shared) -> Result<PageOutcome, PageError> {
-    let m = spec.manifest;
-    let buffer = if spec.want.body { Some(64 * 1024 * 1024) } else { None };
-    tab.call_method(Network::Enable {
-        max_total_buffer_size: buffer,
-        max_resource_buffer_size: buffer.map(|b| b / 2),
-        max_post_data_size: None,
-        report_direct_socket_traffic: None,
-        enable_durable_messages: None,
-    })
-    .map_err(|e| classify(e, "Network.enable"))?;
-    tab.call_method(Runtime::Enable(None)).map_err(|e| classify(e, "Runtime.enable"))?;
-    emulate(chromium, m, tab)?;
-    if spec.rules.intercepts() {
-        let rules = spec.rules.clone();
-        let shared = shared.clone();
-        let main_frame = main_frame.to_string();
-        tab.enable_request_interception(Arc::new(move |_transport, _session, paused: Fetch::events::RequestPausedEvent| {
-            let p = paused.params;
-            match rules.check(&p.request.url) {
-                Ok(()) => RequestPausedDecision::Continue(None),
-                Err(refusal) => {
-                    let host = url::Url::parse(&p.request.url).map(|u| host_of(&u)).unwrap_or_default();
-                    let is_document = matches!(p.resource_Type, Network::ResourceType::Document);
-                    if let Ok(mut seen) = shared.0.lock() {
+            "Fetch.requestPaused" => {
+                let url = str_of(&p["request"]["url"]);
+                let request_id = str_of(&p["requestId"]);
+                let (method, params) = match self.rules.check(&url).await {
+                    Ok(()) => ("Fetch.continueRequest", json!({"requestId": request_id})),
+                    Err(refusal) => {
+                        let host = url::Url::parse(&url).map(|u| host_of(&u)).unwrap_or_default();
+                        let seen = &mut self.seen;
                         if seen.blocked.len() < MAX_LISTED {
                             seen.blocked.push(Blocked {
-                                url: p.request.url.clone(),
                                 host,
-                                resource_type: format!("{:?}", p.resource_Type),
+                                resource_type: str_of(&p["resourceType"]),
                                 reason: refusal.reason(),
-                                main: is_document && p.frame_id == main_frame,
+                                main: p["resourceType"] == "Document" && p["frameId"] == self.main_frame.as_str(),
+                                url,
                             });
                         }
+                        ("Fetch.failRequest", json!({"requestId": request_id, "errorReason": "BlockedByClient"}))
                     }
-                    RequestPausedDecision::Fail(Fetch::FailRequest {
-                        request_id: p.request_id,
-                        error_reason: Network::ErrorReason::BlockedByClient,
+                };
+                // Sent now; the answer does not matter.
+                drop(self.cdp.send(Some(&self.session), method, params));
+            }
+            "Inspector.targetCrashed" => {
+                seen.crashed = Some("the page's renderer crashed".into());
+            }
+            "Inspector.detached" => {
+                seen.crashed = Some(format!("the page was detached: {}", str_of(&p["reason"])));
+            }
+            _ => {}
+        }
+        match &self.seen.crashed {
+            Some(why) => Err(PageError::Navigation(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// The profile's page half: viewport, locale, time zone, user agent.
+    fn emulation(&self, chromium: &Chromium, m: &Manifest) -> Vec<Answer> {
+        let (width, height) = m.viewport;
+        let mut calls = vec![self.command(Emulation::SetDeviceMetricsOverride {
+            width,
+            height,
+            device_scale_factor: m.device_scale_factor,
+            mobile: false,
+            scale: None,
+            screen_width: Some(width),
+            screen_height: Some(height),
+            position_x: None,
+            position_y: None,
+            dont_set_visible_size: None,
+            screen_orientation: None,
+            viewport: None,
+            display_feature: None,
+            device_posture: None,
+        })];
+        if m.emulates_locale {
+            calls.push(self.command(Emulation::SetLocaleOverride { locale: Some(m.locale.to_string()) }));
+            calls.push(self.command(Emulation::SetTimezoneOverride { timezone_id: m.timezone.to_string() }));
+        }
+        if m.user_agent == UserAgent::Desktop || m.accept_language.is_some() {
+            let ua = m.user_agent_for(&chromium.user_agent);
+            let full_version = chromium.product.split('/').nth(1).unwrap_or("0").to_string();
+            let major = full_version.split('.').next().unwrap_or("0").to_string();
+            let brand = |name: &str, v: &str| Emulation::UserAgentBrandVersion {
+                brand: name.to_string(),
+                version: v.to_string(),
+            };
+            let metadata = (m.user_agent == UserAgent::Desktop).then(|| Emulation::UserAgentMetadata {
+                brands: Some(vec![brand("Chromium", &major), brand("Not=A?Brand", "24")]),
+                full_version_list: Some(vec![brand("Chromium", &full_version), brand("Not=A?Brand", "24.0.0.0")]),
+                full_version: None,
+                platform: "Linux".into(),
+                platform_version: String::new(),
+                architecture: "x86".into(),
+                model: String::new(),
+                mobile: false,
+                bitness: Some("64".into()),
+                wow_64: Some(false),
+                form_factors: None,
+            });
+            calls.push(self.command(Network::SetUserAgentOverride {
+                user_agent: ua,
+                accept_language: m.accept_language.map(str::to_string),
+                platform: None,
+                user_agent_metadata: metadata,
+            }));
+        }
+        calls
+    }
+
+    /// A PNG of the viewport, or of the whole page up to
+    /// [`MAX_FULL_PAGE_HEIGHT`].
+    fn screenshot(&self, full_page: bool) -> impl Future<Output = Result<Vec<u8>, PageError>> {
+        let metrics = full_page.then(|| self.call(Page::GetLayoutMetrics(None)));
+        let cdp = self.cdp.clone();
+        let session = self.session.clone();
+        async move {
+            let clip = match metrics {
+                Some(metrics) => {
+                    let size = metrics.await?.css_content_size;
+                    Some(Page::Viewport {
+                        x: 0.0,
+                        y: 0.0,
+                        width: size.width.max(1.0),
+                        height: size.height.clamp(1.0, MAX_FULL_PAGE_HEIGHT),
+                        scale: 1.0,
                     })
                 }
-            }
-        }))
-        .map_err(|e| classify(e, "request interception"))?;
-        let all = Fetch::RequestPattern { url_pattern: Some("*".into()), resource_Type: None, request_stage: None };
-        tab.enable_fetch(Some(&[all]), None).map_err(|e| classify(e, "Fetch.enable"))?;
-    }
-
-    // Navigate on a helper thread: Page.navigate answers only once the main
-    // document's response arrived, which may be never.
-    let started = Instant::now();
-    let deadline = started + spec.timeout;
-    let budget_ms = spec.timeout.as_millis();
-    let (tx, rx) = mpsc::channel();
-    let nav_tab = tab.clone();
-    let url = spec.url.clone();
-    std::thread::Builder::new()
-        .name("page-navigate".into())
-        .spawn(move || {
-            let _ = tx.send(nav_tab.call_method(Page::Navigate {
-                url,
-                referrer: None,
-                transition_Type: None,
-                frame_id: None,
-                referrer_policy: None,
-            }));
-        })
-        .map_err(|e| PageError::Cdp(format!("navigation thread: {e}")))?;
-    let nav = match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-        Ok(r) => r.map_err(|e| classify(e, "Page.navigate"))?,
-        Err(_) => {
-            let _ = tab.call_method(Page::StopLoading(None));
-            return Err(PageError::Timeout(format!("no response for the main document within {budget_ms} ms")));
+                None => None,
+            };
+            let shot = cdp
+                .call(
+                    Some(&session),
+                    Page::CaptureScreenshot {
+                        format: Some(Page::CaptureScreenshotFormatOption::Png),
+                        quality: None,
+                        clip,
+                        from_surface: Some(true),
+                        capture_beyond_viewport: full_page.then_some(true),
+                        optimize_for_speed: None,
+                    },
+                )
+                .await
+                .map_err(|e| classify(e, "Page.captureScreenshot"))?;
+            base64::prelude::BASE64_STANDARD.decode(shot.data).map_err(|e| PageError::Cdp(format!("screenshot: {e}")))
         }
-    };
-    if let Some(error_text) = nav.error_text {
-        let seen = shared.0.lock().map_err(|_| PageError::Cdp("poisoned".into()))?;
-        if let Some(b) = seen.blocked.iter().find(|b| b.main) {
-            return Err(PageError::Refused(format!("main document {} refused: {}", b.url, b.reason)));
-        }
-        return Err(PageError::Navigation(format!("navigation failed: {error_text}")));
     }
-    if nav.is_download == Some(true) {
-        return Err(PageError::Refused("the URL answers with a download, not a page".into()));
-    }
-    let loader = nav.loader_id.ok_or_else(|| PageError::Navigation("navigation did not start a new document".into()))?;
-
-    // Wait for the condition within the budget.
-    let needed: &[&str] = match spec.wait_until {
-        WaitUntil::Load => &["load"],
-        WaitUntil::NetworkIdle => &["load", "networkIdle"],
-    };
-    let (lock, changed) = &**shared;
-    let mut seen = lock.lock().map_err(|_| PageError::Cdp("poisoned".into()))?;
-    loop {
-        let done = needed.iter().all(|n| seen.lifecycle.iter().any(|(l, name)| *l == loader && name == n));
-        if done {
-            break;
-        }
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            let what = if spec.wait_until == WaitUntil::Load { "the load event" } else { "load and network idle" };
-            drop(seen);
-            let _ = tab.call_method(Page::StopLoading(None));
-            return Err(PageError::Timeout(format!("page did not reach {what} within {budget_ms} ms")));
-        }
-        seen = changed.wait_timeout(seen, left).map_err(|_| PageError::Cdp("poisoned".into()))?.0;
-    }
-    let loaded_ms = started.elapsed().as_millis() as u64;
-    let main = seen
-        .documents
-        .get(&loader)
-        .cloned()
-        .ok_or_else(|| PageError::Navigation("loaded without a main document response".into()))?;
-    drop(seen);
-
-    let facts = tab
-        .evaluate("JSON.stringify([location.href, document.title, navigator.userAgent])", false)
-        .map_err(|e| classify(e, "reading the page"))?;
-    let (final_url, title, user_agent) = facts
-        .value
-        .as_ref()
-        .and_then(Value::as_str)
-        .and_then(|s| serde_json::from_str::<(String, String, String)>(s).ok())
-        .unwrap_or_else(|| (main.url.clone(), String::new(), String::new()));
-
-    let html = if spec.want.html { Some(tab.get_content().map_err(|e| classify(e, "reading the DOM"))?) } else { None };
-    let screenshot = if spec.want.screenshot { Some(screenshot(tab, spec.want.full_page)?) } else { None };
-    let body = if spec.want.body {
-        let b = tab
-            .call_method(Network::GetResponseBody { request_id: main.request_id.clone() })
-            .map_err(|e| classify(e, "Network.getResponseBody"))?;
-        Some(if b.base_64_encoded {
-            base64::prelude::BASE64_STANDARD.decode(b.body).map_err(|e| PageError::Cdp(format!("response body: {e}")))?
-        } else {
-            b.body.into_bytes()
-        })
-    } else {
-        None
-    };
-    let seen = lock.lock().map_err(|_| PageError::Cdp("poisoned".into()))?;
-    Ok(PageOutcome {
-        main,
-        final_url,
-        title,
-        loaded_ms,
-        user_agent,
-        blocked: seen.blocked.clone(),
-        failed_requests: seen.failed.clone(),
-        page_errors: seen.errors.clone(),
-        screenshot,
-        html,
-        body,
-    })
-}
-
-/// The profile's page half: viewport, locale, time zone, user agent.
-fn emulate(chromium: &Chromium, m: &Manifest, tab: &Tab) -> Result<(), PageError> {
-    let (width, height) = m.viewport;
-    tab.call_method(Emulation::SetDeviceMetricsOverride {
-        width,
-        height,
-        device_scale_factor: m.device_scale_factor,
-        mobile: false,
-        scale: None,
-        screen_width: Some(width),
-        screen_height: Some(height),
-        position_x: None,
-        position_y: None,
-        dont_set_visible_size: None,
-        screen_orientation: None,
-        viewport: None,
-        display_feature: None,
-        device_posture: None,
-    })
-    .map_err(|e| classify(e, "Emulation.setDeviceMetricsOverride"))?;
-    if m.emulates_locale {
-        tab.call_method(Emulation::SetLocaleOverride { locale: Some(m.locale.to_string()) })
-            .map_err(|e| classify(e, "Emulation.setLocaleOverride"))?;
-        tab.call_method(Emulation::SetTimezoneOverride { timezone_id: m.timezone.to_string() })
-            .map_err(|e| classify(e, "Emulation.setTimezoneOverride"))?;
-    }
-    if m.user_agent == UserAgent::Desktop || m.accept_language.is_some() {
-        let ua = m.user_agent_for(&chromium.user_agent);
-        let full_version = chromium.product.split('/').nth(1).unwrap_or("0").to_string();
-        let major = full_version.split('.').next().unwrap_or("0").to_string();
-        let brand = |name: &str, v: &str| Emulation::UserAgentBrandVersion { brand: name.to_string(), version: v.to_string() };
-        let metadata = (m.user_agent == UserAgent::Desktop).then(|| Emulation::UserAgentMetadata {
-            brands: Some(vec![brand("Chromium", &major), brand("Not=A?Brand", "24")]),
-            full_version_list: Some(vec![brand("Chromium", &full_version), brand("Not=A?Brand", "24.0.0.0")]),
-            full_version: None,
-            platform: "Linux".into(),
-            platform_version: String::new(),
-            architecture: "x86".into(),
-            model: String::new(),
-            mobile: false,
-            bitness: Some("64".into()),
-            wow_64: Some(false),
-            form_factors: None,
-        });
-        tab.call_method(Network::SetUserAgentOverride {
-            user_agent: ua,
-            accept_language: m.accept_language.map(str::to_string),
-            platform: None,
-            user_agent_metadata: metadata,
-        })
-        .map_err(|e| classify(e, "Network.setUserAgentOverride"))?;
-    }
-    Ok(())
-}
-
-fn screenshot(tab: &Tab, full_page: bool) -> Result<Vec<u8>, PageError> {
-    let clip = if full_page {
-        let metrics = tab.call_method(Page::GetLayoutMetrics(None)).map_err(|e| classify(e, "Page.getLayoutMetrics"))?;
-        let size = metrics.css_content_size;
-        Some(Page::Viewport {
-            x: 0.0,
-            y: 0.0,
-            width: size.width.max(1.0),
-            height: size.height.clamp(1.0, MAX_FULL_PAGE_HEIGHT),
-            scale: 1.0,
-        })
-    } else {
-        None
-    };
-    let shot = tab
-        .call_method(Page::CaptureScreenshot {
-            format: Some(Page::CaptureScreenshotFormatOption::Png),
-            quality: None,
-            clip,
-            from_surface: Some(true),
-            capture_beyond_viewport: full_page.then_some(true),
-            optimize_for_speed: None,
-        })
-        .map_err(|e| classify(e, "Page.captureScreenshot"))?;
-    base64::prelude::BASE64_STANDARD.decode(shot.data).map_err(|e| PageError::Cdp(format!("screenshot: {e}")))
 }

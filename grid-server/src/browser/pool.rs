@@ -14,36 +14,30 @@
 //!   [`RECYCLE_AFTER`] of age. Items running on a killed browser fail
 //!   transiently and go back through the attempt rules.
 //!
-//! **Invariant:** every Chromium is started by one long-lived launcher
-//! thread with `PR_SET_PDEATHSIG` (through `setpriv --pdeathsig KILL`), so
-//! the browsers die with that thread, i.e. with the server, even on SIGKILL.
+//! Processes are started by `process.rs` (own process group, parent-death
+//! signal); each browser has one multiplexed DevTools connection
+//! (`cdp.rs`) shared by all its pages.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use headless_chrome::browser::transport::Transport;
+use headless_chrome::browser::DEFAULT_ARGS;
 use headless_chrome::protocol::cdp::Browser as CdpBrowser;
-use headless_chrome::{Browser, LaunchOptions};
-use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::cdp::Connection;
+use super::process::{self, BrowserProcess};
 use super::profiles::{LAUNCH_ENV, LAUNCH_FLAGS};
 
-/// A browser is replaced after serving this many items: headless_chrome
-/// keeps a thread and an event channel per page it ever opened until the
-/// browser's connection closes, so a browser must not live forever.
-pub const RECYCLE_AFTER_ITEMS: u64 = 100;
+/// A browser is replaced after serving this many items (Chromium's memory
+/// grows with every context it ever had) ...
+pub const RECYCLE_AFTER_ITEMS: u64 = 500;
 /// ... or after this long.
 pub const RECYCLE_AFTER: Duration = Duration::from_secs(30 * 60);
-/// headless_chrome closes a connection that saw no message for its idle
-/// timeout (30 s by default), and uses the same value as the limit of every
-/// CDP call. The pool raises it far above any item's budget: hangs are
-/// caught by the item watchdog (`scripts.rs`), which kills the browser,
-/// and browsers are recycled long before this.
-const IDLE_BROWSER_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
-/// Longest a launch may take before it counts as failed.
-const LAUNCH_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest a fresh browser may take to answer its first call.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 
 #[derive(Debug, Clone)]
 pub struct PoolConfig {
@@ -51,7 +45,7 @@ pub struct PoolConfig {
     pub chromium: PathBuf,
     pub browsers: usize,
     pub pages_per_browser: usize,
-    /// Holds the launcher script and the browsers' user-data dirs.
+    /// Holds the browsers' user-data dirs.
     pub work_dir: PathBuf,
     pub allow_private_networks: bool,
 }
@@ -60,63 +54,34 @@ pub struct PoolConfig {
 pub struct Chromium {
     /// `b{slot}.{generation}`, shown in logs and meta.
     pub id: String,
-    pub browser: Browser,
-    /// A second DevTools connection for browser-level calls headless_chrome
-    /// keeps private (creating and disposing browser contexts).
-    pub side: Transport,
-    pub pid: u32,
+    pub cdp: Connection,
+    pub pid: i32,
     /// e.g. `Chrome/156.0.8078.79`.
     pub product: String,
     /// Chromium's own user agent.
     pub user_agent: String,
+    process: BrowserProcess,
     started: Instant,
     served: AtomicU64,
     broken: AtomicBool,
-    user_data_dir: PathBuf,
 }
 
 impl Chromium {
-    /// Marks the browser unusable and kills its process at once, which
-    /// fails every CDP call still waiting on it.
+    /// Marks the browser unusable and kills its processes at once, which
+    /// closes its DevTools connection and fails every call waiting on it.
     pub fn condemn(&self, why: &str) {
         if !self.broken.swap(true, Ordering::SeqCst) {
             tracing::warn!(browser = %self.id, pid = self.pid, why, "killing browser; it will be replaced");
         }
-        kill(self.pid);
+        self.process.kill();
     }
 
     pub fn is_broken(&self) -> bool {
-        self.broken.load(Ordering::SeqCst) || !process_alive(self.pid)
+        self.broken.load(Ordering::SeqCst) || self.cdp.is_closed() || !self.process.alive()
     }
 
     fn due_for_recycling(&self) -> bool {
         self.served.load(Ordering::SeqCst) >= RECYCLE_AFTER_ITEMS || self.started.elapsed() >= RECYCLE_AFTER
-    }
-}
-
-impl Drop for Chromium {
-    fn drop(&mut self) {
-        // Killing first makes headless_chrome's own drop (a Browser.close
-        // call) return at once instead of waiting on a hung browser.
-        kill(self.pid);
-        let _ = std::fs::remove_dir_all(&self.user_data_dir);
-    }
-}
-
-fn kill(pid: u32) {
-    // SAFETY: kill(2) with a pid this process spawned; a stale pid is at
-    // worst a no-op (ESRCH) since the child is reaped only by its drop.
-    unsafe {
-        libc::kill(pid as libc::pid_t, libc::SIGKILL);
-    }
-}
-
-/// Running and not a zombie.
-fn process_alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the parenthesised command name.
-        Ok(stat) => stat.rsplit_once(')').map(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])).unwrap_or(false),
-        Err(_) => false,
     }
 }
 
@@ -140,13 +105,10 @@ struct Slot {
     generation: AtomicU64,
 }
 
-type LaunchReply = oneshot::Sender<Result<Chromium, String>>;
-
 pub struct BrowserPool {
     pub config: PoolConfig,
     permits: Arc<Semaphore>,
     slots: Vec<Slot>,
-    launcher: Mutex<mpsc::Sender<(String, PathBuf, LaunchReply)>>,
 }
 
 impl BrowserPool {
@@ -157,15 +119,6 @@ impl BrowserPool {
         // User-data dirs of a previous run (a server killed with SIGKILL).
         let _ = std::fs::remove_dir_all(&profiles);
         std::fs::create_dir_all(&profiles)?;
-        let script = write_launcher_script(&config.work_dir, &config.chromium)?;
-        let (tx, rx) = mpsc::channel::<(String, PathBuf, LaunchReply)>();
-        std::thread::Builder::new().name("chromium-launcher".into()).spawn(move || {
-            // Lives as long as the pool: the browsers' parent-death signal
-            // is tied to this thread.
-            for (id, user_data_dir, reply) in rx {
-                let _ = reply.send(launch(&script, id, user_data_dir));
-            }
-        })?;
         let slots = (0..config.browsers.max(1))
             .map(|_| Slot {
                 current: tokio::sync::Mutex::new(None),
@@ -176,7 +129,6 @@ impl BrowserPool {
         Ok(BrowserPool {
             permits: Arc::new(Semaphore::new(config.browsers.max(1) * config.pages_per_browser.max(1))),
             slots,
-            launcher: Mutex::new(tx),
             config,
         })
     }
@@ -201,25 +153,12 @@ impl BrowserPool {
                 } else {
                     tracing::info!(browser = %old.id, "recycling browser");
                 }
-                // Dropped off the async threads: its drop talks to the process.
-                tokio::task::spawn_blocking(move || drop(old));
+                // Items still on it keep it alive until they end.
+                drop(old);
             }
             let generation = slot.generation.fetch_add(1, Ordering::SeqCst) + 1;
             let id = format!("b{index}.{generation}");
-            let dir = self.config.work_dir.join("profiles").join(&id);
-            let (tx, rx) = oneshot::channel();
-            let sent = match self.launcher.lock() {
-                Ok(launcher) => launcher.send((id, dir, tx)).map_err(|_| ()),
-                Err(_) => Err(()),
-            };
-            let launched = match sent {
-                Ok(()) => match tokio::time::timeout(LAUNCH_TIMEOUT, rx).await {
-                    Ok(Ok(r)) => r,
-                    Ok(Err(_)) => Err("launcher dropped the request".into()),
-                    Err(_) => Err(format!("no browser within {LAUNCH_TIMEOUT:?}")),
-                },
-                Err(_) => Err("launcher thread gone".into()),
-            };
+            let launched = launch(&self.config, id).await;
             match launched {
                 Ok(c) => *current = Some(Arc::new(c)),
                 Err(e) => {
@@ -234,72 +173,42 @@ impl BrowserPool {
     }
 }
 
-/// `exec setpriv --pdeathsig KILL CHROMIUM "$@"`: headless_chrome runs the
-/// executable it is given with its own arguments and offers no pre-exec
-/// hook, so the parent-death signal is set by this small script.
-fn write_launcher_script(work_dir: &Path, chromium: &Path) -> std::io::Result<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    let path = work_dir.join("chromium-launch.sh");
-    let quoted = chromium.display().to_string().replace('\'', r"'\''");
-    let setpriv = ["/usr/bin/setpriv", "/bin/setpriv"].into_iter().find(|p| Path::new(p).exists());
-    let body = match setpriv {
-        Some(sp) => format!("#!/bin/sh\nexec {sp} --pdeathsig KILL -- '{quoted}' \"$@\"\n"),
-        None => {
-            tracing::warn!("setpriv not found: browsers may outlive a killed server");
-            format!("#!/bin/sh\nexec '{quoted}' \"$@\"\n")
-        }
-    };
-    std::fs::write(&path, body)?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
-    Ok(path)
-}
-
-/// Starts one Chromium (blocking; on the launcher thread only).
-fn launch(script: &Path, id: String, user_data_dir: PathBuf) -> Result<Chromium, String> {
+/// Starts one Chromium with the pool's launch flags (headless_chrome's
+/// defaults, Puppeteer's list, plus the profiles' launch half) and opens its
+/// DevTools connection.
+async fn launch(config: &PoolConfig, id: String) -> Result<Chromium, String> {
     let started = Instant::now();
-    let _ = std::fs::remove_dir_all(&user_data_dir);
-    std::fs::create_dir_all(&user_data_dir).map_err(|e| format!("user data dir: {e}"))?;
-    let args: Vec<&std::ffi::OsStr> = LAUNCH_FLAGS.iter().map(std::ffi::OsStr::new).collect();
-    let options = LaunchOptions::default_builder()
-        .path(Some(script.to_path_buf()))
-        .headless(true)
-        .sandbox(false)
-        .enable_gpu(false)
-        .ignore_certificate_errors(false)
-        .user_data_dir(Some(user_data_dir.clone()))
-        .idle_browser_timeout(IDLE_BROWSER_TIMEOUT)
-        .process_envs(Some(LAUNCH_ENV.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()))
-        .args(args)
-        .build()
-        .map_err(|e| e.to_string())?;
-    let browser = Browser::new(options).map_err(|e| format!("{e:#}"))?;
-    let pid = browser.get_process_id().ok_or("browser without a process")?;
-    let ws = url::Url::parse(&browser.get_ws_url()).map_err(|e| e.to_string())?;
-    let side = match Transport::new(ws, None, IDLE_BROWSER_TIMEOUT, None) {
-        Ok(t) => t,
-        Err(e) => {
-            kill(pid);
-            return Err(format!("second DevTools connection: {e:#}"));
-        }
+    let flags: Vec<String> = DEFAULT_ARGS
+        .iter()
+        .chain(LAUNCH_FLAGS)
+        .chain(&["--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0"])
+        .map(|f| f.to_string())
+        .collect();
+    let env: Vec<(String, String)> = LAUNCH_ENV.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let dir = config.work_dir.join("profiles");
+    let process =
+        process::start(&config.chromium, &flags, &env, &dir, &format!("{id}-")).await.map_err(|e| e.to_string())?;
+    let connected = tokio::time::timeout(CONNECT_TIMEOUT, async {
+        let cdp = Connection::connect(&process.ws_url()).await.map_err(|e| e.to_string())?;
+        let version =
+            cdp.call(None, CdpBrowser::GetVersion(None)).await.map_err(|e| format!("Browser.getVersion: {e}"))?;
+        Ok::<_, String>((cdp, version))
+    })
+    .await;
+    let (cdp, version) = match connected {
+        Ok(r) => r?,
+        Err(_) => return Err(format!("no DevTools answer within {CONNECT_TIMEOUT:?}")),
     };
-    let version = match side.call_method_on_browser(CdpBrowser::GetVersion(None)) {
-        Ok(v) => v,
-        Err(e) => {
-            kill(pid);
-            return Err(format!("Browser.getVersion: {e:#}"));
-        }
-    };
-    tracing::info!(browser = %id, pid, product = %version.product, ms = started.elapsed().as_millis() as u64, "browser started");
+    tracing::info!(browser = %id, pid = process.pid, product = %version.product, ms = started.elapsed().as_millis() as u64, "browser started");
     Ok(Chromium {
         id,
-        browser,
-        side,
-        pid,
+        cdp,
+        pid: process.pid,
         product: version.product,
         user_agent: version.user_agent,
+        process,
         started: Instant::now(),
         served: AtomicU64::new(0),
         broken: AtomicBool::new(false),
-        user_data_dir,
     })
 }

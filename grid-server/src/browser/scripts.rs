@@ -59,10 +59,8 @@ pub async fn run(pool: &Arc<BrowserPool>, row: &ItemRow) -> Result<Vec<FileConte
     let browser_id = chromium.id.clone();
     let product = chromium.product.clone();
     let hard_limit = spec.timeout + COLLECT_ALLOWANCE;
-    let task = tokio::task::spawn_blocking(move || page::run(&chromium, &spec));
-    let outcome = match tokio::time::timeout(hard_limit, task).await {
-        Ok(Ok(r)) => r,
-        Ok(Err(join)) => Err(PageError::Browser(format!("page driver panicked: {join}"))),
+    let outcome = match tokio::time::timeout(hard_limit, page::run(&chromium, &spec)).await {
+        Ok(r) => r,
         Err(_) => {
             lease.chromium.condemn("an item exceeded its budget by the collect allowance");
             return Err(Failure::Transient(format!(

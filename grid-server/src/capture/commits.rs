@@ -63,7 +63,9 @@ async fn run(store: Store, backoff: Backoff, mut rx: mpsc::UnboundedReceiver<Req
             .into_iter()
             .map(|r| match r {
                 Request::Claim(reply) => (Work::Claim, Reply::Claim(reply)),
-                Request::Finish { id, event, files, reply } => (Work::Finish { id, event, files }, Reply::Finish(reply)),
+                Request::Finish { id, event, files, reply } => {
+                    (Work::Finish { id, event, files }, Reply::Finish(reply))
+                }
             })
             .unzip();
         let done = store.write(move |tx| Ok(work.into_iter().map(|w| w.run(tx, backoff)).collect::<Vec<_>>())).await;
@@ -109,7 +111,9 @@ impl Work {
         }
         let done = match self {
             Work::Claim => Done::Claim(items::claim_next(tx, now(), backoff)),
-            Work::Finish { id, event, files } => Done::Finish(items::finish_attempt(tx, &id, event, &files, now(), backoff)),
+            Work::Finish { id, event, files } => {
+                Done::Finish(items::finish_attempt(tx, &id, event, &files, now(), backoff))
+            }
         };
         let ok = matches!(&done, Done::Claim(Ok(_)) | Done::Finish(Ok(_)));
         let end = if ok { "RELEASE request" } else { "ROLLBACK TO request; RELEASE request" };

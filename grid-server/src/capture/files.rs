@@ -57,7 +57,10 @@ pub fn write_checked(root: &Path, dir: &str, stem: &str, bytes: &[u8]) -> std::i
 pub fn read_checked(root: &Path, storage_name: &str, sha256: &str) -> std::io::Result<Vec<u8>> {
     let data = std::fs::read(root.join(storage_name))?;
     if sha256_hex(&data) != sha256 {
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{storage_name} failed its checksum")));
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{storage_name} failed its checksum"),
+        ));
     }
     Ok(data)
 }
@@ -92,7 +95,10 @@ pub fn write_family(root: &Path, item_id: &str, files: Vec<FileContent>) -> std:
 pub fn read_published(root: &Path, file: &PublishedFile) -> std::io::Result<Vec<u8>> {
     match &file.inline {
         Some(bytes) if sha256_hex(bytes) == file.sha256 => Ok(bytes.clone()),
-        Some(_) => Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{} failed its checksum", file.storage_name))),
+        Some(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{} failed its checksum", file.storage_name),
+        )),
         None => read_checked(root, &file.storage_name, &file.sha256),
     }
 }

@@ -70,7 +70,8 @@ async fn worker(n: usize, app: Arc<App>, fetcher: Arc<Fetcher>, mut shutdown: wa
 }
 
 async fn run_item(app: &Arc<App>, fetcher: &Fetcher, row: ItemRow) {
-    let span = tracing::info_span!("item", id = %row.id, script = row.script.as_str(), attempt = row.item.attempts_made + 1);
+    let span =
+        tracing::info_span!("item", id = %row.id, script = row.script.as_str(), attempt = row.item.attempts_made + 1);
     run_attempt(app, fetcher, row).instrument(span).await
 }
 
@@ -102,7 +103,11 @@ async fn run_attempt(app: &Arc<App>, fetcher: &Fetcher, row: ItemRow) {
     };
     let outcome = finish(app, &row.id, event, files).await;
     match outcome {
-        Some(o) => tracing::info!(state = o.item.state.as_str(), reason = o.item.failed_reason.as_deref().unwrap_or(""), "attempt finished"),
+        Some(o) => tracing::info!(
+            state = o.item.state.as_str(),
+            reason = o.item.failed_reason.as_deref().unwrap_or(""),
+            "attempt finished"
+        ),
         None => tracing::error!("attempt outcome could not be stored; the item is recovered on restart"),
     }
 }
@@ -123,20 +128,13 @@ fn failure_meta(row: &ItemRow, reason: &str) -> serde_json::Value {
 async fn publish_files(app: &App, item_id: &str, files: Vec<FileContent>) -> std::io::Result<Vec<PublishedFile>> {
     let root = app.artifacts_dir.clone();
     let id = item_id.to_string();
-    tokio::task::spawn_blocking(move || files::write_family(&root, &id, files))
-        .await
-        .map_err(std::io::Error::other)?
+    tokio::task::spawn_blocking(move || files::write_family(&root, &id, files)).await.map_err(std::io::Error::other)?
 }
 
 /// Stores an attempt's end, retrying while the database is busy (an admin
 /// command may hold it for a moment). Gives up after about a minute: the
 /// item then stays active and is recovered on the next start.
-async fn finish(
-    app: &App,
-    id: &str,
-    event: Event,
-    files: Vec<PublishedFile>,
-) -> Option<grid_core::item::Outcome> {
+async fn finish(app: &App, id: &str, event: Event, files: Vec<PublishedFile>) -> Option<grid_core::item::Outcome> {
     let mut delay = Duration::from_millis(50);
     for _ in 0..12 {
         match app.commits.finish(id, event.clone(), files.clone()).await {

@@ -59,7 +59,11 @@ pub async fn pull(docker: &Docker, image: &str) -> Result<(), DockerError> {
     if docker.inspect_image(image).await.is_ok() {
         return Ok(());
     }
-    let opts = CreateImageOptions { from_image: Some(image.to_string()), platform: "linux/amd64".into(), ..Default::default() };
+    let opts = CreateImageOptions {
+        from_image: Some(image.to_string()),
+        platform: "linux/amd64".into(),
+        ..Default::default()
+    };
     let mut stream = docker.create_image(Some(opts), None, None);
     while let Some(progress) = stream.next().await {
         let p = progress?;
@@ -116,7 +120,13 @@ pub async fn create(docker: &Docker, spec: &ContainerSpec<'_>) -> Result<String,
         // A container of that name left by an earlier run of this attempt.
         Err(bollard::errors::Error::DockerResponseServerError { status_code: 409, .. }) => {
             remove(docker, spec.name).await;
-            Ok(docker.create_container(Some(CreateContainerOptions { name: Some(spec.name.into()), ..Default::default() }), body).await?.id)
+            Ok(docker
+                .create_container(
+                    Some(CreateContainerOptions { name: Some(spec.name.into()), ..Default::default() }),
+                    body,
+                )
+                .await?
+                .id)
         }
         Err(e) => Err(e.into()),
     }
@@ -205,7 +215,9 @@ pub async fn logs(docker: &Docker, id: &str, cap: usize) -> Result<(Vec<u8>, boo
 /// Containers the grid started, running or not: (container id, job id, attempt).
 pub async fn grid_containers(docker: &Docker) -> Result<Vec<(String, String, u32)>, DockerError> {
     let filters = HashMap::from([("label".to_string(), vec![JOB_LABEL.to_string()])]);
-    let list = docker.list_containers(Some(ListContainersOptions { all: true, filters: Some(filters), ..Default::default() })).await?;
+    let list = docker
+        .list_containers(Some(ListContainersOptions { all: true, filters: Some(filters), ..Default::default() }))
+        .await?;
     Ok(list
         .into_iter()
         .filter_map(|c| {

@@ -309,7 +309,13 @@ struct Ended {
 /// Watches a running container until it ends: stops it at its deadline or
 /// on cancel, and evicts it when its writable layer outgrows its ephemeral
 /// storage limit.
-async fn supervise(app: &Arc<App>, docker: &Docker, job_id: &str, id: &str, stop: &Notify) -> Result<Ended, AttemptError> {
+async fn supervise(
+    app: &Arc<App>,
+    docker: &Docker,
+    job_id: &str,
+    id: &str,
+    stop: &Notify,
+) -> Result<Ended, AttemptError> {
     let jid = job_id.to_string();
     let row = app.store.read(move |c| jobs::load(c, &jid)).await?.ok_or_else(|| StoreError::NotFound(job_id.into()))?;
     let storage_limit = row.submission()?.resources.ephemeral_storage_bytes.limit as i64;
@@ -414,7 +420,8 @@ async fn publish_log(app: &Arc<App>, docker: &Docker, job_id: &str, attempt: u32
 async fn reconcile(app: &Arc<App>) -> Result<(), AttemptError> {
     let docker = app.compute.available().map_err(|_| DockerError::Engine("engine unavailable".into()))?;
     let containers = docker::grid_containers(&docker).await?;
-    let find = |job: &str, attempt: u32| containers.iter().find(|(_, j, a)| j == job && *a == attempt).map(|c| c.0.clone());
+    let find =
+        |job: &str, attempt: u32| containers.iter().find(|(_, j, a)| j == job && *a == attempt).map(|c| c.0.clone());
     for phase in [JobPhase::Provisioning, JobPhase::Running, JobPhase::Publishing] {
         for id in app.store.read(move |c| jobs::ids_in_phase(c, phase)).await? {
             let jid = id.clone();

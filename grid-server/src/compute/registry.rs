@@ -51,8 +51,12 @@ impl Registries {
             ManifestChoice::Platform { digest } => {
                 let (mt, platform_body, _) = self.manifest(&base, &digest, image).await?;
                 match registry::choose(&mt, &platform_body) {
-                    ManifestChoice::Config { digest: cfg } => self.check_config(&base, &cfg, image).await.map(|_| digest)?,
-                    other => return Err(ResolveError::Invalid(format!("image: unreadable platform manifest ({other:?})"))),
+                    ManifestChoice::Config { digest: cfg } => {
+                        self.check_config(&base, &cfg, image).await.map(|_| digest)?
+                    }
+                    other => {
+                        return Err(ResolveError::Invalid(format!("image: unreadable platform manifest ({other:?})")))
+                    }
                 }
             }
             ManifestChoice::Config { digest: cfg } => {
@@ -68,7 +72,12 @@ impl Registries {
     }
 
     /// Fetches a manifest: (media type, body, its digest).
-    async fn manifest(&self, base: &str, reference: &str, image: &ImageRef) -> Result<(String, Value, String), ResolveError> {
+    async fn manifest(
+        &self,
+        base: &str,
+        reference: &str,
+        image: &ImageRef,
+    ) -> Result<(String, Value, String), ResolveError> {
         let resp = self
             .client
             .get(format!("{base}/manifests/{reference}"))
@@ -86,12 +95,8 @@ impl Registries {
         if !status.is_success() {
             return Err(ResolveError::Unavailable(format!("registry answered HTTP {status}")));
         }
-        let media_type = resp
-            .headers()
-            .get(reqwest::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_string();
+        let media_type =
+            resp.headers().get(reqwest::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
         let header_digest =
             resp.headers().get("docker-content-digest").and_then(|v| v.to_str().ok()).map(str::to_string);
         let bytes = resp.bytes().await.map_err(|e| ResolveError::Unavailable(e.to_string()))?;

@@ -25,12 +25,18 @@ pub enum Call {
     GetJob(String),
     /// POST /jobs/{id}/retry: a capture item or an analytical job.
     Retry(String),
-    ArtifactUrl { item: String, kind: String },
+    ArtifactUrl {
+        item: String,
+        kind: String,
+    },
     SubmitJob(Value),
     ListJobs(Query),
     Cancel(String),
     JobArtifacts(String),
-    JobLogs { id: String, query: Query },
+    JobLogs {
+        id: String,
+        query: Query,
+    },
     LeaseSession(Value),
     ListSessions,
     ReleaseSession(String),

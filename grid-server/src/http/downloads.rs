@@ -41,4 +41,3 @@ pub async fn serve(app: &App, item: &str, kind: &str, query: Option<&str>) -> Re
     })?;
     Ok(respond::bytes(StatusCode::OK, &file.content_type, data))
 }
-

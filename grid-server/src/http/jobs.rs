@@ -7,9 +7,9 @@ use grid_core::validate;
 use grid_core::validate::list::{list_query, log_query};
 use grid_core::wire::job::NetworkProfile;
 use grid_core::wire::job_record::JobArtifacts;
-use serde_json::Value;
 use hyper::header::HeaderValue;
 use hyper::StatusCode;
+use serde_json::Value;
 
 use super::captures::store_error;
 use super::respond::{self, Resp};
@@ -53,7 +53,11 @@ fn with_degraded(app: &App, mut r: Resp) -> Resp {
 
 async fn owned(app: &App, caller: &Caller, id: &str) -> Result<JobRow, ApiError> {
     let (account, id) = (caller.account_id.clone(), id.to_string());
-    app.store.read(move |c| jobs::load_owned(c, &account, &id)).await.map_err(job_store_error)?.ok_or(ApiError::UnknownJob)
+    app.store
+        .read(move |c| jobs::load_owned(c, &account, &id))
+        .await
+        .map_err(job_store_error)?
+        .ok_or(ApiError::UnknownJob)
 }
 
 async fn record(app: &App, row: JobRow, status: u16) -> Result<Resp, ApiError> {
@@ -80,11 +84,8 @@ pub async fn submit(app: &App, caller: &Caller, body: Value) -> Result<Resp, Api
     // An idempotent resend is answered from the store, whatever the engine
     // or registry are doing.
     let (account, key, hash) = (caller.account_id.clone(), sub.idempotency_key.clone(), jobs::body_hash(&sub));
-    let existing = app
-        .store
-        .read(move |c| jobs::find_by_idempotency_key(c, &account, &key))
-        .await
-        .map_err(job_store_error)?;
+    let existing =
+        app.store.read(move |c| jobs::find_by_idempotency_key(c, &account, &key)).await.map_err(job_store_error)?;
     if let Some(row) = existing {
         if row.1 != hash {
             return Err(ApiError::IdempotencyConflict);

@@ -100,7 +100,12 @@ pub async fn handle(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiE
         Err(e) => return Ok(rpc_error(400, PARSE_ERROR, &format!("Parse error: {e}"), Value::Null)),
     };
     let Value::Object(msg) = message else {
-        return Ok(rpc_error(400, INVALID_REQUEST, "Invalid Request: send one JSON-RPC message (no batches)", Value::Null));
+        return Ok(rpc_error(
+            400,
+            INVALID_REQUEST,
+            "Invalid Request: send one JSON-RPC message (no batches)",
+            Value::Null,
+        ));
     };
     if msg.get("jsonrpc") != Some(&json!("2.0")) {
         let id = msg.get("id").cloned().unwrap_or(Value::Null);
@@ -230,9 +235,11 @@ fn id_tool(name: &str, title: &str, description: &str, field: &str) -> Value {
 
 /// The tool list with input schemas that match the calls' validation.
 pub fn tools() -> Vec<Value> {
-    let quantity = |pattern: &str| json!({"type": "object", "properties": {
+    let quantity = |pattern: &str| {
+        json!({"type": "object", "properties": {
         "request": {"type": "string", "pattern": pattern}, "limit": {"type": "string", "pattern": pattern}},
-        "required": ["request", "limit"], "additionalProperties": false});
+        "required": ["request", "limit"], "additionalProperties": false})
+    };
     let cpu = quantity("^([0-9]+m|[0-9]*\\.?[0-9]+)$");
     let bytes = quantity("^[0-9]*\\.?[0-9]+(k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$");
     vec![

@@ -124,7 +124,8 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiErr
         (&Method::GET, ["downloads", item, kind]) => return downloads::serve(app, item, kind, req.uri().query()).await,
         // The session's token in the path is the credential of its CDP endpoint.
         (_, ["cdp", id, token, rest @ ..]) => {
-            let (id, token, rest) = (id.to_string(), token.to_string(), rest.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+            let (id, token, rest) =
+                (id.to_string(), token.to_string(), rest.iter().map(|s| s.to_string()).collect::<Vec<_>>());
             let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
             return crate::sessions::proxy::handle(app, &id, &token, &rest, req).await;
         }
@@ -146,12 +147,14 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiErr
         (&Method::POST, ["jobs", id, "cancel"]) => Call::Cancel(id.to_string()),
         (&Method::GET, ["jobs", id, "artifacts"]) => Call::JobArtifacts(id.to_string()),
         (&Method::GET, ["jobs", id, "logs"]) => Call::JobLogs { id: id.to_string(), query: query() },
-        (&Method::GET, ["artifacts", item, kind]) => Call::ArtifactUrl { item: item.to_string(), kind: kind.to_string() },
+        (&Method::GET, ["artifacts", item, kind]) => {
+            Call::ArtifactUrl { item: item.to_string(), kind: kind.to_string() }
+        }
         (&Method::GET, ["sessions"]) => Call::ListSessions,
         (&Method::DELETE, ["sessions", id]) => Call::ReleaseSession(id.to_string()),
-        (&Method::POST, ["batches"]) => {
-            Call::SubmitBatch(respond::json_body(req.into_body(), |detail| ApiError::InvalidBatchBody { detail }).await?)
-        }
+        (&Method::POST, ["batches"]) => Call::SubmitBatch(
+            respond::json_body(req.into_body(), |detail| ApiError::InvalidBatchBody { detail }).await?,
+        ),
         (&Method::POST, ["jobs"]) => {
             Call::SubmitJob(respond::json_body(req.into_body(), |detail| ApiError::InvalidJobRequest { detail }).await?)
         }
@@ -167,8 +170,16 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiErr
 fn is_api_path(segments: &[&str]) -> bool {
     matches!(
         segments,
-        ["grid"] | ["grid", "queue-depth"] | ["batches"] | ["batches", _] | ["jobs"] | ["jobs", _] | ["jobs", _, _]
-            | ["artifacts", _, _] | ["sessions"] | ["sessions", _] | ["mcp"]
+        ["grid"]
+            | ["grid", "queue-depth"]
+            | ["batches"]
+            | ["batches", _]
+            | ["jobs"]
+            | ["jobs", _]
+            | ["jobs", _, _]
+            | ["artifacts", _, _]
+            | ["sessions"]
+            | ["sessions", _]
+            | ["mcp"]
     )
 }
-

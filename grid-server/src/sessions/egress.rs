@@ -103,7 +103,8 @@ async fn serve(mut client: TcpStream, policy: &EgressPolicy, decisions: &Mutex<V
     let mut lines = head_text.split("\r\n");
     let request_line = lines.next().unwrap_or("");
     let mut parts = request_line.split_whitespace();
-    let (method, target, version) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""), parts.next().unwrap_or("HTTP/1.1"));
+    let (method, target, version) =
+        (parts.next().unwrap_or(""), parts.next().unwrap_or(""), parts.next().unwrap_or("HTTP/1.1"));
     let connect = method.eq_ignore_ascii_case("CONNECT");
     let (host, port, path) = if connect {
         let (h, p) = split_host_port(target, 443);
@@ -116,7 +117,11 @@ async fn serve(mut client: TcpStream, policy: &EgressPolicy, decisions: &Mutex<V
             Some(q) => format!("{}?{q}", url.path()),
             None => url.path().to_string(),
         };
-        (url.host_str().unwrap_or("").trim_matches(['[', ']']).to_string(), url.port_or_known_default().unwrap_or(80), path)
+        (
+            url.host_str().unwrap_or("").trim_matches(['[', ']']).to_string(),
+            url.port_or_known_default().unwrap_or(80),
+            path,
+        )
     };
     let addrs: Vec<SocketAddr> = match host.parse::<IpAddr>() {
         Ok(ip) => vec![SocketAddr::new(ip, port)],
@@ -136,7 +141,10 @@ async fn serve(mut client: TcpStream, policy: &EgressPolicy, decisions: &Mutex<V
     let mut upstream = match TcpStream::connect(&allowed[..]).await {
         Ok(s) => s,
         Err(e) => {
-            record(decisions, Decision { host: host.clone(), allowed: true, detail: format!("allowed; connect failed: {e}") });
+            record(
+                decisions,
+                Decision { host: host.clone(), allowed: true, detail: format!("allowed; connect failed: {e}") },
+            );
             return bad_gateway(&mut client, &e.to_string()).await;
         }
     };
@@ -163,7 +171,9 @@ async fn serve(mut client: TcpStream, policy: &EgressPolicy, decisions: &Mutex<V
 
 fn split_host_port(target: &str, default_port: u16) -> (String, u16) {
     match target.rsplit_once(':') {
-        Some((h, p)) if p.parse::<u16>().is_ok() => (h.trim_matches(['[', ']']).to_string(), p.parse().unwrap_or(default_port)),
+        Some((h, p)) if p.parse::<u16>().is_ok() => {
+            (h.trim_matches(['[', ']']).to_string(), p.parse().unwrap_or(default_port))
+        }
         _ => (target.trim_matches(['[', ']']).to_string(), default_port),
     }
 }

@@ -3,15 +3,12 @@
 //! launch (flags and environment), not per page.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::time::{Duration, Instant};
 
-use grid_core::catalog::Profile;
-use serde_json::{json, Value};
-use tokio::process::{Child, Command};
-
+use crate::browser::process::{self, BrowserProcess};
 use crate::browser::profiles::{self, UserAgent};
 use crate::ids::sha256_hex;
+use grid_core::catalog::Profile;
+use serde_json::{json, Value};
 
 /// Flags of every session browser on top of the grid's Chromium baseline.
 pub const SESSION_FLAGS: &[&str] = &[
@@ -44,7 +41,11 @@ impl BrowserBuild {
         // The Debian `chromium` command is a wrapper script: hash the binary it runs when there is one.
         let binary = real.parent().map(|d| d.join("chromium")).filter(|p| p.is_file() && *p != real);
         let bytes = std::fs::read(binary.as_ref().unwrap_or(&real))?;
-        Ok(BrowserBuild { executable: executable.to_path_buf(), digest: format!("sha256:{}", sha256_hex(&bytes)), major })
+        Ok(BrowserBuild {
+            executable: executable.to_path_buf(),
+            digest: format!("sha256:{}", sha256_hex(&bytes)),
+            major,
+        })
     }
 }
 
@@ -78,7 +79,10 @@ impl LaunchManifest {
             flags.push(format!("--proxy-server=http://127.0.0.1:{port}"));
             flags.push("--proxy-bypass-list=<-loopback>".into());
         }
-        let env = vec![("TZ".into(), m.timezone.to_string()), ("LANG".into(), format!("{}.UTF-8", m.locale.replace('-', "_")))];
+        let env = vec![
+            ("TZ".into(), m.timezone.to_string()),
+            ("LANG".into(), format!("{}.UTF-8", m.locale.replace('-', "_"))),
+        ];
         LaunchManifest { profile, flags, env }
     }
 
@@ -94,72 +98,11 @@ impl LaunchManifest {
     }
 }
 
-/// A running Chromium and its throwaway profile directory.
-pub struct BrowserProcess {
-    pub child: Child,
-    pub pid: i32,
-    pub port: u16,
-    /// `/devtools/browser/<id>`
-    pub ws_path: String,
-    user_data_dir: tempfile::TempDir,
-}
-
-/// Starts Chromium and waits until its DevTools endpoint is announced.
-pub async fn start(build: &BrowserBuild, manifest: &LaunchManifest, runtime_dir: &Path) -> std::io::Result<BrowserProcess> {
-    let user_data_dir = tempfile::Builder::new().prefix("session-").tempdir_in(runtime_dir)?;
-    let mut cmd = Command::new(&build.executable);
-    cmd.args(&manifest.flags)
-        .arg(format!("--user-data-dir={}", user_data_dir.path().display()))
-        .arg("about:blank")
-        .envs(manifest.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .process_group(0)
-        .kill_on_drop(true);
-    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
-    }
-    let mut child = cmd.spawn()?;
-    let pid = child.id().unwrap_or(0) as i32;
-    let port_file = user_data_dir.path().join("DevToolsActivePort");
-    let started = Instant::now();
-    loop {
-        if let Ok(text) = std::fs::read_to_string(&port_file) {
-            let mut lines = text.lines();
-            if let (Some(port), Some(path)) = (lines.next().and_then(|p| p.parse().ok()), lines.next()) {
-                return Ok(BrowserProcess { child, pid, port, ws_path: path.to_string(), user_data_dir });
-            }
-        }
-        if let Some(status) = child.try_wait()? {
-            return Err(std::io::Error::other(format!("chromium exited during start: {status}")));
-        }
-        if started.elapsed() > Duration::from_secs(30) {
-            kill_group(pid);
-            return Err(std::io::Error::other("chromium did not open its DevTools port within 30 s"));
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-impl BrowserProcess {
-    /// Kills the browser and every process it started.
-    pub fn stop(mut self) {
-        kill_group(self.pid);
-        let _ = self.child.start_kill();
-        drop(self.user_data_dir);
-    }
-}
-
-fn kill_group(pid: i32) {
-    if pid > 0 {
-        // SAFETY: sends a signal to the process group this module created.
-        unsafe {
-            libc::killpg(pid, libc::SIGKILL);
-        }
-    }
+/// Starts a session's Chromium and waits until its DevTools endpoint is announced.
+pub async fn start(
+    build: &BrowserBuild,
+    manifest: &LaunchManifest,
+    runtime_dir: &Path,
+) -> std::io::Result<BrowserProcess> {
+    process::start(&build.executable, &manifest.flags, &manifest.env, runtime_dir, "session-").await
 }

@@ -8,7 +8,6 @@
 //! or loss. Every end goes through the session state machine, which settles
 //! the ready time in the same transaction.
 
-pub mod cdp;
 pub mod egress;
 pub mod launch;
 pub mod proxy;
@@ -27,11 +26,13 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tracing::Instrument;
 
+use crate::browser::cdp::Connection;
+use crate::browser::process::BrowserProcess;
 use crate::http::App;
 use crate::ids::{now, sha256_hex};
 use crate::store::sessions as store;
 use egress::{EgressPolicy, EgressProxy};
-use launch::{BrowserBuild, BrowserProcess, LaunchManifest};
+use launch::{BrowserBuild, LaunchManifest};
 
 #[derive(Debug, Clone)]
 pub struct SessionConfig {
@@ -89,7 +90,11 @@ impl Sessions {
         self.live.lock().unwrap_or_else(|p| p.into_inner()).get(id).map(|h| h.live.clone())
     }
 
-    fn register(&self, id: &str, token_sha256: String) -> (watch::Sender<Option<(u16, String)>>, watch::Receiver<bool>) {
+    fn register(
+        &self,
+        id: &str,
+        token_sha256: String,
+    ) -> (watch::Sender<Option<(u16, String)>>, watch::Receiver<bool>) {
         let (endpoint, endpoint_rx) = watch::channel(None);
         let (end, ended) = watch::channel(false);
         let handle = Handle { live: Live { token_sha256, endpoint: endpoint_rx, ended: ended.clone() }, end };
@@ -157,7 +162,12 @@ async fn run(
         }
     };
     let ready_at = now();
-    let facts = attest(&browser, &build, &manifest, sub.profile, proxy.as_ref(), &app.sessions.config.probe_url).await;
+    let facts = tokio::time::timeout(
+        ATTEST_TIMEOUT,
+        attest(&browser, &build, &manifest, sub.profile, proxy.as_ref(), &app.sessions.config.probe_url),
+    )
+    .await
+    .unwrap_or_else(|_| Err(format!("no answer within {ATTEST_TIMEOUT:?}")));
     let (attestation, network) = match facts {
         Ok(f) => f,
         Err(e) => {
@@ -221,6 +231,9 @@ async fn end(app: &App, id: &str, event: Event, at: Millis) {
     app.sessions.signal_end(id);
 }
 
+/// Longest reading a fresh browser's attestation may take.
+const ATTEST_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Reads the browser's own account of itself, and for a session with a
 /// network policy, proof from inside that a private address is refused.
 async fn attest(
@@ -238,9 +251,10 @@ async fn attest(
         .json()
         .await
         .map_err(|e| e.to_string())?;
-    let mut cdp = cdp::Cdp::connect(&format!("ws://127.0.0.1:{}{}", browser.port, browser.ws_path)).await.map_err(|e| e.to_string())?;
+    let cdp = Connection::connect(&browser.ws_url()).await.map_err(|e| e.to_string())?;
     let inside = cdp
-        .evaluate_in_blank_page(
+        .evaluate_in_page(
+            "about:blank",
             "({language: navigator.language, timeZone: Intl.DateTimeFormat().resolvedOptions().timeZone, \
               width: window.outerWidth, height: window.outerHeight, dpr: window.devicePixelRatio})",
         )
@@ -275,7 +289,10 @@ async fn attest(
                 .await
                 .map_err(|e| e.to_string())?;
             let seen = seen.as_str().unwrap_or("").trim().to_string();
-            let host = url::Url::parse(probe_url).ok().and_then(|u| u.host_str().map(|h| h.trim_matches(['[', ']']).to_string())).unwrap_or_default();
+            let host = url::Url::parse(probe_url)
+                .ok()
+                .and_then(|u| u.host_str().map(|h| h.trim_matches(['[', ']']).to_string()))
+                .unwrap_or_default();
             let decision = proxy.decision_for(&host);
             let refused = seen.contains(egress::REFUSAL_TEXT) && decision.as_ref().is_some_and(|d| !d.allowed);
             Some(NetworkAttestation {
@@ -303,13 +320,16 @@ pub fn refill_warm(app: Arc<App>) {
         let Ok(build) = app.sessions.build().cloned() else { return };
         for profile in Profile::ALL {
             loop {
-                let have = app.sessions.warm.lock().unwrap_or_else(|p| p.into_inner()).get(&profile).map_or(0, Vec::len);
+                let have =
+                    app.sessions.warm.lock().unwrap_or_else(|p| p.into_inner()).get(&profile).map_or(0, Vec::len);
                 if have >= app.sessions.config.warm {
                     break;
                 }
                 let manifest = LaunchManifest::new(profile, &build, None);
                 match launch::start(&build, &manifest, &app.sessions.config.runtime_dir).await {
-                    Ok(b) => app.sessions.warm.lock().unwrap_or_else(|p| p.into_inner()).entry(profile).or_default().push(b),
+                    Ok(b) => {
+                        app.sessions.warm.lock().unwrap_or_else(|p| p.into_inner()).entry(profile).or_default().push(b)
+                    }
                     Err(e) => {
                         tracing::warn!(error = %e, "warm browser did not start");
                         break;

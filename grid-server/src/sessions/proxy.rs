@@ -33,7 +33,8 @@ pub async fn handle(app: &App, id: &str, token: &str, rest: &[&str], req: Reques
     }
     let (port, browser_path) = wait_ready(live.clone()).await?;
     let public = format!("{}/cdp/{id}/{token}", app.config.base_url);
-    let is_upgrade = req.headers().get(UPGRADE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
+    let is_upgrade =
+        req.headers().get(UPGRADE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
     let path = if rest.is_empty() { browser_path } else { format!("/{}", rest.join("/")) };
     if is_upgrade {
         return upgrade(port, &path, req, live).await;
@@ -71,25 +72,30 @@ async fn discovery(port: u16, path: &str, req: Request<Incoming>, public: &str) 
     let query = req.uri().query().map(|q| format!("?{q}")).unwrap_or_default();
     let url = format!("http://127.0.0.1:{port}{path}{query}");
     let client = reqwest::Client::new();
-    let upstream = client
-        .request(req.method().clone(), &url)
-        .send()
-        .await
-        .map_err(|_| ApiError::UnknownSession)?;
+    let upstream = client.request(req.method().clone(), &url).send().await.map_err(|_| ApiError::UnknownSession)?;
     let status = upstream.status();
-    let content_type =
-        upstream.headers().get(reqwest::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json").to_string();
+    let content_type = upstream
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json")
+        .to_string();
     let body = upstream.text().await.map_err(|_| ApiError::UnknownSession)?;
     let host = public.split_once("://").map_or(public, |(_, h)| h);
     let body = body
         .replace(&format!("ws://127.0.0.1:{port}/"), &format!("{}/", ws_base(public)))
         .replace(&format!("127.0.0.1:{port}/"), &format!("{host}/"));
-    Ok(respond::bytes(StatusCode::from_u16(status.as_u16()).unwrap_or(StatusCode::BAD_GATEWAY), &content_type, body.into_bytes()))
+    Ok(respond::bytes(
+        StatusCode::from_u16(status.as_u16()).unwrap_or(StatusCode::BAD_GATEWAY),
+        &content_type,
+        body.into_bytes(),
+    ))
 }
 
 async fn upgrade(port: u16, path: &str, mut req: Request<Incoming>, live: Live) -> Result<Resp, ApiError> {
     let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
-    let key = header("sec-websocket-key").ok_or(ApiError::InvalidBody { detail: vec!["sec-websocket-key: required for a WebSocket upgrade".into()] })?;
+    let key = header("sec-websocket-key")
+        .ok_or(ApiError::InvalidBody { detail: vec!["sec-websocket-key: required for a WebSocket upgrade".into()] })?;
     let mut handshake = format!(
         "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
          Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: {}\r\n",
@@ -119,7 +125,9 @@ async fn upgrade(port: u16, path: &str, mut req: Request<Incoming>, live: Live) 
         if let Some((name, value)) = line.split_once(':') {
             let lower = name.trim().to_ascii_lowercase();
             if lower.starts_with("sec-websocket-") {
-                if let (Ok(n), Ok(v)) = (hyper::header::HeaderName::from_bytes(lower.as_bytes()), HeaderValue::from_str(value.trim())) {
+                if let (Ok(n), Ok(v)) =
+                    (hyper::header::HeaderName::from_bytes(lower.as_bytes()), HeaderValue::from_str(value.trim()))
+                {
                     resp.headers_mut().insert(n, v);
                 }
             }

@@ -116,10 +116,7 @@ pub fn create_key(
 }
 
 pub fn revoke_key(conn: &Connection, key_id: &str, now: Millis) -> StoreResult<()> {
-    let n = conn.execute(
-        "UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?2) WHERE id = ?1",
-        (key_id, now.0),
-    )?;
+    let n = conn.execute("UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?2) WHERE id = ?1", (key_id, now.0))?;
     if n == 0 {
         return Err(StoreError::NotFound(format!("key {key_id}")));
     }
@@ -200,17 +197,24 @@ pub fn balance(conn: &Connection, account_id: &str) -> StoreResult<Balance> {
 
 /// What the key's reservations made on `day` still hold or were charged.
 pub fn daily_use(conn: &Connection, key_id: &str, day: i64) -> StoreResult<DailyUse> {
-    let used = conn.prepare_cached(
-        "SELECT COALESCE(SUM(CASE kind WHEN 'reserve' THEN amount WHEN 'release' THEN -amount ELSE 0 END), 0)
+    let used = conn
+        .prepare_cached(
+            "SELECT COALESCE(SUM(CASE kind WHEN 'reserve' THEN amount WHEN 'release' THEN -amount ELSE 0 END), 0)
            FROM ledger WHERE key_id = ?1 AND reservation_day = ?2",
-    )?
-    .query_row((key_id, day), |r| r.get(0))?;
+        )?
+        .query_row((key_id, day), |r| r.get(0))?;
     Ok(DailyUse { used_micros: used })
 }
 
 /// Checks credit and the daily cap, then takes the reservation, all inside
 /// the caller's transaction so that nothing else can spend the same credit.
-pub fn reserve(conn: &Connection, caller: &Caller, micros: i64, subject: &str, now: Millis) -> Result<(), ReserveError> {
+pub fn reserve(
+    conn: &Connection,
+    caller: &Caller,
+    micros: i64,
+    subject: &str,
+    now: Millis,
+) -> Result<(), ReserveError> {
     balance(conn, &caller.account_id)?.check_reservation(micros)?;
     if let Some(key_id) = &caller.key_id {
         daily_use(conn, key_id, now.utc_day())?.check(caller.daily_cap_micros, micros, now)?;

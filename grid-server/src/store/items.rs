@@ -245,8 +245,7 @@ pub fn claim_next(conn: &Connection, now: Millis, backoff: Backoff) -> Result<Op
 
 /// When the earliest delayed item becomes due, if any.
 pub fn next_wake(conn: &Connection) -> StoreResult<Option<Millis>> {
-    let t: Option<i64> =
-        conn.query_row("SELECT MIN(run_at) FROM items WHERE state = 'delayed'", [], |r| r.get(0))?;
+    let t: Option<i64> = conn.query_row("SELECT MIN(run_at) FROM items WHERE state = 'delayed'", [], |r| r.get(0))?;
     Ok(t.map(Millis))
 }
 
@@ -337,9 +336,7 @@ pub fn item_view(conn: &Connection, account_id: &str, id: &str) -> StoreResult<O
 /// `UnknownJob` for another account's (or no) item, `ArtifactNotPresent`
 /// when the item has no such file.
 pub fn check_artifact(conn: &Connection, account_id: &str, id: &str, kind: ArtifactKind) -> Result<(), ApiError> {
-    let owned = load_item(conn, id)
-        .map_err(|_| ApiError::Internal)?
-        .is_some_and(|r| r.account_id == account_id);
+    let owned = load_item(conn, id).map_err(|_| ApiError::Internal)?.is_some_and(|r| r.account_id == account_id);
     if !owned {
         return Err(ApiError::UnknownJob);
     }

@@ -93,7 +93,11 @@ pub fn attempt_reservation(sub: &JobSubmission) -> i64 {
 }
 
 /// The job of an idempotency key, with its body hash.
-pub fn find_by_idempotency_key(conn: &Connection, account_id: &str, key: &str) -> StoreResult<Option<(JobRow, String)>> {
+pub fn find_by_idempotency_key(
+    conn: &Connection,
+    account_id: &str,
+    key: &str,
+) -> StoreResult<Option<(JobRow, String)>> {
     let found: Option<(String, String)> = conn
         .query_row(
             "SELECT id, body_hash FROM jobs WHERE account_id = ?1 AND idempotency_key = ?2",
@@ -169,7 +173,9 @@ const JOB_COLUMNS: &str = "id, account_id, key_id, request, image_digest, priori
      executors, reservations, reserved_micros, reservation_day, created_at";
 
 fn job_row(r: &Row) -> rusqlite::Result<JobRow> {
-    let bad = |i: usize, e: serde_json::Error| rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, Box::new(e));
+    let bad = |i: usize, e: serde_json::Error| {
+        rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, Box::new(e))
+    };
     let body: String = r.get(3)?;
     let machine: String = r.get(8)?;
     let executors: String = r.get(9)?;
@@ -245,7 +251,8 @@ pub fn transition(
                 let sub = row.submission()?;
                 let amount = attempt_reservation(&sub);
                 // A retry is billed to whoever asked for it; the job's own key otherwise.
-                let owner = Caller { account_id: row.account_id.clone(), key_id: row.key_id.clone(), ..Default::default() };
+                let owner =
+                    Caller { account_id: row.account_id.clone(), key_id: row.key_id.clone(), ..Default::default() };
                 let payer = caller.unwrap_or(&owner);
                 row.reservations += 1;
                 row.reserved_micros = amount;
@@ -381,12 +388,21 @@ pub fn list(
     if filter.label.is_some() {
         sql.push_str(" JOIN job_labels l ON l.job_id = j.id AND l.key = ?4 AND l.value = ?5");
     }
-    sql.push_str(" WHERE j.account_id = ?1 AND j.seq < ?2 AND (?3 IS NULL OR j.phase = ?3) ORDER BY j.seq DESC LIMIT ?6");
+    sql.push_str(
+        " WHERE j.account_id = ?1 AND j.seq < ?2 AND (?3 IS NULL OR j.phase = ?3) ORDER BY j.seq DESC LIMIT ?6",
+    );
     let (lk, lv) = filter.label.clone().unzip();
     let ids: Vec<(i64, String)> = conn
         .prepare_cached(&sql)?
         .query_map(
-            params![account_id, before.unwrap_or(i64::MAX), filter.phase.map(JobPhase::as_str), lk, lv, limit as i64 + 1],
+            params![
+                account_id,
+                before.unwrap_or(i64::MAX),
+                filter.phase.map(JobPhase::as_str),
+                lk,
+                lv,
+                limit as i64 + 1
+            ],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )?
         .collect::<Result<_, _>>()?;

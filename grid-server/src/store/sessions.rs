@@ -143,7 +143,10 @@ pub fn live_of(conn: &Connection, account_id: &str) -> StoreResult<Vec<SessionRo
 }
 
 pub fn live_ids(conn: &Connection) -> StoreResult<Vec<String>> {
-    Ok(conn.prepare_cached("SELECT id FROM sessions WHERE live = 1")?.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?)
+    Ok(conn
+        .prepare_cached("SELECT id FROM sessions WHERE live = 1")?
+        .query_map([], |r| r.get(0))?
+        .collect::<Result<_, _>>()?)
 }
 
 /// Applies an event and settles in the same transaction when the session

@@ -128,11 +128,20 @@ async fn main() {
         ],
         ..Default::default()
     });
-    eprintln!("bench: grid-server on {}, {} pages, {} browsers x {} pages", server.base_url(), c.items, c.browsers, c.pages);
+    eprintln!(
+        "bench: grid-server on {}, {} pages, {} browsers x {} pages",
+        server.base_url(),
+        c.items,
+        c.browsers,
+        c.pages
+    );
     let (stop, peak) = sample_peak();
     let started = Instant::now();
     let batch = server
-        .submit_as(server.api_key(), &json!({"urls": urls, "script": "capture", "profileId": "native-headless-browser/v2"}))
+        .submit_as(
+            server.api_key(),
+            &json!({"urls": urls, "script": "capture", "profileId": "native-headless-browser/v2"}),
+        )
         .await;
     let done = server.wait_batch_done(&batch, deadline.saturating_duration_since(Instant::now())).await;
     let grid_secs = started.elapsed().as_secs_f64();
@@ -157,7 +166,10 @@ async fn main() {
     let endpoint = format!("{}/chromium/screenshot?token=peer", c.browserless.trim_end_matches('/'));
     let probe = client.get(format!("{}/pressure?token=peer", c.browserless.trim_end_matches('/'))).send().await;
     if !probe.is_ok_and(|r| r.status().is_success()) {
-        eprintln!("bench: Browserless not reachable at {}; start it with bash ../shared/peers/browserless.sh", c.browserless);
+        eprintln!(
+            "bench: Browserless not reachable at {}; start it with bash ../shared/peers/browserless.sh",
+            c.browserless
+        );
         std::process::exit(1);
     }
     let (stop, peak) = sample_peak();
@@ -167,7 +179,8 @@ async fn main() {
     let started = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..concurrency {
-        let (client, endpoint, next, ok, urls) = (client.clone(), endpoint.clone(), next.clone(), ok.clone(), urls.clone());
+        let (client, endpoint, next, ok, urls) =
+            (client.clone(), endpoint.clone(), next.clone(), ok.clone(), urls.clone());
         tasks.push(tokio::spawn(async move {
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
