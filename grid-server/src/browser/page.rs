@@ -125,6 +125,34 @@ fn classify(e: CdpError, what: &str) -> PageError {
     }
 }
 
+/// How long each step of an item took, logged at debug level
+/// (`RUST_LOG=grid_server::browser=debug`) to see where an item's time goes.
+struct Steps {
+    last: Instant,
+    took: Vec<(&'static str, u64)>,
+}
+
+impl Steps {
+    fn new() -> Steps {
+        Steps { last: Instant::now(), took: Vec::with_capacity(8) }
+    }
+
+    fn mark(&mut self, step: &'static str) {
+        let now = Instant::now();
+        self.took.push((step, (now - self.last).as_millis() as u64));
+        self.last = now;
+    }
+}
+
+impl std::fmt::Display for Steps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (step, ms)) in self.took.iter().enumerate() {
+            write!(f, "{}{step}={ms}ms", if i == 0 { "" } else { " " })?;
+        }
+        Ok(())
+    }
+}
+
 /// Facts gathered from the page's events.
 #[derive(Default)]
 struct Seen {
@@ -144,6 +172,7 @@ struct Seen {
 /// Runs one item's page in a fresh browser context, disposed afterwards.
 pub async fn run(chromium: &Chromium, spec: &PageSpec) -> Result<PageOutcome, PageError> {
     let cdp = &chromium.cdp;
+    let mut steps = Steps::new();
     let context_id = cdp
         .call(
             None,
@@ -157,17 +186,25 @@ pub async fn run(chromium: &Chromium, spec: &PageSpec) -> Result<PageOutcome, Pa
         .await
         .map_err(|e| classify(e, "Target.createBrowserContext"))?
         .browser_context_id;
-    let result = open(chromium, spec, &context_id).await;
+    steps.mark("context");
+    let result = open(chromium, spec, &context_id, &mut steps).await;
     let dispose = cdp.call(None, Target::DisposeBrowserContext { browser_context_id: context_id });
     match tokio::time::timeout(DISPOSE_TIMEOUT, dispose).await {
         Ok(Ok(_)) => {}
         Ok(Err(e)) => tracing::debug!(browser = %chromium.id, error = %e, "disposing a browser context failed"),
         Err(_) => tracing::warn!(browser = %chromium.id, "disposing a browser context took over {DISPOSE_TIMEOUT:?}"),
     }
+    steps.mark("dispose");
+    tracing::debug!(browser = %chromium.id, url = %spec.url, ok = result.is_ok(), "page steps: {steps}");
     result
 }
 
-async fn open(chromium: &Chromium, spec: &PageSpec, context_id: &str) -> Result<PageOutcome, PageError> {
+async fn open(
+    chromium: &Chromium,
+    spec: &PageSpec,
+    context_id: &str,
+    steps: &mut Steps,
+) -> Result<PageOutcome, PageError> {
     let cdp = &chromium.cdp;
     let (width, height) = spec.manifest.viewport;
     let target_id = cdp
@@ -191,11 +228,13 @@ async fn open(chromium: &Chromium, spec: &PageSpec, context_id: &str) -> Result<
         .await
         .map_err(|e| classify(e, "Target.createTarget"))?
         .target_id;
+    steps.mark("target");
     let session = cdp
         .call(None, Target::AttachToTarget { target_id: target_id.clone(), flatten: Some(true) })
         .await
         .map_err(|e| classify(e, "Target.attachToTarget"))?
         .session_id;
+    steps.mark("attach");
     let events = cdp.subscribe(&session);
     let mut page = PageDriver {
         cdp: cdp.clone(),
@@ -205,7 +244,7 @@ async fn open(chromium: &Chromium, spec: &PageSpec, context_id: &str) -> Result<
         rules: spec.rules.clone(),
         seen: Seen::default(),
     };
-    let result = page.drive(chromium, spec).await;
+    let result = page.drive(chromium, spec, steps).await;
     cdp.unsubscribe(&page.session);
     result
 }
@@ -238,7 +277,12 @@ impl PageDriver {
         Box::pin(async move { answer.await.map(drop) })
     }
 
-    async fn drive(&mut self, chromium: &Chromium, spec: &PageSpec) -> Result<PageOutcome, PageError> {
+    async fn drive(
+        &mut self,
+        chromium: &Chromium,
+        spec: &PageSpec,
+        steps: &mut Steps,
+    ) -> Result<PageOutcome, PageError> {
         // Setup: one burst, answered in order by the page.
         let mut setup = vec![
             self.command(Page::Enable { enable_file_chooser_opened_event: None }),
@@ -258,6 +302,7 @@ impl PageDriver {
             setup.push(self.command(Fetch::Enable { patterns: Some(vec![all]), handle_auth_requests: None }));
         }
         futures_util::future::try_join_all(setup).await?;
+        steps.mark("setup");
 
         // Navigate. Page.navigate answers once the main document's response
         // arrived (which may be never), so it races the budget.
@@ -278,6 +323,7 @@ impl PageDriver {
                 return Err(PageError::Timeout(format!("no response for the main document within {budget_ms} ms")));
             }
         };
+        steps.mark("navigate");
         if let Some(error_text) = nav.error_text {
             if let Some(b) = self.seen.blocked.iter().find(|b| b.main) {
                 return Err(PageError::Refused(format!("main document {} refused: {}", b.url, b.reason)));
@@ -303,6 +349,7 @@ impl PageDriver {
             return Err(PageError::Timeout(format!("page did not reach {what} within {budget_ms} ms")));
         }
         let loaded_ms = started.elapsed().as_millis() as u64;
+        steps.mark("load");
         let main = self
             .seen
             .documents
@@ -357,6 +404,7 @@ impl PageDriver {
         let Some((facts, screenshot, body)) = collected else {
             return Err(PageError::Timeout("collecting the page's files took a day".into()));
         };
+        steps.mark("collect");
         let facts = facts?;
         if let Some(ex) = facts.exception_details {
             return Err(PageError::Cdp(format!("reading the page: {}", ex.text)));
