@@ -5,6 +5,7 @@ mod browser;
 mod capture;
 mod compute;
 mod config;
+mod egress;
 mod http;
 mod ids;
 mod sessions;
@@ -39,6 +40,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once at start; boxing the big variant would save nothing worth having.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Run the API server, capture workers and settlement pass.
@@ -343,7 +346,7 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         max_sessions: args.max_sessions,
         disabled: args.sessions_disabled,
         warm: args.warm_sessions,
-        egress: sessions::egress::EgressPolicy { treat_as_public: args.session_treat_as_public.clone() },
+        egress: egress::EgressPolicy { treat_as_public: args.session_treat_as_public.clone() },
         probe_url: args.session_probe_url.clone(),
         runtime_dir,
     };

@@ -200,6 +200,10 @@ async fn route(req: Request<Incoming>, hits: Arc<Mutex<Hits>>) -> Response<Full<
             respond(StatusCode::OK, "text/html; charset=utf-8", browser_pages::cross(&other))
         }
         ["never-loads"] => respond(StatusCode::OK, "text/html; charset=utf-8", browser_pages::NEVER_LOADS),
+        ["websocket"] => {
+            let to = query_param(&req, "to").unwrap_or_default();
+            respond(StatusCode::OK, "text/html; charset=utf-8", browser_pages::websocket(&to))
+        }
         ["facts"] => respond(StatusCode::OK, "text/html; charset=utf-8", browser_pages::FACTS),
         ["throws"] => respond(StatusCode::OK, "text/html; charset=utf-8", browser_pages::THROWS),
         ["pixel.png"] => respond(StatusCode::OK, "image/png", browser_pages::PIXEL_PNG),
@@ -240,6 +244,21 @@ pub mod browser_pages {
         format!(
             "<!doctype html><html><head><title>cross</title><script src=\"{other}/cross.js\"></script></head>\
              <body><h1>cross</h1><img src=\"{other}/pixel.png\" alt=\"other host\"></body></html>\n"
+        )
+    }
+
+    /// Opens a WebSocket to `to` at once and shows how it went in
+    /// `<p id="ws">` (`open` or `error`); an image from `/slow` holds the
+    /// load event 1.5 s, long enough for the attempt to settle.
+    pub fn websocket(to: &str) -> String {
+        let to = serde_json::to_string(to).unwrap_or_default();
+        format!(
+            "<!doctype html><html><head><title>websocket</title></head><body><p id=\"ws\">pending</p>\n\
+             <script>\n\
+             var ws = new WebSocket({to});\n\
+             ws.onopen = function () {{ document.getElementById('ws').textContent = 'open'; }};\n\
+             ws.onerror = function () {{ document.getElementById('ws').textContent = 'error'; }};\n\
+             </script><img src=\"/slow?ms=1500\"></body></html>\n"
         )
     }
 

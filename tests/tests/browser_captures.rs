@@ -3,6 +3,8 @@
 //! allowedHosts, wait rules, failure classes, browser replacement and
 //! prices. Pages come from a local `Target` on 127.0.0.1.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -141,6 +143,51 @@ async fn disallowed_host_is_blocked_and_listed_in_meta() {
     assert_eq!(m["blockedRequests"], json!([]), "{m}");
     assert_eq!(target.hits("/pixel.png"), 1);
     assert_eq!(target.hits("/cross.js"), 1);
+}
+
+/// Counts TCP connections accepted on a fresh 127.0.0.1 port.
+async fn counting_listener() -> (u16, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let count = Arc::new(AtomicUsize::new(0));
+    let c = count.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            c.fetch_add(1, Ordering::SeqCst);
+            drop(stream);
+        }
+    });
+    (port, count)
+}
+
+/// Request interception never sees WebSockets: the item's egress proxy
+/// refuses them at the network edge.
+#[tokio::test]
+async fn websocket_to_a_host_outside_allowed_hosts_is_refused_at_the_edge() {
+    let target = Target::start();
+    let server = GridServer::start(opts());
+    let (port, reached) = counting_listener().await;
+    let ws = format!("ws://localhost:{port}/probe");
+    let url = target.url(&format!("/websocket?to={ws}"));
+
+    let (refused, _) =
+        completed(&server, json!({"urls": [url], "script": "render-fetch", "params": {"allowedHosts": []}})).await;
+    assert_eq!(reached.load(Ordering::SeqCst), 0, "the WebSocket reached a host outside allowedHosts");
+    assert!(text(&server, &refused, "html").await.contains("<p id=\"ws\">error</p>"), "the page saw no refusal");
+    let m = meta(&server, &refused).await;
+    let listed = m["blockedRequests"].as_array().unwrap_or_else(|| panic!("no blockedRequests: {m}"));
+    assert!(
+        listed.iter().any(|b| b["url"] == json!(ws)
+            && b["host"] == json!("localhost")
+            && b["resourceType"] == json!("WebSocket")
+            && b["reason"] == json!("host not in allowedHosts")),
+        "{m}"
+    );
+
+    // Listed, the host is reached through the same proxy.
+    completed(&server, json!({"urls": [url], "script": "render-fetch", "params": {"allowedHosts": ["localhost"]}}))
+        .await;
+    assert_eq!(reached.load(Ordering::SeqCst), 1, "an allowed WebSocket did not get through");
 }
 
 #[tokio::test]

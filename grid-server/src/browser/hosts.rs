@@ -1,14 +1,22 @@
 //! Which requests a page may make: the `allowedHosts` parameter of
 //! `render-fetch` and `browser-fetch`, and the private-network guard.
 //!
-//! Both are enforced on every request the page makes (documents, frames,
-//! scripts, images, XHR/fetch, redirects) through CDP `Fetch` interception;
-//! a refused request fails with `net::ERR_BLOCKED_BY_CLIENT` and is listed
-//! in the item's meta under `blockedRequests`.
+//! Both are enforced twice:
+//! - on every request the page makes (documents, frames, scripts, images,
+//!   XHR/fetch, redirects) through CDP `Fetch` interception; a refused
+//!   request fails with `net::ERR_BLOCKED_BY_CLIENT` and is listed in the
+//!   item's meta under `blockedRequests`;
+//! - at the network edge, by the item's own egress proxy (`crate::egress`,
+//!   set as its browser context's proxy): it sees every connection,
+//!   WebSockets included, and checks the addresses it resolved itself, so
+//!   neither interception's blind spots nor a DNS answer that changes
+//!   between the check and the connection get past the rules.
 
 use std::net::IpAddr;
 
 use grid_core::netaddr::is_public;
+
+use crate::egress::Policy;
 use url::Url;
 
 /// Why a request was refused.
@@ -53,16 +61,35 @@ impl RequestRules {
         if !matches!(url.scheme(), "http" | "https" | "ws" | "wss") {
             return Ok(());
         }
-        let host = host_of(&url);
-        if let Some((own, allowed)) = &self.allowed_hosts {
-            if host != *own && !allowed.iter().any(|pattern| host_matches(pattern, &host)) {
-                return Err(Refusal::HostNotAllowed);
-            }
+        if !self.host_allowed(&host_of(&url)) {
+            return Err(Refusal::HostNotAllowed);
         }
         if self.guard_private {
             check_public(&url).await?;
         }
         Ok(())
+    }
+
+    /// The `allowedHosts` half: `host` as [`host_of`] writes it.
+    fn host_allowed(&self, host: &str) -> bool {
+        match &self.allowed_hosts {
+            Some((own, allowed)) => host == own || allowed.iter().any(|pattern| host_matches(pattern, host)),
+            None => true,
+        }
+    }
+}
+
+/// The same rules at the network edge: an item's egress proxy refuses what
+/// the per-request check would, for every connection its browser context
+/// opens (WebSockets included, which CDP request interception never sees),
+/// on the addresses the proxy itself resolved.
+impl Policy for RequestRules {
+    fn refuse_host(&self, host: &str) -> Option<String> {
+        (!self.host_allowed(host)).then(|| Refusal::HostNotAllowed.reason())
+    }
+
+    fn allows_ip(&self, ip: IpAddr) -> bool {
+        !self.guard_private || is_public(ip)
     }
 }
 

@@ -17,6 +17,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
@@ -31,6 +32,7 @@ use super::cdp::{CdpError, Connection, Event};
 use super::hosts::{host_of, RequestRules};
 use super::pool::Chromium;
 use super::profiles::{Manifest, UserAgent};
+use crate::egress::{self, EgressProxy, REFUSED_HEADER};
 
 /// Full-page screenshots stop at this height (CSS pixels).
 pub const MAX_FULL_PAGE_HEIGHT: f64 = 16_384.0;
@@ -41,6 +43,9 @@ const MAX_LISTED: usize = 200;
 const DISPOSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Chromium's response-body buffers for `browser-fetch` (total, per resource).
 const BODY_BUFFERS: (u64, u64) = (64 * 1024 * 1024, 32 * 1024 * 1024);
+/// `reason` of a request the egress proxy refused (it resolved the host to
+/// a non-public address after the per-request check let it through).
+const PROXY_REFUSAL: &str = "private network: refused by the grid's egress proxy";
 /// The DOM as `html` serves it: doctype + `<html>` element.
 const HTML_EXPRESSION: &str = "(document.doctype ? new XMLSerializer().serializeToString(document.doctype) : '') + \
      (document.documentElement ? document.documentElement.outerHTML : '')";
@@ -160,8 +165,9 @@ struct Seen {
     lifecycle: Vec<(String, String)>,
     /// Main-frame document responses by loaderId.
     documents: HashMap<String, MainResponse>,
-    /// Request URLs by requestId (to name failed requests).
-    requests: HashMap<String, String>,
+    /// Request URLs and resource types by requestId (to name failed and
+    /// refused requests).
+    requests: HashMap<String, (String, String)>,
     failed: Vec<Value>,
     errors: Vec<Value>,
     blocked: Vec<Blocked>,
@@ -169,17 +175,35 @@ struct Seen {
     crashed: Option<String>,
 }
 
+/// The egress proxy's refusal of `url`'s host, if it refused it: a refused
+/// CONNECT reaches the page only as a failed tunnel.
+fn proxy_refusal(egress: Option<&EgressProxy>, url: &str) -> Option<String> {
+    let host = url::Url::parse(url).ok()?.host_str()?.trim_matches(['[', ']']).to_string();
+    let decision = egress?.decision_for(&host)?;
+    (!decision.allowed).then_some(decision.reason)
+}
+
 /// Runs one item's page in a fresh browser context, disposed afterwards.
 pub async fn run(chromium: &Chromium, spec: &PageSpec) -> Result<PageOutcome, PageError> {
     let cdp = &chromium.cdp;
     let mut steps = Steps::new();
+    // The item's rules at the network edge: its context's own proxy.
+    let egress = if spec.rules.intercepts() {
+        let proxy = EgressProxy::start(Arc::new(spec.rules.clone()))
+            .await
+            .map_err(|e| PageError::Cdp(format!("starting the item's egress proxy: {e}")))?;
+        Some(Arc::new(proxy))
+    } else {
+        None
+    };
     let context_id = cdp
         .call(
             None,
             Target::CreateBrowserContext {
                 dispose_on_detach: None,
-                proxy_server: None,
-                proxy_bypass_list: None,
+                proxy_server: egress.as_ref().map(|p| format!("http://127.0.0.1:{}", p.port)),
+                // Chromium sends loopback requests around a proxy unless told not to.
+                proxy_bypass_list: egress.as_ref().map(|_| "<-loopback>".to_string()),
                 origins_with_universal_network_access: None,
             },
         )
@@ -187,7 +211,7 @@ pub async fn run(chromium: &Chromium, spec: &PageSpec) -> Result<PageOutcome, Pa
         .map_err(|e| classify(e, "Target.createBrowserContext"))?
         .browser_context_id;
     steps.mark("context");
-    let result = open(chromium, spec, &context_id, &mut steps).await;
+    let result = open(chromium, spec, &context_id, egress, &mut steps).await;
     let dispose = cdp.call(None, Target::DisposeBrowserContext { browser_context_id: context_id });
     match tokio::time::timeout(DISPOSE_TIMEOUT, dispose).await {
         Ok(Ok(_)) => {}
@@ -203,6 +227,7 @@ async fn open(
     chromium: &Chromium,
     spec: &PageSpec,
     context_id: &str,
+    egress: Option<Arc<EgressProxy>>,
     steps: &mut Steps,
 ) -> Result<PageOutcome, PageError> {
     let cdp = &chromium.cdp;
@@ -242,6 +267,7 @@ async fn open(
         main_frame: target_id,
         events,
         rules: spec.rules.clone(),
+        egress,
         seen: Seen::default(),
     };
     let result = page.drive(chromium, spec, steps).await;
@@ -258,6 +284,8 @@ struct PageDriver {
     main_frame: String,
     events: mpsc::UnboundedReceiver<Event>,
     rules: RequestRules,
+    /// The item's egress proxy, when it has rules.
+    egress: Option<Arc<EgressProxy>>,
     seen: Seen,
 }
 
@@ -328,6 +356,9 @@ impl PageDriver {
             if let Some(b) = self.seen.blocked.iter().find(|b| b.main) {
                 return Err(PageError::Refused(format!("main document {} refused: {}", b.url, b.reason)));
             }
+            if let Some(refusal) = proxy_refusal(self.egress.as_deref(), &spec.url) {
+                return Err(PageError::Refused(format!("main document {} refused: {refusal}", spec.url)));
+            }
             return Err(PageError::Navigation(format!("navigation failed: {error_text}")));
         }
         if nav.is_download == Some(true) {
@@ -356,6 +387,9 @@ impl PageDriver {
             .get(&loader)
             .cloned()
             .ok_or_else(|| PageError::Navigation("loaded without a main document response".into()))?;
+        if main.headers.get(REFUSED_HEADER).is_some_and(|v| v == "refused") {
+            return Err(PageError::Refused(format!("main document {} refused: {PROXY_REFUSAL}", main.url)));
+        }
 
         // Collect: facts and DOM, screenshot and body in one burst. The
         // item's watchdog (scripts.rs) bounds this phase.
@@ -426,6 +460,7 @@ impl PageDriver {
             Some(b) => Some(b.body.into_bytes()),
             None => None,
         };
+        self.list_proxy_refusals();
         Ok(PageOutcome {
             main,
             final_url,
@@ -465,6 +500,37 @@ impl PageDriver {
         Ok(true)
     }
 
+    /// Lists what the egress proxy refused that interception did not (a
+    /// WebSocket, a name that resolved differently for the proxy), by the
+    /// page's requests to the refused host.
+    fn list_proxy_refusals(&mut self) {
+        let Some(egress) = &self.egress else { return };
+        for d in egress.decisions().into_iter().filter(|d| !d.allowed) {
+            let host = egress::host_key(&d.host);
+            let seen = &mut self.seen;
+            let already: Vec<String> = seen.blocked.iter().map(|b| b.url.clone()).collect();
+            let mut requests: Vec<(String, String)> = seen
+                .requests
+                .values()
+                .filter(|(url, _)| url::Url::parse(url).is_ok_and(|u| host_of(&u) == host) && !already.contains(url))
+                .cloned()
+                .collect();
+            requests.sort();
+            requests.dedup();
+            for (url, resource_type) in requests {
+                if seen.blocked.len() < MAX_LISTED {
+                    seen.blocked.push(Blocked {
+                        url,
+                        host: host.clone(),
+                        resource_type,
+                        reason: d.reason.clone(),
+                        main: false,
+                    });
+                }
+            }
+        }
+    }
+
     fn stop_loading(&self) {
         // Sent now; the answer does not matter.
         drop(self.cdp.send(Some(&self.session), "Page.stopLoading", json!({})));
@@ -482,32 +548,46 @@ impl PageDriver {
             "Page.lifecycleEvent" if p["frameId"] == self.main_frame.as_str() => {
                 seen.lifecycle.push((str_of(&p["loaderId"]), str_of(&p["name"])));
             }
-            "Network.requestWillBeSent" => {
-                if seen.requests.len() < 10_000 {
-                    seen.requests.insert(str_of(&p["requestId"]), str_of(&p["request"]["url"]));
-                }
+            "Network.requestWillBeSent" if seen.requests.len() < 10_000 => {
+                seen.requests.insert(str_of(&p["requestId"]), (str_of(&p["request"]["url"]), str_of(&p["type"])));
             }
-            "Network.responseReceived" if p["type"] == "Document" && p["frameId"] == self.main_frame.as_str() => {
+            "Network.webSocketCreated" if seen.requests.len() < 10_000 => {
+                seen.requests.insert(str_of(&p["requestId"]), (str_of(&p["url"]), "WebSocket".into()));
+            }
+            "Network.responseReceived" => {
                 let r = &p["response"];
-                let headers = r["headers"]
+                let headers: Map<String, Value> = r["headers"]
                     .as_object()
                     .map(|h| h.iter().map(|(k, v)| (k.to_ascii_lowercase(), v.clone())).collect())
                     .unwrap_or_default();
-                seen.documents.insert(
-                    str_of(&p["loaderId"]),
-                    MainResponse {
-                        request_id: str_of(&p["requestId"]),
-                        url: str_of(&r["url"]),
-                        status: r["status"].as_u64().or_else(|| r["status"].as_f64().map(|f| f as u64)).unwrap_or(0)
-                            as u32,
-                        status_text: str_of(&r["statusText"]),
-                        mime_type: str_of(&r["mimeType"]),
-                        headers,
-                    },
-                );
+                let main = p["type"] == "Document" && p["frameId"] == self.main_frame.as_str();
+                if headers.get(REFUSED_HEADER).is_some_and(|v| v == "refused") && seen.blocked.len() < MAX_LISTED {
+                    let url = str_of(&r["url"]);
+                    seen.blocked.push(Blocked {
+                        host: url::Url::parse(&url).map(|u| host_of(&u)).unwrap_or_default(),
+                        resource_type: str_of(&p["type"]),
+                        reason: PROXY_REFUSAL.into(),
+                        main,
+                        url,
+                    });
+                }
+                if main {
+                    seen.documents.insert(
+                        str_of(&p["loaderId"]),
+                        MainResponse {
+                            request_id: str_of(&p["requestId"]),
+                            url: str_of(&r["url"]),
+                            status: r["status"].as_u64().or_else(|| r["status"].as_f64().map(|f| f as u64)).unwrap_or(0)
+                                as u32,
+                            status_text: str_of(&r["statusText"]),
+                            mime_type: str_of(&r["mimeType"]),
+                            headers,
+                        },
+                    );
+                }
             }
             "Network.loadingFailed" => {
-                let url = seen.requests.get(&str_of(&p["requestId"])).cloned().unwrap_or_default();
+                let url = seen.requests.get(&str_of(&p["requestId"])).map(|(url, _)| url.clone()).unwrap_or_default();
                 let error = str_of(&p["errorText"]);
                 // Requests refused by the rules are listed as blocked instead.
                 let refused = error.contains("ERR_BLOCKED_BY_CLIENT") && seen.blocked.iter().any(|b| b.url == url);

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use crate::browser::process::{self, BrowserProcess};
 use crate::browser::profiles::{self, UserAgent};
+use crate::egress::EgressProxy;
 use crate::ids::sha256_hex;
 use grid_core::catalog::Profile;
 use serde_json::{json, Value};
@@ -58,7 +59,7 @@ pub struct LaunchManifest {
 }
 
 impl LaunchManifest {
-    pub fn new(profile: Profile, build: &BrowserBuild, proxy_port: Option<u16>) -> LaunchManifest {
+    pub fn new(profile: Profile, build: &BrowserBuild, proxy: Option<&EgressProxy>) -> LaunchManifest {
         let m = profiles::manifest(profile);
         let mut flags: Vec<String> =
             profiles::CHROMIUM_BASELINE.iter().chain(SESSION_FLAGS).map(|f| f.to_string()).collect();
@@ -74,10 +75,8 @@ impl LaunchManifest {
                 build.major
             ));
         }
-        if let Some(port) = proxy_port {
-            // Chromium sends loopback requests around a proxy unless told not to.
-            flags.push(format!("--proxy-server=http://127.0.0.1:{port}"));
-            flags.push("--proxy-bypass-list=<-loopback>".into());
+        if let Some(proxy) = proxy {
+            flags.extend(proxy.launch_flags());
         }
         let env = vec![
             ("TZ".into(), m.timezone.to_string()),

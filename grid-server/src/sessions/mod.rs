@@ -8,7 +8,6 @@
 //! or loss. Every end goes through the session state machine, which settles
 //! the ready time in the same transaction.
 
-pub mod egress;
 pub mod launch;
 pub mod proxy;
 
@@ -28,10 +27,10 @@ use tracing::Instrument;
 
 use crate::browser::cdp::Connection;
 use crate::browser::process::BrowserProcess;
+use crate::egress::{self, EgressPolicy, EgressProxy};
 use crate::http::App;
 use crate::ids::{now, sha256_hex};
 use crate::store::sessions as store;
-use egress::{EgressPolicy, EgressProxy};
 use launch::{BrowserBuild, LaunchManifest};
 
 #[derive(Debug, Clone)]
@@ -148,7 +147,7 @@ async fn run(
     } else {
         None
     };
-    let manifest = LaunchManifest::new(sub.profile, &build, proxy.as_ref().map(|p| p.port));
+    let manifest = LaunchManifest::new(sub.profile, &build, proxy.as_ref());
     let warm = if proxy.is_none() { app.sessions.take_warm(sub.profile) } else { None };
     let browser = match warm {
         Some(b) => Ok(b),
@@ -361,28 +360,6 @@ pub async fn shutdown(app: &App) {
     for (_, browsers) in app.sessions.warm.lock().unwrap_or_else(|p| p.into_inner()).drain() {
         for b in browsers {
             b.stop();
-        }
-    }
-}
-
-/// Reads an HTTP message head (up to and including the blank line) of at
-/// most `max` bytes; returns the head and any bytes that came after it.
-pub(crate) async fn read_head(s: &mut tokio::net::TcpStream, max: usize) -> std::io::Result<(Vec<u8>, Vec<u8>)> {
-    use tokio::io::AsyncReadExt;
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 4096];
-    loop {
-        let n = s.read(&mut chunk).await?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        buf.extend_from_slice(&chunk[..n]);
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let rest = buf.split_off(end + 4);
-            return Ok((buf, rest));
-        }
-        if buf.len() > max {
-            return Err(std::io::Error::other("message head too large"));
         }
     }
 }

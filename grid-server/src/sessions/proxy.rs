@@ -111,7 +111,8 @@ async fn upgrade(port: u16, path: &str, mut req: Request<Incoming>, live: Live) 
     handshake.push_str("\r\n");
     let mut upstream = TcpStream::connect(("127.0.0.1", port)).await.map_err(|_| ApiError::UnknownSession)?;
     upstream.write_all(handshake.as_bytes()).await.map_err(|_| ApiError::UnknownSession)?;
-    let (head, leftover) = super::read_head(&mut upstream, 16 * 1024).await.map_err(|_| ApiError::UnknownSession)?;
+    let (head, leftover) =
+        crate::egress::read_head(&mut upstream, 16 * 1024).await.map_err(|_| ApiError::UnknownSession)?;
     let head = String::from_utf8_lossy(&head).to_string();
     if !head.starts_with("HTTP/1.1 101") {
         tracing::warn!(answer = head.lines().next().unwrap_or(""), "browser refused the WebSocket upgrade");

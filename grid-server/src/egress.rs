@@ -1,0 +1,368 @@
+//! The filtering proxy that keeps browsers off private networks. Chromium
+//! runs with `--proxy-server` and `--proxy-bypass-list=<-loopback>`, so
+//! every request goes through it; the proxy resolves the destination itself
+//! and refuses any that is not a public address, so no page (and no CDP
+//! command) can reach private, loopback, link-local or metadata addresses,
+//! whatever DNS answers the browser would have got.
+//!
+//! - `public-web-only/v1` sessions: each gets its own proxy, whose decisions
+//!   are the evidence for the session's network attestation.
+//! - The capture pool, with the private-network guard on: one proxy for all
+//!   pooled browsers, behind the per-request checks of `browser/hosts.rs`
+//!   (which list refusals in meta); it closes their DNS-rebinding window.
+//!
+//! A refused plain-HTTP request gets a 403 carrying [`REFUSED_HEADER`]; a
+//! refused CONNECT gets the same 403, which Chromium reports as a failed
+//! tunnel.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+
+use grid_core::netaddr::is_public;
+use ipnet::IpNet;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+const MAX_HEAD: usize = 32 * 1024;
+/// Opening words of the page a refused request gets.
+pub const REFUSAL_TEXT: &str = "refused by the grid's network policy public-web-only/v1";
+/// Response header of a refusal (value `refused`), so a browser script can
+/// tell the proxy's answer from the target's.
+pub const REFUSED_HEADER: &str = "x-grid-egress";
+const KEPT_DECISIONS: usize = 200;
+
+/// What a proxy lets through: a host rule checked on the name the browser
+/// asked for, then an address rule checked on every address the proxy
+/// resolved (it connects only to allowed ones).
+pub trait Policy: Send + Sync + 'static {
+    /// Why `host` (lower case, IPv6 in brackets) is refused, if it is.
+    fn refuse_host(&self, host: &str) -> Option<String>;
+    fn allows_ip(&self, ip: IpAddr) -> bool;
+}
+
+/// `public-web-only/v1`: any host, public addresses only. Tests on a closed
+/// machine name extra ranges to treat as public (`--session-treat-as-public`);
+/// operators leave it empty.
+#[derive(Debug, Clone, Default)]
+pub struct EgressPolicy {
+    pub treat_as_public: Vec<IpNet>,
+}
+
+impl Policy for EgressPolicy {
+    fn refuse_host(&self, _host: &str) -> Option<String> {
+        None
+    }
+
+    fn allows_ip(&self, ip: IpAddr) -> bool {
+        is_public(ip) || self.treat_as_public.iter().any(|n| n.contains(&ip))
+    }
+}
+
+/// One decision of the proxy: the destination and what was done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub host: String,
+    pub allowed: bool,
+    /// What was done, for the session attestation (`refused: ...`, `allowed: ...`).
+    pub detail: String,
+    /// Why a refusal, in the words capture meta uses for `blockedRequests`;
+    /// empty when allowed.
+    pub reason: String,
+}
+
+pub struct EgressProxy {
+    pub port: u16,
+    decisions: Arc<Mutex<Vec<Decision>>>,
+    stop: watch::Sender<bool>,
+}
+
+impl EgressProxy {
+    pub async fn start(policy: Arc<dyn Policy>) -> std::io::Result<EgressProxy> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let port = listener.local_addr()?.port();
+        let decisions = Arc::new(Mutex::new(Vec::new()));
+        let (stop, stopped) = watch::channel(false);
+        let d = decisions.clone();
+        tokio::spawn(async move {
+            let mut stopped_accept = stopped.clone();
+            loop {
+                tokio::select! {
+                    accepted = listener.accept() => {
+                        let Ok((client, _)) = accepted else { continue };
+                        let (policy, d, stopped) = (policy.clone(), d.clone(), stopped.clone());
+                        tokio::spawn(async move {
+                            let mut stopped = stopped;
+                            tokio::select! {
+                                _ = serve(client, policy.as_ref(), &d) => {}
+                                _ = stopped.changed() => {}
+                            }
+                        });
+                    }
+                    _ = stopped_accept.changed() => return,
+                }
+            }
+        });
+        Ok(EgressProxy { port, decisions, stop })
+    }
+
+    /// The Chromium flags that send every request through this proxy
+    /// (loopback included: Chromium bypasses proxies for it unless told).
+    pub fn launch_flags(&self) -> [String; 2] {
+        [format!("--proxy-server=http://127.0.0.1:{}", self.port), "--proxy-bypass-list=<-loopback>".to_string()]
+    }
+
+    /// Every decision kept (the latest 200), oldest first.
+    pub fn decisions(&self) -> Vec<Decision> {
+        self.decisions.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The latest decision about `host`, if the proxy saw it.
+    pub fn decision_for(&self, host: &str) -> Option<Decision> {
+        self.decisions.lock().unwrap_or_else(|p| p.into_inner()).iter().rev().find(|d| d.host == host).cloned()
+    }
+}
+
+impl Drop for EgressProxy {
+    /// Closes the listener and every tunnel it opened.
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+fn record(decisions: &Mutex<Vec<Decision>>, d: Decision) {
+    let mut all = decisions.lock().unwrap_or_else(|p| p.into_inner());
+    if all.len() >= KEPT_DECISIONS {
+        all.remove(0);
+    }
+    all.push(d);
+}
+
+async fn serve(mut client: TcpStream, policy: &dyn Policy, decisions: &Mutex<Vec<Decision>>) -> std::io::Result<()> {
+    let (head, rest) = read_head(&mut client, MAX_HEAD).await?;
+    let head_text = String::from_utf8_lossy(&head).to_string();
+    let mut lines = head_text.split("\r\n");
+    let request_line = lines.next().unwrap_or("");
+    let mut parts = request_line.split_whitespace();
+    let (method, target, version) =
+        (parts.next().unwrap_or(""), parts.next().unwrap_or(""), parts.next().unwrap_or("HTTP/1.1"));
+    let connect = method.eq_ignore_ascii_case("CONNECT");
+    let (host, port, path) = if connect {
+        let (h, p) = split_host_port(target, 443);
+        (h, p, String::new())
+    } else {
+        let Ok(url) = url::Url::parse(target) else {
+            return refuse(&mut client, "the proxy takes absolute http URLs and CONNECT").await;
+        };
+        let path = match url.query() {
+            Some(q) => format!("{}?{q}", url.path()),
+            None => url.path().to_string(),
+        };
+        (
+            url.host_str().unwrap_or("").trim_matches(['[', ']']).to_string(),
+            url.port_or_known_default().unwrap_or(80),
+            path,
+        )
+    };
+    let host_key = host_key(&host);
+    if let Some(why) = policy.refuse_host(&host_key) {
+        let detail = format!("refused: {host_key}: {why}");
+        record(decisions, Decision { host: host.clone(), allowed: false, detail: detail.clone(), reason: why });
+        return refuse(&mut client, &detail).await;
+    }
+    let addrs: Vec<SocketAddr> = match host.parse::<IpAddr>() {
+        Ok(ip) => vec![SocketAddr::new(ip, port)],
+        Err(_) => tokio::net::lookup_host((host.as_str(), port)).await.map(|a| a.collect()).unwrap_or_default(),
+    };
+    if addrs.is_empty() {
+        // Not a policy matter: the browser's own lookup would have failed too.
+        let detail = format!("allowed; {host} does not resolve");
+        record(decisions, Decision { host: host.clone(), allowed: true, detail, reason: String::new() });
+        return bad_gateway(&mut client, &format!("{host} does not resolve")).await;
+    }
+    let allowed: Vec<SocketAddr> = addrs.iter().copied().filter(|a| policy.allows_ip(a.ip())).collect();
+    if allowed.is_empty() {
+        let shown = addrs.iter().map(|a| a.ip().to_string()).collect::<Vec<_>>().join(", ");
+        let detail = format!("refused: {host} resolves to non-public {shown}");
+        let reason = format!("private network: {host} resolves to non-public {shown}");
+        record(decisions, Decision { host: host.clone(), allowed: false, detail: detail.clone(), reason });
+        return refuse(&mut client, &detail).await;
+    }
+    let mut upstream = match TcpStream::connect(&allowed[..]).await {
+        Ok(s) => s,
+        Err(e) => {
+            record(
+                decisions,
+                Decision {
+                    host: host.clone(),
+                    allowed: true,
+                    detail: format!("allowed; connect failed: {e}"),
+                    reason: String::new(),
+                },
+            );
+            return bad_gateway(&mut client, &e.to_string()).await;
+        }
+    };
+    let detail = format!("allowed: {}", allowed[0].ip());
+    record(decisions, Decision { host: host.clone(), allowed: true, detail, reason: String::new() });
+    if connect {
+        client.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n").await?;
+    } else {
+        let mut out = format!("{method} {path} {version}\r\n");
+        for line in lines.filter(|l| !l.is_empty()) {
+            let name = line.split(':').next().unwrap_or("").trim().to_ascii_lowercase();
+            if !matches!(name.as_str(), "proxy-connection" | "proxy-authorization" | "connection" | "keep-alive") {
+                out.push_str(line);
+                out.push_str("\r\n");
+            }
+        }
+        // One request per tunnel keeps the policy check per destination.
+        out.push_str("Connection: close\r\n\r\n");
+        upstream.write_all(out.as_bytes()).await?;
+    }
+    upstream.write_all(&rest).await?;
+    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+    Ok(())
+}
+
+/// Reads an HTTP message head (up to and including the blank line) of at
+/// most `max` bytes; returns the head and any bytes that came after it.
+pub(crate) async fn read_head(s: &mut tokio::net::TcpStream, max: usize) -> std::io::Result<(Vec<u8>, Vec<u8>)> {
+    use tokio::io::AsyncReadExt;
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = s.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let rest = buf.split_off(end + 4);
+            return Ok((buf, rest));
+        }
+        if buf.len() > max {
+            return Err(std::io::Error::other("message head too large"));
+        }
+    }
+}
+
+/// A host as rules write it: lower case, IPv6 in brackets (`host` comes
+/// without them).
+pub fn host_key(host: &str) -> String {
+    match host.parse::<IpAddr>() {
+        Ok(IpAddr::V6(v6)) => format!("[{v6}]"),
+        _ => host.to_ascii_lowercase(),
+    }
+}
+
+fn split_host_port(target: &str, default_port: u16) -> (String, u16) {
+    match target.rsplit_once(':') {
+        Some((h, p)) if p.parse::<u16>().is_ok() => {
+            (h.trim_matches(['[', ']']).to_string(), p.parse().unwrap_or(default_port))
+        }
+        _ => (target.trim_matches(['[', ']']).to_string(), default_port),
+    }
+}
+
+async fn refuse(client: &mut TcpStream, why: &str) -> std::io::Result<()> {
+    let body = format!("{REFUSAL_TEXT}: {why}\n");
+    let head = format!(
+        "HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\n{REFUSED_HEADER}: refused\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    client.write_all(head.as_bytes()).await?;
+    client.write_all(body.as_bytes()).await
+}
+
+async fn bad_gateway(client: &mut TcpStream, why: &str) -> std::io::Result<()> {
+    let body = format!("{why}\n");
+    let head = format!("HTTP/1.1 502 Bad Gateway\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+    client.write_all(head.as_bytes()).await?;
+    client.write_all(body.as_bytes()).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+
+    #[test]
+    fn treat_as_public_widens_only_the_named_ranges() {
+        let p = EgressPolicy { treat_as_public: vec!["127.0.0.1/32".parse().unwrap()] };
+        assert!(p.allows_ip("127.0.0.1".parse().unwrap()));
+        assert!(!p.allows_ip("127.0.0.2".parse().unwrap()));
+        assert!(!p.allows_ip("169.254.169.254".parse().unwrap()));
+        assert!(p.allows_ip("93.184.216.34".parse().unwrap()));
+        assert!(!EgressPolicy::default().allows_ip("127.0.0.1".parse().unwrap()));
+    }
+
+    #[test]
+    fn connect_targets_split_into_host_and_port() {
+        assert_eq!(split_host_port("example.com:8443", 443), ("example.com".into(), 8443));
+        assert_eq!(split_host_port("[::1]:443", 443), ("::1".into(), 443));
+        assert_eq!(split_host_port("example.com", 443), ("example.com".into(), 443));
+    }
+
+    #[tokio::test]
+    async fn private_destinations_are_refused_and_recorded() {
+        let proxy = EgressProxy::start(Arc::new(EgressPolicy::default())).await.unwrap();
+        let mut s = TcpStream::connect(("127.0.0.1", proxy.port)).await.unwrap();
+        s.write_all(b"GET http://169.254.169.254/latest HTTP/1.1\r\nHost: 169.254.169.254\r\n\r\n").await.unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+        assert!(answer.contains(&format!("{REFUSED_HEADER}: refused")), "{answer}");
+        let d = proxy.decision_for("169.254.169.254").expect("recorded");
+        assert!(!d.allowed && d.detail.contains("non-public"), "{d:?}");
+    }
+
+    /// Refuses every host but one, whatever its address.
+    struct OnlyHost(&'static str);
+
+    impl Policy for OnlyHost {
+        fn refuse_host(&self, host: &str) -> Option<String> {
+            (host != self.0).then(|| "is not allowed".to_string())
+        }
+
+        fn allows_ip(&self, _ip: IpAddr) -> bool {
+            true
+        }
+    }
+
+    #[tokio::test]
+    async fn host_rule_refuses_connect_before_resolving_and_allowed_hosts_are_tunnelled() {
+        let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let up_port = upstream.local_addr().unwrap().port();
+        let proxy = EgressProxy::start(Arc::new(OnlyHost("127.0.0.1"))).await.unwrap();
+        let mut s = TcpStream::connect(("127.0.0.1", proxy.port)).await.unwrap();
+        s.write_all(format!("CONNECT LocalHost:{up_port} HTTP/1.1\r\n\r\n").as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+        let d = proxy.decision_for("LocalHost").expect("recorded");
+        assert!(!d.allowed && d.detail.contains("localhost: is not allowed") && d.reason == "is not allowed", "{d:?}");
+
+        let mut s = TcpStream::connect(("127.0.0.1", proxy.port)).await.unwrap();
+        s.write_all(format!("CONNECT 127.0.0.1:{up_port} HTTP/1.1\r\n\r\n").as_bytes()).await.unwrap();
+        let (mut inside, _) = upstream.accept().await.unwrap();
+        let mut head = [0u8; 39];
+        s.read_exact(&mut head).await.unwrap();
+        assert_eq!(&head, b"HTTP/1.1 200 Connection Established\r\n\r\n");
+        s.write_all(b"ping").await.unwrap();
+        let mut got = [0u8; 4];
+        inside.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"ping");
+    }
+
+    #[tokio::test]
+    async fn a_name_that_does_not_resolve_is_a_bad_gateway_not_a_refusal() {
+        let proxy = EgressProxy::start(Arc::new(EgressPolicy::default())).await.unwrap();
+        let mut s = TcpStream::connect(("127.0.0.1", proxy.port)).await.unwrap();
+        s.write_all(b"GET http://no-such-host.invalid/ HTTP/1.1\r\nHost: no-such-host.invalid\r\n\r\n").await.unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
+        assert!(!answer.contains(REFUSED_HEADER), "{answer}");
+    }
+}
