@@ -2,14 +2,14 @@
 # Fetch throughput: the grid (release build, --workers 16) against a plain
 # reqwest loop of the same concurrency over the same local URLs.
 #
-#   bench/fetch_throughput.sh [ITEMS]        # default 2000
+#   bench/fetch_throughput.sh [ITEMS]        # default 20000 (20 batches of 1,000)
 #
 # Env: WORKERS (default 16), BENCH_TIMEOUT_SECS (default 600; the run is
 # abandoned after that). Only 127.0.0.1 is contacted.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-items="${1:-2000}"
+items="${1:-20000}"
 workers="${WORKERS:-16}"
 timeout="${BENCH_TIMEOUT_SECS:-600}"
 
