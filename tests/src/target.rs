@@ -249,7 +249,7 @@ pub mod browser_pages {
 
     /// Opens a WebSocket to `to` at once and shows how it went in
     /// `<p id="ws">` (`open` or `error`); an image from `/slow` holds the
-    /// load event 1.5 s, long enough for the attempt to settle.
+    /// load event 3 s, long enough for the attempt to settle on a busy machine.
     pub fn websocket(to: &str) -> String {
         let to = serde_json::to_string(to).unwrap_or_default();
         format!(
@@ -258,7 +258,7 @@ pub mod browser_pages {
              var ws = new WebSocket({to});\n\
              ws.onopen = function () {{ document.getElementById('ws').textContent = 'open'; }};\n\
              ws.onerror = function () {{ document.getElementById('ws').textContent = 'error'; }};\n\
-             </script><img src=\"/slow?ms=1500\"></body></html>\n"
+             </script><img src=\"/slow?ms=3000\"></body></html>\n"
         )
     }
 

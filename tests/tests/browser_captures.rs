@@ -187,6 +187,10 @@ async fn websocket_to_a_host_outside_allowed_hosts_is_refused_at_the_edge() {
     // Listed, the host is reached through the same proxy.
     completed(&server, json!({"urls": [url], "script": "render-fetch", "params": {"allowedHosts": ["localhost"]}}))
         .await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while reached.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert_eq!(reached.load(Ordering::SeqCst), 1, "an allowed WebSocket did not get through");
 }
 
