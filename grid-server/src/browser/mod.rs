@@ -10,12 +10,14 @@
 //!   items on it fail transiently and go back through the attempt rules.
 //! - `profiles.rs`: the versioned launch manifests of the two profiles.
 //! - `page.rs`: the page driver (one item; setup and collection pipelined).
+//! - `events.rs`: what the page's events tell the item (pure bookkeeping).
 //! - `hosts.rs`: which requests a page may make (allowedHosts, private networks).
 //! - `scripts.rs`: params, files and meta of each script; failure classes.
 //!
 //! docs/browser-captures.md describes what users see.
 
 pub mod cdp;
+pub mod events;
 pub mod hosts;
 pub mod page;
 pub mod pool;

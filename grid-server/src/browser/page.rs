@@ -10,11 +10,9 @@
 //! exceptions) is gathered from the page's events, which are handled
 //! whenever the driver waits, so paused requests are always answered.
 //!
-//! Events are read as plain JSON (the few fields needed), so a field a newer
-//! Chromium adds or changes elsewhere in an event cannot make it unreadable;
-//! commands use headless_chrome's typed protocol structs.
+//! Events are read by `events.rs`; commands use headless_chrome's typed
+//! protocol structs.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -29,23 +27,19 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
 use super::cdp::{CdpError, Connection, Event};
-use super::hosts::{host_of, RequestRules};
+use super::events::{Seen, PROXY_REFUSAL};
+use super::hosts::RequestRules;
 use super::pool::Chromium;
 use super::profiles::{Manifest, UserAgent};
-use crate::egress::{self, EgressProxy, REFUSED_HEADER};
+use crate::egress::{EgressProxy, REFUSED_HEADER};
 
 /// Full-page screenshots stop at this height (CSS pixels).
 pub const MAX_FULL_PAGE_HEIGHT: f64 = 16_384.0;
-/// Most entries kept per list in meta (blocked/failed requests, errors).
-const MAX_LISTED: usize = 200;
 /// Longest disposing an item's context may take before the item moves on
 /// (a browser that slow is caught by the next item's watchdog).
 const DISPOSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Chromium's response-body buffers for `browser-fetch` (total, per resource).
 const BODY_BUFFERS: (u64, u64) = (64 * 1024 * 1024, 32 * 1024 * 1024);
-/// `reason` of a request the egress proxy refused (it resolved the host to
-/// a non-public address after the per-request check let it through).
-const PROXY_REFUSAL: &str = "private network: refused by the grid's egress proxy";
 /// The DOM as `html` serves it: doctype + `<html>` element.
 const HTML_EXPRESSION: &str = "(document.doctype ? new XMLSerializer().serializeToString(document.doctype) : '') + \
      (document.documentElement ? document.documentElement.outerHTML : '')";
@@ -156,23 +150,6 @@ impl std::fmt::Display for Steps {
         }
         Ok(())
     }
-}
-
-/// Facts gathered from the page's events.
-#[derive(Default)]
-struct Seen {
-    /// Lifecycle events of the main frame: (loaderId, name).
-    lifecycle: Vec<(String, String)>,
-    /// Main-frame document responses by loaderId.
-    documents: HashMap<String, MainResponse>,
-    /// Request URLs and resource types by requestId (to name failed and
-    /// refused requests).
-    requests: HashMap<String, (String, String)>,
-    failed: Vec<Value>,
-    errors: Vec<Value>,
-    blocked: Vec<Blocked>,
-    /// Why the page's renderer went away, if it did.
-    crashed: Option<String>,
 }
 
 /// The egress proxy's refusal of `url`'s host, if it refused it: a refused
@@ -500,34 +477,10 @@ impl PageDriver {
         Ok(true)
     }
 
-    /// Lists what the egress proxy refused that interception did not (a
-    /// WebSocket, a name that resolved differently for the proxy), by the
-    /// page's requests to the refused host.
+    /// Lists what the egress proxy refused that interception did not.
     fn list_proxy_refusals(&mut self) {
-        let Some(egress) = &self.egress else { return };
-        for d in egress.decisions().into_iter().filter(|d| !d.allowed) {
-            let host = egress::host_key(&d.host);
-            let seen = &mut self.seen;
-            let already: Vec<String> = seen.blocked.iter().map(|b| b.url.clone()).collect();
-            let mut requests: Vec<(String, String)> = seen
-                .requests
-                .values()
-                .filter(|(url, _)| url::Url::parse(url).is_ok_and(|u| host_of(&u) == host) && !already.contains(url))
-                .cloned()
-                .collect();
-            requests.sort();
-            requests.dedup();
-            for (url, resource_type) in requests {
-                if seen.blocked.len() < MAX_LISTED {
-                    seen.blocked.push(Blocked {
-                        url,
-                        host: host.clone(),
-                        resource_type,
-                        reason: d.reason.clone(),
-                        main: false,
-                    });
-                }
-            }
+        if let Some(egress) = &self.egress {
+            self.seen.list_refusals(&egress.decisions());
         }
     }
 
@@ -539,107 +492,36 @@ impl PageDriver {
     /// Records what the outcome needs and answers paused requests. `None`
     /// (the connection closed) and a crashed renderer end the item.
     async fn handle(&mut self, event: Option<Event>) -> Result<(), PageError> {
-        let Some(Event { method, params: p }) = event else {
+        let Some(Event { method, params }) = event else {
             return Err(PageError::Browser("devtools connection closed".into()));
         };
-        let str_of = |v: &Value| v.as_str().unwrap_or_default().to_string();
-        let seen = &mut self.seen;
-        match method.as_str() {
-            "Page.lifecycleEvent" if p["frameId"] == self.main_frame.as_str() => {
-                seen.lifecycle.push((str_of(&p["loaderId"]), str_of(&p["name"])));
-            }
-            "Network.requestWillBeSent" if seen.requests.len() < 10_000 => {
-                seen.requests.insert(str_of(&p["requestId"]), (str_of(&p["request"]["url"]), str_of(&p["type"])));
-            }
-            "Network.webSocketCreated" if seen.requests.len() < 10_000 => {
-                seen.requests.insert(str_of(&p["requestId"]), (str_of(&p["url"]), "WebSocket".into()));
-            }
-            "Network.responseReceived" => {
-                let r = &p["response"];
-                let headers: Map<String, Value> = r["headers"]
-                    .as_object()
-                    .map(|h| h.iter().map(|(k, v)| (k.to_ascii_lowercase(), v.clone())).collect())
-                    .unwrap_or_default();
-                let main = p["type"] == "Document" && p["frameId"] == self.main_frame.as_str();
-                if headers.get(REFUSED_HEADER).is_some_and(|v| v == "refused") && seen.blocked.len() < MAX_LISTED {
-                    let url = str_of(&r["url"]);
-                    seen.blocked.push(Blocked {
-                        host: url::Url::parse(&url).map(|u| host_of(&u)).unwrap_or_default(),
-                        resource_type: str_of(&p["type"]),
-                        reason: PROXY_REFUSAL.into(),
-                        main,
-                        url,
-                    });
-                }
-                if main {
-                    seen.documents.insert(
-                        str_of(&p["loaderId"]),
-                        MainResponse {
-                            request_id: str_of(&p["requestId"]),
-                            url: str_of(&r["url"]),
-                            status: r["status"].as_u64().or_else(|| r["status"].as_f64().map(|f| f as u64)).unwrap_or(0)
-                                as u32,
-                            status_text: str_of(&r["statusText"]),
-                            mime_type: str_of(&r["mimeType"]),
-                            headers,
-                        },
-                    );
-                }
-            }
-            "Network.loadingFailed" => {
-                let url = seen.requests.get(&str_of(&p["requestId"])).map(|(url, _)| url.clone()).unwrap_or_default();
-                let error = str_of(&p["errorText"]);
-                // Requests refused by the rules are listed as blocked instead.
-                let refused = error.contains("ERR_BLOCKED_BY_CLIENT") && seen.blocked.iter().any(|b| b.url == url);
-                if !refused && p["canceled"] != true && seen.failed.len() < MAX_LISTED {
-                    seen.failed.push(json!({"url": url, "resourceType": p["type"], "error": error}));
-                }
-            }
-            "Runtime.exceptionThrown" if seen.errors.len() < MAX_LISTED => {
-                let d = &p["exceptionDetails"];
-                let message = d["exception"]["description"].as_str().or(d["text"].as_str()).unwrap_or_default();
-                seen.errors.push(json!({
-                    "message": message.lines().next().unwrap_or(""),
-                    "url": d["url"].as_str().unwrap_or_default(),
-                    "line": d["lineNumber"].as_u64().unwrap_or(0) + 1,
-                    "column": d["columnNumber"].as_u64().unwrap_or(0) + 1,
-                }));
-            }
-            "Fetch.requestPaused" => {
-                let url = str_of(&p["request"]["url"]);
-                let request_id = str_of(&p["requestId"]);
-                let (method, params) = match self.rules.check(&url).await {
-                    Ok(()) => ("Fetch.continueRequest", json!({"requestId": request_id})),
-                    Err(refusal) => {
-                        let host = url::Url::parse(&url).map(|u| host_of(&u)).unwrap_or_default();
-                        let seen = &mut self.seen;
-                        if seen.blocked.len() < MAX_LISTED {
-                            seen.blocked.push(Blocked {
-                                host,
-                                resource_type: str_of(&p["resourceType"]),
-                                reason: refusal.reason(),
-                                main: p["resourceType"] == "Document" && p["frameId"] == self.main_frame.as_str(),
-                                url,
-                            });
-                        }
-                        ("Fetch.failRequest", json!({"requestId": request_id, "errorReason": "BlockedByClient"}))
-                    }
-                };
-                // Sent now; the answer does not matter.
-                drop(self.cdp.send(Some(&self.session), method, params));
-            }
-            "Inspector.targetCrashed" => {
-                seen.crashed = Some("the page's renderer crashed".into());
-            }
-            "Inspector.detached" => {
-                seen.crashed = Some(format!("the page was detached: {}", str_of(&p["reason"])));
-            }
-            _ => {}
+        if method == "Fetch.requestPaused" {
+            self.decide(&params).await;
+        } else {
+            self.seen.record(&method, &params, &self.main_frame);
         }
         match &self.seen.crashed {
             Some(why) => Err(PageError::Navigation(why.clone())),
             None => Ok(()),
         }
+    }
+
+    /// Lets a paused request go on or fails it (and lists it) by the
+    /// item's rules.
+    async fn decide(&mut self, p: &Value) {
+        let url = p["request"]["url"].as_str().unwrap_or_default().to_string();
+        let request_id = p["requestId"].clone();
+        let (method, params) = match self.rules.check(&url).await {
+            Ok(()) => ("Fetch.continueRequest", json!({"requestId": request_id})),
+            Err(refusal) => {
+                let main = p["resourceType"] == "Document" && p["frameId"] == self.main_frame.as_str();
+                let resource_type = p["resourceType"].as_str().unwrap_or_default().to_string();
+                self.seen.block(url, resource_type, refusal.reason(), main);
+                ("Fetch.failRequest", json!({"requestId": request_id, "errorReason": "BlockedByClient"}))
+            }
+        };
+        // Sent now; the answer does not matter.
+        drop(self.cdp.send(Some(&self.session), method, params));
     }
 
     /// The profile's page half: viewport, locale, time zone, user agent.
