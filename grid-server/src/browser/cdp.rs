@@ -27,6 +27,8 @@ use tokio_tungstenite::tungstenite::Message;
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum CdpError {
+    #[error("devtools connection to {0} failed: {1}")]
+    Connect(String, String),
     #[error("devtools connection closed")]
     Closed,
     #[error("{0}: devtools answered an error: {1}")]
@@ -76,7 +78,9 @@ impl Drop for Tasks {
 
 impl Connection {
     pub async fn connect(ws_url: &str) -> Result<Connection, CdpError> {
-        let (socket, _) = tokio_tungstenite::connect_async(ws_url).await.map_err(|_| CdpError::Closed)?;
+        let (socket, _) = tokio_tungstenite::connect_async(ws_url)
+            .await
+            .map_err(|e| CdpError::Connect(ws_url.to_string(), e.to_string()))?;
         let (mut sink, mut stream) = socket.split();
         let shared = Arc::new(Shared { next_id: AtomicU64::new(1), routes: Mutex::new(Routes::default()) });
         let (out, mut outgoing) = mpsc::unbounded_channel::<Message>();

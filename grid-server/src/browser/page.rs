@@ -119,7 +119,7 @@ pub enum PageError {
 
 fn classify(e: CdpError, what: &str) -> PageError {
     match e {
-        CdpError::Closed => PageError::Browser(format!("{what}: {e}")),
+        CdpError::Closed | CdpError::Connect(..) => PageError::Browser(format!("{what}: {e}")),
         CdpError::Protocol(..) | CdpError::Decode(..) => PageError::Cdp(format!("{what}: {e}")),
     }
 }
