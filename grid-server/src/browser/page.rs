@@ -27,11 +27,11 @@ use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
 use super::cdp::{CdpError, Connection, Event};
-use super::events::{Seen, PROXY_REFUSAL};
+use super::events::Seen;
 use super::hosts::RequestRules;
 use super::pool::Chromium;
 use super::profiles::{Manifest, UserAgent};
-use crate::egress::{EgressProxy, REFUSED_HEADER};
+use crate::egress::EgressProxy;
 
 /// Full-page screenshots stop at this height (CSS pixels).
 pub const MAX_FULL_PAGE_HEIGHT: f64 = 16_384.0;
@@ -330,8 +330,8 @@ impl PageDriver {
         };
         steps.mark("navigate");
         if let Some(error_text) = nav.error_text {
-            if let Some(b) = self.seen.blocked.iter().find(|b| b.main) {
-                return Err(PageError::Refused(format!("main document {} refused: {}", b.url, b.reason)));
+            if let Some(refused) = self.main_refused() {
+                return Err(refused);
             }
             if let Some(refusal) = proxy_refusal(self.egress.as_deref(), &spec.url) {
                 return Err(PageError::Refused(format!("main document {} refused: {refusal}", spec.url)));
@@ -364,8 +364,9 @@ impl PageDriver {
             .get(&loader)
             .cloned()
             .ok_or_else(|| PageError::Navigation("loaded without a main document response".into()))?;
-        if main.headers.get(REFUSED_HEADER).is_some_and(|v| v == "refused") {
-            return Err(PageError::Refused(format!("main document {} refused: {PROXY_REFUSAL}", main.url)));
+        // The egress proxy's refusal loads as a 403 page of its own.
+        if let Some(refused) = self.main_refused() {
+            return Err(refused);
         }
 
         // Collect: facts and DOM, screenshot and body in one burst. The
@@ -475,6 +476,13 @@ impl PageDriver {
             }
         }
         Ok(true)
+    }
+
+    /// The main document was refused, by interception or by the egress
+    /// proxy (both are listed as blocked with `main`).
+    fn main_refused(&self) -> Option<PageError> {
+        let b = self.seen.blocked.iter().find(|b| b.main)?;
+        Some(PageError::Refused(format!("main document {} refused: {}", b.url, b.reason)))
     }
 
     /// Lists what the egress proxy refused that interception did not.
