@@ -38,6 +38,8 @@ need_pkg ca-certificates
 # util-linux's setpriv ties each browser's life to the server's.
 need_pkg chromium
 need_pkg util-linux
+# Every browser runs in a bubblewrap sandbox of its own (docs/security.md).
+need_pkg bubblewrap
 bash scripts/compute-env.sh  # docker.io, docker-registry, busybox-static; dockerd, registry :5000, tools/busybox:1
 # The MCP tests drive the server with the official Python MCP SDK's client.
 if ! python3 -c "import mcp.client.streamable_http" >/dev/null 2>&1; then

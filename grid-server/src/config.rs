@@ -30,4 +30,6 @@ pub struct ServeConfig {
     pub pages_per_browser: usize,
     /// The Chromium executable.
     pub chromium: std::path::PathBuf,
+    /// How every browser is sandboxed.
+    pub sandbox: crate::browser::sandbox::SandboxConfig,
 }

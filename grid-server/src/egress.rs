@@ -1,15 +1,18 @@
-//! The filtering proxy that keeps browsers off private networks. Chromium
-//! runs with `--proxy-server` and `--proxy-bypass-list=<-loopback>`, so
-//! every request goes through it; the proxy resolves the destination itself
-//! and refuses any that is not a public address, so no page (and no CDP
-//! command) can reach private, loopback, link-local or metadata addresses,
-//! whatever DNS answers the browser would have got.
+//! The filtering proxy between every browser and the network. A browser's
+//! sandbox has no network but its own loopback (`browser::sandbox`); the
+//! proxy's listener is bound inside it and is the browser's only way out.
+//! Chromium runs with `--proxy-server` and `--proxy-bypass-list=<-loopback>`
+//! so every request goes through it; the proxy resolves the destination
+//! itself and refuses what its [`Policy`] refuses, whatever DNS answers the
+//! browser would have got.
 //!
-//! - `public-web-only/v1` sessions: each gets its own proxy, whose decisions
-//!   are the evidence for the session's network attestation.
-//! - The capture pool, with the private-network guard on: one proxy for all
-//!   pooled browsers, behind the per-request checks of `browser/hosts.rs`
-//!   (which list refusals in meta); it closes their DNS-rebinding window.
+//! - Every browser has one for the whole browser: `public-web-only/v1` for a
+//!   session with that policy (its decisions are the evidence for the
+//!   session's network attestation), else the grid's ordinary access (the
+//!   private-network guard unless `--allow-private-networks`).
+//! - A capture item with request rules gets one more for its browser
+//!   context, behind the per-request checks of `browser/hosts.rs` (which
+//!   list refusals in meta); it closes their DNS-rebinding window.
 //!
 //! A refused plain-HTTP request gets a 403 carrying [`REFUSED_HEADER`]; a
 //! refused CONNECT gets the same 403, which Chromium reports as a failed
@@ -78,8 +81,9 @@ pub struct EgressProxy {
 }
 
 impl EgressProxy {
-    pub async fn start(policy: Arc<dyn Policy>) -> std::io::Result<EgressProxy> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
+    /// Serves `listener` (bound by the caller: inside a browser's sandbox,
+    /// see `browser::sandbox`) under `policy` until dropped.
+    pub fn serve(listener: TcpListener, policy: Arc<dyn Policy>) -> std::io::Result<EgressProxy> {
         let port = listener.local_addr()?.port();
         let decisions = Arc::new(Mutex::new(Vec::new()));
         let (stop, stopped) = watch::channel(false);
@@ -89,7 +93,11 @@ impl EgressProxy {
             loop {
                 tokio::select! {
                     accepted = listener.accept() => {
-                        let Ok((client, _)) = accepted else { continue };
+                        let Ok((client, _)) = accepted else {
+                            // Out of fds or similar: wait instead of spinning.
+                            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                            continue;
+                        };
                         let (policy, d, stopped) = (policy.clone(), d.clone(), stopped.clone());
                         tokio::spawn(async move {
                             let mut stopped = stopped;
@@ -104,12 +112,6 @@ impl EgressProxy {
             }
         });
         Ok(EgressProxy { port, decisions, stop })
-    }
-
-    /// The Chromium flags that send every request through this proxy
-    /// (loopback included: Chromium bypasses proxies for it unless told).
-    pub fn launch_flags(&self) -> [String; 2] {
-        [format!("--proxy-server=http://127.0.0.1:{}", self.port), "--proxy-bypass-list=<-loopback>".to_string()]
     }
 
     /// Every decision kept (the latest 200), oldest first.
@@ -287,6 +289,10 @@ mod tests {
     use super::*;
     use tokio::io::AsyncReadExt;
 
+    async fn start(policy: Arc<dyn Policy>) -> EgressProxy {
+        EgressProxy::serve(TcpListener::bind("127.0.0.1:0").await.unwrap(), policy).unwrap()
+    }
+
     #[test]
     fn treat_as_public_widens_only_the_named_ranges() {
         let p = EgressPolicy { treat_as_public: vec!["127.0.0.1/32".parse().unwrap()] };
@@ -306,7 +312,7 @@ mod tests {
 
     #[tokio::test]
     async fn private_destinations_are_refused_and_recorded() {
-        let proxy = EgressProxy::start(Arc::new(EgressPolicy::default())).await.unwrap();
+        let proxy = start(Arc::new(EgressPolicy::default())).await;
         let mut s = TcpStream::connect(("127.0.0.1", proxy.port)).await.unwrap();
         s.write_all(b"GET http://169.254.169.254/latest HTTP/1.1\r\nHost: 169.254.169.254\r\n\r\n").await.unwrap();
         let mut answer = String::new();
@@ -334,7 +340,7 @@ mod tests {
     async fn host_rule_refuses_connect_before_resolving_and_allowed_hosts_are_tunnelled() {
         let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let up_port = upstream.local_addr().unwrap().port();
-        let proxy = EgressProxy::start(Arc::new(OnlyHost("127.0.0.1"))).await.unwrap();
+        let proxy = start(Arc::new(OnlyHost("127.0.0.1"))).await;
         let mut s = TcpStream::connect(("127.0.0.1", proxy.port)).await.unwrap();
         s.write_all(format!("CONNECT LocalHost:{up_port} HTTP/1.1\r\n\r\n").as_bytes()).await.unwrap();
         let mut answer = String::new();
@@ -357,7 +363,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_name_that_does_not_resolve_is_a_bad_gateway_not_a_refusal() {
-        let proxy = EgressProxy::start(Arc::new(EgressPolicy::default())).await.unwrap();
+        let proxy = start(Arc::new(EgressPolicy::default())).await;
         let mut s = TcpStream::connect(("127.0.0.1", proxy.port)).await.unwrap();
         s.write_all(b"GET http://no-such-host.invalid/ HTTP/1.1\r\nHost: no-such-host.invalid\r\n\r\n").await.unwrap();
         let mut answer = String::new();

@@ -152,7 +152,26 @@ struct ServeArgs {
     #[arg(long, default_value = "/usr/bin/chromium")]
     chromium: PathBuf,
     #[command(flatten)]
+    sandbox: SandboxArgs,
+    #[command(flatten)]
     compute: ComputeArgs,
+}
+
+/// Where every browser runs (docs/security.md).
+#[derive(Args)]
+struct SandboxArgs {
+    /// The bubblewrap executable every browser is started in (Debian package `bubblewrap`).
+    #[arg(long, default_value = "/usr/bin/bwrap")]
+    bwrap: PathBuf,
+    /// First uid given to browsers; each live browser runs as a uid of its own from this range.
+    #[arg(long, default_value_t = 200_000, value_parser = clap::value_parser!(u32).range(1000..))]
+    browser_uid_base: u32,
+    /// Size of the range of browser uids (bounds the browsers alive at once).
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..=65536))]
+    browser_uids: u32,
+    /// Bound of a browser's private home and of its /tmp, each, in MiB (memory-backed).
+    #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u64).range(16..=65536))]
+    browser_disk_mib: u64,
 }
 
 #[derive(Args)]
@@ -330,6 +349,12 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         browsers: args.browsers as usize,
         pages_per_browser: args.pages_per_browser as usize,
         chromium: args.chromium.clone(),
+        sandbox: browser::sandbox::SandboxConfig {
+            bwrap: args.sandbox.bwrap.clone(),
+            uid_base: args.sandbox.browser_uid_base,
+            uid_count: args.sandbox.browser_uids,
+            disk_mib: args.sandbox.browser_disk_mib,
+        },
     };
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
     let compute_config = ComputeConfig {
@@ -339,8 +364,11 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         memory_bytes: args.compute.compute_memory_bytes,
         public_https: args.compute.enable_public_https,
     };
-    let runtime_dir = args.data.data_dir.join("run");
-    std::fs::create_dir_all(&runtime_dir).with_context(|| format!("creating {}", runtime_dir.display()))?;
+    // Browser profiles once lived under these (a crashed browser left its
+    // folder behind); they now live in each sandbox's tmpfs.
+    for legacy in ["run", "browser"] {
+        let _ = std::fs::remove_dir_all(args.data.data_dir.join(legacy));
+    }
     let session_config = sessions::SessionConfig {
         chromium: args.chromium.clone(),
         max_sessions: args.max_sessions,
@@ -348,7 +376,8 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         warm: args.warm_sessions,
         egress: egress::EgressPolicy { treat_as_public: args.session_treat_as_public.clone() },
         probe_url: args.session_probe_url.clone(),
-        runtime_dir,
+        sandbox: config.sandbox.clone(),
+        allow_private_networks: config.allow_private_networks,
     };
     let secret =
         store.write(|tx| store::setting_or_init(tx, "download_signing_secret", || ids::random_hex(32))).await?;
@@ -423,16 +452,10 @@ fn browser_pool(config: &ServeConfig) -> Option<Arc<browser::pool::BrowserPool>>
         chromium: config.chromium.clone(),
         browsers: config.browsers,
         pages_per_browser: config.pages_per_browser,
-        work_dir: config.data_dir.join("browser"),
+        sandbox: config.sandbox.clone(),
         allow_private_networks: config.allow_private_networks,
     };
-    match browser::pool::BrowserPool::new(pool_config) {
-        Ok(pool) => Some(Arc::new(pool)),
-        Err(e) => {
-            tracing::error!(error = %e, "browser pool could not be prepared: browser scripts will fail");
-            None
-        }
-    }
+    Some(Arc::new(browser::pool::BrowserPool::new(pool_config)))
 }
 
 async fn shutdown_signal() {

@@ -1,13 +1,20 @@
-//! One asynchronous DevTools connection per browser, multiplexing every
-//! page on it (flattened target sessions).
+//! One asynchronous DevTools connection per browser, over the browser's
+//! DevTools pipe (`--remote-debugging-pipe`: NUL-terminated JSON messages;
+//! the browser has no DevTools port), multiplexing every page on it
+//! (flattened target sessions) and every lessee connection relayed to it.
 //!
-//! - A call is written to the socket the moment it is made, so several
-//!   calls made before awaiting any are pipelined: the browser runs them in
-//!   order on their session and answers them together.
+//! - A call is written the moment it is made, so several calls made before
+//!   awaiting any are pipelined: the browser runs them in order on their
+//!   session and answers them together.
 //! - Answers are matched to callers by id; events are routed to the
 //!   subscriber of their session.
-//! - When the socket closes (the browser died) every waiting call fails
-//!   with [`CdpError::Closed`] and every subscription ends.
+//! - A [`ClientLink`] is a lessee's connection relayed onto the same pipe:
+//!   its message ids are renumbered on the way in and restored on the way
+//!   out, and it receives the events of the target sessions it attached
+//!   (and, while nobody claims a session, every event the grid itself does
+//!   not subscribe to).
+//! - When the pipe closes (the browser died) every waiting call fails with
+//!   [`CdpError::Closed`] and every subscription and client link ends.
 //!
 //! Typed calls use headless_chrome's generated protocol types (its
 //! `Method` trait names the method and its answer); the transport is this
@@ -15,20 +22,18 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use futures_util::{SinkExt, StreamExt};
 use headless_chrome::protocol::cdp::types::Method;
 use serde::Serialize;
 use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
-use tokio_tungstenite::tungstenite::Message;
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum CdpError {
-    #[error("devtools connection to {0} failed: {1}")]
-    Connect(String, String),
     #[error("devtools connection closed")]
     Closed,
     #[error("{0}: devtools answered an error: {1}")]
@@ -46,11 +51,22 @@ pub struct Event {
 
 type Reply = Result<Value, String>;
 
+/// Who waits for the answer of an id written to the pipe.
+enum Waiter {
+    Grid(oneshot::Sender<Reply>),
+    /// A client link, and the id it used.
+    Client(u64, Value),
+}
+
 #[derive(Default)]
 struct Routes {
     closed: bool,
-    pending: HashMap<u64, oneshot::Sender<Reply>>,
+    pending: HashMap<u64, Waiter>,
+    /// The grid's own subscriptions, by target session.
     sessions: HashMap<String, mpsc::UnboundedSender<Event>>,
+    clients: HashMap<u64, mpsc::UnboundedSender<String>>,
+    /// Target sessions a client attached, by session id.
+    owners: HashMap<String, u64>,
 }
 
 struct Shared {
@@ -61,9 +77,18 @@ struct Shared {
 /// A cheap handle; clones share the connection.
 #[derive(Clone)]
 pub struct Connection {
-    out: mpsc::UnboundedSender<Message>,
+    out: mpsc::UnboundedSender<String>,
     shared: Arc<Shared>,
     _tasks: Arc<Tasks>,
+}
+
+/// A lessee's connection relayed onto the browser's pipe; dropping it
+/// forgets its pending answers and sessions.
+pub struct ClientLink {
+    id: u64,
+    conn: Connection,
+    /// Messages for the client, as the browser wrote them (ids restored).
+    pub incoming: mpsc::UnboundedReceiver<String>,
 }
 
 struct Tasks(Vec<tokio::task::JoinHandle<()>>);
@@ -77,31 +102,65 @@ impl Drop for Tasks {
 }
 
 impl Connection {
-    pub async fn connect(ws_url: &str) -> Result<Connection, CdpError> {
-        let (socket, _) = tokio_tungstenite::connect_async(ws_url)
-            .await
-            .map_err(|e| CdpError::Connect(ws_url.to_string(), e.to_string()))?;
-        let (mut sink, mut stream) = socket.split();
+    /// Speaks DevTools over the browser's pipe: we write commands to
+    /// `to_browser`, the browser writes answers and events to `from_browser`.
+    pub fn over_pipe(to_browser: OwnedFd, from_browser: OwnedFd) -> std::io::Result<Connection> {
+        for fd in [&to_browser, &from_browser] {
+            // SAFETY: F_GETFL/F_SETFL on an fd we own.
+            unsafe {
+                let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+                libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
+            }
+        }
+        let mut sink = tokio::net::unix::pipe::Sender::from_owned_fd(to_browser)?;
+        let mut stream = tokio::net::unix::pipe::Receiver::from_owned_fd(from_browser)?;
         let shared = Arc::new(Shared { next_id: AtomicU64::new(1), routes: Mutex::new(Routes::default()) });
-        let (out, mut outgoing) = mpsc::unbounded_channel::<Message>();
+        let (out, mut outgoing) = mpsc::unbounded_channel::<String>();
         let writer = tokio::spawn(async move {
             while let Some(msg) = outgoing.recv().await {
-                if sink.send(msg).await.is_err() {
+                let mut frame = msg.into_bytes();
+                frame.push(0);
+                if sink.write_all(&frame).await.is_err() {
                     break;
                 }
             }
-            let _ = sink.close().await;
         });
         let routes = shared.clone();
         let reader = tokio::spawn(async move {
-            while let Some(Ok(frame)) = stream.next().await {
-                let Message::Text(text) = frame else { continue };
-                let Ok(msg) = serde_json::from_str::<Value>(&text) else { continue };
-                routes.route(msg);
+            let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
+            let mut chunk = vec![0u8; 64 * 1024];
+            loop {
+                let n = match stream.read(&mut chunk).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                let scanned = buf.len();
+                buf.extend_from_slice(&chunk[..n]);
+                let mut start = 0;
+                let mut from = scanned;
+                while let Some(end) = buf[from..].iter().position(|b| *b == 0).map(|p| p + from) {
+                    if let Ok(msg) = serde_json::from_slice::<Value>(&buf[start..end]) {
+                        routes.route(msg);
+                    }
+                    start = end + 1;
+                    from = start;
+                }
+                buf.drain(..start);
             }
             routes.close();
         });
         Ok(Connection { out, shared, _tasks: Arc::new(Tasks(vec![writer, reader])) })
+    }
+
+    /// Opens a relay for one lessee connection.
+    pub fn link_client(&self) -> ClientLink {
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, incoming) = mpsc::unbounded_channel();
+        let mut routes = self.shared.routes.lock().expect("routes lock");
+        if !routes.closed {
+            routes.clients.insert(id, tx);
+        }
+        ClientLink { id, conn: self.clone(), incoming }
     }
 
     /// Sends `method` now (on a target session, or the browser's) and
@@ -119,13 +178,13 @@ impl Connection {
             if routes.closed {
                 false
             } else {
-                routes.pending.insert(id, tx);
+                routes.pending.insert(id, Waiter::Grid(tx));
                 let params = if params.is_null() { json!({}) } else { params };
                 let mut msg = json!({"id": id, "method": method, "params": params});
                 if let Some(s) = session {
                     msg["sessionId"] = json!(s);
                 }
-                self.out.send(Message::Text(msg.to_string().into())).is_ok()
+                self.out.send(msg.to_string()).is_ok()
             }
         };
         let method = method.to_string();
@@ -219,30 +278,122 @@ impl Connection {
     }
 }
 
+impl ClientLink {
+    /// Relays one message of the client (a JSON object with `id` and
+    /// `method`) to the browser under an id of the connection's own.
+    pub fn send(&self, mut msg: Value) -> Result<(), CdpError> {
+        let id = self.conn.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut routes = self.conn.shared.routes.lock().expect("routes lock");
+        if routes.closed {
+            return Err(CdpError::Closed);
+        }
+        let theirs = msg.get("id").cloned().unwrap_or(Value::Null);
+        routes.pending.insert(id, Waiter::Client(self.id, theirs));
+        msg["id"] = json!(id);
+        self.conn.out.send(msg.to_string()).map_err(|_| CdpError::Closed)
+    }
+}
+
+impl ClientLink {
+    /// Routes the events of target session `session` to this client.
+    pub fn claim(&self, session: &str) {
+        self.conn.shared.routes.lock().expect("routes lock").owners.insert(session.to_string(), self.id);
+    }
+}
+
+impl Drop for ClientLink {
+    /// Forgets the client and detaches the target sessions it held, as the
+    /// browser does when a DevTools client disconnects; the last client
+    /// also takes its browser-wide auto-attach and discovery with it.
+    fn drop(&mut self) {
+        let (owned, last) = {
+            let Ok(mut routes) = self.conn.shared.routes.lock() else { return };
+            routes.clients.remove(&self.id);
+            routes.pending.retain(|_, w| !matches!(w, Waiter::Client(c, _) if *c == self.id));
+            let owned: Vec<String> =
+                routes.owners.iter().filter(|(_, o)| **o == self.id).map(|(s, _)| s.clone()).collect();
+            routes.owners.retain(|_, owner| *owner != self.id);
+            (owned, routes.clients.is_empty())
+        };
+        // Written now; nobody waits for the answers.
+        for session in owned {
+            drop(self.conn.send(None, "Target.detachFromTarget", json!({"sessionId": session})));
+        }
+        if last {
+            drop(self.conn.send(
+                None,
+                "Target.setAutoAttach",
+                json!({"autoAttach": false, "waitForDebuggerOnStart": false, "flatten": true}),
+            ));
+            drop(self.conn.send(None, "Target.setDiscoverTargets", json!({"discover": false})));
+        }
+    }
+}
+
 impl Shared {
     fn route(&self, mut msg: Value) {
         let Ok(mut routes) = self.routes.lock() else { return };
         if let Some(id) = msg.get("id").and_then(Value::as_u64) {
-            if let Some(tx) = routes.pending.remove(&id) {
-                let reply = match msg.get_mut("error") {
-                    Some(e) => Err(e
-                        .get("message")
-                        .and_then(Value::as_str)
-                        .map(str::to_string)
-                        .unwrap_or_else(|| e.to_string())),
-                    None => Ok(msg.get_mut("result").map(Value::take).unwrap_or(Value::Null)),
-                };
-                let _ = tx.send(reply);
+            match routes.pending.remove(&id) {
+                Some(Waiter::Grid(tx)) => {
+                    let reply = match msg.get_mut("error") {
+                        Some(e) => Err(e
+                            .get("message")
+                            .and_then(Value::as_str)
+                            .map(str::to_string)
+                            .unwrap_or_else(|| e.to_string())),
+                        None => Ok(msg.get_mut("result").map(Value::take).unwrap_or(Value::Null)),
+                    };
+                    let _ = tx.send(reply);
+                }
+                Some(Waiter::Client(client, theirs)) => {
+                    // A session the client attached is the client's.
+                    if let Some(session) = msg["result"]["sessionId"].as_str() {
+                        routes.owners.insert(session.to_string(), client);
+                    }
+                    msg["id"] = theirs;
+                    if let Some(tx) = routes.clients.get(&client) {
+                        let _ = tx.send(msg.to_string());
+                    }
+                }
+                None => {}
             }
             return;
         }
         let session = msg.get("sessionId").and_then(Value::as_str).map(str::to_string);
-        let method = msg.get("method").and_then(Value::as_str).map(str::to_string);
-        let (Some(session), Some(method)) = (session, method) else { return };
-        if let Some(tx) = routes.sessions.get(&session) {
+        if let Some(tx) = session.as_ref().and_then(|s| routes.sessions.get(s)) {
+            let method = msg.get("method").and_then(Value::as_str).unwrap_or_default().to_string();
             let event = Event { method, params: msg.get_mut("params").map(Value::take).unwrap_or(Value::Null) };
             if tx.send(event).is_err() {
-                routes.sessions.remove(&session);
+                if let Some(s) = &session {
+                    routes.sessions.remove(s);
+                }
+            }
+            return;
+        }
+        // Not the grid's: the owning client's, or every client's.
+        let owner = session.as_ref().and_then(|s| routes.owners.get(s)).copied();
+        if msg["method"] == "Target.attachedToTarget" {
+            if let (Some(child), Some(owner)) = (msg["params"]["sessionId"].as_str(), owner) {
+                routes.owners.insert(child.to_string(), owner);
+            }
+        }
+        if msg["method"] == "Target.detachedFromTarget" {
+            if let Some(child) = msg["params"]["sessionId"].as_str() {
+                routes.owners.remove(child);
+            }
+        }
+        let text = msg.to_string();
+        match owner {
+            Some(client) => {
+                if let Some(tx) = routes.clients.get(&client) {
+                    let _ = tx.send(text);
+                }
+            }
+            None => {
+                for tx in routes.clients.values() {
+                    let _ = tx.send(text.clone());
+                }
             }
         }
     }
@@ -252,6 +403,8 @@ impl Shared {
             routes.closed = true;
             routes.pending.clear();
             routes.sessions.clear();
+            routes.clients.clear();
+            routes.owners.clear();
         }
     }
 }

@@ -23,4 +23,5 @@ pub mod page;
 pub mod pool;
 pub mod process;
 pub mod profiles;
+pub mod sandbox;
 pub mod scripts;

@@ -119,7 +119,7 @@ pub enum PageError {
 
 fn classify(e: CdpError, what: &str) -> PageError {
     match e {
-        CdpError::Closed | CdpError::Connect(..) => PageError::Browser(format!("{what}: {e}")),
+        CdpError::Closed => PageError::Browser(format!("{what}: {e}")),
         CdpError::Protocol(..) | CdpError::Decode(..) => PageError::Cdp(format!("{what}: {e}")),
     }
 }
@@ -166,8 +166,11 @@ pub async fn run(chromium: &Chromium, spec: &PageSpec) -> Result<PageOutcome, Pa
     let mut steps = Steps::new();
     // The item's rules at the network edge: its context's own proxy.
     let egress = if spec.rules.intercepts() {
-        let proxy = EgressProxy::start(Arc::new(spec.rules.clone()))
-            .await
+        // Bound inside the browser's sandbox, like the browser-wide proxy.
+        let proxy = chromium
+            .process
+            .listen()
+            .and_then(|listener| EgressProxy::serve(listener, Arc::new(spec.rules.clone())))
             .map_err(|e| PageError::Cdp(format!("starting the item's egress proxy: {e}")))?;
         Some(Arc::new(proxy))
     } else {

@@ -4,40 +4,44 @@
 //!   `--pages-per-browser M` items at once; `N x M` leases exist in all.
 //!   Browsers start on first use, so a grid that never runs a browser item
 //!   never starts Chromium.
+//! - **A browser serves one account at a time.** A slot's browser runs
+//!   items of the account it was started for; an idle slot is taken over
+//!   by another account by replacing its browser. So a page of one tenant
+//!   never shares a process (memory, renderer caches, a compromised
+//!   renderer) with another tenant's in-flight items.
 //! - Each item gets a fresh browser context (`Target.createBrowserContext`,
 //!   the CDP form of an incognito window) that is disposed after the item:
 //!   no cookies, storage, cache or service workers are shared between
-//!   items or accounts.
+//!   items.
 //! - A browser is replaced when it crashed (its process is gone or its
 //!   DevTools connection closed), when an item on it hung (see
 //!   `scripts.rs`: it is killed), after [`RECYCLE_AFTER_ITEMS`] items or
 //!   [`RECYCLE_AFTER`] of age. Items running on a killed browser fail
 //!   transiently and go back through the attempt rules.
 //!
-//! Processes are started by `process.rs` (own process group, parent-death
-//! signal); each browser has one multiplexed DevTools connection
-//! (`cdp.rs`) shared by all its pages.
+//! Processes are started by `process.rs` (each in its own sandbox, with a
+//! browser-wide egress proxy under the grid's ordinary network rules and
+//! one multiplexed DevTools connection shared by all its pages).
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use headless_chrome::browser::DEFAULT_ARGS;
-use headless_chrome::protocol::cdp::Browser as CdpBrowser;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use super::cdp::Connection;
+use super::hosts::RequestRules;
 use super::process::{self, BrowserProcess};
 use super::profiles::{LAUNCH_ENV, LAUNCH_FLAGS};
+use super::sandbox::SandboxConfig;
 
 /// A browser is replaced after serving this many items (Chromium's memory
 /// grows with every context it ever had) ...
 pub const RECYCLE_AFTER_ITEMS: u64 = 500;
 /// ... or after this long.
 pub const RECYCLE_AFTER: Duration = Duration::from_secs(30 * 60);
-/// Longest a fresh browser may take to answer its first call.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 
 #[derive(Debug, Clone)]
 pub struct PoolConfig {
@@ -45,8 +49,7 @@ pub struct PoolConfig {
     pub chromium: PathBuf,
     pub browsers: usize,
     pub pages_per_browser: usize,
-    /// Holds the browsers' user-data dirs.
-    pub work_dir: PathBuf,
+    pub sandbox: SandboxConfig,
     pub allow_private_networks: bool,
 }
 
@@ -54,13 +57,15 @@ pub struct PoolConfig {
 pub struct Chromium {
     /// `b{slot}.{generation}`, shown in logs and meta.
     pub id: String,
+    /// The account whose items it runs.
+    pub account: String,
     pub cdp: Connection,
     pub pid: i32,
     /// e.g. `Chrome/156.0.8078.79`.
     pub product: String,
     /// Chromium's own user agent.
     pub user_agent: String,
-    process: BrowserProcess,
+    pub process: BrowserProcess,
     started: Instant,
     served: AtomicU64,
     broken: AtomicBool,
@@ -89,67 +94,117 @@ impl Chromium {
 /// permits.
 pub struct Lease {
     pub chromium: Arc<Chromium>,
-    slot_active: Arc<AtomicUsize>,
+    pool: Arc<Assignments>,
+    slot: usize,
     _permit: OwnedSemaphorePermit,
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        self.slot_active.fetch_sub(1, Ordering::SeqCst);
+        self.pool.release(self.slot);
+    }
+}
+
+/// Which account each slot serves and how many items run on it; decided
+/// under one lock so two accounts never take the same idle slot.
+struct Assignments {
+    slots: Mutex<Vec<SlotUse>>,
+    /// Signalled whenever an item ends (a slot may have become idle).
+    freed: Notify,
+}
+
+#[derive(Default, Clone)]
+struct SlotUse {
+    account: Option<String>,
+    active: usize,
+}
+
+impl Assignments {
+    /// A slot for `account`: the least busy of its own with room, else an
+    /// idle one (taken over).
+    fn take(&self, account: &str, per_browser: usize) -> Option<usize> {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let own = slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.account.as_deref() == Some(account) && s.active < per_browser)
+            .min_by_key(|(_, s)| s.active)
+            .map(|(i, _)| i);
+        let chosen = own.or_else(|| {
+            // Prefer a slot never used, then any idle one.
+            let idle = |s: &&SlotUse| s.active == 0;
+            slots
+                .iter()
+                .position(|s| s.account.is_none())
+                .or_else(|| slots.iter().enumerate().find(|(_, s)| idle(s)).map(|(i, _)| i))
+        })?;
+        let slot = &mut slots[chosen];
+        slot.account = Some(account.to_string());
+        slot.active += 1;
+        Some(chosen)
+    }
+
+    fn release(&self, slot: usize) {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = slots.get_mut(slot) {
+            s.active = s.active.saturating_sub(1);
+        }
+        drop(slots);
+        self.freed.notify_waiters();
     }
 }
 
 struct Slot {
     current: tokio::sync::Mutex<Option<Arc<Chromium>>>,
-    active: Arc<AtomicUsize>,
     generation: AtomicU64,
 }
 
 pub struct BrowserPool {
     pub config: PoolConfig,
     permits: Arc<Semaphore>,
+    assignments: Arc<Assignments>,
     slots: Vec<Slot>,
 }
 
 impl BrowserPool {
-    /// Prepares the pool (no browser starts yet). Fails when the work dir
-    /// cannot be written.
-    pub fn new(config: PoolConfig) -> std::io::Result<BrowserPool> {
-        let profiles = config.work_dir.join("profiles");
-        // User-data dirs of a previous run (a server killed with SIGKILL).
-        let _ = std::fs::remove_dir_all(&profiles);
-        std::fs::create_dir_all(&profiles)?;
-        let slots = (0..config.browsers.max(1))
-            .map(|_| Slot {
-                current: tokio::sync::Mutex::new(None),
-                active: Arc::new(AtomicUsize::new(0)),
-                generation: AtomicU64::new(0),
-            })
-            .collect();
-        Ok(BrowserPool {
-            permits: Arc::new(Semaphore::new(config.browsers.max(1) * config.pages_per_browser.max(1))),
+    /// Prepares the pool (no browser starts yet).
+    pub fn new(config: PoolConfig) -> BrowserPool {
+        let n = config.browsers.max(1);
+        let slots =
+            (0..n).map(|_| Slot { current: tokio::sync::Mutex::new(None), generation: AtomicU64::new(0) }).collect();
+        BrowserPool {
+            permits: Arc::new(Semaphore::new(n * config.pages_per_browser.max(1))),
+            assignments: Arc::new(Assignments { slots: Mutex::new(vec![SlotUse::default(); n]), freed: Notify::new() }),
             slots,
             config,
-        })
+        }
     }
 
-    /// Waits for a free page permit, then hands out the least busy browser,
-    /// (re)starting it when it is missing, broken or due for recycling.
-    pub async fn acquire(&self) -> Result<Lease, String> {
+    /// Waits for a free page permit and a slot `account` may use, then
+    /// hands out its browser, (re)starting it when it is missing, broken,
+    /// due for recycling or started for another account.
+    pub async fn acquire(&self, account: &str) -> Result<Lease, String> {
         let permit = self.permits.clone().acquire_owned().await.map_err(|_| "browser pool closed".to_string())?;
-        let (index, slot) = self
-            .slots
-            .iter()
-            .enumerate()
-            .min_by_key(|(_, s)| s.active.load(Ordering::SeqCst))
-            .expect("at least one slot");
-        slot.active.fetch_add(1, Ordering::SeqCst);
+        let index = loop {
+            let freed = self.assignments.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            if let Some(i) = self.assignments.take(account, self.config.pages_per_browser.max(1)) {
+                break i;
+            }
+            freed.await;
+        };
+        let lease_slot = SlotGuard { pool: self.assignments.clone(), slot: index, armed: true };
+        let slot = &self.slots[index];
         let mut current = slot.current.lock().await;
-        let usable = current.as_ref().is_some_and(|c| !c.is_broken() && !c.due_for_recycling());
+        let usable = current.as_ref().is_some_and(|c| c.account == account && !c.is_broken() && !c.due_for_recycling());
         if !usable {
             if let Some(old) = current.take() {
                 if old.is_broken() {
                     old.condemn("found broken");
+                } else if old.account != account {
+                    // Idle (the slot was free to take over): stop it now.
+                    old.process.kill();
                 } else {
                     tracing::info!(browser = %old.id, "recycling browser");
                 }
@@ -158,51 +213,57 @@ impl BrowserPool {
             }
             let generation = slot.generation.fetch_add(1, Ordering::SeqCst) + 1;
             let id = format!("b{index}.{generation}");
-            let launched = launch(&self.config, id).await;
-            match launched {
-                Ok(c) => *current = Some(Arc::new(c)),
-                Err(e) => {
-                    slot.active.fetch_sub(1, Ordering::SeqCst);
-                    return Err(format!("starting Chromium failed: {e}"));
-                }
-            }
+            *current = Some(Arc::new(
+                launch(&self.config, id, account).await.map_err(|e| format!("starting Chromium failed: {e}"))?,
+            ));
         }
         let chromium = current.as_ref().expect("set above").clone();
         chromium.served.fetch_add(1, Ordering::SeqCst);
-        Ok(Lease { chromium, slot_active: slot.active.clone(), _permit: permit })
+        let pool = lease_slot.disarm();
+        Ok(Lease { chromium, pool, slot: index, _permit: permit })
     }
 }
 
-/// Starts one Chromium with the pool's launch flags (headless_chrome's
-/// defaults, Puppeteer's list, plus the profiles' launch half) and opens its
-/// DevTools connection.
-async fn launch(config: &PoolConfig, id: String) -> Result<Chromium, String> {
+/// Gives a taken slot back if starting its browser fails.
+struct SlotGuard {
+    pool: Arc<Assignments>,
+    slot: usize,
+    armed: bool,
+}
+
+impl SlotGuard {
+    fn disarm(mut self) -> Arc<Assignments> {
+        self.armed = false;
+        self.pool.clone()
+    }
+}
+
+impl Drop for SlotGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            self.pool.release(self.slot);
+        }
+    }
+}
+
+/// Starts one Chromium for `account` with the pool's launch flags
+/// (headless_chrome's defaults, Puppeteer's list, plus the profiles' launch
+/// half) in its sandbox.
+async fn launch(config: &PoolConfig, id: String, account: &str) -> Result<Chromium, String> {
     let started = Instant::now();
-    let flags: Vec<String> = DEFAULT_ARGS
-        .iter()
-        .chain(LAUNCH_FLAGS)
-        .chain(&["--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0"])
-        .map(|f| f.to_string())
-        .collect();
+    let flags: Vec<String> = DEFAULT_ARGS.iter().chain(LAUNCH_FLAGS).map(|f| f.to_string()).collect();
     let env: Vec<(String, String)> = LAUNCH_ENV.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    let dir = config.work_dir.join("profiles");
+    // The grid's ordinary network access; an item's own rules add a proxy
+    // of their own in front of this one (page.rs).
+    let policy = Arc::new(RequestRules { allowed_hosts: None, guard_private: !config.allow_private_networks });
     let process =
-        process::start(&config.chromium, &flags, &env, &dir, &format!("{id}-")).await.map_err(|e| e.to_string())?;
-    let connected = tokio::time::timeout(CONNECT_TIMEOUT, async {
-        let cdp = Connection::connect(&process.ws_url()).await.map_err(|e| e.to_string())?;
-        let version =
-            cdp.call(None, CdpBrowser::GetVersion(None)).await.map_err(|e| format!("Browser.getVersion: {e}"))?;
-        Ok::<_, String>((cdp, version))
-    })
-    .await;
-    let (cdp, version) = match connected {
-        Ok(r) => r?,
-        Err(_) => return Err(format!("no DevTools answer within {CONNECT_TIMEOUT:?}")),
-    };
-    tracing::info!(browser = %id, pid = process.pid, product = %version.product, ms = started.elapsed().as_millis() as u64, "browser started");
+        process::start(&config.sandbox, &config.chromium, &flags, &env, policy).await.map_err(|e| e.to_string())?;
+    let version = process.version.clone();
+    tracing::info!(browser = %id, pid = process.pid, uid = process.uid(), product = %version.product, ms = started.elapsed().as_millis() as u64, "browser started");
     Ok(Chromium {
         id,
-        cdp,
+        account: account.to_string(),
+        cdp: process.cdp.clone(),
         pid: process.pid,
         product: version.product,
         user_agent: version.user_agent,

@@ -1,100 +1,96 @@
-//! Starting and killing one Chromium process: the capture pool's browsers
-//! and the sessions' browsers start the same way.
+//! Starting and killing one Chromium: the capture pool's browsers and the
+//! sessions' browsers start the same way, each in a sandbox of its own
+//! (`sandbox.rs`) with its egress proxy and its DevTools pipe.
 //!
 //! **Invariants:**
 //! - Every Chromium runs in a process group of its own, so killing the
-//!   group takes its renderers, GPU and utility processes with it.
+//!   group takes the sandbox and everything in it; the sandbox's processes
+//!   also die with bubblewrap (`--die-with-parent`, pid namespace).
 //! - Every Chromium gets `PR_SET_PDEATHSIG(SIGKILL)`, so it dies with the
 //!   thread that started it. Browsers are started from the runtime's worker
 //!   threads, which live as long as the server: they die with the server,
 //!   even on SIGKILL.
-//! - Each has a throwaway user-data dir, removed when the process is
-//!   dropped.
+//! - A browser's profile lives in its sandbox's tmpfs: nothing of it is
+//!   left on the host when the browser is gone, however it ended.
+//! - A browser's only way to the network is its egress proxy, which lives
+//!   exactly as long as this value.
 
 use std::path::Path;
-use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
-use tokio::process::{Child, Command};
+use headless_chrome::protocol::cdp::Browser as CdpBrowser;
+use tokio::process::Child;
 
-/// Longest Chromium may take to announce its DevTools endpoint.
+use super::cdp::Connection;
+use super::sandbox::{self, Jail, SandboxConfig, Spawned, PROXY_PORT};
+use crate::egress::{EgressProxy, Policy};
+
+/// Longest a fresh browser may take to answer its first DevTools call.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A running Chromium and its throwaway profile directory; dropping it
-/// kills the whole process group.
+/// A running, sandboxed Chromium; dropping it kills the whole sandbox.
 pub struct BrowserProcess {
     pub child: Child,
     pub pid: i32,
-    pub port: u16,
-    /// `/devtools/browser/<id>`
-    pub ws_path: String,
-    // Held for its drop: removes the directory.
-    _user_data_dir: tempfile::TempDir,
+    /// The DevTools connection over the browser's pipe.
+    pub cdp: Connection,
+    /// The browser-wide egress proxy (its decisions are the evidence of a
+    /// session's network attestation).
+    pub egress: EgressProxy,
+    /// `Browser.getVersion` as the browser answered it at start.
+    pub version: CdpBrowser::GetVersionReturnObject,
+    jail: Jail,
 }
 
-/// Starts `executable` with `flags` (which must include
-/// `--remote-debugging-port=0`) and a fresh user-data dir under
-/// `runtime_dir` named `{prefix}…`, and waits until its DevTools endpoint is
-/// announced (the `DevToolsActivePort` file Chromium writes there).
+/// Starts `executable` with `flags` in a new sandbox whose only way out is
+/// an egress proxy under `policy`, and waits for its first DevTools answer.
 pub async fn start(
+    sandbox_config: &SandboxConfig,
     executable: &Path,
     flags: &[String],
     env: &[(String, String)],
-    runtime_dir: &Path,
-    prefix: &str,
+    policy: Arc<dyn Policy>,
 ) -> std::io::Result<BrowserProcess> {
-    let user_data_dir = tempfile::Builder::new().prefix(prefix).tempdir_in(runtime_dir)?;
-    let mut cmd = Command::new(executable);
-    cmd.args(flags)
-        .arg(format!("--user-data-dir={}", user_data_dir.path().display()))
-        .arg("about:blank")
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .process_group(0)
-        .kill_on_drop(true);
-    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
-    }
-    let mut child = cmd.spawn()?;
-    let pid = child.id().unwrap_or(0) as i32;
-    let port_file = user_data_dir.path().join("DevToolsActivePort");
-    let started = Instant::now();
-    loop {
-        if let Ok(text) = std::fs::read_to_string(&port_file) {
-            let mut lines = text.lines();
-            if let (Some(port), Some(path)) = (lines.next().and_then(|p| p.parse().ok()), lines.next()) {
-                return Ok(BrowserProcess {
-                    child,
-                    pid,
-                    port,
-                    ws_path: path.to_string(),
-                    _user_data_dir: user_data_dir,
-                });
-            }
-        }
-        if let Some(status) = child.try_wait()? {
-            return Err(std::io::Error::other(format!("chromium exited during start: {status}")));
-        }
-        if started.elapsed() > START_TIMEOUT {
-            kill_group(pid);
+    let mut flags = flags.to_vec();
+    // Loopback too: Chromium bypasses proxies for it unless told.
+    flags.push(format!("--proxy-server=http://127.0.0.1:{PROXY_PORT}"));
+    flags.push("--proxy-bypass-list=<-loopback>".into());
+    let (jail, spawned) = sandbox::start(sandbox_config, executable, &flags, env).await?;
+    let Spawned { mut child, pid, to_browser, from_browser, proxy_listener, stderr_tail } = spawned;
+    let egress = EgressProxy::serve(proxy_listener, policy)?;
+    let cdp = Connection::over_pipe(to_browser, from_browser)?;
+    let version = match tokio::time::timeout(START_TIMEOUT, cdp.call(None, CdpBrowser::GetVersion(None))).await {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => {
+            sandbox::kill_group(pid);
+            let status = child.try_wait().ok().flatten();
             return Err(std::io::Error::other(format!(
-                "chromium did not open its DevTools port within {START_TIMEOUT:?}"
+                "chromium did not answer Browser.getVersion: {e} (exit: {status:?}; stderr: {})",
+                stderr_tail.text()
             )));
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        Err(_) => {
+            sandbox::kill_group(pid);
+            return Err(std::io::Error::other(format!(
+                "chromium did not answer within {START_TIMEOUT:?} (stderr: {})",
+                stderr_tail.text()
+            )));
+        }
+    };
+    Ok(BrowserProcess { child, pid, cdp, egress, version, jail })
 }
 
 impl BrowserProcess {
-    /// The browser's DevTools WebSocket.
-    pub fn ws_url(&self) -> String {
-        format!("ws://127.0.0.1:{}{}", self.port, self.ws_path)
+    /// Binds `127.0.0.1:0` inside the browser's network namespace, for an
+    /// egress proxy of one browser context.
+    pub fn listen(&self) -> std::io::Result<tokio::net::TcpListener> {
+        self.jail.listen(0)
+    }
+
+    /// The uid the browser runs as.
+    pub fn uid(&self) -> u32 {
+        self.jail.uid()
     }
 
     /// Kills the browser and every process it started.
@@ -104,7 +100,7 @@ impl BrowserProcess {
 
     /// Kills the process group now; the process is reaped on drop.
     pub fn kill(&self) {
-        kill_group(self.pid);
+        sandbox::kill_group(self.pid);
     }
 
     /// Running and not a zombie.
@@ -121,17 +117,7 @@ impl BrowserProcess {
 
 impl Drop for BrowserProcess {
     fn drop(&mut self) {
-        kill_group(self.pid);
+        sandbox::kill_group(self.pid);
         let _ = self.child.start_kill();
-        // The user-data dir goes with its TempDir.
-    }
-}
-
-fn kill_group(pid: i32) {
-    if pid > 0 {
-        // SAFETY: sends a signal to the process group this module created.
-        unsafe {
-            libc::killpg(pid, libc::SIGKILL);
-        }
     }
 }

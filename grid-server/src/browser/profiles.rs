@@ -17,9 +17,10 @@ use crate::ids::sha256_hex;
 /// Flags every Chromium the grid starts gets, pooled or leased: headless,
 /// no background traffic of its own (this machine's network is closed, and
 /// a grid browser should only make the requests its page or lessee makes).
-pub const CHROMIUM_BASELINE: [&str; 9] = [
+/// Chromium's own sandbox stays on: every browser runs as an unprivileged
+/// uid inside the grid's sandbox (`sandbox.rs`), never with `--no-sandbox`.
+pub const CHROMIUM_BASELINE: [&str; 8] = [
     "--headless",
-    "--no-sandbox",
     "--disable-gpu",
     "--disable-quic",
     "--no-first-run",
@@ -30,9 +31,8 @@ pub const CHROMIUM_BASELINE: [&str; 9] = [
 ];
 
 /// Flags every pooled Chromium gets on top of headless_chrome's defaults
-/// (which add `--headless`, `--no-sandbox`, `--disable-gpu`,
-/// `--remote-debugging-port`, `--user-data-dir` and Puppeteer's list of
-/// `--disable-*` background features).
+/// (Puppeteer's list of `--disable-*` background features); the sandbox
+/// adds the DevTools pipe, the user-data dir and the egress proxy.
 pub const LAUNCH_FLAGS: &[&str] = &[
     CHROMIUM_BASELINE[0],
     CHROMIUM_BASELINE[1],
@@ -42,7 +42,6 @@ pub const LAUNCH_FLAGS: &[&str] = &[
     CHROMIUM_BASELINE[5],
     CHROMIUM_BASELINE[6],
     CHROMIUM_BASELINE[7],
-    CHROMIUM_BASELINE[8],
     "--lang=en-US",
     "--window-size=800,600",
     "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",

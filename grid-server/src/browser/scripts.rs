@@ -54,7 +54,7 @@ pub async fn run(pool: &Arc<BrowserPool>, row: &ItemRow) -> Result<Vec<FileConte
     };
     let started = Instant::now();
     let fetched_at = now();
-    let lease = pool.acquire().await.map_err(Failure::Transient)?;
+    let lease = pool.acquire(&row.account_id).await.map_err(Failure::Transient)?;
     let chromium = lease.chromium.clone();
     let browser_id = chromium.id.clone();
     let product = chromium.product.clone();

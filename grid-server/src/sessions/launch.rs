@@ -3,20 +3,19 @@
 //! launch (flags and environment), not per page.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::browser::process::{self, BrowserProcess};
 use crate::browser::profiles::{self, UserAgent};
-use crate::egress::EgressProxy;
+use crate::browser::sandbox::SandboxConfig;
+use crate::egress::Policy;
 use crate::ids::sha256_hex;
 use grid_core::catalog::Profile;
 use serde_json::{json, Value};
 
-/// Flags of every session browser on top of the grid's Chromium baseline.
-pub const SESSION_FLAGS: &[&str] = &[
-    "--remote-debugging-address=127.0.0.1",
-    "--remote-debugging-port=0",
-    "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
-];
+/// Flags of every session browser on top of the grid's Chromium baseline
+/// (the sandbox adds the DevTools pipe and the egress proxy).
+pub const SESSION_FLAGS: &[&str] = &["--force-webrtc-ip-handling-policy=disable_non_proxied_udp"];
 
 /// Facts about the installed browser, read once.
 #[derive(Debug, Clone)]
@@ -56,10 +55,12 @@ pub struct LaunchManifest {
     pub profile: Profile,
     pub flags: Vec<String>,
     pub env: Vec<(String, String)>,
+    /// The browser-wide egress policy: `public-web-only/v1` or `ordinary`.
+    pub network: &'static str,
 }
 
 impl LaunchManifest {
-    pub fn new(profile: Profile, build: &BrowserBuild, proxy: Option<&EgressProxy>) -> LaunchManifest {
+    pub fn new(profile: Profile, build: &BrowserBuild, network: &'static str) -> LaunchManifest {
         let m = profiles::manifest(profile);
         let mut flags: Vec<String> =
             profiles::CHROMIUM_BASELINE.iter().chain(SESSION_FLAGS).map(|f| f.to_string()).collect();
@@ -75,21 +76,16 @@ impl LaunchManifest {
                 build.major
             ));
         }
-        if let Some(proxy) = proxy {
-            flags.extend(proxy.launch_flags());
-        }
         let env = vec![
             ("TZ".into(), m.timezone.to_string()),
             ("LANG".into(), format!("{}.UTF-8", m.locale.replace('-', "_"))),
         ];
-        LaunchManifest { profile, flags, env }
+        LaunchManifest { profile, flags, env, network }
     }
 
-    /// Canonical JSON (keys sorted) of what the launch depends on; the proxy
-    /// port varies per session and is left out, the policy is not.
+    /// Canonical JSON (keys sorted) of what the launch depends on.
     pub fn canonical(&self) -> Value {
-        let flags: Vec<&String> = self.flags.iter().filter(|f| !f.starts_with("--proxy-server=")).collect();
-        json!({"profileId": self.profile.as_str(), "flags": flags, "env": self.env, "proxied": self.flags.iter().any(|f| f.starts_with("--proxy-server="))})
+        json!({"profileId": self.profile.as_str(), "flags": self.flags, "env": self.env, "network": self.network, "sandbox": "grid-sandbox/v1"})
     }
 
     pub fn hash(&self) -> String {
@@ -97,11 +93,13 @@ impl LaunchManifest {
     }
 }
 
-/// Starts a session's Chromium and waits until its DevTools endpoint is announced.
+/// Starts a session's Chromium in its sandbox, behind an egress proxy under
+/// `policy`, and waits for its first DevTools answer.
 pub async fn start(
+    sandbox: &SandboxConfig,
     build: &BrowserBuild,
     manifest: &LaunchManifest,
-    runtime_dir: &Path,
+    policy: Arc<dyn Policy>,
 ) -> std::io::Result<BrowserProcess> {
-    process::start(&build.executable, &manifest.flags, &manifest.env, runtime_dir, "session-").await
+    process::start(sandbox, &build.executable, &manifest.flags, &manifest.env, policy).await
 }

@@ -8,6 +8,7 @@
 //! or loss. Every end goes through the session state machine, which settles
 //! the ready time in the same transaction.
 
+pub mod gate;
 pub mod launch;
 pub mod proxy;
 
@@ -21,13 +22,14 @@ use grid_core::error::ApiError;
 use grid_core::session::Event;
 use grid_core::time::Millis;
 use grid_core::wire::session::{Attestation, NetworkAttestation, NetworkProbe, SessionSubmission, Window};
-use serde_json::Value;
 use tokio::sync::watch;
 use tracing::Instrument;
 
 use crate::browser::cdp::Connection;
+use crate::browser::hosts::RequestRules;
 use crate::browser::process::BrowserProcess;
-use crate::egress::{self, EgressPolicy, EgressProxy};
+use crate::browser::sandbox::SandboxConfig;
+use crate::egress::{self, EgressPolicy, Policy};
 use crate::http::App;
 use crate::ids::{now, sha256_hex};
 use crate::store::sessions as store;
@@ -44,16 +46,27 @@ pub struct SessionConfig {
     pub egress: EgressPolicy,
     /// A non-public address the network attestation must find refused.
     pub probe_url: String,
-    /// Where session browsers keep their throwaway profile directories.
-    pub runtime_dir: PathBuf,
+    pub sandbox: SandboxConfig,
+    /// The grid's ordinary network access (sessions without a policy):
+    /// private networks too when set.
+    pub allow_private_networks: bool,
+}
+
+/// A running session's browser, as its CDP endpoint serves it.
+#[derive(Clone)]
+pub struct Endpoint {
+    pub cdp: Connection,
+    pub version: headless_chrome::protocol::cdp::Browser::GetVersionReturnObject,
+    /// Shown in `/devtools/browser/{id}` addresses.
+    pub browser_id: String,
 }
 
 /// What the proxy needs to reach a live session.
 #[derive(Clone)]
 pub struct Live {
     pub token_sha256: String,
-    /// DevTools port and browser path once the browser is up.
-    pub endpoint: watch::Receiver<Option<(u16, String)>>,
+    /// The browser, once it is up and attested.
+    pub endpoint: watch::Receiver<Option<Endpoint>>,
     /// Turns true when the session ends: every proxied connection closes.
     pub ended: watch::Receiver<bool>,
 }
@@ -89,11 +102,7 @@ impl Sessions {
         self.live.lock().unwrap_or_else(|p| p.into_inner()).get(id).map(|h| h.live.clone())
     }
 
-    fn register(
-        &self,
-        id: &str,
-        token_sha256: String,
-    ) -> (watch::Sender<Option<(u16, String)>>, watch::Receiver<bool>) {
+    fn register(&self, id: &str, token_sha256: String) -> (watch::Sender<Option<Endpoint>>, watch::Receiver<bool>) {
         let (endpoint, endpoint_rx) = watch::channel(None);
         let (end, ended) = watch::channel(false);
         let handle = Handle { live: Live { token_sha256, endpoint: endpoint_rx, ended: ended.clone() }, end };
@@ -113,9 +122,21 @@ impl Sessions {
     }
 }
 
-/// Whether a launched browser needs the egress proxy.
+/// Whether the session asked for `public-web-only/v1`.
 fn wants_policy(sub: &SessionSubmission) -> bool {
     sub.network_policy.as_deref() == Some(PUBLIC_WEB_ONLY_V1)
+}
+
+/// Name of the grid's ordinary network access in launch manifests.
+const ORDINARY: &str = "ordinary";
+
+/// The browser-wide egress policy of a session and its name.
+fn policy(config: &SessionConfig, public_web_only: bool) -> (Arc<dyn Policy>, &'static str) {
+    if public_web_only {
+        (Arc::new(config.egress.clone()), PUBLIC_WEB_ONLY_V1)
+    } else {
+        (Arc::new(RequestRules { allowed_hosts: None, guard_private: !config.allow_private_networks }), ORDINARY)
+    }
 }
 
 /// Starts the session task for a freshly leased session.
@@ -138,22 +159,19 @@ async fn run(
     app: &Arc<App>,
     id: &str,
     sub: &SessionSubmission,
-    endpoint: watch::Sender<Option<(u16, String)>>,
+    endpoint: watch::Sender<Option<Endpoint>>,
     mut ended: watch::Receiver<bool>,
 ) -> Result<(), String> {
     let build = app.sessions.build().map_err(|e| e.to_string())?.clone();
-    let proxy = if wants_policy(sub) {
-        Some(EgressProxy::start(Arc::new(app.sessions.config.egress.clone())).await.map_err(|e| e.to_string())?)
-    } else {
-        None
-    };
-    let manifest = LaunchManifest::new(sub.profile, &build, proxy.as_ref());
-    let warm = if proxy.is_none() { app.sessions.take_warm(sub.profile) } else { None };
+    let public_web_only = wants_policy(sub);
+    let (policy, network) = policy(&app.sessions.config, public_web_only);
+    let manifest = LaunchManifest::new(sub.profile, &build, network);
+    let warm = if public_web_only { None } else { app.sessions.take_warm(sub.profile) };
     let browser = match warm {
         Some(b) => Ok(b),
-        None => launch::start(&build, &manifest, &app.sessions.config.runtime_dir).await,
+        None => launch::start(&app.sessions.config.sandbox, &build, &manifest, policy).await,
     };
-    let mut browser = match browser {
+    let browser = match browser {
         Ok(b) => b,
         Err(e) => {
             end(app, id, Event::Lose, now()).await;
@@ -163,7 +181,7 @@ async fn run(
     let ready_at = now();
     let facts = tokio::time::timeout(
         ATTEST_TIMEOUT,
-        attest(&browser, &build, &manifest, sub.profile, proxy.as_ref(), &app.sessions.config.probe_url),
+        attest(&browser, &build, &manifest, sub.profile, public_web_only, &app.sessions.config.probe_url),
     )
     .await
     .unwrap_or_else(|_| Err(format!("no answer within {ATTEST_TIMEOUT:?}")));
@@ -200,8 +218,13 @@ async fn run(
             return Ok(());
         }
     };
-    let _ = endpoint.send(Some((browser.port, browser.ws_path.clone())));
-    tracing::info!(port = browser.port, "session running");
+    let mut browser = browser;
+    let _ = endpoint.send(Some(Endpoint {
+        cdp: browser.cdp.clone(),
+        version: browser.version.clone(),
+        browser_id: id.to_string(),
+    }));
+    tracing::info!(pid = browser.pid, uid = browser.uid(), "session running");
     let until_expiry = Duration::from_millis((expires_at.0 - now().0).max(0) as u64);
     tokio::select! {
         status = browser.child.wait() => {
@@ -215,7 +238,6 @@ async fn run(
         _ = ended.changed() => {}
     }
     browser.stop();
-    drop(proxy);
     Ok(())
 }
 
@@ -240,17 +262,10 @@ async fn attest(
     build: &BrowserBuild,
     manifest: &LaunchManifest,
     profile: Profile,
-    proxy: Option<&EgressProxy>,
+    public_web_only: bool,
     probe_url: &str,
 ) -> Result<(Attestation, Option<NetworkAttestation>), String> {
-    let version: Value = reqwest::get(format!("http://127.0.0.1:{}/json/version", browser.port))
-        .await
-        .and_then(|r| r.error_for_status())
-        .map_err(|e| e.to_string())?
-        .json()
-        .await
-        .map_err(|e| e.to_string())?;
-    let cdp = Connection::connect(&browser.ws_url()).await.map_err(|e| e.to_string())?;
+    let cdp: &Connection = &browser.cdp;
     let inside = cdp
         .evaluate_in_page(
             "about:blank",
@@ -259,13 +274,14 @@ async fn attest(
         )
         .await
         .map_err(|e| e.to_string())?;
-    let product = version["Browser"].as_str().unwrap_or("").to_string();
+    let version = &browser.version;
+    let product = version.product.clone();
     let attestation = Attestation {
         profile_id: profile.as_str().to_string(),
         version: product.split('/').nth(1).unwrap_or("").to_string(),
         product,
-        protocol_version: version["Protocol-Version"].as_str().unwrap_or("").to_string(),
-        user_agent: version["User-Agent"].as_str().unwrap_or("").to_string(),
+        protocol_version: version.protocol_version.clone(),
+        user_agent: version.user_agent.clone(),
         image_digest: build.digest.clone(),
         mode: "headless".into(),
         locale: inside["language"].as_str().unwrap_or("").to_string(),
@@ -278,34 +294,33 @@ async fn attest(
         launch_manifest_hash: manifest.hash(),
         attested_at: now(),
     };
-    let network = match proxy {
-        None => None,
-        Some(proxy) => {
-            // The page itself opens the address; what it shows is the grid
-            // proxy's refusal (or a network error), never the target.
-            let seen = cdp
-                .evaluate_in_page(probe_url, "(document.body ? document.body.innerText : '').slice(0, 300)")
-                .await
-                .map_err(|e| e.to_string())?;
-            let seen = seen.as_str().unwrap_or("").trim().to_string();
-            let host = url::Url::parse(probe_url)
-                .ok()
-                .and_then(|u| u.host_str().map(|h| h.trim_matches(['[', ']']).to_string()))
-                .unwrap_or_default();
-            let decision = proxy.decision_for(&host);
-            let refused = seen.contains(egress::REFUSAL_TEXT) && decision.as_ref().is_some_and(|d| !d.allowed);
-            Some(NetworkAttestation {
-                policy: PUBLIC_WEB_ONLY_V1.into(),
-                enforced_by: "grid-egress-proxy".into(),
-                probes: vec![NetworkProbe {
-                    url: probe_url.to_string(),
-                    outcome: if refused { "refused".into() } else { "reached".into() },
-                    browser_result: seen,
-                    proxy_decision: decision.map_or_else(|| "not seen by the proxy".into(), |d| d.detail),
-                }],
-                attested_at: now(),
-            })
-        }
+    let network = if !public_web_only {
+        None
+    } else {
+        // The page itself opens the address; what it shows is the grid
+        // proxy's refusal (or a network error), never the target.
+        let seen = cdp
+            .evaluate_in_page(probe_url, "(document.body ? document.body.innerText : '').slice(0, 300)")
+            .await
+            .map_err(|e| e.to_string())?;
+        let seen = seen.as_str().unwrap_or("").trim().to_string();
+        let host = url::Url::parse(probe_url)
+            .ok()
+            .and_then(|u| u.host_str().map(|h| h.trim_matches(['[', ']']).to_string()))
+            .unwrap_or_default();
+        let decision = browser.egress.decision_for(&host);
+        let refused = seen.contains(egress::REFUSAL_TEXT) && decision.as_ref().is_some_and(|d| !d.allowed);
+        Some(NetworkAttestation {
+            policy: PUBLIC_WEB_ONLY_V1.into(),
+            enforced_by: "grid-egress-proxy".into(),
+            probes: vec![NetworkProbe {
+                url: probe_url.to_string(),
+                outcome: if refused { "refused".into() } else { "reached".into() },
+                browser_result: seen,
+                proxy_decision: decision.map_or_else(|| "not seen by the proxy".into(), |d| d.detail),
+            }],
+            attested_at: now(),
+        })
     };
     Ok((attestation, network))
 }
@@ -324,8 +339,9 @@ pub fn refill_warm(app: Arc<App>) {
                 if have >= app.sessions.config.warm {
                     break;
                 }
-                let manifest = LaunchManifest::new(profile, &build, None);
-                match launch::start(&build, &manifest, &app.sessions.config.runtime_dir).await {
+                let manifest = LaunchManifest::new(profile, &build, ORDINARY);
+                let (policy, _) = policy(&app.sessions.config, false);
+                match launch::start(&app.sessions.config.sandbox, &build, &manifest, policy).await {
                     Ok(b) => {
                         app.sessions.warm.lock().unwrap_or_else(|p| p.into_inner()).entry(profile).or_default().push(b)
                     }

@@ -1,29 +1,42 @@
 //! The session's CDP endpoint: `{base}/cdp/{sessionId}/{token}/...`.
 //!
-//! HTTP discovery (`/json/version`, `/json/list`, ...) is fetched from the
-//! browser and its addresses rewritten to point back through the grid; a
-//! WebSocket upgrade is passed to the browser's DevTools socket byte for
-//! byte (the browser answers the client's own handshake key). Every proxied
-//! connection closes when the session ends. The browser's DevTools port
-//! listens on 127.0.0.1 only and is never handed out.
+//! The browser has no DevTools port: the grid holds its DevTools pipe and
+//! serves the endpoint itself.
+//! - HTTP discovery (`/json/version`, `/json/list`, `/json/new`,
+//!   `/json/close/{id}`, `/json/activate/{id}`) is answered from the
+//!   browser's own answers over the pipe, with addresses that point back
+//!   through the grid.
+//! - A WebSocket on `{cdpUrl}` or `/devtools/browser/...` is the browser
+//!   target; one on `/devtools/page/{targetId}` is that page (the grid
+//!   attaches to it and the client speaks to it without session ids). Each
+//!   client command passes the CDP gate (`gate.rs`) and is relayed onto the
+//!   pipe; answers and events come back.
+//! - Every connection closes when the session ends.
 
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
 use grid_core::error::ApiError;
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONNECTION, UPGRADE};
-use hyper::{Request, Response, StatusCode};
+use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::Role;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::WebSocketStream;
 
-use super::{token_hash, Live};
+use super::{gate, token_hash, Endpoint, Live};
+use crate::browser::cdp::ClientLink;
 use crate::http::respond::{self, Resp};
 use crate::http::App;
 
 /// How long a connection to a still-starting session waits for its browser.
 const READY_WAIT: Duration = Duration::from_secs(30);
+/// Longest a discovery answer may wait for the browser.
+const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub async fn handle(app: &App, id: &str, token: &str, rest: &[&str], req: Request<Incoming>) -> Result<Resp, ApiError> {
     let live = app.sessions.live(id).ok_or(ApiError::UnknownSession)?;
@@ -31,18 +44,27 @@ pub async fn handle(app: &App, id: &str, token: &str, rest: &[&str], req: Reques
     if token_hash(token) != live.token_sha256 {
         return Err(ApiError::UnknownSession);
     }
-    let (port, browser_path) = wait_ready(live.clone()).await?;
+    let endpoint = wait_ready(live.clone()).await?;
     let public = format!("{}/cdp/{id}/{token}", app.config.base_url);
     let is_upgrade =
         req.headers().get(UPGRADE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
-    let path = if rest.is_empty() { browser_path } else { format!("/{}", rest.join("/")) };
+    let rest: Vec<&str> = rest.iter().copied().filter(|s| !s.is_empty()).collect();
     if is_upgrade {
-        return upgrade(port, &path, req, live).await;
+        let page = match rest.as_slice() {
+            [] | ["devtools", "browser", ..] => None,
+            ["devtools", "page", target] => Some(target.to_string()),
+            _ => return Err(ApiError::UnknownSession),
+        };
+        return upgrade(endpoint, page, req, live).await;
     }
-    discovery(port, &path, req, &public).await
+    let query = req.uri().query().map(str::to_string);
+    let answer = tokio::time::timeout(DISCOVERY_TIMEOUT, discovery(&endpoint, req.method(), &rest, query, &public))
+        .await
+        .map_err(|_| ApiError::UnknownSession)??;
+    Ok(respond::bytes(StatusCode::OK, "application/json; charset=UTF-8", answer.to_string().into_bytes()))
 }
 
-async fn wait_ready(mut live: Live) -> Result<(u16, String), ApiError> {
+async fn wait_ready(mut live: Live) -> Result<Endpoint, ApiError> {
     let wait = async {
         loop {
             if let Some(ep) = live.endpoint.borrow().clone() {
@@ -68,86 +90,185 @@ fn ws_base(public_http: &str) -> String {
     }
 }
 
-async fn discovery(port: u16, path: &str, req: Request<Incoming>, public: &str) -> Result<Resp, ApiError> {
-    let query = req.uri().query().map(|q| format!("?{q}")).unwrap_or_default();
-    let url = format!("http://127.0.0.1:{port}{path}{query}");
-    let client = reqwest::Client::new();
-    let upstream = client.request(req.method().clone(), &url).send().await.map_err(|_| ApiError::UnknownSession)?;
-    let status = upstream.status();
-    let content_type = upstream
-        .headers()
-        .get(reqwest::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("application/json")
-        .to_string();
-    let body = upstream.text().await.map_err(|_| ApiError::UnknownSession)?;
-    let host = public.split_once("://").map_or(public, |(_, h)| h);
-    let body = body
-        .replace(&format!("ws://127.0.0.1:{port}/"), &format!("{}/", ws_base(public)))
-        .replace(&format!("127.0.0.1:{port}/"), &format!("{host}/"));
-    Ok(respond::bytes(
-        StatusCode::from_u16(status.as_u16()).unwrap_or(StatusCode::BAD_GATEWAY),
-        &content_type,
-        body.into_bytes(),
-    ))
+/// The `/json/...` answers, built from the browser's own.
+async fn discovery(
+    endpoint: &Endpoint,
+    method: &Method,
+    rest: &[&str],
+    query: Option<String>,
+    public: &str,
+) -> Result<Value, ApiError> {
+    let cdp = &endpoint.cdp;
+    let ws = ws_base(public);
+    let gone = |_| ApiError::UnknownSession;
+    let entry = |t: &Value| {
+        let id = t["targetId"].as_str().unwrap_or_default();
+        json!({
+            "description": "",
+            "devtoolsFrontendUrl": "",
+            "id": id,
+            "title": t["title"],
+            "type": t["type"],
+            "url": t["url"],
+            "webSocketDebuggerUrl": format!("{ws}/devtools/page/{id}"),
+        })
+    };
+    match rest {
+        ["json", "version"] => Ok(json!({
+            "Browser": endpoint.version.product,
+            "Protocol-Version": endpoint.version.protocol_version,
+            "User-Agent": endpoint.version.user_agent,
+            "V8-Version": endpoint.version.js_version,
+            "WebKit-Version": endpoint.version.revision,
+            "webSocketDebuggerUrl": format!("{ws}/devtools/browser/{}", endpoint.browser_id),
+        })),
+        ["json"] | ["json", "list"] => {
+            let targets = cdp.send(None, "Target.getTargets", json!({})).await.map_err(gone)?;
+            let list: Vec<Value> = targets["targetInfos"]
+                .as_array()
+                .map(|all| all.iter().filter(|t| t["type"] != "browser").map(entry).collect())
+                .unwrap_or_default();
+            Ok(Value::Array(list))
+        }
+        ["json", "new"] if method == Method::PUT || method == Method::GET => {
+            let url = query
+                .map(|q| {
+                    url::form_urlencoded::parse(q.as_bytes())
+                        .map(|(k, v)| if v.is_empty() { k } else { v })
+                        .collect::<String>()
+                })
+                .filter(|u| !u.is_empty())
+                .unwrap_or_else(|| "about:blank".into());
+            let command = json!({"method": "Target.createTarget", "params": {"url": url}});
+            gate::check(&command)
+                .map_err(|why| ApiError::InvalidBody { detail: vec![format!("{}: {why}", gate::REFUSED)] })?;
+            let created = cdp.send(None, "Target.createTarget", command["params"].clone()).await.map_err(gone)?;
+            let info =
+                cdp.send(None, "Target.getTargetInfo", json!({"targetId": created["targetId"]})).await.map_err(gone)?;
+            Ok(entry(&info["targetInfo"]))
+        }
+        ["json", "close", target] => {
+            cdp.send(None, "Target.closeTarget", json!({"targetId": target})).await.map_err(gone)?;
+            Ok(json!("Target is closing"))
+        }
+        ["json", "activate", target] => {
+            cdp.send(None, "Target.activateTarget", json!({"targetId": target})).await.map_err(gone)?;
+            Ok(json!("Target activated"))
+        }
+        _ => Err(ApiError::UnknownSession),
+    }
 }
 
-async fn upgrade(port: u16, path: &str, mut req: Request<Incoming>, live: Live) -> Result<Resp, ApiError> {
-    let header = |name: &str| req.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
-    let key = header("sec-websocket-key")
-        .ok_or(ApiError::InvalidBody { detail: vec!["sec-websocket-key: required for a WebSocket upgrade".into()] })?;
-    let mut handshake = format!(
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-         Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: {}\r\n",
-        header("sec-websocket-version").unwrap_or_else(|| "13".into())
-    );
-    for name in ["sec-websocket-extensions", "sec-websocket-protocol"] {
-        if let Some(v) = header(name) {
-            handshake.push_str(&format!("{name}: {v}\r\n"));
+async fn upgrade(
+    endpoint: Endpoint,
+    page: Option<String>,
+    mut req: Request<Incoming>,
+    live: Live,
+) -> Result<Resp, ApiError> {
+    let key =
+        req.headers().get("sec-websocket-key").map(|v| v.as_bytes().to_vec()).ok_or(ApiError::InvalidBody {
+            detail: vec!["sec-websocket-key: required for a WebSocket upgrade".into()],
+        })?;
+    // A page endpoint speaks to that page: attach before answering, so an
+    // unknown target is refused like an unknown path.
+    let link = endpoint.cdp.link_client();
+    let page_session = match page {
+        None => None,
+        Some(target) => {
+            let attached = endpoint
+                .cdp
+                .send(None, "Target.attachToTarget", json!({"targetId": target, "flatten": true}))
+                .await
+                .map_err(|_| ApiError::UnknownSession)?;
+            let session = attached["sessionId"].as_str().unwrap_or_default().to_string();
+            link.claim(&session);
+            Some(session)
         }
-    }
-    // No Origin: DevTools refuses origins it was not told to allow, and the
-    // grid's token, not the origin, is the credential here.
-    handshake.push_str("\r\n");
-    let mut upstream = TcpStream::connect(("127.0.0.1", port)).await.map_err(|_| ApiError::UnknownSession)?;
-    upstream.write_all(handshake.as_bytes()).await.map_err(|_| ApiError::UnknownSession)?;
-    let (head, leftover) =
-        crate::egress::read_head(&mut upstream, 16 * 1024).await.map_err(|_| ApiError::UnknownSession)?;
-    let head = String::from_utf8_lossy(&head).to_string();
-    if !head.starts_with("HTTP/1.1 101") {
-        tracing::warn!(answer = head.lines().next().unwrap_or(""), "browser refused the WebSocket upgrade");
-        return Err(ApiError::UnknownSession);
-    }
+    };
     let mut resp = Response::new(http_body_util::Full::new(Bytes::new()));
     *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     resp.headers_mut().insert(UPGRADE, HeaderValue::from_static("websocket"));
     resp.headers_mut().insert(CONNECTION, HeaderValue::from_static("Upgrade"));
-    for line in head.lines().skip(1) {
-        if let Some((name, value)) = line.split_once(':') {
-            let lower = name.trim().to_ascii_lowercase();
-            if lower.starts_with("sec-websocket-") {
-                if let (Ok(n), Ok(v)) =
-                    (hyper::header::HeaderName::from_bytes(lower.as_bytes()), HeaderValue::from_str(value.trim()))
-                {
-                    resp.headers_mut().insert(n, v);
+    if let Ok(accept) = HeaderValue::from_str(&derive_accept_key(&key)) {
+        resp.headers_mut().insert("sec-websocket-accept", accept);
+    }
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    tokio::spawn(async move {
+        let Ok(upgraded) = on_upgrade.await else { return };
+        let socket = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None).await;
+        relay(socket, link, page_session, live).await;
+    });
+    Ok(resp)
+}
+
+/// Moves messages between one client and the browser until either side
+/// closes or the session ends.
+async fn relay<S>(mut socket: WebSocketStream<S>, mut link: ClientLink, page_session: Option<String>, live: Live)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let mut ended = live.ended;
+    loop {
+        tokio::select! {
+            frame = socket.next() => {
+                let text = match frame {
+                    Some(Ok(Message::Text(t))) => t.to_string(),
+                    Some(Ok(Message::Binary(b))) => String::from_utf8_lossy(&b).into_owned(),
+                    Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => continue,
+                    Some(Ok(Message::Close(_))) | Some(Err(_)) | None => break,
+                };
+                let Ok(mut msg) = serde_json::from_str::<Value>(&text) else {
+                    let answer = json!({"id": Value::Null, "error": {"code": -32700, "message": "message is not JSON"}});
+                    if socket.send(Message::Text(answer.to_string().into())).await.is_err() { break }
+                    continue;
+                };
+                if let (Some(session), None) = (&page_session, msg.get("sessionId")) {
+                    msg["sessionId"] = json!(session);
                 }
+                if let Err(why) = gate::check(&msg) {
+                    tracing::info!(method = msg["method"].as_str().unwrap_or_default(), why, "CDP gate refused a command");
+                    let mut answer = gate::refusal(&msg, &why);
+                    strip_session(&mut answer, page_session.as_deref());
+                    if socket.send(Message::Text(answer.to_string().into())).await.is_err() { break }
+                    continue;
+                }
+                if link.send(msg).is_err() {
+                    break;
+                }
+            }
+            out = link.incoming.recv() => {
+                let Some(text) = out else { break };
+                let text = match page_session.as_deref() {
+                    None => text,
+                    Some(session) => {
+                        let Ok(mut msg) = serde_json::from_str::<Value>(&text) else { continue };
+                        // A page client hears only its page.
+                        if msg.get("sessionId").and_then(Value::as_str) != Some(session) && msg.get("id").is_none() {
+                            continue;
+                        }
+                        strip_session(&mut msg, Some(session));
+                        msg.to_string()
+                    }
+                };
+                if socket.send(Message::Text(text.into())).await.is_err() {
+                    break;
+                }
+            }
+            _ = async { let _ = ended.wait_for(|e| *e).await; } => {
+                tracing::debug!("session ended; closing its CDP connection");
+                break;
             }
         }
     }
-    let on_upgrade = hyper::upgrade::on(&mut req);
-    let mut ended = live.ended;
-    tokio::spawn(async move {
-        let Ok(upgraded) = on_upgrade.await else { return };
-        let mut client = TokioIo::new(upgraded);
-        if !leftover.is_empty() && client.write_all(&leftover).await.is_err() {
-            return;
+    let _ = socket.close(None).await;
+}
+
+fn strip_session(msg: &mut Value, session: Option<&str>) {
+    if let (Some(session), Some(obj)) = (session, msg.as_object_mut()) {
+        if obj.get("sessionId").and_then(Value::as_str) == Some(session) {
+            obj.remove("sessionId");
         }
-        tokio::select! {
-            _ = tokio::io::copy_bidirectional(&mut client, &mut upstream) => {}
-            _ = async { let _ = ended.wait_for(|e| *e).await; } => tracing::debug!("session ended; closing its CDP connection"),
-        }
-    });
-    Ok(resp)
+    }
 }
 
 #[cfg(test)]
@@ -158,5 +279,15 @@ mod tests {
     fn websocket_base_follows_the_public_scheme() {
         assert_eq!(ws_base("http://127.0.0.1:8080/cdp/s/t"), "ws://127.0.0.1:8080/cdp/s/t");
         assert_eq!(ws_base("https://grid.example/cdp/s/t"), "wss://grid.example/cdp/s/t");
+    }
+
+    #[test]
+    fn a_page_clients_session_id_is_removed_and_others_are_kept() {
+        let mut own = json!({"id": 1, "sessionId": "P", "result": {}});
+        strip_session(&mut own, Some("P"));
+        assert_eq!(own, json!({"id": 1, "result": {}}));
+        let mut other = json!({"method": "X", "sessionId": "Q"});
+        strip_session(&mut other, Some("P"));
+        assert_eq!(other["sessionId"], "Q");
     }
 }

@@ -1,0 +1,439 @@
+//! The jail every Chromium runs in, pooled or leased.
+//!
+//! A browser is a stranger's code runner: a session lessee has its whole
+//! DevTools protocol, a capture item's page runs the target's scripts. So
+//! each browser is started through bubblewrap as follows, and the grid keeps
+//! the only ways in and out:
+//!
+//! - **Its own unprivileged uid** (one per live browser, from
+//!   `--browser-uid-base`), dropped to before bubblewrap runs, with
+//!   Chromium's own sandbox on (no `--no-sandbox`).
+//! - **Its own mount namespace**: the system (`/usr` and a short list of
+//!   `/etc` entries) read-only; a private, size-bounded tmpfs for `/tmp` and
+//!   for the home [`HOME`] that holds the profile and [`DOWNLOADS`]. The
+//!   server's data dir, other browsers' homes and the rest of the host's
+//!   files are not in it. Nothing written survives the browser.
+//! - **Its own network namespace** holding only a loopback interface. The
+//!   one way out is the egress proxy: the grid binds its listener *inside*
+//!   the namespace (a thread of the server enters it with `setns`, binds,
+//!   and leaves), and serves it from the server's own namespace. So
+//!   `direct://` contexts, WebRTC and raw sockets have nowhere to go.
+//! - **Its own pid, IPC, UTS and cgroup namespaces**; it dies with the
+//!   server (`--die-with-parent`) and with its process group.
+//! - **DevTools over a pipe** (`--remote-debugging-pipe`, fds 3 and 4): no
+//!   TCP port another process could reach.
+//!
+//! The start is two-phase: bubblewrap reports the sandbox's pid on an info
+//! fd and waits on a block fd; the grid binds the proxy listener in the new
+//! network namespace, then releases the block fd and Chromium starts.
+
+use std::fs::File;
+use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use tokio::process::{Child, Command};
+
+/// The browser's home inside the sandbox: profile, downloads, caches.
+pub const HOME: &str = "/home/grid";
+/// Where a lessee may let the browser save downloads.
+pub const DOWNLOADS: &str = "/home/grid/downloads";
+/// The port the browser-wide egress proxy listens on inside every sandbox
+/// (each has a loopback of its own, so one number serves all).
+pub const PROXY_PORT: u16 = 3128;
+
+/// The `/etc` entries a browser reads (fonts, TLS roots, the dynamic
+/// linker's cache, time zones); the rest of `/etc` stays out.
+const ETC_ENTRIES: &[&str] = &[
+    "/etc/fonts",
+    "/etc/ssl",
+    "/etc/ca-certificates",
+    "/etc/alternatives",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/localtime",
+    "/etc/nsswitch.conf",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/mime.types",
+    // Debian's `chromium` wrapper script reads its flags from here.
+    "/etc/chromium.d",
+    "/etc/chromium",
+];
+
+/// fds the sandboxed command sees: Chromium's DevTools pipe (it reads
+/// commands from 3 and writes answers to 4), then bubblewrap's two.
+const FD_CDP_IN: RawFd = 3;
+const FD_CDP_OUT: RawFd = 4;
+const FD_INFO: RawFd = 5;
+const FD_BLOCK: RawFd = 6;
+
+#[derive(Debug, Clone)]
+pub struct SandboxConfig {
+    /// The bubblewrap executable (Debian: /usr/bin/bwrap).
+    pub bwrap: PathBuf,
+    /// First uid handed to browsers; each live browser has its own.
+    pub uid_base: u32,
+    pub uid_count: u32,
+    /// Size bound of the browser's home and of its /tmp, each.
+    pub disk_mib: u64,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        SandboxConfig { bwrap: PathBuf::from("/usr/bin/bwrap"), uid_base: 200_000, uid_count: 4096, disk_mib: 512 }
+    }
+}
+
+/// A sandbox's network namespace and uid, held as long as its browser
+/// lives; dropping it frees the uid (the process is killed by its owner,
+/// [`crate::browser::process::BrowserProcess`]).
+pub struct Jail {
+    netns: File,
+    uid: UidLease,
+}
+
+/// What [`start`] hands over besides the jail.
+pub struct Spawned {
+    pub child: Child,
+    /// The (outer) pid of bubblewrap, leader of the process group.
+    pub pid: i32,
+    /// We write DevTools commands here; Chromium reads them on fd 3.
+    pub to_browser: OwnedFd,
+    /// Chromium writes answers and events to fd 4; we read them here.
+    pub from_browser: OwnedFd,
+    /// The egress proxy's listener, bound inside the sandbox on [`PROXY_PORT`].
+    pub proxy_listener: tokio::net::TcpListener,
+    /// The last lines the sandbox wrote to stderr, for start errors.
+    pub stderr_tail: StderrTail,
+}
+
+/// The last lines a browser wrote to stderr (D-Bus complaints left out:
+/// a sandbox has no bus, and Chromium says so many times).
+#[derive(Clone, Default)]
+pub struct StderrTail(std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<String>>>);
+
+impl StderrTail {
+    const KEPT: usize = 8;
+
+    fn follow(stderr: Option<tokio::process::ChildStderr>) -> StderrTail {
+        let tail = StderrTail::default();
+        if let Some(stderr) = stderr {
+            let lines = tail.0.clone();
+            tokio::spawn(async move {
+                use tokio::io::AsyncBufReadExt;
+                let mut reader = tokio::io::BufReader::new(stderr).lines();
+                while let Ok(Some(line)) = reader.next_line().await {
+                    if line.contains("dbus") || line.contains("DBus") {
+                        continue;
+                    }
+                    let mut kept = lines.lock().unwrap_or_else(|p| p.into_inner());
+                    if kept.len() == Self::KEPT {
+                        kept.pop_front();
+                    }
+                    kept.push_back(line);
+                }
+            });
+        }
+        tail
+    }
+
+    pub fn text(&self) -> String {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).iter().cloned().collect::<Vec<_>>().join(" | ")
+    }
+}
+
+impl Jail {
+    /// Binds `127.0.0.1:port` inside the browser's network namespace (0:
+    /// any free port); the listener is served from the server's side.
+    pub fn listen(&self, port: u16) -> std::io::Result<tokio::net::TcpListener> {
+        let listener = bind_in_netns(self.netns.as_raw_fd(), port)?;
+        listener.set_nonblocking(true)?;
+        tokio::net::TcpListener::from_std(listener)
+    }
+
+    pub fn uid(&self) -> u32 {
+        self.uid.0
+    }
+}
+
+/// Starts `executable` with `flags` in a new sandbox, binds the egress
+/// proxy's listener ([`PROXY_PORT`]) inside it before the executable runs,
+/// and returns both.
+pub async fn start(
+    config: &SandboxConfig,
+    executable: &Path,
+    flags: &[String],
+    env: &[(String, String)],
+) -> std::io::Result<(Jail, Spawned)> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(std::io::Error::other(
+            "the browser sandbox needs grid-server to run as root (it starts each browser as a uid of its own \
+             and binds its egress proxy inside the browser's network namespace)",
+        ));
+    }
+    if !config.bwrap.is_file() {
+        return Err(std::io::Error::other(format!(
+            "bubblewrap not found at {} (Debian package bubblewrap; --bwrap PATH)",
+            config.bwrap.display()
+        )));
+    }
+    let uid = UidLease::take(config)?;
+    let (cdp_in_child, cdp_in) = pipe()?; // child reads, we write
+    let (cdp_out, cdp_out_child) = pipe()?; // child writes, we read
+    let (info_read, info_child) = pipe()?;
+    let (block_child, block_write) = pipe()?;
+    let mut cmd = Command::new("/usr/bin/setpriv");
+    cmd.arg(format!("--reuid={}", uid.0))
+        .arg(format!("--regid={}", uid.0))
+        .arg("--clear-groups")
+        .arg("--")
+        .arg(&config.bwrap)
+        .args(bwrap_args(config, env))
+        .arg("--")
+        .arg(executable)
+        .args(flags)
+        .arg("--remote-debugging-pipe")
+        .arg(format!("--user-data-dir={HOME}/profile"))
+        .arg("about:blank")
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let fds = [
+        (cdp_in_child.as_raw_fd(), FD_CDP_IN),
+        (cdp_out_child.as_raw_fd(), FD_CDP_OUT),
+        (info_child.as_raw_fd(), FD_INFO),
+        (block_child.as_raw_fd(), FD_BLOCK),
+    ];
+    // SAFETY: only async-signal-safe calls (prctl, dup2) between fork and
+    // exec. Every source fd is >= 10 (see `pipe`), so no dup2 clobbers a
+    // source still to be copied; dup2 clears CLOEXEC on the copy.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            for (from, to) in fds {
+                if libc::dup2(from, to) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn()?;
+    drop((cdp_in_child, cdp_out_child, info_child, block_child));
+    let stderr_tail = StderrTail::follow(child.stderr.take());
+    let pid = child.id().unwrap_or(0) as i32;
+    let sandbox_pid = match tokio::task::spawn_blocking(move || read_child_pid(info_read)).await {
+        Ok(Ok(p)) => p,
+        Ok(Err(e)) => {
+            kill_group(pid);
+            let status = child.try_wait().ok().flatten();
+            return Err(std::io::Error::other(format!(
+                "bubblewrap did not start the sandbox ({e}); exit: {status:?}; stderr: {}",
+                stderr_tail.text()
+            )));
+        }
+        Err(e) => return Err(std::io::Error::other(e.to_string())),
+    };
+    let netns = File::open(format!("/proc/{sandbox_pid}/ns/net"))?;
+    let listener = match bind_in_netns(netns.as_raw_fd(), PROXY_PORT) {
+        Ok(l) => l,
+        Err(e) => {
+            kill_group(pid);
+            return Err(std::io::Error::other(format!("binding the egress proxy inside the sandbox: {e}")));
+        }
+    };
+    listener.set_nonblocking(true)?;
+    let listener = tokio::net::TcpListener::from_std(listener)?;
+    // Lets bubblewrap exec the browser.
+    // SAFETY: writes one byte from a valid buffer to an fd we own.
+    unsafe { libc::write(block_write.as_raw_fd(), b"x".as_ptr().cast(), 1) };
+    drop(block_write);
+    Ok((
+        Jail { netns, uid },
+        Spawned { child, pid, to_browser: cdp_in, from_browser: cdp_out, proxy_listener: listener, stderr_tail },
+    ))
+}
+
+fn bwrap_args(config: &SandboxConfig, env: &[(String, String)]) -> Vec<String> {
+    let size = (config.disk_mib * 1024 * 1024).to_string();
+    let mut a: Vec<String> = [
+        "--unshare-all",
+        "--die-with-parent",
+        "--new-session",
+        "--hostname",
+        "grid-browser",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+        "--symlink",
+        "usr/lib",
+        "/lib",
+        "--symlink",
+        "usr/lib64",
+        "/lib64",
+        "--symlink",
+        "usr/bin",
+        "/bin",
+        "--symlink",
+        "usr/sbin",
+        "/sbin",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for entry in ETC_ENTRIES.iter().filter(|e| Path::new(e).exists()) {
+        a.extend(["--ro-bind".into(), entry.to_string(), entry.to_string()]);
+    }
+    if Path::new("/var/cache/fontconfig").is_dir() {
+        a.extend(["--ro-bind".into(), "/var/cache/fontconfig".into(), "/var/cache/fontconfig".into()]);
+    }
+    for dir in ["/tmp", HOME] {
+        a.extend(["--size".into(), size.clone(), "--perms".into(), "0700".into(), "--tmpfs".into(), dir.into()]);
+    }
+    a.extend(["--dir".into(), DOWNLOADS.into()]);
+    a.extend(["--info-fd".into(), FD_INFO.to_string(), "--block-fd".into(), FD_BLOCK.to_string()]);
+    a.extend(["--clearenv".into()]);
+    let base = [("HOME", HOME), ("TMPDIR", "/tmp"), ("PATH", "/usr/bin:/bin")];
+    for (k, v) in base.iter().map(|(k, v)| (k.to_string(), v.to_string())).chain(env.iter().cloned()) {
+        a.extend(["--setenv".into(), k, v]);
+    }
+    a
+}
+
+/// A pipe whose two ends are CLOEXEC and numbered 10 or above; returns
+/// (read end, write end).
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two fds on success.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let high = |fd: RawFd| -> std::io::Result<OwnedFd> {
+        // SAFETY: fd is ours; F_DUPFD_CLOEXEC returns a new fd >= 10.
+        let moved = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10) };
+        // SAFETY: fd is ours and closed once.
+        unsafe { libc::close(fd) };
+        if moved < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: moved is a fresh fd we own.
+        Ok(unsafe { OwnedFd::from_raw_fd(moved) })
+    };
+    Ok((high(fds[0])?, high(fds[1])?))
+}
+
+/// bubblewrap's info fd carries `{"child-pid": N, ...}`.
+fn read_child_pid(fd: OwnedFd) -> std::io::Result<i32> {
+    let mut text = String::new();
+    File::from(fd).read_to_string(&mut text)?;
+    let v: serde_json::Value = serde_json::from_str(text.trim()).map_err(|e| std::io::Error::other(e.to_string()))?;
+    v["child-pid"].as_i64().map(|p| p as i32).ok_or_else(|| std::io::Error::other(format!("no child-pid in {text:?}")))
+}
+
+/// Binds 127.0.0.1:`port` in the network namespace `netns` from a thread
+/// of its own (setns moves only the calling thread). bubblewrap brings the
+/// namespace's loopback up just after reporting its pid; until then the
+/// address does not exist, so the bind is retried briefly.
+fn bind_in_netns(netns: RawFd, port: u16) -> std::io::Result<std::net::TcpListener> {
+    let handle = std::thread::spawn(move || {
+        // SAFETY: netns is an open namespace fd; this thread ends right after.
+        if unsafe { libc::setns(netns, libc::CLONE_NEWNET) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            match std::net::TcpListener::bind(("127.0.0.1", port)) {
+                Err(e) if e.kind() == std::io::ErrorKind::AddrNotAvailable && std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+                other => return other,
+            }
+        }
+    });
+    handle.join().map_err(|_| std::io::Error::other("netns thread panicked"))?
+}
+
+pub(crate) fn kill_group(pid: i32) {
+    if pid > 0 {
+        // SAFETY: sends a signal to a process group this server created.
+        unsafe {
+            libc::killpg(pid, libc::SIGKILL);
+        }
+    }
+}
+
+/// Where uid leases are held, host-wide: one lock file per uid, locked
+/// (flock) by the process whose browser runs as it. A lock dies with its
+/// holder, so a crashed server frees its uids, and several servers on one
+/// host never hand out the same uid.
+const UID_LOCKS: &str = "/run/grid-browser-uids";
+
+/// A uid no other live browser on this host runs as, held until dropped.
+struct UidLease(u32, #[allow(dead_code)] File);
+
+impl UidLease {
+    fn take(config: &SandboxConfig) -> std::io::Result<UidLease> {
+        Self::take_in(Path::new(UID_LOCKS), config)
+    }
+
+    fn take_in(dir: &Path, config: &SandboxConfig) -> std::io::Result<UidLease> {
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+        for uid in config.uid_base..config.uid_base.saturating_add(config.uid_count) {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .mode(0o600)
+                .open(dir.join(format!("{uid}.lock")))?;
+            // SAFETY: flock on an fd we own; non-blocking.
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+                return Ok(UidLease(uid, file));
+            }
+        }
+        Err(std::io::Error::other(format!("all {} browser uids are in use", config.uid_count)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn live_browsers_never_share_a_uid_and_a_freed_uid_is_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = SandboxConfig { uid_base: 7_000_000, uid_count: 2, ..Default::default() };
+        let a = UidLease::take_in(dir.path(), &config).unwrap();
+        let b = UidLease::take_in(dir.path(), &config).unwrap();
+        assert_ne!(a.0, b.0);
+        assert!(UidLease::take_in(dir.path(), &config).is_err(), "only two uids in the range");
+        let freed = a.0;
+        drop(a);
+        assert_eq!(UidLease::take_in(dir.path(), &config).unwrap().0, freed);
+    }
+
+    #[test]
+    fn the_sandbox_sees_no_data_dir_and_gets_a_clean_environment() {
+        let args = bwrap_args(&SandboxConfig::default(), &[("TZ".into(), "UTC".into())]);
+        let joined = args.join(" ");
+        assert!(joined.contains("--unshare-all") && joined.contains("--die-with-parent"), "{joined}");
+        assert!(joined.contains("--clearenv") && joined.contains("--setenv TZ UTC"), "{joined}");
+        // Only the system and fixed /etc entries are bound from the host.
+        let binds: Vec<&String> = args.windows(2).filter(|w| w[0] == "--ro-bind").map(|w| &w[1]).collect();
+        for b in binds {
+            assert!(b == "/usr" || b.starts_with("/etc/") || b == "/var/cache/fontconfig", "unexpected bind {b}");
+        }
+        assert!(!joined.contains("--bind "), "nothing is bound writable: {joined}");
+    }
+}
