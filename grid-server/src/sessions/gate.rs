@@ -5,7 +5,10 @@
 //! a CDP error the client sees, the commands that can only be abuse of the
 //! grid — host paths, `file:` URLs, a proxy of the lessee's choosing, and
 //! handing the protocol to page scripts (which would be a way around this
-//! gate). Every other command passes unchanged.
+//! gate). A download folder outside the session's is rewritten to the
+//! session's own instead of refused: CDP clients set one on connect
+//! (Playwright names a folder of the client's machine, meaningless on a
+//! remote browser). Every other command passes unchanged.
 
 use serde_json::Value;
 
@@ -14,11 +17,21 @@ use crate::browser::sandbox::{DOWNLOADS, HOME};
 /// Opening words of every refusal's CDP error message.
 pub const REFUSED: &str = "refused by the grid";
 
-/// Why the gate refuses `msg` (a client's CDP command), if it does.
-pub fn check(msg: &Value) -> Result<(), String> {
-    let method = msg["method"].as_str().unwrap_or_default();
+/// Why the gate refuses `msg` (a client's CDP command), if it does; a
+/// download folder outside the session's is rewritten in place to
+/// [`DOWNLOADS`].
+pub fn check(msg: &mut Value) -> Result<(), String> {
+    let method = msg["method"].as_str().unwrap_or_default().to_string();
+    if matches!(method.as_str(), "Browser.setDownloadBehavior" | "Page.setDownloadBehavior") {
+        if let Some(path) = msg["params"]["downloadPath"].as_str() {
+            if !inside(path, DOWNLOADS) {
+                msg["params"]["downloadPath"] = Value::from(DOWNLOADS);
+            }
+        }
+        return Ok(());
+    }
     let params = &msg["params"];
-    match method {
+    match method.as_str() {
         "Page.navigate" | "Target.createTarget" | "Network.loadNetworkResource" => {
             url_allowed(params["url"].as_str().unwrap_or_default())
         }
@@ -32,12 +45,6 @@ pub fn check(msg: &Value) -> Result<(), String> {
             }
             Ok(())
         }
-        "Browser.setDownloadBehavior" | "Page.setDownloadBehavior" => match params["downloadPath"].as_str() {
-            Some(path) if !inside(path, DOWNLOADS) => {
-                Err(format!("downloadPath: downloads may only be saved under {DOWNLOADS}"))
-            }
-            _ => Ok(()),
-        },
         "DOM.setFileInputFiles" => paths_inside(&params["files"], "files", HOME),
         "Input.dispatchDragEvent" => paths_inside(&params["data"]["files"], "data.files", HOME),
         "Extensions.loadUnpacked" => match params["path"].as_str() {
@@ -103,51 +110,54 @@ mod tests {
     #[test]
     fn file_urls_are_refused_however_they_are_written() {
         for url in ["file:///etc/passwd", "FILE:///x", "view-source:file:///x", " view-source: file:///x"] {
-            assert!(check(&cmd("Page.navigate", json!({"url": url}))).is_err(), "{url}");
-            assert!(check(&cmd("Target.createTarget", json!({"url": url}))).is_err(), "{url}");
+            assert!(check(&mut cmd("Page.navigate", json!({"url": url}))).is_err(), "{url}");
+            assert!(check(&mut cmd("Target.createTarget", json!({"url": url}))).is_err(), "{url}");
         }
         for url in ["https://example.com/", "about:blank", "data:text/html,hi", "http://127.0.0.1:8080/file:"] {
-            assert!(check(&cmd("Page.navigate", json!({"url": url}))).is_ok(), "{url}");
+            assert!(check(&mut cmd("Page.navigate", json!({"url": url}))).is_ok(), "{url}");
         }
     }
 
     #[test]
     fn a_context_proxy_is_the_grids_to_choose() {
-        assert!(check(&cmd("Target.createBrowserContext", json!({"proxyServer": "direct://"}))).is_err());
-        assert!(check(&cmd("Target.createBrowserContext", json!({"proxyBypassList": "*"}))).is_err());
-        assert!(check(&cmd("Target.createBrowserContext", json!({"disposeOnDetach": true}))).is_ok());
+        assert!(check(&mut cmd("Target.createBrowserContext", json!({"proxyServer": "direct://"}))).is_err());
+        assert!(check(&mut cmd("Target.createBrowserContext", json!({"proxyBypassList": "*"}))).is_err());
+        assert!(check(&mut cmd("Target.createBrowserContext", json!({"disposeOnDetach": true}))).is_ok());
     }
 
     #[test]
     fn downloads_and_file_inputs_stay_in_the_sessions_folder() {
-        let dl = |path: &str| cmd("Browser.setDownloadBehavior", json!({"behavior": "allow", "downloadPath": path}));
-        assert!(check(&dl("/home/grid/downloads")).is_ok());
-        assert!(check(&dl("/home/grid/downloads/sub")).is_ok());
-        assert!(check(&dl("/etc/cron.d")).is_err());
-        assert!(check(&dl("/home/grid/downloads/../../../etc")).is_err());
-        assert!(check(&dl("/home/grid/downloadsX")).is_err());
-        assert!(check(&cmd("Browser.setDownloadBehavior", json!({"behavior": "deny"}))).is_ok());
+        let saved_to = |path: &str| {
+            let mut msg = cmd("Browser.setDownloadBehavior", json!({"behavior": "allow", "downloadPath": path}));
+            check(&mut msg).expect("download folders are rewritten, not refused");
+            msg["params"]["downloadPath"].as_str().unwrap().to_string()
+        };
+        assert_eq!(saved_to("/home/grid/downloads"), "/home/grid/downloads");
+        assert_eq!(saved_to("/home/grid/downloads/sub"), "/home/grid/downloads/sub");
+        assert_eq!(saved_to("/etc/cron.d"), "/home/grid/downloads");
+        assert_eq!(saved_to("/home/grid/downloads/../../../etc"), "/home/grid/downloads");
+        assert_eq!(saved_to("/home/grid/downloadsX"), "/home/grid/downloads");
+        assert_eq!(saved_to("/tmp/playwright-artifacts-x"), "/home/grid/downloads");
+        let mut deny = cmd("Browser.setDownloadBehavior", json!({"behavior": "deny"}));
+        assert!(check(&mut deny).is_ok() && deny["params"].get("downloadPath").is_none());
         let files = |f: Value| cmd("DOM.setFileInputFiles", json!({"files": f, "nodeId": 3}));
-        assert!(check(&files(json!(["/home/grid/downloads/a.txt"]))).is_ok());
-        assert!(check(&files(json!(["/home/grid/a", "/var/lib/grid/grid.db"]))).is_err());
-        assert!(check(&cmd(
-            "Input.dispatchDragEvent",
-            json!({"type": "drop", "data": {"items": [], "files": ["/etc/shadow"]}})
-        ))
-        .is_err());
+        assert!(check(&mut files(json!(["/home/grid/downloads/a.txt"]))).is_ok());
+        assert!(check(&mut files(json!(["/home/grid/a", "/var/lib/grid/grid.db"]))).is_err());
+        let drop_files = json!({"type": "drop", "data": {"items": [], "files": ["/etc/shadow"]}});
+        assert!(check(&mut cmd("Input.dispatchDragEvent", drop_files)).is_err());
     }
 
     #[test]
     fn protocol_for_pages_and_remote_locations_are_refused() {
-        assert!(check(&cmd("Target.exposeDevToolsProtocol", json!({"targetId": "x"}))).is_err());
-        assert!(check(&cmd("Target.setRemoteLocations", json!({"locations": []}))).is_err());
-        assert!(check(&cmd("Runtime.evaluate", json!({"expression": "1"}))).is_ok());
+        assert!(check(&mut cmd("Target.exposeDevToolsProtocol", json!({"targetId": "x"}))).is_err());
+        assert!(check(&mut cmd("Target.setRemoteLocations", json!({"locations": []}))).is_err());
+        assert!(check(&mut cmd("Runtime.evaluate", json!({"expression": "1"}))).is_ok());
     }
 
     #[test]
     fn a_refusal_answers_the_commands_id_and_session() {
-        let msg = json!({"id": 12, "sessionId": "S1", "method": "Page.navigate", "params": {"url": "file:///"}});
-        let why = check(&msg).unwrap_err();
+        let mut msg = json!({"id": 12, "sessionId": "S1", "method": "Page.navigate", "params": {"url": "file:///"}});
+        let why = check(&mut msg).unwrap_err();
         let answer = refusal(&msg, &why);
         assert_eq!(answer["id"], 12);
         assert_eq!(answer["sessionId"], "S1");

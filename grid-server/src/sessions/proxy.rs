@@ -139,8 +139,8 @@ async fn discovery(
                 })
                 .filter(|u| !u.is_empty())
                 .unwrap_or_else(|| "about:blank".into());
-            let command = json!({"method": "Target.createTarget", "params": {"url": url}});
-            gate::check(&command)
+            let mut command = json!({"method": "Target.createTarget", "params": {"url": url}});
+            gate::check(&mut command)
                 .map_err(|why| ApiError::InvalidBody { detail: vec![format!("{}: {why}", gate::REFUSED)] })?;
             let created = cdp.send(None, "Target.createTarget", command["params"].clone()).await.map_err(gone)?;
             let info =
@@ -225,7 +225,7 @@ where
                 if let (Some(session), None) = (&page_session, msg.get("sessionId")) {
                     msg["sessionId"] = json!(session);
                 }
-                if let Err(why) = gate::check(&msg) {
+                if let Err(why) = gate::check(&mut msg) {
                     tracing::info!(method = msg["method"].as_str().unwrap_or_default(), why, "CDP gate refused a command");
                     let mut answer = gate::refusal(&msg, &why);
                     strip_session(&mut answer, page_session.as_deref());
