@@ -47,6 +47,15 @@ if ! python3 -c "import mcp.client.streamable_http" >/dev/null 2>&1; then
     python3 -m pip install --quiet --disable-pip-version-check mcp
 fi
 
+# Real CDP clients users have (Playwright, Puppeteer) for the session tests;
+# core packages only: they connect to a session and never download a browser.
+command -v node >/dev/null 2>&1 || need_pkg nodejs
+command -v npm >/dev/null 2>&1 || need_pkg npm
+if [ ! -d tests/clients/node_modules/playwright-core ] || [ ! -d tests/clients/node_modules/puppeteer-core ]; then
+    say "installing the CDP clients (npm: playwright-core, puppeteer-core)"
+    (cd tests/clients && npm install --no-package-lock --no-audit --no-fund --silent)
+fi
+
 say "cargo $(cargo --version | cut -d' ' -f2), rustc $(rustc --version | cut -d' ' -f2)"
 say "building the workspace: cargo build --workspace --bins --tests"
 cargo build --workspace --bins --tests

@@ -1,0 +1,64 @@
+//! Real CDP clients users have (Playwright, Puppeteer; npm packages in
+//! tests/clients, installed by scripts/test.sh) drive a leased session
+//! through its cdpUrl: the grid's relay onto the browser's DevTools pipe,
+//! its discovery answers and its CDP gate, as those clients see them.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use grid_tests::bins::workspace_root;
+use grid_tests::server::{GridServer, ServerOptions};
+use grid_tests::target::Target;
+use serde_json::{json, Value};
+
+fn clients_dir() -> PathBuf {
+    workspace_root().join("tests/clients")
+}
+
+#[tokio::test]
+async fn playwright_and_puppeteer_drive_a_session_through_its_cdp_url() {
+    let dir = clients_dir();
+    assert!(
+        dir.join("node_modules/playwright-core").is_dir() && dir.join("node_modules/puppeteer-core").is_dir(),
+        "Playwright and Puppeteer are missing from {}: scripts/test.sh installs them (npm install there)",
+        dir.display()
+    );
+    let target = Target::start();
+    let server = GridServer::start(ServerOptions::default());
+    let lease = server.post("/sessions", &json!({"ttlMinutes": 5})).await;
+    assert_eq!(lease.status, 201, "{}", lease.text);
+    let (id, cdp_url) = (lease.json["sessionId"].as_str().unwrap(), lease.json["cdpUrl"].as_str().unwrap().to_string());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let list = server.get("/sessions").await;
+        if list
+            .json
+            .as_array()
+            .and_then(|l| l.iter().find(|s| s["sessionId"] == id))
+            .is_some_and(|s| s["status"] == "running")
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "session never ran: {}", list.text);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let page = target.url("/page/5");
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("node").arg("cdp_clients.js").arg(&cdp_url).arg(&page).current_dir(dir).output()
+    })
+    .await
+    .unwrap()
+    .unwrap_or_else(|e| server.fail(&format!("node did not run: {e}")));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "clients failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let seen: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| server.fail(&format!("{e}: {stdout}")));
+    let pw = &seen["playwright"];
+    assert_eq!(pw["title"], "page 5", "{seen}");
+    assert_eq!(pw["freshTitle"], "page 5", "a new context did not load: {seen}");
+    assert!(pw["screenshotBytes"].as_u64().unwrap_or(0) > 1000, "{seen}");
+    let refusal = pw["fileNavigation"].as_str().unwrap_or("");
+    assert!(refusal.contains("refused by the grid: url: file:"), "file: navigation not refused by the gate: {seen}");
+    assert_eq!(seen["puppeteer"], json!({"title": "page 5", "text": "page 5"}));
+    assert!(target.hits("/page/5") >= 3, "the target saw {} requests", target.hits("/page/5"));
+}
