@@ -94,10 +94,13 @@ pub fn once<T, E: From<ReserveError>>(
     };
     let store = |e: StoreError| E::from(ReserveError::Store(e));
     let found = find(tx, account_id, key).map_err(store)?;
-    match rules::decide(found.as_ref().map(|(k, _)| k), &key.request_sha256, now) {
+    match rules::decide(found.as_ref().map(|f| &f.key), &key.request_sha256, now) {
         Decision::Replay => {
-            let (_, answer) = found.expect("a replay has a row");
-            Ok(Outcome::Replayed(answer))
+            let Found { status, sealed, .. } = found.expect("a replay has a row");
+            // Only the same request's answer is ever unsealed.
+            let body = unseal(account_id, key, status, &sealed)
+                .ok_or_else(|| store(StoreError::Invalid("stored idempotent answer does not unseal".into())))?;
+            Ok(Outcome::Replayed(Answer { status, body }))
         }
         Decision::Reused => Err(E::from(ReserveError::Refused(grid_core::error::ApiError::IdempotencyKeyReused))),
         Decision::Perform => {
@@ -108,24 +111,27 @@ pub fn once<T, E: From<ReserveError>>(
     }
 }
 
-fn find(conn: &Connection, account_id: &str, key: &Key) -> StoreResult<Option<(StoredKey, Answer)>> {
-    let row: Option<(String, u16, Vec<u8>, i64)> = conn
+/// A stored key row.
+struct Found {
+    key: StoredKey,
+    status: u16,
+    sealed: Vec<u8>,
+}
+
+fn find(conn: &Connection, account_id: &str, key: &Key) -> StoreResult<Option<Found>> {
+    Ok(conn
         .prepare_cached(
-            "SELECT request_sha256, status, response, expires_at FROM idempotency_keys
+            "SELECT request_sha256, expires_at, status, response FROM idempotency_keys
               WHERE account_id = ?1 AND key_sha256 = ?2",
         )?
-        .query_row((account_id, key.key_sha256()), |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
-        .optional()?;
-    let Some((request_sha256, status, sealed, expires_at)) = row else { return Ok(None) };
-    let stored = StoredKey { request_sha256, expires_at: Millis(expires_at) };
-    // Only the same request may read the answer; the body of another is
-    // never unsealed (its key would fit, but it has no business there).
-    if stored.request_sha256 != key.request_sha256 {
-        return Ok(Some((stored, Answer { status, body: vec![] })));
-    }
-    let body = unseal(account_id, key, status, &sealed)
-        .ok_or_else(|| StoreError::Invalid("stored idempotent answer does not unseal".into()))?;
-    Ok(Some((stored, Answer { status, body })))
+        .query_row((account_id, key.key_sha256()), |r| {
+            Ok(Found {
+                key: StoredKey { request_sha256: r.get(0)?, expires_at: Millis(r.get(1)?) },
+                status: r.get(2)?,
+                sealed: r.get(3)?,
+            })
+        })
+        .optional()?)
 }
 
 fn record(
@@ -362,9 +368,11 @@ mod tests {
         let c = caller(&s, 1_000_000);
         let Ok(Outcome::Performed(first, _)) = submit(&s, &c, 1, Some("old"), T) else { panic!() };
         assert!(matches!(submit(&s, &c, 1, Some("other"), T), Ok(Outcome::Performed(..))));
+        // An expired answer is never unsealed, even a damaged one.
+        s.write_blocking(|tx| Ok(tx.execute("UPDATE idempotency_keys SET response = x'00'", [])?)).unwrap();
         let later = rules::expires_at(T);
-        // After 24 h the same key with another body is a new request ...
-        let Ok(Outcome::Performed(second, _)) = submit(&s, &c, 2, Some("old"), later) else { panic!() };
+        // After 24 h the same request under the key is a new request ...
+        let Ok(Outcome::Performed(second, _)) = submit(&s, &c, 1, Some("old"), later) else { panic!() };
         assert_ne!(first.batch_id, second.batch_id);
         // ... and the other expired row went with it.
         assert_eq!(rows(&s), 1);
