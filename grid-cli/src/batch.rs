@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use grid_client::endpoint;
+use grid_client::jobs::new_idempotency_key;
 use grid_core::wire::batch::{BatchCreated, BatchJobState, BatchView, NewBatch};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::Value;
@@ -56,6 +57,9 @@ pub struct SubmitArgs {
     /// A script parameter; repeatable. VALUE is taken as JSON when it parses (3, true, ["a.example"], "3"), else as text. A later KEY replaces an earlier one.
     #[arg(long = "param", value_name = "KEY=VALUE", value_parser = parse_param)]
     params: Vec<(String, Value)>,
+    /// Sent as the Idempotency-Key header: resending the same batch with the same key (within 24 h) answers the first batch and reserves nothing more. Default: a fresh random key, also used when the submission is resent after a connection error.
+    #[arg(long, value_name = "KEY")]
+    idempotency_key: Option<String>,
     /// Wait for the batch to finish, with a progress bar on stderr when it is a terminal.
     #[arg(long)]
     wait: bool,
@@ -93,8 +97,12 @@ async fn submit(cx: &Context, args: SubmitArgs) -> anyhow::Result<ExitCode> {
         params: params_object(args.params),
         priority: args.priority,
     };
-    let reply = cx.client.send_raw(&endpoint::submit_batch(&batch)).await?;
+    let key = args.idempotency_key.unwrap_or_else(new_idempotency_key);
+    let reply = cx.client.send_raw_resending(&endpoint::submit_batch(&batch).with_idempotency_key(&key)).await?;
     let created: BatchCreated = reply.decode()?;
+    if reply.replayed() {
+        eprintln!("batch {} already submitted with idempotency key {key:?}", created.batch_id);
+    }
     if cx.json {
         output::json_line(&reply)?;
     } else {

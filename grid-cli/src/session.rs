@@ -4,6 +4,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
+use grid_client::jobs::new_idempotency_key;
 use grid_client::sessions as session_calls;
 use grid_client::RawReply;
 use grid_core::session::SessionStatus;
@@ -45,6 +46,9 @@ pub struct LeaseArgs {
     /// Network policy: public-web-only/v1 (the browser reaches only public addresses).
     #[arg(long, value_name = "POLICY")]
     network: Option<String>,
+    /// Sent as the Idempotency-Key header: leasing again with the same key and flags (within 24 h) answers the first lease, cdpUrl included, and takes no second slot. Default: a fresh random key, also used when the lease is resent after a connection error.
+    #[arg(long, value_name = "KEY")]
+    idempotency_key: Option<String>,
     /// Wait until the browser runs, with a spinner on stderr when it is a terminal.
     #[arg(long)]
     wait: bool,
@@ -70,8 +74,13 @@ fn new_session(args: &LeaseArgs) -> NewSession {
 }
 
 async fn lease(cx: &Context, args: LeaseArgs) -> anyhow::Result<()> {
-    let reply = cx.client.send_raw(&session_calls::lease_session(&new_session(&args))).await?;
+    let key = args.idempotency_key.clone().unwrap_or_else(new_idempotency_key);
+    let endpoint = session_calls::lease_session(&new_session(&args)).with_idempotency_key(&key);
+    let reply = cx.client.send_raw_resending(&endpoint).await?;
     let lease: SessionLease = reply.decode()?;
+    if reply.replayed() {
+        eprintln!("session {} already leased with idempotency key {key:?}", lease.session_id);
+    }
     if cx.json {
         output::json_line(&reply)?;
     } else if !args.wait {

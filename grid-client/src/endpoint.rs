@@ -32,6 +32,8 @@ pub struct Endpoint<T> {
     /// Query pairs, encoded by [`Endpoint::url`]; empty for most calls.
     query: Vec<(String, String)>,
     body: Option<Vec<u8>>,
+    /// Sent as the `Idempotency-Key` header (POST /batches, POST /sessions).
+    idempotency_key: Option<String>,
     answer: PhantomData<fn() -> T>,
 }
 
@@ -43,6 +45,7 @@ impl<T> Endpoint<T> {
             credential,
             query: Vec::new(),
             body: None,
+            idempotency_key: None,
             answer: PhantomData,
         }
     }
@@ -57,6 +60,22 @@ impl<T> Endpoint<T> {
     pub(crate) fn with_query(mut self, name: impl Into<String>, value: impl Into<String>) -> Endpoint<T> {
         self.query.push((name.into(), value.into()));
         self
+    }
+
+    /// The same call with an `Idempotency-Key` header (POST /batches and
+    /// POST /sessions honour it; docs/idempotency.md): sent again with the
+    /// same key and body, it is answered with the first answer and does
+    /// nothing more. [`crate::GridClient::send_raw_resending`] resends such
+    /// a call on connection errors. Use
+    /// [`crate::jobs::new_idempotency_key`] for a fresh one.
+    pub fn with_idempotency_key(mut self, key: impl Into<String>) -> Endpoint<T> {
+        self.idempotency_key = Some(key.into());
+        self
+    }
+
+    /// The `Idempotency-Key` the call carries, if any.
+    pub fn idempotency_key(&self) -> Option<&str> {
+        self.idempotency_key.as_deref()
     }
 
     /// The query pairs, in order.
@@ -242,6 +261,15 @@ mod tests {
         assert_eq!(url_of("https://h/api/", &batch("b")), "https://h/api/batches/b");
         assert_eq!(url_of("https://h/api", &batch("b")), "https://h/api/batches/b");
         assert_eq!(url_of("https://h/", &batch("b")), "https://h/batches/b");
+    }
+
+    #[test]
+    fn idempotency_key_is_carried_not_required() {
+        let plain = submit_batch(&NewBatch::default());
+        assert_eq!(plain.idempotency_key(), None);
+        let keyed = plain.with_idempotency_key("k-1");
+        assert_eq!(keyed.idempotency_key(), Some("k-1"));
+        assert_eq!(keyed.to_string(), "POST /batches");
     }
 
     #[test]

@@ -106,6 +106,14 @@ pub struct RawReply {
 }
 
 impl RawReply {
+    /// Whether the server answered from a stored `Idempotency-Key` (header
+    /// `Idempotent-Replayed: true`): the first request's answer, again.
+    pub fn replayed(&self) -> bool {
+        self.headers
+            .get(grid_core::idempotency::REPLAYED_HEADER)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"))
+    }
+
     pub fn decode<T: DeserializeOwned>(&self) -> Result<T, ClientError> {
         serde_json::from_slice(&self.body)
             .map_err(|cause| ClientError::Decode { endpoint: self.endpoint.clone(), cause })
@@ -131,6 +139,11 @@ impl fmt::Debug for GridClient {
             .finish()
     }
 }
+
+/// How many times [`GridClient::send_raw_resending`] resends a call with an
+/// idempotency key that got no answer.
+pub const RESENDS: u32 = 4;
+const RESEND_FIRST_PAUSE: Duration = Duration::from_millis(500);
 
 /// How many polls in a row [`GridClient::wait_batch`] lets fail with a
 /// retryable error before giving up.
@@ -227,6 +240,12 @@ impl GridClient {
                 request = request.header(name, value.clone());
             }
         }
+        if let Some(key) = endpoint.idempotency_key() {
+            let value = HeaderValue::from_str(key).map_err(|_| {
+                ClientError::InvalidInput("idempotency key contains characters a header cannot carry".into())
+            })?;
+            request = request.header(grid_core::idempotency::HEADER, value);
+        }
         if let Some(body) = endpoint.body() {
             request = request.header(CONTENT_TYPE, "application/json").body(body.to_vec());
         } else if endpoint.method() == Method::POST {
@@ -235,6 +254,29 @@ impl GridClient {
         }
         let response = request.send().await?;
         read_answer(endpoint.to_string(), response).await
+    }
+
+    /// [`GridClient::send_raw`], resending a call that carries an
+    /// `Idempotency-Key` ([`Endpoint::with_idempotency_key`]) when it got no
+    /// answer (connection refused or broken, timeout) or a retryable 503: up
+    /// to [`RESENDS`] more times, each after the answer's `retry-after` or a
+    /// growing pause (0.5, 1, 2, 4 s). Any transport error counts, also an
+    /// answer that broke off: the key makes this safe, since a first request
+    /// that did arrive is answered again, never performed twice. A call
+    /// without a key is sent once.
+    pub async fn send_raw_resending<T>(&self, endpoint: &Endpoint<T>) -> Result<RawReply, ClientError> {
+        let mut pause = RESEND_FIRST_PAUSE;
+        let mut resends = 0;
+        loop {
+            match self.send_raw(endpoint).await {
+                Err(e) if endpoint.idempotency_key().is_some() && resendable(&e) && resends < RESENDS => {
+                    resends += 1;
+                    tokio::time::sleep(e.retry_after().unwrap_or(pause)).await;
+                    pause *= 2;
+                }
+                other => return other,
+            }
+        }
     }
 
     /// GET /healthz.
@@ -260,6 +302,15 @@ impl GridClient {
     /// POST /batches.
     pub async fn submit_batch(&self, batch: &NewBatch) -> Result<BatchCreated, ClientError> {
         self.send(&endpoint::submit_batch(batch)).await
+    }
+
+    /// POST /batches with an `Idempotency-Key`, resent with that key on
+    /// connection errors ([`GridClient::send_raw_resending`]). Submitting
+    /// the same batch with the same key again (within 24 h) answers the
+    /// first batch and reserves nothing more; another batch with that key
+    /// is refused with 422 `idempotency key reused`.
+    pub async fn submit_batch_with_key(&self, batch: &NewBatch, key: &str) -> Result<BatchCreated, ClientError> {
+        self.send_raw_resending(&endpoint::submit_batch(batch).with_idempotency_key(key)).await?.decode()
     }
 
     /// GET /batches/{batchId}.
@@ -444,6 +495,14 @@ impl GridClient {
         self.send(&sessions::lease_session(session)).await
     }
 
+    /// POST /sessions with an `Idempotency-Key`, resent with that key on
+    /// connection errors ([`GridClient::send_raw_resending`]). Leasing again
+    /// with the same key and body (within 24 h) answers the first lease,
+    /// cdpUrl included, and takes no second slot or reservation.
+    pub async fn lease_session_with_key(&self, session: &NewSession, key: &str) -> Result<SessionLease, ClientError> {
+        self.send_raw_resending(&sessions::lease_session(session).with_idempotency_key(key)).await?.decode()
+    }
+
     /// GET /sessions: the caller's live sessions (pending or running), oldest
     /// first, without cdpUrl.
     pub async fn sessions(&self) -> Result<Vec<SessionView>, ClientError> {
@@ -492,6 +551,11 @@ fn log_will_not_come(record: &JobRecord, attempt: Option<u32>) -> bool {
         Some(a) => a.phase.is_finished() && !a.logs.available,
         None => record.phase.is_finished(),
     }
+}
+
+/// Whether a call with an idempotency key may be sent again after `e`.
+fn resendable(e: &ClientError) -> bool {
+    matches!(e, ClientError::Transport(_)) || e.is_retryable()
 }
 
 fn secret_header(value: &str, what: &str) -> Result<HeaderValue, ClientError> {

@@ -28,7 +28,8 @@ impl Seen {
 type Answer = (u16, Vec<(&'static str, &'static str)>, String);
 
 /// Serves `answers` in order, one connection each (`connection: close`), and
-/// reports every request it read. Returns the base URL.
+/// reports every request it read. Returns the base URL. An answer with
+/// status 0 closes the connection without answering.
 async fn serve(answers: Vec<Answer>) -> (String, mpsc::UnboundedReceiver<Seen>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
@@ -65,6 +66,10 @@ async fn serve(answers: Vec<Answer>) -> (String, mpsc::UnboundedReceiver<Seen>) 
             }
             let request_body = String::from_utf8(request_body).unwrap();
             tx.send(Seen { request_line, headers: seen_headers, body: request_body }).unwrap();
+            if status == 0 {
+                drop(socket);
+                continue;
+            }
             let mut answer = format!("HTTP/1.1 {status} X\r\nconnection: close\r\ncontent-length: {}\r\n", body.len());
             for (n, v) in headers {
                 answer.push_str(&format!("{n}: {v}\r\n"));
@@ -132,6 +137,53 @@ async fn submit_sends_the_batch_as_json() {
     assert_eq!(request.header("content-type"), Some("application/json"));
     let body: serde_json::Value = serde_json::from_str(&request.body).unwrap();
     assert_eq!(body, json!({"urls": ["https://a.example/", "https://b.example/"], "script": "fetch"}));
+}
+
+#[tokio::test]
+async fn a_keyed_submission_is_resent_with_the_same_key_until_answered() {
+    let created = json!({"batchId": "b1", "jobCount": 1});
+    let (base, mut seen) = serve(vec![
+        (0, vec![], String::new()),
+        (503, vec![("retry-after", "0")], json!({"error": "accounting_unavailable"}).to_string()),
+        (201, vec![("content-type", "application/json"), ("idempotent-replayed", "true")], created.to_string()),
+    ])
+    .await;
+    let client = GridClient::new(&base, "k").unwrap();
+    let batch = NewBatch { urls: vec!["https://a.example/".into()], ..NewBatch::default() };
+    let reply = client.send_raw_resending(&endpoint::submit_batch(&batch).with_idempotency_key("key-1")).await.unwrap();
+    assert_eq!(reply.status, 201);
+    assert!(reply.replayed());
+    assert_eq!(reply.decode::<BatchCreated>().unwrap().batch_id, "b1");
+    for _ in 0..3 {
+        let request = seen.recv().await.unwrap();
+        assert_eq!(request.request_line, "POST /batches HTTP/1.1");
+        assert_eq!(request.header("idempotency-key"), Some("key-1"));
+        assert_eq!(request.body, r#"{"urls":["https://a.example/"]}"#);
+    }
+}
+
+#[tokio::test]
+async fn a_submission_without_key_is_sent_once_and_carries_no_key() {
+    let (base, mut seen) = serve(vec![
+        (0, vec![], String::new()),
+        json_answer(201, json!({"sessionId": "s1", "cdpUrl": "http://h/cdp/s1/t", "expiresAt": "2030-01-01T00:00:00.000Z", "profileId": "desktop-browser-nl/v2", "attestation": null, "networkPolicy": null, "networkAttestation": null})),
+    ])
+    .await;
+    let client = GridClient::new(&base, "k").unwrap();
+    let e = client.send_raw_resending(&sessions::lease_session(&NewSession::default())).await.unwrap_err();
+    assert!(matches!(e, ClientError::Transport(_)), "{e:?}");
+    assert_eq!(seen.recv().await.unwrap().header("idempotency-key"), None);
+    // The keyed helper sends its key; a first answer is not a replay.
+    let lease = client.lease_session_with_key(&NewSession::default(), "key-2").await.unwrap();
+    assert_eq!(lease.session_id, "s1");
+    assert_eq!(seen.recv().await.unwrap().header("idempotency-key"), Some("key-2"));
+}
+
+#[tokio::test]
+async fn a_key_a_header_cannot_carry_is_refused_before_sending() {
+    let client = GridClient::new("http://127.0.0.1:9", "k").unwrap();
+    let e = client.submit_batch_with_key(&NewBatch::default(), "bad\nkey").await.unwrap_err();
+    assert!(matches!(e, ClientError::InvalidInput(_)), "{e:?}");
 }
 
 #[tokio::test]

@@ -8,6 +8,9 @@ use serde_json::{json, Map, Value};
 pub const BAD_ARTIFACT_KIND: &str = "kind must be screenshot|html|body|meta";
 /// `reason` of the artifact-not-present refusal.
 pub const NO_ARTIFACT_FAMILY: &str = "job has no complete published artifact family for this kind";
+/// `detail` of the idempotency-key-reused refusal.
+pub const IDEMPOTENCY_KEY_REUSED_DETAIL: &str =
+    "Idempotency-Key: already used within 24 h for a different request (body or route); send a new key for a new request";
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ApiError {
@@ -31,6 +34,10 @@ pub enum ApiError {
     /// contract-named body error.
     #[error("invalid body")]
     InvalidBody { detail: Vec<String> },
+    /// An `Idempotency-Key` header that is not 1 to 255 printable ASCII
+    /// characters, or sent more than once.
+    #[error("invalid idempotency key")]
+    InvalidIdempotencyKey { detail: Vec<String> },
 
     #[error("unauthorized")]
     Unauthorized,
@@ -79,6 +86,10 @@ pub enum ApiError {
 
     #[error("CAPABILITY_NOT_AVAILABLE")]
     CapabilityNotAvailable { capability: String },
+    /// An `Idempotency-Key` already used (within 24 h, in the account) for a
+    /// request with another body or route.
+    #[error("idempotency key reused")]
+    IdempotencyKeyReused,
 
     #[error("not implemented")]
     NotImplemented { what: String },
@@ -105,7 +116,8 @@ impl ApiError {
             | InvalidListCursor
             | InvalidLogQuery { .. }
             | BadArtifactKind
-            | InvalidBody { .. } => 400,
+            | InvalidBody { .. }
+            | InvalidIdempotencyKey { .. } => 400,
             Unauthorized => 401,
             InsufficientCredit { .. } | DailyCapExceeded { .. } => 402,
             Forbidden | AccountSuspended => 403,
@@ -119,7 +131,7 @@ impl ApiError {
             | JobStateConflict
             | IdempotencyConflict
             | SessionLimitReached { .. } => 409,
-            CapabilityNotAvailable { .. } => 422,
+            CapabilityNotAvailable { .. } | IdempotencyKeyReused => 422,
             NotImplemented { .. } => 501,
             AccountingUnavailable | ComputeUnavailable { .. } | SessionsDisabled => 503,
             Internal => 500,
@@ -149,7 +161,8 @@ impl ApiError {
             | InvalidSessionBody { detail }
             | InvalidListQuery { detail }
             | InvalidLogQuery { detail }
-            | InvalidBody { detail } => put("detail", json!(detail)),
+            | InvalidBody { detail }
+            | InvalidIdempotencyKey { detail } => put("detail", json!(detail)),
             InvalidImage { detail } => put("detail", json!(detail)),
             InsufficientCredit { required_micros, available_micros } => {
                 put("requiredMicros", json!(required_micros));
@@ -164,6 +177,7 @@ impl ApiError {
             ArtifactNotPresent => put("reason", json!(NO_ARTIFACT_FAMILY)),
             CapabilityNotAvailable { capability } => put("capability", json!(capability)),
             NotImplemented { what } => put("detail", json!(what)),
+            IdempotencyKeyReused => put("detail", json!([IDEMPOTENCY_KEY_REUSED_DETAIL])),
             _ => {}
         }
         Value::Object(body)
@@ -199,6 +213,14 @@ mod tests {
         let e = ApiError::SessionLimitReached { max_sessions: 4 };
         assert!(e.body()["error"].as_str().unwrap().starts_with("session limit reached: "));
         assert_eq!(e.status(), 409);
+    }
+
+    #[test]
+    fn idempotency_key_reused_is_422_naming_the_header() {
+        let e = ApiError::IdempotencyKeyReused;
+        assert_eq!(e.status(), 422);
+        assert_eq!(e.body(), json!({"error": "idempotency key reused", "detail": [IDEMPOTENCY_KEY_REUSED_DETAIL]}));
+        assert!(IDEMPOTENCY_KEY_REUSED_DETAIL.starts_with("Idempotency-Key: "));
     }
 
     #[test]

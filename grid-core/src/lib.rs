@@ -6,6 +6,7 @@
 
 pub mod catalog;
 pub mod error;
+pub mod idempotency;
 pub mod ids;
 pub mod item;
 pub mod job;

@@ -33,6 +33,13 @@ pub fn random_hex(bytes: usize) -> String {
     hex::encode(buf)
 }
 
+/// `N` random bytes (nonces).
+pub fn random_bytes<const N: usize>() -> [u8; N] {
+    let mut buf = [0u8; N];
+    rand::rng().fill_bytes(&mut buf);
+    buf
+}
+
 pub fn sha256_hex(data: &[u8]) -> String {
     use sha2::{Digest, Sha256};
     hex::encode(Sha256::digest(data))

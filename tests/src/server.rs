@@ -514,6 +514,37 @@ impl GridServer {
         self.request(reqwest::Method::POST, path, key, body).await
     }
 
+    /// POST a JSON body with `key` and an `Idempotency-Key` header for each
+    /// of `idempotency_keys` (raw bytes, so a test can send bad ones).
+    pub async fn post_idempotent(&self, key: &str, path: &str, body: &Value, idempotency_keys: &[&[u8]]) -> Resp {
+        let url = format!("{}{}", self.base_url(), path);
+        let mut req = self.http.post(&url).header("x-api-key", key).json(body);
+        for k in idempotency_keys {
+            let v = reqwest::header::HeaderValue::from_bytes(k)
+                .unwrap_or_else(|e| self.fail(&format!("{k:?} cannot be a header value: {e}")));
+            req = req.header("idempotency-key", v);
+        }
+        match Resp::read(req).await {
+            Ok(r) => r,
+            Err(e) => self.fail(&format!("POST {url}: {e}")),
+        }
+    }
+
+    /// The reservations taken for `account_id`, in order: (amount, subject),
+    /// read from grid.db directly.
+    pub fn reservations(&self, account_id: &str) -> Vec<(i64, String)> {
+        let conn = rusqlite::Connection::open_with_flags(self.db_path(), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap_or_else(|e| self.fail(&format!("open grid.db: {e}")));
+        conn.busy_timeout(Duration::from_secs(10)).unwrap();
+        let mut stmt = conn
+            .prepare("SELECT amount, subject FROM ledger WHERE account_id = ?1 AND kind = 'reserve' ORDER BY rowid")
+            .unwrap_or_else(|e| self.fail(&format!("ledger query: {e}")));
+        stmt.query_map([account_id], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap_or_else(|e| self.fail(&format!("ledger rows: {e}")))
+    }
+
     // ----- the grid's flows -----
 
     /// POST /batches with `key`; asserts 201 and returns the batchId.

@@ -142,41 +142,7 @@ pub fn canonical_body_hash_input(sub: &JobSubmission) -> String {
         "labels": sub.labels,
         "idempotencyKey": sub.idempotency_key,
     });
-    let mut out = String::new();
-    write_canonical(&v, &mut out);
-    out
-}
-
-/// Sorts keys itself rather than trusting `serde_json::Map`'s order, which a
-/// `preserve_order` feature elsewhere in the build would change.
-fn write_canonical(v: &Value, out: &mut String) {
-    match v {
-        Value::Object(m) => {
-            let mut keys: Vec<&String> = m.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, k) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String(k.clone()).to_string());
-                out.push(':');
-                write_canonical(&m[k], out);
-            }
-            out.push('}');
-        }
-        Value::Array(a) => {
-            out.push('[');
-            for (i, x) in a.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_canonical(x, out);
-            }
-            out.push(']');
-        }
-        scalar => out.push_str(&scalar.to_string()),
-    }
+    crate::idempotency::canonical_json(&v)
 }
 
 /// An image reference taken apart (Docker's reference grammar).

@@ -19,7 +19,11 @@ pub type Query = Vec<(String, String)>;
 pub enum Call {
     GridStatus,
     QueueDepth,
-    SubmitBatch(Value),
+    /// POST /batches, with its `Idempotency-Key` header if one was sent.
+    SubmitBatch {
+        body: Value,
+        idempotency_key: Option<String>,
+    },
     Batch(String),
     /// GET /jobs/{id}: a capture item or an analytical job.
     GetJob(String),
@@ -37,7 +41,11 @@ pub enum Call {
         id: String,
         query: Query,
     },
-    LeaseSession(Value),
+    /// POST /sessions, with its `Idempotency-Key` header if one was sent.
+    LeaseSession {
+        body: Value,
+        idempotency_key: Option<String>,
+    },
     ListSessions,
     ReleaseSession(String),
 }
@@ -47,7 +55,7 @@ impl Call {
     /// suspended internal credential).
     pub fn is_billable(&self) -> bool {
         match self {
-            Call::SubmitBatch(_) | Call::SubmitJob(_) | Call::LeaseSession(_) => true,
+            Call::SubmitBatch { .. } | Call::SubmitJob(_) | Call::LeaseSession { .. } => true,
             Call::Retry(id) => is_compute(id),
             _ => false,
         }
@@ -65,7 +73,7 @@ pub async fn perform(app: &Arc<App>, caller: &Caller, call: Call) -> Result<Resp
     match call {
         Call::GridStatus => meta::grid_status(app).await,
         Call::QueueDepth => meta::queue_depth(app).await,
-        Call::SubmitBatch(body) => captures::submit_batch(app, caller, body).await,
+        Call::SubmitBatch { body, idempotency_key } => captures::submit_batch(app, caller, body, idempotency_key).await,
         Call::Batch(id) => captures::batch(app, caller, &id).await,
         Call::GetJob(id) if is_compute(&id) => jobs::get(app, caller, &id).await,
         Call::GetJob(id) => captures::item(app, caller, &id).await,
@@ -79,7 +87,7 @@ pub async fn perform(app: &Arc<App>, caller: &Caller, call: Call) -> Result<Resp
         Call::JobArtifacts(id) if is_compute(&id) => jobs::artifacts(app, caller, &id).await,
         Call::JobLogs { id, query } if is_compute(&id) => jobs::logs(app, caller, &id, &query).await,
         Call::Cancel(_) | Call::JobArtifacts(_) | Call::JobLogs { .. } => Err(ApiError::UnknownJob),
-        Call::LeaseSession(body) => sessions::lease(app, caller, body).await,
+        Call::LeaseSession { body, idempotency_key } => sessions::lease(app, caller, body, idempotency_key).await,
         Call::ListSessions => sessions::list(app, caller).await,
         Call::ReleaseSession(id) => sessions::release(app, caller, &id).await,
     }

@@ -9,6 +9,7 @@ use super::respond::{self, Resp};
 use super::App;
 use crate::ids::now;
 use crate::store::accounts::{Caller, ReserveError};
+use crate::store::idempotency::{self, Answer, Created, Outcome};
 use crate::store::items::{self, ItemError};
 use crate::store::StoreError;
 
@@ -36,23 +37,41 @@ fn item_error(e: ItemError) -> ApiError {
     }
 }
 
-pub async fn submit_batch(app: &App, caller: &Caller, body: Value) -> Result<Resp, ApiError> {
+pub async fn submit_batch(
+    app: &App,
+    caller: &Caller,
+    body: Value,
+    idempotency_key: Option<String>,
+) -> Result<Resp, ApiError> {
     let submission = validate::batch::validate(&body)?;
+    let key = idempotency_key.map(|k| idempotency::Key::new(k, "POST /batches", &body));
     let caller = caller.clone();
-    let created = app
+    let outcome = app
         .store
-        .write(move |tx| match items::submit_batch(tx, &caller, &submission, now()) {
-            Ok(created) => Ok(Ok(created)),
-            // Credit and cap are checked before anything is written, so a
-            // refusal commits an empty transaction: nothing is queued.
-            Err(ReserveError::Refused(e)) => Ok(Err(e)),
-            Err(ReserveError::Store(s)) => Err(s),
+        .write(move |tx| {
+            let now = now();
+            let done = idempotency::once(tx, &caller.account_id, key.as_ref(), now, |tx| {
+                let created = items::submit_batch(tx, &caller, &submission, now)?;
+                Ok(Created { subject: created.batch_id.clone(), answer: Answer::json(201, &created), value: created })
+            });
+            match done {
+                Ok(outcome) => Ok(Ok(outcome)),
+                // Credit and cap are checked before anything is written, so a
+                // refusal commits an empty transaction: nothing is queued.
+                Err(ReserveError::Refused(e)) => Ok(Err(e)),
+                Err(ReserveError::Store(s)) => Err(s),
+            }
         })
         .await
         .map_err(store_error)??;
-    app.queue_ready.notify_waiters();
-    tracing::info!(batch = %created.batch_id, items = created.job_count, "batch queued");
-    Ok(respond::json(201, &created))
+    Ok(match outcome {
+        Outcome::Performed(created, answer) => {
+            app.queue_ready.notify_waiters();
+            tracing::info!(batch = %created.batch_id, items = created.job_count, "batch queued");
+            respond::answer(answer, false)
+        }
+        Outcome::Replayed(answer) => respond::answer(answer, true),
+    })
 }
 
 pub async fn batch(app: &App, caller: &Caller, id: &str) -> Result<Resp, ApiError> {

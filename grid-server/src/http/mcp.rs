@@ -180,7 +180,8 @@ fn to_call(name: &str, args: &Map<String, Value>) -> Result<Call, String> {
     Ok(match name {
         "grid_status" => Call::GridStatus,
         "queue_depth" => Call::QueueDepth,
-        "submit_batch" => Call::SubmitBatch(body()),
+        // Tools take no Idempotency-Key (docs/idempotency.md).
+        "submit_batch" => Call::SubmitBatch { body: body(), idempotency_key: None },
         "get_batch" => Call::Batch(string_arg(args, "batchId")?),
         "get_job" => Call::GetJob(string_arg(args, "jobId")?),
         "retry_job" => Call::Retry(string_arg(args, "jobId")?),
@@ -196,7 +197,7 @@ fn to_call(name: &str, args: &Map<String, Value>) -> Result<Call, String> {
             }
             Call::JobLogs { id: string_arg(args, "jobId")?, query }
         }
-        "lease_session" => Call::LeaseSession(body()),
+        "lease_session" => Call::LeaseSession { body: body(), idempotency_key: None },
         "list_sessions" => Call::ListSessions,
         "release_session" => Call::ReleaseSession(string_arg(args, "sessionId")?),
         other => return Err(format!("Unknown tool: {other}")),

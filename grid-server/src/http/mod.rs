@@ -152,15 +152,17 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiErr
         }
         (&Method::GET, ["sessions"]) => Call::ListSessions,
         (&Method::DELETE, ["sessions", id]) => Call::ReleaseSession(id.to_string()),
-        (&Method::POST, ["batches"]) => Call::SubmitBatch(
-            respond::json_body(req.into_body(), |detail| ApiError::InvalidBatchBody { detail }).await?,
-        ),
+        (&Method::POST, ["batches"]) => Call::SubmitBatch {
+            idempotency_key: respond::idempotency_key(req.headers())?,
+            body: respond::json_body(req.into_body(), |detail| ApiError::InvalidBatchBody { detail }).await?,
+        },
         (&Method::POST, ["jobs"]) => {
             Call::SubmitJob(respond::json_body(req.into_body(), |detail| ApiError::InvalidJobRequest { detail }).await?)
         }
-        (&Method::POST, ["sessions"]) => Call::LeaseSession(
-            respond::json_body(req.into_body(), |detail| ApiError::InvalidSessionBody { detail }).await?,
-        ),
+        (&Method::POST, ["sessions"]) => Call::LeaseSession {
+            idempotency_key: respond::idempotency_key(req.headers())?,
+            body: respond::json_body(req.into_body(), |detail| ApiError::InvalidSessionBody { detail }).await?,
+        },
         _ => return Err(ApiError::MethodNotAllowed),
     };
     calls::perform(app, &caller, call).await

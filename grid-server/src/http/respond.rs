@@ -31,6 +31,18 @@ pub fn error(e: &ApiError) -> Resp {
     r
 }
 
+/// A submission's answer; a replay of a stored `Idempotency-Key` answer
+/// also says so in `Idempotent-Replayed: true` (the status and body are the
+/// first answer's, byte for byte).
+pub fn answer(answer: crate::store::idempotency::Answer, replayed: bool) -> Resp {
+    let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut r = bytes(status, "application/json", answer.body);
+    if replayed {
+        r.headers_mut().insert(grid_core::idempotency::REPLAYED_HEADER, HeaderValue::from_static("true"));
+    }
+    r
+}
+
 pub fn bytes(status: StatusCode, content_type: &str, body: Vec<u8>) -> Resp {
     let mut r = Response::new(Full::new(Bytes::from(body)));
     *r.status_mut() = status;
@@ -42,6 +54,12 @@ pub fn bytes(status: StatusCode, content_type: &str, body: Vec<u8>) -> Resp {
 
 /// Reads a JSON body. `refuse` builds the endpoint's own 400 from a problem
 /// list, so a malformed body gets the same error code as an invalid one.
+/// The `Idempotency-Key` header of a submission, checked.
+pub fn idempotency_key(headers: &hyper::HeaderMap) -> Result<Option<String>, ApiError> {
+    let values: Vec<&[u8]> = headers.get_all(grid_core::idempotency::HEADER).iter().map(|v| v.as_bytes()).collect();
+    grid_core::idempotency::parse_key(&values)
+}
+
 pub async fn json_body(body: Incoming, refuse: impl Fn(Vec<String>) -> ApiError) -> Result<Value, ApiError> {
     let collected = Limited::new(body, MAX_BODY_BYTES)
         .collect()

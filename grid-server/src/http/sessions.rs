@@ -15,6 +15,7 @@ use super::App;
 use crate::ids::{now, random_hex};
 use crate::sessions::{self, token_hash};
 use crate::store::accounts::Caller;
+use crate::store::idempotency::{self, Answer, Created, Outcome};
 use crate::store::sessions::{self as store, SessionError};
 use crate::store::StoreError;
 
@@ -35,31 +36,48 @@ fn enabled(app: &App) -> Result<(), ApiError> {
     }
 }
 
-pub async fn lease(app: &Arc<App>, caller: &Caller, body: Value) -> Result<Resp, ApiError> {
+pub async fn lease(
+    app: &Arc<App>,
+    caller: &Caller,
+    body: Value,
+    idempotency_key: Option<String>,
+) -> Result<Resp, ApiError> {
     enabled(app)?;
     let sub = validate::session::validate(&body)?;
+    let key = idempotency_key.map(|k| idempotency::Key::new(k, "POST /sessions", &body));
     let token = random_hex(32);
     let (c, s, t, max) = (caller.clone(), sub.clone(), token.clone(), app.sessions.config.max_sessions);
-    let row = app
+    let base_url = app.config.base_url.clone();
+    let outcome = app
         .store
-        .write(move |tx| Ok(store::lease(tx, &c, &s, &t, max, now())))
+        .write(move |tx| {
+            let now = now();
+            Ok(idempotency::once(tx, &c.account_id, key.as_ref(), now, |tx| {
+                let row = store::lease(tx, &c, &s, &t, max, now)?;
+                let lease = SessionLease {
+                    cdp_url: format!("{base_url}/cdp/{}/{t}", row.id),
+                    session_id: row.id.clone(),
+                    expires_at: row.session.expires_at,
+                    profile_id: row.profile.as_str().to_string(),
+                    attestation: None,
+                    network_policy: row.network_policy.clone(),
+                    network_attestation: None,
+                };
+                Ok(Created { subject: row.id.clone(), answer: Answer::json(201, &lease), value: row })
+            }))
+        })
         .await
         .map_err(store_error)?
         .map_err(session_error)?;
-    sessions::spawn(app.clone(), row.id.clone(), token_hash(&token), sub);
-    tracing::info!(session = %row.id, profile = row.profile.as_str(), "session leased");
-    Ok(respond::json(
-        201,
-        &SessionLease {
-            cdp_url: format!("{}/cdp/{}/{token}", app.config.base_url, row.id),
-            session_id: row.id,
-            expires_at: row.session.expires_at,
-            profile_id: row.profile.as_str().to_string(),
-            attestation: None,
-            network_policy: row.network_policy,
-            network_attestation: None,
-        },
-    ))
+    Ok(match outcome {
+        Outcome::Performed(row, answer) => {
+            sessions::spawn(app.clone(), row.id.clone(), token_hash(&token), sub);
+            tracing::info!(session = %row.id, profile = row.profile.as_str(), "session leased");
+            respond::answer(answer, false)
+        }
+        // The first request started the browser; nothing more to do.
+        Outcome::Replayed(answer) => respond::answer(answer, true),
+    })
 }
 
 pub async fn list(app: &App, caller: &Caller) -> Result<Resp, ApiError> {

@@ -6,6 +6,7 @@
 //! writer at a time anyway) and a small pool of readers.
 
 pub mod accounts;
+pub mod idempotency;
 pub mod items;
 pub mod jobs;
 pub mod sessions;
@@ -17,7 +18,7 @@ use std::time::Duration;
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 pub const DB_FILE: &str = "grid.db";
-const SCHEMA_VERSION: i64 = 5;
+const SCHEMA_VERSION: i64 = 6;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -148,6 +149,7 @@ fn migrate(conn: &Connection) -> StoreResult<()> {
         include_str!("schema_v3_identities.sql"),
         include_str!("schema_v4_sessions.sql"),
         include_str!("schema_v5_inline_artifacts.sql"),
+        include_str!("schema_v6_idempotency_keys.sql"),
     ];
     for (i, sql) in steps.iter().enumerate() {
         let step = i as i64 + 1;
