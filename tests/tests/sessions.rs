@@ -196,6 +196,14 @@ async fn cdp_client_drives_the_leased_browser_to_a_local_page() {
         .unwrap_or_else(|| server.fail(&format!("page not in json/list: {list}")));
     let page_ws = page_entry["webSocketDebuggerUrl"].as_str().unwrap_or("");
     assert!(page_ws.starts_with(&cdp_url.replacen("http://", "ws://", 1)), "{page_entry}");
+    // The page's own socket speaks to that page, without session ids.
+    let mut page_cdp =
+        Cdp::connect(page_ws).await.unwrap_or_else(|e| server.fail(&format!("connect {page_ws}: {e:?}")));
+    let title = page_cdp
+        .call("Runtime.evaluate", json!({"expression": "document.title", "returnByValue": true}), None)
+        .await
+        .unwrap_or_else(|e| server.fail(&e));
+    assert_eq!(title["result"]["value"], "page 7", "{title}");
 
     assert_eq!(delete_as(&server, server.api_key(), id).await.status, 204);
 }
