@@ -130,14 +130,10 @@ impl Assignments {
             .filter(|(_, s)| s.account.as_deref() == Some(account) && s.active < per_browser)
             .min_by_key(|(_, s)| s.active)
             .map(|(i, _)| i);
-        let chosen = own.or_else(|| {
-            // Prefer a slot never used, then any idle one.
-            let idle = |s: &&SlotUse| s.active == 0;
-            slots
-                .iter()
-                .position(|s| s.account.is_none())
-                .or_else(|| slots.iter().enumerate().find(|(_, s)| idle(s)).map(|(i, _)| i))
-        })?;
+        // Else a slot never used, else any idle one (taken over).
+        let chosen = own
+            .or_else(|| slots.iter().position(|s| s.account.is_none()))
+            .or_else(|| slots.iter().position(|s| s.active == 0))?;
         let slot = &mut slots[chosen];
         slot.account = Some(account.to_string());
         slot.active += 1;
@@ -272,4 +268,37 @@ async fn launch(config: &PoolConfig, id: String, account: &str) -> Result<Chromi
         served: AtomicU64::new(0),
         broken: AtomicBool::new(false),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slots(n: usize) -> Assignments {
+        Assignments { slots: Mutex::new(vec![SlotUse::default(); n]), freed: Notify::new() }
+    }
+
+    #[test]
+    fn an_account_fills_its_own_browser_before_taking_another() {
+        let a = slots(2);
+        let first = a.take("acc_a", 2).unwrap();
+        assert_eq!(a.take("acc_a", 2), Some(first), "room left on its own browser");
+        let second = a.take("acc_a", 2).unwrap();
+        assert_ne!(second, first, "its browser is full: an unused slot");
+        assert_eq!(a.take("acc_a", 2), Some(second));
+        assert_eq!(a.take("acc_a", 2), None, "every page taken");
+    }
+
+    #[test]
+    fn accounts_never_share_a_busy_browser_and_an_idle_one_changes_hands() {
+        let a = slots(2);
+        let x = a.take("acc_x", 4).unwrap();
+        let y = a.take("acc_y", 4).unwrap();
+        assert_ne!(x, y, "another account gets the unused slot, not room on acc_x's browser");
+        assert_eq!(a.take("acc_z", 4), None, "both browsers busy with other accounts: acc_z waits");
+        a.release(x);
+        assert_eq!(a.take("acc_z", 4), Some(x), "the idle slot is taken over");
+        assert_eq!(a.take("acc_x", 4), None, "acc_x's old slot now serves acc_z");
+        assert_eq!(a.take("acc_y", 4), Some(y), "acc_y still has room on its own");
+    }
 }
