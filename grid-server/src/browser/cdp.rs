@@ -64,7 +64,7 @@ struct Routes {
     pending: HashMap<u64, Waiter>,
     /// The grid's own subscriptions, by target session.
     sessions: HashMap<String, mpsc::UnboundedSender<Event>>,
-    clients: HashMap<u64, mpsc::UnboundedSender<String>>,
+    clients: HashMap<u64, mpsc::Sender<String>>,
     /// Target sessions a client attached, by session id.
     owners: HashMap<String, u64>,
 }
@@ -82,13 +82,19 @@ pub struct Connection {
     _tasks: Arc<Tasks>,
 }
 
+/// Messages a relayed client may fall behind by before it is cut off: the
+/// browser is never slowed by a client, and a client that stops reading
+/// must not grow the server's memory without bound.
+const CLIENT_BACKLOG: usize = 16_384;
+
 /// A lessee's connection relayed onto the browser's pipe; dropping it
 /// forgets its pending answers and sessions.
 pub struct ClientLink {
     id: u64,
     conn: Connection,
-    /// Messages for the client, as the browser wrote them (ids restored).
-    pub incoming: mpsc::UnboundedReceiver<String>,
+    /// Messages for the client, as the browser wrote them (ids restored);
+    /// ends when the browser is gone or the client fell too far behind.
+    pub incoming: mpsc::Receiver<String>,
 }
 
 struct Tasks(Vec<tokio::task::JoinHandle<()>>);
@@ -155,7 +161,7 @@ impl Connection {
     /// Opens a relay for one lessee connection.
     pub fn link_client(&self) -> ClientLink {
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, incoming) = mpsc::unbounded_channel();
+        let (tx, incoming) = mpsc::channel(CLIENT_BACKLOG);
         let mut routes = self.shared.routes.lock().expect("routes lock");
         if !routes.closed {
             routes.clients.insert(id, tx);
@@ -330,6 +336,18 @@ impl Drop for ClientLink {
     }
 }
 
+impl Routes {
+    /// Queues `text` for `client`; a client whose backlog is full is cut
+    /// off (its relay sees the end of its messages and closes).
+    fn deliver(&mut self, client: u64, text: String) {
+        let Some(tx) = self.clients.get(&client) else { return };
+        if let Err(mpsc::error::TrySendError::Full(_)) = tx.try_send(text) {
+            tracing::warn!(backlog = CLIENT_BACKLOG, "a CDP client stopped reading; disconnecting it");
+            self.clients.remove(&client);
+        }
+    }
+}
+
 impl Shared {
     fn route(&self, mut msg: Value) {
         let Ok(mut routes) = self.routes.lock() else { return };
@@ -352,9 +370,7 @@ impl Shared {
                         routes.owners.insert(session.to_string(), client);
                     }
                     msg["id"] = theirs;
-                    if let Some(tx) = routes.clients.get(&client) {
-                        let _ = tx.send(msg.to_string());
-                    }
+                    routes.deliver(client, msg.to_string());
                 }
                 None => {}
             }
@@ -385,14 +401,11 @@ impl Shared {
         }
         let text = msg.to_string();
         match owner {
-            Some(client) => {
-                if let Some(tx) = routes.clients.get(&client) {
-                    let _ = tx.send(text);
-                }
-            }
+            Some(client) => routes.deliver(client, text),
             None => {
-                for tx in routes.clients.values() {
-                    let _ = tx.send(text.clone());
+                let all: Vec<u64> = routes.clients.keys().copied().collect();
+                for client in all {
+                    routes.deliver(client, text.clone());
                 }
             }
         }
@@ -406,5 +419,105 @@ impl Shared {
             routes.clients.clear();
             routes.owners.clear();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::fd::FromRawFd;
+
+    /// A connection whose "browser" is this test: returns the connection,
+    /// the commands it writes and a writer for the browser's messages.
+    fn fake_browser() -> (Connection, BufReader<std::fs::File>, std::fs::File) {
+        let pipe = || {
+            let mut fds = [0; 2];
+            // SAFETY: pipe2 fills two fresh fds, each owned once below.
+            assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+            unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+        };
+        let (commands_read, commands_write) = pipe();
+        let (answers_read, answers_write) = pipe();
+        let conn = Connection::over_pipe(commands_write, answers_read).unwrap();
+        (conn, BufReader::new(std::fs::File::from(commands_read)), std::fs::File::from(answers_write))
+    }
+
+    fn next_command(r: &mut BufReader<std::fs::File>) -> Value {
+        let mut frame = Vec::new();
+        r.read_until(0, &mut frame).unwrap();
+        frame.pop();
+        serde_json::from_slice(&frame).unwrap()
+    }
+
+    fn write(w: &mut std::fs::File, msg: Value) {
+        w.write_all(format!("{msg}\0").as_bytes()).unwrap();
+    }
+
+    async fn recv(link: &mut ClientLink) -> Value {
+        let text =
+            tokio::time::timeout(std::time::Duration::from_secs(5), link.incoming.recv()).await.unwrap().unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
+
+    // The fake browser blocks on its pipes: the connection's tasks need a thread of their own.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn client_ids_are_renumbered_on_the_pipe_and_restored_for_the_client() {
+        let (conn, mut commands, mut browser) = fake_browser();
+        let mut a = conn.link_client();
+        let mut b = conn.link_client();
+        a.send(json!({"id": 1, "method": "Target.attachToTarget", "params": {"targetId": "T"}})).unwrap();
+        b.send(json!({"id": 1, "method": "Browser.getVersion"})).unwrap();
+        let (first, second) = (next_command(&mut commands), next_command(&mut commands));
+        assert_ne!(first["id"], second["id"], "two clients' id 1 must differ on the pipe");
+        write(&mut browser, json!({"id": second["id"], "result": {"product": "Chrome/1"}}));
+        write(&mut browser, json!({"id": first["id"], "result": {"sessionId": "S-A"}}));
+        assert_eq!(recv(&mut b).await, json!({"id": 1, "result": {"product": "Chrome/1"}}));
+        assert_eq!(recv(&mut a).await, json!({"id": 1, "result": {"sessionId": "S-A"}}));
+        // Events of a's session go to a only; unowned events to everyone.
+        write(&mut browser, json!({"method": "Page.loadEventFired", "sessionId": "S-A", "params": {}}));
+        write(&mut browser, json!({"method": "Target.targetCreated", "params": {}}));
+        assert_eq!(recv(&mut a).await["method"], "Page.loadEventFired");
+        assert_eq!(recv(&mut a).await["method"], "Target.targetCreated");
+        assert_eq!(recv(&mut b).await["method"], "Target.targetCreated", "b never sees a's session");
+    }
+
+    // The fake browser blocks on its pipes: the connection's tasks need a thread of their own.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_client_that_stops_reading_is_cut_off_not_buffered_forever() {
+        let (conn, _commands, mut browser) = fake_browser();
+        let mut slow = conn.link_client();
+        let writer = std::thread::spawn(move || {
+            // More beyond the backlog than the pipe buffers (64 KiB), so the
+            // reader has overflowed the backlog before this thread ends.
+            for _ in 0..CLIENT_BACKLOG + 5_000 {
+                write(&mut browser, json!({"method": "Network.dataReceived", "params": {}}));
+            }
+            browser
+        });
+        let _browser = writer.join().unwrap();
+        let mut received = 0;
+        loop {
+            match tokio::time::timeout(std::time::Duration::from_secs(5), slow.incoming.recv()).await {
+                Ok(Some(_)) => received += 1,
+                Ok(None) => break,
+                Err(_) => panic!("the link neither delivered nor ended after {received} messages"),
+            }
+        }
+        assert_eq!(received, CLIENT_BACKLOG, "the backlog is delivered, then the link ends");
+    }
+
+    // The fake browser blocks on its pipes: the connection's tasks need a thread of their own.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_grids_calls_and_clients_share_the_pipe_and_fail_when_it_closes() {
+        let (conn, mut commands, browser) = fake_browser();
+        let call = conn.send(None, "Browser.getVersion", Value::Null);
+        let sent = next_command(&mut commands);
+        assert_eq!(sent["method"], "Browser.getVersion");
+        let mut link = conn.link_client();
+        drop(browser);
+        assert!(matches!(call.await, Err(CdpError::Closed)));
+        let end = tokio::time::timeout(std::time::Duration::from_secs(5), link.incoming.recv()).await.unwrap();
+        assert!(end.is_none(), "the client's messages end with the browser");
     }
 }
