@@ -12,12 +12,19 @@
 pub mod bins;
 pub mod cdp;
 pub mod cli;
+pub mod host;
 pub mod http;
 pub mod jobs;
 pub mod server;
+pub mod sessions;
 pub mod target;
 
 /// Contract price of one `fetch` item, µ€.
 pub const FETCH_PRICE_MICROS: i64 = 120;
 /// The server's default initial credit of the first-start account, µ€.
 pub const DEFAULT_INITIAL_CREDIT_MICROS: i64 = 10_000_000;
+
+/// A fresh random token (32 hex digits) to plant and look for: `{tag}-<hex>`.
+pub fn random_secret(tag: &str) -> String {
+    format!("{tag}-{:032x}", rand::random::<u128>())
+}

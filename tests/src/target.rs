@@ -10,6 +10,10 @@
 //! - `/hang`: never answers.
 //! - `/bytes/{n}`: 200, n bytes of [`pattern_bytes`] (application/octet-stream).
 //! - `/redirect?to=URL`: 302 to URL (absolute, or a path on this target).
+//! - `/download/{name}?body=TEXT`: 200 with `Content-Disposition: attachment;
+//!   filename="{name}"`, body TEXT (default `download {name}`): a browser saves it.
+//! - `/hold/{tag}?ms=N`: waits N ms (default 3000), then a small HTML page;
+//!   when each request arrived and was answered is kept: [`Target::holds`].
 //!
 //! Pages for the browser scripts ([`browser_pages`]):
 //! - `/js/{n}`: HTML whose visible text is written by JavaScript ([`js_text`]).
@@ -22,12 +26,16 @@
 //! - `/throws`: HTML whose script throws `Error("grid test error")`.
 //!
 //! Every request is counted per path (without the query): [`Target::hits`].
+//!
+//! [`CountingListener`]: a bare TCP port that only counts the connections it
+//! accepts, for "nothing reached this address" assertions.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -52,6 +60,25 @@ pub fn page_html(n: &str) -> String {
 struct Hits {
     per_path: HashMap<String, u64>,
     total: u64,
+    holds: Vec<Hold>,
+}
+
+/// One request to `/hold/{tag}`: when it arrived and when its answer was
+/// ready (`None` while it is still held).
+#[derive(Debug, Clone)]
+pub struct Hold {
+    pub tag: String,
+    pub arrived: Instant,
+    pub answered: Option<Instant>,
+}
+
+impl Hold {
+    /// Whether two holds were both in flight at some moment (a hold still
+    /// open counts as open until now).
+    pub fn overlaps(&self, other: &Hold) -> bool {
+        let now = Instant::now();
+        self.arrived < other.answered.unwrap_or(now) && other.arrived < self.answered.unwrap_or(now)
+    }
 }
 
 pub struct Target {
@@ -106,6 +133,11 @@ impl Target {
 
     pub fn total_hits(&self) -> u64 {
         self.hits.lock().unwrap().total
+    }
+
+    /// Every `/hold/{tag}` request so far, in arrival order.
+    pub fn holds(&self) -> Vec<Hold> {
+        self.hits.lock().unwrap().holds.clone()
     }
 }
 
@@ -190,6 +222,26 @@ async fn route(req: Request<Incoming>, hits: Arc<Mutex<Hits>>) -> Response<Full<
             text(StatusCode::OK, format!("slow {ms}\n"))
         }
         ["hang"] => std::future::pending().await,
+        ["hold", tag] => {
+            let ms: u64 = query_param(&req, "ms").and_then(|v| v.parse().ok()).unwrap_or(3000);
+            let index = {
+                let mut h = hits.lock().unwrap();
+                h.holds.push(Hold { tag: tag.to_string(), arrived: Instant::now(), answered: None });
+                h.holds.len() - 1
+            };
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            hits.lock().unwrap().holds[index].answered = Some(Instant::now());
+            respond(StatusCode::OK, "text/html; charset=utf-8", page_html(tag))
+        }
+        ["download", name] => {
+            let body = query_param(&req, "body").unwrap_or_else(|| format!("download {name}"));
+            Response::builder()
+                .status(StatusCode::OK)
+                .header("content-type", "application/octet-stream")
+                .header("content-disposition", format!("attachment; filename=\"{name}\""))
+                .body(Full::new(Bytes::from(body)))
+                .expect("target: response")
+        }
         ["bytes", n] => match n.parse::<usize>() {
             Ok(n) if n <= 64 * 1024 * 1024 => respond(StatusCode::OK, "application/octet-stream", pattern_bytes(n)),
             _ => text(StatusCode::BAD_REQUEST, "bad length\n"),
@@ -217,6 +269,61 @@ async fn route(req: Request<Incoming>, hits: Arc<Mutex<Hits>>) -> Response<Full<
             None => text(StatusCode::BAD_REQUEST, "missing to\n"),
         },
         _ => text(StatusCode::NOT_FOUND, "no such target route\n"),
+    }
+}
+
+/// A TCP port of 127.0.0.1 that accepts connections, counts them and
+/// closes them at once (after a minimal HTTP answer, so a browser that got
+/// through shows a page rather than retrying). Accepting runs on a thread of
+/// its own, so connections are counted while a test blocks.
+pub struct CountingListener {
+    addr: SocketAddr,
+    count: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+}
+
+impl CountingListener {
+    pub fn start() -> CountingListener {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("counting listener: bind");
+        let addr = listener.local_addr().expect("counting listener: local_addr");
+        let count = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (c, s) = (count.clone(), stop.clone());
+        std::thread::Builder::new()
+            .name(format!("counting-{}", addr.port()))
+            .spawn(move || {
+                for stream in listener.incoming() {
+                    if s.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    c.fetch_add(1, Ordering::SeqCst);
+                    if let Ok(mut stream) = stream {
+                        use std::io::Write;
+                        let _ = stream.write_all(
+                            b"HTTP/1.1 200 OK\r\ncontent-type: text/html\r\ncontent-length: 23\r\nconnection: close\r\n\r\n<p>reached the port</p>",
+                        );
+                    }
+                }
+            })
+            .expect("counting listener: spawn thread");
+        CountingListener { addr, count, stop }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// Connections accepted so far.
+    pub fn count(&self) -> usize {
+        self.count.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for CountingListener {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wakes the accepting thread so it sees the flag.
+        let _ = std::net::TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
     }
 }
 

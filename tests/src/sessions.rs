@@ -1,0 +1,89 @@
+//! Leasing browser sessions the way a lessee does: POST /sessions, wait
+//! until GET /sessions says running, connect a CDP client through the
+//! cdpUrl, DELETE to release.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::cdp::{self, Cdp};
+use crate::http::{http_client, Resp};
+use crate::server::GridServer;
+
+/// Longest a lease may stay pending (a cold Chromium start plus attestation
+/// on a busy 2-core machine).
+pub const RUNNING_WITHIN: Duration = Duration::from_secs(90);
+
+/// A lease as POST /sessions answered it.
+#[derive(Debug, Clone)]
+pub struct Lease {
+    pub id: String,
+    pub cdp_url: String,
+    pub answer: Value,
+}
+
+/// POST /sessions with `key`; fails the test unless 201 with an id and a cdpUrl.
+pub async fn lease_as(server: &GridServer, key: &str, body: Value) -> Lease {
+    let r = server.post_as(Some(key), "/sessions", Some(&body)).await;
+    if r.status != 201 {
+        server.fail(&format!("POST /sessions {body}: expected 201, got {r}"));
+    }
+    let field = |k: &str| {
+        r.json[k].as_str().map(str::to_string).unwrap_or_else(|| server.fail(&format!("no {k} in the lease: {r}")))
+    };
+    Lease { id: field("sessionId"), cdp_url: field("cdpUrl"), answer: r.json.clone() }
+}
+
+/// Polls GET /sessions with `key` until the session is running; returns its entry.
+pub async fn wait_running_as(server: &GridServer, key: &str, id: &str) -> Value {
+    let deadline = Instant::now() + RUNNING_WITHIN;
+    loop {
+        let r = server.get_as(Some(key), "/sessions").await;
+        if r.status != 200 {
+            server.fail(&format!("GET /sessions: expected 200, got {r}"));
+        }
+        let listed = r.json.as_array().and_then(|l| l.iter().find(|s| s["sessionId"] == id)).cloned();
+        match listed {
+            Some(s) if s["status"] == "running" => return s,
+            Some(s) if s["status"] == "pending" => {}
+            Some(s) => server.fail(&format!("session {id}: unexpected status: {s}")),
+            None => server.fail(&format!("session {id} ended before it ran: {r}")),
+        }
+        if Instant::now() >= deadline {
+            server.fail(&format!("session {id} not running within {RUNNING_WITHIN:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Leases with `key`, waits until running and connects a CDP client.
+pub async fn lease_running_as(server: &GridServer, key: &str, body: Value) -> (Lease, Cdp) {
+    let lease = lease_as(server, key, body).await;
+    wait_running_as(server, key, &lease.id).await;
+    let cdp = connect(server, &lease.cdp_url).await;
+    (lease, cdp)
+}
+
+/// [`lease_running_as`] with the first-start key.
+pub async fn lease_running(server: &GridServer, body: Value) -> (Lease, Cdp) {
+    lease_running_as(server, server.api_key(), body).await
+}
+
+/// Connects a CDP client the way a lessee does: discovery, then the socket.
+pub async fn connect(server: &GridServer, cdp_url: &str) -> Cdp {
+    let ws = cdp::ws_url(&http_client(), cdp_url).await.unwrap_or_else(|e| server.fail(&format!("discovery: {e}")));
+    Cdp::connect(&ws).await.unwrap_or_else(|e| server.fail(&format!("connect {ws}: {e:?}")))
+}
+
+/// DELETE /sessions/{id} with `key`.
+pub async fn release_as(server: &GridServer, key: &str, id: &str) -> Resp {
+    server.request(reqwest::Method::DELETE, &format!("/sessions/{id}"), Some(key), None).await
+}
+
+/// Releases with the first-start key, asserting 204.
+pub async fn release(server: &GridServer, id: &str) {
+    let r = release_as(server, server.api_key(), id).await;
+    if r.status != 204 {
+        server.fail(&format!("DELETE /sessions/{id}: expected 204, got {r}"));
+    }
+}
