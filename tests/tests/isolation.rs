@@ -71,6 +71,14 @@ impl Findings {
 }
 
 /// Sends a command; a connection problem fails the test.
+/// A call the browser carried out (after the gate, possibly rewritten).
+fn accepted(what: &str, answer: &Answer) -> Result<(), String> {
+    match answer {
+        Ok(_) => Ok(()),
+        Err(e) => Err(format!("{what}: refused, though the grid rewrites the folder: {e}")),
+    }
+}
+
 async fn send(server: &GridServer, cdp: &mut Cdp, method: &str, params: Value, session: Option<&str>) -> Answer {
     cdp.send(method, params, session).await.unwrap_or_else(|e| server.fail(&e))
 }
@@ -361,7 +369,7 @@ async fn served_then_settled(target: &Target, path: &str) -> bool {
 }
 
 #[tokio::test]
-async fn a_download_outside_the_session_folder_is_refused_and_writes_nothing() {
+async fn a_download_outside_the_session_folder_stays_in_the_session_and_writes_nothing_on_the_host() {
     let target = Target::start();
     let server = GridServer::start(ServerOptions::default());
     let host_dir = tempfile::Builder::new().prefix("grid-download-").tempdir().expect("tempdir");
@@ -375,25 +383,32 @@ async fn a_download_outside_the_session_folder_is_refused_and_writes_nothing() {
         json!({"behavior": "allowAndName", "downloadPath": dir}),
         json!({"behavior": "allow", "downloadPath": format!("{dir}/../{}", host_dir.path().file_name().unwrap().to_string_lossy())}),
     ];
+    // The gate rewrites a folder outside the session's to the session's own
+    // (CDP clients set one on connect), so these are accepted, not refused.
     for params in browser_calls {
         let answer = send(&server, &mut cdp, "Browser.setDownloadBehavior", params.clone(), None).await;
-        f.check(refused(&format!("Browser.setDownloadBehavior {params}"), &answer));
+        f.check(accepted(&format!("Browser.setDownloadBehavior {params}"), &answer));
     }
     // The same for a context of the lessee's own.
     let context = cdp.call("Target.createBrowserContext", json!({}), None).await.unwrap_or_else(|e| server.fail(&e));
     let context_id = context["browserContextId"].as_str().unwrap_or_else(|| server.fail(&format!("{context}")));
     let params = json!({"behavior": "allow", "downloadPath": dir, "browserContextId": context_id});
     let answer = send(&server, &mut cdp, "Browser.setDownloadBehavior", params.clone(), None).await;
-    f.check(refused(&format!("Browser.setDownloadBehavior {params}"), &answer));
+    f.check(accepted(&format!("Browser.setDownloadBehavior {params}"), &answer));
     let (_, page) = cdp.blank_page(None).await.unwrap_or_else(|e| server.fail(&e));
     let params = json!({"behavior": "allow", "downloadPath": dir});
     let answer = send(&server, &mut cdp, "Page.setDownloadBehavior", params.clone(), Some(&page)).await;
-    f.check(refused(&format!("Page.setDownloadBehavior {params}"), &answer));
+    f.check(accepted(&format!("Page.setDownloadBehavior {params}"), &answer));
     // A path that starts in the session folder and leads out to the host dir.
     let escape = format!("{SESSION_DOWNLOADS}/../../..{dir}");
     send(&server, &mut cdp, "Browser.setDownloadBehavior", json!({"behavior": "allow", "downloadPath": escape}), None)
         .await
         .ok();
+
+    // Once more with progress events, so the download below is seen.
+    let params = json!({"behavior": "allow", "downloadPath": dir, "eventsEnabled": true});
+    let answer = send(&server, &mut cdp, "Browser.setDownloadBehavior", params.clone(), None).await;
+    f.check(accepted(&format!("Browser.setDownloadBehavior {params}"), &answer));
 
     // Download anyway, in the default context and in the lessee's own.
     let (_, in_context) = cdp.blank_page(Some(context_id)).await.unwrap_or_else(|e| server.fail(&e));
@@ -403,6 +418,13 @@ async fn a_download_outside_the_session_folder_is_refused_and_writes_nothing() {
         if !served_then_settled(&target, &format!("/download/{name}")).await {
             f.add(format!("the browser never asked for {url}: the attempt proves nothing"));
         }
+    }
+    // The download happened, inside the session: its progress events (asked
+    // for with the host dir above) report it completed.
+    let completed =
+        cdp.wait_event("Browser.downloadProgress", Duration::from_secs(15), |p| p["state"] == "completed").await;
+    if completed.is_none() {
+        f.add("no download completed: the rewrite to the session's folder proves nothing".to_string());
     }
     let written = files_below(host_dir.path());
     if !written.is_empty() {
