@@ -321,6 +321,19 @@ impl GridServer {
         self.child.as_ref().map(|c| c.id())
     }
 
+    /// The server process's resident memory now (`VmRSS` of /proc/PID/status), in bytes.
+    pub fn rss_bytes(&self) -> u64 {
+        let pid = self.pid().unwrap_or_else(|| self.fail("rss_bytes: server not running"));
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap_or_else(|e| self.fail(&format!("read /proc/{pid}/status: {e}")));
+        let kib = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .unwrap_or_else(|| self.fail(&format!("no VmRSS in /proc/{pid}/status")));
+        kib * 1024
+    }
+
     /// SIGKILL and reap. No-op when not running.
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {

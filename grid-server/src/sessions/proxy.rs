@@ -9,7 +9,6 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
 use grid_core::error::ApiError;
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONNECTION, UPGRADE};
@@ -118,7 +117,7 @@ async fn upgrade(port: u16, path: &str, mut req: Request<Incoming>, live: Live) 
         tracing::warn!(answer = head.lines().next().unwrap_or(""), "browser refused the WebSocket upgrade");
         return Err(ApiError::UnknownSession);
     }
-    let mut resp = Response::new(http_body_util::Full::new(Bytes::new()));
+    let mut resp = Response::new(respond::empty());
     *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     resp.headers_mut().insert(UPGRADE, HeaderValue::from_static("websocket"));
     resp.headers_mut().insert(CONNECTION, HeaderValue::from_static("Upgrade"));
