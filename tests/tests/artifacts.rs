@@ -238,3 +238,38 @@ async fn concurrent_downloads_of_a_large_file_stream_it_instead_of_holding_copie
         assert_eq!(hex::encode(sha.finalize()), expected_sha);
     }
 }
+
+/// Every download carries `Content-Security-Policy: sandbox`,
+/// `X-Content-Type-Options: nosniff` and `Referrer-Policy: no-referrer`;
+/// html and body are attachments with a file name (docs/captures.md).
+#[tokio::test]
+async fn downloads_carry_protective_headers_and_html_and_body_are_attachments() {
+    const LARGE: usize = 600 * 1024;
+    let target = Target::start();
+    let mut opts = ServerOptions::default();
+    opts.extra_args = vec!["--browsers".into(), "1".into()];
+    let server = GridServer::start(opts);
+    let fetched = completed_fetch(&server, target.url("/page/5")).await;
+    let large = completed_fetch(&server, target.url(&format!("/bytes/{LARGE}"))).await;
+    let batch_id =
+        server.submit_as(server.api_key(), &json!({"urls": [target.url("/page/6")], "script": "render-fetch"})).await;
+    let done = server.wait_batch_done(&batch_id, DONE).await;
+    assert_eq!(done["counts"]["completed"], json!(1), "{done}");
+    let rendered = done["jobs"][0]["jobId"].as_str().unwrap().to_string();
+
+    let cases = [
+        (&fetched, "body", Some(format!("attachment; filename=\"{fetched}-body.html\""))),
+        (&large, "body", Some(format!("attachment; filename=\"{large}-body.bin\""))),
+        (&rendered, "html", Some(format!("attachment; filename=\"{rendered}.html\""))),
+        (&fetched, "meta", None),
+        (&rendered, "meta", None),
+    ];
+    for (item, kind, disposition) in cases {
+        let r = server.download(&server.artifact_url(item, kind).await).await;
+        assert_eq!(r.status, 200, "{kind} of {item}: {r}");
+        assert_eq!(r.header("content-security-policy"), Some("sandbox"), "{kind} of {item}: {:?}", r.headers);
+        assert_eq!(r.header("x-content-type-options"), Some("nosniff"), "{kind} of {item}: {:?}", r.headers);
+        assert_eq!(r.header("referrer-policy"), Some("no-referrer"), "{kind} of {item}: {:?}", r.headers);
+        assert_eq!(r.header("content-disposition"), disposition.as_deref(), "{kind} of {item}: {:?}", r.headers);
+    }
+}
