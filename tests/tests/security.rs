@@ -42,3 +42,97 @@ async fn data_dir_and_database_are_private_to_the_owner_whatever_the_umask() {
     assert_owner_only(&server);
     assert_eq!(server.get("/grid").await.status, 200);
 }
+
+/// The part of `url` after `name=` up to the next `&`.
+fn query_value(url: &str, name: &str) -> String {
+    let query = url.split_once('?').map_or("", |(_, q)| q);
+    query.split('&').find_map(|kv| kv.strip_prefix(name)?.strip_prefix('=')).unwrap_or("").to_string()
+}
+
+/// With `RUST_LOG=trace` (every target, every level) the log holds no
+/// credential: not the API key a caller sends, not the bearer token, not a
+/// session's cdpUrl token (used for discovery and the WebSocket), not a
+/// download signature, not the signing secret; and the first-start key is
+/// only in the first-start line on stdout, not in the log on stderr.
+#[tokio::test]
+async fn a_trace_level_log_holds_no_key_token_or_signature() {
+    use grid_tests::target::Target;
+    use serde_json::json;
+    use std::time::{Duration, Instant};
+
+    let target = Target::start();
+    let mut server = GridServer::start(ServerOptions {
+        env: vec![("RUST_LOG".into(), Some("trace".into()))],
+        extra_args: vec!["--browsers".into(), "1".into()],
+        ..Default::default()
+    });
+    let (_, key) = server.create_account("logged", 5_000_000);
+
+    let batch = server.submit_as(&key, &json!({"urls": [target.url("/page/1")], "script": "fetch"})).await;
+    let done = server.wait_batch_done_as(&key, &batch, Duration::from_secs(60)).await;
+    let item = done["jobs"][0]["jobId"].as_str().unwrap().to_string();
+    let r = server.get_as(Some(&key), &format!("/artifacts/{item}/body")).await;
+    assert_eq!(r.status, 200, "{r}");
+    let download_url = r.json["url"].as_str().unwrap().to_string();
+    let sig = query_value(&download_url, "sig");
+    assert!(sig.len() >= 32, "{download_url}");
+    assert_eq!(server.download(&download_url).await.status, 200);
+
+    let bearer = "eyJhbGciOiJFZERTQSJ9.eyJzdWIiOiJncmlkLWxvZy10ZXN0In0.c2lnbmF0dXJlLW5vdC1sb2dnZWQ";
+    let r = grid_tests::http::Resp::read(
+        grid_tests::http::http_client().get(format!("{}/grid", server.base_url())).bearer_auth(bearer),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 401, "{r}");
+
+    let r = server.post_as(Some(&key), "/sessions", Some(&json!({"ttlMinutes": 5}))).await;
+    assert_eq!(r.status, 201, "{r}");
+    let session = r.json["sessionId"].as_str().unwrap().to_string();
+    let cdp_url = r.json["cdpUrl"].as_str().unwrap().to_string();
+    let token = cdp_url.rsplit('/').next().unwrap().to_string();
+    assert!(token.len() >= 32, "{cdp_url}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let list = server.get_as(Some(&key), "/sessions").await.json;
+        let status = list
+            .as_array()
+            .and_then(|l| l.iter().find(|s| s["sessionId"] == session.as_str()))
+            .map(|s| s["status"].as_str().unwrap_or("").to_string());
+        match status.as_deref() {
+            Some("running") => break,
+            Some("pending") if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(100)).await,
+            other => server.fail(&format!("session {session} not running: {other:?}")),
+        }
+    }
+    let http = grid_tests::http::http_client();
+    let ws = grid_tests::cdp::ws_url(&http, &cdp_url).await.unwrap_or_else(|e| server.fail(&format!("discovery: {e}")));
+    let mut cdp = grid_tests::cdp::Cdp::connect(&ws).await.unwrap_or_else(|e| server.fail(&format!("connect: {e:?}")));
+    let version = cdp.call("Browser.getVersion", json!({}), None).await.unwrap_or_else(|e| server.fail(&e));
+    assert!(version["product"].is_string(), "{version}");
+    let r = server.request(reqwest::Method::DELETE, &format!("/sessions/{session}"), Some(&key), None).await;
+    assert_eq!(r.status, 204, "{r}");
+
+    let secret: String = rusqlite::Connection::open(server.db_path())
+        .unwrap()
+        .query_row("SELECT value FROM settings WHERE key = 'download_signing_secret'", [], |r| r.get(0))
+        .unwrap();
+    server.sigterm();
+    let log = std::fs::read_to_string(server.log_path()).unwrap();
+    assert!(log.lines().any(|l| l.contains("TRACE")), "the log is not at trace level");
+    for (what, secret) in [
+        ("API key", key.as_str()),
+        ("bearer token", bearer),
+        ("cdpUrl token", token.as_str()),
+        ("download signature", sig.as_str()),
+        ("signing secret", secret.as_str()),
+    ] {
+        if let Some(line) = log.lines().find(|l| l.contains(secret)) {
+            panic!("the log holds the {what}: {line}");
+        }
+    }
+    let first_key = server.api_key();
+    if let Some(line) = log.lines().find(|l| l.contains(first_key) && !l.starts_with("[stdout] ")) {
+        panic!("the log (stderr) holds the first-start API key: {line}");
+    }
+}

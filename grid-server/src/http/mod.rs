@@ -105,8 +105,23 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> Resp {
         Ok(r) => r,
         Err(e) => respond::error(&e),
     };
+    let path = loggable_path(&path);
     tracing::debug!(%method, %path, status = resp.status().as_u16(), ms = started.elapsed().as_millis() as u64, "request");
     resp
+}
+
+/// A request path as it may appear in the log: a CDP path's session token
+/// (its credential) is replaced by `<token>`. Query strings (download
+/// signatures) are never logged.
+fn loggable_path(path: &str) -> std::borrow::Cow<'_, str> {
+    let mut segments: Vec<&str> = path.split('/').collect();
+    match segments.as_slice() {
+        ["", "cdp", _, _, ..] => {
+            segments[3] = "<token>";
+            segments.join("/").into()
+        }
+        _ => path.into(),
+    }
 }
 
 async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiError> {
@@ -182,4 +197,18 @@ fn is_api_path(segments: &[&str]) -> bool {
             | ["sessions", _]
             | ["mcp"]
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logged_paths_hide_the_cdp_token() {
+        assert_eq!(loggable_path("/cdp/ses_1/abcdef0123/json/version"), "/cdp/ses_1/<token>/json/version");
+        assert_eq!(loggable_path("/cdp/ses_1/abcdef0123"), "/cdp/ses_1/<token>");
+        assert_eq!(loggable_path("/cdp/ses_1"), "/cdp/ses_1");
+        assert_eq!(loggable_path("/downloads/it_1/body"), "/downloads/it_1/body");
+        assert_eq!(loggable_path("/jobs/cj_1/logs"), "/jobs/cj_1/logs");
+    }
 }
