@@ -136,3 +136,85 @@ async fn a_trace_level_log_holds_no_key_token_or_signature() {
         panic!("the log (stderr) holds the first-start API key: {line}");
     }
 }
+
+/// A TCP listener on 127.0.0.1 that counts the connections it accepts (and
+/// closes them): the proxy named in the server's proxy variables.
+struct CountingListener {
+    port: u16,
+    accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl CountingListener {
+    fn start() -> CountingListener {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+        let port = listener.local_addr().unwrap().port();
+        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = accepted.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                drop(conn);
+            }
+        });
+        CountingListener { port, accepted }
+    }
+
+    fn accepted(&self) -> usize {
+        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// The server's environment naming this listener as every kind of proxy,
+    /// with no exceptions.
+    fn proxy_env(&self) -> Vec<(String, Option<String>)> {
+        let url = format!("http://127.0.0.1:{}", self.port);
+        let mut env: Vec<(String, Option<String>)> =
+            ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"]
+                .into_iter()
+                .map(|name| (name.to_string(), Some(url.clone())))
+                .collect();
+        env.extend(["NO_PROXY", "no_proxy"].map(|name| (name.to_string(), None)));
+        env
+    }
+}
+
+/// Submits a `fetch` of `url` and waits for the item's end.
+async fn fetch_item(server: &GridServer, url: &str) -> serde_json::Value {
+    let batch = server.submit_fetch(&[url.to_string()]).await;
+    let item_id = server.batch(&batch).await["jobs"][0]["jobId"].as_str().unwrap().to_string();
+    server.wait_item_final(&item_id, std::time::Duration::from_secs(60)).await.0
+}
+
+/// With proxy variables in the server's environment, a `fetch` of a name
+/// that resolves to loopback is still refused by the private-network guard
+/// (through a proxy the guard's resolver would never see the name), and
+/// nothing reaches the proxy.
+#[tokio::test]
+async fn fetch_ignores_proxy_variables_so_the_guard_still_refuses_private_names() {
+    let proxy = CountingListener::start();
+    let target = grid_tests::target::Target::start();
+    let server = GridServer::start(ServerOptions {
+        allow_private_networks: false,
+        env: proxy.proxy_env(),
+        ..Default::default()
+    });
+    let item = fetch_item(&server, &format!("http://localhost:{}/page/1", target.addr().port())).await;
+    assert_eq!(item["state"], "failed", "{item}");
+    assert_eq!(item["attemptsMade"], 1, "{item}");
+    let reason = item["failedReason"].as_str().unwrap_or("");
+    assert!(reason.contains("destination refused"), "{item}");
+    assert_eq!(proxy.accepted(), 0, "the fetch went to the proxy from the environment");
+    assert_eq!(target.total_hits(), 0);
+}
+
+/// Where private networks are allowed, a `fetch` goes to the target
+/// directly, not through the proxy of the server's environment.
+#[tokio::test]
+async fn fetch_goes_direct_despite_proxy_variables() {
+    let proxy = CountingListener::start();
+    let target = grid_tests::target::Target::start();
+    let server = GridServer::start(ServerOptions { env: proxy.proxy_env(), ..Default::default() });
+    let item = fetch_item(&server, &format!("http://localhost:{}/page/1", target.addr().port())).await;
+    assert_eq!(item["state"], "completed", "{item}");
+    assert_eq!(target.hits("/page/1"), 1);
+    assert_eq!(proxy.accepted(), 0, "the fetch went to the proxy from the environment");
+}

@@ -32,6 +32,24 @@ pub struct BrowserProcess {
     _user_data_dir: tempfile::TempDir,
 }
 
+/// Proxy variables Chromium would otherwise take from the server's
+/// environment on Linux: a browser reaches the network directly or through
+/// the proxy its flags or browser context name (the grid's egress proxy).
+pub const PROXY_VARIABLES: [&str; 8] =
+    ["http_proxy", "https_proxy", "all_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"];
+
+fn command(executable: &Path, flags: &[String], env: &[(String, String)], user_data_dir: &Path) -> Command {
+    let mut cmd = Command::new(executable);
+    cmd.args(flags)
+        .arg(format!("--user-data-dir={}", user_data_dir.display()))
+        .arg("about:blank")
+        .envs(env.iter().map(|(k, v)| (k, v)));
+    for name in PROXY_VARIABLES {
+        cmd.env_remove(name);
+    }
+    cmd
+}
+
 /// Starts `executable` with `flags` (which must include
 /// `--remote-debugging-port=0`) and a fresh user-data dir under
 /// `runtime_dir` named `{prefix}…`, and waits until its DevTools endpoint is
@@ -44,16 +62,8 @@ pub async fn start(
     prefix: &str,
 ) -> std::io::Result<BrowserProcess> {
     let user_data_dir = tempfile::Builder::new().prefix(prefix).tempdir_in(runtime_dir)?;
-    let mut cmd = Command::new(executable);
-    cmd.args(flags)
-        .arg(format!("--user-data-dir={}", user_data_dir.path().display()))
-        .arg("about:blank")
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .process_group(0)
-        .kill_on_drop(true);
+    let mut cmd = command(executable, flags, env, user_data_dir.path());
+    cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).process_group(0).kill_on_drop(true);
     // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
     unsafe {
         cmd.pre_exec(|| {
@@ -133,5 +143,21 @@ fn kill_group(pid: i32) {
         unsafe {
             libc::killpg(pid, libc::SIGKILL);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chromium_gets_no_proxy_variables_of_the_server() {
+        let env = [("TZ".to_string(), "UTC".to_string())];
+        let cmd = command(Path::new("/usr/bin/chromium"), &[], &env, Path::new("/tmp/u"));
+        let envs: Vec<_> = cmd.as_std().get_envs().collect();
+        for name in PROXY_VARIABLES {
+            assert!(envs.contains(&(std::ffi::OsStr::new(name), None)), "{name} is not removed: {envs:?}");
+        }
+        assert!(envs.contains(&(std::ffi::OsStr::new("TZ"), Some(std::ffi::OsStr::new("UTC")))));
     }
 }

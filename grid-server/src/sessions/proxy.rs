@@ -70,7 +70,8 @@ fn ws_base(public_http: &str) -> String {
 async fn discovery(port: u16, path: &str, req: Request<Incoming>, public: &str) -> Result<Resp, ApiError> {
     let query = req.uri().query().map(|q| format!("?{q}")).unwrap_or_default();
     let url = format!("http://127.0.0.1:{port}{path}{query}");
-    let client = reqwest::Client::new();
+    // The browser is on loopback: never through a proxy from the environment.
+    let client = reqwest::Client::builder().no_proxy().build().map_err(|_| ApiError::Internal)?;
     let upstream = client.request(req.method().clone(), &url).send().await.map_err(|_| ApiError::UnknownSession)?;
     let status = upstream.status();
     let content_type = upstream
