@@ -1,5 +1,6 @@
 //! `grid-server`: the Grid server and its operator subcommands.
 
+mod accept;
 mod admin;
 mod browser;
 mod capture;

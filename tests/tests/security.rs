@@ -218,3 +218,52 @@ async fn fetch_goes_direct_despite_proxy_variables() {
     assert_eq!(target.hits("/page/1"), 1);
     assert_eq!(proxy.accepted(), 0, "the fetch went to the proxy from the environment");
 }
+
+/// Out of file descriptors, the accept loop pauses (10 ms doubling up to
+/// 1 s) with one warning per pause instead of spinning with a warning per
+/// try; once the connections close it accepts again.
+#[tokio::test]
+async fn accept_backs_off_when_out_of_file_descriptors_and_recovers() {
+    use std::time::{Duration, Instant};
+    /// The server uses about 20 descriptors when idle.
+    const MAX_OPEN_FILES: u64 = 64;
+    const CONNECTIONS: usize = 150;
+    const HELD: Duration = Duration::from_secs(2);
+    /// Pauses of 10, 20, 40, … ms fit 9 tries in 2 s; spinning makes thousands.
+    const MOST_WARNINGS: usize = 20;
+    let warnings = |log: &str| log.lines().filter(|l| l.contains("accept failed")).count();
+
+    let server = GridServer::start(ServerOptions { max_open_files: Some(MAX_OPEN_FILES), ..Default::default() });
+    let addr = format!("127.0.0.1:{}", server.port());
+    let mut held = Vec::new();
+    for _ in 0..CONNECTIONS {
+        held.push(std::net::TcpStream::connect(&addr).unwrap_or_else(|e| server.fail(&format!("connect: {e}"))));
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while warnings(&std::fs::read_to_string(server.log_path()).unwrap()) == 0 {
+        if Instant::now() > deadline {
+            server.fail(&format!("{CONNECTIONS} open connections did not exhaust {MAX_OPEN_FILES} descriptors"));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let before = warnings(&std::fs::read_to_string(server.log_path()).unwrap());
+    tokio::time::sleep(HELD).await;
+    let during = warnings(&std::fs::read_to_string(server.log_path()).unwrap()) - before;
+    assert!(during < MOST_WARNINGS, "{during} accept warnings in {HELD:?} out of descriptors");
+
+    drop(held);
+    let client = grid_tests::http::http_client();
+    let url = format!("{}/healthz", server.base_url());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        match client.get(&url).timeout(Duration::from_secs(2)).send().await {
+            Ok(r) if r.status() == 200 => break,
+            other if Instant::now() > deadline => {
+                server.fail(&format!("/healthz after the connections closed: {other:?}"))
+            }
+            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    let log = std::fs::read_to_string(server.log_path()).unwrap();
+    assert!(log.contains("accepting connections again"), "no recovery line in the log");
+}

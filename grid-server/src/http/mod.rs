@@ -55,17 +55,12 @@ pub struct App {
 /// (at most 10 s). Connections may be upgraded (CDP WebSockets).
 pub async fn serve(app: Arc<App>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
     let mut connections = tokio::task::JoinSet::new();
+    let mut backoff = crate::accept::Backoff::default();
     loop {
         while connections.try_join_next().is_some() {}
         tokio::select! {
-            accepted = listener.accept() => {
-                let (stream, _) = match accepted {
-                    Ok(s) => s,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
-                        continue;
-                    }
-                };
+            accepted = crate::accept::accept(&listener, &mut backoff, "api") => {
+                let Some((stream, _)) = accepted else { continue };
                 let app = app.clone();
                 let mut stop = shutdown.clone();
                 connections.spawn(async move {
