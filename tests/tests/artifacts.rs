@@ -246,9 +246,8 @@ async fn concurrent_downloads_of_a_large_file_stream_it_instead_of_holding_copie
 async fn downloads_carry_protective_headers_and_html_and_body_are_attachments() {
     const LARGE: usize = 600 * 1024;
     let target = Target::start();
-    let mut opts = ServerOptions::default();
-    opts.extra_args = vec!["--browsers".into(), "1".into()];
-    let server = GridServer::start(opts);
+    let server =
+        GridServer::start(ServerOptions { extra_args: vec!["--browsers".into(), "1".into()], ..Default::default() });
     let fetched = completed_fetch(&server, target.url("/page/5")).await;
     let large = completed_fetch(&server, target.url(&format!("/bytes/{LARGE}"))).await;
     let batch_id =
