@@ -90,14 +90,11 @@ impl EgressProxy {
         let d = decisions.clone();
         tokio::spawn(async move {
             let mut stopped_accept = stopped.clone();
+            let mut backoff = crate::accept::Backoff::default();
             loop {
                 tokio::select! {
-                    accepted = listener.accept() => {
-                        let Ok((client, _)) = accepted else {
-                            // Out of fds or similar: wait instead of spinning.
-                            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                            continue;
-                        };
+                    accepted = crate::accept::accept(&listener, &mut backoff, "egress proxy") => {
+                        let Some((client, _)) = accepted else { continue };
                         let (policy, d, stopped) = (policy.clone(), d.clone(), stopped.clone());
                         tokio::spawn(async move {
                             let mut stopped = stopped;

@@ -1,5 +1,6 @@
 //! `grid-server`: the Grid server and its operator subcommands.
 
+mod accept;
 mod admin;
 mod browser;
 mod capture;
@@ -326,9 +327,10 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         announce(
             json!({"event": "first-start", "accountId": key.account_id, "keyId": key.key_id, "apiKey": key.api_key}),
         );
+        // The key itself only on stdout: stderr is the log, which is kept and shipped.
         eprintln!(
-            "First start: created account {} with API key {} (shown only this once).",
-            key.account_id, key.api_key
+            "First start: created account {} with key {}; its API key is in the first-start line on stdout (shown only this once).",
+            key.account_id, key.key_id
         );
     }
     let listener =

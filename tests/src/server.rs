@@ -35,6 +35,13 @@ pub struct ServerOptions {
     pub auth_url: Option<String>,
     pub accounting_timeout_ms: Option<u64>,
     pub extra_args: Vec<String>,
+    /// Variables set (`Some`) or removed (`None`) in the server's
+    /// environment after the harness scrubbed it (see `bins::scrub_env`).
+    pub env: Vec<(String, Option<String>)>,
+    /// The server process's umask; inherited when `None`.
+    pub umask: Option<u32>,
+    /// The server process's RLIMIT_NOFILE (soft and hard); inherited when `None`.
+    pub max_open_files: Option<u64>,
 }
 
 impl Default for ServerOptions {
@@ -48,6 +55,9 @@ impl Default for ServerOptions {
             auth_url: None,
             accounting_timeout_ms: None,
             extra_args: Vec::new(),
+            env: Vec::new(),
+            umask: None,
+            max_open_files: None,
         }
     }
 }
@@ -108,13 +118,24 @@ pub struct GridServer {
 }
 
 /// The server gets SIGKILL when the thread that spawned it ends, so a test
-/// process killed by a timeout leaves no server behind.
-fn die_with_parent(cmd: &mut Command) {
+/// process killed by a timeout leaves no server behind. `umask` and
+/// `max_open_files` are set for the server process alone.
+fn set_up_child(cmd: &mut Command, umask: Option<u32>, max_open_files: Option<u64>) {
     use std::os::unix::process::CommandExt;
-    // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+    // SAFETY: prctl, umask and setrlimit are async-signal-safe; nothing else
+    // runs between fork and exec.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            if let Some(mask) = umask {
+                libc::umask(mask as libc::mode_t);
+            }
+            if let Some(n) = max_open_files {
+                let limit = libc::rlimit { rlim_cur: n as libc::rlim_t, rlim_max: n as libc::rlim_t };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
             Ok(())
         });
     }
@@ -209,9 +230,15 @@ impl GridServer {
         let mut cmd = Command::new(&self.bin);
         cmd.args(&args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::from(log));
         scrub_env(&mut cmd);
-        die_with_parent(&mut cmd);
+        set_up_child(&mut cmd, self.opts.umask, self.opts.max_open_files);
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "info");
+        }
+        for (name, value) in &self.opts.env {
+            match value {
+                Some(v) => cmd.env(name, v),
+                None => cmd.env_remove(name),
+            };
         }
         let mut child = cmd.spawn().map_err(|e| StartError::Other(format!("spawn {}: {e}", self.bin.display())))?;
         let stdout = child.stdout.take().expect("piped stdout");
@@ -319,6 +346,19 @@ impl GridServer {
 
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(|c| c.id())
+    }
+
+    /// The server process's resident memory now (`VmRSS` of /proc/PID/status), in bytes.
+    pub fn rss_bytes(&self) -> u64 {
+        let pid = self.pid().unwrap_or_else(|| self.fail("rss_bytes: server not running"));
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap_or_else(|e| self.fail(&format!("read /proc/{pid}/status: {e}")));
+        let kib = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .unwrap_or_else(|| self.fail(&format!("no VmRSS in /proc/{pid}/status")));
+        kib * 1024
     }
 
     /// SIGKILL and reap. No-op when not running.

@@ -828,3 +828,64 @@ async fn cli_job_cancel_and_retry() {
     let missing = server.cli(&["job", "logs", &failing, "--attempt", "3"]);
     assert!(missing.code == Some(1) && missing.stderr.contains("404 LOGS_NOT_AVAILABLE"), "{missing}");
 }
+
+/// A job printing more than its whole ephemeral storage (256Mi): the
+/// engine's log of its container is capped within that storage (json-file,
+/// two files of 16 MiB, docs/jobs.md), so the host never holds more; the
+/// job is not evicted for its output, and its published log is the usual
+/// 1 MiB, flagged truncated.
+#[tokio::test]
+async fn the_engine_log_of_a_container_is_capped_within_its_ephemeral_storage() {
+    const OUTPUT: u64 = 320_000_000;
+    const BUDGET: u64 = 32 * MI;
+    /// One message (at most 16 KiB) may overshoot a file's size before it rotates.
+    const SLACK: u64 = 64 * 1024;
+    let server = start_compute_server();
+    let script = format!("head -c {OUTPUT} /dev/zero | tr '\\0' a; echo; sleep 2");
+    let id = job_id(&submit_job(&server, &sh_job(&script)).await);
+    wait_running(&server, &id).await;
+    let containers = running_containers(&id, 1);
+    assert_eq!(containers.len(), 1, "container grid-{id}-1 not running: {containers:?}");
+    let out = docker(&["inspect", "--format", "{{json .HostConfig.LogConfig}}\n{{.LogPath}}", &containers[0]]);
+    assert!(out.status.success(), "docker inspect: {}", String::from_utf8_lossy(&out.stderr));
+    let out = String::from_utf8_lossy(&out.stdout).to_string();
+    let (config, log_path) = out.trim().split_once('\n').unwrap_or_else(|| panic!("docker inspect printed {out}"));
+    let config: Value = serde_json::from_str(config).unwrap_or_else(|e| panic!("LogConfig {config}: {e}"));
+    assert_eq!(
+        config,
+        json!({"Type": "json-file", "Config": {"max-size": (BUDGET / 2).to_string(), "max-file": "2"}}),
+        "HostConfig.LogConfig"
+    );
+
+    // The engine's files on the host, measured while the job prints.
+    let on_host = || -> u64 {
+        [log_path.to_string(), format!("{log_path}.1"), format!("{log_path}.2")]
+            .iter()
+            .filter_map(|p| std::fs::metadata(p).ok())
+            .map(|m| m.len())
+            .sum()
+    };
+    let mut most = 0;
+    let deadline = Instant::now() + JOB_TIMEOUT;
+    let done = loop {
+        most = most.max(on_host());
+        let record = job(&server, &id).await;
+        if is_finished(&record) {
+            break record;
+        }
+        if Instant::now() > deadline {
+            server.fail(&format!("job {id} not finished within {JOB_TIMEOUT:?}: {record}"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(most > BUDGET / 2, "the engine's log never reached one file ({most} bytes): the output was not logged");
+    assert!(most <= BUDGET + SLACK, "the engine kept {most} bytes of log on the host, more than {BUDGET}");
+
+    assert_eq!(done["phase"], "SUCCEEDED", "output to the log is not ephemeral storage of the layer: {done}");
+    assert_eq!(done["logsTruncated"], true, "{done}");
+    assert_eq!(done["logs"]["byteLength"], 1_048_576, "{done}");
+    let log = logs(&server, &id, "").await;
+    assert_eq!((log.status, log.text.len()), (200, 1_048_576));
+    assert!(log.text.bytes().all(|b| b == b'a'));
+    wait_container_removed(&server, &id, 1).await;
+}

@@ -429,6 +429,9 @@ mod tests {
         let joined = args.join(" ");
         assert!(joined.contains("--unshare-all") && joined.contains("--die-with-parent"), "{joined}");
         assert!(joined.contains("--clearenv") && joined.contains("--setenv TZ UTC"), "{joined}");
+        // The server's environment (proxy variables, database URLs) stays out.
+        let set: Vec<&String> = args.windows(2).filter(|w| w[0] == "--setenv").map(|w| &w[1]).collect();
+        assert_eq!(set, ["HOME", "TMPDIR", "PATH", "TZ"], "{joined}");
         // Only the system and fixed /etc entries are bound from the host.
         let binds: Vec<&String> = args.windows(2).filter(|w| w[0] == "--ro-bind").map(|w| &w[1]).collect();
         for b in binds {

@@ -38,7 +38,12 @@ impl Fetcher {
             }
             attempt.follow()
         });
+        // No proxy from the environment (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY):
+        // through a proxy the target's name is resolved by the proxy, never
+        // by the guard's resolver, and tenants' requests would reach wherever
+        // the operator's proxy can.
         let mut builder = reqwest::Client::builder()
+            .no_proxy()
             .user_agent(USER_AGENT)
             .redirect(policy)
             .connect_timeout(Duration::from_secs(10))

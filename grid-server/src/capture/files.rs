@@ -4,7 +4,7 @@
 //! carries its checksum, then read back and checked. Only a whole, checked
 //! family is handed to the store for publishing.
 
-use std::io::Write;
+use std::io::{Read, Seek, Write};
 use std::path::Path;
 
 use grid_core::catalog::ArtifactKind;
@@ -65,6 +65,37 @@ pub fn read_checked(root: &Path, storage_name: &str, sha256: &str) -> std::io::R
     Ok(data)
 }
 
+/// Opens a stored file for streaming: checks its length against
+/// `byte_length` and its SHA-256 reading `READ_CHUNK` bytes at a time (so a
+/// large file is never held in memory), then rewinds it. The caller streams
+/// from the same open file, so the bytes checked are the bytes served.
+/// Blocking.
+pub fn open_checked(root: &Path, storage_name: &str, sha256: &str, byte_length: u64) -> std::io::Result<std::fs::File> {
+    let mut file = std::fs::File::open(root.join(storage_name))?;
+    let corrupt = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{storage_name} {what}"));
+    if file.metadata()?.len() != byte_length {
+        return Err(corrupt("has another length than was published"));
+    }
+    use sha2::Digest;
+    let mut hasher = sha2::Sha256::new();
+    let mut buf = vec![0u8; READ_CHUNK];
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    if hex::encode(hasher.finalize()) != sha256 {
+        return Err(corrupt("failed its checksum"));
+    }
+    file.rewind()?;
+    Ok(file)
+}
+
+/// How much of a stored file is read at once when checking or serving it.
+pub const READ_CHUNK: usize = 128 * 1024;
+
 /// Files up to this size are kept in the database, published in the same
 /// transaction as the item's state: creating a file (an inode) per item
 /// costs more than the item's whole fetch on a busy file system.
@@ -91,15 +122,25 @@ pub fn write_family(root: &Path, item_id: &str, files: Vec<FileContent>) -> std:
         .collect()
 }
 
-/// The bytes of a published file, checked against its SHA-256. Blocking.
-pub fn read_published(root: &Path, file: &PublishedFile) -> std::io::Result<Vec<u8>> {
-    match &file.inline {
-        Some(bytes) if sha256_hex(bytes) == file.sha256 => Ok(bytes.clone()),
+/// A published file ready to serve: the bytes of one kept inline, or the
+/// open file of one kept on disk; both checked against their SHA-256.
+pub enum Checked {
+    Inline(Vec<u8>),
+    OnDisk(std::fs::File),
+}
+
+/// Checks a published file and makes it ready to serve. Blocking.
+pub fn open_published(root: &Path, file: PublishedFile) -> std::io::Result<Checked> {
+    match file.inline {
+        Some(bytes) if sha256_hex(&bytes) == file.sha256 => Ok(Checked::Inline(bytes)),
         Some(_) => Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!("{} failed its checksum", file.storage_name),
         )),
-        None => read_checked(root, &file.storage_name, &file.sha256),
+        None => {
+            let length = u64::try_from(file.byte_length).unwrap_or(u64::MAX);
+            open_checked(root, &file.storage_name, &file.sha256, length).map(Checked::OnDisk)
+        }
     }
 }
 
@@ -120,7 +161,12 @@ mod tests {
         assert_eq!(out[0].sha256, sha256_hex(&big));
         assert_eq!(out[0].storage_name, format!("AB/it_01AB-body-{}", &sha256_hex(&big)[..16]));
         assert!(out[0].inline.is_none());
-        assert_eq!(read_published(root.path(), &out[0]).unwrap(), big);
+        let Checked::OnDisk(mut file) = open_published(root.path(), out[0].clone()).unwrap() else {
+            panic!("a large file is served from disk")
+        };
+        let mut served = Vec::new();
+        file.read_to_end(&mut served).unwrap();
+        assert_eq!(served, big, "the checked file is rewound and whole");
         assert_eq!(out[1].storage_name, "db:it_01AB/meta");
         assert!(out[1].inline.is_some());
         let leftovers: Vec<_> = std::fs::read_dir(root.path().join("AB"))
@@ -135,6 +181,24 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let mut out = write_family(root.path(), "it_1", vec![FileContent::meta(&serde_json::json!({"a": 1}))]).unwrap();
         out[0].inline.as_mut().unwrap().push(b' ');
-        assert!(read_published(root.path(), &out[0]).is_err());
+        assert!(open_published(root.path(), out[0].clone()).is_err());
+    }
+
+    #[test]
+    fn a_changed_file_on_disk_fails_its_check_whether_or_not_its_length_changed() {
+        let root = tempfile::tempdir().unwrap();
+        let big = vec![1u8; INLINE_MAX_BYTES + READ_CHUNK + 3];
+        let files =
+            vec![FileContent { kind: ArtifactKind::Html, content_type: "text/html".into(), bytes: big.clone() }];
+        let published = write_family(root.path(), "it_01CD", files).unwrap().remove(0);
+        let path = root.path().join(&published.storage_name);
+        let mut same_length = big.clone();
+        *same_length.last_mut().unwrap() = 2;
+        std::fs::write(&path, &same_length).unwrap();
+        let err = open_published(root.path(), published.clone()).err().expect("same length, other bytes");
+        assert!(err.to_string().contains("failed its checksum"), "{err}");
+        std::fs::write(&path, b"short").unwrap();
+        let err = open_published(root.path(), published).err().expect("other length");
+        assert!(err.to_string().contains("another length"), "{err}");
     }
 }

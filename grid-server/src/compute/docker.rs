@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::models::{ContainerCreateBody, HostConfig, HostConfigLogConfig};
 use bollard::query_parameters::{
     CreateContainerOptions, CreateImageOptions, InspectContainerOptions, KillContainerOptions, ListContainersOptions,
     LogsOptions, RemoveContainerOptions, WaitContainerOptions,
@@ -74,6 +74,36 @@ pub async fn pull(docker: &Docker, image: &str) -> Result<(), DockerError> {
     Ok(())
 }
 
+/// The engine's own log of a container (its stdout and stderr, kept on the
+/// host by the `json-file` driver) may take this much of the job's
+/// ephemeral storage: an eighth of its limit, at most 64 MiB. It is kept in
+/// `ENGINE_LOG_FILES` files of equal size; the oldest output is dropped
+/// first. The writable layer gets the rest (see `layer_limit`).
+pub fn engine_log_budget(ephemeral_storage_limit: u64) -> u64 {
+    (ephemeral_storage_limit / 8).min(64 * 1024 * 1024)
+}
+
+/// Files of the engine's log of a container (the current one and one rotated).
+pub const ENGINE_LOG_FILES: u64 = 2;
+
+/// What the container's writable layer may hold before the attempt is
+/// evicted: the ephemeral storage limit less the engine's log budget, so
+/// that layer and log together stay within the limit.
+pub fn layer_limit(ephemeral_storage_limit: u64) -> u64 {
+    ephemeral_storage_limit - engine_log_budget(ephemeral_storage_limit)
+}
+
+fn log_config(ephemeral_storage_limit: u64) -> HostConfigLogConfig {
+    let file_size = engine_log_budget(ephemeral_storage_limit) / ENGINE_LOG_FILES;
+    HostConfigLogConfig {
+        typ: Some("json-file".into()),
+        config: Some(HashMap::from([
+            ("max-size".to_string(), file_size.to_string()),
+            ("max-file".to_string(), ENGINE_LOG_FILES.to_string()),
+        ])),
+    }
+}
+
 /// What one attempt's container looks like.
 pub struct ContainerSpec<'a> {
     pub name: &'a str,
@@ -101,6 +131,7 @@ pub async fn create(docker: &Docker, spec: &ContainerSpec<'_>) -> Result<String,
         pids_limit: Some(4_096),
         cap_drop: Some(vec!["NET_RAW".into(), "MKNOD".into(), "AUDIT_WRITE".into()]),
         security_opt: Some(vec!["no-new-privileges".into()]),
+        log_config: Some(log_config(r.resources.ephemeral_storage_bytes.limit)),
         ..Default::default()
     };
     let body = ContainerCreateBody {
@@ -227,4 +258,29 @@ pub async fn grid_containers(docker: &Docker) -> Result<Vec<(String, String, u32
             Some((c.id?, job, attempt))
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MI: u64 = 1024 * 1024;
+
+    #[test]
+    fn the_engine_log_takes_an_eighth_of_ephemeral_storage_up_to_64_mib() {
+        assert_eq!(engine_log_budget(256 * MI), 32 * MI);
+        assert_eq!(layer_limit(256 * MI), 224 * MI);
+        assert_eq!(engine_log_budget(512 * MI), 64 * MI);
+        assert_eq!(engine_log_budget(32 * 1024 * MI), 64 * MI);
+        assert_eq!(layer_limit(32 * 1024 * MI), 32 * 1024 * MI - 64 * MI);
+    }
+
+    #[test]
+    fn the_log_config_splits_the_budget_over_its_files() {
+        let c = log_config(256 * MI);
+        assert_eq!(c.typ.as_deref(), Some("json-file"));
+        let config = c.config.unwrap();
+        assert_eq!(config["max-size"], (16 * MI).to_string());
+        assert_eq!(config["max-file"], "2");
+    }
 }

@@ -318,7 +318,8 @@ async fn supervise(
 ) -> Result<Ended, AttemptError> {
     let jid = job_id.to_string();
     let row = app.store.read(move |c| jobs::load(c, &jid)).await?.ok_or_else(|| StoreError::NotFound(job_id.into()))?;
-    let storage_limit = row.submission()?.resources.ephemeral_storage_bytes.limit as i64;
+    // The engine's log of the container counts against ephemeral storage too.
+    let storage_limit = docker::layer_limit(row.submission()?.resources.ephemeral_storage_bytes.limit) as i64;
     let mut stopped_by_grid = row.job.current_attempt().is_some_and(|a| a.stopping.is_some());
     if stopped_by_grid {
         // A stop recorded before this supervision began (e.g. before a restart).

@@ -55,17 +55,12 @@ pub struct App {
 /// (at most 10 s). Connections may be upgraded (CDP WebSockets).
 pub async fn serve(app: Arc<App>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
     let mut connections = tokio::task::JoinSet::new();
+    let mut backoff = crate::accept::Backoff::default();
     loop {
         while connections.try_join_next().is_some() {}
         tokio::select! {
-            accepted = listener.accept() => {
-                let (stream, _) = match accepted {
-                    Ok(s) => s,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
-                        continue;
-                    }
-                };
+            accepted = crate::accept::accept(&listener, &mut backoff, "api") => {
+                let Some((stream, _)) = accepted else { continue };
                 let app = app.clone();
                 let mut stop = shutdown.clone();
                 connections.spawn(async move {
@@ -105,8 +100,23 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> Resp {
         Ok(r) => r,
         Err(e) => respond::error(&e),
     };
+    let path = loggable_path(&path);
     tracing::debug!(%method, %path, status = resp.status().as_u16(), ms = started.elapsed().as_millis() as u64, "request");
     resp
+}
+
+/// A request path as it may appear in the log: a CDP path's session token
+/// (its credential) is replaced by `<token>`. Query strings (download
+/// signatures) are never logged.
+fn loggable_path(path: &str) -> std::borrow::Cow<'_, str> {
+    let mut segments: Vec<&str> = path.split('/').collect();
+    match segments.as_slice() {
+        ["", "cdp", _, _, ..] => {
+            segments[3] = "<token>";
+            segments.join("/").into()
+        }
+        _ => path.into(),
+    }
 }
 
 async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiError> {
@@ -184,4 +194,18 @@ fn is_api_path(segments: &[&str]) -> bool {
             | ["sessions", _]
             | ["mcp"]
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn logged_paths_hide_the_cdp_token() {
+        assert_eq!(loggable_path("/cdp/ses_1/abcdef0123/json/version"), "/cdp/ses_1/<token>/json/version");
+        assert_eq!(loggable_path("/cdp/ses_1/abcdef0123"), "/cdp/ses_1/<token>");
+        assert_eq!(loggable_path("/cdp/ses_1"), "/cdp/ses_1");
+        assert_eq!(loggable_path("/downloads/it_1/body"), "/downloads/it_1/body");
+        assert_eq!(loggable_path("/jobs/cj_1/logs"), "/jobs/cj_1/logs");
+    }
 }

@@ -2,6 +2,7 @@
 
 use bytes::Bytes;
 use grid_core::error::ApiError;
+use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
@@ -9,7 +10,18 @@ use hyper::{Response, StatusCode};
 use serde::Serialize;
 use serde_json::Value;
 
-pub type Resp = Response<Full<Bytes>>;
+/// A response body: whole (`full`) or streamed (a published file, see
+/// `downloads.rs`); a streamed body that fails mid-way ends the connection.
+pub type Body = UnsyncBoxBody<Bytes, std::io::Error>;
+pub type Resp = Response<Body>;
+
+pub fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into()).map_err(|never| match never {}).boxed_unsync()
+}
+
+pub fn empty() -> Body {
+    full(Bytes::new())
+}
 
 /// Request bodies larger than this are refused before parsing. 1,000 URLs
 /// of a few kilobytes each fit comfortably.
@@ -17,7 +29,7 @@ pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 
 pub fn json<T: Serialize>(status: u16, value: &T) -> Resp {
     let body = serde_json::to_vec(value).unwrap_or_else(|_| b"{}".to_vec());
-    let mut r = Response::new(Full::new(Bytes::from(body)));
+    let mut r = Response::new(full(body));
     *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     r
@@ -44,7 +56,7 @@ pub fn answer(answer: crate::store::idempotency::Answer, replayed: bool) -> Resp
 }
 
 pub fn bytes(status: StatusCode, content_type: &str, body: Vec<u8>) -> Resp {
-    let mut r = Response::new(Full::new(Bytes::from(body)));
+    let mut r = Response::new(full(body));
     *r.status_mut() = status;
     if let Ok(v) = HeaderValue::from_str(content_type) {
         r.headers_mut().insert(CONTENT_TYPE, v);

@@ -15,7 +15,6 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use grid_core::error::ApiError;
 use hyper::body::Incoming;
@@ -185,7 +184,7 @@ async fn upgrade(
             Some(session)
         }
     };
-    let mut resp = Response::new(http_body_util::Full::new(Bytes::new()));
+    let mut resp = Response::new(respond::empty());
     *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
     resp.headers_mut().insert(UPGRADE, HeaderValue::from_static("websocket"));
     resp.headers_mut().insert(CONNECTION, HeaderValue::from_static("Upgrade"));

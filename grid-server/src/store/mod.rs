@@ -61,9 +61,10 @@ struct Inner {
 impl Store {
     /// Opens (creating if needed) the store in `data_dir`, applying the schema.
     pub fn open(data_dir: &Path, busy_timeout: Duration) -> StoreResult<Store> {
-        std::fs::create_dir_all(data_dir)
-            .map_err(|e| StoreError::Invalid(format!("cannot create data dir {}: {e}", data_dir.display())))?;
         let path = data_dir.join(DB_FILE);
+        owner_only(data_dir, &path).map_err(|e| {
+            StoreError::Invalid(format!("cannot make data dir {} private to its owner: {e}", data_dir.display()))
+        })?;
         let writer = connect(&path, busy_timeout)?;
         migrate(&writer)?;
         Ok(Store {
@@ -119,6 +120,37 @@ impl Store {
         }
         r
     }
+}
+
+/// Mode of the data dir: it holds the database (key hashes, the signing
+/// secret) and tenants' files.
+pub const DATA_DIR_MODE: u32 = 0o700;
+/// Mode of the database and its WAL, shared-memory and journal files.
+pub const DB_FILE_MODE: u32 = 0o600;
+
+/// Creates the data dir (and the database file, empty) when absent and sets
+/// their modes with chmod, so the umask does not matter and an existing data
+/// dir is brought back to them on every open. SQLite creates `-wal` and
+/// `-shm` with the database file's mode; ones left by an earlier run are
+/// set here too. Blocking.
+fn owner_only(data_dir: &Path, db: &Path) -> std::io::Result<()> {
+    use std::fs::Permissions;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+    std::fs::DirBuilder::new().recursive(true).mode(DATA_DIR_MODE).create(data_dir)?;
+    std::fs::set_permissions(data_dir, Permissions::from_mode(DATA_DIR_MODE))?;
+    std::fs::OpenOptions::new().create(true).append(true).mode(DB_FILE_MODE).open(db)?;
+    for suffix in ["", "-wal", "-shm", "-journal"] {
+        let file = PathBuf::from(format!("{}{suffix}", db.display()));
+        match std::fs::metadata(&file) {
+            Ok(m) if m.permissions().mode() & 0o777 != DB_FILE_MODE => {
+                std::fs::set_permissions(&file, Permissions::from_mode(DB_FILE_MODE))?
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 fn connect(path: &Path, busy_timeout: Duration) -> StoreResult<Connection> {
@@ -182,4 +214,45 @@ pub fn setting_or_init(tx: &rusqlite::Transaction, key: &str, init: impl FnOnce(
     let v = init();
     tx.execute("INSERT INTO settings (key, value) VALUES (?1, ?2)", (key, &v))?;
     Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn a_new_data_dir_and_its_database_are_private_to_the_owner() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("new").join("data");
+        let store = Store::open(&dir, Duration::from_secs(1)).unwrap();
+        store.write_blocking(|tx| set_setting(tx, "k", "v")).unwrap();
+        assert_eq!(mode(&dir), DATA_DIR_MODE);
+        for name in ["grid.db", "grid.db-wal", "grid.db-shm"] {
+            assert_eq!(mode(&dir.join(name)), DB_FILE_MODE, "{name}");
+        }
+    }
+
+    #[test]
+    fn an_existing_data_dir_with_open_modes_is_closed_on_open() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("data");
+        drop(Store::open(&dir, Duration::from_secs(1)).unwrap());
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        for name in ["grid.db", "grid.db-wal", "grid.db-shm"] {
+            let path = dir.join(name);
+            std::fs::OpenOptions::new().create(true).append(true).open(&path).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        }
+        let _store = Store::open(&dir, Duration::from_secs(1)).unwrap();
+        assert_eq!(mode(&dir), DATA_DIR_MODE);
+        for name in ["grid.db", "grid.db-wal", "grid.db-shm"] {
+            assert_eq!(mode(&dir.join(name)), DB_FILE_MODE, "{name}");
+        }
+    }
 }
