@@ -361,8 +361,8 @@ fn proc_stat(pid: i32) -> Option<(String, i32)> {
 }
 
 /// Pids of the Chromium main processes the server started: chromium
-/// processes below the server (each runs inside its sandbox, under
-/// bubblewrap) whose parent is not chromium itself.
+/// processes below the server whose parent is bubblewrap (each browser runs
+/// in its sandbox; its zygotes and renderers descend from it).
 fn chromium_children(server_pid: u32) -> Vec<i32> {
     let descends = |mut pid: i32| {
         while pid > 1 {
@@ -378,8 +378,8 @@ fn chromium_children(server_pid: u32) -> Vec<i32> {
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
         let Some((comm, ppid)) = proc_stat(pid) else { continue };
-        let parent_is_chromium = proc_stat(ppid).is_some_and(|(c, _)| c.starts_with("chromium"));
-        if comm.starts_with("chromium") && !parent_is_chromium && descends(pid) {
+        let parent_is_bwrap = proc_stat(ppid).is_some_and(|(c, _)| c == "bwrap");
+        if comm.starts_with("chromium") && parent_is_bwrap && descends(pid) {
             pids.push(pid);
         }
     }

@@ -795,3 +795,61 @@ async fn a_capture_browser_serves_one_account_at_a_time() {
     }
     f.finish(&server, "capture browsers shared across accounts");
 }
+
+/// Every path below `dir`, relative to it.
+fn tree(dir: &Path) -> Vec<String> {
+    let mut out = vec![];
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = entry.path();
+            out.push(path.strip_prefix(dir).unwrap_or(&path).display().to_string());
+            if path.is_dir() {
+                todo.push(path);
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_crashed_session_leaves_no_profile_on_the_host() {
+    let server = GridServer::start(ServerOptions::default());
+    // A leftover of older versions, which kept profiles under the data dir.
+    let legacy = server.data_dir().join("run/session-old/Default");
+    std::fs::create_dir_all(&legacy).expect("legacy profile dir");
+    let mut server = server;
+    server.restart();
+    assert!(!server.data_dir().join("run").exists(), "the old profile folders are not removed on start");
+
+    let (lease, mut cdp) = lease_running(&server, json!({"ttlMinutes": 5})).await;
+    // The browser writes its profile (cookies, storage) while it runs.
+    cdp.call(
+        "Storage.setCookies",
+        json!({"cookies": [{"name": "k", "value": "v", "url": "http://example.test/"}]}),
+        None,
+    )
+    .await
+    .unwrap_or_else(|e| server.fail(&e));
+    let browsers: Vec<i32> = host::descendants(server.pid().expect("server pid") as i32)
+        .into_iter()
+        .filter(|p| {
+            host::comm(*p) == "chromium" && host::parent(*p).is_some_and(|parent| host::comm(parent) == "bwrap")
+        })
+        .collect();
+    assert_eq!(browsers.len(), 1, "one session browser below the server: {browsers:?}");
+    // SAFETY: kill(2) on the session's browser, found below the server.
+    unsafe {
+        libc::kill(browsers[0], libc::SIGKILL);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while server.get("/sessions").await.json.as_array().is_some_and(|l| l.iter().any(|s| s["sessionId"] == lease.id)) {
+        assert!(Instant::now() < deadline, "the session was not ended as lost");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let left: Vec<String> = tree(server.data_dir())
+        .into_iter()
+        .filter(|p| !p.starts_with("grid.db") && !p.starts_with("artifacts") && !p.starts_with("logs"))
+        .collect();
+    assert!(left.is_empty(), "the crashed session left files in the data dir: {left:?}");
+}
