@@ -106,6 +106,16 @@ pub fn is_chromium(pid: i32) -> bool {
     comm.starts_with("chrom") || exe_name.starts_with("chrom")
 }
 
+/// The browsers a server started: below `server`, the chromium processes
+/// whose parent is bubblewrap (each browser runs in a sandbox of its own;
+/// its zygotes and renderers descend from it, crashpad is its sibling).
+pub fn browser_mains(server: i32) -> Vec<i32> {
+    descendants(server)
+        .into_iter()
+        .filter(|p| comm(*p) == "chromium" && parent(*p).is_some_and(|parent| comm(parent) == "bwrap"))
+        .collect()
+}
+
 /// Socket inodes a process holds open; Err when its fd table cannot be read.
 pub fn socket_inodes(pid: i32) -> std::io::Result<HashSet<u64>> {
     let mut inodes = HashSet::new();

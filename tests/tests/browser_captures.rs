@@ -352,38 +352,9 @@ async fn private_network_guard_applies_to_the_browser() {
     assert_eq!(target.total_hits(), 0, "a refused page reached the target");
 }
 
-/// `(command name, parent pid)` of a running process.
-fn proc_stat(pid: i32) -> Option<(String, i32)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (head, rest) = stat.rsplit_once(')')?;
-    let comm = head.split_once('(')?.1.to_string();
-    Some((comm, rest.split_whitespace().nth(1)?.parse().ok()?))
-}
-
-/// Pids of the Chromium main processes the server started: chromium
-/// processes below the server whose parent is bubblewrap (each browser runs
-/// in its sandbox; its zygotes and renderers descend from it).
+/// Pids of the Chromium main processes the server started.
 fn chromium_children(server_pid: u32) -> Vec<i32> {
-    let descends = |mut pid: i32| {
-        while pid > 1 {
-            let Some((_, ppid)) = proc_stat(pid) else { return false };
-            if ppid == server_pid as i32 {
-                return true;
-            }
-            pid = ppid;
-        }
-        false
-    };
-    let mut pids = vec![];
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
-        let Some((comm, ppid)) = proc_stat(pid) else { continue };
-        let parent_is_bwrap = proc_stat(ppid).is_some_and(|(c, _)| c == "bwrap");
-        if comm.starts_with("chromium") && parent_is_bwrap && descends(pid) {
-            pids.push(pid);
-        }
-    }
-    pids
+    grid_tests::host::browser_mains(server_pid as i32)
 }
 
 #[tokio::test]

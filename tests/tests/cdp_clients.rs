@@ -5,10 +5,10 @@
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use grid_tests::bins::workspace_root;
 use grid_tests::server::{GridServer, ServerOptions};
+use grid_tests::sessions::{lease_as, wait_running_as};
 use grid_tests::target::Target;
 use serde_json::{json, Value};
 
@@ -26,23 +26,9 @@ async fn playwright_and_puppeteer_drive_a_session_through_its_cdp_url() {
     );
     let target = Target::start();
     let server = GridServer::start(ServerOptions::default());
-    let lease = server.post("/sessions", &json!({"ttlMinutes": 5})).await;
-    assert_eq!(lease.status, 201, "{}", lease.text);
-    let (id, cdp_url) = (lease.json["sessionId"].as_str().unwrap(), lease.json["cdpUrl"].as_str().unwrap().to_string());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let list = server.get("/sessions").await;
-        if list
-            .json
-            .as_array()
-            .and_then(|l| l.iter().find(|s| s["sessionId"] == id))
-            .is_some_and(|s| s["status"] == "running")
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "session never ran: {}", list.text);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let lease = lease_as(&server, server.api_key(), json!({"ttlMinutes": 5})).await;
+    wait_running_as(&server, server.api_key(), &lease.id).await;
+    let cdp_url = lease.cdp_url;
     let page = target.url("/page/5");
     let out = tokio::task::spawn_blocking(move || {
         Command::new("node").arg("cdp_clients.js").arg(&cdp_url).arg(&page).current_dir(dir).output()

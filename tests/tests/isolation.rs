@@ -831,12 +831,7 @@ async fn a_crashed_session_leaves_no_profile_on_the_host() {
     )
     .await
     .unwrap_or_else(|e| server.fail(&e));
-    let browsers: Vec<i32> = host::descendants(server.pid().expect("server pid") as i32)
-        .into_iter()
-        .filter(|p| {
-            host::comm(*p) == "chromium" && host::parent(*p).is_some_and(|parent| host::comm(parent) == "bwrap")
-        })
-        .collect();
+    let browsers = host::browser_mains(server.pid().expect("server pid") as i32);
     assert_eq!(browsers.len(), 1, "one session browser below the server: {browsers:?}");
     // SAFETY: kill(2) on the session's browser, found below the server.
     unsafe {
