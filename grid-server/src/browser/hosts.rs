@@ -48,6 +48,12 @@ pub struct RequestRules {
 }
 
 impl RequestRules {
+    /// The grid's ordinary network access, for a whole browser: any host;
+    /// public addresses only unless the operator allows private networks.
+    pub fn ordinary(allow_private_networks: bool) -> RequestRules {
+        RequestRules { allowed_hosts: None, guard_private: !allow_private_networks }
+    }
+
     /// Whether the page needs request interception at all.
     pub fn intercepts(&self) -> bool {
         self.allowed_hosts.is_some() || self.guard_private

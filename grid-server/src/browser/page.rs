@@ -162,7 +162,7 @@ fn proxy_refusal(egress: Option<&EgressProxy>, url: &str) -> Option<String> {
 
 /// Runs one item's page in a fresh browser context, disposed afterwards.
 pub async fn run(chromium: &Chromium, spec: &PageSpec) -> Result<PageOutcome, PageError> {
-    let cdp = &chromium.cdp;
+    let cdp = &chromium.process.cdp;
     let mut steps = Steps::new();
     // The item's rules at the network edge: its context's own proxy.
     let egress = if spec.rules.intercepts() {
@@ -210,7 +210,7 @@ async fn open(
     egress: Option<Arc<EgressProxy>>,
     steps: &mut Steps,
 ) -> Result<PageOutcome, PageError> {
-    let cdp = &chromium.cdp;
+    let cdp = &chromium.process.cdp;
     let (width, height) = spec.manifest.viewport;
     let target_id = cdp
         .call(
@@ -559,8 +559,8 @@ impl PageDriver {
             calls.push(self.command(Emulation::SetTimezoneOverride { timezone_id: m.timezone.to_string() }));
         }
         if m.user_agent == UserAgent::Desktop || m.accept_language.is_some() {
-            let ua = m.user_agent_for(&chromium.user_agent);
-            let full_version = chromium.product.split('/').nth(1).unwrap_or("0").to_string();
+            let ua = m.user_agent_for(&chromium.process.version.user_agent);
+            let full_version = chromium.process.version.product.split('/').nth(1).unwrap_or("0").to_string();
             let major = full_version.split('.').next().unwrap_or("0").to_string();
             let brand = |name: &str, v: &str| Emulation::UserAgentBrandVersion {
                 brand: name.to_string(),

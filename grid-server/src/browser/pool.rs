@@ -31,7 +31,6 @@ use std::time::{Duration, Instant};
 use headless_chrome::browser::DEFAULT_ARGS;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
-use super::cdp::Connection;
 use super::hosts::RequestRules;
 use super::process::{self, BrowserProcess};
 use super::profiles::{LAUNCH_ENV, LAUNCH_FLAGS};
@@ -59,12 +58,8 @@ pub struct Chromium {
     pub id: String,
     /// The account whose items it runs.
     pub account: String,
-    pub cdp: Connection,
-    pub pid: i32,
-    /// e.g. `Chrome/156.0.8078.79`.
-    pub product: String,
-    /// Chromium's own user agent.
-    pub user_agent: String,
+    /// The process, its DevTools connection (`process.cdp`) and what it
+    /// said of itself at start (`process.version`: product, user agent).
     pub process: BrowserProcess,
     started: Instant,
     served: AtomicU64,
@@ -76,13 +71,13 @@ impl Chromium {
     /// closes its DevTools connection and fails every call waiting on it.
     pub fn condemn(&self, why: &str) {
         if !self.broken.swap(true, Ordering::SeqCst) {
-            tracing::warn!(browser = %self.id, pid = self.pid, why, "killing browser; it will be replaced");
+            tracing::warn!(browser = %self.id, pid = self.process.pid, why, "killing browser; it will be replaced");
         }
         self.process.kill();
     }
 
     pub fn is_broken(&self) -> bool {
-        self.broken.load(Ordering::SeqCst) || self.cdp.is_closed() || !self.process.alive()
+        self.broken.load(Ordering::SeqCst) || self.process.cdp.is_closed() || !self.process.alive()
     }
 
     fn due_for_recycling(&self) -> bool {
@@ -90,16 +85,22 @@ impl Chromium {
     }
 }
 
-/// What an item holds while it runs: a browser and one of the pool's page
-/// permits.
+/// What an item holds while it runs: a browser, its slot and one of the
+/// pool's page permits.
 pub struct Lease {
     pub chromium: Arc<Chromium>,
-    pool: Arc<Assignments>,
-    slot: usize,
+    _slot: SlotHold,
     _permit: OwnedSemaphorePermit,
 }
 
-impl Drop for Lease {
+/// A taken slot, given back when dropped: when the item ends, or at once
+/// when its browser fails to start.
+struct SlotHold {
+    pool: Arc<Assignments>,
+    slot: usize,
+}
+
+impl Drop for SlotHold {
     fn drop(&mut self) {
         self.pool.release(self.slot);
     }
@@ -190,7 +191,7 @@ impl BrowserPool {
             }
             freed.await;
         };
-        let lease_slot = SlotGuard { pool: self.assignments.clone(), slot: index, armed: true };
+        let hold = SlotHold { pool: self.assignments.clone(), slot: index };
         let slot = &self.slots[index];
         let mut current = slot.current.lock().await;
         let usable = current.as_ref().is_some_and(|c| c.account == account && !c.is_broken() && !c.due_for_recycling());
@@ -215,30 +216,7 @@ impl BrowserPool {
         }
         let chromium = current.as_ref().expect("set above").clone();
         chromium.served.fetch_add(1, Ordering::SeqCst);
-        let pool = lease_slot.disarm();
-        Ok(Lease { chromium, pool, slot: index, _permit: permit })
-    }
-}
-
-/// Gives a taken slot back if starting its browser fails.
-struct SlotGuard {
-    pool: Arc<Assignments>,
-    slot: usize,
-    armed: bool,
-}
-
-impl SlotGuard {
-    fn disarm(mut self) -> Arc<Assignments> {
-        self.armed = false;
-        self.pool.clone()
-    }
-}
-
-impl Drop for SlotGuard {
-    fn drop(&mut self) {
-        if self.armed {
-            self.pool.release(self.slot);
-        }
+        Ok(Lease { chromium, _slot: hold, _permit: permit })
     }
 }
 
@@ -251,18 +229,13 @@ async fn launch(config: &PoolConfig, id: String, account: &str) -> Result<Chromi
     let env: Vec<(String, String)> = LAUNCH_ENV.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     // The grid's ordinary network access; an item's own rules add a proxy
     // of their own in front of this one (page.rs).
-    let policy = Arc::new(RequestRules { allowed_hosts: None, guard_private: !config.allow_private_networks });
+    let policy = Arc::new(RequestRules::ordinary(config.allow_private_networks));
     let process =
         process::start(&config.sandbox, &config.chromium, &flags, &env, policy).await.map_err(|e| e.to_string())?;
-    let version = process.version.clone();
-    tracing::info!(browser = %id, pid = process.pid, uid = process.uid(), product = %version.product, ms = started.elapsed().as_millis() as u64, "browser started");
+    tracing::info!(browser = %id, pid = process.pid, uid = process.uid(), product = %process.version.product, ms = started.elapsed().as_millis() as u64, "browser started");
     Ok(Chromium {
         id,
         account: account.to_string(),
-        cdp: process.cdp.clone(),
-        pid: process.pid,
-        product: version.product,
-        user_agent: version.user_agent,
         process,
         started: Instant::now(),
         served: AtomicU64::new(0),

@@ -241,24 +241,19 @@ pub async fn start(
         }
         Err(e) => return Err(std::io::Error::other(e.to_string())),
     };
-    let netns = File::open(format!("/proc/{sandbox_pid}/ns/net"))?;
-    let listener = match bind_in_netns(netns.as_raw_fd(), PROXY_PORT) {
+    let jail = Jail { netns: File::open(format!("/proc/{sandbox_pid}/ns/net"))?, uid };
+    let listener = match jail.listen(PROXY_PORT) {
         Ok(l) => l,
         Err(e) => {
             kill_group(pid);
             return Err(std::io::Error::other(format!("binding the egress proxy inside the sandbox: {e}")));
         }
     };
-    listener.set_nonblocking(true)?;
-    let listener = tokio::net::TcpListener::from_std(listener)?;
     // Lets bubblewrap exec the browser.
     // SAFETY: writes one byte from a valid buffer to an fd we own.
     unsafe { libc::write(block_write.as_raw_fd(), b"x".as_ptr().cast(), 1) };
     drop(block_write);
-    Ok((
-        Jail { netns, uid },
-        Spawned { child, pid, to_browser: cdp_in, from_browser: cdp_out, proxy_listener: listener, stderr_tail },
-    ))
+    Ok((jail, Spawned { child, pid, to_browser: cdp_in, from_browser: cdp_out, proxy_listener: listener, stderr_tail }))
 }
 
 fn bwrap_args(config: &SandboxConfig, env: &[(String, String)]) -> Vec<String> {

@@ -57,7 +57,7 @@ pub async fn run(pool: &Arc<BrowserPool>, row: &ItemRow) -> Result<Vec<FileConte
     let lease = pool.acquire(&row.account_id).await.map_err(Failure::Transient)?;
     let chromium = lease.chromium.clone();
     let browser_id = chromium.id.clone();
-    let product = chromium.product.clone();
+    let product = chromium.process.version.product.clone();
     let hard_limit = spec.timeout + COLLECT_ALLOWANCE;
     let outcome = match tokio::time::timeout(hard_limit, page::run(&chromium, &spec)).await {
         Ok(r) => r,

@@ -57,8 +57,6 @@ pub struct SessionConfig {
 pub struct Endpoint {
     pub cdp: Connection,
     pub version: headless_chrome::protocol::cdp::Browser::GetVersionReturnObject,
-    /// Shown in `/devtools/browser/{id}` addresses.
-    pub browser_id: String,
 }
 
 /// What the proxy needs to reach a live session.
@@ -135,7 +133,7 @@ fn policy(config: &SessionConfig, public_web_only: bool) -> (Arc<dyn Policy>, &'
     if public_web_only {
         (Arc::new(config.egress.clone()), PUBLIC_WEB_ONLY_V1)
     } else {
-        (Arc::new(RequestRules { allowed_hosts: None, guard_private: !config.allow_private_networks }), ORDINARY)
+        (Arc::new(RequestRules::ordinary(config.allow_private_networks)), ORDINARY)
     }
 }
 
@@ -171,7 +169,7 @@ async fn run(
         Some(b) => Ok(b),
         None => launch::start(&app.sessions.config.sandbox, &build, &manifest, policy).await,
     };
-    let browser = match browser {
+    let mut browser = match browser {
         Ok(b) => b,
         Err(e) => {
             end(app, id, Event::Lose, now()).await;
@@ -218,12 +216,7 @@ async fn run(
             return Ok(());
         }
     };
-    let mut browser = browser;
-    let _ = endpoint.send(Some(Endpoint {
-        cdp: browser.cdp.clone(),
-        version: browser.version.clone(),
-        browser_id: id.to_string(),
-    }));
+    let _ = endpoint.send(Some(Endpoint { cdp: browser.cdp.clone(), version: browser.version.clone() }));
     tracing::info!(pid = browser.pid, uid = browser.uid(), "session running");
     let until_expiry = Duration::from_millis((expires_at.0 - now().0).max(0) as u64);
     tokio::select! {

@@ -57,7 +57,7 @@ pub async fn handle(app: &App, id: &str, token: &str, rest: &[&str], req: Reques
         return upgrade(endpoint, page, req, live).await;
     }
     let query = req.uri().query().map(str::to_string);
-    let answer = tokio::time::timeout(DISCOVERY_TIMEOUT, discovery(&endpoint, req.method(), &rest, query, &public))
+    let answer = tokio::time::timeout(DISCOVERY_TIMEOUT, discovery(&endpoint, id, req.method(), &rest, query, &public))
         .await
         .map_err(|_| ApiError::UnknownSession)??;
     Ok(respond::bytes(StatusCode::OK, "application/json; charset=UTF-8", answer.to_string().into_bytes()))
@@ -92,6 +92,7 @@ fn ws_base(public_http: &str) -> String {
 /// The `/json/...` answers, built from the browser's own.
 async fn discovery(
     endpoint: &Endpoint,
+    session_id: &str,
     method: &Method,
     rest: &[&str],
     query: Option<String>,
@@ -119,7 +120,7 @@ async fn discovery(
             "User-Agent": endpoint.version.user_agent,
             "V8-Version": endpoint.version.js_version,
             "WebKit-Version": endpoint.version.revision,
-            "webSocketDebuggerUrl": format!("{ws}/devtools/browser/{}", endpoint.browser_id),
+            "webSocketDebuggerUrl": format!("{ws}/devtools/browser/{session_id}"),
         })),
         ["json"] | ["json", "list"] => {
             let targets = cdp.send(None, "Target.getTargets", json!({})).await.map_err(gone)?;
