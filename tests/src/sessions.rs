@@ -12,7 +12,7 @@ use crate::server::GridServer;
 
 /// Longest a lease may stay pending (a cold Chromium start plus attestation
 /// on a busy 2-core machine).
-pub const RUNNING_WITHIN: Duration = Duration::from_secs(90);
+pub const RUNNING_WITHIN: Duration = Duration::from_secs(60);
 
 /// A lease as POST /sessions answered it.
 #[derive(Debug, Clone)]
@@ -22,7 +22,8 @@ pub struct Lease {
     pub answer: Value,
 }
 
-/// POST /sessions with `key`; fails the test unless 201 with an id and a cdpUrl.
+/// POST /sessions with `key`; fails the test unless 201 with the creation
+/// answer's shape: an id, a cdpUrl through this server, no attestation yet.
 pub async fn lease_as(server: &GridServer, key: &str, body: Value) -> Lease {
     let r = server.post_as(Some(key), "/sessions", Some(&body)).await;
     if r.status != 201 {
@@ -31,28 +32,38 @@ pub async fn lease_as(server: &GridServer, key: &str, body: Value) -> Lease {
     let field = |k: &str| {
         r.json[k].as_str().map(str::to_string).unwrap_or_else(|| server.fail(&format!("no {k} in the lease: {r}")))
     };
-    Lease { id: field("sessionId"), cdp_url: field("cdpUrl"), answer: r.json.clone() }
+    let lease = Lease { id: field("sessionId"), cdp_url: field("cdpUrl"), answer: r.json.clone() };
+    assert!(lease.cdp_url.starts_with(&format!("{}/cdp/{}/", server.base_url(), lease.id)), "{r}");
+    assert_eq!(r.json["attestation"], Value::Null, "{r}");
+    assert_eq!(r.json["networkAttestation"], Value::Null, "{r}");
+    lease
 }
 
-/// Polls GET /sessions with `key` until the session is running; returns its entry.
-pub async fn wait_running_as(server: &GridServer, key: &str, id: &str) -> Value {
+/// Polls GET /sessions with `key` until the session is running; returns its
+/// entry and the moment the answer saying so was read. The list never shows
+/// a cdpUrl, nor an attestation while pending.
+pub async fn wait_running_as(server: &GridServer, key: &str, id: &str) -> (Value, Instant) {
     let deadline = Instant::now() + RUNNING_WITHIN;
     loop {
         let r = server.get_as(Some(key), "/sessions").await;
+        let seen = Instant::now();
         if r.status != 200 {
             server.fail(&format!("GET /sessions: expected 200, got {r}"));
         }
         let listed = r.json.as_array().and_then(|l| l.iter().find(|s| s["sessionId"] == id)).cloned();
+        if let Some(s) = &listed {
+            assert!(s.get("cdpUrl").is_none(), "GET /sessions shows the cdpUrl: {s}");
+        }
         match listed {
-            Some(s) if s["status"] == "running" => return s,
-            Some(s) if s["status"] == "pending" => {}
+            Some(s) if s["status"] == "running" => return (s, seen),
+            Some(s) if s["status"] == "pending" => assert_eq!(s["attestation"], Value::Null, "{s}"),
             Some(s) => server.fail(&format!("session {id}: unexpected status: {s}")),
             None => server.fail(&format!("session {id} ended before it ran: {r}")),
         }
         if Instant::now() >= deadline {
             server.fail(&format!("session {id} not running within {RUNNING_WITHIN:?}"));
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

@@ -13,12 +13,10 @@ use serde_json::{json, Value};
 use grid_tests::cdp::{self, Cdp, ConnectError};
 use grid_tests::http::{assert_error, http_client};
 use grid_tests::server::{GridServer, ServerOptions};
+use grid_tests::sessions::{self, release_as};
 use grid_tests::target::Target;
 use grid_tests::DEFAULT_INITIAL_CREDIT_MICROS;
 
-/// Longest a lease may stay pending (a cold Chromium start plus attestation
-/// on a busy 2-core machine).
-const RUNNING_WITHIN: Duration = Duration::from_secs(60);
 /// Longest a released session's open CDP connection may stay open.
 const CUT_WITHIN: Duration = Duration::from_secs(5);
 const REFUSAL_TEXT: &str = "refused by the grid's network policy public-web-only/v1";
@@ -44,23 +42,8 @@ fn iso_ms(v: &Value) -> i64 {
     chrono::DateTime::parse_from_rfc3339(s).unwrap_or_else(|e| panic!("{s}: {e}")).timestamp_millis()
 }
 
-/// POST /sessions with `key`; asserts 201 and the creation answer's shape.
-async fn lease_as(server: &GridServer, key: &str, body: Value) -> Value {
-    let r = server.post_as(Some(key), "/sessions", Some(&body)).await;
-    if r.status != 201 {
-        server.fail(&format!("POST /sessions {body}: expected 201, got {r}"));
-    }
-    let lease = r.json;
-    let id = lease["sessionId"].as_str().unwrap_or_else(|| server.fail(&format!("no sessionId: {lease}")));
-    let cdp_url = lease["cdpUrl"].as_str().unwrap_or_else(|| server.fail(&format!("no cdpUrl: {lease}")));
-    assert!(cdp_url.starts_with(&format!("{}/cdp/{id}/", server.base_url())), "{lease}");
-    assert_eq!(lease["attestation"], Value::Null, "{lease}");
-    assert_eq!(lease["networkAttestation"], Value::Null, "{lease}");
-    lease
-}
-
 async fn lease(server: &GridServer, body: Value) -> Value {
-    lease_as(server, server.api_key(), body).await
+    sessions::lease_as(server, server.api_key(), body).await.answer
 }
 
 /// GET /sessions with `key`, asserting 200 and an array.
@@ -76,37 +59,8 @@ fn find<'a>(list: &'a [Value], id: &str) -> Option<&'a Value> {
     list.iter().find(|s| s["sessionId"] == id)
 }
 
-/// Polls GET /sessions until the session is running; returns its entry and
-/// the moment the answer saying so was read.
 async fn wait_running(server: &GridServer, id: &str) -> (Value, Instant) {
-    let deadline = Instant::now() + RUNNING_WITHIN;
-    loop {
-        let list = list_as(server, server.api_key()).await;
-        let seen = Instant::now();
-        match find(&list, id) {
-            Some(s) if s["status"] == "running" => {
-                assert!(s.get("cdpUrl").is_none(), "GET /sessions shows the cdpUrl: {s}");
-                return (s.clone(), seen);
-            }
-            Some(s) if s["status"] == "pending" => assert_eq!(s["attestation"], Value::Null, "{s}"),
-            Some(s) => server.fail(&format!("unexpected status: {s}")),
-            None => server.fail(&format!("session {id} ended before it ran; listed: {list:?}")),
-        }
-        if Instant::now() >= deadline {
-            server.fail(&format!("session {id} not running within {RUNNING_WITHIN:?}"));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-async fn delete_as(server: &GridServer, key: &str, id: &str) -> grid_tests::http::Resp {
-    server.request(reqwest::Method::DELETE, &format!("/sessions/{id}"), Some(key), None).await
-}
-
-/// Connects a CDP client the way a lessee does: discovery, then the socket.
-async fn connect(server: &GridServer, cdp_url: &str) -> Cdp {
-    let ws = cdp::ws_url(&http_client(), cdp_url).await.unwrap_or_else(|e| server.fail(&format!("discovery: {e}")));
-    Cdp::connect(&ws).await.unwrap_or_else(|e| server.fail(&format!("connect {ws}: {e:?}")))
+    sessions::wait_running_as(server, server.api_key(), id).await
 }
 
 /// Asserts the attestation a running session shows for `profile`.
@@ -205,7 +159,7 @@ async fn cdp_client_drives_the_leased_browser_to_a_local_page() {
         .unwrap_or_else(|e| server.fail(&e));
     assert_eq!(title["result"]["value"], "page 7", "{title}");
 
-    assert_eq!(delete_as(&server, server.api_key(), id).await.status, 204);
+    assert_eq!(release_as(&server, server.api_key(), id).await.status, 204);
 }
 
 #[tokio::test]
@@ -242,7 +196,7 @@ async fn tampered_token_is_refused_for_discovery_and_websocket() {
         let mut cdp = Cdp::connect(&good).await.unwrap_or_else(|e| server.fail(&format!("{good}: {e:?}")));
         cdp.call("Browser.getVersion", json!({}), None).await.unwrap_or_else(|e| server.fail(&e));
     }
-    assert_eq!(delete_as(&server, server.api_key(), id).await.status, 204);
+    assert_eq!(release_as(&server, server.api_key(), id).await.status, 204);
 }
 
 #[tokio::test]
@@ -257,14 +211,14 @@ async fn release_cuts_a_live_connection_and_charges_the_measured_ready_time() {
     assert_eq!(held["creditMicros"].as_i64(), Some(DEFAULT_INITIAL_CREDIT_MICROS), "{held}");
 
     let (_, running_seen) = wait_running(&server, id).await;
-    let mut cdp = connect(&server, cdp_url).await;
+    let mut cdp = sessions::connect(&server, cdp_url).await;
     cdp.call("Browser.getVersion", json!({}), None).await.unwrap_or_else(|e| server.fail(&e));
     // Let some ready time pass, so the charge is well above rounding.
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     cdp.call("Target.getTargets", json!({}), None).await.unwrap_or_else(|e| server.fail(&e));
 
     let delete_sent = Instant::now();
-    let r = delete_as(&server, server.api_key(), id).await;
+    let r = release_as(&server, server.api_key(), id).await;
     let delete_done = Instant::now();
     assert_eq!(r.status, 204, "{r}");
     assert_eq!(r.text, "", "204 has a body");
@@ -277,7 +231,7 @@ async fn release_cuts_a_live_connection_and_charges_the_measured_ready_time() {
         other => server.fail(&format!("WebSocket after release: expected 404, got {:?}", other.map(|_| "101"))),
     }
     assert!(find(&list_as(&server, server.api_key()).await, id).is_none(), "a released session is listed");
-    assert_error(&delete_as(&server, server.api_key(), id).await, 404, "unknown session");
+    assert_error(&release_as(&server, server.api_key(), id).await, 404, "unknown session");
 
     // The meter ran from the first ready moment (after the POST was sent,
     // before GET /sessions said running) to the release (after the DELETE
@@ -307,7 +261,7 @@ async fn session_expires_after_its_ttl_and_is_charged_to_expiry() {
     assert!((post_sent + 59_000..=wall_ms() + 61_000).contains(&expires), "expiresAt not 1 min ahead: {lease}");
     wait_running(&server, id).await;
     let running_seen = wall_ms();
-    let mut cdp = connect(&server, cdp_url).await;
+    let mut cdp = sessions::connect(&server, cdp_url).await;
 
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
@@ -325,7 +279,7 @@ async fn session_expires_after_its_ttl_and_is_charged_to_expiry() {
     assert!(cdp.closes_within(CUT_WITHIN).await, "the open CDP connection survived the expiry");
     let r = server.request(reqwest::Method::GET, &format!("{cdp_url}/json/version"), None, None).await;
     assert_error(&r, 404, "unknown session");
-    assert_error(&delete_as(&server, server.api_key(), id).await, 404, "unknown session");
+    assert_error(&release_as(&server, server.api_key(), id).await, 404, "unknown session");
 
     // Ready time runs to expiresAt, never past it, and within the reservation.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -366,10 +320,10 @@ async fn session_limit_refuses_a_lease_beyond_max_sessions() {
     assert_eq!(list_as(&server, server.api_key()).await.len(), 1);
 
     // Releasing frees the slot.
-    assert_eq!(delete_as(&server, server.api_key(), first_id).await.status, 204);
+    assert_eq!(release_as(&server, server.api_key(), first_id).await.status, 204);
     let second = lease(&server, json!({"ttlMinutes": 2})).await;
     wait_running(&server, second["sessionId"].as_str().unwrap()).await;
-    assert_eq!(delete_as(&server, server.api_key(), second["sessionId"].as_str().unwrap()).await.status, 204);
+    assert_eq!(release_as(&server, server.api_key(), second["sessionId"].as_str().unwrap()).await.status, 204);
 }
 
 #[tokio::test]
@@ -378,7 +332,7 @@ async fn sessions_disabled_answers_503_on_every_call() {
         GridServer::start(ServerOptions { extra_args: vec!["--sessions-disabled".into()], ..Default::default() });
     assert_error(&server.post("/sessions", &json!({})).await, 503, "sessions disabled");
     assert_error(&server.get("/sessions").await, 503, "sessions disabled");
-    assert_error(&delete_as(&server, server.api_key(), "gs_anything").await, 503, "sessions disabled");
+    assert_error(&release_as(&server, server.api_key(), "gs_anything").await, 503, "sessions disabled");
     let acc = server.account_show(server.account_id());
     assert_eq!(acc["reservedMicros"].as_i64(), Some(0), "{acc}");
 }
@@ -432,7 +386,7 @@ async fn network_policy_refuses_a_private_address_from_inside_while_a_public_one
     assert!(probe["browserResult"].as_str().unwrap_or("").contains(REFUSAL_TEXT), "{view}");
     assert!(probe["proxyDecision"].as_str().unwrap_or("").starts_with("refused"), "{view}");
 
-    let mut cdp = connect(&server, cdp_url).await;
+    let mut cdp = sessions::connect(&server, cdp_url).await;
     let (_, page) = cdp.open_page(&public.url("/page/public")).await.unwrap_or_else(|e| server.fail(&e));
     let title = cdp.evaluate(&page, "document.title").await.unwrap_or_else(|e| server.fail(&e));
     assert_eq!(title, "page public");
@@ -453,7 +407,7 @@ async fn network_policy_refuses_a_private_address_from_inside_while_a_public_one
     let fetch = format!("fetch('{private_url}', {{mode: 'no-cors'}}).then(r => r.type, e => 'error ' + e)");
     cdp.evaluate(&page, &fetch).await.unwrap_or_else(|e| server.fail(&e));
     assert_eq!(private.total_hits(), 0, "the private target was reached from inside the session");
-    assert_eq!(delete_as(&server, server.api_key(), id).await.status, 204);
+    assert_eq!(release_as(&server, server.api_key(), id).await.status, 204);
 }
 
 #[tokio::test]
@@ -466,7 +420,7 @@ async fn native_profile_is_attested_as_requested() {
     assert_attestation(&view, "native-headless-browser/v2", "en-US", "UTC", (800, 600));
 
     // What the attestation says is what a page of the session sees.
-    let mut cdp = connect(&server, cdp_url).await;
+    let mut cdp = sessions::connect(&server, cdp_url).await;
     let (_, page) = cdp.open_page("about:blank#x").await.unwrap_or_else(|e| server.fail(&e));
     let inside = cdp
         .evaluate(
@@ -476,7 +430,7 @@ async fn native_profile_is_attested_as_requested() {
         .await
         .unwrap_or_else(|e| server.fail(&e));
     assert_eq!(inside, json!(["en-US", "UTC", 800, 600]));
-    assert_eq!(delete_as(&server, server.api_key(), id).await.status, 204);
+    assert_eq!(release_as(&server, server.api_key(), id).await.status, 204);
 }
 
 #[tokio::test]
@@ -487,8 +441,8 @@ async fn another_account_can_neither_see_nor_release_a_session() {
     let id = lease["sessionId"].as_str().unwrap();
 
     assert!(list_as(&server, &other_key).await.is_empty(), "another account sees the session");
-    assert_error(&delete_as(&server, &other_key, id).await, 404, "unknown session");
-    assert_error(&delete_as(&server, &other_key, "gs_does_not_exist").await, 404, "unknown session");
+    assert_error(&release_as(&server, &other_key, id).await, 404, "unknown session");
+    assert_error(&release_as(&server, &other_key, "gs_does_not_exist").await, 404, "unknown session");
     // The owner's session is untouched by the refused DELETE.
     wait_running(&server, id).await;
     let other = server.account_show(&other_account);
@@ -497,7 +451,7 @@ async fn another_account_can_neither_see_nor_release_a_session() {
         (Some(0), Some(1_000_000)),
         "{other}"
     );
-    assert_eq!(delete_as(&server, server.api_key(), id).await.status, 204);
+    assert_eq!(release_as(&server, server.api_key(), id).await.status, 204);
 }
 
 #[tokio::test]
@@ -514,7 +468,7 @@ async fn cli_leases_with_wait_lists_and_releases() {
     assert_eq!(entry["status"], "running", "{out}");
     assert_eq!(entry["attestation"]["profileId"], "desktop-browser-nl/v2", "{out}");
     // Running as the CLI said: a CDP client gets answers.
-    let mut cdp = connect(&server, &cdp_url).await;
+    let mut cdp = sessions::connect(&server, &cdp_url).await;
     cdp.call("Browser.getVersion", json!({}), None).await.unwrap_or_else(|e| server.fail(&e));
 
     let list = server.cli(&["session", "list"]);
