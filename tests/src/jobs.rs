@@ -221,9 +221,7 @@ pub fn settled_once(job_id: &str, reserved: i64, charge: i64) -> Vec<LedgerEntry
 /// The ledger entries whose subject is one of the job's reservations
 /// (`<jobId>/r<n>`), in insertion order, read from grid.db directly.
 pub fn job_ledger(server: &GridServer, job_id: &str) -> Vec<LedgerEntry> {
-    let conn = rusqlite::Connection::open_with_flags(server.db_path(), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-        .unwrap_or_else(|e| server.fail(&format!("open grid.db: {e}")));
-    conn.busy_timeout(Duration::from_secs(10)).unwrap();
+    let conn = server.read_db();
     let mut stmt = conn
         .prepare("SELECT kind, amount, subject FROM ledger WHERE subject LIKE ?1 ORDER BY rowid")
         .unwrap_or_else(|e| server.fail(&format!("ledger query: {e}")));

@@ -570,12 +570,19 @@ impl GridServer {
         }
     }
 
+    /// grid.db opened read-only beside the running server (waiting up to
+    /// 10 s for its writer).
+    pub fn read_db(&self) -> rusqlite::Connection {
+        let conn = rusqlite::Connection::open_with_flags(self.db_path(), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap_or_else(|e| self.fail(&format!("open {}: {e}", self.db_path().display())));
+        conn.busy_timeout(Duration::from_secs(10)).unwrap_or_else(|e| self.fail(&format!("busy timeout: {e}")));
+        conn
+    }
+
     /// The reservations taken for `account_id`, in order: (amount, subject),
     /// read from grid.db directly.
     pub fn reservations(&self, account_id: &str) -> Vec<(i64, String)> {
-        let conn = rusqlite::Connection::open_with_flags(self.db_path(), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .unwrap_or_else(|e| self.fail(&format!("open grid.db: {e}")));
-        conn.busy_timeout(Duration::from_secs(10)).unwrap();
+        let conn = self.read_db();
         let mut stmt = conn
             .prepare("SELECT amount, subject FROM ledger WHERE account_id = ?1 AND kind = 'reserve' ORDER BY rowid")
             .unwrap_or_else(|e| self.fail(&format!("ledger query: {e}")));

@@ -29,9 +29,7 @@ fn assert_detail_names_header(r: &Resp) {
 
 /// Rows of a table in grid.db.
 fn count(server: &GridServer, table: &str) -> i64 {
-    let conn = rusqlite::Connection::open_with_flags(server.db_path(), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-        .unwrap_or_else(|e| server.fail(&format!("open grid.db: {e}")));
-    conn.busy_timeout(Duration::from_secs(10)).unwrap();
+    let conn = server.read_db();
     conn.query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |r| r.get(0))
         .unwrap_or_else(|e| server.fail(&format!("count {table}: {e}")))
 }

@@ -97,8 +97,7 @@ async fn data_keys_and_download_urls_survive_a_restart() {
 #[tokio::test]
 async fn store_is_grid_db_in_wal_mode() {
     let server = GridServer::start(ServerOptions::default());
-    let conn = rusqlite::Connection::open_with_flags(server.db_path(), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-        .unwrap_or_else(|e| server.fail(&format!("open {}: {e}", server.db_path().display())));
+    let conn = server.read_db();
     let mode: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
     assert_eq!(mode.to_lowercase(), "wal");
 }
