@@ -217,10 +217,12 @@ where
                     Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => continue,
                     Some(Ok(Message::Close(_))) | Some(Err(_)) | None => break,
                 };
-                let Ok(mut msg) = serde_json::from_str::<Value>(&text) else {
-                    let answer = json!({"id": Value::Null, "error": {"code": -32700, "message": "message is not JSON"}});
-                    if socket.send(Message::Text(answer.to_string().into())).await.is_err() { break }
-                    continue;
+                let mut msg = match parse_command(&text) {
+                    Ok(msg) => msg,
+                    Err(answer) => {
+                        if socket.send(Message::Text(answer.to_string().into())).await.is_err() { break }
+                        continue;
+                    }
                 };
                 if let (Some(session), None) = (&page_session, msg.get("sessionId")) {
                     msg["sessionId"] = json!(session);
@@ -263,6 +265,17 @@ where
     let _ = socket.close(None).await;
 }
 
+/// A client's message as a command object, or the JSON-RPC error answer
+/// for one that is not JSON (-32700) or not an object (-32600).
+fn parse_command(text: &str) -> Result<Value, Value> {
+    let error = |code: i32, message: &str| json!({"id": Value::Null, "error": {"code": code, "message": message}});
+    match serde_json::from_str::<Value>(text) {
+        Ok(msg) if msg.is_object() => Ok(msg),
+        Ok(_) => Err(error(-32600, "message is not a JSON object")),
+        Err(_) => Err(error(-32700, "message is not JSON")),
+    }
+}
+
 fn strip_session(msg: &mut Value, session: Option<&str>) {
     if let (Some(session), Some(obj)) = (session, msg.as_object_mut()) {
         if obj.get("sessionId").and_then(Value::as_str) == Some(session) {
@@ -279,6 +292,14 @@ mod tests {
     fn websocket_base_follows_the_public_scheme() {
         assert_eq!(ws_base("http://127.0.0.1:8080/cdp/s/t"), "ws://127.0.0.1:8080/cdp/s/t");
         assert_eq!(ws_base("https://grid.example/cdp/s/t"), "wss://grid.example/cdp/s/t");
+    }
+
+    #[test]
+    fn only_json_objects_are_relayed_as_commands() {
+        assert_eq!(parse_command(r#"{"id": 1, "method": "Browser.getVersion"}"#).unwrap()["id"], 1);
+        assert_eq!(parse_command("[]").unwrap_err()["error"]["code"], -32600);
+        assert_eq!(parse_command("5").unwrap_err()["error"]["code"], -32600);
+        assert_eq!(parse_command("{nope").unwrap_err()["error"]["code"], -32700);
     }
 
     #[test]
