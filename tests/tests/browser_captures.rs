@@ -418,7 +418,9 @@ async fn hung_browser_is_killed_and_replaced() {
     let started = Instant::now();
     let id = single_item(
         &server,
-        &json!({"urls": [target.url("/page/2")], "script": "render-fetch", "params": {"timeoutMs": 1000}}),
+        // Short, so the watchdog (budget + 30 s) fires soon, yet room for the
+        // replacement browser's first page on a busy 2-core machine.
+        &json!({"urls": [target.url("/page/2")], "script": "render-fetch", "params": {"timeoutMs": 5000}}),
     )
     .await;
     let (item, seen) = server.wait_item_final(&id, DONE).await;
