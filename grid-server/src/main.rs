@@ -2,6 +2,7 @@
 
 mod accept;
 mod admin;
+mod app;
 mod browser;
 mod capture;
 mod compute;
@@ -28,9 +29,9 @@ use grid_core::item::Backoff;
 use serde_json::json;
 use tokio::sync::{watch, Notify};
 
+use app::App;
 use compute::{Compute, ComputeConfig};
 use config::ServeConfig;
-use http::App;
 use signing::Signer;
 use store::{items, Store};
 
@@ -384,7 +385,7 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     let secret =
         store.write(|tx| store::setting_or_init(tx, "download_signing_secret", || ids::random_hex(32))).await?;
     let backoff = config.backoff;
-    let recovered = store.write(move |tx| Ok(items::recover_active(tx, ids::now(), backoff))).await??;
+    let recovered = store.write(move |tx| items::recover_active(tx, ids::now(), backoff)).await?;
     if recovered > 0 {
         tracing::warn!(items = recovered, "put items left active by the last run back in the queue");
     }
@@ -431,7 +432,7 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         workers.abort_all();
         while workers.join_next().await.is_some() {}
     }
-    let requeued = app.store.write(move |tx| Ok(items::recover_active(tx, ids::now(), backoff))).await??;
+    let requeued = app.store.write(move |tx| items::recover_active(tx, ids::now(), backoff)).await?;
     if requeued > 0 {
         tracing::info!(items = requeued, "put unfinished items back in the queue");
     }

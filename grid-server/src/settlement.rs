@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use crate::http::App;
+use crate::app::App;
 use crate::ids::now;
 use crate::store::items;
 

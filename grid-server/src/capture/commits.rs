@@ -68,7 +68,9 @@ async fn run(store: Store, backoff: Backoff, mut rx: mpsc::UnboundedReceiver<Req
                 }
             })
             .unzip();
-        let done = store.write(move |tx| Ok(work.into_iter().map(|w| w.run(tx, backoff)).collect::<Vec<_>>())).await;
+        let done = store
+            .write(move |tx| Ok::<_, StoreError>(work.into_iter().map(|w| w.run(tx, backoff)).collect::<Vec<_>>()))
+            .await;
         match done {
             Ok(results) => {
                 for (reply, result) in replies.into_iter().zip(results) {

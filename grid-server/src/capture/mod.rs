@@ -20,7 +20,7 @@ use serde_json::json;
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use crate::http::App;
+use crate::app::App;
 use crate::ids::now;
 use crate::store::items::{self, ItemError, ItemRow, PublishedFile};
 use crate::store::StoreError;

@@ -26,8 +26,8 @@ use grid_core::wire::job_record::{Executor, JobArtifact, LOG_CONTENT_TYPE, LOG_K
 use tokio::sync::{watch, Notify};
 use tracing::Instrument;
 
+use crate::app::App;
 use crate::capture::files;
-use crate::http::App;
 use crate::ids::{new_id, now};
 use crate::store::jobs::{self, JobError, StoredLog};
 use crate::store::StoreError;
@@ -117,7 +117,7 @@ impl Compute {
 /// Applies an event in its own write transaction.
 async fn step(app: &App, id: &str, event: Event, at: Millis) -> Result<Vec<Effect>, JobError> {
     let id = id.to_string();
-    app.store.write(move |tx| Ok(jobs::transition(tx, &id, event, at, None))).await?.map(|(_, fx)| fx)
+    app.store.write(move |tx| jobs::transition(tx, &id, event, at, None)).await.map(|(_, fx)| fx)
 }
 
 /// Keeps the engine connection and its health flag current; reconciles once

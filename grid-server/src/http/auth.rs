@@ -5,7 +5,7 @@
 use grid_core::error::ApiError;
 use hyper::HeaderMap;
 
-use super::App;
+use crate::app::App;
 use crate::store::accounts::{self, Caller};
 use crate::store::{StoreError, StoreResult};
 

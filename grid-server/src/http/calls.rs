@@ -10,7 +10,8 @@ use grid_core::ids::{job_id_kind, JobIdKind};
 use serde_json::Value;
 
 use super::respond::Resp;
-use super::{captures, jobs, meta, sessions, App};
+use super::{captures, jobs, meta, sessions};
+use crate::app::App;
 use crate::store::accounts::Caller;
 
 pub type Query = Vec<(String, String)>;

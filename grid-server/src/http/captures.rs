@@ -6,7 +6,7 @@ use grid_core::validate;
 use serde_json::Value;
 
 use super::respond::{self, Resp};
-use super::App;
+use crate::app::App;
 use crate::ids::now;
 use crate::store::accounts::{Caller, ReserveError};
 use crate::store::idempotency::{self, Answer, Created, Outcome};
@@ -16,13 +16,7 @@ use crate::store::StoreError;
 /// Store failures the caller can do nothing about. A busy database is the
 /// account database not answering in time: nothing was done, resend.
 pub fn store_error(e: StoreError) -> ApiError {
-    match e {
-        StoreError::Busy => ApiError::AccountingUnavailable,
-        other => {
-            tracing::error!(error = %other, "store error");
-            ApiError::Internal
-        }
-    }
+    ApiError::from(e)
 }
 
 fn item_error(e: ItemError) -> ApiError {
@@ -50,20 +44,17 @@ pub async fn submit_batch(
         .store
         .write(move |tx| {
             let now = now();
-            let done = idempotency::once(tx, &caller.account_id, key.as_ref(), now, |tx| {
+            idempotency::once(tx, &caller.account_id, key.as_ref(), now, |tx| {
                 let created = items::submit_batch(tx, &caller, &submission, now)?;
                 Ok(Created { subject: created.batch_id.clone(), answer: Answer::json(201, &created), value: created })
-            });
-            match done {
-                Ok(outcome) => Ok(Ok(outcome)),
-                // Credit and cap are checked before anything is written, so a
-                // refusal commits an empty transaction: nothing is queued.
-                Err(ReserveError::Refused(e)) => Ok(Err(e)),
-                Err(ReserveError::Store(s)) => Err(s),
-            }
+            })
         })
         .await
-        .map_err(store_error)??;
+        // A refusal rolls the transaction back: nothing is queued.
+        .map_err(|e| match e {
+            ReserveError::Refused(e) => e,
+            ReserveError::Store(s) => store_error(s),
+        })?;
     Ok(match outcome {
         Outcome::Performed(created, answer) => {
             app.queue_ready.notify_waiters();
@@ -89,12 +80,8 @@ pub async fn item(app: &App, caller: &Caller, id: &str) -> Result<Resp, ApiError
 pub async fn retry(app: &App, caller: &Caller, id: &str) -> Result<Resp, ApiError> {
     let (account, id) = (caller.account_id.clone(), id.to_string());
     let backoff = app.config.backoff;
-    let retried = app
-        .store
-        .write(move |tx| Ok(items::retry(tx, &account, &id, now(), backoff)))
-        .await
-        .map_err(store_error)?
-        .map_err(item_error)?;
+    let retried =
+        app.store.write(move |tx| items::retry(tx, &account, &id, now(), backoff)).await.map_err(item_error)?;
     app.queue_ready.notify_waiters();
     Ok(respond::json(200, &retried))
 }

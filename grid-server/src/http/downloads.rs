@@ -22,7 +22,7 @@ use tokio::io::AsyncReadExt;
 
 use super::captures::store_error;
 use super::respond::{self, Body, Resp};
-use super::App;
+use crate::app::App;
 use crate::capture::files::{self, Checked, READ_CHUNK};
 use crate::ids::now;
 use crate::store::items;

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::captures::store_error;
 use super::respond::{self, Resp};
-use super::App;
+use crate::app::App;
 use crate::compute::registry::ResolveError;
 use crate::compute::{Compute, RETRY_AFTER_SECS};
 use crate::ids::now;
@@ -101,12 +101,8 @@ pub async fn submit(app: &App, caller: &Caller, body: Value) -> Result<Resp, Api
         }
     })?;
     let caller = caller.clone();
-    let (row, created) = app
-        .store
-        .write(move |tx| Ok(jobs::submit(tx, &caller, &sub, &body, &digest, now())))
-        .await
-        .map_err(job_store_error)?
-        .map_err(job_error)?;
+    let (row, created) =
+        app.store.write(move |tx| jobs::submit(tx, &caller, &sub, &body, &digest, now())).await.map_err(job_error)?;
     if created {
         tracing::info!(job = %row.id, "job accepted");
         app.compute.wake.notify_one();
@@ -138,12 +134,8 @@ pub async fn list(app: &App, caller: &Caller, query: &[(String, String)]) -> Res
 pub async fn cancel(app: &App, caller: &Caller, id: &str) -> Result<Resp, ApiError> {
     owned(app, caller, id).await?;
     let jid = id.to_string();
-    let (row, fx) = app
-        .store
-        .write(move |tx| Ok(jobs::transition(tx, &jid, Event::Cancel, now(), None)))
-        .await
-        .map_err(job_store_error)?
-        .map_err(job_error)?;
+    let (row, fx) =
+        app.store.write(move |tx| jobs::transition(tx, &jid, Event::Cancel, now(), None)).await.map_err(job_error)?;
     if fx.iter().any(|e| matches!(e, Effect::StopContainer { .. })) {
         app.compute.signal_stop(id);
     }
@@ -155,9 +147,8 @@ pub async fn retry(app: &App, caller: &Caller, id: &str) -> Result<Resp, ApiErro
     let (jid, c) = (id.to_string(), caller.clone());
     let (row, _) = app
         .store
-        .write(move |tx| Ok(jobs::transition(tx, &jid, Event::Retry, now(), Some(&c))))
+        .write(move |tx| jobs::transition(tx, &jid, Event::Retry, now(), Some(&c)))
         .await
-        .map_err(job_store_error)?
         .map_err(job_error)?;
     app.compute.wake.notify_one();
     record(app, row, 200).await

@@ -22,9 +22,10 @@ use hyper::header::{HeaderValue, ACCEPT, ALLOW, CONTENT_TYPE, WWW_AUTHENTICATE};
 use hyper::{Method, Request, StatusCode};
 use serde_json::{json, Map, Value};
 
+use super::auth;
 use super::calls::{self, Call};
 use super::respond::{self, Resp};
-use super::{auth, App};
+use crate::app::App;
 use crate::store::accounts::Caller;
 
 /// Protocol versions this server speaks, newest first.

@@ -7,7 +7,7 @@ use grid_core::wire::grid::{GridStatus, Health, ProtectedResource, QueueDepth, S
 
 use super::captures::store_error;
 use super::respond::{self, Resp};
-use super::App;
+use crate::app::App;
 use crate::store::items;
 
 pub fn healthz() -> Resp {

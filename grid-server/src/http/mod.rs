@@ -3,6 +3,7 @@
 mod auth;
 mod calls;
 mod captures;
+mod cdp;
 mod downloads;
 mod jobs;
 mod mcp;
@@ -11,7 +12,6 @@ pub mod respond;
 mod sessions;
 
 use std::convert::Infallible;
-use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 
 use grid_core::error::ApiError;
@@ -21,35 +21,12 @@ use hyper::service::service_fn;
 use hyper::{Method, Request};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 
 use calls::Call;
 use respond::Resp;
 
-use crate::compute::Compute;
-use crate::config::ServeConfig;
-use crate::signing::Signer;
-use crate::store::Store;
-
-/// What every handler can reach.
-pub struct App {
-    pub store: Store,
-    pub config: ServeConfig,
-    pub signer: Signer,
-    pub tokens: crate::tokens::TokenVerifier,
-    pub compute: Compute,
-    pub sessions: crate::sessions::Sessions,
-    /// Group commit of capture claims and attempt ends.
-    pub commits: crate::capture::commits::Commits,
-    /// Woken when items become claimable, so idle workers start at once.
-    pub queue_ready: Notify,
-    /// Workers running an item right now.
-    pub busy_workers: AtomicU32,
-    pub artifacts_dir: std::path::PathBuf,
-    /// The browser pool of the browser scripts; `None` with `--browsers 0`
-    /// or without a Chromium executable.
-    pub browsers: Option<Arc<crate::browser::pool::BrowserPool>>,
-}
+use crate::app::App;
 
 /// Serves until `shutdown` turns true, then lets open connections finish
 /// (at most 10 s). Connections may be upgraded (CDP WebSockets).
@@ -137,7 +114,7 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiErr
             let (id, token, rest) =
                 (id.to_string(), token.to_string(), rest.iter().map(|s| s.to_string()).collect::<Vec<_>>());
             let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
-            return crate::sessions::proxy::handle(app, &id, &token, &rest, req).await;
+            return cdp::handle(app, &id, &token, &rest, req).await;
         }
         _ => {}
     }

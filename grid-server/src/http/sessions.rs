@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::captures::store_error;
 use super::respond::{self, Resp};
-use super::App;
+use crate::app::App;
 use crate::ids::{now, random_hex};
 use crate::sessions::{self, token_hash};
 use crate::store::accounts::Caller;
@@ -52,7 +52,7 @@ pub async fn lease(
         .store
         .write(move |tx| {
             let now = now();
-            Ok(idempotency::once(tx, &c.account_id, key.as_ref(), now, |tx| {
+            idempotency::once(tx, &c.account_id, key.as_ref(), now, |tx| {
                 let row = store::lease(tx, &c, &s, &t, max, now)?;
                 let lease = SessionLease {
                     cdp_url: format!("{base_url}/cdp/{}/{t}", row.id),
@@ -64,10 +64,9 @@ pub async fn lease(
                     network_attestation: None,
                 };
                 Ok(Created { subject: row.id.clone(), answer: Answer::json(201, &lease), value: row })
-            }))
+            })
         })
         .await
-        .map_err(store_error)?
         .map_err(session_error)?;
     Ok(match outcome {
         Outcome::Performed(row, answer) => {
@@ -94,12 +93,11 @@ pub async fn release(app: &App, caller: &Caller, id: &str) -> Result<Resp, ApiEr
         .write(move |tx| {
             let owned = store::load(tx, &sid)?.is_some_and(|r| r.account_id == account);
             if !owned {
-                return Ok(Err(ApiError::UnknownSession));
+                return Err(ApiError::UnknownSession);
             }
-            Ok(store::transition(tx, &sid, Event::Release, now()).map_err(session_error))
+            store::transition(tx, &sid, Event::Release, now()).map_err(session_error)
         })
-        .await
-        .map_err(store_error)??;
+        .await?;
     app.sessions.signal_end(id);
     Ok(respond::bytes(StatusCode::NO_CONTENT, "application/json", vec![]))
 }

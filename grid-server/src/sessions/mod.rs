@@ -10,7 +10,6 @@
 
 pub mod gate;
 pub mod launch;
-pub mod proxy;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -25,12 +24,12 @@ use grid_core::wire::session::{Attestation, NetworkAttestation, NetworkProbe, Se
 use tokio::sync::watch;
 use tracing::Instrument;
 
+use crate::app::App;
 use crate::browser::cdp::Connection;
 use crate::browser::hosts::RequestRules;
 use crate::browser::process::BrowserProcess;
 use crate::browser::sandbox::SandboxConfig;
 use crate::egress::{self, EgressPolicy, Policy};
-use crate::http::App;
 use crate::ids::{now, sha256_hex};
 use crate::store::sessions as store;
 use launch::{BrowserBuild, LaunchManifest};
@@ -200,20 +199,22 @@ async fn run(
     let stored = app
         .store
         .write(move |tx| {
-            let r = store::transition(tx, &sid, Event::Ready, ready_at);
-            if r.is_ok() {
-                store::set_attestation(tx, &sid, &attestation, network.as_ref())?;
-            }
-            Ok(r)
+            let r = store::transition(tx, &sid, Event::Ready, ready_at)?;
+            store::set_attestation(tx, &sid, &attestation, network.as_ref())?;
+            Ok::<_, store::SessionError>(r)
         })
-        .await
-        .map_err(|e| e.to_string())?;
+        .await;
     let expires_at = match stored {
         Ok((row, _)) => row.session.expires_at,
         // Released or expired while starting.
-        Err(_) => {
+        Err(store::SessionError::Transition(_)) => {
             browser.stop();
             return Ok(());
+        }
+        Err(e) => {
+            browser.stop();
+            end(app, id, Event::Lose, now()).await;
+            return Err(format!("the running state could not be stored: {e}"));
         }
     };
     let _ = endpoint.send(Some(Endpoint { cdp: browser.cdp.clone(), version: browser.version.clone() }));
@@ -237,9 +238,9 @@ async fn run(
 /// Ends a session through its state machine (which settles it).
 async fn end(app: &App, id: &str, event: Event, at: Millis) {
     let sid = id.to_string();
-    match app.store.write(move |tx| Ok(store::transition(tx, &sid, event, at))).await {
-        Ok(Ok(_)) => tracing::info!(?event, "session ended"),
-        Ok(Err(e)) => tracing::debug!(error = %e, "session already ended"),
+    match app.store.write(move |tx| store::transition(tx, &sid, event, at)).await {
+        Ok(_) => tracing::info!(?event, "session ended"),
+        Err(store::SessionError::Transition(e)) => tracing::debug!(error = %e, "session already ended"),
         Err(e) => tracing::error!(error = %e, "session end could not be stored"),
     }
     app.sessions.signal_end(id);

@@ -264,7 +264,7 @@ mod tests {
             .write_blocking(|tx| {
                 let id = accounts::create_account(tx, "t", credit, T)?;
                 let k = accounts::create_key(tx, &id, None, false, T)?;
-                Ok(Caller { account_id: id, key_id: Some(k.key_id), ..Default::default() })
+                Ok::<_, StoreError>(Caller { account_id: id, key_id: Some(k.key_id), ..Default::default() })
             })
             .unwrap()
     }
@@ -290,18 +290,12 @@ mod tests {
         };
         let key = key.map(|k| Key::new(k.into(), "POST /batches", &body(n)));
         let c = c.clone();
-        store
-            .write_blocking(move |tx| {
-                Ok(once(tx, &c.account_id, key.as_ref(), now, |tx| {
-                    let created = items::submit_batch(tx, &c, &sub, now)?;
-                    Ok(Created {
-                        subject: created.batch_id.clone(),
-                        answer: Answer::json(201, &created),
-                        value: created,
-                    })
-                }))
+        store.write_blocking(move |tx| {
+            once(tx, &c.account_id, key.as_ref(), now, |tx| {
+                let created = items::submit_batch(tx, &c, &sub, now)?;
+                Ok(Created { subject: created.batch_id.clone(), answer: Answer::json(201, &created), value: created })
             })
-            .unwrap()
+        })
     }
 
     fn reserved(store: &Store, c: &Caller) -> i64 {
@@ -369,7 +363,8 @@ mod tests {
         let Ok(Outcome::Performed(first, _)) = submit(&s, &c, 1, Some("old"), T) else { panic!() };
         assert!(matches!(submit(&s, &c, 1, Some("other"), T), Ok(Outcome::Performed(..))));
         // An expired answer is never unsealed, even a damaged one.
-        s.write_blocking(|tx| Ok(tx.execute("UPDATE idempotency_keys SET response = x'00'", [])?)).unwrap();
+        s.write_blocking(|tx| Ok::<_, StoreError>(tx.execute("UPDATE idempotency_keys SET response = x'00'", [])?))
+            .unwrap();
         let later = rules::expires_at(T);
         // After 24 h the same request under the key is a new request ...
         let Ok(Outcome::Performed(second, _)) = submit(&s, &c, 1, Some("old"), later) else { panic!() };

@@ -440,7 +440,12 @@ mod tests {
             .write_blocking(|tx| {
                 let id = accounts::create_account(tx, "t", credit, T)?;
                 let k = accounts::create_key(tx, &id, cap, false, T)?;
-                Ok(Caller { account_id: id, key_id: Some(k.key_id), daily_cap_micros: cap, ..Default::default() })
+                Ok::<_, StoreError>(Caller {
+                    account_id: id,
+                    key_id: Some(k.key_id),
+                    daily_cap_micros: cap,
+                    ..Default::default()
+                })
             })
             .unwrap()
     }
@@ -457,7 +462,7 @@ mod tests {
 
     fn submit(store: &Store, c: &Caller, n: usize, priority: Option<u32>) -> Result<BatchCreated, ReserveError> {
         let (c, sub) = (c.clone(), submission(n, priority));
-        store.write_blocking(move |tx| Ok(submit_batch(tx, &c, &sub, T))).unwrap()
+        store.write_blocking(move |tx| Ok::<_, StoreError>(submit_batch(tx, &c, &sub, T))).unwrap()
     }
 
     /// A claim must not sort the queue: with tens of thousands of waiting
@@ -480,7 +485,7 @@ mod tests {
     }
 
     fn claim(store: &Store) -> Option<ItemRow> {
-        store.write_blocking(|tx| Ok(claim_next(tx, T, B))).unwrap().unwrap()
+        store.write_blocking(|tx| Ok::<_, StoreError>(claim_next(tx, T, B))).unwrap().unwrap()
     }
 
     fn balance(store: &Store, c: &Caller) -> grid_core::ledger::Balance {
@@ -526,9 +531,12 @@ mod tests {
         submit(&s, &c, 2, None).unwrap();
         let a = claim(&s).unwrap();
         let b = claim(&s).unwrap();
-        s.write_blocking(|tx| Ok(finish_attempt(tx, &a.id, Event::Succeed, &[], T, B).unwrap())).unwrap();
+        s.write_blocking(|tx| Ok::<_, StoreError>(finish_attempt(tx, &a.id, Event::Succeed, &[], T, B).unwrap()))
+            .unwrap();
         s.write_blocking(|tx| {
-            Ok(finish_attempt(tx, &b.id, Event::Fail(Failure::Terminal("x".into())), &[], T, B).unwrap())
+            Ok::<_, StoreError>(
+                finish_attempt(tx, &b.id, Event::Fail(Failure::Terminal("x".into())), &[], T, B).unwrap(),
+            )
         })
         .unwrap();
         assert_eq!(s.write_blocking(|tx| settle_due(tx, T, 100)).unwrap(), 2);
@@ -557,7 +565,7 @@ mod tests {
         submit(&s, &c, 3, None).unwrap();
         let a = claim(&s).unwrap();
         claim(&s).unwrap();
-        assert_eq!(s.write_blocking(|tx| Ok(recover_active(tx, T, B).unwrap())).unwrap(), 2);
+        assert_eq!(s.write_blocking(|tx| Ok::<_, StoreError>(recover_active(tx, T, B).unwrap())).unwrap(), 2);
         let again = claim(&s).unwrap();
         assert_eq!(again.id, a.id);
         assert_eq!(again.item.attempts_made, 0);
@@ -570,12 +578,15 @@ mod tests {
         submit(&s, &c, 1, None).unwrap();
         let a = claim(&s).unwrap();
         s.write_blocking(|tx| {
-            Ok(finish_attempt(tx, &a.id, Event::Fail(Failure::Transient("503".into())), &[], T, B).unwrap())
+            Ok::<_, StoreError>(
+                finish_attempt(tx, &a.id, Event::Fail(Failure::Transient("503".into())), &[], T, B).unwrap(),
+            )
         })
         .unwrap();
         assert!(claim(&s).is_none());
         assert_eq!(s.read_blocking(next_wake).unwrap(), Some(T.plus_ms(1_000)));
-        let later = s.write_blocking(|tx| Ok(claim_next(tx, T.plus_ms(1_000), B).unwrap())).unwrap().unwrap();
+        let later =
+            s.write_blocking(|tx| Ok::<_, StoreError>(claim_next(tx, T.plus_ms(1_000), B).unwrap())).unwrap().unwrap();
         assert_eq!((later.id, later.item.attempts_made), (a.id, 1));
     }
 

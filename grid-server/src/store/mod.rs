@@ -44,6 +44,21 @@ impl From<rusqlite::Error> for StoreError {
     }
 }
 
+/// What a caller of the API sees of a store failure: a busy database is the
+/// contract's 503 `accounting_unavailable`; anything else is logged and
+/// answered 500.
+impl From<StoreError> for grid_core::error::ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Busy => grid_core::error::ApiError::AccountingUnavailable,
+            other => {
+                tracing::error!(error = %other, "store error");
+                grid_core::error::ApiError::Internal
+            }
+        }
+    }
+}
+
 pub type StoreResult<T> = Result<T, StoreError>;
 
 #[derive(Clone)]
@@ -72,26 +87,35 @@ impl Store {
         })
     }
 
-    /// Runs `f` in one write transaction on a blocking thread.
-    pub async fn write<R, F>(&self, f: F) -> StoreResult<R>
+    /// Runs `f` in one write transaction on a blocking thread. The
+    /// transaction commits only when `f` returns `Ok`; any `Err` (a store
+    /// error or a domain refusal half-way through) rolls back everything
+    /// `f` wrote, so a failed write leaves nothing behind.
+    pub async fn write<R, E, F>(&self, f: F) -> Result<R, E>
     where
         R: Send + 'static,
-        F: FnOnce(&rusqlite::Transaction) -> StoreResult<R> + Send + 'static,
+        E: From<StoreError> + Send + 'static,
+        F: FnOnce(&rusqlite::Transaction) -> Result<R, E> + Send + 'static,
     {
         let store = self.clone();
         tokio::task::spawn_blocking(move || store.write_blocking(f))
             .await
-            .map_err(|e| StoreError::Task(e.to_string()))?
+            .map_err(|e| E::from(StoreError::Task(e.to_string())))?
     }
 
     /// The same as `write`, for callers already off the async runtime.
-    pub fn write_blocking<R>(&self, f: impl FnOnce(&rusqlite::Transaction) -> StoreResult<R>) -> StoreResult<R> {
+    pub fn write_blocking<R, E: From<StoreError>>(
+        &self,
+        f: impl FnOnce(&rusqlite::Transaction) -> Result<R, E>,
+    ) -> Result<R, E> {
         let mut conn = self.inner.writer.lock().unwrap_or_else(|p| p.into_inner());
         // IMMEDIATE takes the write lock up front, so a busy database fails
         // here (after the busy timeout) instead of half-way through.
-        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let tx =
+            conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(|e| E::from(e.into()))?;
+        // Dropping an uncommitted transaction rolls it back.
         let r = f(&tx)?;
-        tx.commit()?;
+        tx.commit().map_err(|e| E::from(e.into()))?;
         Ok(r)
     }
 
@@ -224,6 +248,22 @@ mod tests {
 
     fn mode(path: &Path) -> u32 {
         std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
+    /// The defect of `Ok(Err(..))` writes: a closure that wrote its first
+    /// step and then failed had that step committed.
+    #[test]
+    fn a_write_whose_second_step_fails_leaves_nothing() {
+        let root = tempfile::tempdir().unwrap();
+        let store = Store::open(root.path(), Duration::from_secs(1)).unwrap();
+        let failed: Result<(), StoreError> = store.write_blocking(|tx| {
+            set_setting(tx, "first", "written")?;
+            Err(StoreError::Invalid("second step refused".into()))
+        });
+        assert!(failed.is_err());
+        assert_eq!(store.read_blocking(|c| setting(c, "first")).unwrap(), None);
+        store.write_blocking(|tx| set_setting(tx, "first", "written")).unwrap();
+        assert_eq!(store.read_blocking(|c| setting(c, "first")).unwrap().as_deref(), Some("written"));
     }
 
     #[test]

@@ -27,10 +27,10 @@ use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
-use super::{gate, token_hash, Endpoint, Live};
+use super::respond::{self, Resp};
+use crate::app::App;
 use crate::browser::cdp::ClientLink;
-use crate::http::respond::{self, Resp};
-use crate::http::App;
+use crate::sessions::{gate, token_hash, Endpoint, Live};
 
 /// How long a connection to a still-starting session waits for its browser.
 const READY_WAIT: Duration = Duration::from_secs(30);

@@ -1,0 +1,33 @@
+//! The wiring of one running server: every subsystem, built once at start
+//! by `main` and shared. Transports (`http`) and workers reach what they need
+//! through it; no subsystem depends on a transport.
+
+use std::sync::atomic::AtomicU32;
+use std::sync::Arc;
+
+use tokio::sync::Notify;
+
+use crate::compute::Compute;
+use crate::config::ServeConfig;
+use crate::signing::Signer;
+use crate::store::Store;
+
+/// Every subsystem of the running server.
+pub struct App {
+    pub store: Store,
+    pub config: ServeConfig,
+    pub signer: Signer,
+    pub tokens: crate::tokens::TokenVerifier,
+    pub compute: Compute,
+    pub sessions: crate::sessions::Sessions,
+    /// Group commit of capture claims and attempt ends.
+    pub commits: crate::capture::commits::Commits,
+    /// Woken when items become claimable, so idle workers start at once.
+    pub queue_ready: Notify,
+    /// Workers running an item right now.
+    pub busy_workers: AtomicU32,
+    pub artifacts_dir: std::path::PathBuf,
+    /// The browser pool of the browser scripts; `None` with `--browsers 0`
+    /// or without a Chromium executable.
+    pub browsers: Option<Arc<crate::browser::pool::BrowserPool>>,
+}
