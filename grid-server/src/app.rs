@@ -14,6 +14,11 @@ use crate::store::Store;
 
 /// Every subsystem of the running server.
 pub struct App {
+    /// The clock drivers read (the system clock here; a virtual one in tests).
+    pub clock: Arc<dyn crate::clock::Clock>,
+    /// Wakes the due-time loop (`due.rs`) when a driver set a due time sooner
+    /// than its next pass.
+    pub due_wake: Arc<Notify>,
     pub store: Store,
     pub config: ServeConfig,
     pub signer: Signer,

@@ -5,8 +5,10 @@ mod admin;
 mod app;
 mod browser;
 mod capture;
+mod clock;
 mod compute;
 mod config;
+mod due;
 mod egress;
 mod http;
 mod ids;
@@ -391,6 +393,8 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     }
     let commits = capture::commits::Commits::start(store.clone(), config.backoff);
     let app = Arc::new(App {
+        clock: Arc::new(clock::SystemClock),
+        due_wake: Arc::new(Notify::new()),
         commits,
         store,
         signer: Signer::new(hex::decode(&secret).unwrap_or_else(|_| secret.into_bytes()), base_url.clone()),
@@ -408,6 +412,9 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     let settlement = tokio::spawn(settlement::run(app.clone(), stop_rx.clone()));
     tokio::spawn(compute::health(app.clone(), stop_rx.clone()));
     tokio::spawn(compute::scheduler(app.clone(), stop_rx.clone()));
+    // Every driver with durable due times fires them here.
+    let due_drivers: Vec<Arc<dyn due::Due>> = vec![];
+    tokio::spawn(due::run(due_drivers, app.clock.clone(), app.due_wake.clone(), stop_rx.clone()));
     tokio::spawn(async move {
         shutdown_signal().await;
         tracing::info!("shutting down: no new work; in-flight items may finish");

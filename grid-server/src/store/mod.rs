@@ -18,7 +18,7 @@ use std::time::Duration;
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 pub const DB_FILE: &str = "grid.db";
-const SCHEMA_VERSION: i64 = 6;
+const SCHEMA_VERSION: i64 = 7;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -206,6 +206,7 @@ fn migrate(conn: &Connection) -> StoreResult<()> {
         include_str!("schema_v4_sessions.sql"),
         include_str!("schema_v5_inline_artifacts.sql"),
         include_str!("schema_v6_idempotency_keys.sql"),
+        include_str!("schema_v7_due_times.sql"),
     ];
     for (i, sql) in steps.iter().enumerate() {
         let step = i as i64 + 1;
