@@ -2,6 +2,7 @@
 
 mod accept;
 mod admin;
+mod api;
 mod app;
 mod browser;
 mod capture;

@@ -2,7 +2,7 @@
 //!
 //! One JSON-RPC message per request, answered with one JSON body; no
 //! session (`mcp-session-id`) is ever issued and nothing is pushed. Each tool
-//! becomes a `Call` and runs through `calls::perform`, so it is billed and
+//! becomes a `Call` and runs through `api::perform`, so it is billed and
 //! refused exactly as its HTTP call; the call's JSON body comes back as the
 //! tool's text, with `isError: true` when its status is 400 or more.
 //!
@@ -14,7 +14,6 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use grid_core::error::ApiError;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -23,8 +22,8 @@ use hyper::{Method, Request, StatusCode};
 use serde_json::{json, Map, Value};
 
 use super::auth;
-use super::calls::{self, Call};
 use super::respond::{self, Resp};
+use crate::api::{self as calls, Call};
 use crate::app::App;
 use crate::store::accounts::Caller;
 
@@ -157,12 +156,10 @@ async fn call_tool(app: &Arc<App>, caller: &Caller, params: &Value) -> Result<Va
         Some(_) => return Err("params.arguments: must be an object".into()),
     };
     let call = to_call(name, &args)?;
-    let resp = match calls::perform(app, caller, call).await {
-        Ok(r) => r,
-        Err(e) => respond::error(&e),
+    let (status, body) = match calls::perform(app, caller, call).await {
+        Ok(r) => (r.status, r.bytes().to_vec()),
+        Err(e) => (e.status(), serde_json::to_vec(&e.body()).unwrap_or_default()),
     };
-    let status = resp.status().as_u16();
-    let body: Bytes = resp.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
     Ok(json!({
         "content": [{"type": "text", "text": String::from_utf8_lossy(&body)}],
         "isError": status >= 400,

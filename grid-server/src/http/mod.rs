@@ -1,15 +1,10 @@
 //! The HTTP API: a hyper 1 server and one router.
 
 mod auth;
-mod calls;
-mod captures;
 mod cdp;
 mod downloads;
-mod jobs;
 mod mcp;
-mod meta;
 pub mod respond;
-mod sessions;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -23,7 +18,8 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use calls::Call;
+use crate::api::meta;
+use crate::api::{self, Call};
 use respond::Resp;
 
 use crate::app::App;
@@ -103,10 +99,12 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiErr
 
     // Paths that need no credential.
     match (&method, segments.as_slice()) {
-        (&Method::GET, ["healthz"]) => return Ok(meta::healthz()),
-        (&Method::GET, [".well-known", "oauth-protected-resource"]) => return Ok(meta::protected_resource(app, false)),
+        (&Method::GET, ["healthz"]) => return Ok(respond::reply(meta::healthz())),
+        (&Method::GET, [".well-known", "oauth-protected-resource"]) => {
+            return Ok(respond::reply(meta::protected_resource(app, false)))
+        }
         (&Method::GET, [".well-known", "oauth-protected-resource", "mcp"]) => {
-            return Ok(meta::protected_resource(app, true))
+            return Ok(respond::reply(meta::protected_resource(app, true)))
         }
         (&Method::GET, ["downloads", item, kind]) => return downloads::serve(app, item, kind, req.uri().query()).await,
         // The session's token in the path is the credential of its CDP endpoint.
@@ -123,7 +121,7 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiErr
         _ if is_api_path(&segments) => auth::authenticate(app, req.headers(), &app.config.base_url).await?,
         _ => return Err(ApiError::RouteNotFound),
     };
-    let query = || jobs::pairs(req.uri().query());
+    let query = || pairs(req.uri().query());
     let call = match (&method, segments.as_slice()) {
         (&Method::GET, ["grid"]) => Call::GridStatus,
         (&Method::GET, ["grid", "queue-depth"]) => Call::QueueDepth,
@@ -152,7 +150,12 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiErr
         },
         _ => return Err(ApiError::MethodNotAllowed),
     };
-    calls::perform(app, &caller, call).await
+    api::perform(app, &caller, call).await.map(respond::reply)
+}
+
+/// Decoded query pairs.
+fn pairs(query: Option<&str>) -> Vec<(String, String)> {
+    url::form_urlencoded::parse(query.unwrap_or("").as_bytes()).map(|(k, v)| (k.into_owned(), v.into_owned())).collect()
 }
 
 /// Paths of the contract that need a credential; anything else is 404.

@@ -10,6 +10,8 @@ use hyper::{Response, StatusCode};
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::api::{Reply, ReplyBody};
+
 /// A response body: whole (`full`) or streamed (a published file, see
 /// `downloads.rs`); a streamed body that fails mid-way ends the connection.
 pub type Body = UnsyncBoxBody<Bytes, std::io::Error>;
@@ -43,14 +45,18 @@ pub fn error(e: &ApiError) -> Resp {
     r
 }
 
-/// A submission's answer; a replay of a stored `Idempotency-Key` answer
-/// also says so in `Idempotent-Replayed: true` (the status and body are the
-/// first answer's, byte for byte).
-pub fn answer(answer: crate::store::idempotency::Answer, replayed: bool) -> Resp {
-    let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut r = bytes(status, "application/json", answer.body);
-    if replayed {
-        r.headers_mut().insert(grid_core::idempotency::REPLAYED_HEADER, HeaderValue::from_static("true"));
+/// A call's reply as an HTTP response.
+pub fn reply(reply: Reply) -> Resp {
+    let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut r = match reply.body {
+        ReplyBody::Json(b) => bytes(status, "application/json", b),
+        ReplyBody::Text(b) => bytes(status, "text/plain; charset=utf-8", b),
+        ReplyBody::Empty => bytes(status, "application/json", vec![]),
+    };
+    for (name, value) in reply.headers {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            r.headers_mut().insert(name, v);
+        }
     }
     r
 }

@@ -6,11 +6,10 @@ use grid_core::error::ApiError;
 use grid_core::session::{Event, TransitionError};
 use grid_core::validate;
 use grid_core::wire::session::SessionLease;
-use hyper::StatusCode;
 use serde_json::Value;
 
 use super::captures::store_error;
-use super::respond::{self, Resp};
+use super::Reply;
 use crate::app::App;
 use crate::ids::{now, random_hex};
 use crate::sessions::{self, token_hash};
@@ -41,7 +40,7 @@ pub async fn lease(
     caller: &Caller,
     body: Value,
     idempotency_key: Option<String>,
-) -> Result<Resp, ApiError> {
+) -> Result<Reply, ApiError> {
     enabled(app)?;
     let sub = validate::session::validate(&body)?;
     let key = idempotency_key.map(|k| idempotency::Key::new(k, "POST /sessions", &body));
@@ -72,21 +71,21 @@ pub async fn lease(
         Outcome::Performed(row, answer) => {
             sessions::spawn(app.clone(), row.id.clone(), token_hash(&token), sub);
             tracing::info!(session = %row.id, profile = row.profile.as_str(), "session leased");
-            respond::answer(answer, false)
+            Reply::answer(answer, false)
         }
         // The first request started the browser; nothing more to do.
-        Outcome::Replayed(answer) => respond::answer(answer, true),
+        Outcome::Replayed(answer) => Reply::answer(answer, true),
     })
 }
 
-pub async fn list(app: &App, caller: &Caller) -> Result<Resp, ApiError> {
+pub async fn list(app: &App, caller: &Caller) -> Result<Reply, ApiError> {
     enabled(app)?;
     let account = caller.account_id.clone();
     let rows = app.store.read(move |c| store::live_of(c, &account)).await.map_err(store_error)?;
-    Ok(respond::json(200, &rows.iter().map(|r| r.view()).collect::<Vec<_>>()))
+    Ok(Reply::json(200, &rows.iter().map(|r| r.view()).collect::<Vec<_>>()))
 }
 
-pub async fn release(app: &App, caller: &Caller, id: &str) -> Result<Resp, ApiError> {
+pub async fn release(app: &App, caller: &Caller, id: &str) -> Result<Reply, ApiError> {
     enabled(app)?;
     let (account, sid) = (caller.account_id.clone(), id.to_string());
     app.store
@@ -99,5 +98,5 @@ pub async fn release(app: &App, caller: &Caller, id: &str) -> Result<Resp, ApiEr
         })
         .await?;
     app.sessions.signal_end(id);
-    Ok(respond::bytes(StatusCode::NO_CONTENT, "application/json", vec![]))
+    Ok(Reply::no_content())
 }

@@ -7,12 +7,10 @@ use grid_core::validate;
 use grid_core::validate::list::{list_query, log_query};
 use grid_core::wire::job::NetworkProfile;
 use grid_core::wire::job_record::JobArtifacts;
-use hyper::header::HeaderValue;
-use hyper::StatusCode;
 use serde_json::Value;
 
 use super::captures::store_error;
-use super::respond::{self, Resp};
+use super::Reply;
 use crate::app::App;
 use crate::compute::registry::ResolveError;
 use crate::compute::{Compute, RETRY_AFTER_SECS};
@@ -44,11 +42,12 @@ fn job_error(e: JobError) -> ApiError {
     }
 }
 
-fn with_degraded(app: &App, mut r: Resp) -> Resp {
-    if !app.compute.tracking_ready() {
-        r.headers_mut().insert(DEGRADED, HeaderValue::from_static("reconciler-unready"));
+fn with_degraded(app: &App, r: Reply) -> Reply {
+    if app.compute.tracking_ready() {
+        r
+    } else {
+        r.header(DEGRADED, "reconciler-unready")
     }
-    r
 }
 
 async fn owned(app: &App, caller: &Caller, id: &str) -> Result<JobRow, ApiError> {
@@ -60,12 +59,12 @@ async fn owned(app: &App, caller: &Caller, id: &str) -> Result<JobRow, ApiError>
         .ok_or(ApiError::UnknownJob)
 }
 
-async fn record(app: &App, row: JobRow, status: u16) -> Result<Resp, ApiError> {
+async fn record(app: &App, row: JobRow, status: u16) -> Result<Reply, ApiError> {
     let r = app.store.read(move |c| jobs::record_of(c, &row)).await.map_err(job_store_error)?;
-    Ok(with_degraded(app, respond::json(status, &r)))
+    Ok(with_degraded(app, Reply::json(status, &r)))
 }
 
-pub async fn submit(app: &App, caller: &Caller, body: Value) -> Result<Resp, ApiError> {
+pub async fn submit(app: &App, caller: &Caller, body: Value) -> Result<Reply, ApiError> {
     let sub = validate::job::validate(&body)?;
     if sub.network_profile == NetworkProfile::PublicHttps && !app.compute.config.public_https {
         return Err(ApiError::CapabilityNotAvailable { capability: "networkProfile:public-https".into() });
@@ -110,12 +109,12 @@ pub async fn submit(app: &App, caller: &Caller, body: Value) -> Result<Resp, Api
     record(app, row, if created { 202 } else { 200 }).await
 }
 
-pub async fn get(app: &App, caller: &Caller, id: &str) -> Result<Resp, ApiError> {
+pub async fn get(app: &App, caller: &Caller, id: &str) -> Result<Reply, ApiError> {
     let row = owned(app, caller, id).await?;
     record(app, row, 200).await
 }
 
-pub async fn list(app: &App, caller: &Caller, query: &[(String, String)]) -> Result<Resp, ApiError> {
+pub async fn list(app: &App, caller: &Caller, query: &[(String, String)]) -> Result<Reply, ApiError> {
     let q = list_query(query)?;
     let filter = ListFilter { phase: q.phase, label: q.label.clone() };
     let scope = format!("{}|{:?}|{:?}", caller.account_id, filter.phase, filter.label);
@@ -128,10 +127,10 @@ pub async fn list(app: &App, caller: &Caller, query: &[(String, String)]) -> Res
     let (records, next) =
         app.store.read(move |c| jobs::list(c, &account, &f, before, limit)).await.map_err(job_store_error)?;
     let next_cursor = next.map(|seq| app.signer.seal_cursor(&scope, seq));
-    Ok(respond::json(200, &grid_core::wire::job_record::JobList { jobs: records, next_cursor }))
+    Ok(Reply::json(200, &grid_core::wire::job_record::JobList { jobs: records, next_cursor }))
 }
 
-pub async fn cancel(app: &App, caller: &Caller, id: &str) -> Result<Resp, ApiError> {
+pub async fn cancel(app: &App, caller: &Caller, id: &str) -> Result<Reply, ApiError> {
     owned(app, caller, id).await?;
     let jid = id.to_string();
     let (row, fx) =
@@ -142,7 +141,7 @@ pub async fn cancel(app: &App, caller: &Caller, id: &str) -> Result<Resp, ApiErr
     record(app, row, 200).await
 }
 
-pub async fn retry(app: &App, caller: &Caller, id: &str) -> Result<Resp, ApiError> {
+pub async fn retry(app: &App, caller: &Caller, id: &str) -> Result<Reply, ApiError> {
     owned(app, caller, id).await?;
     let (jid, c) = (id.to_string(), caller.clone());
     let (row, _) = app
@@ -154,13 +153,13 @@ pub async fn retry(app: &App, caller: &Caller, id: &str) -> Result<Resp, ApiErro
     record(app, row, 200).await
 }
 
-pub async fn artifacts(app: &App, caller: &Caller, id: &str) -> Result<Resp, ApiError> {
+pub async fn artifacts(app: &App, caller: &Caller, id: &str) -> Result<Reply, ApiError> {
     let row = owned(app, caller, id).await?;
     let logs = app.store.read(move |c| jobs::logs(c, &row.id)).await.map_err(job_store_error)?;
-    Ok(respond::json(200, &JobArtifacts { artifacts: logs.into_iter().map(|l| l.artifact).collect() }))
+    Ok(Reply::json(200, &JobArtifacts { artifacts: logs.into_iter().map(|l| l.artifact).collect() }))
 }
 
-pub async fn logs(app: &App, caller: &Caller, id: &str, query: &[(String, String)]) -> Result<Resp, ApiError> {
+pub async fn logs(app: &App, caller: &Caller, id: &str, query: &[(String, String)]) -> Result<Reply, ApiError> {
     let attempt = log_query(query)?;
     let row = owned(app, caller, id).await?;
     let attempt = attempt.unwrap_or(row.job.attempt_number());
@@ -174,17 +173,8 @@ pub async fn logs(app: &App, caller: &Caller, id: &str, query: &[(String, String
             tracing::error!(log = %log.storage_name, error = %e, "log unreadable or failed its integrity check");
             ApiError::ComputeUnavailable { retry_after_secs: RETRY_AFTER_SECS }
         })?;
-    let mut r = respond::bytes(StatusCode::OK, "text/plain; charset=utf-8", data);
-    let h = r.headers_mut();
-    h.insert("x-grid-attempt", HeaderValue::from(attempt));
-    if let Ok(v) = HeaderValue::from_str(&log.artifact.artifact_id) {
-        h.insert("x-grid-artifact-id", v);
-    }
-    h.insert("x-grid-logs-truncated", HeaderValue::from_static(if log.artifact.truncated { "true" } else { "false" }));
-    Ok(r)
-}
-
-/// Decoded query pairs.
-pub fn pairs(query: Option<&str>) -> Vec<(String, String)> {
-    url::form_urlencoded::parse(query.unwrap_or("").as_bytes()).map(|(k, v)| (k.into_owned(), v.into_owned())).collect()
+    Ok(Reply::text(data)
+        .header("x-grid-attempt", attempt.to_string())
+        .header("x-grid-artifact-id", log.artifact.artifact_id.clone())
+        .header("x-grid-logs-truncated", if log.artifact.truncated { "true" } else { "false" }))
 }

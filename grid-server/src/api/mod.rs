@@ -1,7 +1,12 @@
 //! Every call of the grid API, independent of how it arrived: the HTTP
 //! router and the MCP tools both turn requests into a `Call`, and `perform`
-//! is the one place that runs it. So a tool is billed and refused exactly as
+//! is the one place that runs it, answering a transport-neutral `Reply`. So a tool is billed and refused exactly as
 //! its HTTP call is.
+
+mod captures;
+mod jobs;
+pub mod meta;
+mod sessions;
 
 use std::sync::Arc;
 
@@ -9,12 +14,72 @@ use grid_core::error::ApiError;
 use grid_core::ids::{job_id_kind, JobIdKind};
 use serde_json::Value;
 
-use super::respond::Resp;
-use super::{captures, jobs, meta, sessions};
 use crate::app::App;
 use crate::store::accounts::Caller;
 
 pub type Query = Vec<(String, String)>;
+
+/// What a call answers, whatever carried it: `http` renders it as a
+/// response (`respond::reply`), MCP as a tool result. No transport type
+/// appears here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub status: u16,
+    pub body: ReplyBody,
+    /// Extra headers of the HTTP answer (lower-case names): facts about the
+    /// answer that are not part of its body.
+    pub headers: Vec<(&'static str, String)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplyBody {
+    /// Serialized JSON.
+    Json(Vec<u8>),
+    /// UTF-8 text (a job's log).
+    Text(Vec<u8>),
+    /// No body (204).
+    Empty,
+}
+
+impl Reply {
+    pub fn json<T: serde::Serialize>(status: u16, value: &T) -> Reply {
+        let body = serde_json::to_vec(value).unwrap_or_else(|_| b"{}".to_vec());
+        Reply { status, body: ReplyBody::Json(body), headers: vec![] }
+    }
+
+    /// A submission's answer; a replay of a stored `Idempotency-Key` answer
+    /// also says so (the status and body are the first answer's, byte for
+    /// byte).
+    pub fn answer(answer: crate::store::idempotency::Answer, replayed: bool) -> Reply {
+        let r = Reply { status: answer.status, body: ReplyBody::Json(answer.body), headers: vec![] };
+        if replayed {
+            r.header(grid_core::idempotency::REPLAYED_HEADER, "true")
+        } else {
+            r
+        }
+    }
+
+    pub fn text(body: Vec<u8>) -> Reply {
+        Reply { status: 200, body: ReplyBody::Text(body), headers: vec![] }
+    }
+
+    pub fn no_content() -> Reply {
+        Reply { status: 204, body: ReplyBody::Empty, headers: vec![] }
+    }
+
+    pub fn header(mut self, name: &'static str, value: impl Into<String>) -> Reply {
+        self.headers.push((name, value.into()));
+        self
+    }
+
+    /// The body's bytes (empty for no content).
+    pub fn bytes(&self) -> &[u8] {
+        match &self.body {
+            ReplyBody::Json(b) | ReplyBody::Text(b) => b,
+            ReplyBody::Empty => &[],
+        }
+    }
+}
 
 #[derive(Debug, Clone)]
 pub enum Call {
@@ -67,7 +132,7 @@ pub fn is_compute(id: &str) -> bool {
     job_id_kind(id) == JobIdKind::ComputeJob
 }
 
-pub async fn perform(app: &Arc<App>, caller: &Caller, call: Call) -> Result<Resp, ApiError> {
+pub async fn perform(app: &Arc<App>, caller: &Caller, call: Call) -> Result<Reply, ApiError> {
     if caller.suspended_internal && call.is_billable() {
         return Err(ApiError::AccountSuspended);
     }

@@ -5,7 +5,7 @@ use grid_core::error::ApiError;
 use grid_core::validate;
 use serde_json::Value;
 
-use super::respond::{self, Resp};
+use super::Reply;
 use crate::app::App;
 use crate::ids::now;
 use crate::store::accounts::{Caller, ReserveError};
@@ -36,7 +36,7 @@ pub async fn submit_batch(
     caller: &Caller,
     body: Value,
     idempotency_key: Option<String>,
-) -> Result<Resp, ApiError> {
+) -> Result<Reply, ApiError> {
     let submission = validate::batch::validate(&body)?;
     let key = idempotency_key.map(|k| idempotency::Key::new(k, "POST /batches", &body));
     let caller = caller.clone();
@@ -59,37 +59,37 @@ pub async fn submit_batch(
         Outcome::Performed(created, answer) => {
             app.queue_ready.notify_waiters();
             tracing::info!(batch = %created.batch_id, items = created.job_count, "batch queued");
-            respond::answer(answer, false)
+            Reply::answer(answer, false)
         }
-        Outcome::Replayed(answer) => respond::answer(answer, true),
+        Outcome::Replayed(answer) => Reply::answer(answer, true),
     })
 }
 
-pub async fn batch(app: &App, caller: &Caller, id: &str) -> Result<Resp, ApiError> {
+pub async fn batch(app: &App, caller: &Caller, id: &str) -> Result<Reply, ApiError> {
     let (account, id) = (caller.account_id.clone(), id.to_string());
     let view = app.store.read(move |c| items::batch_view(c, &account, &id)).await.map_err(store_error)?;
-    view.map(|v| respond::json(200, &v)).ok_or(ApiError::UnknownBatch)
+    view.map(|v| Reply::json(200, &v)).ok_or(ApiError::UnknownBatch)
 }
 
-pub async fn item(app: &App, caller: &Caller, id: &str) -> Result<Resp, ApiError> {
+pub async fn item(app: &App, caller: &Caller, id: &str) -> Result<Reply, ApiError> {
     let (account, id) = (caller.account_id.clone(), id.to_string());
     let view = app.store.read(move |c| items::item_view(c, &account, &id)).await.map_err(store_error)?;
-    view.map(|v| respond::json(200, &v)).ok_or(ApiError::UnknownJob)
+    view.map(|v| Reply::json(200, &v)).ok_or(ApiError::UnknownJob)
 }
 
-pub async fn retry(app: &App, caller: &Caller, id: &str) -> Result<Resp, ApiError> {
+pub async fn retry(app: &App, caller: &Caller, id: &str) -> Result<Reply, ApiError> {
     let (account, id) = (caller.account_id.clone(), id.to_string());
     let backoff = app.config.backoff;
     let retried =
         app.store.write(move |tx| items::retry(tx, &account, &id, now(), backoff)).await.map_err(item_error)?;
     app.queue_ready.notify_waiters();
-    Ok(respond::json(200, &retried))
+    Ok(Reply::json(200, &retried))
 }
 
-pub async fn artifact_url(app: &App, caller: &Caller, id: &str, kind: &str) -> Result<Resp, ApiError> {
+pub async fn artifact_url(app: &App, caller: &Caller, id: &str, kind: &str) -> Result<Reply, ApiError> {
     let kind = ArtifactKind::parse(kind).ok_or(ApiError::BadArtifactKind)?;
     let (account, item_id) = (caller.account_id.clone(), id.to_string());
     app.store.read(move |c| Ok(items::check_artifact(c, &account, &item_id, kind))).await.map_err(store_error)??;
     let url = app.signer.download_url(id, kind, now());
-    Ok(respond::json(200, &grid_core::wire::item::ArtifactUrl { url }))
+    Ok(Reply::json(200, &grid_core::wire::item::ArtifactUrl { url }))
 }

@@ -6,17 +6,17 @@ use grid_core::error::ApiError;
 use grid_core::wire::grid::{GridStatus, Health, ProtectedResource, QueueDepth, SCOPES_SUPPORTED};
 
 use super::captures::store_error;
-use super::respond::{self, Resp};
+use super::Reply;
 use crate::app::App;
 use crate::store::items;
 
-pub fn healthz() -> Resp {
-    respond::json(200, &Health { status: "ok".into() })
+pub fn healthz() -> Reply {
+    Reply::json(200, &Health { status: "ok".into() })
 }
 
-pub fn protected_resource(app: &App, mcp: bool) -> Resp {
+pub fn protected_resource(app: &App, mcp: bool) -> Reply {
     let base = &app.config.base_url;
-    respond::json(
+    Reply::json(
         200,
         &ProtectedResource {
             resource: if mcp { format!("{base}/mcp") } else { base.clone() },
@@ -27,9 +27,9 @@ pub fn protected_resource(app: &App, mcp: bool) -> Resp {
     )
 }
 
-pub async fn grid_status(app: &App) -> Result<Resp, ApiError> {
+pub async fn grid_status(app: &App) -> Result<Reply, ApiError> {
     let (queue, _active) = app.store.read(items::queue_counts).await.map_err(store_error)?;
-    Ok(respond::json(
+    Ok(Reply::json(
         200,
         &GridStatus {
             queue,
@@ -40,8 +40,8 @@ pub async fn grid_status(app: &App) -> Result<Resp, ApiError> {
     ))
 }
 
-pub async fn queue_depth(app: &App) -> Result<Resp, ApiError> {
+pub async fn queue_depth(app: &App) -> Result<Reply, ApiError> {
     let (q, active) = app.store.read(items::queue_counts).await.map_err(store_error)?;
     // The grid has no paused state; the contract counts it for completeness.
-    Ok(respond::json(200, &QueueDepth { depth: q.wait + q.prioritized + q.delayed + active }))
+    Ok(Reply::json(200, &QueueDepth { depth: q.wait + q.prioritized + q.delayed + active }))
 }
