@@ -4,6 +4,7 @@
 //! module and talks to the server through `grid_client::GridClient`.
 //! Output rules are in `output.rs`; exit codes are listed in `EXIT_CODES`.
 
+mod account;
 mod artifact;
 mod batch;
 mod input;
@@ -58,6 +59,8 @@ enum Command {
     Status,
     /// Whether the API serves (GET /healthz, no credential).
     Health,
+    /// Your account: credit, reserved, today's daily-cap use and your ledger.
+    Account(account::AccountArgs),
     /// Capture batches: submit, show, wait.
     #[command(subcommand)]
     Batch(batch::BatchCommand),
@@ -106,6 +109,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let client = GridClient::from_config(ClientConfig::new(cli.url, credential))?;
     let cx = Context { client, json: cli.json };
     match cli.command {
+        Command::Account(args) => account::run(&cx, args).await,
         Command::Status => status::status(&cx).await,
         Command::Health => status::health(&cx).await,
         Command::Batch(command) => batch::run(&cx, command).await,

@@ -148,6 +148,31 @@ pub fn health() -> Endpoint<Health> {
     Endpoint::new(Method::GET, &["healthz"], false)
 }
 
+/// Parameters of GET /account; `None` leaves one out (50 entries per page,
+/// every kind, the newest page).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LedgerQuery {
+    pub limit: Option<u32>,
+    pub kind: Option<grid_core::ledger::EntryKind>,
+    /// The previous page's `nextCursor`.
+    pub cursor: Option<String>,
+}
+
+/// GET /account: the caller's balance, daily-cap use and a ledger page.
+pub fn account(query: &LedgerQuery) -> Endpoint<grid_core::wire::account::AccountStatement> {
+    let mut endpoint = Endpoint::new(Method::GET, &["account"], true);
+    if let Some(limit) = query.limit {
+        endpoint = endpoint.with_query("limit", limit.to_string());
+    }
+    if let Some(kind) = query.kind {
+        endpoint = endpoint.with_query("kind", kind.as_str());
+    }
+    if let Some(cursor) = &query.cursor {
+        endpoint = endpoint.with_query("cursor", cursor.clone());
+    }
+    endpoint
+}
+
 /// GET /grid.
 pub fn grid_status() -> Endpoint<GridStatus> {
     Endpoint::new(Method::GET, &["grid"], true)

@@ -284,6 +284,14 @@ impl GridClient {
         self.send(&endpoint::health()).await
     }
 
+    /// GET /account: the caller's balance, daily-cap use and one ledger page.
+    pub async fn account(
+        &self,
+        query: &endpoint::LedgerQuery,
+    ) -> Result<grid_core::wire::account::AccountStatement, ClientError> {
+        self.send(&endpoint::account(query)).await
+    }
+
     /// GET /grid.
     pub async fn grid_status(&self) -> Result<GridStatus, ClientError> {
         self.send(&endpoint::grid_status()).await

@@ -1,7 +1,8 @@
-//! GET /jobs and GET /jobs/{jobId}/logs query strings, already split into
-//! decoded pairs by the server.
+//! GET /jobs, GET /jobs/{jobId}/logs and GET /account query strings, already
+//! split into decoded pairs by the server.
 
 use crate::error::ApiError;
+use crate::ledger::EntryKind;
 use crate::validate::job::valid_label;
 use crate::wire::job::JobPhase;
 
@@ -80,6 +81,47 @@ pub fn log_query(pairs: &[(String, String)]) -> Result<Option<u32>, ApiError> {
     }
 }
 
+/// GET /account: a page of the caller's ledger.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccountQuery {
+    pub limit: usize,
+    pub cursor: Option<String>,
+    /// Only entries of this kind.
+    pub kind: Option<EntryKind>,
+}
+
+pub fn account_query(pairs: &[(String, String)]) -> Result<AccountQuery, ApiError> {
+    let mut q = AccountQuery { limit: DEFAULT_LIMIT, cursor: None, kind: None };
+    let mut problems = vec![];
+    let mut seen = std::collections::BTreeSet::new();
+    for (k, v) in pairs {
+        if !seen.insert(k.as_str()) {
+            problems.push(format!("{k}: given more than once"));
+            continue;
+        }
+        match k.as_str() {
+            "limit" => match v.parse::<usize>() {
+                Ok(n) if (1..=MAX_LIMIT).contains(&n) => q.limit = n,
+                _ => problems.push(format!("limit: must be a whole number from 1 to {MAX_LIMIT}, got \"{v}\"")),
+            },
+            "cursor" => q.cursor = Some(v.clone()),
+            "kind" => match EntryKind::parse(v) {
+                Some(kind) => q.kind = Some(kind),
+                None => problems.push(format!(
+                    "kind: unknown ledger kind \"{v}\"; one of {}",
+                    EntryKind::ALL.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ")
+                )),
+            },
+            _ => problems.push(format!("{k}: unknown query parameter")),
+        }
+    }
+    if problems.is_empty() {
+        Ok(q)
+    } else {
+        Err(ApiError::InvalidListQuery { detail: problems })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,6 +152,21 @@ mod tests {
         assert!(refused(&[("label.a", "x"), ("label.b", "y")])[0].starts_with("label:"));
         assert!(refused(&[("label.A", "x")])[0].starts_with("label.A:"));
         assert!(refused(&[("sort", "asc")])[0].starts_with("sort:"));
+    }
+
+    #[test]
+    fn account_query_pages_and_filters_by_kind() {
+        assert_eq!(account_query(&[]).unwrap(), AccountQuery { limit: 50, cursor: None, kind: None });
+        let q = account_query(&pairs(&[("limit", "1"), ("kind", "charge"), ("cursor", "c")])).unwrap();
+        assert_eq!(q, AccountQuery { limit: 1, cursor: Some("c".into()), kind: Some(EntryKind::Charge) });
+        for (bad, field) in
+            [(("limit", "0"), "limit:"), (("kind", "charges"), "kind:"), (("phase", "RUNNING"), "phase:")]
+        {
+            match account_query(&pairs(&[bad])) {
+                Err(ApiError::InvalidListQuery { detail }) => assert!(detail[0].starts_with(field), "{detail:?}"),
+                other => panic!("expected INVALID_LIST_QUERY, got {other:?}"),
+            }
+        }
     }
 
     #[test]

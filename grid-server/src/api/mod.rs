@@ -3,6 +3,7 @@
 //! is the one place that runs it, answering a transport-neutral `Reply`. So a tool is billed and refused exactly as
 //! its HTTP call is.
 
+mod account;
 mod captures;
 mod jobs;
 pub mod meta;
@@ -83,6 +84,8 @@ impl Reply {
 
 #[derive(Debug, Clone)]
 pub enum Call {
+    /// GET /account: the caller's own balance and ledger.
+    Account(Query),
     GridStatus,
     QueueDepth,
     /// POST /batches, with its `Idempotency-Key` header if one was sent.
@@ -137,6 +140,7 @@ pub async fn perform(app: &Arc<App>, caller: &Caller, call: Call) -> Result<Repl
         return Err(ApiError::AccountSuspended);
     }
     match call {
+        Call::Account(query) => account::statement(app, caller, &query).await,
         Call::GridStatus => meta::grid_status(app).await,
         Call::QueueDepth => meta::queue_depth(app).await,
         Call::SubmitBatch { body, idempotency_key } => captures::submit_batch(app, caller, body, idempotency_key).await,

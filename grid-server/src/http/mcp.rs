@@ -176,6 +176,7 @@ fn string_arg(args: &Map<String, Value>, field: &str) -> Result<String, String> 
 fn to_call(name: &str, args: &Map<String, Value>) -> Result<Call, String> {
     let body = || Value::Object(args.clone());
     Ok(match name {
+        "get_account" => Call::Account(list_query(args)?),
         "grid_status" => Call::GridStatus,
         "queue_depth" => Call::QueueDepth,
         // Tools take no Idempotency-Key (docs/idempotency.md).
@@ -242,6 +243,18 @@ pub fn tools() -> Vec<Value> {
     let cpu = quantity("^([0-9]+m|[0-9]*\\.?[0-9]+)$");
     let bytes = quantity("^[0-9]*\\.?[0-9]+(k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$");
     vec![
+        tool(
+            "get_account",
+            "Read your account",
+            "Your credit, reserved amount, your key's daily-cap use and its reset time, and a page of your ledger \
+             (reservations, charges, releases, credit), newest first, each with the batch, item, job or session it belongs to. Free.",
+            json!({
+                "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 50},
+                "cursor": {"type": "string", "description": "nextCursor of the previous page"},
+                "kind": {"type": "string", "enum": ["credit", "reserve", "charge", "release"]}
+            }),
+            &[],
+        ),
         tool("grid_status", "Grid status", "Queue figures, busy capture workers and session slots of the whole grid. Free.", json!({}), &[]),
         tool("queue_depth", "Queue depth", "Capture items waiting, prioritised, delayed or active across the grid. Free.", json!({}), &[]),
         tool(

@@ -123,6 +123,7 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiErr
     };
     let query = || pairs(req.uri().query());
     let call = match (&method, segments.as_slice()) {
+        (&Method::GET, ["account"]) => Call::Account(query()),
         (&Method::GET, ["grid"]) => Call::GridStatus,
         (&Method::GET, ["grid", "queue-depth"]) => Call::QueueDepth,
         (&Method::GET, ["batches", id]) => Call::Batch(id.to_string()),
@@ -162,7 +163,8 @@ fn pairs(query: Option<&str>) -> Vec<(String, String)> {
 fn is_api_path(segments: &[&str]) -> bool {
     matches!(
         segments,
-        ["grid"]
+        ["account"]
+            | ["grid"]
             | ["grid", "queue-depth"]
             | ["batches"]
             | ["batches", _]

@@ -74,6 +74,54 @@ pub fn account(conn: &Connection, account_id: &str) -> StoreResult<AccountView> 
     })
 }
 
+/// One page of an account's ledger, newest first: entries with an id below
+/// `before` (all when `None`), of `kind` when given. Answers the entries and,
+/// when more remain, the id to continue before.
+pub fn ledger_page(
+    conn: &Connection,
+    account_id: &str,
+    kind: Option<EntryKind>,
+    before: Option<i64>,
+    limit: usize,
+) -> StoreResult<(Vec<grid_core::wire::account::LedgerLine>, Option<i64>)> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, kind, amount, subject, key_id, created_at FROM ledger
+         WHERE account_id = ?1 AND id < ?2 AND (?3 IS NULL OR kind = ?3)
+         ORDER BY id DESC LIMIT ?4",
+    )?;
+    let rows = stmt.query_map(
+        rusqlite::params![account_id, before.unwrap_or(i64::MAX), kind.map(EntryKind::as_str), limit as i64 + 1],
+        |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, Option<String>>(3)?,
+                r.get::<_, Option<String>>(4)?,
+                r.get::<_, i64>(5)?,
+            ))
+        },
+    )?;
+    let mut lines = vec![];
+    let mut last_id = None;
+    for row in rows {
+        let (id, kind, amount, subject, key_id, created_at) = row?;
+        if lines.len() == limit {
+            return Ok((lines, last_id));
+        }
+        let kind = EntryKind::parse(&kind).ok_or_else(|| StoreError::Invalid(format!("ledger kind {kind}")))?;
+        lines.push(grid_core::wire::account::LedgerLine {
+            kind,
+            amount_micros: amount,
+            subject,
+            key_id,
+            created_at: Millis(created_at),
+        });
+        last_id = Some(id);
+    }
+    Ok((lines, None))
+}
+
 pub fn count_accounts(conn: &Connection) -> StoreResult<i64> {
     Ok(conn.query_row("SELECT COUNT(*) FROM accounts", [], |r| r.get(0))?)
 }
