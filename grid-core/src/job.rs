@@ -26,9 +26,17 @@
 //!   eviction, loss, failed start). Otherwise: exit 0 → WORKLOAD_SUCCEEDED,
 //!   OOM-killed → PLATFORM_OOM, other exit → WORKLOAD_FAILED, eviction →
 //!   PLATFORM_EVICTED, failed start → PLATFORM_START_FAILED, other loss →
-//!   PLATFORM_LOST. A container that exits on its own after its deadline but
-//!   before the deadline stop keeps its own result (the charge is capped at
-//!   the deadline either way).
+//!   PLATFORM_LOST. An exit the engine dates after the deadline comes after
+//!   the deadline stop the grid owed (it may learn of both late, after a
+//!   restart), so it is a deadline stop too.
+//! - **End of a timed-out attempt** is its deadline: the time the grid took
+//!   to notice the deadline and kill the container (late by a restart, or
+//!   by the kill itself) is not the workload's, so neither its `endedAt`
+//!   nor its charge goes past the deadline.
+//! - **Due times.** `Job::next_due` says what the machine waits for and
+//!   when: the running deadline, or a replay owed since an eviction. The
+//!   driver stores it and applies the event at that time (not the time it
+//!   got round to it).
 //! - **Final phase** follows the last attempt's reason: WORKLOAD_SUCCEEDED →
 //!   SUCCEEDED, RUNNING_DEADLINE_EXCEEDED → TIMED_OUT, CANCELLED → CANCELLED,
 //!   anything else → FAILED.
@@ -179,10 +187,37 @@ impl Job {
     pub fn deadline_at(&self) -> Option<Millis> {
         let a = self.current_attempt()?;
         match (self.phase, a.started_at) {
-            (JobPhase::Running, Some(s)) => Some(s.plus_ms(i64::from(self.running_deadline_seconds) * 1_000)),
+            (JobPhase::Running, Some(s)) => Some(s.plus_ms(self.deadline_millis())),
             _ => None,
         }
     }
+
+    fn deadline_millis(&self) -> i64 {
+        i64::from(self.running_deadline_seconds) * 1_000
+    }
+
+    /// The next event the machine waits for by time alone, and when it is
+    /// due: the deadline of a running attempt not yet being stopped, or the
+    /// replay owed since an eviction. `None` while it waits for something
+    /// else (the scheduler, the container, a request).
+    pub fn next_due(&self) -> Option<Due> {
+        match self.phase {
+            JobPhase::Running if self.current_attempt().is_some_and(|a| a.stopping.is_none()) => {
+                self.deadline_at().map(|at| Due { at, event: Event::DeadlineExceeded })
+            }
+            JobPhase::Failed if self.replay_pending() => {
+                self.phase_timestamps.get(&JobPhase::Failed).map(|&at| Due { at, event: Event::Replay })
+            }
+            _ => None,
+        }
+    }
+}
+
+/// An event the machine is owed at a time: apply `event` at `at`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Due {
+    pub at: Millis,
+    pub event: Event,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -236,6 +271,7 @@ fn event_name(e: &Event) -> &'static str {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AttemptCharge {
     pub attempt: u32,
+    /// Container run time, at most the running deadline.
     pub run_millis: i64,
 }
 
@@ -298,6 +334,9 @@ pub fn apply(job: &Job, event: Event, now: Millis) -> Result<Outcome, Transition
             end_attempt(&mut j, TerminationReason::PlatformStartFailed, None, now, &mut fx)
         }
         (Running, Event::ContainerExited { exit_code, oom_killed }) => {
+            if stopping.is_none() && job.deadline_at().is_some_and(|d| now > d) {
+                current(&mut j).stopping = Some(StopCause::Deadline);
+            }
             let own = match (exit_code, oom_killed) {
                 (_, true) => TerminationReason::PlatformOom,
                 (0, false) => TerminationReason::WorkloadSucceeded,
@@ -392,18 +431,19 @@ fn new_attempt(job: &mut Job, funding: Funding, now: Millis) {
 /// overrides what the container itself did (`own`).
 fn end_attempt(job: &mut Job, own: TerminationReason, exit_code: Option<i32>, now: Millis, fx: &mut Vec<Effect>) {
     let cancel_requested = job.cancel_requested;
+    let deadline = job.deadline_at();
     let a = current(job);
-    let reason = match a.stopping {
-        Some(StopCause::Deadline) => TerminationReason::RunningDeadlineExceeded,
-        Some(StopCause::Cancel) => TerminationReason::Cancelled,
-        None if cancel_requested => TerminationReason::Cancelled,
-        None => own,
+    let (reason, end) = match a.stopping {
+        Some(StopCause::Deadline) => (TerminationReason::RunningDeadlineExceeded, deadline.map_or(now, |d| d.min(now))),
+        Some(StopCause::Cancel) => (TerminationReason::Cancelled, now),
+        None if cancel_requested => (TerminationReason::Cancelled, now),
+        None => (own, now),
     };
     a.termination = Some(Termination::new(reason, exit_code));
-    a.ended_at = Some(now);
+    a.ended_at = Some(end);
     if a.started_at.is_some() {
         let attempt = a.number;
-        enter(job, JobPhase::Publishing, now);
+        enter(job, JobPhase::Publishing, end);
         fx.push(Effect::PublishLog { attempt });
     } else {
         finish(job, now, fx);
@@ -423,9 +463,10 @@ fn finish(job: &mut Job, now: Millis, fx: &mut Vec<Effect>) {
 }
 
 fn settle(job: &mut Job, fx: &mut Vec<Effect>) {
+    let cap = job.deadline_millis();
     let charge = job.current_attempt().and_then(|a| {
         let charged = a.termination.as_ref().is_some_and(|t| t.reason.is_charged());
-        let run_millis = a.run_millis()?;
+        let run_millis = a.run_millis()?.min(cap);
         charged.then_some(AttemptCharge { attempt: a.number, run_millis })
     });
     job.reservation_open = false;
@@ -553,8 +594,83 @@ mod tests {
             termination(&j),
             (TerminationClass::Workload, Some(137), TerminationReason::RunningDeadlineExceeded)
         );
-        // Run time is 62 s; pricing caps it at the 60 s deadline.
-        assert_eq!(fx, vec![Effect::Settle { charge: Some(AttemptCharge { attempt: 1, run_millis: 62_000 }) }]);
+        // The kill took 2 s past the deadline: the attempt still ends at its
+        // deadline and is charged the 60 s up to it.
+        assert_eq!(j.attempts[0].ended_at, Some(at(63)));
+        assert_eq!(j.attempts[0].phase_timestamps[&JobPhase::Publishing], at(63));
+        assert_eq!(fx, vec![Effect::Settle { charge: Some(AttemptCharge { attempt: 1, run_millis: 60_000 }) }]);
+    }
+
+    #[test]
+    fn a_deadline_fired_late_still_ends_the_attempt_at_its_deadline() {
+        // The grid was away: the deadline (due at 63) is applied at its due
+        // time once the grid is back; the kill is dated 600 s later.
+        let j = job_in(JobPhase::Running, 0);
+        let due = j.next_due().expect("a running attempt has a deadline");
+        assert_eq!(due, Due { at: at(63), event: Event::DeadlineExceeded });
+        let stopping = step(&j, due.event, due.at).job;
+        let o = step(&stopping, Event::ContainerExited { exit_code: 137, oom_killed: false }, at(663));
+        assert_eq!(o.job.attempts[0].ended_at, Some(at(63)));
+        let o = step(&o.job, Event::Published { log_available: true }, at(664));
+        assert_eq!(o.job.phase, JobPhase::TimedOut);
+        assert_eq!(o.effects, vec![Effect::Settle { charge: Some(AttemptCharge { attempt: 1, run_millis: 60_000 }) }]);
+    }
+
+    #[test]
+    fn an_exit_dated_after_the_deadline_is_timed_out_at_the_deadline() {
+        // The container exited by itself at 70, after its deadline at 63,
+        // before the grid stopped it: the deadline came first.
+        let j = job_in(JobPhase::Running, 0);
+        let (j, fx) = exit_and_publish(&j, 0, false, 70);
+        assert_eq!(j.phase, JobPhase::TimedOut);
+        assert_eq!(termination(&j), (TerminationClass::Workload, Some(0), TerminationReason::RunningDeadlineExceeded));
+        assert_eq!(j.attempts[0].ended_at, Some(at(63)));
+        assert_eq!(fx, vec![Effect::Settle { charge: Some(AttemptCharge { attempt: 1, run_millis: 60_000 }) }]);
+        // An exit at the deadline itself is within it.
+        let (j, _) = exit_and_publish(&job_in(JobPhase::Running, 0), 0, false, 63);
+        assert_eq!(j.phase, JobPhase::Succeeded);
+    }
+
+    #[test]
+    fn a_cancelled_attempt_is_charged_at_most_its_deadline() {
+        let o = step(&job_in(JobPhase::Running, 0), Event::Cancel, at(50));
+        // The cancel's stop came first, so the deadline does not decide; the
+        // kill landed late, the charge still stops at the deadline.
+        assert_eq!(o.job.next_due(), None);
+        let (j, fx) = exit_and_publish(&o.job, 137, false, 70);
+        assert_eq!(j.phase, JobPhase::Cancelled);
+        assert_eq!(j.attempts[0].ended_at, Some(at(70)));
+        assert_eq!(fx, vec![Effect::Settle { charge: Some(AttemptCharge { attempt: 1, run_millis: 60_000 }) }]);
+    }
+
+    #[test]
+    fn next_due_is_the_running_deadline_or_an_owed_replay() {
+        let waiting = [Job::new(1, 60, T0), job_in(JobPhase::Queued, 1), job_in(JobPhase::Provisioning, 1)];
+        for j in &waiting {
+            assert_eq!(j.next_due(), None, "{:?}", j.phase);
+        }
+        let running = job_in(JobPhase::Running, 1);
+        assert_eq!(running.next_due(), Some(Due { at: at(63), event: Event::DeadlineExceeded }));
+        // Being stopped (for the deadline or a cancel): it waits for the container.
+        let deadline_stop = step(&running, Event::DeadlineExceeded, at(63)).job;
+        assert_eq!(deadline_stop.next_due(), None);
+        assert_eq!(step(&running, Event::Cancel, at(10)).job.next_due(), None);
+        // Publishing waits for the log.
+        let evicted = step(&running, Event::Evicted, at(10)).job;
+        assert_eq!(evicted.next_due(), None);
+        // An eviction with a replay left: the replay is due from the moment it is owed.
+        let owed = step(&evicted, Event::Published { log_available: true }, at(11)).job;
+        assert!(owed.replay_pending());
+        assert_eq!(owed.next_due(), Some(Due { at: at(11), event: Event::Replay }));
+        let replayed = step(&owed, Event::Replay, at(12)).job;
+        assert_eq!(replayed.next_due(), None);
+        // A cancel stops the owed replay; nothing is due on a finished job.
+        assert_eq!(step(&owed, Event::Cancel, at(12)).job.next_due(), None);
+        let (succeeded, _) = exit_and_publish(&running, 0, false, 10);
+        assert_eq!(succeeded.next_due(), None);
+        // Used-up replays: FAILED for good, nothing due.
+        let final_failure = step(&job_in(JobPhase::Provisioning, 0), Event::Evicted, at(5)).job;
+        assert_eq!(final_failure.next_due(), None);
     }
 
     #[test]
@@ -858,6 +974,7 @@ mod tests {
                             settlements += 1;
                             if let Some(c) = charge {
                                 prop_assert!(c.run_millis >= 0);
+                                prop_assert!(c.run_millis <= 30_000, "charged past the deadline: {c:?}");
                                 let a = &job.attempts[c.attempt as usize - 1];
                                 prop_assert!(a.termination.as_ref().unwrap().reason.is_charged());
                             }
@@ -883,6 +1000,10 @@ mod tests {
                 for (i, a) in job.attempts.iter().enumerate() {
                     prop_assert_eq!(a.number as usize, i + 1);
                     prop_assert_eq!(a.termination.is_some(), a.phase == JobPhase::Publishing || a.phase.is_finished());
+                }
+                // What the machine says is due, it accepts at its due time.
+                if let Some(due) = job.next_due() {
+                    prop_assert!(apply(&job, due.event.clone(), due.at).is_ok(), "{due:?} refused in {:?}", job.phase);
                 }
                 match job.current_attempt() {
                     Some(a) => prop_assert_eq!(a.phase, job.phase),

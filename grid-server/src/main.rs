@@ -393,13 +393,17 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         tracing::warn!(items = recovered, "put items left active by the last run back in the queue");
     }
     let commits = capture::commits::Commits::start(store.clone(), config.backoff);
+    let clock: Arc<dyn clock::Clock> = Arc::new(clock::SystemClock);
+    let due_wake = Arc::new(Notify::new());
+    let compute =
+        Compute::new(compute_config, store.clone(), clock.clone(), due_wake.clone(), config.data_dir.join("logs"));
     let app = Arc::new(App {
-        clock: Arc::new(clock::SystemClock),
-        due_wake: Arc::new(Notify::new()),
         commits,
         store,
+        clock,
+        due_wake,
         signer: Signer::new(hex::decode(&secret).unwrap_or_else(|_| secret.into_bytes()), base_url.clone()),
-        compute: Compute::new(compute_config, config.data_dir.join("logs")),
+        compute,
         sessions: sessions::Sessions::new(session_config),
         tokens: tokens::TokenVerifier::new(config.auth_url.clone(), args.jwks_url.clone()),
         queue_ready: Notify::new(),
@@ -412,9 +416,9 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     let mut workers = capture::spawn_workers(app.clone(), stop_rx.clone());
     let settlement = tokio::spawn(settlement::run(app.clone(), stop_rx.clone()));
     tokio::spawn(compute::health(app.clone(), stop_rx.clone()));
-    tokio::spawn(compute::scheduler(app.clone(), stop_rx.clone()));
+    tokio::spawn(compute::scheduler(app.compute.driver.clone(), stop_rx.clone()));
     // Every driver with durable due times fires them here.
-    let due_drivers: Vec<Arc<dyn due::Due>> = vec![];
+    let due_drivers: Vec<Arc<dyn due::Due>> = vec![Arc::new(app.compute.driver.clone())];
     tokio::spawn(due::run(due_drivers, app.clock.clone(), app.due_wake.clone(), stop_rx.clone()));
     tokio::spawn(async move {
         shutdown_signal().await;

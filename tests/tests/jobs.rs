@@ -889,3 +889,57 @@ async fn the_engine_log_of_a_container_is_capped_within_its_ephemeral_storage() 
     assert!(log.text.bytes().all(|b| b == b'a'));
     wait_container_removed(&server, &id, 1).await;
 }
+
+// ----- regressions -----
+
+/// Regression: the running deadline was an in-memory sleep of the task
+/// supervising the attempt. With the server killed, nothing fired; after the
+/// restart it fired at "now", so the attempt ended (and was dated) long
+/// after its deadline. The deadline is now a durable due time, fired at the
+/// deadline itself by whichever process is alive.
+#[tokio::test]
+async fn job_deadline_passed_while_the_server_was_down_ends_timed_out_at_the_deadline() {
+    const DEADLINE_SECS: i64 = 5;
+    let mut server = start_compute_server();
+    let acc = server.account_id().to_string();
+    let mut body = job_body(&["sleep", "60"]);
+    body["runningDeadlineSeconds"] = json!(DEADLINE_SECS);
+    let id = job_id(&submit_job(&server, &body).await);
+    let running = wait_running(&server, &id).await;
+    server.kill9();
+    let phase: String = server
+        .read_db()
+        .query_row("SELECT phase FROM jobs WHERE id = ?1", [&id], |r| r.get(0))
+        .unwrap_or_else(|e| server.fail(&format!("job row: {e}")));
+    assert_eq!(phase, "RUNNING", "the deadline must still be ahead when the server dies");
+    let started = millis(&attempt(&running, 1)["startedAt"]);
+    let deadline = started + DEADLINE_SECS * 1_000;
+    // Stay away until well past the deadline, so an end dated at the restart
+    // cannot pass for one dated at the deadline.
+    while chrono::Utc::now().timestamp_millis() < deadline + 3_000 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(running_containers(&id, 1).len(), 1, "the container runs on past its deadline while the server is away");
+    server.restart();
+
+    let done = wait_finished(&server, &id).await;
+    assert_eq!(done["phase"], "TIMED_OUT", "{done}");
+    assert_eq!(
+        done["termination"],
+        json!({"class": "workload", "exitCode": 137, "reason": "RUNNING_DEADLINE_EXCEEDED"})
+    );
+    let a1 = attempt(&done, 1);
+    assert_eq!(millis(&a1["startedAt"]), started, "{done}");
+    // Both ends are the engine's StartedAt (kept to the millisecond) plus the deadline.
+    let ended = millis(&a1["endedAt"]);
+    assert!((ended - deadline).abs() <= 1, "attempt ended {} ms after its deadline: {done}", ended - deadline);
+    // Charged for exactly the deadline's run time, once.
+    let charge = rate_micros(500, 256 * MI, DEADLINE_SECS * 1_000);
+    server.wait_settled(&acc, INITIAL - charge, SETTLE_TIMEOUT).await;
+    let subject = format!("{id}/r1");
+    assert_eq!(
+        job_ledger(&server, &id),
+        vec![("reserve".into(), charge, subject.clone()), ("charge".into(), charge, subject)],
+        "the reservation is the deadline's price and all of it is charged"
+    );
+}

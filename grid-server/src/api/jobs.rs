@@ -2,7 +2,7 @@
 //! artifacts and logs.
 
 use grid_core::error::ApiError;
-use grid_core::job::{Effect, Event, TransitionError};
+use grid_core::job::TransitionError;
 use grid_core::validate;
 use grid_core::validate::list::{list_query, log_query};
 use grid_core::wire::job::NetworkProfile;
@@ -104,7 +104,7 @@ pub async fn submit(app: &App, caller: &Caller, body: Value) -> Result<Reply, Ap
         app.store.write(move |tx| jobs::submit(tx, &caller, &sub, &body, &digest, now())).await.map_err(job_error)?;
     if created {
         tracing::info!(job = %row.id, "job accepted");
-        app.compute.wake.notify_one();
+        app.compute.driver.wake_scheduler();
     }
     record(app, row, if created { 202 } else { 200 }).await
 }
@@ -132,24 +132,13 @@ pub async fn list(app: &App, caller: &Caller, query: &[(String, String)]) -> Res
 
 pub async fn cancel(app: &App, caller: &Caller, id: &str) -> Result<Reply, ApiError> {
     owned(app, caller, id).await?;
-    let jid = id.to_string();
-    let (row, fx) =
-        app.store.write(move |tx| jobs::transition(tx, &jid, Event::Cancel, now(), None)).await.map_err(job_error)?;
-    if fx.iter().any(|e| matches!(e, Effect::StopContainer { .. })) {
-        app.compute.signal_stop(id);
-    }
+    let row = app.compute.driver.cancel(id).await.map_err(job_error)?;
     record(app, row, 200).await
 }
 
 pub async fn retry(app: &App, caller: &Caller, id: &str) -> Result<Reply, ApiError> {
     owned(app, caller, id).await?;
-    let (jid, c) = (id.to_string(), caller.clone());
-    let (row, _) = app
-        .store
-        .write(move |tx| jobs::transition(tx, &jid, Event::Retry, now(), Some(&c)))
-        .await
-        .map_err(job_error)?;
-    app.compute.wake.notify_one();
+    let row = app.compute.driver.retry(id, caller).await.map_err(job_error)?;
     record(app, row, 200).await
 }
 

@@ -1,6 +1,8 @@
 //! The Docker Engine, through bollard: the only module that speaks to it.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::RwLock;
 use std::time::Duration;
 
 use bollard::models::{ContainerCreateBody, HostConfig, HostConfigLogConfig};
@@ -9,34 +11,125 @@ use bollard::query_parameters::{
     LogsOptions, RemoveContainerOptions, WaitContainerOptions,
 };
 use bollard::Docker;
+use futures_util::future::BoxFuture;
 use futures_util::StreamExt;
 use grid_core::time::Millis;
-use grid_core::wire::job::{JobSubmission, NetworkProfile};
+use grid_core::wire::job::NetworkProfile;
+
+use super::engine::{ContainerSpec, ContainerState, Engine, EngineError, GridContainer};
 
 /// Label carrying the job id on every container the grid starts.
 pub const JOB_LABEL: &str = "grid.job";
 pub const ATTEMPT_LABEL: &str = "grid.attempt";
 
-#[derive(Debug, thiserror::Error)]
-pub enum DockerError {
-    #[error("container not found")]
-    NotFound,
-    #[error("docker: {0}")]
-    Engine(String),
-}
-
-impl From<bollard::errors::Error> for DockerError {
+impl From<bollard::errors::Error> for EngineError {
     fn from(e: bollard::errors::Error) -> Self {
         match &e {
-            bollard::errors::Error::DockerResponseServerError { status_code: 404, .. } => DockerError::NotFound,
-            _ => DockerError::Engine(e.to_string()),
+            bollard::errors::Error::DockerResponseServerError { status_code: 404, .. } => EngineError::NotFound,
+            _ => EngineError::Engine(e.to_string()),
         }
+    }
+}
+
+/// The engine the server runs jobs on: a connection kept current by the
+/// compute health loop (`check`), and whether the engine answers.
+pub struct DockerEngine {
+    host: Option<String>,
+    client: RwLock<Option<Docker>>,
+    up: AtomicBool,
+}
+
+impl DockerEngine {
+    /// `host`: `unix:///path/to/docker.sock`; the engine's default when absent.
+    /// Nothing is connected until the first `check`.
+    pub fn new(host: Option<String>) -> DockerEngine {
+        DockerEngine { host, client: RwLock::new(None), up: AtomicBool::new(false) }
+    }
+
+    fn client(&self) -> Result<Docker, EngineError> {
+        self.client
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .ok_or_else(|| EngineError::Engine("engine not connected".into()))
+    }
+
+    /// Connects when not connected, pings when connected; keeps `available`
+    /// current and logs its changes.
+    pub async fn check(&self) {
+        let client = self.client.read().unwrap_or_else(|p| p.into_inner()).clone();
+        match client {
+            None => match connect(self.host.as_deref()).await {
+                Ok(d) => {
+                    *self.client.write().unwrap_or_else(|p| p.into_inner()) = Some(d);
+                    self.up.store(true, Ordering::Relaxed);
+                    tracing::info!("docker engine connected");
+                }
+                Err(e) => {
+                    self.up.store(false, Ordering::Relaxed);
+                    tracing::warn!(error = %e, "docker engine unavailable; analytical jobs wait");
+                }
+            },
+            Some(d) => {
+                let up = ping(&d).await;
+                if self.up.swap(up, Ordering::Relaxed) != up {
+                    tracing::warn!(up, "docker engine availability changed");
+                }
+            }
+        }
+    }
+}
+
+impl Engine for DockerEngine {
+    fn available(&self) -> bool {
+        self.up.load(Ordering::Relaxed)
+    }
+
+    fn pull<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<(), EngineError>> {
+        Box::pin(async move { pull(&self.client()?, image).await })
+    }
+
+    fn create<'a>(&'a self, spec: &'a ContainerSpec<'a>) -> BoxFuture<'a, Result<String, EngineError>> {
+        Box::pin(async move { create(&self.client()?, spec).await })
+    }
+
+    fn start<'a>(&'a self, container: &'a str) -> BoxFuture<'a, Result<(), EngineError>> {
+        Box::pin(async move { Ok(self.client()?.start_container(container, None).await?) })
+    }
+
+    fn inspect<'a>(&'a self, container: &'a str, size: bool) -> BoxFuture<'a, Result<ContainerState, EngineError>> {
+        Box::pin(async move { inspect(&self.client()?, container, size).await })
+    }
+
+    fn wait<'a>(&'a self, container: &'a str) -> BoxFuture<'a, Result<(), EngineError>> {
+        Box::pin(async move { wait(&self.client()?, container).await })
+    }
+
+    fn kill<'a>(&'a self, container: &'a str) -> BoxFuture<'a, Result<(), EngineError>> {
+        Box::pin(async move { kill(&self.client()?, container).await })
+    }
+
+    fn remove<'a>(&'a self, container: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            match self.client() {
+                Ok(d) => remove(&d, container).await,
+                Err(e) => tracing::debug!(container, error = %e, "remove skipped"),
+            }
+        })
+    }
+
+    fn logs<'a>(&'a self, container: &'a str, cap: usize) -> BoxFuture<'a, Result<(Vec<u8>, bool), EngineError>> {
+        Box::pin(async move { logs(&self.client()?, container, cap).await })
+    }
+
+    fn grid_containers(&self) -> BoxFuture<'_, Result<Vec<GridContainer>, EngineError>> {
+        Box::pin(async move { grid_containers(&self.client()?).await })
     }
 }
 
 /// Connects to `host` (`unix:///path`) or the local default socket, and
 /// agrees an API version with the engine.
-pub async fn connect(host: Option<&str>) -> Result<Docker, DockerError> {
+async fn connect(host: Option<&str>) -> Result<Docker, EngineError> {
     let docker = match host {
         Some(h) => {
             let path = h.strip_prefix("unix://").unwrap_or(h);
@@ -46,16 +139,16 @@ pub async fn connect(host: Option<&str>) -> Result<Docker, DockerError> {
     };
     let negotiated = tokio::time::timeout(Duration::from_secs(5), docker.negotiate_version())
         .await
-        .map_err(|_| DockerError::Engine("engine did not answer within 5 s".into()))??;
+        .map_err(|_| EngineError::Engine("engine did not answer within 5 s".into()))??;
     Ok(negotiated)
 }
 
-pub async fn ping(docker: &Docker) -> bool {
+async fn ping(docker: &Docker) -> bool {
     matches!(tokio::time::timeout(Duration::from_secs(3), docker.ping()).await, Ok(Ok(_)))
 }
 
 /// Pulls `repo@sha256:...` for linux/amd64 unless the engine has it.
-pub async fn pull(docker: &Docker, image: &str) -> Result<(), DockerError> {
+async fn pull(docker: &Docker, image: &str) -> Result<(), EngineError> {
     if docker.inspect_image(image).await.is_ok() {
         return Ok(());
     }
@@ -68,7 +161,7 @@ pub async fn pull(docker: &Docker, image: &str) -> Result<(), DockerError> {
     while let Some(progress) = stream.next().await {
         let p = progress?;
         if let Some(err) = p.error_detail.and_then(|d| d.message) {
-            return Err(DockerError::Engine(format!("pull {image}: {err}")));
+            return Err(EngineError::Engine(format!("pull {image}: {err}")));
         }
     }
     Ok(())
@@ -104,16 +197,7 @@ fn log_config(ephemeral_storage_limit: u64) -> HostConfigLogConfig {
     }
 }
 
-/// What one attempt's container looks like.
-pub struct ContainerSpec<'a> {
-    pub name: &'a str,
-    pub job_id: &'a str,
-    pub attempt: u32,
-    pub image: &'a str,
-    pub request: &'a JobSubmission,
-}
-
-pub async fn create(docker: &Docker, spec: &ContainerSpec<'_>) -> Result<String, DockerError> {
+async fn create(docker: &Docker, spec: &ContainerSpec<'_>) -> Result<String, EngineError> {
     let r = spec.request;
     let mut labels: HashMap<String, String> =
         r.labels.iter().map(|(k, v)| (format!("grid.label.{k}"), v.clone())).collect();
@@ -163,21 +247,6 @@ pub async fn create(docker: &Docker, spec: &ContainerSpec<'_>) -> Result<String,
     }
 }
 
-pub async fn start(docker: &Docker, id: &str) -> Result<(), DockerError> {
-    Ok(docker.start_container(id, None).await?)
-}
-
-/// The facts of a container the runner acts on.
-#[derive(Debug, Clone)]
-pub struct ContainerState {
-    pub exit_code: i32,
-    pub oom_killed: bool,
-    pub started_at: Option<Millis>,
-    pub finished_at: Option<Millis>,
-    /// Bytes written to the container's own layer, when asked for.
-    pub size_rw: Option<i64>,
-}
-
 fn docker_time(s: Option<&String>) -> Option<Millis> {
     let s = s?;
     // The engine writes the zero time for "never".
@@ -187,7 +256,7 @@ fn docker_time(s: Option<&String>) -> Option<Millis> {
     Millis::parse_iso(s)
 }
 
-pub async fn inspect(docker: &Docker, id: &str, size: bool) -> Result<ContainerState, DockerError> {
+async fn inspect(docker: &Docker, id: &str, size: bool) -> Result<ContainerState, EngineError> {
     let c = docker.inspect_container(id, Some(InspectContainerOptions { size })).await?;
     let st = c.state.unwrap_or_default();
     Ok(ContainerState {
@@ -200,7 +269,7 @@ pub async fn inspect(docker: &Docker, id: &str, size: bool) -> Result<ContainerS
 }
 
 /// Waits until the container is no longer running.
-pub async fn wait(docker: &Docker, id: &str) -> Result<(), DockerError> {
+async fn wait(docker: &Docker, id: &str) -> Result<(), EngineError> {
     let opts = WaitContainerOptions { condition: "not-running".into() };
     let mut s = docker.wait_container(id, Some(opts));
     match s.next().await {
@@ -210,7 +279,7 @@ pub async fn wait(docker: &Docker, id: &str) -> Result<(), DockerError> {
     }
 }
 
-pub async fn kill(docker: &Docker, id: &str) -> Result<(), DockerError> {
+async fn kill(docker: &Docker, id: &str) -> Result<(), EngineError> {
     match docker.kill_container(id, Some(KillContainerOptions { signal: "SIGKILL".into() })).await {
         Ok(()) => Ok(()),
         // Already stopped: the kill's purpose is met.
@@ -219,7 +288,7 @@ pub async fn kill(docker: &Docker, id: &str) -> Result<(), DockerError> {
     }
 }
 
-pub async fn remove(docker: &Docker, id: &str) {
+async fn remove(docker: &Docker, id: &str) {
     let opts = RemoveContainerOptions { force: true, v: true, ..Default::default() };
     if let Err(e) = docker.remove_container(id, Some(opts)).await {
         tracing::debug!(container = id, error = %e, "remove failed");
@@ -228,7 +297,7 @@ pub async fn remove(docker: &Docker, id: &str) {
 
 /// The container's stdout and stderr, interleaved as written, up to `cap`
 /// bytes; `true` when there was more.
-pub async fn logs(docker: &Docker, id: &str, cap: usize) -> Result<(Vec<u8>, bool), DockerError> {
+async fn logs(docker: &Docker, id: &str, cap: usize) -> Result<(Vec<u8>, bool), EngineError> {
     let opts = LogsOptions { stdout: true, stderr: true, tail: "all".into(), ..Default::default() };
     let mut stream = docker.logs(id, Some(opts));
     let mut out = Vec::new();
@@ -243,8 +312,8 @@ pub async fn logs(docker: &Docker, id: &str, cap: usize) -> Result<(Vec<u8>, boo
     Ok((out, false))
 }
 
-/// Containers the grid started, running or not: (container id, job id, attempt).
-pub async fn grid_containers(docker: &Docker) -> Result<Vec<(String, String, u32)>, DockerError> {
+/// Containers the grid started, running or not.
+async fn grid_containers(docker: &Docker) -> Result<Vec<GridContainer>, EngineError> {
     let filters = HashMap::from([("label".to_string(), vec![JOB_LABEL.to_string()])]);
     let list = docker
         .list_containers(Some(ListContainersOptions { all: true, filters: Some(filters), ..Default::default() }))
@@ -255,7 +324,7 @@ pub async fn grid_containers(docker: &Docker) -> Result<Vec<(String, String, u32
             let labels = c.labels.unwrap_or_default();
             let job = labels.get(JOB_LABEL)?.clone();
             let attempt = labels.get(ATTEMPT_LABEL)?.parse().ok()?;
-            Some((c.id?, job, attempt))
+            Some(GridContainer { id: c.id?, job_id: job, attempt })
         })
         .collect())
 }

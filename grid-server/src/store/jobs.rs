@@ -1,18 +1,12 @@
-//! Analytical jobs: the record, its state machine, labels, logs, and the
-//! money each transition moves.
-//!
-//! Every change goes through `transition`, which applies a
-//! `grid_core::job::Event` and carries out, in the same transaction, the
-//! effects that touch only the database: a retry's new reservation and the
-//! settlement of a finished reservation. Effects that touch Docker are
-//! returned for the compute runner.
+//! Analytical jobs: the record, its stored machine and due time, labels and
+//! logs. Transitions of the machine (and the money they move) are the job
+//! driver's (`compute::driver`), which loads and saves through here.
 
 use std::collections::BTreeMap;
 
 use grid_core::error::ApiError;
 use grid_core::ids;
-use grid_core::job::{self, Effect, Event, Job, Outcome, TransitionError};
-use grid_core::ledger::{self, EntryKind};
+use grid_core::job::{Job, TransitionError};
 use grid_core::pricing;
 use grid_core::time::Millis;
 use grid_core::wire::job::{JobPhase, JobSubmission};
@@ -20,7 +14,7 @@ use grid_core::wire::job_record::{Executor, JobArtifact, JobRecord, RecordParts,
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde_json::Value;
 
-use super::accounts::{self, Caller, Entry, ReserveError};
+use super::accounts::{self, Caller, ReserveError};
 use super::{StoreError, StoreResult};
 use crate::ids::{new_id, sha256_hex};
 
@@ -213,10 +207,13 @@ pub fn load_owned(conn: &Connection, account_id: &str, id: &str) -> StoreResult<
     Ok(load(conn, id)?.filter(|r| r.account_id == account_id))
 }
 
-fn save(conn: &Connection, row: &JobRow, now: Millis) -> StoreResult<()> {
+/// Stores the row's machine, executors and reservation with `due_at`, the
+/// machine's next due time (`Job::next_due`), so it fires even if the
+/// process that set it is gone.
+pub fn save(conn: &Connection, row: &JobRow, due_at: Option<Millis>, now: Millis) -> StoreResult<()> {
     conn.prepare_cached(
         "UPDATE jobs SET phase = ?2, machine = ?3, executors = ?4, reservations = ?5, reserved_micros = ?6,
-                         reservation_day = ?7, updated_at = ?8
+                         reservation_day = ?7, due_at = ?8, updated_at = ?9
           WHERE id = ?1",
     )?
     .execute(params![
@@ -227,81 +224,23 @@ fn save(conn: &Connection, row: &JobRow, now: Millis) -> StoreResult<()> {
         row.reservations,
         row.reserved_micros,
         row.reservation_day,
+        due_at.map(|t| t.0),
         now.0
     ])?;
     Ok(())
 }
 
-/// Applies one event to a job and carries out its database effects. The
-/// returned effects are the ones left for the runner (container work,
-/// publishing, replays).
-pub fn transition(
-    conn: &Connection,
-    id: &str,
-    event: Event,
-    now: Millis,
-    caller: Option<&Caller>,
-) -> Result<(JobRow, Vec<Effect>), JobError> {
-    let mut row = load(conn, id)?.ok_or_else(|| StoreError::NotFound(format!("job {id}")))?;
-    let Outcome { job, effects } = job::apply(&row.job, event, now)?;
-    let mut left = vec![];
-    for effect in effects {
-        match effect {
-            Effect::Reserve { .. } => {
-                let sub = row.submission()?;
-                let amount = attempt_reservation(&sub);
-                // A retry is billed to whoever asked for it; the job's own key otherwise.
-                let owner =
-                    Caller { account_id: row.account_id.clone(), key_id: row.key_id.clone(), ..Default::default() };
-                let payer = caller.unwrap_or(&owner);
-                row.reservations += 1;
-                row.reserved_micros = amount;
-                row.reservation_day = now.utc_day();
-                accounts::reserve(conn, payer, amount, &row.reservation_subject(), now)?;
-            }
-            Effect::Settle { charge } => settle(conn, &row, charge, now)?,
-            other => left.push(other),
-        }
-    }
-    row.job = job;
-    save(conn, &row, now)?;
-    Ok((row, left))
-}
-
-/// Charges an attempt's run time (capped by the pricing rules) and releases
-/// the rest of the open reservation.
-fn settle(conn: &Connection, row: &JobRow, charge: Option<job::AttemptCharge>, now: Millis) -> StoreResult<()> {
-    let used = charge.map_or(0, |c| {
-        pricing::job_attempt_charge_micros(
-            row.cpu_millis,
-            row.memory_bytes,
-            c.run_millis,
-            row.job.running_deadline_seconds,
-            row.reserved_micros,
-        )
-    });
-    let (charged, released) = ledger::settle(row.reserved_micros, used);
-    let subject = row.reservation_subject();
-    for (kind, amount) in [(EntryKind::Charge, charged), (EntryKind::Release, released)] {
-        if amount > 0 {
-            let e = Entry {
-                account_id: &row.account_id,
-                key_id: row.key_id.as_deref(),
-                kind,
-                amount,
-                subject: Some(&subject),
-                reservation_day: Some(row.reservation_day),
-            };
-            accounts::append(conn, &e, now)?;
-        }
-    }
-    Ok(())
-}
-
+/// Records where an attempt runs; the machine and its due time are left as
+/// they are.
 pub fn set_executor(conn: &Connection, id: &str, attempt: u32, executor: Executor, now: Millis) -> StoreResult<()> {
     let mut row = load(conn, id)?.ok_or_else(|| StoreError::NotFound(format!("job {id}")))?;
     row.executors.insert(attempt, executor);
-    save(conn, &row, now)
+    conn.prepare_cached("UPDATE jobs SET executors = ?2, updated_at = ?3 WHERE id = ?1")?.execute(params![
+        id,
+        serde_json::to_string(&row.executors).expect("serialisable"),
+        now.0
+    ])?;
+    Ok(())
 }
 
 /// A stored log and where its bytes are.
@@ -437,15 +376,34 @@ pub fn capacity_in_use(conn: &Connection) -> StoreResult<(u64, u64)> {
     Ok((cpu as u64, mem as u64))
 }
 
-/// Jobs whose replay is due (an eviction with replays left): after a crash
-/// between the attempt's end and its replay, these are replayed on start.
-pub fn replay_pending_ids(conn: &Connection) -> StoreResult<Vec<String>> {
-    let failed = ids_in_phase(conn, JobPhase::Failed)?;
-    let mut out = vec![];
-    for id in failed {
-        if load(conn, &id)?.is_some_and(|r| r.job.replay_pending()) {
-            out.push(id);
-        }
-    }
-    Ok(out)
+/// Jobs whose due time is at or before `now`, earliest first.
+pub fn due_ids(conn: &Connection, now: Millis) -> StoreResult<Vec<String>> {
+    Ok(conn
+        .prepare_cached("SELECT id FROM jobs WHERE due_at <= ?1 ORDER BY due_at")?
+        .query_map([now.0], |r| r.get(0))?
+        .collect::<Result<_, _>>()?)
+}
+
+/// The earliest due time after `now`.
+pub fn next_due_after(conn: &Connection, now: Millis) -> StoreResult<Option<Millis>> {
+    let t: Option<i64> = conn.query_row("SELECT MIN(due_at) FROM jobs WHERE due_at > ?1", [now.0], |r| r.get(0))?;
+    Ok(t.map(Millis))
+}
+
+/// Writes `due_at` alone: for rows stored before due times were (schema 7).
+pub fn set_due_at(conn: &Connection, id: &str, due_at: Option<Millis>) -> StoreResult<()> {
+    conn.prepare_cached("UPDATE jobs SET due_at = ?2 WHERE id = ?1")?.execute(params![id, due_at.map(|t| t.0)])?;
+    Ok(())
+}
+
+/// Jobs that may owe a due time but have none stored: running ones, and
+/// failed ones whose reservation is still open (a replay owed).
+pub fn undated_ids(conn: &Connection) -> StoreResult<Vec<String>> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT id FROM jobs WHERE due_at IS NULL
+               AND (phase = 'RUNNING' OR (phase = 'FAILED' AND json_extract(machine, '$.reservationOpen') = 1))",
+        )?
+        .query_map([], |r| r.get(0))?
+        .collect::<Result<_, _>>()?)
 }

@@ -1,0 +1,951 @@
+//! The job driver: every change of an analytical job goes through here.
+//!
+//! `apply` is one write transaction: load the job, `grid_core::job::apply`
+//! the event, take or settle the money its effects name, store the machine
+//! with its next due time (`due_at`, from `Job::next_due`). `execute` then
+//! carries out the other effects, in one `match` that names every effect:
+//! start an attempt (pull, create, start, then supervise the container until
+//! it exits), stop one by its recorded container name, publish a log, apply
+//! a replay. The scheduler, attempt supervision, reconciliation, the due-time
+//! loop (`due::Due`) and the HTTP handlers all go through `step` (apply, then
+//! execute).
+//!
+//! **Times:** an event the engine reports carries the engine's time
+//! (StartedAt, FinishedAt); a due event carries its due time, not the time
+//! it fired, so a deadline fired late (after a restart) still ends the
+//! attempt at its deadline; everything else takes the driver's clock.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use grid_core::ids;
+use grid_core::job::{self, AttemptCharge, Effect, Event, Outcome};
+use grid_core::ledger::{self, EntryKind};
+use grid_core::pricing;
+use grid_core::time::Millis;
+use grid_core::wire::job::JobPhase;
+use grid_core::wire::job_record::{Executor, JobArtifact, LOG_CONTENT_TYPE, LOG_KIND};
+use rusqlite::Connection;
+use tokio::sync::Notify;
+use tracing::Instrument;
+
+use super::docker;
+use super::engine::{ContainerSpec, Engine, EngineError};
+use crate::capture::files;
+use crate::clock::Clock;
+use crate::due::Due;
+use crate::ids::new_id;
+use crate::store::accounts::{self, Caller, Entry};
+use crate::store::jobs::{self, JobError, JobRow, StoredLog};
+use crate::store::{Store, StoreError, StoreResult};
+
+/// Logs are cut at 1 MiB.
+pub const LOG_CAP: usize = 1024 * 1024;
+/// How often a running container's writable layer is measured.
+const STORAGE_POLL: Duration = Duration::from_secs(2);
+
+/// What the grid gives analytical jobs at once.
+#[derive(Debug, Clone, Copy)]
+pub struct Capacity {
+    pub cpu_millis: u64,
+    pub memory_bytes: u64,
+}
+
+/// What a driver is built from.
+pub struct DriverParts {
+    pub store: Store,
+    pub engine: Arc<dyn Engine>,
+    pub clock: Arc<dyn Clock>,
+    pub logs_dir: PathBuf,
+    pub capacity: Capacity,
+    /// Wakes the due-time loop when a due time is set.
+    pub due_wake: Arc<Notify>,
+}
+
+/// A handle: clones share everything.
+#[derive(Clone)]
+pub struct JobDriver {
+    store: Store,
+    engine: Arc<dyn Engine>,
+    clock: Arc<dyn Clock>,
+    logs_dir: PathBuf,
+    capacity: Capacity,
+    due_wake: Arc<Notify>,
+    scheduler_wake: Arc<Notify>,
+    /// Records and the engine's containers agree (set once reconciled).
+    reconciled: Arc<AtomicBool>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AttemptError {
+    #[error(transparent)]
+    Job(#[from] JobError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+/// How an attempt's container ended.
+struct Ended {
+    event: Event,
+    at: Millis,
+}
+
+/// `grid-<jobId>-<attempt>`.
+pub fn container_name(job_id: &str, attempt: u32) -> String {
+    format!("grid-{job_id}-{attempt}")
+}
+
+/// The attempt's container as recorded when it was created (its name
+/// otherwise: a container not created yet is not found under it either).
+fn recorded_container(row: &JobRow, attempt: u32) -> String {
+    row.executors.get(&attempt).map_or_else(|| container_name(&row.id, attempt), |e| e.container_name.clone())
+}
+
+fn stop_recorded(row: &JobRow, attempt: u32) -> bool {
+    row.job.attempts.get(attempt as usize - 1).is_some_and(|a| a.stopping.is_some())
+}
+
+/// Applies `event` at `at` to the stored job and writes what follows from
+/// it, all in `tx`: a retry's reservation (billed to `payer`, the job's own
+/// key otherwise), the settlement of a finished reservation, the machine and
+/// its next due time. Answers the job as saved and every effect; the ones
+/// outside the database are for `JobDriver::execute` once `tx` commits.
+pub fn transition(
+    tx: &Connection,
+    id: &str,
+    event: Event,
+    at: Millis,
+    payer: Option<&Caller>,
+) -> Result<(JobRow, Vec<Effect>), JobError> {
+    let row = jobs::load(tx, id)?.ok_or_else(|| StoreError::NotFound(format!("job {id}")))?;
+    transition_row(tx, row, event, at, payer)
+}
+
+fn transition_row(
+    tx: &Connection,
+    mut row: JobRow,
+    event: Event,
+    at: Millis,
+    payer: Option<&Caller>,
+) -> Result<(JobRow, Vec<Effect>), JobError> {
+    let Outcome { job, effects } = job::apply(&row.job, event, at)?;
+    for effect in &effects {
+        match effect {
+            Effect::Reserve { .. } => {
+                let amount = jobs::attempt_reservation(&row.submission()?);
+                let owner =
+                    Caller { account_id: row.account_id.clone(), key_id: row.key_id.clone(), ..Default::default() };
+                row.reservations += 1;
+                row.reserved_micros = amount;
+                row.reservation_day = at.utc_day();
+                accounts::reserve(tx, payer.unwrap_or(&owner), amount, &row.reservation_subject(), at)?;
+            }
+            Effect::Settle { charge } => settle(tx, &row, *charge, at)?,
+            // Outside the database: `execute`, after the commit.
+            Effect::StartContainer { .. }
+            | Effect::StopContainer { .. }
+            | Effect::PublishLog { .. }
+            | Effect::ReplayDue => {}
+        }
+    }
+    row.job = job;
+    jobs::save(tx, &row, row.job.next_due().map(|d| d.at), at)?;
+    Ok((row, effects))
+}
+
+/// Charges an attempt's run time (capped by the pricing rules) and releases
+/// the rest of the open reservation.
+fn settle(tx: &Connection, row: &JobRow, charge: Option<AttemptCharge>, at: Millis) -> StoreResult<()> {
+    let used = charge.map_or(0, |c| {
+        pricing::job_attempt_charge_micros(
+            row.cpu_millis,
+            row.memory_bytes,
+            c.run_millis,
+            row.job.running_deadline_seconds,
+            row.reserved_micros,
+        )
+    });
+    let (charged, released) = ledger::settle(row.reserved_micros, used);
+    let subject = row.reservation_subject();
+    for (kind, amount) in [(EntryKind::Charge, charged), (EntryKind::Release, released)] {
+        if amount > 0 {
+            let e = Entry {
+                account_id: &row.account_id,
+                key_id: row.key_id.as_deref(),
+                kind,
+                amount,
+                subject: Some(&subject),
+                reservation_day: Some(row.reservation_day),
+            };
+            accounts::append(tx, &e, at)?;
+        }
+    }
+    Ok(())
+}
+
+impl JobDriver {
+    pub fn new(p: DriverParts) -> JobDriver {
+        JobDriver {
+            store: p.store,
+            engine: p.engine,
+            clock: p.clock,
+            logs_dir: p.logs_dir,
+            capacity: p.capacity,
+            due_wake: p.due_wake,
+            scheduler_wake: Arc::new(Notify::new()),
+            reconciled: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Whether job tracking has caught up with the engine since start.
+    pub fn tracking_ready(&self) -> bool {
+        self.reconciled.load(Ordering::Relaxed)
+    }
+
+    pub fn wake_scheduler(&self) {
+        self.scheduler_wake.notify_one();
+    }
+
+    /// Resolves when `wake_scheduler` was called (since the last time).
+    pub async fn scheduler_woken(&self) {
+        self.scheduler_wake.notified().await
+    }
+
+    async fn load(&self, id: &str) -> Result<JobRow, StoreError> {
+        let jid = id.to_string();
+        self.store.read(move |c| jobs::load(c, &jid)).await?.ok_or_else(|| StoreError::NotFound(format!("job {id}")))
+    }
+
+    /// One write transaction (`transition`); nothing outside the database
+    /// is done yet.
+    pub async fn apply(
+        &self,
+        id: &str,
+        event: Event,
+        at: Millis,
+        payer: Option<Caller>,
+    ) -> Result<(JobRow, Vec<Effect>), JobError> {
+        let jid = id.to_string();
+        let (row, effects) = self.store.write(move |tx| transition(tx, &jid, event, at, payer.as_ref())).await?;
+        if row.job.next_due().is_some() {
+            self.due_wake.notify_one();
+        }
+        Ok((row, effects))
+    }
+
+    /// `apply`, then `execute`. Answers the job as `apply` saved it.
+    pub async fn step(&self, id: &str, event: Event, at: Millis) -> Result<JobRow, JobError> {
+        self.step_as(id, event, at, None).await
+    }
+
+    async fn step_as(&self, id: &str, event: Event, at: Millis, payer: Option<Caller>) -> Result<JobRow, JobError> {
+        let (row, effects) = self.apply(id, event, at, payer).await?;
+        self.after(&row, effects).await;
+        Ok(row)
+    }
+
+    /// Executes what a committed transition left to do; the scheduler looks
+    /// again when the job holds no container (capacity freed, or queued).
+    async fn after(&self, row: &JobRow, effects: Vec<Effect>) {
+        self.execute(row, effects).await;
+        if !matches!(row.job.phase, JobPhase::Provisioning | JobPhase::Running) {
+            self.wake_scheduler();
+        }
+    }
+
+    /// POST /jobs/{id}/cancel: the container, if any, is stopped before this
+    /// answers.
+    pub async fn cancel(&self, id: &str) -> Result<JobRow, JobError> {
+        self.step(id, Event::Cancel, self.clock.now()).await
+    }
+
+    /// POST /jobs/{id}/retry, the new reservation billed to `payer`.
+    pub async fn retry(&self, id: &str, payer: &Caller) -> Result<JobRow, JobError> {
+        self.step_as(id, Event::Retry, self.clock.now(), Some(payer.clone())).await
+    }
+
+    /// The one executor of the job machine's effects. Failures are logged:
+    /// the transition stands, and what it left undone is picked up by the
+    /// due-time loop (replays), by supervision (a recorded stop) or by
+    /// reconciliation on the next start.
+    fn execute<'a>(&'a self, row: &'a JobRow, effects: Vec<Effect>) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            for effect in effects {
+                match effect {
+                    // Written in the transaction that decided them.
+                    Effect::Reserve { .. } | Effect::Settle { .. } => {}
+                    Effect::StartContainer { attempt } => self.spawn_attempt(&row.id, attempt, None),
+                    Effect::StopContainer { attempt } => self.stop_container(row, attempt).await,
+                    Effect::PublishLog { attempt } => self.publish(row, attempt).await,
+                    Effect::ReplayDue => match self.step(&row.id, Event::Replay, self.clock.now()).await {
+                        Ok(_) => tracing::info!(job = %row.id, "evicted attempt replayed"),
+                        Err(e) => {
+                            tracing::warn!(job = %row.id, error = %e, "replay not applied; its due time retries it")
+                        }
+                    },
+                }
+            }
+        })
+    }
+
+    /// Kills the attempt's container by the name recorded for it, whoever
+    /// supervises it (or nobody: its exit is then found on reconciliation).
+    async fn stop_container(&self, row: &JobRow, attempt: u32) {
+        let container = recorded_container(row, attempt);
+        match self.engine.kill(&container).await {
+            Ok(()) => tracing::info!(job = %row.id, %container, "stopping container"),
+            // Not created yet: its start finds the stop recorded and is aborted.
+            Err(EngineError::NotFound) => tracing::debug!(job = %row.id, %container, "no container to stop yet"),
+            Err(e) => {
+                tracing::warn!(job = %row.id, %container, error = %e, "container not stopped; its supervision kills it when it resumes")
+            }
+        }
+    }
+
+    /// Publishes the ended attempt's log (first 1 MiB of the container's
+    /// output, if the engine still has it) and records `Published` with it
+    /// in one transaction, then removes the container.
+    async fn publish(&self, row: &JobRow, attempt: u32) {
+        let container = recorded_container(row, attempt);
+        let log = self.store_log(&row.id, attempt, &container).await;
+        let (jid, now) = (row.id.clone(), self.clock.now());
+        let published = self
+            .store
+            .write(move |tx| {
+                let log_available = log.is_some();
+                if let Some(log) = &log {
+                    jobs::insert_log(tx, &jid, log)?;
+                }
+                transition(tx, &jid, Event::Published { log_available }, now, None)
+            })
+            .await;
+        match published {
+            Ok((row, effects)) => {
+                self.engine.remove(&container).await;
+                self.after(&row, effects).await;
+            }
+            Err(e) => tracing::error!(job = %row.id, error = %e, "log not recorded; reconciliation publishes it again"),
+        }
+    }
+
+    /// Writes the container's output as a checked file; `None` when there is
+    /// no output to keep (the container is gone) or it could not be written.
+    async fn store_log(&self, job_id: &str, attempt: u32, container: &str) -> Option<StoredLog> {
+        let (bytes, truncated) = match self.engine.logs(container, LOG_CAP).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(job = job_id, error = %e, "container output unreadable; no log for this attempt");
+                return None;
+            }
+        };
+        let root = self.logs_dir.clone();
+        let (dir, stem) = (job_id.to_string(), format!("attempt-{attempt}"));
+        let len = bytes.len() as u64;
+        let written = tokio::task::spawn_blocking(move || files::write_checked(&root, &dir, &stem, &bytes)).await;
+        let Ok(Ok((storage_name, sha256))) = written else {
+            tracing::error!(job = job_id, "log could not be stored");
+            return None;
+        };
+        Some(StoredLog {
+            artifact: JobArtifact {
+                artifact_id: new_id(ids::COMPUTE_ARTIFACT),
+                kind: LOG_KIND.into(),
+                byte_length: len,
+                content_type: LOG_CONTENT_TYPE.into(),
+                created_at: self.clock.now(),
+                attempt,
+                truncated,
+            },
+            storage_name,
+            sha256,
+        })
+    }
+
+    /// Runs (or, given its `container`, resumes supervising) one attempt.
+    fn spawn_attempt(&self, job_id: &str, attempt: u32, container: Option<String>) {
+        let (driver, id) = (self.clone(), job_id.to_string());
+        let span = tracing::info_span!("job", id = %id, attempt);
+        tokio::spawn(async move { driver.run_attempt(&id, attempt, container).await }.instrument(span));
+    }
+
+    async fn run_attempt(&self, id: &str, attempt: u32, container: Option<String>) {
+        let container = match container {
+            Some(c) => c,
+            None => match self.start_container(id, attempt).await {
+                Ok(Some(c)) => c,
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::warn!(error = %e, "container did not start");
+                    self.engine.remove(&container_name(id, attempt)).await;
+                    if let Err(e) = self.step(id, Event::StartFailed, self.clock.now()).await {
+                        tracing::error!(error = %e, "start failure not recorded; reconciliation picks it up on restart");
+                    }
+                    return;
+                }
+            },
+        };
+        let ended = match self.supervise(id, attempt, &container).await {
+            Ok(ended) => ended,
+            Err(e) => {
+                tracing::error!(error = %e, "attempt supervision failed; reconciliation picks it up on restart");
+                return;
+            }
+        };
+        if let Err(e) = self.step(id, ended.event, ended.at).await {
+            tracing::error!(error = %e, "attempt end not recorded; reconciliation picks it up on restart");
+        }
+    }
+
+    /// Pulls, creates and starts the attempt's container. `None`: the start
+    /// was aborted for a stop asked for meanwhile (and recorded as such).
+    async fn start_container(&self, id: &str, attempt: u32) -> Result<Option<String>, AttemptError> {
+        let row = self.load(id).await?;
+        let request = row.submission()?;
+        self.engine.pull(&row.image_digest).await?;
+        let name = container_name(id, attempt);
+        let spec = ContainerSpec { name: &name, job_id: id, attempt, image: &row.image_digest, request: &request };
+        let container = self.engine.create(&spec).await?;
+        let executor =
+            Executor { engine: "docker".into(), container_name: name, container_id: Some(container.clone()) };
+        let (jid, now) = (id.to_string(), self.clock.now());
+        self.store.write(move |tx| jobs::set_executor(tx, &jid, attempt, executor, now)).await?;
+        if stop_recorded(&self.load(id).await?, attempt) {
+            tracing::info!("start aborted: a stop was asked for while the container was made");
+            self.engine.remove(&container).await;
+            self.step(id, Event::StartFailed, self.clock.now()).await?;
+            return Ok(None);
+        }
+        self.engine.start(&container).await?;
+        let started_at = self.engine.inspect(&container, false).await?.started_at.unwrap_or_else(|| self.clock.now());
+        // A stop asked for since the check above comes back as an effect here.
+        self.step(id, Event::ContainerStarted, started_at).await?;
+        tracing::info!(%container, "container started");
+        Ok(Some(container))
+    }
+
+    /// Waits for a running container to exit, and evicts it when its
+    /// writable layer outgrows its ephemeral storage limit. Stops the grid
+    /// asks for (deadline, cancel) are the executor's, not this task's: this
+    /// only tells them from kills it did not ask for.
+    async fn supervise(&self, id: &str, attempt: u32, container: &str) -> Result<Ended, AttemptError> {
+        let row = self.load(id).await?;
+        // The engine's log of the container counts against ephemeral storage too.
+        let storage_limit = docker::layer_limit(row.submission()?.resources.ephemeral_storage_bytes.limit) as i64;
+        if stop_recorded(&row, attempt) {
+            // A stop recorded when its kill could not reach the container
+            // (no engine, or before a restart).
+            self.engine.kill(container).await?;
+        }
+        let mut over_storage = false;
+        let exited = self.engine.wait(container);
+        tokio::pin!(exited);
+        let mut poll = tokio::time::interval(STORAGE_POLL);
+        loop {
+            tokio::select! {
+                r = &mut exited => { r?; break; }
+                _ = poll.tick(), if !over_storage => {
+                    if let Ok(state) = self.engine.inspect(container, true).await {
+                        if state.size_rw.is_some_and(|s| s > storage_limit) {
+                            tracing::warn!(size = state.size_rw, limit = storage_limit, "ephemeral storage over its limit; evicting");
+                            over_storage = true;
+                            self.engine.kill(container).await?;
+                        }
+                    }
+                }
+            }
+        }
+        let state = self.engine.inspect(container, false).await?;
+        // A stop is recorded before its kill is sent, so a kill the grid sent
+        // is known here.
+        let row = self.load(id).await?;
+        let stopped_by_grid = over_storage || stop_recorded(&row, attempt);
+        // The engine can report a FinishedAt a millisecond before the StartedAt
+        // of a container that exits at once; the end never precedes the start.
+        let started = row.job.attempts.get(attempt as usize - 1).and_then(|a| a.started_at);
+        let at = state.finished_at.unwrap_or_else(|| self.clock.now()).max(started.unwrap_or(Millis(i64::MIN)));
+        // A kill the grid did not ask for (exit by SIGKILL or SIGTERM without an
+        // OOM kill) is the container lost for a grid-side cause.
+        let killed_from_outside = !stopped_by_grid && !state.oom_killed && matches!(state.exit_code, 137 | 143);
+        let event = if over_storage || killed_from_outside {
+            Event::Evicted
+        } else {
+            Event::ContainerExited { exit_code: state.exit_code, oom_killed: state.oom_killed }
+        };
+        Ok(Ended { event, at })
+    }
+
+    /// Moves accepted jobs into the queue and starts queued ones, higher
+    /// priority first then older, while their requests fit the grid's
+    /// capacity. Order is strict: a job that does not fit holds back the
+    /// ones behind it, so large jobs are not starved by a stream of small
+    /// ones.
+    pub async fn schedule_once(&self) -> Result<(), JobError> {
+        let accepted = self.store.read(|c| jobs::ids_in_phase(c, JobPhase::Accepted)).await?;
+        for id in accepted {
+            self.step(&id, Event::Enqueue, self.clock.now()).await?;
+        }
+        if !self.engine.available() || !self.tracking_ready() {
+            return Ok(());
+        }
+        let (cap, now) = (self.capacity, self.clock.now());
+        let provisioned = self
+            .store
+            .write(move |tx| {
+                let (mut cpu, mut mem) = jobs::capacity_in_use(tx)?;
+                let mut provisioned = vec![];
+                for id in jobs::ids_in_phase(tx, JobPhase::Queued)? {
+                    let Some(row) = jobs::load(tx, &id)? else { continue };
+                    if cpu + row.cpu_millis > cap.cpu_millis || mem + row.memory_bytes > cap.memory_bytes {
+                        break;
+                    }
+                    match transition_row(tx, row, Event::Provision, now, None) {
+                        Ok((row, effects)) => {
+                            cpu += row.cpu_millis;
+                            mem += row.memory_bytes;
+                            provisioned.push((row, effects));
+                        }
+                        Err(JobError::Store(e)) => return Err(e),
+                        Err(e) => tracing::error!(job = %id, error = %e, "could not provision"),
+                    }
+                }
+                Ok(provisioned)
+            })
+            .await?;
+        for (row, effects) in provisioned {
+            self.execute(&row, effects).await;
+        }
+        Ok(())
+    }
+
+    /// Brings records and containers back in line after a start: resumes
+    /// supervision of running containers and finishes attempts whose
+    /// container ended or vanished while the server was away. Due times
+    /// fire only after this, so what the engine did meanwhile (an exit, a
+    /// lost container) is applied first.
+    pub async fn reconcile(&self) -> Result<(), AttemptError> {
+        let containers = self.engine.grid_containers().await?;
+        let find = |job: &str, attempt: u32| {
+            containers.iter().find(|c| c.job_id == job && c.attempt == attempt).map(|c| c.id.clone())
+        };
+        // Rows written before due times were stored.
+        for id in self.store.read(jobs::undated_ids).await? {
+            let row = self.load(&id).await?;
+            let due = row.job.next_due().map(|d| d.at);
+            self.store.write(move |tx| jobs::set_due_at(tx, &id, due)).await?;
+        }
+        for phase in [JobPhase::Provisioning, JobPhase::Running, JobPhase::Publishing] {
+            for id in self.store.read(move |c| jobs::ids_in_phase(c, phase)).await? {
+                let row = self.load(&id).await?;
+                let attempt = row.job.attempt_number();
+                let container = find(&id, attempt);
+                tracing::info!(job = %id, phase = phase.as_str(), container = container.as_deref().unwrap_or("-"), "reconciling");
+                match (phase, container) {
+                    // Publishes whatever output the engine still has.
+                    (JobPhase::Publishing, _) => self.publish(&row, attempt).await,
+                    (JobPhase::Provisioning, Some(c)) => match self.engine.inspect(&c, false).await?.started_at {
+                        Some(t) => {
+                            self.step(&id, Event::ContainerStarted, t).await?;
+                            self.spawn_attempt(&id, attempt, Some(c));
+                        }
+                        None => {
+                            self.engine.remove(&c).await;
+                            self.step(&id, Event::Evicted, self.clock.now()).await?;
+                        }
+                    },
+                    (_, Some(c)) => self.spawn_attempt(&id, attempt, Some(c)),
+                    // The container is gone: lost while the grid was away.
+                    (_, None) => {
+                        self.step(&id, Event::Evicted, self.clock.now()).await?;
+                    }
+                }
+            }
+        }
+        // Containers of attempts that are over, left by a stop between publishing
+        // their log and removing them. Jobs of other data dirs are not ours.
+        for c in &containers {
+            let jid = c.job_id.clone();
+            let Some(row) = self.store.read(move |conn| jobs::load(conn, &jid)).await? else { continue };
+            if c.attempt < row.job.attempt_number() || row.job.phase.is_finished() {
+                self.engine.remove(&c.id).await;
+            }
+        }
+        self.reconciled.store(true, Ordering::Relaxed);
+        self.wake_scheduler();
+        self.due_wake.notify_one();
+        Ok(())
+    }
+
+    /// Applies the job's due event at its due time, if it is due by `now`,
+    /// in one transaction with the check.
+    async fn fire(&self, id: &str, now: Millis) -> Result<(), JobError> {
+        let jid = id.to_string();
+        let fired = self
+            .store
+            .write(move |tx| {
+                let row = jobs::load(tx, &jid)?.ok_or_else(|| StoreError::NotFound(format!("job {jid}")))?;
+                match row.job.next_due() {
+                    Some(due) if due.at <= now => transition_row(tx, row, due.event, due.at, None).map(Some),
+                    // The stored due time was stale.
+                    other => {
+                        jobs::set_due_at(tx, &jid, other.map(|d| d.at))?;
+                        Ok(None)
+                    }
+                }
+            })
+            .await?;
+        if let Some((row, effects)) = fired {
+            tracing::info!(job = %id, phase = row.job.phase.as_str(), "due time fired");
+            self.after(&row, effects).await;
+        }
+        Ok(())
+    }
+}
+
+impl Due for JobDriver {
+    fn fire_due(&self, now: Millis) -> BoxFuture<'_, Option<Millis>> {
+        Box::pin(async move {
+            if !self.tracking_ready() {
+                return None;
+            }
+            let due = match self.store.read(move |c| jobs::due_ids(c, now)).await {
+                Ok(ids) => ids,
+                Err(e) => {
+                    tracing::warn!(error = %e, "due jobs unreadable; trying again");
+                    return None;
+                }
+            };
+            for id in due {
+                if let Err(e) = self.fire(&id, now).await {
+                    tracing::warn!(job = %id, error = %e, "due event not applied; trying again");
+                }
+            }
+            self.store.read(move |c| jobs::next_due_after(c, now)).await.unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "next due job unreadable");
+                None
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::VirtualClock;
+    use crate::compute::engine::fake::FakeEngine;
+    use grid_core::wire::job::TerminationReason;
+    use serde_json::json;
+
+    const T0: Millis = Millis(1_800_000_000_000);
+    /// The reservation (and the most an attempt is charged) of 500m and
+    /// 256Mi for a 60 s deadline: 21,600 µ€/h × 60 s.
+    const RESERVED_60S: i64 = 360;
+
+    struct Grid {
+        _dir: tempfile::TempDir,
+        store: Store,
+        clock: Arc<VirtualClock>,
+        engine: Arc<FakeEngine>,
+        driver: JobDriver,
+        caller: Caller,
+    }
+
+    impl Grid {
+        fn new() -> Grid {
+            let dir = tempfile::tempdir().unwrap();
+            let store = Store::open(dir.path(), Duration::from_secs(5)).unwrap();
+            let clock = Arc::new(VirtualClock::at(T0));
+            let engine = FakeEngine::new(clock.clone());
+            let caller = store
+                .write_blocking(|tx| {
+                    let id = accounts::create_account(tx, "t", 10_000_000, T0)?;
+                    Ok::<_, StoreError>(Caller { account_id: id, ..Default::default() })
+                })
+                .unwrap();
+            let driver = Grid::driver_on(&store, &clock, &engine, dir.path());
+            Grid { _dir: dir, store, clock, engine, driver, caller }
+        }
+
+        /// Another driver on the same database and engine: what a restarted
+        /// server (or another process) has, without the first one's tasks.
+        fn driver_on(
+            store: &Store,
+            clock: &Arc<VirtualClock>,
+            engine: &Arc<FakeEngine>,
+            dir: &std::path::Path,
+        ) -> JobDriver {
+            JobDriver::new(DriverParts {
+                store: store.clone(),
+                engine: engine.clone(),
+                clock: clock.clone(),
+                logs_dir: dir.join("logs"),
+                capacity: Capacity { cpu_millis: 4_000, memory_bytes: 8 << 30 },
+                due_wake: Arc::new(Notify::new()),
+            })
+        }
+
+        fn restarted(&self) -> JobDriver {
+            Grid::driver_on(&self.store, &self.clock, &self.engine, self._dir.path())
+        }
+
+        /// POST /jobs of `command` with 500m, 256Mi, a 60 s deadline and `retries`.
+        fn submit(&self, retries: u32) -> String {
+            let body = json!({
+                "image": "127.0.0.1:5000/tools/busybox:1",
+                "command": ["sleep", "600"],
+                "resources": {
+                    "cpu": {"request": "500m", "limit": "500m"},
+                    "memory": {"request": "256Mi", "limit": "256Mi"},
+                    "ephemeralStorage": {"request": "256Mi", "limit": "256Mi"},
+                },
+                "runningDeadlineSeconds": 60,
+                "retries": retries,
+                "capabilities": {"networkProfile": "none"},
+                "env": {},
+                "labels": {},
+                "idempotencyKey": format!("k-{}", self.clock.now().0),
+            });
+            let sub = grid_core::validate::job::validate(&body).unwrap();
+            let (caller, now) = (self.caller.clone(), self.clock.now());
+            self.store
+                .write_blocking(|tx| {
+                    jobs::submit(tx, &caller, &sub, &body, "127.0.0.1:5000/tools/busybox@sha256:ab", now)
+                })
+                .unwrap()
+                .0
+                .id
+        }
+
+        fn row(&self, id: &str) -> JobRow {
+            self.store.read_blocking(|c| jobs::load(c, id)).unwrap().unwrap()
+        }
+
+        fn due_at(&self, id: &str) -> Option<i64> {
+            self.store
+                .read_blocking(|c| Ok(c.query_row("SELECT due_at FROM jobs WHERE id = ?1", [id], |r| r.get(0))?))
+                .unwrap()
+        }
+
+        /// (kind, amount) of the job's ledger entries, in order.
+        fn ledger(&self, id: &str) -> Vec<(String, i64)> {
+            self.store
+                .read_blocking(|c| {
+                    let mut s = c.prepare("SELECT kind, amount FROM ledger WHERE subject LIKE ?1 ORDER BY rowid")?;
+                    let rows = s.query_map([format!("{id}/%")], |r| Ok((r.get(0)?, r.get(1)?)))?;
+                    Ok(rows.collect::<Result<_, _>>()?)
+                })
+                .unwrap()
+        }
+
+        /// Polls the job (its attempt's tasks run on the runtime) until `done`.
+        async fn until(&self, id: &str, what: &str, done: impl Fn(&JobRow) -> bool) -> JobRow {
+            for _ in 0..2_000 {
+                let row = self.row(id);
+                if done(&row) {
+                    return row;
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            panic!("job {id} never {what}: {:?}", self.row(id).job)
+        }
+
+        async fn phase(&self, id: &str, phase: JobPhase) -> JobRow {
+            self.until(id, phase.as_str(), |r| r.job.phase == phase).await
+        }
+
+        /// Submitted, scheduled and started by the driver.
+        async fn running(&self, retries: u32) -> String {
+            self.driver.reconcile().await.unwrap();
+            let id = self.submit(retries);
+            self.driver.schedule_once().await.unwrap();
+            self.phase(&id, JobPhase::Running).await;
+            id
+        }
+
+        /// Walked to RUNNING through `apply` alone, with its container
+        /// started in the engine: a job whose supervising task is gone.
+        async fn running_unsupervised(&self) -> String {
+            let id = self.submit(0);
+            let now = self.clock.now();
+            for e in [Event::Enqueue, Event::Provision] {
+                self.driver.apply(&id, e, now, None).await.unwrap();
+            }
+            let c = self.engine.run(&container_name(&id, 1), &id, 1);
+            let executor =
+                Executor { engine: "docker".into(), container_name: c.name.clone(), container_id: Some(c.id.clone()) };
+            let jid = id.clone();
+            self.store.write_blocking(move |tx| jobs::set_executor(tx, &jid, 1, executor, now)).unwrap();
+            self.driver.apply(&id, Event::ContainerStarted, c.started_at.unwrap(), None).await.unwrap();
+            id
+        }
+    }
+
+    fn reason(row: &JobRow) -> TerminationReason {
+        row.job.termination().expect("termination").reason.clone()
+    }
+
+    #[tokio::test]
+    async fn provision_starts_the_container_and_stores_its_deadline_as_due() {
+        let g = Grid::new();
+        let id = g.running(0).await;
+        let name = container_name(&id, 1);
+        let c = g.engine.container(&name).expect("container created");
+        assert!(c.running);
+        assert_eq!(c.image, "127.0.0.1:5000/tools/busybox@sha256:ab");
+        assert_eq!((c.job_id.as_str(), c.attempt), (id.as_str(), 1));
+        let row = g.row(&id);
+        assert_eq!(row.job.attempts[0].started_at, c.started_at);
+        assert_eq!(row.executors[&1].container_name, name);
+        assert_eq!(g.due_at(&id), Some(T0.plus_ms(60_000).0));
+        // Nothing is due yet: the due pass fires nothing and names the deadline.
+        assert_eq!(g.driver.fire_due(T0.plus_ms(59_999)).await, Some(T0.plus_ms(60_000)));
+        assert_eq!(g.row(&id).job.phase, JobPhase::Running);
+        assert!(g.engine.kills().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_deadline_fired_late_stops_the_container_and_ends_timed_out_at_the_deadline() {
+        let g = Grid::new();
+        let id = g.running(0).await;
+        let deadline = T0.plus_ms(60_000);
+        // The due pass comes 30 s late; the kill is dated then.
+        let now = g.clock.advance(90_000);
+        g.driver.fire_due(now).await;
+        assert_eq!(g.engine.kills(), vec![container_name(&id, 1)]);
+        let row = g.phase(&id, JobPhase::TimedOut).await;
+        assert_eq!(reason(&row), TerminationReason::RunningDeadlineExceeded);
+        assert_eq!(row.job.termination().unwrap().exit_code, Some(137));
+        let a = &row.job.attempts[0];
+        assert_eq!((a.started_at, a.ended_at), (Some(T0), Some(deadline)));
+        assert!(a.log_available);
+        // Charged exactly the 60 s up to the deadline: all of the reservation.
+        assert_eq!(g.ledger(&id), vec![("reserve".into(), RESERVED_60S), ("charge".into(), RESERVED_60S)]);
+        assert_eq!(g.due_at(&id), None);
+        assert!(g.engine.container(&container_name(&id, 1)).unwrap().removed);
+    }
+
+    #[tokio::test]
+    async fn a_deadline_passed_while_the_server_was_away_ends_at_the_deadline_after_the_restart() {
+        let g = Grid::new();
+        let id = g.running_unsupervised().await;
+        g.clock.advance(300_000);
+        let driver = g.restarted();
+        // Before reconciliation nothing fires: the engine's facts come first.
+        assert_eq!(driver.fire_due(g.clock.now()).await, None);
+        assert_eq!(g.row(&id).job.phase, JobPhase::Running);
+        driver.reconcile().await.unwrap();
+        driver.fire_due(g.clock.now()).await;
+        let row = g.phase(&id, JobPhase::TimedOut).await;
+        assert_eq!(row.job.attempts[0].ended_at, Some(T0.plus_ms(60_000)));
+        assert_eq!(g.ledger(&id), vec![("reserve".into(), RESERVED_60S), ("charge".into(), RESERVED_60S)]);
+    }
+
+    #[tokio::test]
+    async fn a_container_that_exits_is_published_and_charged_its_engine_run_time() {
+        let g = Grid::new();
+        let id = g.running(0).await;
+        g.clock.advance(30_000);
+        g.engine.exit(&container_name(&id, 1), 0);
+        let row = g.phase(&id, JobPhase::Succeeded).await;
+        assert_eq!(row.job.attempts[0].ended_at, Some(T0.plus_ms(30_000)));
+        let logs = g.store.read_blocking(|c| jobs::logs(c, &id)).unwrap();
+        assert_eq!(logs.len(), 1);
+        let bytes = files::read_checked(&g._dir.path().join("logs"), &logs[0].storage_name, &logs[0].sha256).unwrap();
+        assert_eq!(bytes, b"sleep 600");
+        // 21,600 µ€/h × 30 s = 180 µ€; the rest is released.
+        assert_eq!(g.ledger(&id), vec![("reserve".into(), 360), ("charge".into(), 180), ("release".into(), 180)]);
+    }
+
+    #[tokio::test]
+    async fn cancel_stops_the_container_by_its_recorded_name_with_no_task_supervising_it() {
+        let g = Grid::new();
+        let id = g.running_unsupervised().await;
+        let row = g.driver.cancel(&id).await.unwrap();
+        assert!(row.job.cancel_requested);
+        let name = container_name(&id, 1);
+        assert_eq!(g.engine.kills(), vec![name.clone()]);
+        assert!(!g.engine.container(&name).unwrap().running);
+        // The exit is found when supervision resumes (here: on reconciliation).
+        g.clock.advance(1_000);
+        g.restarted().reconcile().await.unwrap();
+        let row = g.phase(&id, JobPhase::Cancelled).await;
+        assert_eq!(reason(&row), TerminationReason::Cancelled);
+    }
+
+    #[tokio::test]
+    async fn cancel_while_supervised_ends_cancelled() {
+        let g = Grid::new();
+        let id = g.running(0).await;
+        g.clock.advance(10_000);
+        g.driver.cancel(&id).await.unwrap();
+        let row = g.phase(&id, JobPhase::Cancelled).await;
+        assert_eq!(row.job.attempts[0].ended_at, Some(T0.plus_ms(10_000)));
+        assert_eq!(g.ledger(&id), vec![("reserve".into(), 360), ("charge".into(), 60), ("release".into(), 300)]);
+    }
+
+    #[tokio::test]
+    async fn an_eviction_is_replayed_through_the_executor() {
+        let g = Grid::new();
+        let id = g.running(1).await;
+        g.clock.advance(5_000);
+        // Killed from outside the grid: the attempt is evicted, its replay applied at once.
+        g.engine.exit(&container_name(&id, 1), 137);
+        let row = g.until(&id, "replayed", |r| r.job.attempt_number() == 2).await;
+        assert_eq!(row.job.phase, JobPhase::Queued);
+        assert_eq!(row.job.attempts[0].termination.as_ref().unwrap().reason, TerminationReason::PlatformEvicted);
+        assert_eq!(g.due_at(&id), None);
+        // The replay holds the same reservation: nothing settled yet.
+        assert_eq!(g.ledger(&id), vec![("reserve".into(), 360)]);
+    }
+
+    #[tokio::test]
+    async fn an_owed_replay_is_applied_by_the_due_pass_when_no_task_applied_it() {
+        let g = Grid::new();
+        g.driver.reconcile().await.unwrap();
+        let id = g.submit(1);
+        let now = g.clock.now();
+        // Evicted while provisioning, then the process died before the replay.
+        for e in [Event::Enqueue, Event::Provision, Event::Evicted] {
+            g.driver.apply(&id, e, now, None).await.unwrap();
+        }
+        assert!(g.row(&id).job.replay_pending());
+        assert_eq!(g.due_at(&id), Some(now.0));
+        let later = g.clock.advance(7_000);
+        assert_eq!(g.driver.fire_due(later).await, None);
+        let row = g.row(&id);
+        assert_eq!((row.job.phase, row.job.attempt_number()), (JobPhase::Queued, 2));
+        // Applied at its due time.
+        assert_eq!(row.job.phase_timestamps[&JobPhase::Queued], now);
+        assert_eq!(g.due_at(&id), None);
+    }
+
+    #[tokio::test]
+    async fn a_failed_start_is_a_free_platform_failure() {
+        let g = Grid::new();
+        g.driver.reconcile().await.unwrap();
+        g.engine.fail_starts();
+        let id = g.submit(0);
+        g.driver.schedule_once().await.unwrap();
+        let row = g.phase(&id, JobPhase::Failed).await;
+        assert_eq!(reason(&row), TerminationReason::PlatformStartFailed);
+        assert_eq!(g.ledger(&id), vec![("reserve".into(), 360), ("release".into(), 360)]);
+        assert!(g.engine.container(&container_name(&id, 1)).unwrap().removed);
+    }
+
+    #[tokio::test]
+    async fn retry_reserves_again_for_the_payer_in_the_transition() {
+        let g = Grid::new();
+        let id = g.running(0).await;
+        g.clock.advance(1_000);
+        g.engine.exit(&container_name(&id, 1), 3);
+        g.phase(&id, JobPhase::Failed).await;
+        let row = g.driver.retry(&id, &g.caller).await.unwrap();
+        assert_eq!((row.job.phase, row.job.attempt_number(), row.reservations), (JobPhase::Queued, 2, 2));
+        let r2: Vec<_> = g.ledger(&id).into_iter().skip(3).collect();
+        assert_eq!(r2, vec![("reserve".into(), 360)]);
+    }
+}
