@@ -18,7 +18,7 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use grid_core::catalog::Profile;
 use grid_core::error::ApiError;
-use grid_core::item::{self, Backoff, Effect, Event, Failure, Outcome, TransitionError};
+use grid_core::item::{self, Backoff, Effect, Event, Failure, Outcome, Settlement, TransitionError};
 use grid_core::time::Millis;
 use grid_core::wire::item::ItemRetried;
 use rusqlite::Connection;
@@ -209,8 +209,9 @@ fn step(
 ) -> Result<(ItemRow, Outcome), ItemError> {
     let row = items::load_item(tx, id)?.ok_or_else(|| StoreError::NotFound(format!("item {id}")))?;
     let outcome = item::apply(&row.item, event, now, backoff)?;
-    items::save_item(tx, id, &outcome.item, now)?;
-    execute(tx, &row, files, &outcome.effects, now, after)?;
+    let mut owed = None;
+    execute(tx, &row, files, &outcome.effects, now, &mut owed, after)?;
+    items::save_item(tx, id, &outcome.item, owed, now)?;
     Ok((row, outcome))
 }
 
@@ -222,6 +223,7 @@ fn execute(
     files: &[PublishedFile],
     effects: &[Effect],
     now: Millis,
+    owed: &mut Option<Settlement>,
     after: &mut After,
 ) -> Result<(), ItemError> {
     for effect in effects {
@@ -231,7 +233,9 @@ fn execute(
                 let record = files::inline(&row.id, failure_record(row, *attempt, reason, now));
                 items::insert_files(tx, &row.id, &[record], now)?
             }
-            Effect::Settle(settlement) => items::owe_settlement(tx, &row.id, *settlement)?,
+            // Written with the item's state, in the same UPDATE: one
+            // statement less per finished item on the fetch hot path.
+            Effect::Settle(settlement) => *owed = Some(*settlement),
             // `run_at` is saved with the item; the due loop must learn of it.
             Effect::Requeue { run_at: _ } => after.due = true,
             Effect::Enqueue => after.queue = true,

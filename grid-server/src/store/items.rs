@@ -168,11 +168,12 @@ pub fn load_item(conn: &Connection, id: &str) -> StoreResult<Option<ItemRow>> {
     Ok(conn.prepare_cached(&sql)?.query_row([id], item_row).optional()?)
 }
 
-/// Stores an item's machine state (its effects are the driver's to execute).
-pub fn save_item(conn: &Connection, id: &str, it: &Item, now: Millis) -> StoreResult<()> {
+/// Stores an item's machine state and, when a transition made one due, the
+/// settlement it owes (for the settlement pass, `settle_due`).
+pub fn save_item(conn: &Connection, id: &str, it: &Item, owed: Option<Settlement>, now: Millis) -> StoreResult<()> {
     conn.prepare_cached(
         "UPDATE items SET state = ?2, attempts_made = ?3, failed_reason = ?4, failure_published = ?5, run_at = ?6,
-                          billable = ?7, updated_at = ?8
+                          billable = ?7, settlement_due = COALESCE(?8, settlement_due), updated_at = ?9
           WHERE id = ?1",
     )?
     .execute(params![
@@ -183,14 +184,9 @@ pub fn save_item(conn: &Connection, id: &str, it: &Item, now: Millis) -> StoreRe
         it.failure_published,
         it.run_at.map(|t| t.0),
         it.billable,
+        owed.map(Settlement::as_str),
         now.0
     ])?;
-    Ok(())
-}
-
-/// Records what the item owes, for the settlement pass (`settle_due`).
-pub fn owe_settlement(conn: &Connection, id: &str, settlement: Settlement) -> StoreResult<()> {
-    conn.prepare_cached("UPDATE items SET settlement_due = ?2 WHERE id = ?1")?.execute((id, settlement.as_str()))?;
     Ok(())
 }
 
@@ -483,8 +479,13 @@ pub(crate) mod tests {
             .unwrap();
         let (a2, b2) = (a.clone(), b.clone());
         s.write_blocking(move |tx| {
-            owe_settlement(tx, &a2, Settlement::Charge)?;
-            owe_settlement(tx, &b2, Settlement::Release)
+            for (id, owed) in [(a2, Settlement::Charge), (b2, Settlement::Release)] {
+                let mut row = load_item(tx, &id)?.unwrap();
+                row.item.state = if owed == Settlement::Charge { ItemState::Completed } else { ItemState::Failed };
+                row.item.billable = false;
+                save_item(tx, &id, &row.item, Some(owed), T)?;
+            }
+            Ok::<_, StoreError>(())
         })
         .unwrap();
         assert_eq!(s.write_blocking(|tx| settle_due(tx, T, 100)).unwrap(), 2);
