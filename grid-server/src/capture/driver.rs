@@ -197,7 +197,7 @@ impl Wake {
     }
 }
 
-/// Load → apply → save → execute, in the caller's transaction.
+/// Load → apply → execute → save, all in the caller's transaction.
 fn step(
     tx: &Connection,
     id: &str,
