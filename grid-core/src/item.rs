@@ -12,10 +12,14 @@
 //!    retry (failed, failure record not published, profile selectable) ◄── failed
 //! ```
 //!
-//! Settlement is decided here and carried out by the driver's settlement pass:
-//! a completed billable item owes its price once, a finally failed billable
-//! item returns its reservation. A manual retry is free: the item was already
-//! released, so it is no longer billable.
+//! Every transition returns the effects it asks for (`Effect`); the driver
+//! (`grid-server/src/capture/driver.rs`) executes them and decides nothing
+//! itself. Settlement is decided here and written to the ledger by the
+//! settlement pass: a completed billable item owes its price once, a finally
+//! failed billable item returns its reservation. A manual retry is free: the
+//! item was already released, so it is no longer billable. Only a terminal
+//! failure publishes a failure record: an item that ran out of transient
+//! attempts stays retryable.
 
 use serde::{Deserialize, Serialize};
 
@@ -172,13 +176,29 @@ impl Backoff {
     }
 }
 
+/// What a transition asks of the driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    /// Publish the file family the succeeding attempt stored, with the state
+    /// change.
+    PublishFiles,
+    /// Publish the item's failure record (its meta, outcome failure) with the
+    /// state change. Once published, the item can no longer be retried.
+    PublishFailureRecord { attempt: u32, reason: String },
+    /// The item owes this settlement; the settlement pass writes it to the
+    /// ledger.
+    Settle(Settlement),
+    /// The item runs again once `run_at` (its retry backoff) has passed: a
+    /// due time, fired by `Event::Wake`.
+    Requeue { run_at: Millis },
+    /// The item is claimable now: idle workers should look.
+    Enqueue,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
     pub item: Item,
-    /// Set when this transition makes a settlement due.
-    pub settlement: Option<Settlement>,
-    /// Set when this transition must publish the item's failure record.
-    pub publish_failure_record: bool,
+    pub effects: Vec<Effect>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -207,8 +227,7 @@ pub fn apply(item: &Item, event: Event, now: Millis, backoff: Backoff) -> Result
     use ItemState::*;
     let not_allowed = |e: &Event| TransitionError::NotAllowed { state: item.state.as_str(), event: event_name(e) };
     let mut next = item.clone();
-    let mut settlement = None;
-    let mut publish_failure_record = false;
+    let mut effects = vec![];
     match (&item.state, &event) {
         (Waiting | Prioritized, Event::Claim) => {
             next.state = Active;
@@ -220,14 +239,20 @@ pub fn apply(item: &Item, event: Event, now: Millis, backoff: Backoff) -> Result
                 return Err(TransitionError::NotDue(due));
             }
             next.run_at = None;
-            next.state = if matches!(event, Event::Claim) { Active } else { ItemState::queued(item.priority) };
+            if matches!(event, Event::Claim) {
+                next.state = Active;
+            } else {
+                next.state = ItemState::queued(item.priority);
+                effects.push(Effect::Enqueue);
+            }
         }
         (Active, Event::Succeed) => {
             next.attempts_made += 1;
             next.state = Completed;
             next.failed_reason = None;
+            effects.push(Effect::PublishFiles);
             if item.billable {
-                settlement = Some(Settlement::Charge);
+                effects.push(Effect::Settle(Settlement::Charge));
                 next.billable = false;
             }
         }
@@ -236,22 +261,28 @@ pub fn apply(item: &Item, event: Event, now: Millis, backoff: Backoff) -> Result
             next.failed_reason = Some(failure.reason().to_string());
             let terminal = matches!(failure, Failure::Terminal(_));
             if !terminal && next.attempts_made < MAX_ATTEMPTS {
+                let run_at = now.plus_ms(backoff.delay_ms(next.attempts_made));
                 next.state = Delayed;
-                next.run_at = Some(now.plus_ms(backoff.delay_ms(next.attempts_made)));
+                next.run_at = Some(run_at);
+                effects.push(Effect::Requeue { run_at });
             } else {
                 next.state = Failed;
                 if terminal {
                     next.failure_published = true;
-                    publish_failure_record = true;
+                    effects.push(Effect::PublishFailureRecord {
+                        attempt: next.attempts_made,
+                        reason: failure.reason().to_string(),
+                    });
                 }
                 if item.billable {
-                    settlement = Some(Settlement::Release);
+                    effects.push(Effect::Settle(Settlement::Release));
                     next.billable = false;
                 }
             }
         }
         (Active, Event::Recover) => {
             next.state = ItemState::queued(item.priority);
+            effects.push(Effect::Enqueue);
         }
         (Failed, Event::Retry { profile_selectable }) => {
             if item.failure_published {
@@ -264,11 +295,12 @@ pub fn apply(item: &Item, event: Event, now: Millis, backoff: Backoff) -> Result
             next.attempts_made = 0;
             next.failed_reason = None;
             next.run_at = None;
+            effects.push(Effect::Enqueue);
         }
         (_, Event::Retry { .. }) => return Err(ApiError::OnlyFailedCanBeRetried.into()),
         (_, e) => return Err(not_allowed(e)),
     }
-    Ok(Outcome { item: next, settlement, publish_failure_record })
+    Ok(Outcome { item: next, effects })
 }
 
 #[cfg(test)]
@@ -293,12 +325,29 @@ mod tests {
         assert_eq!(Item::new(Some(5)).state, ItemState::Prioritized);
     }
 
+    fn owed(o: &Outcome) -> Vec<Settlement> {
+        o.effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Settle(s) => Some(*s),
+                _ => None,
+            })
+            .collect()
+    }
+
     #[test]
-    fn success_completes_and_charges_once() {
+    fn claiming_a_queued_item_asks_for_nothing() {
+        let o = step(&Item::new(Some(4)), Event::Claim);
+        assert_eq!(o.item.state, ItemState::Active);
+        assert_eq!(o.effects, vec![]);
+    }
+
+    #[test]
+    fn success_completes_publishes_and_charges_once() {
         let o = step(&active(None), Event::Succeed);
         assert_eq!(o.item.state, ItemState::Completed);
         assert_eq!(o.item.attempts_made, 1);
-        assert_eq!(o.settlement, Some(Settlement::Charge));
+        assert_eq!(o.effects, vec![Effect::PublishFiles, Effect::Settle(Settlement::Charge)]);
         assert!(!o.item.billable);
         assert!(apply(&o.item, Event::Succeed, T0, B).is_err());
     }
@@ -308,7 +357,7 @@ mod tests {
         let o = step(&active(None), Event::Fail(Failure::Transient("timeout".into())));
         assert_eq!(o.item.state, ItemState::Delayed);
         assert_eq!(o.item.run_at, Some(T0.plus_ms(1_000)));
-        assert_eq!(o.settlement, None);
+        assert_eq!(o.effects, vec![Effect::Requeue { run_at: T0.plus_ms(1_000) }]);
         assert_eq!(o.item.failed_reason.as_deref(), Some("timeout"));
 
         // Not claimable before its time; claimable at it.
@@ -316,6 +365,17 @@ mod tests {
         let again = apply(&o.item, Event::Claim, T0.plus_ms(1_000), B).unwrap().item;
         let o2 = step(&again, Event::Fail(Failure::Transient("timeout".into())));
         assert_eq!(o2.item.run_at, Some(T0.plus_ms(2_000)));
+    }
+
+    #[test]
+    fn a_due_delayed_item_is_enqueued_by_its_wake() {
+        let delayed = step(&active(Some(2)), Event::Fail(Failure::Transient("503".into()))).item;
+        let due = delayed.run_at.unwrap();
+        assert_eq!(apply(&delayed, Event::Wake, due.plus_ms(-1), B), Err(TransitionError::NotDue(due)));
+        let o = apply(&delayed, Event::Wake, due, B).unwrap();
+        assert_eq!(o.item.state, ItemState::Prioritized);
+        assert_eq!(o.item.run_at, None);
+        assert_eq!(o.effects, vec![Effect::Enqueue]);
     }
 
     #[test]
@@ -329,8 +389,8 @@ mod tests {
         let o = step(&item, Event::Fail(Failure::Transient("503".into())));
         assert_eq!(o.item.state, ItemState::Failed);
         assert_eq!(o.item.attempts_made, 3);
-        assert_eq!(o.settlement, Some(Settlement::Release));
-        assert!(!o.publish_failure_record);
+        // No failure record: the item stays retryable.
+        assert_eq!(o.effects, vec![Effect::Settle(Settlement::Release)]);
         assert!(!o.item.failure_published);
     }
 
@@ -339,8 +399,14 @@ mod tests {
         let o = step(&active(None), Event::Fail(Failure::Terminal("bad params".into())));
         assert_eq!(o.item.state, ItemState::Failed);
         assert_eq!(o.item.attempts_made, 1);
-        assert!(o.publish_failure_record);
-        assert_eq!(o.settlement, Some(Settlement::Release));
+        assert!(o.item.failure_published);
+        assert_eq!(
+            o.effects,
+            vec![
+                Effect::PublishFailureRecord { attempt: 1, reason: "bad params".into() },
+                Effect::Settle(Settlement::Release)
+            ]
+        );
     }
 
     #[test]
@@ -366,10 +432,10 @@ mod tests {
         let o = step(&retryable, Event::Retry { profile_selectable: true });
         assert_eq!(o.item.state, ItemState::Prioritized);
         assert_eq!(o.item.attempts_made, 0);
-        assert_eq!(o.settlement, None);
-        // A retried item is free: succeeding later charges nothing.
+        assert_eq!(o.effects, vec![Effect::Enqueue]);
+        // A retried item is free: succeeding later publishes but charges nothing.
         let done = step(&step(&o.item, Event::Claim).item, Event::Succeed);
-        assert_eq!(done.settlement, None);
+        assert_eq!(done.effects, vec![Effect::PublishFiles]);
     }
 
     #[test]
@@ -378,6 +444,7 @@ mod tests {
         assert_eq!(o.item.state, ItemState::Prioritized);
         assert_eq!(o.item.attempts_made, 0);
         assert!(o.item.billable);
+        assert_eq!(o.effects, vec![Effect::Enqueue]);
     }
 
     fn arb_event() -> impl Strategy<Value = Event> {
@@ -408,7 +475,11 @@ mod tests {
                 now = now.plus_ms(10_000);
                 let before = item.clone();
                 if let Ok(o) = apply(&item, e, now, B) {
-                    if o.settlement.is_some() { settlements += 1; }
+                    settlements += owed(&o).len();
+                    let publishes = o.effects.iter().filter(|e| matches!(e, Effect::PublishFailureRecord { .. })).count();
+                    prop_assert_eq!(publishes > 0, o.item.failure_published && !before.failure_published);
+                    let requeued = o.effects.iter().any(|e| matches!(e, Effect::Requeue { .. }));
+                    prop_assert_eq!(requeued, o.item.state == ItemState::Delayed && before.state != ItemState::Delayed);
                     if before.failure_published { prop_assert!(false, "published failure changed"); }
                     item = o.item;
                 }

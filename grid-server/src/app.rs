@@ -25,10 +25,10 @@ pub struct App {
     pub tokens: crate::tokens::TokenVerifier,
     pub compute: Compute,
     pub sessions: crate::sessions::Sessions,
-    /// Group commit of capture claims and attempt ends.
-    pub commits: crate::capture::commits::Commits,
+    /// The capture item driver: every item state change goes through it.
+    pub items: Arc<crate::capture::driver::ItemDriver>,
     /// Woken when items become claimable, so idle workers start at once.
-    pub queue_ready: Notify,
+    pub queue_ready: Arc<Notify>,
     /// Workers running an item right now.
     pub busy_workers: AtomicU32,
     pub artifacts_dir: std::path::PathBuf,

@@ -30,13 +30,13 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use grid_core::item::Backoff;
 use serde_json::json;
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 
 use app::App;
 use compute::{Compute, ComputeConfig};
 use config::ServeConfig;
 use signing::Signer;
-use store::{items, Store};
+use store::Store;
 
 #[derive(Parser)]
 #[command(name = "grid-server", version, about = "Self-hosted remote-browser grid: API server and operator commands")]
@@ -387,26 +387,26 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     };
     let secret =
         store.write(|tx| store::setting_or_init(tx, "download_signing_secret", || ids::random_hex(32))).await?;
-    let backoff = config.backoff;
-    let recovered = store.write(move |tx| items::recover_active(tx, ids::now(), backoff)).await?;
+    let clock: Arc<dyn clock::Clock> = Arc::new(clock::SystemClock);
+    let wake = capture::driver::Wake::default();
+    let items =
+        Arc::new(capture::driver::ItemDriver::start(store.clone(), clock.clone(), config.backoff, wake.clone()));
+    let recovered = items.recover().await?;
     if recovered > 0 {
         tracing::warn!(items = recovered, "put items left active by the last run back in the queue");
     }
-    let commits = capture::commits::Commits::start(store.clone(), config.backoff);
-    let clock: Arc<dyn clock::Clock> = Arc::new(clock::SystemClock);
-    let due_wake = Arc::new(Notify::new());
     let compute =
-        Compute::new(compute_config, store.clone(), clock.clone(), due_wake.clone(), config.data_dir.join("logs"));
+        Compute::new(compute_config, store.clone(), clock.clone(), wake.due.clone(), config.data_dir.join("logs"));
     let app = Arc::new(App {
-        commits,
-        store,
         clock,
-        due_wake,
+        due_wake: wake.due,
+        queue_ready: wake.queue,
+        items,
+        store,
         signer: Signer::new(hex::decode(&secret).unwrap_or_else(|_| secret.into_bytes()), base_url.clone()),
         compute,
         sessions: sessions::Sessions::new(session_config),
         tokens: tokens::TokenVerifier::new(config.auth_url.clone(), args.jwks_url.clone()),
-        queue_ready: Notify::new(),
         busy_workers: AtomicU32::new(0),
         artifacts_dir: config.data_dir.join("artifacts"),
         browsers: browser_pool(&config),
@@ -418,7 +418,7 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     tokio::spawn(compute::health(app.clone(), stop_rx.clone()));
     tokio::spawn(compute::scheduler(app.compute.driver.clone(), stop_rx.clone()));
     // Every driver with durable due times fires them here.
-    let due_drivers: Vec<Arc<dyn due::Due>> = vec![Arc::new(app.compute.driver.clone())];
+    let due_drivers: Vec<Arc<dyn due::Due>> = vec![app.items.clone(), Arc::new(app.compute.driver.clone())];
     tokio::spawn(due::run(due_drivers, app.clock.clone(), app.due_wake.clone(), stop_rx.clone()));
     tokio::spawn(async move {
         shutdown_signal().await;
@@ -444,7 +444,7 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         workers.abort_all();
         while workers.join_next().await.is_some() {}
     }
-    let requeued = app.store.write(move |tx| items::recover_active(tx, ids::now(), backoff)).await?;
+    let requeued = app.items.recover().await?;
     if requeued > 0 {
         tracing::info!(items = requeued, "put unfinished items back in the queue");
     }

@@ -78,11 +78,7 @@ pub async fn item(app: &App, caller: &Caller, id: &str) -> Result<Reply, ApiErro
 }
 
 pub async fn retry(app: &App, caller: &Caller, id: &str) -> Result<Reply, ApiError> {
-    let (account, id) = (caller.account_id.clone(), id.to_string());
-    let backoff = app.config.backoff;
-    let retried =
-        app.store.write(move |tx| items::retry(tx, &account, &id, now(), backoff)).await.map_err(item_error)?;
-    app.queue_ready.notify_waiters();
+    let retried = app.items.retry(&caller.account_id, id).await.map_err(item_error)?;
     Ok(Reply::json(200, &retried))
 }
 

@@ -1,47 +1,43 @@
-//! Group commit for the capture queue. Workers' claims and attempt ends that
-//! arrive while a transaction is in flight are gathered and written together
-//! in the next one, each inside its own savepoint, so a failing request
-//! leaves no trace and the others still commit. With many workers this
-//! turns two write transactions per item into a few per batch of items.
+//! Group commit for the capture queue: the transport of the item driver's
+//! transactions (`driver.rs`). Requests that arrive while a transaction is
+//! in flight are gathered and written together in the next one, each inside
+//! its own savepoint, so a failing request leaves no trace and the others
+//! still commit. With many workers this turns two write transactions per
+//! item into a few per batch of items. What a request does is the driver's
+//! business; this module only runs it and answers once the group committed.
 
-use grid_core::item::{Backoff, Event, Outcome};
+use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::ids::now;
-use crate::store::items::{self, ItemError, ItemRow, PublishedFile};
+use crate::store::items::ItemError;
 use crate::store::{Store, StoreError};
 
 /// Most requests written in one transaction.
 const MAX_GROUP: usize = 256;
 
-enum Request {
-    Claim(oneshot::Sender<Result<Option<ItemRow>, ItemError>>),
-    Finish { id: String, event: Event, files: Vec<PublishedFile>, reply: oneshot::Sender<Result<Outcome, ItemError>> },
-}
-
 #[derive(Clone)]
 pub struct Commits {
-    tx: mpsc::UnboundedSender<Request>,
+    tx: mpsc::UnboundedSender<Box<dyn Request>>,
 }
 
 impl Commits {
-    pub fn start(store: Store, backoff: Backoff) -> Commits {
+    pub fn start(store: Store) -> Commits {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(store, backoff, rx));
+        tokio::spawn(run(store, rx));
         Commits { tx }
     }
 
-    /// Claims the next item in queue order (waking due delayed items first).
-    pub async fn claim(&self) -> Result<Option<ItemRow>, ItemError> {
+    /// Runs `work` in the next group transaction, in a savepoint of its own:
+    /// an `Err` rolls back what it wrote and nothing else. Answers once the
+    /// group has committed (or failed as a whole).
+    pub async fn run<T, F>(&self, work: F) -> Result<T, ItemError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, ItemError> + Send + 'static,
+    {
         let (reply, answer) = oneshot::channel();
-        self.tx.send(Request::Claim(reply)).map_err(|_| stopped())?;
-        answer.await.map_err(|_| stopped())?
-    }
-
-    /// Ends an attempt, publishing its files with the state change.
-    pub async fn finish(&self, id: &str, event: Event, files: Vec<PublishedFile>) -> Result<Outcome, ItemError> {
-        let (reply, answer) = oneshot::channel();
-        self.tx.send(Request::Finish { id: id.to_string(), event, files, reply }).map_err(|_| stopped())?;
+        let request = Pending { work: Some(work), done: None, reply };
+        self.tx.send(Box::new(request)).map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())?
     }
 }
@@ -50,7 +46,51 @@ fn stopped() -> ItemError {
     ItemError::Store(StoreError::Task("the commit task has stopped".into()))
 }
 
-async fn run(store: Store, backoff: Backoff, mut rx: mpsc::UnboundedReceiver<Request>) {
+/// One request of a group, its result type erased.
+trait Request: Send {
+    /// Runs inside the group's transaction and keeps the result.
+    fn run(&mut self, tx: &Connection);
+    /// Sends the kept result once the group committed, or `failed`.
+    fn answer(self: Box<Self>, failed: Option<ItemError>);
+}
+
+struct Pending<T, F> {
+    work: Option<F>,
+    done: Option<Result<T, ItemError>>,
+    reply: oneshot::Sender<Result<T, ItemError>>,
+}
+
+impl<T, F> Request for Pending<T, F>
+where
+    T: Send,
+    F: FnOnce(&Connection) -> Result<T, ItemError> + Send,
+{
+    fn run(&mut self, tx: &Connection) {
+        if let Some(work) = self.work.take() {
+            self.done = Some(in_savepoint(tx, work));
+        }
+    }
+
+    fn answer(self: Box<Self>, failed: Option<ItemError>) {
+        let result = match failed {
+            Some(e) => Err(e),
+            None => self.done.unwrap_or_else(|| Err(stopped())),
+        };
+        let _ = self.reply.send(result);
+    }
+}
+
+fn in_savepoint<T>(tx: &Connection, work: impl FnOnce(&Connection) -> Result<T, ItemError>) -> Result<T, ItemError> {
+    tx.execute_batch("SAVEPOINT request")?;
+    let done = work(tx);
+    let end = if done.is_ok() { "RELEASE request" } else { "ROLLBACK TO request; RELEASE request" };
+    if let Err(e) = tx.execute_batch(end) {
+        tracing::error!(error = %e, "savepoint could not be closed");
+    }
+    done
+}
+
+async fn run(store: Store, mut rx: mpsc::UnboundedReceiver<Box<dyn Request>>) {
     while let Some(first) = rx.recv().await {
         let mut group = vec![first];
         while group.len() < MAX_GROUP {
@@ -59,98 +99,32 @@ async fn run(store: Store, backoff: Backoff, mut rx: mpsc::UnboundedReceiver<Req
                 Err(_) => break,
             }
         }
-        let (work, replies): (Vec<_>, Vec<_>) = group
-            .into_iter()
-            .map(|r| match r {
-                Request::Claim(reply) => (Work::Claim, Reply::Claim(reply)),
-                Request::Finish { id, event, files, reply } => {
-                    (Work::Finish { id, event, files }, Reply::Finish(reply))
+        // The group stays owned here (not moved into the transaction), so
+        // every request is answered even when the transaction cannot begin
+        // or commit. A panic on the blocking thread drops the senders: the
+        // callers see the commit task as stopped.
+        let store = store.clone();
+        let written = tokio::task::spawn_blocking(move || {
+            let committed = store.write_blocking(|tx| {
+                for request in group.iter_mut() {
+                    request.run(tx);
                 }
-            })
-            .unzip();
-        let done = store
-            .write(move |tx| Ok::<_, StoreError>(work.into_iter().map(|w| w.run(tx, backoff)).collect::<Vec<_>>()))
-            .await;
-        match done {
-            Ok(results) => {
-                for (reply, result) in replies.into_iter().zip(results) {
-                    reply.send(result);
-                }
-            }
-            // The transaction itself failed (e.g. the database stayed busy):
-            // nothing of the group was written; each caller decides to retry.
+                Ok::<_, StoreError>(())
+            });
+            (group, committed)
+        })
+        .await;
+        let Ok((group, committed)) = written else { continue };
+        match committed {
+            Ok(()) => group.into_iter().for_each(|r| r.answer(None)),
+            // Nothing of the group was written; each caller decides to retry.
             Err(e) => {
                 let msg = e.to_string();
                 let busy = matches!(e, StoreError::Busy);
-                for reply in replies {
+                for request in group {
                     let err = if busy { StoreError::Busy } else { StoreError::Task(msg.clone()) };
-                    reply.fail(ItemError::Store(err));
+                    request.answer(Some(ItemError::Store(err)));
                 }
-            }
-        }
-    }
-}
-
-enum Work {
-    Claim,
-    Finish { id: String, event: Event, files: Vec<PublishedFile> },
-}
-
-enum Done {
-    Claim(Result<Option<ItemRow>, ItemError>),
-    Finish(Result<Outcome, ItemError>),
-}
-
-impl Work {
-    /// Runs inside a savepoint: a failed request is rolled back alone.
-    fn run(self, tx: &rusqlite::Connection, backoff: Backoff) -> Done {
-        if let Err(e) = tx.execute_batch("SAVEPOINT request") {
-            let err = ItemError::Store(e.into());
-            return match self {
-                Work::Claim => Done::Claim(Err(err)),
-                Work::Finish { .. } => Done::Finish(Err(err)),
-            };
-        }
-        let done = match self {
-            Work::Claim => Done::Claim(items::claim_next(tx, now(), backoff)),
-            Work::Finish { id, event, files } => {
-                Done::Finish(items::finish_attempt(tx, &id, event, &files, now(), backoff))
-            }
-        };
-        let ok = matches!(&done, Done::Claim(Ok(_)) | Done::Finish(Ok(_)));
-        let end = if ok { "RELEASE request" } else { "ROLLBACK TO request; RELEASE request" };
-        if let Err(e) = tx.execute_batch(end) {
-            tracing::error!(error = %e, "savepoint could not be closed");
-        }
-        done
-    }
-}
-
-enum Reply {
-    Claim(oneshot::Sender<Result<Option<ItemRow>, ItemError>>),
-    Finish(oneshot::Sender<Result<Outcome, ItemError>>),
-}
-
-impl Reply {
-    fn send(self, done: Done) {
-        match (self, done) {
-            (Reply::Claim(r), Done::Claim(d)) => {
-                let _ = r.send(d);
-            }
-            (Reply::Finish(r), Done::Finish(d)) => {
-                let _ = r.send(d);
-            }
-            (reply, _) => reply.fail(ItemError::Store(StoreError::Task("mismatched group reply".into()))),
-        }
-    }
-
-    fn fail(self, e: ItemError) {
-        match self {
-            Reply::Claim(r) => {
-                let _ = r.send(Err(e));
-            }
-            Reply::Finish(r) => {
-                let _ = r.send(Err(e));
             }
         }
     }

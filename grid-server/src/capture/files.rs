@@ -110,16 +110,35 @@ pub fn write_family(root: &Path, item_id: &str, files: Vec<FileContent>) -> std:
     files
         .into_iter()
         .map(|f| {
+            if f.bytes.len() <= INLINE_MAX_BYTES {
+                return Ok(inline(item_id, f));
+            }
+            let (storage_name, sha256) =
+                write_checked(root, shard, &format!("{item_id}-{}", f.kind.as_str()), &f.bytes)?;
             let byte_length = f.bytes.len() as i64;
-            let (storage_name, sha256, inline) = if f.bytes.len() <= INLINE_MAX_BYTES {
-                (format!("db:{item_id}/{}", f.kind.as_str()), sha256_hex(&f.bytes), Some(f.bytes))
-            } else {
-                let (name, sha) = write_checked(root, shard, &format!("{item_id}-{}", f.kind.as_str()), &f.bytes)?;
-                (name, sha, None)
-            };
-            Ok(PublishedFile { kind: f.kind, storage_name, sha256, inline, byte_length, content_type: f.content_type })
+            Ok(PublishedFile {
+                kind: f.kind,
+                storage_name,
+                sha256,
+                inline: None,
+                byte_length,
+                content_type: f.content_type,
+            })
         })
         .collect()
+}
+
+/// A file kept in the database, published in the same transaction as the
+/// item's state (so it needs no writing or syncing of its own).
+pub fn inline(item_id: &str, f: FileContent) -> PublishedFile {
+    PublishedFile {
+        kind: f.kind,
+        storage_name: format!("db:{item_id}/{}", f.kind.as_str()),
+        sha256: sha256_hex(&f.bytes),
+        byte_length: f.bytes.len() as i64,
+        content_type: f.content_type,
+        inline: Some(f.bytes),
+    }
 }
 
 /// A published file ready to serve: the bytes of one kept inline, or the

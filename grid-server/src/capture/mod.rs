@@ -1,12 +1,13 @@
 //! The capture runner: a bounded pool of workers that claim items from the
-//! durable queue, run their script and publish the outcome.
+//! durable queue, run their script and report how the attempt ended.
 //!
-//! **Invariant:** a worker changes an item only through `store::items`
-//! transitions, and publishes files in the same transaction as the state
+//! **Invariant:** a worker changes an item only through the item driver
+//! (`driver.rs`), which publishes files in the same transaction as the state
 //! change. An item whose worker dies mid-attempt stays `active` in the store
-//! and is put back in the queue on the next start (`recover_active`).
+//! and is put back in the queue on the next start (`ItemDriver::recover`).
 
 pub mod commits;
+pub mod driver;
 pub mod fetch;
 pub mod files;
 pub mod guard;
@@ -15,19 +16,18 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use grid_core::item::{Event, Failure};
-use serde_json::json;
+use grid_core::item::Failure;
 use tokio::sync::watch;
 use tracing::Instrument;
 
 use crate::app::App;
-use crate::ids::now;
-use crate::store::items::{self, ItemError, ItemRow, PublishedFile};
-use crate::store::StoreError;
+use crate::store::items::{ItemRow, PublishedFile};
+use driver::AttemptEnd;
 use fetch::Fetcher;
 use files::FileContent;
 
-/// Longest an idle worker sleeps before looking at the queue again.
+/// Longest an idle worker sleeps before looking at the queue again (the
+/// driver wakes it sooner when items become claimable).
 const IDLE_POLL: Duration = Duration::from_millis(500);
 
 pub fn spawn_workers(app: Arc<App>, shutdown: watch::Receiver<bool>) -> tokio::task::JoinSet<()> {
@@ -44,10 +44,11 @@ async fn worker(n: usize, app: Arc<App>, fetcher: Arc<Fetcher>, mut shutdown: wa
         if *shutdown.borrow() {
             return;
         }
-        // Register interest before looking, so a submission that lands
-        // between the look and the wait still wakes this worker.
+        // Register interest before looking, so items that become claimable
+        // between the look and the wait (a submission, a retry, a delayed
+        // item fired by the due loop) still wake this worker.
         let ready = app.queue_ready.notified();
-        match app.commits.claim().await {
+        match app.items.claim().await {
             Ok(Some(row)) => {
                 app.busy_workers.fetch_add(1, Ordering::Relaxed);
                 run_item(&app, &fetcher, row).await;
@@ -57,13 +58,9 @@ async fn worker(n: usize, app: Arc<App>, fetcher: Arc<Fetcher>, mut shutdown: wa
             Ok(None) => {}
             Err(e) => tracing::warn!(worker = n, error = %e, "claim failed"),
         }
-        let wait = match app.store.read(items::next_wake).await {
-            Ok(Some(t)) => Duration::from_millis((t.0 - now().0).clamp(1, IDLE_POLL.as_millis() as i64) as u64),
-            _ => IDLE_POLL,
-        };
         tokio::select! {
             _ = ready => {}
-            _ = tokio::time::sleep(wait) => {}
+            _ = tokio::time::sleep(IDLE_POLL) => {}
             _ = shutdown.changed() => {}
         }
     }
@@ -87,67 +84,27 @@ async fn run_attempt(app: &Arc<App>, fetcher: &Fetcher, row: ItemRow) {
     } else {
         fetcher.run(&row).await
     };
-    let (event, files) = match result {
-        Ok(files) => match publish_files(app, &row.id, files).await {
-            Ok(published) => (Event::Succeed, published),
-            Err(e) => (Event::Fail(Failure::Transient(format!("storing files failed: {e}"))), vec![]),
+    let end = match result {
+        Ok(files) => match write_files(app, &row.id, files).await {
+            Ok(stored) => AttemptEnd::Succeeded(stored),
+            Err(e) => AttemptEnd::Failed(Failure::Transient(format!("storing files failed: {e}"))),
         },
-        Err(Failure::Terminal(reason)) => {
-            let meta = failure_meta(&row, &reason);
-            match publish_files(app, &row.id, vec![FileContent::meta(&meta)]).await {
-                Ok(published) => (Event::Fail(Failure::Terminal(reason)), published),
-                Err(e) => (Event::Fail(Failure::Transient(format!("storing failure record failed: {e}"))), vec![]),
-            }
-        }
-        Err(transient) => (Event::Fail(transient), vec![]),
+        Err(failure) => AttemptEnd::Failed(failure),
     };
-    let outcome = finish(app, &row.id, event, files).await;
-    match outcome {
-        Some(o) => tracing::info!(
+    match app.items.finish(&row.id, end).await {
+        Ok(o) => tracing::info!(
             state = o.item.state.as_str(),
             reason = o.item.failed_reason.as_deref().unwrap_or(""),
             "attempt finished"
         ),
-        None => tracing::error!("attempt outcome could not be stored; the item is recovered on restart"),
+        Err(e) => tracing::error!(error = %e, "attempt end not stored; the item is recovered on restart"),
     }
 }
 
-/// The meta file of a failed item.
-fn failure_meta(row: &ItemRow, reason: &str) -> serde_json::Value {
-    json!({
-        "outcome": "failure",
-        "script": row.script.as_str(),
-        "profileId": row.profile.as_str(),
-        "url": row.url,
-        "reason": reason,
-        "attempt": row.item.attempts_made + 1,
-        "failedAt": now().to_iso(),
-    })
-}
-
-async fn publish_files(app: &App, item_id: &str, files: Vec<FileContent>) -> std::io::Result<Vec<PublishedFile>> {
+/// Writes and checks an attempt's files; the driver publishes them if the
+/// item machine says so.
+async fn write_files(app: &App, item_id: &str, files: Vec<FileContent>) -> std::io::Result<Vec<PublishedFile>> {
     let root = app.artifacts_dir.clone();
     let id = item_id.to_string();
     tokio::task::spawn_blocking(move || files::write_family(&root, &id, files)).await.map_err(std::io::Error::other)?
-}
-
-/// Stores an attempt's end, retrying while the database is busy (an admin
-/// command may hold it for a moment). Gives up after about a minute: the
-/// item then stays active and is recovered on the next start.
-async fn finish(app: &App, id: &str, event: Event, files: Vec<PublishedFile>) -> Option<grid_core::item::Outcome> {
-    let mut delay = Duration::from_millis(50);
-    for _ in 0..12 {
-        match app.commits.finish(id, event.clone(), files.clone()).await {
-            Ok(o) => return Some(o),
-            Err(ItemError::Store(StoreError::Busy)) => {}
-            Err(ItemError::Store(e)) => tracing::warn!(error = %e, "storing attempt end failed; trying again"),
-            Err(e) => {
-                tracing::error!(error = %e, "attempt end refused by the item's state");
-                return None;
-            }
-        }
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_secs(8));
-    }
-    None
 }

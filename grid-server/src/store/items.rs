@@ -1,21 +1,21 @@
 //! Capture batches, their items (the durable queue) and published files.
 //!
-//! Every state change of an item goes through `transition`, which loads the
-//! item, asks `grid_core::item::apply` for the next state and stores it in
-//! the caller's transaction.
+//! Plain SQL over the caller's connection. An item's state changes only
+//! through the item driver (`capture/driver.rs`): it loads the item here,
+//! asks `grid_core::item::apply` and saves the result and its effects here.
 
 use std::collections::BTreeMap;
 
 use grid_core::catalog::{ArtifactKind, Profile, Script};
 use grid_core::error::ApiError;
 use grid_core::ids;
-use grid_core::item::{self, Backoff, Event, Item, ItemState, Outcome, Settlement, TransitionError};
+use grid_core::item::{Item, ItemState, Settlement, TransitionError};
 use grid_core::ledger::EntryKind;
 use grid_core::pricing;
 use grid_core::time::Millis;
 use grid_core::wire::batch::{BatchCreated, BatchJob, BatchSubmission, BatchView};
 use grid_core::wire::grid::QueueCounts;
-use grid_core::wire::item::{CaptureItem, ItemRetried};
+use grid_core::wire::item::CaptureItem;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde_json::{Map, Value};
 
@@ -168,8 +168,9 @@ pub fn load_item(conn: &Connection, id: &str) -> StoreResult<Option<ItemRow>> {
     Ok(conn.prepare_cached(&sql)?.query_row([id], item_row).optional()?)
 }
 
-fn save_item(conn: &Connection, id: &str, o: &Outcome, now: Millis) -> StoreResult<()> {
-    let it = &o.item;
+/// Stores an item's machine state and, when a transition made one due, the
+/// settlement it owes (for the settlement pass, `settle_due`).
+pub fn save_item(conn: &Connection, id: &str, it: &Item, owed: Option<Settlement>, now: Millis) -> StoreResult<()> {
     conn.prepare_cached(
         "UPDATE items SET state = ?2, attempts_made = ?3, failed_reason = ?4, failure_published = ?5, run_at = ?6,
                           billable = ?7, settlement_due = COALESCE(?8, settlement_due), updated_at = ?9
@@ -183,9 +184,30 @@ fn save_item(conn: &Connection, id: &str, o: &Outcome, now: Millis) -> StoreResu
         it.failure_published,
         it.run_at.map(|t| t.0),
         it.billable,
-        o.settlement.map(Settlement::as_str),
+        owed.map(Settlement::as_str),
         now.0
     ])?;
+    Ok(())
+}
+
+/// Publishes a checked file family of an item.
+pub fn insert_files(conn: &Connection, id: &str, files: &[PublishedFile], now: Millis) -> StoreResult<()> {
+    let mut insert = conn.prepare_cached(
+        "INSERT INTO artifacts (item_id, kind, storage_name, sha256, byte_length, content_type, content, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )?;
+    for f in files {
+        insert.execute(params![
+            id,
+            f.kind.as_str(),
+            f.storage_name,
+            f.sha256,
+            f.byte_length,
+            f.content_type,
+            f.inline,
+            now.0
+        ])?;
+    }
     Ok(())
 }
 
@@ -203,20 +225,6 @@ impl From<rusqlite::Error> for ItemError {
     }
 }
 
-/// Loads an item, applies one event and stores the result.
-pub fn transition(
-    conn: &Connection,
-    id: &str,
-    event: Event,
-    now: Millis,
-    backoff: Backoff,
-) -> Result<(ItemRow, Outcome), ItemError> {
-    let row = load_item(conn, id)?.ok_or_else(|| StoreError::NotFound(format!("item {id}")))?;
-    let outcome = item::apply(&row.item, event, now, backoff)?;
-    save_item(conn, id, &outcome, now)?;
-    Ok((row, outcome))
-}
-
 /// The next item to run: the oldest without a priority, else the lowest
 /// priority, oldest first. Each band is one seek on `items_queue`.
 const NEXT_IN_QUEUE: &str = "SELECT id FROM (
@@ -227,25 +235,23 @@ const NEXT_IN_QUEUE: &str = "SELECT id FROM (
                                       ORDER BY priority, seq LIMIT 1))
  ORDER BY band LIMIT 1";
 
-/// Wakes delayed items whose time has come, then claims the next item in
-/// queue order: items without a priority first, then lower priority, then age.
+/// The next item in queue order: items without a priority first, then lower
+/// priority, then age.
 ///
 /// Both halves are one seek on `items_queue (state, priority, seq)`: a
 /// `waiting` item never has a priority (an invariant of the item machine),
 /// and saying `priority IS NULL` lets SQLite read that index in `seq` order
 /// instead of sorting every waiting item on each claim.
-pub fn claim_next(conn: &Connection, now: Millis, backoff: Backoff) -> Result<Option<ItemRow>, ItemError> {
-    let due: Vec<String> = conn
+pub fn next_in_queue(conn: &Connection) -> StoreResult<Option<String>> {
+    Ok(conn.prepare_cached(NEXT_IN_QUEUE)?.query_row([], |r| r.get(0)).optional()?)
+}
+
+/// Delayed items whose backoff has passed by `now` (a seek on `items_delayed`).
+pub fn due_delayed(conn: &Connection, now: Millis) -> StoreResult<Vec<String>> {
+    Ok(conn
         .prepare_cached("SELECT id FROM items WHERE state = 'delayed' AND run_at <= ?1")?
         .query_map([now.0], |r| r.get(0))?
-        .collect::<Result<_, _>>()?;
-    for id in due {
-        transition(conn, &id, Event::Wake, now, backoff)?;
-    }
-    let next: Option<String> = conn.prepare_cached(NEXT_IN_QUEUE)?.query_row([], |r| r.get(0)).optional()?;
-    let Some(id) = next else { return Ok(None) };
-    let (row, outcome) = transition(conn, &id, Event::Claim, now, backoff)?;
-    Ok(Some(ItemRow { item: outcome.item, ..row }))
+        .collect::<Result<_, _>>()?)
 }
 
 /// When the earliest delayed item becomes due, if any.
@@ -254,68 +260,12 @@ pub fn next_wake(conn: &Connection) -> StoreResult<Option<Millis>> {
     Ok(t.map(Millis))
 }
 
-/// Ends an attempt: publishes the files (if the transition publishes) in the
-/// same transaction as the state change.
-pub fn finish_attempt(
-    conn: &Connection,
-    id: &str,
-    event: Event,
-    files: &[PublishedFile],
-    now: Millis,
-    backoff: Backoff,
-) -> Result<Outcome, ItemError> {
-    let (_, outcome) = transition(conn, id, event, now, backoff)?;
-    let publish = outcome.item.state == ItemState::Completed || outcome.publish_failure_record;
-    if publish {
-        let mut insert = conn.prepare_cached(
-            "INSERT INTO artifacts (item_id, kind, storage_name, sha256, byte_length, content_type, content, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        )?;
-        for f in files {
-            insert
-                .execute(params![
-                    id,
-                    f.kind.as_str(),
-                    f.storage_name,
-                    f.sha256,
-                    f.byte_length,
-                    f.content_type,
-                    f.inline,
-                    now.0
-                ])
-                .map_err(StoreError::from)?;
-        }
-    }
-    Ok(outcome)
-}
-
-/// Puts every item left active by a stopped server back in the queue.
-pub fn recover_active(conn: &Connection, now: Millis, backoff: Backoff) -> Result<usize, ItemError> {
-    let ids: Vec<String> = conn
+/// Items a worker was running when the server stopped.
+pub fn active_ids(conn: &Connection) -> StoreResult<Vec<String>> {
+    Ok(conn
         .prepare("SELECT id FROM items WHERE state = 'active'")?
         .query_map([], |r| r.get(0))?
-        .collect::<Result<_, _>>()?;
-    for id in &ids {
-        transition(conn, id, Event::Recover, now, backoff)?;
-    }
-    Ok(ids.len())
-}
-
-/// POST /jobs/{id}/retry for a capture item.
-pub fn retry(
-    conn: &Connection,
-    account_id: &str,
-    id: &str,
-    now: Millis,
-    backoff: Backoff,
-) -> Result<ItemRetried, ItemError> {
-    let row = load_item(conn, id)?
-        .filter(|r| r.account_id == account_id)
-        .ok_or(TransitionError::Refused(ApiError::UnknownJob))?;
-    // Every profile the grid has ever offered is still selectable today.
-    let profile_selectable = Profile::ALL.contains(&row.profile);
-    let (_, outcome) = transition(conn, id, Event::Retry { profile_selectable }, now, backoff)?;
-    Ok(ItemRetried { job_id: id.to_string(), state: outcome.item.state })
+        .collect::<Result<_, _>>()?)
 }
 
 pub fn item_view(conn: &Connection, account_id: &str, id: &str) -> StoreResult<Option<CaptureItem>> {
@@ -419,23 +369,23 @@ pub fn settle_due(conn: &Connection, now: Millis, limit: usize) -> StoreResult<u
     Ok(due.len())
 }
 
+/// Fixtures shared with the item driver's tests: a temp-dir store, accounts
+/// and batches.
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::store::Store;
-    use grid_core::item::Failure;
     use std::time::Duration;
 
-    const B: Backoff = Backoff { base_ms: 1_000 };
-    const T: Millis = Millis(1_800_000_000_000);
+    pub(crate) const T: Millis = Millis(1_800_000_000_000);
 
-    fn store() -> (tempfile::TempDir, Store) {
+    pub(crate) fn store() -> (tempfile::TempDir, Store) {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), Duration::from_secs(1)).unwrap();
         (dir, store)
     }
 
-    fn caller(store: &Store, credit: i64, cap: Option<i64>) -> Caller {
+    pub(crate) fn caller(store: &Store, credit: i64, cap: Option<i64>) -> Caller {
         store
             .write_blocking(|tx| {
                 let id = accounts::create_account(tx, "t", credit, T)?;
@@ -460,7 +410,12 @@ mod tests {
         }
     }
 
-    fn submit(store: &Store, c: &Caller, n: usize, priority: Option<u32>) -> Result<BatchCreated, ReserveError> {
+    pub(crate) fn submit(
+        store: &Store,
+        c: &Caller,
+        n: usize,
+        priority: Option<u32>,
+    ) -> Result<BatchCreated, ReserveError> {
         let (c, sub) = (c.clone(), submission(n, priority));
         store.write_blocking(move |tx| Ok::<_, StoreError>(submit_batch(tx, &c, &sub, T))).unwrap()
     }
@@ -484,11 +439,11 @@ mod tests {
         assert_eq!(plan.iter().filter(|l| l.contains("TEMP B-TREE")).count(), 1, "{plan:?}");
     }
 
-    fn claim(store: &Store) -> Option<ItemRow> {
-        store.write_blocking(|tx| Ok::<_, StoreError>(claim_next(tx, T, B))).unwrap().unwrap()
+    fn next(store: &Store) -> Option<String> {
+        store.read_blocking(next_in_queue).unwrap()
     }
 
-    fn balance(store: &Store, c: &Caller) -> grid_core::ledger::Balance {
+    pub(crate) fn balance(store: &Store, c: &Caller) -> grid_core::ledger::Balance {
         let id = c.account_id.clone();
         store.read_blocking(move |conn| accounts::balance(conn, &id)).unwrap()
     }
@@ -503,7 +458,7 @@ mod tests {
             }
             other => panic!("expected insufficient credit, got {other:?}"),
         }
-        assert!(claim(&s).is_none());
+        assert!(next(&s).is_none());
         assert_eq!(balance(&s, &c).reserved_micros, 0);
         let capped = caller(&s, 1_000_000, Some(240));
         submit(&s, &capped, 2, None).unwrap();
@@ -511,32 +466,26 @@ mod tests {
     }
 
     #[test]
-    fn unprioritised_items_run_first_then_by_priority_then_age() {
-        let (_d, s) = store();
-        let c = caller(&s, 1_000_000, None);
-        submit(&s, &c, 1, Some(5)).unwrap();
-        submit(&s, &c, 1, Some(2)).unwrap();
-        let plain = submit(&s, &c, 2, None).unwrap();
-        let order: Vec<(String, Option<u32>)> =
-            std::iter::from_fn(|| claim(&s)).map(|r| (r.batch_id, r.item.priority)).collect();
-        let priorities: Vec<Option<u32>> = order.iter().map(|o| o.1).collect();
-        assert_eq!(priorities, vec![None, None, Some(2), Some(5)]);
-        assert_eq!(order[0].0, plain.batch_id);
-    }
-
-    #[test]
     fn settlement_charges_once_even_when_run_twice() {
         let (_d, s) = store();
         let c = caller(&s, 10_000, None);
         submit(&s, &c, 2, None).unwrap();
-        let a = claim(&s).unwrap();
-        let b = claim(&s).unwrap();
-        s.write_blocking(|tx| Ok::<_, StoreError>(finish_attempt(tx, &a.id, Event::Succeed, &[], T, B).unwrap()))
+        let (a, b) = s
+            .read_blocking(|c| {
+                let ids: Vec<String> =
+                    c.prepare("SELECT id FROM items")?.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
+                Ok((ids[0].clone(), ids[1].clone()))
+            })
             .unwrap();
-        s.write_blocking(|tx| {
-            Ok::<_, StoreError>(
-                finish_attempt(tx, &b.id, Event::Fail(Failure::Terminal("x".into())), &[], T, B).unwrap(),
-            )
+        let (a2, b2) = (a.clone(), b.clone());
+        s.write_blocking(move |tx| {
+            for (id, owed) in [(a2, Settlement::Charge), (b2, Settlement::Release)] {
+                let mut row = load_item(tx, &id)?.unwrap();
+                row.item.state = if owed == Settlement::Charge { ItemState::Completed } else { ItemState::Failed };
+                row.item.billable = false;
+                save_item(tx, &id, &row.item, Some(owed), T)?;
+            }
+            Ok::<_, StoreError>(())
         })
         .unwrap();
         assert_eq!(s.write_blocking(|tx| settle_due(tx, T, 100)).unwrap(), 2);
@@ -548,7 +497,7 @@ mod tests {
                 key_id: None,
                 kind: EntryKind::Charge,
                 amount: 120,
-                subject: Some(&a.id),
+                subject: Some(&a),
                 reservation_day: None,
             };
             accounts::append(tx, &e, T)
@@ -559,38 +508,6 @@ mod tests {
     }
 
     #[test]
-    fn active_items_are_recovered_without_counting_the_attempt() {
-        let (_d, s) = store();
-        let c = caller(&s, 10_000, None);
-        submit(&s, &c, 3, None).unwrap();
-        let a = claim(&s).unwrap();
-        claim(&s).unwrap();
-        assert_eq!(s.write_blocking(|tx| Ok::<_, StoreError>(recover_active(tx, T, B).unwrap())).unwrap(), 2);
-        let again = claim(&s).unwrap();
-        assert_eq!(again.id, a.id);
-        assert_eq!(again.item.attempts_made, 0);
-    }
-
-    #[test]
-    fn delayed_items_wake_when_due() {
-        let (_d, s) = store();
-        let c = caller(&s, 10_000, None);
-        submit(&s, &c, 1, None).unwrap();
-        let a = claim(&s).unwrap();
-        s.write_blocking(|tx| {
-            Ok::<_, StoreError>(
-                finish_attempt(tx, &a.id, Event::Fail(Failure::Transient("503".into())), &[], T, B).unwrap(),
-            )
-        })
-        .unwrap();
-        assert!(claim(&s).is_none());
-        assert_eq!(s.read_blocking(next_wake).unwrap(), Some(T.plus_ms(1_000)));
-        let later =
-            s.write_blocking(|tx| Ok::<_, StoreError>(claim_next(tx, T.plus_ms(1_000), B).unwrap())).unwrap().unwrap();
-        assert_eq!((later.id, later.item.attempts_made), (a.id, 1));
-    }
-
-    #[test]
     fn other_accounts_see_nothing() {
         let (_d, s) = store();
         let owner = caller(&s, 10_000, None);
@@ -598,12 +515,12 @@ mod tests {
         let created = submit(&s, &owner, 1, None).unwrap();
         let (bid, oid) = (created.batch_id.clone(), other.account_id.clone());
         assert!(s.read_blocking(move |c| batch_view(c, &oid, &bid)).unwrap().is_none());
-        let item = claim(&s).unwrap();
+        let item = next(&s).unwrap();
         let oid = other.account_id.clone();
-        let iid = item.id.clone();
+        let iid = item.clone();
         assert!(s.read_blocking(move |c| item_view(c, &oid, &iid)).unwrap().is_none());
         let oid = other.account_id.clone();
-        let r = s.read_blocking(move |c| Ok(check_artifact(c, &oid, &item.id, ArtifactKind::Meta))).unwrap();
+        let r = s.read_blocking(move |c| Ok(check_artifact(c, &oid, &item, ArtifactKind::Meta))).unwrap();
         assert_eq!(r.unwrap_err(), ApiError::UnknownJob);
     }
 }

@@ -1,0 +1,577 @@
+//! The capture item driver: the one place an item changes state.
+//!
+//! Every change is one step: load the item, ask `grid_core::item::apply`,
+//! save the new state and execute the effects the machine returned (`execute`,
+//! exhaustive), all in one transaction; wake-ups run after it commits.
+//! Workers only report what happened to an attempt (`AttemptEnd`); whether
+//! that publishes files or a failure record, owes a charge or a release, or
+//! requeues the item is the machine's answer, carried out here.
+//!
+//! The transactions travel through the group commit (`commits.rs`), each in
+//! a savepoint of its own. An item's retry backoff is its `run_at`, a durable
+//! due time: the due loop (`crate::due`) calls `fire_due`, which makes due
+//! items claimable and wakes idle workers, whichever process set it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use grid_core::catalog::Profile;
+use grid_core::error::ApiError;
+use grid_core::item::{self, Backoff, Effect, Event, Failure, Outcome, Settlement, TransitionError};
+use grid_core::time::Millis;
+use grid_core::wire::item::ItemRetried;
+use rusqlite::Connection;
+use serde_json::json;
+use tokio::sync::Notify;
+
+use super::commits::Commits;
+use super::files::{self, FileContent};
+use crate::clock::Clock;
+use crate::due::Due;
+use crate::store::items::{self, ItemError, ItemRow, PublishedFile};
+use crate::store::{Store, StoreError};
+
+/// How the driver wakes whoever waits on it, once a transaction committed.
+#[derive(Clone, Default)]
+pub struct Wake {
+    /// Idle capture workers: items became claimable.
+    pub queue: Arc<Notify>,
+    /// The due loop: a due time was set that may be sooner than its next pass.
+    pub due: Arc<Notify>,
+}
+
+/// What a worker reports at the end of an attempt.
+#[derive(Debug, Clone)]
+pub enum AttemptEnd {
+    /// The script's whole file family, stored and checked, ready to publish.
+    Succeeded(Vec<PublishedFile>),
+    Failed(Failure),
+}
+
+impl AttemptEnd {
+    fn event(&self) -> Event {
+        match self {
+            AttemptEnd::Succeeded(_) => Event::Succeed,
+            AttemptEnd::Failed(f) => Event::Fail(f.clone()),
+        }
+    }
+
+    fn files(&self) -> &[PublishedFile] {
+        match self {
+            AttemptEnd::Succeeded(files) => files,
+            AttemptEnd::Failed(_) => &[],
+        }
+    }
+}
+
+pub struct ItemDriver {
+    commits: Commits,
+    store: Store,
+    clock: Arc<dyn Clock>,
+    backoff: Backoff,
+    wake: Wake,
+}
+
+impl ItemDriver {
+    /// Starts the group commit the driver's transactions travel through.
+    pub fn start(store: Store, clock: Arc<dyn Clock>, backoff: Backoff, wake: Wake) -> ItemDriver {
+        ItemDriver { commits: Commits::start(store.clone()), store, clock, backoff, wake }
+    }
+
+    /// Claims the next item in queue order (making due delayed items
+    /// claimable first, so they keep their place in the queue).
+    pub async fn claim(&self) -> Result<Option<ItemRow>, ItemError> {
+        self.transact(claim_next).await
+    }
+
+    /// Ends an attempt. Retries while the database is busy (an admin command
+    /// may hold it for a moment) and gives up after about a minute: the item
+    /// then stays active and is recovered on the next start.
+    pub async fn finish(&self, id: &str, end: AttemptEnd) -> Result<Outcome, ItemError> {
+        let end = Arc::new(end);
+        let mut delay = Duration::from_millis(50);
+        let mut tries = 0;
+        loop {
+            let (id, end) = (id.to_string(), end.clone());
+            let result = self.transact(move |tx, now, backoff, after| finish(tx, &id, &end, now, backoff, after)).await;
+            tries += 1;
+            match result {
+                Err(ItemError::Store(e)) if tries < 12 => {
+                    if !matches!(e, StoreError::Busy) {
+                        tracing::warn!(error = %e, "storing attempt end failed; trying again");
+                    }
+                }
+                done => return done,
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(8));
+        }
+    }
+
+    /// POST /jobs/{id}/retry for a capture item of `account_id`.
+    pub async fn retry(&self, account_id: &str, id: &str) -> Result<ItemRetried, ItemError> {
+        let (account_id, id) = (account_id.to_string(), id.to_string());
+        self.transact(move |tx, now, backoff, after| retry(tx, &account_id, &id, now, backoff, after)).await
+    }
+
+    /// Puts every item left active (by a stopped server, or by workers cut
+    /// short at shutdown) back in the queue without counting the attempt.
+    pub async fn recover(&self) -> Result<usize, ItemError> {
+        self.transact(recover_active).await
+    }
+
+    /// Makes delayed items due by `now` claimable; answers the next due time.
+    /// Writes only when something is due, so an idle grid's due loop costs
+    /// one read per pass.
+    pub async fn fire(&self, now: Millis) -> Result<Option<Millis>, ItemError> {
+        let next = self.store.read(items::next_wake).await?;
+        if next.is_none_or(|t| t > now) {
+            return Ok(next);
+        }
+        let backoff = self.backoff;
+        let (next, after) = self
+            .commits
+            .run(move |tx| {
+                let mut after = After::default();
+                wake_due(tx, now, backoff, &mut after)?;
+                Ok((items::next_wake(tx)?, after))
+            })
+            .await?;
+        self.wake.signal(&after);
+        Ok(next)
+    }
+
+    /// Runs `work` as one transaction at the clock's time, then wakes whoever
+    /// its effects asked for.
+    async fn transact<T, F>(&self, work: F) -> Result<T, ItemError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection, Millis, Backoff, &mut After) -> Result<T, ItemError> + Send + 'static,
+    {
+        let (clock, backoff) = (self.clock.clone(), self.backoff);
+        let (value, after) = self
+            .commits
+            .run(move |tx| {
+                let mut after = After::default();
+                let value = work(tx, clock.now(), backoff, &mut after)?;
+                Ok((value, after))
+            })
+            .await?;
+        self.wake.signal(&after);
+        Ok(value)
+    }
+}
+
+impl Due for ItemDriver {
+    fn fire_due(&self, now: Millis) -> BoxFuture<'_, Option<Millis>> {
+        Box::pin(async move {
+            match self.fire(now).await {
+                Ok(next) => next,
+                Err(e) => {
+                    tracing::warn!(error = %e, "waking due items failed; the next pass tries again");
+                    None
+                }
+            }
+        })
+    }
+}
+
+/// Wake-ups owed once the transaction commits (never before: a worker woken
+/// early would find nothing).
+#[derive(Debug, Default)]
+struct After {
+    queue: bool,
+    due: bool,
+}
+
+impl Wake {
+    fn signal(&self, after: &After) {
+        if after.queue {
+            self.queue.notify_waiters();
+        }
+        if after.due {
+            // A permit, not `notify_waiters`: the loop may be mid-pass.
+            self.due.notify_one();
+        }
+    }
+}
+
+/// Load → apply → execute → save, all in the caller's transaction.
+fn step(
+    tx: &Connection,
+    id: &str,
+    event: Event,
+    files: &[PublishedFile],
+    now: Millis,
+    backoff: Backoff,
+    after: &mut After,
+) -> Result<(ItemRow, Outcome), ItemError> {
+    let row = items::load_item(tx, id)?.ok_or_else(|| StoreError::NotFound(format!("item {id}")))?;
+    let outcome = item::apply(&row.item, event, now, backoff)?;
+    let mut owed = None;
+    execute(tx, &row, files, &outcome.effects, now, &mut owed, after)?;
+    items::save_item(tx, id, &outcome.item, owed, now)?;
+    Ok((row, outcome))
+}
+
+/// Carries out what the machine asked for. No `_` arm: a new effect does not
+/// compile until it is executed here.
+fn execute(
+    tx: &Connection,
+    row: &ItemRow,
+    files: &[PublishedFile],
+    effects: &[Effect],
+    now: Millis,
+    owed: &mut Option<Settlement>,
+    after: &mut After,
+) -> Result<(), ItemError> {
+    for effect in effects {
+        match effect {
+            Effect::PublishFiles => items::insert_files(tx, &row.id, files, now)?,
+            Effect::PublishFailureRecord { attempt, reason } => {
+                let record = files::inline(&row.id, failure_record(row, *attempt, reason, now));
+                items::insert_files(tx, &row.id, &[record], now)?
+            }
+            // Written with the item's state, in the same UPDATE: one
+            // statement less per finished item on the fetch hot path.
+            Effect::Settle(settlement) => *owed = Some(*settlement),
+            // `run_at` is saved with the item; the due loop must learn of it.
+            Effect::Requeue { run_at: _ } => after.due = true,
+            Effect::Enqueue => after.queue = true,
+        }
+    }
+    Ok(())
+}
+
+/// The meta file of a failed item (docs/captures.md). Small, so it is kept
+/// in the database and written by the transaction that fails the item.
+fn failure_record(row: &ItemRow, attempt: u32, reason: &str, now: Millis) -> FileContent {
+    FileContent::meta(&json!({
+        "outcome": "failure",
+        "script": row.script.as_str(),
+        "profileId": row.profile.as_str(),
+        "url": row.url,
+        "reason": reason,
+        "attempt": attempt,
+        "failedAt": now.to_iso(),
+    }))
+}
+
+fn wake_due(tx: &Connection, now: Millis, backoff: Backoff, after: &mut After) -> Result<usize, ItemError> {
+    let due = items::due_delayed(tx, now)?;
+    for id in &due {
+        step(tx, id, Event::Wake, &[], now, backoff, after)?;
+    }
+    Ok(due.len())
+}
+
+fn claim_next(tx: &Connection, now: Millis, backoff: Backoff, after: &mut After) -> Result<Option<ItemRow>, ItemError> {
+    wake_due(tx, now, backoff, after)?;
+    let Some(id) = items::next_in_queue(tx)? else { return Ok(None) };
+    let (row, outcome) = step(tx, &id, Event::Claim, &[], now, backoff, after)?;
+    Ok(Some(ItemRow { item: outcome.item, ..row }))
+}
+
+fn finish(
+    tx: &Connection,
+    id: &str,
+    end: &AttemptEnd,
+    now: Millis,
+    backoff: Backoff,
+    after: &mut After,
+) -> Result<Outcome, ItemError> {
+    step(tx, id, end.event(), end.files(), now, backoff, after).map(|(_, outcome)| outcome)
+}
+
+fn recover_active(tx: &Connection, now: Millis, backoff: Backoff, after: &mut After) -> Result<usize, ItemError> {
+    let ids = items::active_ids(tx)?;
+    for id in &ids {
+        step(tx, id, Event::Recover, &[], now, backoff, after)?;
+    }
+    Ok(ids.len())
+}
+
+fn retry(
+    tx: &Connection,
+    account_id: &str,
+    id: &str,
+    now: Millis,
+    backoff: Backoff,
+    after: &mut After,
+) -> Result<ItemRetried, ItemError> {
+    let row = items::load_item(tx, id)?
+        .filter(|r| r.account_id == account_id)
+        .ok_or(TransitionError::Refused(ApiError::UnknownJob))?;
+    // Every profile the grid has ever offered is still selectable today.
+    let profile_selectable = Profile::ALL.contains(&row.profile);
+    let (_, outcome) = step(tx, id, Event::Retry { profile_selectable }, &[], now, backoff, after)?;
+    Ok(ItemRetried { job_id: id.to_string(), state: outcome.item.state })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::VirtualClock;
+    use crate::store::items::tests::{balance, caller, store, submit, T};
+    use futures_util::FutureExt;
+    use grid_core::catalog::ArtifactKind;
+    use grid_core::item::{Item, ItemState};
+
+    const B: Backoff = Backoff { base_ms: 1_000 };
+
+    struct Grid {
+        _dir: tempfile::TempDir,
+        store: Store,
+        clock: Arc<VirtualClock>,
+        wake: Wake,
+        driver: ItemDriver,
+    }
+
+    fn grid() -> Grid {
+        let (dir, store) = store();
+        let clock = Arc::new(VirtualClock::at(T));
+        let wake = Wake::default();
+        let driver = ItemDriver::start(store.clone(), clock.clone(), B, wake.clone());
+        Grid { _dir: dir, store, clock, wake, driver }
+    }
+
+    impl Grid {
+        async fn item(&self, id: &str) -> Item {
+            let id = id.to_string();
+            self.store.read(move |c| items::load_item(c, &id)).await.unwrap().unwrap().item
+        }
+
+        async fn settlement_due(&self, id: &str) -> Option<String> {
+            let id = id.to_string();
+            let q = "SELECT settlement_due FROM items WHERE id = ?1";
+            self.store.read(move |c| Ok(c.query_row(q, [id], |r| r.get(0))?)).await.unwrap()
+        }
+
+        /// Published files of an item: kind and inline bytes, by kind.
+        async fn published(&self, id: &str) -> Vec<(String, Option<Vec<u8>>)> {
+            let id = id.to_string();
+            self.store
+                .read(move |c| {
+                    let q = "SELECT kind, content FROM artifacts WHERE item_id = ?1 ORDER BY kind";
+                    let mut stmt = c.prepare(q)?;
+                    let rows = stmt.query_map([id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+                    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+                })
+                .await
+                .unwrap()
+        }
+
+        async fn settle(&self) -> usize {
+            let now = self.clock.now();
+            self.store.write(move |tx| items::settle_due(tx, now, 100)).await.unwrap()
+        }
+    }
+
+    fn transient() -> AttemptEnd {
+        AttemptEnd::Failed(Failure::Transient("target answered HTTP 503".into()))
+    }
+
+    #[tokio::test]
+    async fn a_transient_failure_is_requeued_with_backoff_and_becomes_claimable_exactly_when_due() {
+        let g = grid();
+        let c = caller(&g.store, 10_000, None);
+        submit(&g.store, &c, 1, None).unwrap();
+        let row = g.driver.claim().await.unwrap().unwrap();
+        g.clock.advance(250);
+        let o = g.driver.finish(&row.id, transient()).await.unwrap();
+        let due = T.plus_ms(250 + 1_000);
+        assert_eq!((o.item.state, o.item.run_at), (ItemState::Delayed, Some(due)));
+        assert!(g.wake.due.notified().now_or_never().is_some(), "the due loop learns of the new due time");
+        assert_eq!(g.settlement_due(&row.id).await, None);
+        assert!(g.published(&row.id).await.is_empty());
+
+        // A millisecond early, neither the due loop nor a claim takes it.
+        g.clock.set(due.plus_ms(-1));
+        assert_eq!(g.driver.fire_due(g.clock.now()).await, Some(due));
+        assert!(g.driver.claim().await.unwrap().is_none());
+        assert_eq!(g.item(&row.id).await.state, ItemState::Delayed);
+
+        // At its due time the loop makes it claimable and wakes idle workers.
+        g.clock.set(due);
+        let ready = g.wake.queue.notified();
+        assert_eq!(g.driver.fire_due(due).await, None, "nothing else is due");
+        assert!(ready.now_or_never().is_some(), "idle workers are woken");
+        assert_eq!(g.item(&row.id).await.state, ItemState::Waiting);
+        let again = g.driver.claim().await.unwrap().unwrap();
+        assert_eq!((again.id, again.item.attempts_made), (row.id, 1));
+    }
+
+    /// Claim order is unchanged by the due loop: a claim makes due items
+    /// claimable itself, so a due item keeps its (older) place in the queue
+    /// even when the loop has not fired yet.
+    #[tokio::test]
+    async fn a_claim_takes_a_due_item_in_its_queue_place_before_the_due_loop_fires() {
+        let g = grid();
+        let c = caller(&g.store, 10_000, None);
+        submit(&g.store, &c, 1, None).unwrap();
+        let first = g.driver.claim().await.unwrap().unwrap();
+        g.driver.finish(&first.id, transient()).await.unwrap();
+        submit(&g.store, &c, 1, None).unwrap();
+        g.clock.advance(B.base_ms);
+        let next = g.driver.claim().await.unwrap().unwrap();
+        assert_eq!(next.id, first.id);
+    }
+
+    #[tokio::test]
+    async fn a_terminal_failure_publishes_the_failure_record_the_machine_decides_and_owes_a_release() {
+        let g = grid();
+        let c = caller(&g.store, 10_000, None);
+        submit(&g.store, &c, 1, None).unwrap();
+        let row = g.driver.claim().await.unwrap().unwrap();
+        g.clock.advance(40);
+        let reason = "params.timeoutMs: must be at most 60000";
+        let o = g.driver.finish(&row.id, AttemptEnd::Failed(Failure::Terminal(reason.into()))).await.unwrap();
+        assert_eq!(o.item.state, ItemState::Failed);
+        assert!(o.item.failure_published);
+
+        let published = g.published(&row.id).await;
+        assert_eq!(published.len(), 1, "only the failure record");
+        assert_eq!(published[0].0, "meta");
+        let record: serde_json::Value = serde_json::from_slice(published[0].1.as_deref().unwrap()).unwrap();
+        assert_eq!(
+            record,
+            json!({
+                "outcome": "failure",
+                "script": "fetch",
+                "profileId": Profile::DEFAULT.as_str(),
+                "url": row.url,
+                "reason": reason,
+                "attempt": 1,
+                "failedAt": T.plus_ms(40).to_iso(),
+            })
+        );
+
+        assert_eq!(g.settlement_due(&row.id).await.as_deref(), Some("release"));
+        assert_eq!(g.settle().await, 1);
+        let bal = balance(&g.store, &c);
+        assert_eq!((bal.credit_micros, bal.reserved_micros), (10_000, 0));
+        // A published failure never changes.
+        let refused = g.driver.retry(&c.account_id, &row.id).await.unwrap_err();
+        assert!(
+            matches!(refused, ItemError::Transition(TransitionError::Refused(ApiError::PublishedFailureImmutable))),
+            "{refused:?}"
+        );
+    }
+
+    /// The worker reports a transient failure each time; only the machine
+    /// knows the third one ends the item, and that it publishes nothing.
+    #[tokio::test]
+    async fn an_item_out_of_transient_attempts_fails_unpublished_owes_a_release_and_stays_retryable() {
+        let g = grid();
+        let c = caller(&g.store, 10_000, None);
+        submit(&g.store, &c, 1, None).unwrap();
+        let mut o = None;
+        for _ in 0..item::MAX_ATTEMPTS {
+            g.clock.advance(60_000);
+            let row = g.driver.claim().await.unwrap().unwrap();
+            o = Some(g.driver.finish(&row.id, transient()).await.unwrap());
+        }
+        let o = o.unwrap();
+        let id = {
+            let id = g.store.read(|c| Ok(c.query_row("SELECT id FROM items", [], |r| r.get::<_, String>(0))?));
+            id.await.unwrap()
+        };
+        assert_eq!((o.item.state, o.item.attempts_made), (ItemState::Failed, item::MAX_ATTEMPTS));
+        assert!(g.published(&id).await.is_empty());
+        assert_eq!(g.settlement_due(&id).await.as_deref(), Some("release"));
+
+        let ready = g.wake.queue.notified();
+        let retried = g.driver.retry(&c.account_id, &id).await.unwrap();
+        assert_eq!(retried.state, ItemState::Waiting);
+        assert!(ready.now_or_never().is_some(), "a retried item wakes idle workers");
+        let other = caller(&g.store, 10_000, None);
+        let refused = g.driver.retry(&other.account_id, &id).await.unwrap_err();
+        assert!(matches!(refused, ItemError::Transition(TransitionError::Refused(ApiError::UnknownJob))));
+    }
+
+    fn family(id: &str) -> Vec<PublishedFile> {
+        let body =
+            FileContent { kind: ArtifactKind::Body, content_type: "text/plain".into(), bytes: b"hello".to_vec() };
+        let meta = FileContent::meta(&json!({"outcome": "success"}));
+        vec![files::inline(id, body), files::inline(id, meta)]
+    }
+
+    #[tokio::test]
+    async fn a_success_publishes_the_files_and_owes_a_charge_once() {
+        let g = grid();
+        let c = caller(&g.store, 10_000, None);
+        submit(&g.store, &c, 1, None).unwrap();
+        let row = g.driver.claim().await.unwrap().unwrap();
+        let o = g.driver.finish(&row.id, AttemptEnd::Succeeded(family(&row.id))).await.unwrap();
+        assert_eq!(o.item.state, ItemState::Completed);
+        let published = g.published(&row.id).await;
+        let kinds: Vec<&str> = published.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(kinds, ["body", "meta"]);
+        assert_eq!(published[0].1.as_deref(), Some(&b"hello"[..]));
+        assert_eq!(g.settlement_due(&row.id).await.as_deref(), Some("charge"));
+
+        // The same end reported again is refused and changes nothing.
+        let refused = g.driver.finish(&row.id, AttemptEnd::Succeeded(family(&row.id))).await.unwrap_err();
+        assert!(matches!(refused, ItemError::Transition(TransitionError::NotAllowed { .. })), "{refused:?}");
+        assert_eq!(g.published(&row.id).await.len(), 2);
+
+        assert_eq!(g.settle().await, 1);
+        assert_eq!(g.settle().await, 0);
+        let bal = balance(&g.store, &c);
+        assert_eq!((bal.credit_micros, bal.reserved_micros), (10_000 - 120, 0));
+    }
+
+    /// Requests sharing a group transaction each run in a savepoint: one
+    /// that fails half-way (its state saved, its second file refused) leaves
+    /// nothing, and the other still commits.
+    #[tokio::test]
+    async fn a_request_failing_half_way_rolls_back_alone_in_its_group() {
+        let g = grid();
+        let c = caller(&g.store, 10_000, None);
+        submit(&g.store, &c, 2, None).unwrap();
+        let row = g.driver.claim().await.unwrap().unwrap();
+        let mut twice = family(&row.id);
+        twice.push(twice[0].clone());
+        let end = AttemptEnd::Succeeded(twice);
+        let id = row.id.clone();
+        let failing = g.driver.commits.run(move |tx| finish(tx, &id, &end, T, B, &mut After::default()));
+        let (failed, claimed) = tokio::join!(failing, g.driver.claim());
+        assert!(matches!(failed, Err(ItemError::Store(StoreError::Sqlite(_)))), "{failed:?}");
+        assert!(claimed.unwrap().is_some(), "the other request of the group committed");
+        assert_eq!(g.item(&row.id).await.state, ItemState::Active);
+        assert!(g.published(&row.id).await.is_empty());
+        assert_eq!(g.settlement_due(&row.id).await, None);
+    }
+
+    #[tokio::test]
+    async fn recovery_requeues_active_items_without_counting_the_attempt() {
+        let g = grid();
+        let c = caller(&g.store, 10_000, None);
+        submit(&g.store, &c, 3, Some(9)).unwrap();
+        let a = g.driver.claim().await.unwrap().unwrap();
+        g.driver.claim().await.unwrap().unwrap();
+        let ready = g.wake.queue.notified();
+        assert_eq!(g.driver.recover().await.unwrap(), 2);
+        assert!(ready.now_or_never().is_some());
+        let again = g.driver.claim().await.unwrap().unwrap();
+        assert_eq!((&again.id, again.item.state, again.item.attempts_made), (&a.id, ItemState::Active, 0));
+        assert_eq!(g.item(&a.id).await.priority, Some(9));
+    }
+
+    #[tokio::test]
+    async fn unprioritised_items_run_first_then_by_priority_then_age() {
+        let g = grid();
+        let c = caller(&g.store, 1_000_000, None);
+        submit(&g.store, &c, 1, Some(5)).unwrap();
+        submit(&g.store, &c, 1, Some(2)).unwrap();
+        let plain = submit(&g.store, &c, 2, None).unwrap();
+        let mut order = vec![];
+        while let Some(row) = g.driver.claim().await.unwrap() {
+            order.push((row.batch_id, row.item.priority));
+        }
+        let priorities: Vec<Option<u32>> = order.iter().map(|o| o.1).collect();
+        assert_eq!(priorities, vec![None, None, Some(2), Some(5)]);
+        assert_eq!(order[0].0, plain.batch_id);
+    }
+}
