@@ -8,6 +8,7 @@ use grid_client::jobs::new_idempotency_key;
 use grid_client::sessions as session_calls;
 use grid_client::RawReply;
 use grid_core::session::SessionStatus;
+use grid_core::validate::session::{MAX_TTL_MINUTES, MIN_TTL_MINUTES};
 use grid_core::wire::session::{NewSession, SessionLease, SessionView};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
@@ -41,7 +42,7 @@ pub struct LeaseArgs {
     #[arg(long = "profile", value_name = "PROFILE")]
     profile_id: Option<String>,
     /// Lifetime in minutes, 1 to 240 (server default 30); the whole lifetime is reserved, ready time is charged.
-    #[arg(long = "ttl", value_name = "MINUTES", value_parser = clap::value_parser!(u32).range(1..=240))]
+    #[arg(long = "ttl", value_name = "MINUTES", value_parser = clap::value_parser!(u32).range(MIN_TTL_MINUTES..=MAX_TTL_MINUTES))]
     ttl_minutes: Option<u32>,
     /// Network policy: public-web-only/v1 (the browser reaches only public addresses).
     #[arg(long, value_name = "POLICY")]

@@ -303,6 +303,29 @@ mod tests {
         );
     }
 
+    /// The query a fully populated `JobListQuery` sends names exactly the
+    /// parameters of the list's one shape (`grid_core::shapes`) and passes
+    /// the server's validator. A literal without `..Default`: a field added
+    /// here does not compile until it is checked too.
+    #[test]
+    fn list_query_is_the_list_shape() {
+        let q = JobListQuery {
+            limit: Some(100),
+            phase: Some(JobPhase::Running),
+            label: Some(("team".into(), "data".into())),
+            cursor: Some("c".into()),
+        };
+        let endpoint = list_jobs(&q);
+        let sent: std::collections::BTreeSet<&str> =
+            endpoint.query().iter().map(|(k, _)| if k.starts_with("label.") { "label" } else { k.as_str() }).collect();
+        let shape = grid_core::shapes::job_list_query();
+        let properties: std::collections::BTreeSet<&str> =
+            shape["properties"].as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(sent, properties);
+        let parsed = grid_core::validate::list::list_query(endpoint.query()).unwrap();
+        assert_eq!((parsed.limit, parsed.phase, parsed.label), (100, Some(JobPhase::Running), q.label.clone()));
+    }
+
     #[test]
     fn builder_fills_the_contract_fields() {
         let job = JobBuilder::new("127.0.0.1:5000/tools/busybox:1", ["sh", "-c"])

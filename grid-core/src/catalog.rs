@@ -15,6 +15,8 @@ pub enum Script {
 
 impl Script {
     pub const ALL: [Script; 4] = [Script::Capture, Script::Fetch, Script::BrowserFetch, Script::RenderFetch];
+    /// The script of a batch that names none.
+    pub const DEFAULT: Script = Script::Capture;
 
     pub fn as_str(self) -> &'static str {
         match self {

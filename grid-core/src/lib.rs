@@ -15,6 +15,7 @@ pub mod netaddr;
 pub mod pricing;
 pub mod registry;
 pub mod session;
+pub mod shapes;
 pub mod time;
 pub mod validate;
 pub mod wire;

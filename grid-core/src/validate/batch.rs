@@ -8,10 +8,12 @@ use crate::catalog::{Profile, Script};
 use crate::error::ApiError;
 use crate::wire::batch::BatchSubmission;
 
+pub const MIN_URLS: usize = 1;
 pub const MAX_URLS: usize = 1_000;
 pub const MIN_PRIORITY: i64 = 1;
 pub const MAX_PRIORITY: i64 = 1_000_000;
-const FIELDS: &[&str] = &["urls", "script", "profileId", "params", "priority"];
+/// The members a body may have.
+pub const FIELDS: &[&str] = &["urls", "script", "profileId", "params", "priority"];
 
 pub fn validate(body: &Value) -> Result<BatchSubmission, ApiError> {
     let mut p = Problems::default();
@@ -21,9 +23,10 @@ pub fn validate(body: &Value) -> Result<BatchSubmission, ApiError> {
     p.unknown_fields(obj, FIELDS);
     let urls = urls(&mut p, obj);
     let script = match obj.get("script") {
-        None => Some(Script::Capture),
+        None => Some(Script::DEFAULT),
         Some(Value::String(s)) => Script::parse(s).or_else(|| {
-            p.push("script", format!("unknown script \"{s}\"; one of capture, fetch, browser-fetch, render-fetch"));
+            let names: Vec<&str> = Script::ALL.iter().map(|s| s.as_str()).collect();
+            p.push("script", format!("unknown script \"{s}\"; one of {}", names.join(", ")));
             None
         }),
         Some(v) => {
@@ -54,7 +57,8 @@ pub fn profile(p: &mut Problems, obj: &Map<String, Value>, field: &str) -> Optio
     match obj.get(field) {
         None => Some(Profile::DEFAULT),
         Some(Value::String(s)) => Profile::parse(s).or_else(|| {
-            p.push(field, format!("unknown profile \"{s}\"; one of desktop-browser-nl/v2, native-headless-browser/v2"));
+            let names: Vec<&str> = Profile::ALL.iter().map(|p| p.as_str()).collect();
+            p.push(field, format!("unknown profile \"{s}\"; one of {}", names.join(", ")));
             None
         }),
         Some(v) => {
@@ -67,7 +71,7 @@ pub fn profile(p: &mut Problems, obj: &Map<String, Value>, field: &str) -> Optio
 fn urls(p: &mut Problems, obj: &Map<String, Value>) -> Option<Vec<String>> {
     let list = match obj.get("urls") {
         None => {
-            p.push("urls", "is required: 1 to 1000 absolute URLs");
+            p.push("urls", format!("is required: {MIN_URLS} to {MAX_URLS} absolute URLs"));
             return None;
         }
         Some(Value::Array(a)) => a,
@@ -76,8 +80,8 @@ fn urls(p: &mut Problems, obj: &Map<String, Value>) -> Option<Vec<String>> {
             return None;
         }
     };
-    if list.is_empty() {
-        p.push("urls", "must hold at least 1 URL");
+    if list.len() < MIN_URLS {
+        p.push("urls", format!("must hold at least {MIN_URLS} URL"));
         return None;
     }
     if list.len() > MAX_URLS {
@@ -101,6 +105,11 @@ fn urls(p: &mut Problems, obj: &Map<String, Value>) -> Option<Vec<String>> {
 
 /// Parses an absolute http(s) URL, returning its normalised form.
 pub fn absolute_http_url(s: &str) -> Result<String, String> {
+    // The URL standard's parser strips these silently; a URL given with
+    // them is not the URL the schema's `^https?:` describes, so say so.
+    if s.starts_with(|c: char| c <= ' ') || s.ends_with(|c: char| c <= ' ') {
+        return Err(format!("must not begin or end with spaces or control characters: \"{}\"", s.escape_debug()));
+    }
     match Url::parse(s) {
         Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => Ok(u.to_string()),
         Ok(u) => Err(format!("scheme \"{}\" is not supported; use an absolute http or https URL", u.scheme())),
@@ -155,6 +164,27 @@ mod tests {
         assert_eq!(validate(&json!({"urls": ["http://h/"], "priority": 1_000_000})).unwrap().priority, Some(1_000_000));
         assert_eq!(detail(json!({"urls": ["http://h/"], "priority": 1_000_001})).len(), 1);
         assert_eq!(detail(json!({"urls": ["http://h/"], "priority": 1.5})).len(), 1);
+    }
+
+    #[test]
+    fn urls_are_taken_as_written() {
+        for s in [" http://h/", "http://h/ ", "\thttp://h/", "http://h/\n"] {
+            let d = detail(json!({"urls": [s]}));
+            assert!(d[0].starts_with("urls[0]: must not begin or end with spaces or control characters"), "{d:?}");
+        }
+        assert_eq!(
+            detail(json!({"urls": ["ftp://h/"]})),
+            vec!["urls[0]: scheme \"ftp\" is not supported; use an absolute http or https URL"]
+        );
+    }
+
+    #[test]
+    fn a_whole_number_may_be_written_with_a_fraction() {
+        assert_eq!(validate(&json!({"urls": ["http://h/"], "priority": 7.0})).unwrap().priority, Some(7));
+        assert_eq!(
+            detail(json!({"urls": ["http://h/"], "priority": 7.5})),
+            vec!["priority: must be a whole number between 1 and 1000000, got a number"]
+        );
     }
 
     #[test]

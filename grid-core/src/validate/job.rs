@@ -30,7 +30,8 @@ use super::{int_in_range, json_type, Problems};
 use crate::error::ApiError;
 use crate::wire::job::{Bounds, JobSubmission, NetworkProfile, Resources};
 
-const FIELDS: &[&str] = &[
+/// The members a body may have.
+pub const FIELDS: &[&str] = &[
     "image",
     "command",
     "args",
@@ -43,7 +44,13 @@ const FIELDS: &[&str] = &[
     "labels",
     "idempotencyKey",
 ];
+/// The members of `resources`, of each of its `{request, limit}` and of
+/// `capabilities`.
+pub const RESOURCES_FIELDS: &[&str] = &["cpu", "memory", "ephemeralStorage"];
+pub const BOUNDS_FIELDS: &[&str] = &["request", "limit"];
+pub const CAPABILITIES_FIELDS: &[&str] = &["networkProfile"];
 
+pub const MIN_COMMAND: usize = 1;
 pub const MAX_COMMAND: usize = 128;
 pub const MAX_ARGS: usize = 128;
 pub const MIN_CPU_MILLIS: u64 = 250;
@@ -54,15 +61,23 @@ pub const MIN_EPHEMERAL_STORAGE_BYTES: u64 = 256 << 20;
 pub const MAX_EPHEMERAL_STORAGE_BYTES: u64 = 32 << 30;
 pub const MIN_RUNNING_DEADLINE_SECONDS: i64 = 1;
 pub const MAX_RUNNING_DEADLINE_SECONDS: i64 = 21_600;
+pub const MIN_RETRIES: i64 = 0;
 pub const MAX_RETRIES: i64 = 3;
+pub const MIN_PRIORITY: i64 = 0;
 pub const MAX_PRIORITY: i64 = 10;
 pub const MAX_ENV: usize = 100;
 pub const MAX_LABELS: usize = 20;
 pub const MAX_LABEL_CHARS: usize = 63;
+pub const MIN_IDEMPOTENCY_KEY_CHARS: usize = 1;
 pub const MAX_IDEMPOTENCY_KEY_CHARS: usize = 128;
 pub const RESERVED_ENV_PREFIXES: [&str; 5] = ["AWS_", "AZURE_", "GRID_", "COMPUTE_", "GOOGLE_"];
 pub const RESERVED_ENV_NAMES: [&str; 5] =
     ["HOME", "HOSTNAME", "PATH", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"];
+/// [`valid_env_name`] as a regular expression, for the request's JSON Schema.
+pub const ENV_NAME_PATTERN: &str = "^[A-Z_][A-Z0-9_]*$";
+/// [`valid_label`] as a regular expression (its `{0,61}` is
+/// [`MAX_LABEL_CHARS`] less the two end characters).
+pub const LABEL_PATTERN: &str = "^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$";
 
 pub fn validate(body: &Value) -> Result<JobSubmission, ApiError> {
     let mut p = Problems::default();
@@ -82,8 +97,8 @@ pub fn validate(body: &Value) -> Result<JobSubmission, ApiError> {
     }
     let deadline =
         int_in_range(&mut p, obj, "runningDeadlineSeconds", MIN_RUNNING_DEADLINE_SECONDS, MAX_RUNNING_DEADLINE_SECONDS);
-    let retries = int_in_range(&mut p, obj, "retries", 0, MAX_RETRIES).unwrap_or(0);
-    let priority = int_in_range(&mut p, obj, "priority", 0, MAX_PRIORITY).unwrap_or(0);
+    let retries = int_in_range(&mut p, obj, "retries", MIN_RETRIES, MAX_RETRIES).unwrap_or(0);
+    let priority = int_in_range(&mut p, obj, "priority", MIN_PRIORITY, MAX_PRIORITY).unwrap_or(0);
     let network_profile = capabilities(&mut p, obj);
     let env = env(&mut p, obj);
     let labels = labels(&mut p, obj);
@@ -348,7 +363,7 @@ fn strings(
     required_max: Option<usize>,
 ) -> Option<Vec<String>> {
     let (min, max) = match required_max {
-        Some(max) => (1, max),
+        Some(max) => (MIN_COMMAND, max),
         None => (0, MAX_ARGS),
     };
     let list = match obj.get(field) {
@@ -392,7 +407,7 @@ fn strings(
 fn resources(p: &mut Problems, obj: &Map<String, Value>) -> Option<Resources> {
     let hint = "an object with cpu, memory and ephemeralStorage, each {request, limit}";
     let r = object(p, obj, "resources", "resources", hint)?;
-    unknown_members(p, r, "resources", &["cpu", "memory", "ephemeralStorage"]);
+    unknown_members(p, r, "resources", RESOURCES_FIELDS);
     let cpu = Quantity { parse: parse_cpu_millis, format: format_cpu_millis, min: MIN_CPU_MILLIS, max: MAX_CPU_MILLIS };
     let memory = Quantity { parse: parse_bytes, format: format_bytes, min: MIN_MEMORY_BYTES, max: MAX_MEMORY_BYTES };
     let storage = Quantity {
@@ -421,7 +436,7 @@ fn bounds(p: &mut Problems, resources: &Map<String, Value>, key: &str, q: Quanti
     let (min, max) = ((q.format)(q.min), (q.format)(q.max));
     let range = format!("{min} to {max}");
     let o = object(p, resources, key, &path, &format!("{{request, limit}}, quantities from {range}"))?;
-    unknown_members(p, o, &path, &["request", "limit"]);
+    unknown_members(p, o, &path, BOUNDS_FIELDS);
     let mut one = |which: &str| -> Option<(u64, &str)> {
         let field = format!("{path}.{which}");
         match o.get(which) {
@@ -461,7 +476,7 @@ fn bounds(p: &mut Problems, resources: &Map<String, Value>, key: &str, q: Quanti
 
 fn capabilities(p: &mut Problems, obj: &Map<String, Value>) -> Option<NetworkProfile> {
     let c = object(p, obj, "capabilities", "capabilities", "{\"networkProfile\": \"none\" or \"public-https\"}")?;
-    unknown_members(p, c, "capabilities", &["networkProfile"]);
+    unknown_members(p, c, "capabilities", CAPABILITIES_FIELDS);
     let field = "capabilities.networkProfile";
     match c.get("networkProfile") {
         None => {
@@ -577,15 +592,21 @@ fn idempotency_key(p: &mut Problems, obj: &Map<String, Value>) -> Option<String>
     let field = "idempotencyKey";
     match obj.get(field) {
         None => {
-            p.push(field, format!("is required: 1 to {MAX_IDEMPOTENCY_KEY_CHARS} characters"));
+            p.push(
+                field,
+                format!("is required: {MIN_IDEMPOTENCY_KEY_CHARS} to {MAX_IDEMPOTENCY_KEY_CHARS} characters"),
+            );
             None
         }
         Some(Value::String(s)) => {
             let n = s.chars().count();
-            if (1..=MAX_IDEMPOTENCY_KEY_CHARS).contains(&n) {
+            if (MIN_IDEMPOTENCY_KEY_CHARS..=MAX_IDEMPOTENCY_KEY_CHARS).contains(&n) {
                 Some(s.clone())
             } else {
-                p.push(field, format!("must be 1 to {MAX_IDEMPOTENCY_KEY_CHARS} characters, got {n}"));
+                p.push(
+                    field,
+                    format!("must be {MIN_IDEMPOTENCY_KEY_CHARS} to {MAX_IDEMPOTENCY_KEY_CHARS} characters, got {n}"),
+                );
                 None
             }
         }

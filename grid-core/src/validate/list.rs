@@ -1,13 +1,22 @@
 //! GET /jobs, GET /jobs/{jobId}/logs and GET /account query strings, already
-//! split into decoded pairs by the server.
+//! split into decoded pairs by the server, and the same parameters given as
+//! JSON (the `list_jobs` and `get_account` tools' arguments).
 
+use serde_json::{Map, Value};
+
+use super::{json_type, whole_number};
 use crate::error::ApiError;
 use crate::ledger::EntryKind;
 use crate::validate::job::valid_label;
 use crate::wire::job::JobPhase;
 
 pub const DEFAULT_LIMIT: usize = 50;
+pub const MIN_LIMIT: usize = 1;
 pub const MAX_LIMIT: usize = 100;
+/// The parameters GET /jobs takes (`label` stands for `label.<key>`).
+pub const PARAMETERS: &[&str] = &["limit", "cursor", "phase", "label"];
+/// `label.<key>` filters one call may carry.
+pub const MAX_LABEL_FILTERS: usize = 1;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListQuery {
@@ -33,8 +42,10 @@ pub fn list_query(pairs: &[(String, String)]) -> Result<ListQuery, ApiError> {
         }
         match k.as_str() {
             "limit" => match v.parse::<usize>() {
-                Ok(n) if (1..=MAX_LIMIT).contains(&n) => q.limit = n,
-                _ => problems.push(format!("limit: must be a whole number from 1 to {MAX_LIMIT}, got \"{v}\"")),
+                Ok(n) if (MIN_LIMIT..=MAX_LIMIT).contains(&n) => q.limit = n,
+                _ => {
+                    problems.push(format!("limit: must be a whole number from {MIN_LIMIT} to {MAX_LIMIT}, got \"{v}\""))
+                }
             },
             "cursor" => q.cursor = Some(v.clone()),
             "phase" => match JobPhase::parse(v) {
@@ -55,6 +66,77 @@ pub fn list_query(pairs: &[(String, String)]) -> Result<ListQuery, ApiError> {
     }
     if problems.is_empty() {
         Ok(q)
+    } else {
+        Err(ApiError::InvalidListQuery { detail: problems })
+    }
+}
+
+/// GET /jobs parameters given as a JSON object (`{"limit": 10, "phase":
+/// "RUNNING", "label": {"team": "data"}}`) as the query pairs [`list_query`]
+/// reads. Values of the wrong JSON type and unknown members are refused
+/// here, naming the member, so the object is held to the same shape as its
+/// JSON Schema (`shapes::job_list_query`); the values are `list_query`'s.
+pub fn query_pairs(args: &Map<String, Value>) -> Result<Vec<(String, String)>, ApiError> {
+    let mut pairs = vec![];
+    let mut problems = vec![];
+    for (k, v) in args {
+        match (k.as_str(), v) {
+            (k, _) if !PARAMETERS.contains(&k) => {
+                problems.push(format!("{k}: unknown parameter; one of {}", PARAMETERS.join(", ")))
+            }
+            ("limit", v) => match whole_number(v) {
+                Some(n) => pairs.push((k.clone(), n.to_string())),
+                None => problems.push(format!(
+                    "limit: must be a whole number from {MIN_LIMIT} to {MAX_LIMIT}, got {}",
+                    json_type(v)
+                )),
+            },
+            ("cursor" | "phase", Value::String(s)) => pairs.push((k.clone(), s.clone())),
+            ("cursor" | "phase", v) => problems.push(format!("{k}: must be a string, got {}", json_type(v))),
+            ("label", Value::Object(labels)) => {
+                for (key, value) in labels {
+                    match value {
+                        Value::String(s) => pairs.push((format!("label.{key}"), s.clone())),
+                        v => problems.push(format!("label.{key}: must be a string, got {}", json_type(v))),
+                    }
+                }
+            }
+            (_, v) => problems.push(format!("label: must be an object {{key: value}}, got {}", json_type(v))),
+        }
+    }
+    if problems.is_empty() {
+        Ok(pairs)
+    } else {
+        Err(ApiError::InvalidListQuery { detail: problems })
+    }
+}
+
+/// Parameters of GET /account.
+pub const ACCOUNT_PARAMETERS: &[&str] = &["limit", "cursor", "kind"];
+
+/// `get_account` arguments as GET /account query pairs (checked again by
+/// `account_query`): a wrong JSON type is refused by name here.
+pub fn account_query_pairs(args: &Map<String, Value>) -> Result<Vec<(String, String)>, ApiError> {
+    let mut pairs = vec![];
+    let mut problems = vec![];
+    for (k, v) in args {
+        match (k.as_str(), v) {
+            (k, _) if !ACCOUNT_PARAMETERS.contains(&k) => {
+                problems.push(format!("{k}: unknown parameter; one of {}", ACCOUNT_PARAMETERS.join(", ")))
+            }
+            ("limit", v) => match whole_number(v) {
+                Some(n) => pairs.push((k.clone(), n.to_string())),
+                None => problems.push(format!(
+                    "limit: must be a whole number from {MIN_LIMIT} to {MAX_LIMIT}, got {}",
+                    json_type(v)
+                )),
+            },
+            (_, Value::String(s)) => pairs.push((k.clone(), s.clone())),
+            (_, v) => problems.push(format!("{k}: must be a string, got {}", json_type(v))),
+        }
+    }
+    if problems.is_empty() {
+        Ok(pairs)
     } else {
         Err(ApiError::InvalidListQuery { detail: problems })
     }
@@ -101,8 +183,10 @@ pub fn account_query(pairs: &[(String, String)]) -> Result<AccountQuery, ApiErro
         }
         match k.as_str() {
             "limit" => match v.parse::<usize>() {
-                Ok(n) if (1..=MAX_LIMIT).contains(&n) => q.limit = n,
-                _ => problems.push(format!("limit: must be a whole number from 1 to {MAX_LIMIT}, got \"{v}\"")),
+                Ok(n) if (MIN_LIMIT..=MAX_LIMIT).contains(&n) => q.limit = n,
+                _ => {
+                    problems.push(format!("limit: must be a whole number from {MIN_LIMIT} to {MAX_LIMIT}, got \"{v}\""))
+                }
             },
             "cursor" => q.cursor = Some(v.clone()),
             "kind" => match EntryKind::parse(v) {
@@ -152,6 +236,43 @@ mod tests {
         assert!(refused(&[("label.a", "x"), ("label.b", "y")])[0].starts_with("label:"));
         assert!(refused(&[("label.A", "x")])[0].starts_with("label.A:"));
         assert!(refused(&[("sort", "asc")])[0].starts_with("sort:"));
+    }
+
+    fn args(v: serde_json::Value) -> Result<Vec<(String, String)>, Vec<String>> {
+        match query_pairs(v.as_object().unwrap()) {
+            Ok(q) => Ok(q),
+            Err(ApiError::InvalidListQuery { detail }) => Err(detail),
+            Err(e) => panic!("expected INVALID_LIST_QUERY, got {e:?}"),
+        }
+    }
+
+    #[test]
+    fn json_arguments_become_the_query() {
+        let q = args(serde_json::json!({"limit": 5.0, "cursor": "c", "phase": "RUNNING", "label": {"team": "x"}}));
+        assert_eq!(q.unwrap(), pairs(&[("cursor", "c"), ("label.team", "x"), ("limit", "5"), ("phase", "RUNNING")]));
+        assert_eq!(args(serde_json::json!({"label": {}})).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn json_arguments_of_the_wrong_type_are_refused_by_name() {
+        let d = args(serde_json::json!({
+            "limit": "5", "cursor": 7, "phase": null, "label": {"team": 1}, "label.team": "x"
+        }))
+        .unwrap_err();
+        assert_eq!(
+            d,
+            vec![
+                "cursor: must be a string, got a number",
+                "label.team: must be a string, got a number",
+                "label.team: unknown parameter; one of limit, cursor, phase, label",
+                "limit: must be a whole number from 1 to 100, got a string",
+                "phase: must be a string, got null",
+            ]
+        );
+        assert_eq!(
+            args(serde_json::json!({"label": "team=x"})).unwrap_err(),
+            vec!["label: must be an object {key: value}, got a string"]
+        );
     }
 
     #[test]

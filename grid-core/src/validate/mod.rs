@@ -64,7 +64,7 @@ pub fn json_type(v: &Value) -> &'static str {
 /// An integer field within `[min, max]`; `None` when absent.
 pub fn int_in_range(p: &mut Problems, obj: &Map<String, Value>, field: &str, min: i64, max: i64) -> Option<i64> {
     let v = obj.get(field)?;
-    match v.as_i64() {
+    match whole_number(v) {
         Some(n) if (min..=max).contains(&n) => Some(n),
         Some(n) => {
             p.push(field, format!("must be between {min} and {max}, got {n}"));
@@ -75,4 +75,13 @@ pub fn int_in_range(p: &mut Problems, obj: &Map<String, Value>, field: &str, min
             None
         }
     }
+}
+
+/// A JSON number that is a whole number, as JSON Schema's `integer` reads
+/// it: `5.0` is the integer 5 (some encoders write every number with a
+/// fraction), `5.5` is not one.
+pub fn whole_number(v: &Value) -> Option<i64> {
+    // Beyond 2^53 a float no longer says which integer it meant.
+    const EXACT: f64 = 9_007_199_254_740_992.0;
+    v.as_i64().or_else(|| v.as_f64().filter(|f| f.fract() == 0.0 && f.abs() <= EXACT).map(|f| f as i64))
 }

@@ -16,6 +16,12 @@
 //! rounded. Signs, exponents (`1e9`), whitespace and values beyond `u64` are
 //! refused.
 
+/// The grammar's CPU quantities as a regular expression (for the request's
+/// JSON Schema; exactness and bounds are checked on the parsed value).
+pub const CPU_QUANTITY_PATTERN: &str = r"^([0-9]+(\.[0-9]*)?|\.[0-9]+)m?$";
+/// The grammar's byte quantities as a regular expression.
+pub const BYTE_QUANTITY_PATTERN: &str = r"^([0-9]+(\.[0-9]*)?|\.[0-9]+)(k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$";
+
 /// Parses a CPU quantity (`"250m"`, `"0.5"`, `"1"`, `"8"`) into millicores.
 pub fn parse_cpu_millis(s: &str) -> Result<u64, String> {
     let (number, multiplier) = match s.strip_suffix('m') {

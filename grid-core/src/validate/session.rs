@@ -12,7 +12,8 @@ use crate::wire::session::SessionSubmission;
 pub const MIN_TTL_MINUTES: i64 = 1;
 pub const MAX_TTL_MINUTES: i64 = 240;
 pub const DEFAULT_TTL_MINUTES: u32 = 30;
-const FIELDS: &[&str] = &["profileId", "ttlMinutes", "network"];
+/// The members a body may have.
+pub const FIELDS: &[&str] = &["profileId", "ttlMinutes", "network"];
 
 pub fn validate(body: &Value) -> Result<SessionSubmission, ApiError> {
     let mut p = Problems::default();

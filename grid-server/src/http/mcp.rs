@@ -14,7 +14,10 @@
 
 use std::sync::Arc;
 
+use grid_core::catalog::ArtifactKind;
 use grid_core::error::ApiError;
+use grid_core::shapes;
+use grid_core::validate::list::{account_query_pairs, query_pairs};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, ACCEPT, ALLOW, CONTENT_TYPE, WWW_AUTHENTICATE};
@@ -155,8 +158,12 @@ async fn call_tool(app: &Arc<App>, caller: &Caller, params: &Value) -> Result<Va
         Some(Value::Object(m)) => m.clone(),
         Some(_) => return Err("params.arguments: must be an object".into()),
     };
-    let call = to_call(name, &args)?;
-    let (status, body) = match calls::perform(app, caller, call).await {
+    let answer = match to_call(name, &args) {
+        Ok(call) => calls::perform(app, caller, call).await,
+        Err(ToolError::Refused(e)) => Err(e),
+        Err(ToolError::Params(message)) => return Err(message),
+    };
+    let (status, body) = match answer {
         Ok(r) => (r.status, r.bytes().to_vec()),
         Err(e) => (e.status(), serde_json::to_vec(&e.body()).unwrap_or_default()),
     };
@@ -166,17 +173,28 @@ async fn call_tool(app: &Arc<App>, caller: &Caller, params: &Value) -> Result<Va
     }))
 }
 
-fn string_arg(args: &Map<String, Value>, field: &str) -> Result<String, String> {
+/// Why a tool's arguments make no call.
+#[derive(Debug)]
+enum ToolError {
+    /// They do not name the call (unknown tool, missing id): a JSON-RPC
+    /// invalid-params error.
+    Params(String),
+    /// The call's own validation refuses them: a tool error, as the HTTP
+    /// call would answer.
+    Refused(ApiError),
+}
+
+fn string_arg(args: &Map<String, Value>, field: &str) -> Result<String, ToolError> {
     match args.get(field) {
         Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
-        _ => Err(format!("arguments.{field}: required non-empty string")),
+        _ => Err(ToolError::Params(format!("arguments.{field}: required non-empty string"))),
     }
 }
 
-fn to_call(name: &str, args: &Map<String, Value>) -> Result<Call, String> {
+fn to_call(name: &str, args: &Map<String, Value>) -> Result<Call, ToolError> {
     let body = || Value::Object(args.clone());
     Ok(match name {
-        "get_account" => Call::Account(list_query(args)?),
+        "get_account" => Call::Account(account_query_pairs(args).map_err(ToolError::Refused)?),
         "grid_status" => Call::GridStatus,
         "queue_depth" => Call::QueueDepth,
         // Tools take no Idempotency-Key (docs/idempotency.md).
@@ -186,7 +204,7 @@ fn to_call(name: &str, args: &Map<String, Value>) -> Result<Call, String> {
         "retry_job" => Call::Retry(string_arg(args, "jobId")?),
         "get_artifact_url" => Call::ArtifactUrl { item: string_arg(args, "jobId")?, kind: string_arg(args, "kind")? },
         "submit_compute_job" => Call::SubmitJob(body()),
-        "list_jobs" => Call::ListJobs(list_query(args)?),
+        "list_jobs" => Call::ListJobs(query_pairs(args).map_err(ToolError::Refused)?),
         "cancel_job" => Call::Cancel(string_arg(args, "jobId")?),
         "get_job_artifacts" => Call::JobArtifacts(string_arg(args, "jobId")?),
         "get_job_logs" => {
@@ -199,76 +217,44 @@ fn to_call(name: &str, args: &Map<String, Value>) -> Result<Call, String> {
         "lease_session" => Call::LeaseSession { body: body(), idempotency_key: None },
         "list_sessions" => Call::ListSessions,
         "release_session" => Call::ReleaseSession(string_arg(args, "sessionId")?),
-        other => return Err(format!("Unknown tool: {other}")),
+        other => return Err(ToolError::Params(format!("Unknown tool: {other}"))),
     })
 }
 
-/// list_jobs arguments as GET /jobs query pairs, so the call validates them.
-fn list_query(args: &Map<String, Value>) -> Result<calls::Query, String> {
-    let mut q = vec![];
-    for (k, v) in args {
-        match (k.as_str(), v) {
-            ("label", Value::Object(labels)) => {
-                for (lk, lv) in labels {
-                    q.push((format!("label.{lk}"), lv.as_str().map_or_else(|| lv.to_string(), str::to_string)));
-                }
-            }
-            (_, Value::String(s)) => q.push((k.clone(), s.clone())),
-            (_, other) => q.push((k.clone(), other.to_string())),
-        }
-    }
-    Ok(q)
+fn tool(name: &str, title: &str, description: &str, input_schema: Value) -> Value {
+    json!({"name": name, "title": title, "description": description, "inputSchema": input_schema})
 }
 
-fn tool(name: &str, title: &str, description: &str, properties: Value, required: &[&str]) -> Value {
-    json!({
-        "name": name,
-        "title": title,
-        "description": description,
-        "inputSchema": {"type": "object", "properties": properties, "required": required, "additionalProperties": false}
-    })
+/// The input schema of a tool that is not a request body of the API (its
+/// arguments are path or query parameters).
+fn arguments(properties: Value, required: &[&str]) -> Value {
+    json!({"type": "object", "properties": properties, "required": required, "additionalProperties": false})
 }
 
 fn id_tool(name: &str, title: &str, description: &str, field: &str) -> Value {
-    tool(name, title, description, json!({ field: {"type": "string", "minLength": 1} }), &[field])
+    tool(name, title, description, arguments(json!({ field: {"type": "string", "minLength": 1} }), &[field]))
 }
 
-/// The tool list with input schemas that match the calls' validation.
+/// The tool list. A tool that submits a request body publishes that
+/// request's schema from `grid_core::shapes`, the one definition the
+/// validators are tested against; only the ids of the other tools are
+/// described here.
 pub fn tools() -> Vec<Value> {
-    let quantity = |pattern: &str| {
-        json!({"type": "object", "properties": {
-        "request": {"type": "string", "pattern": pattern}, "limit": {"type": "string", "pattern": pattern}},
-        "required": ["request", "limit"], "additionalProperties": false})
-    };
-    let cpu = quantity("^([0-9]+m|[0-9]*\\.?[0-9]+)$");
-    let bytes = quantity("^[0-9]*\\.?[0-9]+(k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$");
     vec![
         tool(
             "get_account",
             "Read your account",
             "Your credit, reserved amount, your key's daily-cap use and its reset time, and a page of your ledger \
              (reservations, charges, releases, credit), newest first, each with the batch, item, job or session it belongs to. Free.",
-            json!({
-                "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 50},
-                "cursor": {"type": "string", "description": "nextCursor of the previous page"},
-                "kind": {"type": "string", "enum": ["credit", "reserve", "charge", "release"]}
-            }),
-            &[],
+            shapes::account_query(),
         ),
-        tool("grid_status", "Grid status", "Queue figures, busy capture workers and session slots of the whole grid. Free.", json!({}), &[]),
-        tool("queue_depth", "Queue depth", "Capture items waiting, prioritised, delayed or active across the grid. Free.", json!({}), &[]),
+        tool("grid_status", "Grid status", "Queue figures, busy capture workers and session slots of the whole grid. Free.", arguments(json!({}), &[])),
+        tool("queue_depth", "Queue depth", "Capture items waiting, prioritised, delayed or active across the grid. Free.", arguments(json!({}), &[])),
         tool(
             "submit_batch",
             "Submit a capture batch",
             "Queues 1 to 1000 URLs, one item each, run by a script under a browser profile. Reserves the script's price per item (fetch 120 µ€, browser-fetch and render-fetch 800 µ€, capture 1000 µ€); charged when an item's files are published.",
-            json!({
-                "urls": {"type": "array", "items": {"type": "string", "format": "uri"}, "minItems": 1, "maxItems": 1000},
-                "script": {"type": "string", "enum": ["capture", "fetch", "browser-fetch", "render-fetch"], "default": "capture"},
-                "profileId": {"type": "string", "enum": ["desktop-browser-nl/v2", "native-headless-browser/v2"], "default": "desktop-browser-nl/v2"},
-                "params": {"type": "object", "description": "Script parameters, checked when each item runs (see docs/captures.md)."},
-                "priority": {"type": "integer", "minimum": 1, "maximum": 1000000, "description": "Lower runs sooner; items without priority run first."}
-            }),
-            &["urls"],
+            shapes::new_batch(),
         ),
         id_tool("get_batch", "Read a batch", "Counts and items (with states) of a capture batch. Free.", "batchId"),
         id_tool("get_job", "Read a job", "A capture item (by its id) or an analytical job record (cj_ id). Free.", "jobId"),
@@ -282,65 +268,33 @@ pub fn tools() -> Vec<Value> {
             "get_artifact_url",
             "Download URL of a capture file",
             "A 15-minute download URL for one file of a finished capture item. Free.",
-            json!({"jobId": {"type": "string", "minLength": 1}, "kind": {"type": "string", "enum": ["screenshot", "html", "body", "meta"]}}),
-            &["jobId", "kind"],
+            arguments(
+                json!({"jobId": {"type": "string", "minLength": 1}, "kind": {"type": "string", "enum": ArtifactKind::ALL.map(ArtifactKind::as_str)}}),
+                &["jobId", "kind"],
+            ),
         ),
         tool(
             "submit_compute_job",
             "Submit an analytical job",
             "Runs a container image from an admitted registry with a command and resource bounds. Reserves one attempt's longest cost: (vCPU × 0.04 € + GiB × 0.0064 €) per hour × runningDeadlineSeconds on requested CPU and memory.",
-            json!({
-                "image": {"type": "string", "minLength": 1},
-                "command": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 128},
-                "args": {"type": "array", "items": {"type": "string"}, "maxItems": 128},
-                "resources": {"type": "object", "properties": {"cpu": cpu, "memory": bytes.clone(), "ephemeralStorage": bytes},
-                              "required": ["cpu", "memory", "ephemeralStorage"], "additionalProperties": false},
-                "runningDeadlineSeconds": {"type": "integer", "minimum": 1, "maximum": 21600},
-                "retries": {"type": "integer", "minimum": 0, "maximum": 3, "default": 0},
-                "priority": {"type": "integer", "minimum": 0, "maximum": 10, "default": 0},
-                "capabilities": {"type": "object", "properties": {"networkProfile": {"type": "string", "enum": ["none", "public-https"]}},
-                                 "required": ["networkProfile"], "additionalProperties": false},
-                "env": {"type": "object", "maxProperties": 100, "propertyNames": {"pattern": "^[A-Z_][A-Z0-9_]*$"},
-                        "additionalProperties": {"type": "string"}},
-                "labels": {"type": "object", "maxProperties": 20, "propertyNames": {"pattern": "^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"},
-                           "additionalProperties": {"type": "string", "pattern": "^([a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?)?$"}},
-                "idempotencyKey": {"type": "string", "minLength": 1, "maxLength": 128}
-            }),
-            &["image", "command", "resources", "runningDeadlineSeconds", "capabilities", "env", "labels", "idempotencyKey"],
+            shapes::new_job(),
         ),
-        tool(
-            "list_jobs",
-            "List analytical jobs",
-            "The caller's analytical jobs, newest first. Free.",
-            json!({
-                "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 50},
-                "cursor": {"type": "string", "description": "nextCursor of the previous page"},
-                "phase": {"type": "string", "enum": ["ACCEPTED", "QUEUED", "PROVISIONING", "RUNNING", "PUBLISHING", "SUCCEEDED", "FAILED", "TIMED_OUT", "CANCELLED"]},
-                "label": {"type": "object", "maxProperties": 1, "additionalProperties": {"type": "string"}, "description": "one label filter, {key: value}"}
-            }),
-            &[],
-        ),
+        tool("list_jobs", "List analytical jobs", "The caller's analytical jobs, newest first. Free.", shapes::job_list_query()),
         id_tool("cancel_job", "Cancel a job", "Cancels an analytical job; it reaches CANCELLED once its container stopped. Free.", "jobId"),
         id_tool("get_job_artifacts", "List a job's files", "The published logs of an analytical job's attempts. Free.", "jobId"),
         tool(
             "get_job_logs",
             "Read a job's log",
             "stdout and stderr of an ended attempt (default: the current one), up to 1 MiB. Free.",
-            json!({"jobId": {"type": "string", "minLength": 1}, "attempt": {"type": "integer", "minimum": 1}}),
-            &["jobId"],
+            arguments(json!({"jobId": {"type": "string", "minLength": 1}, "attempt": {"type": "integer", "minimum": 1}}), &["jobId"]),
         ),
         tool(
             "lease_session",
             "Lease a browser session",
             "Leases a remote Chromium for 1 to 240 minutes and returns a one-time CDP URL. Reserves the whole lifetime at 0.07 € per hour; charged for ready time only.",
-            json!({
-                "profileId": {"type": "string", "enum": ["desktop-browser-nl/v2", "native-headless-browser/v2"]},
-                "ttlMinutes": {"type": "integer", "minimum": 1, "maximum": 240, "default": 30},
-                "network": {"type": "string", "enum": ["public-web-only/v1"]}
-            }),
-            &[],
+            shapes::new_session(),
         ),
-        tool("list_sessions", "List browser sessions", "The caller's live sessions (without their CDP URLs). Free.", json!({}), &[]),
+        tool("list_sessions", "List browser sessions", "The caller's live sessions (without their CDP URLs). Free.", arguments(json!({}), &[])),
         id_tool("release_session", "Release a browser session", "Ends a session at once; its CDP URL stops working. Free.", "sessionId"),
     ]
 }
@@ -376,8 +330,28 @@ mod tests {
     #[test]
     fn list_jobs_arguments_become_query_pairs() {
         let args = json!({"limit": 5, "phase": "RUNNING", "label": {"team": "x"}});
-        let q = list_query(args.as_object().unwrap()).unwrap();
+        let Ok(Call::ListJobs(q)) = to_call("list_jobs", args.as_object().unwrap()) else {
+            panic!("list_jobs is a ListJobs call");
+        };
         assert!(q.contains(&("limit".into(), "5".into())));
         assert!(q.contains(&("label.team".into(), "x".into())));
+        // A wrong type is the call's own refusal (a tool error), not a
+        // JSON-RPC error: the schema says integer, "5" is not one.
+        let args = json!({"limit": "5"});
+        match to_call("list_jobs", args.as_object().unwrap()) {
+            Err(ToolError::Refused(ApiError::InvalidListQuery { detail })) => {
+                assert_eq!(detail, ["limit: must be a whole number from 1 to 100, got a string"])
+            }
+            other => panic!("expected INVALID_LIST_QUERY, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn request_tools_publish_the_request_shapes() {
+        let schema = |name: &str| tools().into_iter().find(|t| t["name"] == name).unwrap()["inputSchema"].clone();
+        assert_eq!(schema("submit_batch"), shapes::new_batch());
+        assert_eq!(schema("submit_compute_job"), shapes::new_job());
+        assert_eq!(schema("lease_session"), shapes::new_session());
+        assert_eq!(schema("list_jobs"), shapes::job_list_query());
     }
 }
