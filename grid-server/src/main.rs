@@ -392,14 +392,15 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         tracing::warn!(items = recovered, "put items left active by the last run back in the queue");
     }
     let commits = capture::commits::Commits::start(store.clone(), config.backoff);
+    let clock: Arc<dyn clock::Clock> = Arc::new(clock::SystemClock);
     let app = Arc::new(App {
-        clock: Arc::new(clock::SystemClock),
+        sessions: sessions::Sessions::new(session_config, store.clone(), clock.clone()),
+        clock,
         due_wake: Arc::new(Notify::new()),
         commits,
         store,
         signer: Signer::new(hex::decode(&secret).unwrap_or_else(|_| secret.into_bytes()), base_url.clone()),
         compute: Compute::new(compute_config, config.data_dir.join("logs")),
-        sessions: sessions::Sessions::new(session_config),
         tokens: tokens::TokenVerifier::new(config.auth_url.clone(), args.jwks_url.clone()),
         queue_ready: Notify::new(),
         busy_workers: AtomicU32::new(0),
@@ -407,26 +408,29 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         browsers: browser_pool(&config),
         config,
     });
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let mut workers = capture::spawn_workers(app.clone(), stop_rx.clone());
-    let settlement = tokio::spawn(settlement::run(app.clone(), stop_rx.clone()));
-    tokio::spawn(compute::health(app.clone(), stop_rx.clone()));
-    tokio::spawn(compute::scheduler(app.clone(), stop_rx.clone()));
-    // Every driver with durable due times fires them here.
-    let due_drivers: Vec<Arc<dyn due::Due>> = vec![];
-    tokio::spawn(due::run(due_drivers, app.clock.clone(), app.due_wake.clone(), stop_rx.clone()));
-    tokio::spawn(async move {
-        shutdown_signal().await;
-        tracing::info!("shutting down: no new work; in-flight items may finish");
-        let _ = stop_tx.send(true);
-    });
+    // Read before the settlement pass starts: its first heartbeat is now.
     let last_alive = app
         .store
         .read(|c| store::setting(c, settlement::HEARTBEAT))
         .await?
         .and_then(|v| v.parse().ok())
         .map(grid_core::time::Millis);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut workers = capture::spawn_workers(app.clone(), stop_rx.clone());
+    let settlement = tokio::spawn(settlement::run(app.clone(), stop_rx.clone()));
+    tokio::spawn(compute::health(app.clone(), stop_rx.clone()));
+    tokio::spawn(compute::scheduler(app.clone(), stop_rx.clone()));
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("shutting down: no new work; in-flight items may finish");
+        let _ = stop_tx.send(true);
+    });
+    // Before the due loop: what the last run left live ends as of its last
+    // heartbeat, not as of now.
     sessions::recover(&app, last_alive).await;
+    // Every driver with durable due times fires them here.
+    let due_drivers: Vec<Arc<dyn due::Due>> = vec![app.sessions.driver.clone()];
+    tokio::spawn(due::run(due_drivers, app.clock.clone(), app.due_wake.clone(), stop_rx.clone()));
     sessions::refill_warm(app.clone());
     announce(json!({"event": "listening", "addr": addr.to_string(), "baseUrl": base_url}));
     tracing::info!(%addr, "serving");
