@@ -11,6 +11,10 @@
 //! moment to the end, capped at `expiresAt`; a session never ready costs
 //! nothing. The amount is `pricing::session_charge_micros(ready_millis,
 //! reserved)`; the rest of the reservation is released.
+//!
+//! Deadlines: a live session falls due at `next_due` (its expiry, and while
+//! pending its launch deadline); the server stores that time with the
+//! session and fires it whichever task or process is alive.
 
 use serde::{Deserialize, Serialize};
 
@@ -108,7 +112,7 @@ pub enum Event {
     Ready,
     /// DELETE /sessions/{sessionId}.
     Release,
-    /// The settlement pass found `expiresAt` passed.
+    /// `expiresAt` passed (fired from the session's due time, `next_due`).
     Expire,
     /// The browser died or could not be reached.
     Lose,
@@ -179,6 +183,56 @@ pub fn apply(session: &Session, event: Event, now: Millis) -> Result<Outcome, Tr
     Ok(Outcome { session: next, effects })
 }
 
+/// Longest a pending session may take to become ready, from its lease: a
+/// cold Chromium start (the server gives its first DevTools answer 30 s)
+/// plus the attestation (30 s), with 30 s to spare for a busy machine. A
+/// session still pending then is lost, even when the task launching it is
+/// gone.
+pub const LAUNCH_DEADLINE_MS: i64 = 90_000;
+
+/// A session's next deadline: when it falls due and what happens then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Due {
+    pub at: Millis,
+    pub event: Event,
+}
+
+/// The next deadline of a live session: its expiry, and while pending the
+/// launch deadline when that comes first. `None` once ended. Applying
+/// `event` at `at` is always allowed.
+pub fn next_due(session: &Session) -> Option<Due> {
+    if session.ended.is_some() {
+        return None;
+    }
+    let expiry = Due { at: session.expires_at, event: Event::Expire };
+    Some(match session.status {
+        SessionStatus::Running => expiry,
+        SessionStatus::Pending => {
+            let launch = session.created_at.plus_ms(LAUNCH_DEADLINE_MS);
+            if launch < session.expires_at {
+                Due { at: launch, event: Event::Lose }
+            } else {
+                expiry
+            }
+        }
+    })
+}
+
+/// How a session left live by a server that stopped without ending it
+/// ends, given the last moment that server is known to have been alive
+/// (its last settlement heartbeat). A deadline that fell while it was alive
+/// fires as it would have (an expiry at `expiresAt`, a missed launch
+/// deadline); otherwise the browser died with the server and the session
+/// is lost at the last moment known alive: the heartbeat, or the session's
+/// own ready or lease moment when that is later (the server wrote it).
+pub fn after_stop(session: &Session, last_alive: Millis) -> Due {
+    let known_alive = last_alive.max(session.ready_at.unwrap_or(session.created_at));
+    match next_due(session) {
+        Some(due) if due.at <= known_alive => due,
+        _ => Due { at: known_alive, event: Event::Lose },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,7 +292,7 @@ mod tests {
     fn expiry_is_capped_at_expires_at() {
         let s = step(&Session::new(T0, 1), Event::Ready, at(10)).session;
         assert_eq!(apply(&s, Event::Expire, at(59)), Err(TransitionError::NotDue(at(60))));
-        // The settlement pass notices up to 30 s late; the meter stops at expiresAt.
+        // Noticed late (after a restart, say); the meter stops at expiresAt.
         let o = step(&s, Event::Expire, at(85));
         assert_eq!(o.session.ended, Some(Ended { cause: EndCause::Expired, at: at(60) }));
         assert_eq!(o.effects[1], Effect::Settle { ready_millis: 50_000 });
@@ -261,6 +315,46 @@ mod tests {
                 Err(TransitionError::NotAllowed { status: "ended", event: event_name(e) })
             );
         }
+    }
+
+    #[test]
+    fn a_pending_session_falls_due_at_its_launch_deadline_then_at_expiry() {
+        let s = Session::new(T0, 30);
+        let launch = T0.plus_ms(LAUNCH_DEADLINE_MS);
+        assert_eq!(next_due(&s), Some(Due { at: launch, event: Event::Lose }));
+        // Lost at the launch deadline: never ready, so free.
+        let o = step(&s, Event::Lose, launch);
+        assert_eq!(o.session.ended, Some(Ended { cause: EndCause::Lost, at: launch }));
+        assert_eq!(o.effects, vec![Effect::StopBrowser, Effect::Settle { ready_millis: 0 }]);
+        assert_eq!(next_due(&o.session), None);
+        // Once running, only the expiry is due.
+        let running = step(&s, Event::Ready, at(20)).session;
+        assert_eq!(next_due(&running), Some(Due { at: at(1_800), event: Event::Expire }));
+    }
+
+    #[test]
+    fn a_short_pending_session_falls_due_at_expiry_first() {
+        // 1 minute lease: expiry (60 s) comes before the launch deadline (90 s).
+        let s = Session::new(T0, 1);
+        assert_eq!(next_due(&s), Some(Due { at: at(60), event: Event::Expire }));
+        let o = step(&s, Event::Expire, at(60));
+        assert_eq!(o.session.ended, Some(Ended { cause: EndCause::Expired, at: at(60) }));
+    }
+
+    #[test]
+    fn after_a_stop_deadlines_passed_while_alive_fire_and_the_rest_is_lost_at_the_last_known_moment() {
+        let running = step(&Session::new(T0, 1), Event::Ready, at(10)).session;
+        // Alive past expiresAt: the expiry would have fired.
+        assert_eq!(after_stop(&running, at(61)), Due { at: at(60), event: Event::Expire });
+        assert_eq!(after_stop(&running, at(60)), Due { at: at(60), event: Event::Expire });
+        // Stopped before it: lost at the heartbeat.
+        assert_eq!(after_stop(&running, at(40)), Due { at: at(40), event: Event::Lose });
+        // A heartbeat older than the ready moment: the server was alive then.
+        assert_eq!(after_stop(&running, at(2)), Due { at: at(10), event: Event::Lose });
+        let pending = Session::new(T0, 30);
+        assert_eq!(after_stop(&pending, at(5)), Due { at: at(5), event: Event::Lose });
+        assert_eq!(after_stop(&pending, at(200)), Due { at: at(90), event: Event::Lose });
+        assert_eq!(after_stop(&pending, T0.plus_ms(-5_000)), Due { at: T0, event: Event::Lose });
     }
 
     #[test]
@@ -302,6 +396,11 @@ mod tests {
                     }
                 }
                 prop_assert_eq!(settled, i32::from(s.ended.is_some()));
+                // The due event is always allowed at its due time, and no earlier than now allows.
+                if let Some(d) = next_due(&s) {
+                    prop_assert!(apply(&s, d.event, d.at).is_ok());
+                    prop_assert!(d.at <= s.expires_at);
+                }
                 if let Some(r) = s.ready_at { prop_assert!(r < s.expires_at && r >= s.created_at); }
             }
         }

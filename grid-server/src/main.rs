@@ -398,6 +398,7 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     let compute =
         Compute::new(compute_config, store.clone(), clock.clone(), wake.due.clone(), config.data_dir.join("logs"));
     let app = Arc::new(App {
+        sessions: sessions::Sessions::new(session_config, store.clone(), clock.clone()),
         clock,
         due_wake: wake.due,
         queue_ready: wake.queue,
@@ -405,33 +406,36 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         store,
         signer: Signer::new(hex::decode(&secret).unwrap_or_else(|_| secret.into_bytes()), base_url.clone()),
         compute,
-        sessions: sessions::Sessions::new(session_config),
         tokens: tokens::TokenVerifier::new(config.auth_url.clone(), args.jwks_url.clone()),
         busy_workers: AtomicU32::new(0),
         artifacts_dir: config.data_dir.join("artifacts"),
         browsers: browser_pool(&config),
         config,
     });
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let mut workers = capture::spawn_workers(app.clone(), stop_rx.clone());
-    let settlement = tokio::spawn(settlement::run(app.clone(), stop_rx.clone()));
-    tokio::spawn(compute::health(app.clone(), stop_rx.clone()));
-    tokio::spawn(compute::scheduler(app.compute.driver.clone(), stop_rx.clone()));
-    // Every driver with durable due times fires them here.
-    let due_drivers: Vec<Arc<dyn due::Due>> = vec![app.items.clone(), Arc::new(app.compute.driver.clone())];
-    tokio::spawn(due::run(due_drivers, app.clock.clone(), app.due_wake.clone(), stop_rx.clone()));
-    tokio::spawn(async move {
-        shutdown_signal().await;
-        tracing::info!("shutting down: no new work; in-flight items may finish");
-        let _ = stop_tx.send(true);
-    });
+    // Read before the settlement pass starts: its first heartbeat is now.
     let last_alive = app
         .store
         .read(|c| store::setting(c, settlement::HEARTBEAT))
         .await?
         .and_then(|v| v.parse().ok())
         .map(grid_core::time::Millis);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut workers = capture::spawn_workers(app.clone(), stop_rx.clone());
+    let settlement = tokio::spawn(settlement::run(app.clone(), stop_rx.clone()));
+    tokio::spawn(compute::health(app.clone(), stop_rx.clone()));
+    tokio::spawn(compute::scheduler(app.compute.driver.clone(), stop_rx.clone()));
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("shutting down: no new work; in-flight items may finish");
+        let _ = stop_tx.send(true);
+    });
+    // Before the due loop: what the last run left live ends as of its last
+    // heartbeat, not as of now.
     sessions::recover(&app, last_alive).await;
+    // Every driver with durable due times fires them here.
+    let due_drivers: Vec<Arc<dyn due::Due>> =
+        vec![app.items.clone(), Arc::new(app.compute.driver.clone()), app.sessions.driver.clone()];
+    tokio::spawn(due::run(due_drivers, app.clock.clone(), app.due_wake.clone(), stop_rx.clone()));
     sessions::refill_warm(app.clone());
     announce(json!({"event": "listening", "addr": addr.to_string(), "baseUrl": base_url}));
     tracing::info!(%addr, "serving");

@@ -150,15 +150,17 @@ pub struct DbLock {
 /// the last read-mark lock at 127 (UNIX_SHM_BASE + SQLITE_SHM_NLOCK).
 const SHM_LOCK_START: i64 = 120;
 const SHM_LOCK_LEN: i64 = 8;
+/// WAL_WRITE_LOCK alone: the byte every write transaction takes.
+const SHM_WRITE_LOCK_LEN: i64 = 1;
 
-fn posix_lock(file: &std::fs::File, kind: libc::c_short) -> std::io::Result<()> {
+fn posix_lock(file: &std::fs::File, kind: libc::c_short, len: i64) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
     // SAFETY: a zeroed flock is a valid value; fcntl(F_SETLK) only reads it.
     let mut lock: libc::flock = unsafe { std::mem::zeroed() };
     lock.l_type = kind;
     lock.l_whence = libc::SEEK_SET as libc::c_short;
     lock.l_start = SHM_LOCK_START;
-    lock.l_len = SHM_LOCK_LEN;
+    lock.l_len = len;
     // SAFETY: fd is open for the duration of the call; lock outlives it.
     let r = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLK, &lock) };
     if r == -1 {
@@ -502,6 +504,18 @@ impl GridServer {
     /// SHARED lock on grid.db, and the server keeps idle connections open,
     /// so that EXCLUSIVE lock is never granted while the server runs.
     pub fn lock_db(&self) -> DbLock {
+        self.lock_shm(SHM_LOCK_LEN)
+    }
+
+    /// Makes every write transaction of the server fail (after its busy
+    /// timeout, `accounting_timeout_ms`) until the returned guard is dropped,
+    /// while reads go on: takes the WAL write lock (grid.db-shm byte 120)
+    /// alone, as a long writer of another process would.
+    pub fn lock_db_writes(&self) -> DbLock {
+        self.lock_shm(SHM_WRITE_LOCK_LEN)
+    }
+
+    fn lock_shm(&self, len: i64) -> DbLock {
         let shm = self.data_dir.join("grid.db-shm");
         let file = OpenOptions::new()
             .read(true)
@@ -510,7 +524,7 @@ impl GridServer {
             .unwrap_or_else(|e| self.fail(&format!("open {}: {e}", shm.display())));
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            match posix_lock(&file, libc::F_WRLCK as libc::c_short) {
+            match posix_lock(&file, libc::F_WRLCK as libc::c_short, len) {
                 Ok(()) => return DbLock { _file: file },
                 Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(1)),
                 Err(e) => self.fail(&format!("could not lock {} within 10 s: {e}", shm.display())),

@@ -2,7 +2,9 @@
 //! token tampering, release and expiry cutting connections, the session
 //! limit, sessions switched off, body validation, the `public-web-only/v1`
 //! network policy seen from inside the browser, attestations of both
-//! profiles, ownership, the ready-time charge, and the `grid session` CLI.
+//! profiles, ownership, the ready-time charge, the `grid session` CLI, and
+//! the regressions of issue 9 (every end of a session is durable: a failed
+//! launch, an expiry whose first write failed, a killed server).
 //!
 //! Every test starts its own grid-server (and so its own browsers).
 
@@ -486,4 +488,145 @@ async fn cli_leases_with_wait_lists_and_releases() {
     assert_eq!(list.json(), Some(json!([])), "{list}");
     let bad = server.cli(&["session", "lease", "--ttl", "0"]);
     assert_eq!(bad.code, Some(2), "{bad}");
+}
+
+// ----- regressions of issue 9: every end of a session is durable -----
+
+/// The session's row as grid.db holds it: (machine JSON, live, due_at).
+fn stored_session(server: &GridServer, id: &str) -> (Value, bool, Option<i64>) {
+    let conn = server.read_db();
+    let (machine, live, due_at): (String, bool, Option<i64>) = conn
+        .query_row("SELECT machine, live, due_at FROM sessions WHERE id = ?1", [id], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .unwrap_or_else(|e| server.fail(&format!("session {id} in grid.db: {e}")));
+    (serde_json::from_str(&machine).unwrap_or_else(|e| server.fail(&format!("machine {machine}: {e}"))), live, due_at)
+}
+
+/// Polls GET /sessions until `id` is no longer listed; fails at `within`.
+async fn wait_unlisted(server: &GridServer, id: &str, within: Duration, why: &str) {
+    let deadline = Instant::now() + within;
+    while find(&list_as(server, server.api_key()).await, id).is_some() {
+        if Instant::now() >= deadline {
+            server.fail(&format!("session {id} still listed {within:?} after {why}"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Sleeps until the wall clock reads `at` (Unix ms).
+async fn sleep_until_wall(at: i64) {
+    let left = at - wall_ms();
+    if left > 0 {
+        tokio::time::sleep(Duration::from_millis(left as u64)).await;
+    }
+}
+
+/// Defect: a session whose launch failed on an early return of its task
+/// (here the Chromium executable cannot even be inspected) stayed live
+/// until a restart: its slot taken, its reservation held. The contract
+/// settles a lost session within one settlement interval: the server's own
+/// (30 s, its default) bounds the wait here.
+#[tokio::test]
+async fn failed_launch_frees_its_slot_and_reservation() {
+    let server = GridServer::start(ServerOptions {
+        settlement_interval_secs: None,
+        extra_args: vec!["--max-sessions".into(), "1".into(), "--chromium".into(), "/nonexistent/chromium".into()],
+        ..Default::default()
+    });
+    let account = server.account_id().to_string();
+    // The second lease is admitted at --max-sessions 1 only if the first
+    // freed its slot.
+    for attempt in ["first", "second"] {
+        let lease = lease(&server, json!({"ttlMinutes": 5})).await;
+        let id = lease["sessionId"].as_str().unwrap();
+        wait_unlisted(&server, id, Duration::from_secs(30), &format!("its launch failed ({attempt} lease)")).await;
+        let grid = server.get("/grid").await;
+        assert_eq!(grid.json["sessions"].as_u64(), Some(0), "{grid}");
+        // Never ready: the whole reservation is released, nothing charged.
+        let acc = server.account_show(&account);
+        assert_eq!(
+            (acc["reservedMicros"].as_i64(), acc["creditMicros"].as_i64()),
+            (Some(0), Some(DEFAULT_INITIAL_CREDIT_MICROS)),
+            "{attempt} lease: {acc}"
+        );
+        let (machine, live, due_at) = stored_session(&server, id);
+        assert_eq!((machine["ended"]["cause"].as_str(), live, due_at), (Some("lost"), false, None), "{machine}");
+    }
+}
+
+/// Defect: a session's expiry was an in-memory sleep in the task that
+/// leased it. Once that one attempt was gone nothing fired it again: here
+/// its write at `expiresAt` fails (another process holds the database's
+/// write lock across `expiresAt`, longer than the server waits for it), and
+/// the session stayed live until a restart, its slot and reservation held.
+/// The expiry is a stored due time: it fires once the database takes
+/// writes again, as of `expiresAt` and charged to it.
+#[tokio::test]
+async fn expiry_fires_after_the_task_that_set_it_is_gone() {
+    let server = GridServer::start(ServerOptions { accounting_timeout_ms: Some(300), ..Default::default() });
+    let account = server.account_id().to_string();
+    let lease = lease(&server, json!({"ttlMinutes": 1})).await;
+    let id = lease["sessionId"].as_str().unwrap();
+    let expires = iso_ms(&lease["expiresAt"]);
+    wait_running(&server, id).await;
+
+    sleep_until_wall(expires - 2_000).await;
+    let lock = server.lock_db_writes();
+    sleep_until_wall(expires + 5_000).await;
+    // Reads go on: the session is still listed while nothing can end it.
+    assert!(find(&list_as(&server, server.api_key()).await, id).is_some(), "ended without a write");
+    drop(lock);
+
+    wait_unlisted(&server, id, Duration::from_secs(10), "the database took writes again").await;
+    let (machine, live, due_at) = stored_session(&server, id);
+    assert_eq!((machine["ended"]["cause"].as_str(), live, due_at), (Some("expired"), false, None), "{machine}");
+    assert_eq!(iso_ms(&machine["ended"]["at"]), expires, "{machine}");
+    let ready_at = iso_ms(&machine["readyAt"]);
+    let acc = server.account_show(&account);
+    assert_eq!(acc["reservedMicros"].as_i64(), Some(0), "{acc}");
+    assert_eq!(
+        DEFAULT_INITIAL_CREDIT_MICROS - acc["creditMicros"].as_i64().unwrap(),
+        session_charge(expires - ready_at),
+        "charged other than readyAt..expiresAt: {acc}"
+    );
+}
+
+/// What a restart does with a session its killed server left live, once
+/// `expiresAt` has passed: the browser died with the server, so the session
+/// did not run to `expiresAt`; it is lost at the last moment the server is
+/// known to have been alive (its last settlement heartbeat) and charged to
+/// that moment, before the restarted server listens (docs/sessions.md).
+#[tokio::test]
+async fn session_of_a_killed_server_is_lost_at_its_last_heartbeat_after_expires_at() {
+    let mut server = GridServer::start(ServerOptions::default());
+    let account = server.account_id().to_string();
+    let lease = lease(&server, json!({"ttlMinutes": 1})).await;
+    let id = lease["sessionId"].as_str().unwrap().to_string();
+    let expires = iso_ms(&lease["expiresAt"]);
+    wait_running(&server, &id).await;
+    // A settlement pass (1 s apart here) after the ready moment.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    server.kill9();
+    let heartbeat: i64 = server
+        .read_db()
+        .query_row("SELECT value FROM settings WHERE key = 'settlement_heartbeat'", [], |r| r.get::<_, String>(0))
+        .map(|v| v.parse().expect("a heartbeat in ms"))
+        .unwrap_or_else(|e| server.fail(&format!("no heartbeat: {e}")));
+    assert!(heartbeat < expires, "heartbeat {heartbeat} not before expiresAt {expires}");
+
+    sleep_until_wall(expires + 1_000).await;
+    server.restart();
+    assert!(find(&list_as(&server, server.api_key()).await, &id).is_none(), "still listed after the restart");
+    let (machine, live, due_at) = stored_session(&server, &id);
+    assert_eq!((machine["ended"]["cause"].as_str(), live, due_at), (Some("lost"), false, None), "{machine}");
+    assert_eq!(iso_ms(&machine["ended"]["at"]), heartbeat, "{machine}");
+    let ready_at = iso_ms(&machine["readyAt"]);
+    let acc = server.account_show(&account);
+    assert_eq!(acc["reservedMicros"].as_i64(), Some(0), "{acc}");
+    assert_eq!(
+        DEFAULT_INITIAL_CREDIT_MICROS - acc["creditMicros"].as_i64().unwrap(),
+        session_charge(heartbeat - ready_at),
+        "{acc}"
+    );
 }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use grid_core::error::ApiError;
-use grid_core::session::{Event, TransitionError};
+use grid_core::session::TransitionError;
 use grid_core::validate;
 use grid_core::wire::session::SessionLease;
 use serde_json::Value;
@@ -87,16 +87,6 @@ pub async fn list(app: &App, caller: &Caller) -> Result<Reply, ApiError> {
 
 pub async fn release(app: &App, caller: &Caller, id: &str) -> Result<Reply, ApiError> {
     enabled(app)?;
-    let (account, sid) = (caller.account_id.clone(), id.to_string());
-    app.store
-        .write(move |tx| {
-            let owned = store::load(tx, &sid)?.is_some_and(|r| r.account_id == account);
-            if !owned {
-                return Err(ApiError::UnknownSession);
-            }
-            store::transition(tx, &sid, Event::Release, now()).map_err(session_error)
-        })
-        .await?;
-    app.sessions.signal_end(id);
+    app.sessions.driver.release(&caller.account_id, id).await.map_err(session_error)?;
     Ok(Reply::no_content())
 }

@@ -27,7 +27,7 @@ use super::sandbox::{self, Jail, SandboxConfig, Spawned, PROXY_PORT};
 use crate::egress::{EgressProxy, Policy};
 
 /// Longest a fresh browser may take to answer its first DevTools call.
-const START_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A running, sandboxed Chromium; dropping it kills the whole sandbox.
 pub struct BrowserProcess {

@@ -2,23 +2,28 @@
 //! grid's CDP proxy with a per-session token.
 //!
 //! A lease takes a slot and its reservation in one transaction (store::
-//! sessions::lease), then a task of its own launches (or takes a warm)
-//! browser, attests it from inside, marks it running (the meter starts at
-//! the browser's first ready moment) and watches it until release, expiry
-//! or loss. Every end goes through the session state machine, which settles
-//! the ready time in the same transaction.
+//! sessions::lease, which stores the launch deadline as the session's due
+//! time), then a task of its own launches (or takes a warm) browser,
+//! attests it from inside, marks it running (the meter starts at the
+//! browser's first ready moment) and watches it for loss. Every move of a
+//! session goes through its driver (`driver.rs`): the session machine, its
+//! settlement and its next due time in one transaction, then its effects.
+//! Expiries and launch deadlines are fired from the stored due time by the
+//! due-time loop, not by the task; however the task ends, its session ends.
 
+pub mod driver;
 pub mod gate;
 pub mod launch;
 
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use grid_core::catalog::{Profile, PUBLIC_WEB_ONLY_V1};
 use grid_core::error::ApiError;
-use grid_core::session::Event;
 use grid_core::time::Millis;
 use grid_core::wire::session::{Attestation, NetworkAttestation, NetworkProbe, SessionSubmission, Window};
 use tokio::sync::watch;
@@ -29,9 +34,12 @@ use crate::browser::cdp::Connection;
 use crate::browser::hosts::RequestRules;
 use crate::browser::process::BrowserProcess;
 use crate::browser::sandbox::SandboxConfig;
+use crate::clock::Clock;
 use crate::egress::{self, EgressPolicy, Policy};
 use crate::ids::{now, sha256_hex};
-use crate::store::sessions as store;
+use crate::store::sessions::SessionError;
+use crate::store::Store;
+use driver::SessionDriver;
 use launch::{BrowserBuild, LaunchManifest};
 
 #[derive(Debug, Clone)]
@@ -68,21 +76,22 @@ pub struct Live {
     pub ended: watch::Receiver<bool>,
 }
 
-struct Handle {
-    live: Live,
-    end: watch::Sender<bool>,
-}
-
 pub struct Sessions {
     pub config: SessionConfig,
+    /// Every move of a session and every effect of one.
+    pub driver: Arc<SessionDriver>,
     build: OnceLock<Result<BrowserBuild, String>>,
-    live: Mutex<HashMap<String, Handle>>,
     warm: Mutex<HashMap<Profile, Vec<BrowserProcess>>>,
 }
 
 impl Sessions {
-    pub fn new(config: SessionConfig) -> Sessions {
-        Sessions { config, build: OnceLock::new(), live: Mutex::new(HashMap::new()), warm: Mutex::new(HashMap::new()) }
+    pub fn new(config: SessionConfig, store: Store, clock: Arc<dyn Clock>) -> Sessions {
+        Sessions {
+            config,
+            driver: Arc::new(SessionDriver::new(store, clock)),
+            build: OnceLock::new(),
+            warm: Mutex::new(HashMap::new()),
+        }
     }
 
     fn build(&self) -> Result<&BrowserBuild, ApiError> {
@@ -95,23 +104,9 @@ impl Sessions {
             })
     }
 
+    /// A live session's browser in this process, as its CDP endpoint serves it.
     pub fn live(&self, id: &str) -> Option<Live> {
-        self.live.lock().unwrap_or_else(|p| p.into_inner()).get(id).map(|h| h.live.clone())
-    }
-
-    fn register(&self, id: &str, token_sha256: String) -> (watch::Sender<Option<Endpoint>>, watch::Receiver<bool>) {
-        let (endpoint, endpoint_rx) = watch::channel(None);
-        let (end, ended) = watch::channel(false);
-        let handle = Handle { live: Live { token_sha256, endpoint: endpoint_rx, ended: ended.clone() }, end };
-        self.live.lock().unwrap_or_else(|p| p.into_inner()).insert(id.to_string(), handle);
-        (endpoint, ended)
-    }
-
-    /// Ends the session's browser and closes its connections.
-    pub fn signal_end(&self, id: &str) {
-        if let Some(h) = self.live.lock().unwrap_or_else(|p| p.into_inner()).remove(id) {
-            let _ = h.end.send(true);
-        }
+        self.driver.browsers().live(id)
     }
 
     fn take_warm(&self, profile: Profile) -> Option<BrowserProcess> {
@@ -136,22 +131,38 @@ fn policy(config: &SessionConfig, public_web_only: bool) -> (Arc<dyn Policy>, &'
     }
 }
 
-/// Starts the session task for a freshly leased session.
+/// Starts the session task for a freshly leased session. However the task
+/// ends (its browser lost, a launch or an attestation that failed, an error
+/// on the way, a panic), its session does not outlive it: the driver ends it
+/// as lost at once unless something else ended it first.
 pub fn spawn(app: Arc<App>, id: String, token_sha256: String, sub: SessionSubmission) {
-    let (endpoint, ended) = app.sessions.register(&id, token_sha256);
+    let (endpoint, ended) = app.sessions.driver.browsers().register(&id, token_sha256);
     let span = tracing::info_span!("session", id = %id);
     tokio::spawn(
         async move {
-            if let Err(e) = run(&app, &id, &sub, endpoint, ended).await {
-                tracing::warn!(error = %e, "session ended with an error");
+            match AssertUnwindSafe(run(&app, &id, &sub, endpoint, ended)).catch_unwind().await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!(error = %e, "session task failed"),
+                Err(_) => tracing::error!("session task panicked"),
             }
-            app.sessions.signal_end(&id);
+            app.sessions.driver.task_exited(&id).await;
             refill_warm(app.clone());
         }
         .instrument(span),
     );
 }
 
+/// A browser started and attested for a session.
+struct Started {
+    browser: BrowserProcess,
+    /// Its first DevTools answer: the first ready moment.
+    ready_at: Millis,
+    attestation: Attestation,
+    network: Option<NetworkAttestation>,
+}
+
+/// Runs one session until its browser is lost (an error) or an end stops it
+/// (`Ok`). The browser dies with this function, whichever way it returns.
 async fn run(
     app: &Arc<App>,
     id: &str,
@@ -159,91 +170,62 @@ async fn run(
     endpoint: watch::Sender<Option<Endpoint>>,
     mut ended: watch::Receiver<bool>,
 ) -> Result<(), String> {
+    let driver = &app.sessions.driver;
+    let started = tokio::select! {
+        started = start(app, sub) => started?,
+        // Released, or lost at its launch deadline, while starting.
+        _ = stopped(&mut ended) => return Ok(()),
+    };
+    let Started { mut browser, ready_at, attestation, network } = started;
+    match driver.ready(id, ready_at, attestation, network).await {
+        Ok(_) => {}
+        // Ended (or past its expiry) while starting.
+        Err(SessionError::Transition(e)) => {
+            tracing::debug!(error = %e, "not running");
+            return Ok(());
+        }
+        Err(e) => return Err(format!("the running state could not be stored: {e}")),
+    }
+    let _ = endpoint.send(Some(Endpoint { cdp: browser.cdp.clone(), version: browser.version.clone() }));
+    tracing::info!(pid = browser.pid, uid = browser.uid(), "session running");
+    let outcome = tokio::select! {
+        status = browser.child.wait() => Err(format!("the session browser exited ({status:?})")),
+        _ = stopped(&mut ended) => Ok(()),
+    };
+    browser.stop();
+    outcome
+}
+
+/// Resolves once an end stopped the session's browser.
+async fn stopped(ended: &mut watch::Receiver<bool>) {
+    let _ = ended.wait_for(|e| *e).await;
+}
+
+/// Launches (or takes a warm) browser for the session and attests it.
+async fn start(app: &App, sub: &SessionSubmission) -> Result<Started, String> {
     let build = app.sessions.build().map_err(|e| e.to_string())?.clone();
     let public_web_only = wants_policy(sub);
     let (policy, network) = policy(&app.sessions.config, public_web_only);
     let manifest = LaunchManifest::new(sub.profile, &build, network);
     let warm = if public_web_only { None } else { app.sessions.take_warm(sub.profile) };
     let browser = match warm {
-        Some(b) => Ok(b),
-        None => launch::start(&app.sessions.config.sandbox, &build, &manifest, policy).await,
+        Some(b) => b,
+        None => launch::start(&app.sessions.config.sandbox, &build, &manifest, policy)
+            .await
+            .map_err(|e| format!("browser did not start: {e}"))?,
     };
-    let mut browser = match browser {
-        Ok(b) => b,
-        Err(e) => {
-            end(app, id, Event::Lose, now()).await;
-            return Err(format!("browser did not start: {e}"));
-        }
-    };
-    let ready_at = now();
+    let ready_at = app.sessions.driver.now();
     let facts = tokio::time::timeout(
         ATTEST_TIMEOUT,
         attest(&browser, &build, &manifest, sub.profile, public_web_only, &app.sessions.config.probe_url),
     )
     .await
     .unwrap_or_else(|_| Err(format!("no answer within {ATTEST_TIMEOUT:?}")));
-    let (attestation, network) = match facts {
-        Ok(f) => f,
-        Err(e) => {
-            browser.stop();
-            end(app, id, Event::Lose, now()).await;
-            return Err(format!("attestation failed: {e}"));
-        }
-    };
+    let (attestation, network) = facts.map_err(|e| format!("attestation failed: {e}"))?;
     if network.as_ref().is_some_and(|n| n.probes.iter().any(|p| p.outcome != "refused")) {
-        browser.stop();
-        end(app, id, Event::Lose, now()).await;
         return Err("network policy not enforced: the probe was reached".into());
     }
-    let sid = id.to_string();
-    let stored = app
-        .store
-        .write(move |tx| {
-            let r = store::transition(tx, &sid, Event::Ready, ready_at)?;
-            store::set_attestation(tx, &sid, &attestation, network.as_ref())?;
-            Ok::<_, store::SessionError>(r)
-        })
-        .await;
-    let expires_at = match stored {
-        Ok((row, _)) => row.session.expires_at,
-        // Released or expired while starting.
-        Err(store::SessionError::Transition(_)) => {
-            browser.stop();
-            return Ok(());
-        }
-        Err(e) => {
-            browser.stop();
-            end(app, id, Event::Lose, now()).await;
-            return Err(format!("the running state could not be stored: {e}"));
-        }
-    };
-    let _ = endpoint.send(Some(Endpoint { cdp: browser.cdp.clone(), version: browser.version.clone() }));
-    tracing::info!(pid = browser.pid, uid = browser.uid(), "session running");
-    let until_expiry = Duration::from_millis((expires_at.0 - now().0).max(0) as u64);
-    tokio::select! {
-        status = browser.child.wait() => {
-            tracing::warn!(?status, "session browser exited; session lost");
-            end(app, id, Event::Lose, now()).await;
-        }
-        _ = tokio::time::sleep(until_expiry) => {
-            end(app, id, Event::Expire, now().max(expires_at)).await;
-        }
-        // Released through the API: the transition already settled.
-        _ = ended.changed() => {}
-    }
-    browser.stop();
-    Ok(())
-}
-
-/// Ends a session through its state machine (which settles it).
-async fn end(app: &App, id: &str, event: Event, at: Millis) {
-    let sid = id.to_string();
-    match app.store.write(move |tx| store::transition(tx, &sid, event, at)).await {
-        Ok(_) => tracing::info!(?event, "session ended"),
-        Err(store::SessionError::Transition(e)) => tracing::debug!(error = %e, "session already ended"),
-        Err(e) => tracing::error!(error = %e, "session end could not be stored"),
-    }
-    app.sessions.signal_end(id);
+    Ok(Started { browser, ready_at, attestation, network })
 }
 
 /// Longest reading a fresh browser's attestation may take.
@@ -349,24 +331,16 @@ pub fn refill_warm(app: Arc<App>) {
     });
 }
 
-/// On start: sessions left live by the last run lost their browser with it.
-/// They are settled up to the last settlement heartbeat (at most one
-/// settlement interval after the server stopped), not up to now.
+/// On start: sessions left live by the last run end (see
+/// `SessionDriver::recover`); `last_alive` is its last settlement heartbeat.
 pub async fn recover(app: &App, last_alive: Option<Millis>) {
-    let at = last_alive.unwrap_or_else(now).min(now());
-    let ids = app.store.read(store::live_ids).await.unwrap_or_default();
-    for id in ids {
-        end(app, &id, Event::Lose, at).await;
-        tracing::warn!(session = %id, "session lost with the previous run");
-    }
+    app.sessions.driver.recover(last_alive).await;
 }
 
-/// On shutdown: every live session is lost now, its browser stopped.
+/// On shutdown: every live session is lost now, its browser stopped; the
+/// warm browsers are stopped too.
 pub async fn shutdown(app: &App) {
-    let ids = app.store.read(store::live_ids).await.unwrap_or_default();
-    for id in ids {
-        end(app, &id, Event::Lose, now()).await;
-    }
+    app.sessions.driver.shutdown().await;
     for (_, browsers) in app.sessions.warm.lock().unwrap_or_else(|p| p.into_inner()).drain() {
         for b in browsers {
             b.stop();
@@ -377,4 +351,18 @@ pub async fn shutdown(app: &App) {
 /// The token's hash, as stored.
 pub fn token_hash(token: &str) -> String {
     sha256_hex(token.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A launch the task is still allowed to finish is never cut by the
+    /// durable launch deadline: the browser's first answer, the
+    /// attestation and a margin for the store fit in it.
+    #[test]
+    fn the_launch_deadline_covers_a_whole_launch() {
+        let launch = crate::browser::process::START_TIMEOUT + ATTEST_TIMEOUT + Duration::from_secs(10);
+        assert!(launch.as_millis() <= grid_core::session::LAUNCH_DEADLINE_MS as u128, "{launch:?}");
+    }
 }

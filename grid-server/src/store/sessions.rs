@@ -5,7 +5,7 @@ use grid_core::error::ApiError;
 use grid_core::ids;
 use grid_core::ledger::{self, EntryKind};
 use grid_core::pricing;
-use grid_core::session::{self, Effect, Event, Session, TransitionError};
+use grid_core::session::{self, Session, TransitionError};
 use grid_core::time::Millis;
 use grid_core::wire::session::{Attestation, NetworkAttestation, SessionSubmission, SessionView};
 use rusqlite::{params, Connection, OptionalExtension, Row};
@@ -86,10 +86,12 @@ pub fn lease(
     let reserve = pricing::session_reservation_micros(sub.ttl_minutes);
     accounts::reserve(tx, caller, reserve, &id, now)?;
     let machine = Session::new(now, sub.ttl_minutes);
+    // The launch deadline is stored with the lease: a session whose task
+    // never runs is still lost on time.
     tx.execute(
         "INSERT INTO sessions (id, account_id, key_id, profile_id, network_policy, token_sha256, machine,
-                               reserved_micros, reservation_day, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                               reserved_micros, reservation_day, created_at, due_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
         params![
             id,
             caller.account_id,
@@ -100,7 +102,8 @@ pub fn lease(
             serde_json::to_string(&machine).expect("serialisable"),
             reserve,
             now.utc_day(),
-            now.0
+            now.0,
+            session::next_due(&machine).map(|d| d.at.0)
         ],
     )?;
     Ok(load(tx, &id)?.expect("just inserted"))
@@ -149,28 +152,35 @@ pub fn live_ids(conn: &Connection) -> StoreResult<Vec<String>> {
         .collect::<Result<_, _>>()?)
 }
 
-/// Applies an event and settles in the same transaction when the session
-/// ends. Returns the row and whether the browser must be stopped.
-pub fn transition(conn: &Connection, id: &str, event: Event, now: Millis) -> Result<(SessionRow, bool), SessionError> {
-    let mut r = load(conn, id)?.ok_or_else(|| StoreError::NotFound(format!("session {id}")))?;
-    let outcome = session::apply(&r.session, event, now)?;
-    let mut stop = false;
-    for effect in &outcome.effects {
-        match effect {
-            Effect::StopBrowser => stop = true,
-            Effect::Settle { ready_millis } => settle(conn, &r, *ready_millis, now)?,
-        }
-    }
-    r.session = outcome.session;
-    conn.prepare_cached("UPDATE sessions SET machine = ?2, live = ?3 WHERE id = ?1")?.execute(params![
-        id,
-        serde_json::to_string(&r.session).expect("serialisable"),
-        r.session.is_live()
-    ])?;
-    Ok((r, stop))
+/// Live sessions due at or before `now`, soonest first.
+pub fn due_ids(conn: &Connection, now: Millis, limit: usize) -> StoreResult<Vec<String>> {
+    Ok(conn
+        .prepare_cached("SELECT id FROM sessions WHERE due_at <= ?1 ORDER BY due_at LIMIT ?2")?
+        .query_map(params![now.0, limit as i64], |r| r.get(0))?
+        .collect::<Result<_, _>>()?)
 }
 
-fn settle(conn: &Connection, r: &SessionRow, ready_millis: i64, now: Millis) -> StoreResult<()> {
+/// The earliest due time after `now`.
+pub fn next_due_after(conn: &Connection, now: Millis) -> StoreResult<Option<Millis>> {
+    let at: Option<i64> =
+        conn.query_row("SELECT MIN(due_at) FROM sessions WHERE due_at > ?1", [now.0], |r| r.get(0))?;
+    Ok(at.map(Millis))
+}
+
+/// Stores the machine, whether it is live and its next due time.
+pub fn save(conn: &Connection, id: &str, machine: &Session) -> StoreResult<()> {
+    conn.prepare_cached("UPDATE sessions SET machine = ?2, live = ?3, due_at = ?4 WHERE id = ?1")?.execute(params![
+        id,
+        serde_json::to_string(machine).expect("serialisable"),
+        machine.is_live(),
+        session::next_due(machine).map(|d| d.at.0)
+    ])?;
+    Ok(())
+}
+
+/// The ledger rows of a session's end: `ready_millis` of ready time charged,
+/// the rest of the reservation released.
+pub fn settle(conn: &Connection, r: &SessionRow, ready_millis: i64, now: Millis) -> StoreResult<()> {
     let used = pricing::session_charge_micros(ready_millis, r.reserved_micros);
     let (charged, released) = ledger::settle(r.reserved_micros, used);
     for (kind, amount) in [(EntryKind::Charge, charged), (EntryKind::Release, released)] {

@@ -1,0 +1,508 @@
+//! The session driver: the one place a session's machine moves and its
+//! effects are executed.
+//!
+//! A step is one write transaction: load the session, apply the event
+//! (`grid_core::session::apply`), write the settlement's ledger rows, store
+//! the machine with its next due time (`grid_core::session::next_due`: the
+//! expiry, and while pending the launch deadline). A refusal or a store
+//! failure half-way rolls all of it back. Only after the commit does
+//! `execute` carry out the effects, so a browser is never stopped for an
+//! end that was not stored.
+//!
+//! Everything that moves a session comes here: the session task (ready,
+//! and its exit however it happens), DELETE /sessions/{id}, the due-time
+//! loop (`due.rs`: expiries and launch deadlines, fired whichever task or
+//! process is alive), recovery at start and shutdown.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use grid_core::error::ApiError;
+use grid_core::session::{self, Due, Effect, Event, TransitionError};
+use grid_core::time::Millis;
+use grid_core::wire::session::{Attestation, NetworkAttestation};
+use rusqlite::Connection;
+use tokio::sync::watch;
+
+use super::{Endpoint, Live};
+use crate::clock::Clock;
+use crate::store::sessions::{self as store, SessionError, SessionRow};
+use crate::store::{Store, StoreError};
+
+/// Due sessions fired in one pass before the loop is asked to come back at once.
+const FIRE_BATCH: usize = 256;
+/// First and longest wait between attempts to store a session task's loss.
+const RETRY_FIRST: Duration = Duration::from_millis(100);
+const RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// The browsers of this process's live sessions: what the CDP endpoint
+/// reaches, and what `Effect::StopBrowser` stops.
+#[derive(Default)]
+pub struct Browsers {
+    live: Mutex<HashMap<String, Handle>>,
+    /// Browsers stopped by an executed `StopBrowser`.
+    stopped: AtomicU64,
+}
+
+struct Handle {
+    live: Live,
+    end: watch::Sender<bool>,
+}
+
+impl Browsers {
+    /// A session's browser from its lease on: the sender publishes the
+    /// browser once running; the receiver turns true when it must stop.
+    pub fn register(&self, id: &str, token_sha256: String) -> (watch::Sender<Option<Endpoint>>, watch::Receiver<bool>) {
+        let (endpoint, endpoint_rx) = watch::channel(None);
+        let (end, ended) = watch::channel(false);
+        let handle = Handle { live: Live { token_sha256, endpoint: endpoint_rx, ended: ended.clone() }, end };
+        self.map().insert(id.to_string(), handle);
+        (endpoint, ended)
+    }
+
+    pub fn live(&self, id: &str) -> Option<Live> {
+        self.map().get(id).map(|h| h.live.clone())
+    }
+
+    fn holds(&self, id: &str) -> bool {
+        self.map().contains_key(id)
+    }
+
+    /// Stops the session's browser: the session task, which owns the
+    /// process, kills its sandbox at once, and every open CDP connection
+    /// closes. Idempotent.
+    fn stop(&self, id: &str) {
+        if let Some(h) = self.map().remove(id) {
+            let _ = h.end.send(true);
+            self.stopped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    #[cfg(test)]
+    fn stopped(&self) -> u64 {
+        self.stopped.load(Ordering::Relaxed)
+    }
+
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Handle>> {
+        self.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// What one transaction did: the session as stored and the effects still
+/// to execute.
+struct Stepped {
+    row: SessionRow,
+    effects: Vec<Effect>,
+}
+
+pub struct SessionDriver {
+    store: Store,
+    clock: Arc<dyn Clock>,
+    browsers: Browsers,
+}
+
+impl SessionDriver {
+    pub fn new(store: Store, clock: Arc<dyn Clock>) -> SessionDriver {
+        SessionDriver { store, clock, browsers: Browsers::default() }
+    }
+
+    pub fn now(&self) -> Millis {
+        self.clock.now()
+    }
+
+    pub fn browsers(&self) -> &Browsers {
+        &self.browsers
+    }
+
+    /// Applies `event` at `at` in one transaction, then executes its effects.
+    pub async fn apply(&self, id: &str, event: Event, at: Millis) -> Result<SessionRow, SessionError> {
+        self.transact(id, move |tx, row| step(tx, row, event, at)).await
+    }
+
+    /// The browser answered at `at` and was attested: running, with its
+    /// attestation, in one transaction.
+    pub async fn ready(
+        &self,
+        id: &str,
+        at: Millis,
+        attestation: Attestation,
+        network: Option<NetworkAttestation>,
+    ) -> Result<SessionRow, SessionError> {
+        self.transact(id, move |tx, row| {
+            store::set_attestation(tx, &row.id, &attestation, network.as_ref())?;
+            step(tx, row, Event::Ready, at)
+        })
+        .await
+    }
+
+    /// DELETE /sessions/{id} by `account_id`: another account's session is
+    /// unknown, exactly like one that does not exist.
+    pub async fn release(&self, account_id: &str, id: &str) -> Result<SessionRow, SessionError> {
+        let (account, at) = (account_id.to_string(), self.now());
+        let row = self
+            .transact(id, move |tx, row| {
+                if row.account_id != account {
+                    return Err(TransitionError::Refused(ApiError::UnknownSession).into());
+                }
+                step(tx, row, Event::Release, at)
+            })
+            .await?;
+        tracing::info!(session = %id, "session released");
+        Ok(row)
+    }
+
+    /// The last word of a session task, however it ended (it returned, failed
+    /// on the way, or panicked): unless an end already stopped its browser,
+    /// the session is lost now. The loss time is fixed here, so a write
+    /// that fails (the database busy) is retried until it is stored.
+    pub async fn task_exited(&self, id: &str) {
+        if !self.browsers.holds(id) {
+            // An end stored by someone else already executed its StopBrowser.
+            return;
+        }
+        let at = self.now();
+        let mut wait = RETRY_FIRST;
+        loop {
+            match self.apply(id, Event::Lose, at).await {
+                Ok(_) => {
+                    tracing::warn!(session = %id, "session lost");
+                    return;
+                }
+                // Ended meanwhile: that end executes its own StopBrowser.
+                Err(SessionError::Transition(e)) => {
+                    tracing::debug!(session = %id, error = %e, "session already ended");
+                    return;
+                }
+                Err(SessionError::Store(StoreError::NotFound(_))) => return,
+                Err(e) => {
+                    tracing::error!(session = %id, error = %e, "the session's loss could not be stored; retrying");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(RETRY_MAX);
+                }
+            }
+        }
+    }
+
+    /// On start: sessions left live by the last run lost their browser with
+    /// it, at the latest at `last_alive` (its last settlement heartbeat: at
+    /// most one settlement interval before it stopped). A deadline that fell
+    /// while it was still alive ends the session as it would have
+    /// (`grid_core::session::after_stop`).
+    pub async fn recover(&self, last_alive: Option<Millis>) {
+        let now = self.now();
+        let alive = last_alive.unwrap_or(now).min(now);
+        for id in self.live_ids().await {
+            let ended = self
+                .transact(&id, move |tx, row| {
+                    let Due { at, event } = session::after_stop(&row.session, alive);
+                    step(tx, row, event, at)
+                })
+                .await;
+            match ended {
+                Ok(row) => {
+                    tracing::warn!(session = %id, ended = ?row.session.ended, "session of the previous run ended")
+                }
+                Err(e) => tracing::error!(session = %id, error = %e, "session of the previous run not ended"),
+            }
+        }
+    }
+
+    /// On shutdown: every live session is lost now, its browser stopped.
+    pub async fn shutdown(&self) {
+        let at = self.now();
+        for id in self.live_ids().await {
+            if let Err(e) = self.apply(&id, Event::Lose, at).await {
+                tracing::warn!(session = %id, error = %e, "session not ended at shutdown");
+            }
+        }
+    }
+
+    async fn live_ids(&self) -> Vec<String> {
+        self.store.read(store::live_ids).await.unwrap_or_else(|e| {
+            tracing::error!(error = %e, "live sessions not read");
+            vec![]
+        })
+    }
+
+    /// Runs `f` on the loaded session in one write transaction, then
+    /// executes the effects it returned.
+    async fn transact<F>(&self, id: &str, f: F) -> Result<SessionRow, SessionError>
+    where
+        F: FnOnce(&Connection, SessionRow) -> Result<Stepped, SessionError> + Send + 'static,
+    {
+        let sid = id.to_string();
+        let stepped = self
+            .store
+            .write(move |tx| {
+                let row = store::load(tx, &sid)?.ok_or_else(|| StoreError::NotFound(format!("session {sid}")))?;
+                f(tx, row)
+            })
+            .await?;
+        self.execute(id, &stepped.effects);
+        Ok(stepped.row)
+    }
+
+    /// The one executor of the session machine's effects.
+    fn execute(&self, id: &str, effects: &[Effect]) {
+        for effect in effects {
+            match effect {
+                Effect::StopBrowser => self.browsers.stop(id),
+                // Written by `step`, in the transaction that ended the session.
+                Effect::Settle { .. } => {}
+            }
+        }
+    }
+
+    /// Fires one due session: its due event at its due time.
+    async fn fire(&self, id: &str, now: Millis) {
+        match self.transact(id, move |tx, row| fire(tx, row, now)).await {
+            Ok(row) => {
+                if let Some(ended) = row.session.ended {
+                    tracing::info!(session = %id, cause = ended.cause.as_str(), at = %ended.at.to_iso(), "session ended at its due time");
+                }
+            }
+            Err(e) => tracing::warn!(session = %id, error = %e, "due session not fired; the next pass tries again"),
+        }
+    }
+}
+
+impl crate::due::Due for SessionDriver {
+    fn fire_due(&self, now: Millis) -> BoxFuture<'_, Option<Millis>> {
+        Box::pin(async move {
+            let ids = match self.store.read(move |c| store::due_ids(c, now, FIRE_BATCH)).await {
+                Ok(ids) => ids,
+                Err(e) => {
+                    tracing::warn!(error = %e, "due sessions not read");
+                    return None;
+                }
+            };
+            let more = ids.len() == FIRE_BATCH;
+            for id in ids {
+                self.fire(&id, now).await;
+            }
+            if more {
+                return Some(now);
+            }
+            self.store.read(move |c| store::next_due_after(c, now)).await.ok().flatten()
+        })
+    }
+}
+
+/// load → apply → settle → due time → save, inside the caller's transaction.
+fn step(tx: &Connection, mut row: SessionRow, event: Event, at: Millis) -> Result<Stepped, SessionError> {
+    let outcome = session::apply(&row.session, event, at)?;
+    for effect in &outcome.effects {
+        if let Effect::Settle { ready_millis } = effect {
+            store::settle(tx, &row, *ready_millis, at)?;
+        }
+    }
+    row.session = outcome.session;
+    store::save(tx, &row.id, &row.session)?;
+    Ok(Stepped { row, effects: outcome.effects })
+}
+
+/// The session's due event at its due time, when that is not after `now`.
+/// A stored due time another step has since moved is only rewritten.
+fn fire(tx: &Connection, row: SessionRow, now: Millis) -> Result<Stepped, SessionError> {
+    match session::next_due(&row.session) {
+        Some(Due { at, event }) if at <= now => step(tx, row, event, at),
+        _ => {
+            store::save(tx, &row.id, &row.session)?;
+            Ok(Stepped { row, effects: vec![] })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::VirtualClock;
+    use crate::due::Due as _;
+    use crate::store::accounts::{self, Caller};
+    use grid_core::catalog::Profile;
+    use grid_core::pricing::{session_charge_micros, session_reservation_micros};
+    use grid_core::session::{EndCause, Ended, SessionStatus, LAUNCH_DEADLINE_MS};
+    use grid_core::wire::session::SessionSubmission;
+
+    const T0: Millis = Millis(1_800_000_000_000);
+    const CREDIT: i64 = 1_000_000;
+
+    struct World {
+        _dir: tempfile::TempDir,
+        store: Store,
+        clock: Arc<VirtualClock>,
+        driver: SessionDriver,
+        caller: Caller,
+    }
+
+    fn world() -> World {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), Duration::from_secs(1)).unwrap();
+        let clock = Arc::new(VirtualClock::at(T0));
+        let caller = store
+            .write_blocking(|tx| {
+                let id = accounts::create_account(tx, "t", CREDIT, T0)?;
+                let k = accounts::create_key(tx, &id, None, false, T0)?;
+                Ok::<_, StoreError>(Caller { account_id: id, key_id: Some(k.key_id), ..Default::default() })
+            })
+            .unwrap();
+        let driver = SessionDriver::new(store.clone(), clock.clone());
+        World { _dir: dir, store, clock, driver, caller }
+    }
+
+    impl World {
+        /// A lease now, its browser registered as the session task does.
+        fn lease(&self, ttl_minutes: u32) -> (String, watch::Receiver<bool>) {
+            let (c, now) = (self.caller.clone(), self.clock.now());
+            let sub = SessionSubmission { profile: Profile::DEFAULT, ttl_minutes, network_policy: None };
+            let row = self.store.write_blocking(|tx| store::lease(tx, &c, &sub, "token", 4, now)).unwrap();
+            let (_endpoint, ended) = self.driver.browsers().register(&row.id, "hash".into());
+            (row.id, ended)
+        }
+
+        fn row(&self, id: &str) -> SessionRow {
+            let id = id.to_string();
+            self.store.read_blocking(move |c| store::load(c, &id)).unwrap().unwrap()
+        }
+
+        fn due_at(&self, id: &str) -> Option<i64> {
+            let id = id.to_string();
+            self.store
+                .read_blocking(move |c| {
+                    Ok(c.query_row("SELECT due_at FROM sessions WHERE id = ?1", [&id], |r| r.get(0))?)
+                })
+                .unwrap()
+        }
+
+        /// (credit, reserved) of the account.
+        fn balance(&self) -> (i64, i64) {
+            let a = self.caller.account_id.clone();
+            let b = self.store.read_blocking(move |c| accounts::balance(c, &a)).unwrap();
+            (b.credit_micros, b.reserved_micros)
+        }
+    }
+
+    #[tokio::test]
+    async fn expiry_fires_at_expires_at_with_the_ready_time_settled() {
+        let w = world();
+        let (id, ended) = w.lease(1);
+        let expires = T0.plus_ms(60_000);
+        // Pending: due at expiry already (a 1 minute lease expires before its launch deadline).
+        assert_eq!(w.due_at(&id), Some(expires.0));
+        w.driver.apply(&id, Event::Ready, T0.plus_ms(10_000)).await.unwrap();
+        assert_eq!(w.due_at(&id), Some(expires.0));
+
+        // Nothing is due a moment before; the loop is told when to come back.
+        assert_eq!(w.driver.fire_due(expires.plus_ms(-1)).await, Some(expires));
+        assert!(w.row(&id).session.is_live());
+        // Noticed late: the session still ends at expiresAt, charged to it.
+        w.clock.set(expires.plus_ms(400));
+        assert_eq!(w.driver.fire_due(w.clock.now()).await, None);
+        let row = w.row(&id);
+        assert_eq!(row.session.ended, Some(Ended { cause: EndCause::Expired, at: expires }));
+        assert_eq!(w.due_at(&id), None);
+        let charge = session_charge_micros(50_000, session_reservation_micros(1));
+        assert_eq!(w.balance(), (CREDIT - charge, 0));
+        assert!(*ended.borrow(), "the browser was not stopped");
+        assert_eq!(w.driver.browsers().stopped(), 1);
+        // Fired once: another pass finds nothing and charges nothing more.
+        assert_eq!(w.driver.fire_due(expires.plus_ms(60_000)).await, None);
+        assert_eq!(w.balance(), (CREDIT - charge, 0));
+    }
+
+    #[tokio::test]
+    async fn a_session_pending_past_its_launch_deadline_is_lost_and_releases_its_whole_reservation() {
+        let w = world();
+        let (id, ended) = w.lease(30);
+        let deadline = T0.plus_ms(LAUNCH_DEADLINE_MS);
+        assert_eq!(w.due_at(&id), Some(deadline.0));
+        assert_eq!(w.balance(), (CREDIT, session_reservation_micros(30)));
+
+        w.clock.set(deadline.plus_ms(250));
+        w.driver.fire_due(w.clock.now()).await;
+        let row = w.row(&id);
+        assert_eq!(row.session.status, SessionStatus::Pending);
+        assert_eq!(row.session.ended, Some(Ended { cause: EndCause::Lost, at: deadline }));
+        assert_eq!(w.balance(), (CREDIT, 0));
+        assert!(*ended.borrow());
+        assert!(w.driver.browsers().live(&id).is_none(), "the CDP endpoint still reaches it");
+        // The task that was still launching learns it too late to run it.
+        let late = w.driver.apply(&id, Event::Ready, deadline.plus_ms(1_000)).await;
+        assert!(matches!(late, Err(SessionError::Transition(_))), "{late:?}");
+        // ... and its exit changes nothing.
+        w.driver.task_exited(&id).await;
+        assert_eq!(w.row(&id).session.ended, Some(Ended { cause: EndCause::Lost, at: deadline }));
+    }
+
+    #[tokio::test]
+    async fn release_executes_stop_browser_once() {
+        let w = world();
+        let (id, ended) = w.lease(30);
+        let (other, _other_ended) = w.lease(30);
+        w.driver.apply(&id, Event::Ready, T0.plus_ms(5_000)).await.unwrap();
+        w.clock.set(T0.plus_ms(65_000));
+        // Another account's release is refused and stops nothing.
+        let refused = w.driver.release("acc_other", &id).await;
+        assert!(matches!(refused, Err(SessionError::Transition(TransitionError::Refused(ApiError::UnknownSession)))));
+        assert!(!*ended.borrow());
+
+        w.driver.release(&w.caller.account_id, &id).await.unwrap();
+        assert!(*ended.borrow());
+        assert_eq!(w.driver.browsers().stopped(), 1);
+        assert_eq!(w.row(&id).session.ended, Some(Ended { cause: EndCause::Released, at: T0.plus_ms(65_000) }));
+        // Releasing again, the task's exit and a later due pass stop nothing more.
+        assert!(w.driver.release(&w.caller.account_id, &id).await.is_err());
+        w.driver.task_exited(&id).await;
+        w.driver.fire_due(T0.plus_ms(40 * 60_000)).await;
+        assert_eq!(w.driver.browsers().stopped(), 2, "only the other session's launch deadline stopped one more");
+        assert_eq!(w.row(&id).session.ended.map(|e| e.cause), Some(EndCause::Released));
+        assert_eq!(w.row(&other).session.ended.map(|e| e.cause), Some(EndCause::Lost));
+        let charge = session_charge_micros(60_000, session_reservation_micros(30));
+        assert_eq!(w.balance(), (CREDIT - charge, 0));
+    }
+
+    #[tokio::test]
+    async fn a_task_that_exits_without_an_end_loses_its_session_at_once() {
+        let w = world();
+        let (id, ended) = w.lease(30);
+        w.clock.set(T0.plus_ms(2_000));
+        w.driver.task_exited(&id).await;
+        assert_eq!(w.row(&id).session.ended, Some(Ended { cause: EndCause::Lost, at: T0.plus_ms(2_000) }));
+        assert_eq!(w.balance(), (CREDIT, 0));
+        assert!(*ended.borrow());
+        assert_eq!(w.due_at(&id), None);
+    }
+
+    #[tokio::test]
+    async fn recovery_fires_what_fell_due_while_the_last_run_was_alive_and_loses_the_rest_at_its_heartbeat() {
+        let w = world();
+        let (expired, _) = w.lease(1);
+        let (running, _) = w.lease(30);
+        for id in [&expired, &running] {
+            w.driver.apply(id, Event::Ready, T0.plus_ms(10_000)).await.unwrap();
+        }
+        // The last run's heartbeat was 70 s in, past the first one's expiry; restarted an hour later.
+        w.clock.set(T0.plus_ms(3_600_000));
+        w.driver.recover(Some(T0.plus_ms(70_000))).await;
+        assert_eq!(w.row(&expired).session.ended, Some(Ended { cause: EndCause::Expired, at: T0.plus_ms(60_000) }));
+        assert_eq!(w.row(&running).session.ended, Some(Ended { cause: EndCause::Lost, at: T0.plus_ms(70_000) }));
+        let charged = session_charge_micros(50_000, session_reservation_micros(1))
+            + session_charge_micros(60_000, session_reservation_micros(30));
+        assert_eq!(w.balance(), (CREDIT - charged, 0));
+    }
+
+    #[tokio::test]
+    async fn a_failed_step_writes_nothing_and_stops_nothing() {
+        let w = world();
+        let (id, ended) = w.lease(30);
+        // Expire before expiresAt is refused: no ledger row, no stop, the due time kept.
+        let early = w.driver.apply(&id, Event::Expire, T0.plus_ms(1_000)).await;
+        assert!(matches!(early, Err(SessionError::Transition(TransitionError::NotDue(_)))), "{early:?}");
+        assert_eq!(w.balance(), (CREDIT, session_reservation_micros(30)));
+        assert!(!*ended.borrow());
+        assert_eq!(w.due_at(&id), Some(T0.plus_ms(LAUNCH_DEADLINE_MS).0));
+    }
+}
