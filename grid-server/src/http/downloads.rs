@@ -20,7 +20,6 @@ use hyper::header::{
 use hyper::{Response, StatusCode};
 use tokio::io::AsyncReadExt;
 
-use super::captures::store_error;
 use super::respond::{self, Body, Resp};
 use crate::app::App;
 use crate::capture::files::{self, Checked, READ_CHUNK};
@@ -41,12 +40,8 @@ pub async fn serve(app: &App, item: &str, kind: &str, query: Option<&str>) -> Re
     }
     let kind = ArtifactKind::parse(kind).ok_or(ApiError::DownloadLinkInvalid)?;
     let item_id = item.to_string();
-    let file = app
-        .store
-        .read(move |c| items::published_file(c, &item_id, kind))
-        .await
-        .map_err(store_error)?
-        .ok_or(ApiError::ArtifactNotPresent)?;
+    let file =
+        app.store.read(move |c| items::published_file(c, &item_id, kind)).await?.ok_or(ApiError::ArtifactNotPresent)?;
     let root = app.artifacts_dir.clone();
     let (storage_name, content_type, length) = (file.storage_name.clone(), file.content_type.clone(), file.byte_length);
     let checked = tokio::task::spawn_blocking(move || files::open_published(&root, file))

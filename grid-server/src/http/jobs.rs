@@ -2,7 +2,7 @@
 //! artifacts and logs.
 
 use grid_core::error::ApiError;
-use grid_core::job::{Effect, Event, TransitionError};
+use grid_core::job::{Effect, Event};
 use grid_core::validate;
 use grid_core::validate::list::{list_query, log_query};
 use grid_core::wire::job::NetworkProfile;
@@ -11,38 +11,15 @@ use hyper::header::HeaderValue;
 use hyper::StatusCode;
 use serde_json::Value;
 
-use super::captures::store_error;
 use super::respond::{self, Resp};
 use crate::app::App;
 use crate::compute::registry::ResolveError;
-use crate::compute::{Compute, RETRY_AFTER_SECS};
 use crate::ids::now;
 use crate::store::accounts::Caller;
 use crate::store::jobs::{self, JobError, JobRow, ListFilter};
-use crate::store::StoreError;
 
 /// Header set while job tracking has not caught up with the engine.
 const DEGRADED: &str = "x-grid-compute-degraded";
-
-/// Any failure to reach the job store is COMPUTE_UNAVAILABLE on these endpoints.
-fn job_store_error(e: StoreError) -> ApiError {
-    match e {
-        StoreError::Busy => Compute::unavailable(),
-        other => store_error(other),
-    }
-}
-
-fn job_error(e: JobError) -> ApiError {
-    match e {
-        JobError::Transition(TransitionError::Refused(api)) => api,
-        JobError::Transition(other) => {
-            tracing::warn!(error = %other, "job changed under the call");
-            ApiError::JobStateConflict
-        }
-        JobError::Store(StoreError::NotFound(_)) => ApiError::UnknownJob,
-        JobError::Store(s) => job_store_error(s),
-    }
-}
 
 fn with_degraded(app: &App, mut r: Resp) -> Resp {
     if !app.compute.tracking_ready() {
@@ -56,12 +33,12 @@ async fn owned(app: &App, caller: &Caller, id: &str) -> Result<JobRow, ApiError>
     app.store
         .read(move |c| jobs::load_owned(c, &account, &id))
         .await
-        .map_err(job_store_error)?
+        .map_err(JobError::from)?
         .ok_or(ApiError::UnknownJob)
 }
 
 async fn record(app: &App, row: JobRow, status: u16) -> Result<Resp, ApiError> {
-    let r = app.store.read(move |c| jobs::record_of(c, &row)).await.map_err(job_store_error)?;
+    let r = app.store.read(move |c| jobs::record_of(c, &row)).await.map_err(JobError::from)?;
     Ok(with_degraded(app, respond::json(status, &r)))
 }
 
@@ -85,7 +62,7 @@ pub async fn submit(app: &App, caller: &Caller, body: Value) -> Result<Resp, Api
     // or registry are doing.
     let (account, key, hash) = (caller.account_id.clone(), sub.idempotency_key.clone(), jobs::body_hash(&sub));
     let existing =
-        app.store.read(move |c| jobs::find_by_idempotency_key(c, &account, &key)).await.map_err(job_store_error)?;
+        app.store.read(move |c| jobs::find_by_idempotency_key(c, &account, &key)).await.map_err(JobError::from)?;
     if let Some(row) = existing {
         if row.1 != hash {
             return Err(ApiError::IdempotencyConflict);
@@ -97,12 +74,11 @@ pub async fn submit(app: &App, caller: &Caller, body: Value) -> Result<Resp, Api
         ResolveError::Invalid(detail) => ApiError::InvalidImage { detail },
         ResolveError::Unavailable(why) => {
             tracing::warn!(%why, "registry unavailable");
-            Compute::unavailable()
+            ApiError::compute_unavailable()
         }
     })?;
     let caller = caller.clone();
-    let (row, created) =
-        app.store.write(move |tx| jobs::submit(tx, &caller, &sub, &body, &digest, now())).await.map_err(job_error)?;
+    let (row, created) = app.store.write(move |tx| jobs::submit(tx, &caller, &sub, &body, &digest, now())).await?;
     if created {
         tracing::info!(job = %row.id, "job accepted");
         app.compute.wake.notify_one();
@@ -126,7 +102,7 @@ pub async fn list(app: &App, caller: &Caller, query: &[(String, String)]) -> Res
     let (account, limit) = (caller.account_id.clone(), q.limit);
     let f = filter.clone();
     let (records, next) =
-        app.store.read(move |c| jobs::list(c, &account, &f, before, limit)).await.map_err(job_store_error)?;
+        app.store.read(move |c| jobs::list(c, &account, &f, before, limit)).await.map_err(JobError::from)?;
     let next_cursor = next.map(|seq| app.signer.seal_cursor(&scope, seq));
     Ok(respond::json(200, &grid_core::wire::job_record::JobList { jobs: records, next_cursor }))
 }
@@ -134,8 +110,7 @@ pub async fn list(app: &App, caller: &Caller, query: &[(String, String)]) -> Res
 pub async fn cancel(app: &App, caller: &Caller, id: &str) -> Result<Resp, ApiError> {
     owned(app, caller, id).await?;
     let jid = id.to_string();
-    let (row, fx) =
-        app.store.write(move |tx| jobs::transition(tx, &jid, Event::Cancel, now(), None)).await.map_err(job_error)?;
+    let (row, fx) = app.store.write(move |tx| jobs::transition(tx, &jid, Event::Cancel, now(), None)).await?;
     if fx.iter().any(|e| matches!(e, Effect::StopContainer { .. })) {
         app.compute.signal_stop(id);
     }
@@ -145,18 +120,14 @@ pub async fn cancel(app: &App, caller: &Caller, id: &str) -> Result<Resp, ApiErr
 pub async fn retry(app: &App, caller: &Caller, id: &str) -> Result<Resp, ApiError> {
     owned(app, caller, id).await?;
     let (jid, c) = (id.to_string(), caller.clone());
-    let (row, _) = app
-        .store
-        .write(move |tx| jobs::transition(tx, &jid, Event::Retry, now(), Some(&c)))
-        .await
-        .map_err(job_error)?;
+    let (row, _) = app.store.write(move |tx| jobs::transition(tx, &jid, Event::Retry, now(), Some(&c))).await?;
     app.compute.wake.notify_one();
     record(app, row, 200).await
 }
 
 pub async fn artifacts(app: &App, caller: &Caller, id: &str) -> Result<Resp, ApiError> {
     let row = owned(app, caller, id).await?;
-    let logs = app.store.read(move |c| jobs::logs(c, &row.id)).await.map_err(job_store_error)?;
+    let logs = app.store.read(move |c| jobs::logs(c, &row.id)).await.map_err(JobError::from)?;
     Ok(respond::json(200, &JobArtifacts { artifacts: logs.into_iter().map(|l| l.artifact).collect() }))
 }
 
@@ -164,15 +135,15 @@ pub async fn logs(app: &App, caller: &Caller, id: &str, query: &[(String, String
     let attempt = log_query(query)?;
     let row = owned(app, caller, id).await?;
     let attempt = attempt.unwrap_or(row.job.attempt_number());
-    let logs = app.store.read(move |c| jobs::logs(c, &row.id)).await.map_err(job_store_error)?;
+    let logs = app.store.read(move |c| jobs::logs(c, &row.id)).await.map_err(JobError::from)?;
     let log = logs.into_iter().find(|l| l.artifact.attempt == attempt).ok_or(ApiError::LogsNotAvailable)?;
     let (root, name, sha) = (app.compute.logs_dir.clone(), log.storage_name.clone(), log.sha256.clone());
     let data = tokio::task::spawn_blocking(move || crate::capture::files::read_checked(&root, &name, &sha))
         .await
-        .map_err(|_| Compute::unavailable())?
+        .map_err(|_| ApiError::compute_unavailable())?
         .map_err(|e| {
             tracing::error!(log = %log.storage_name, error = %e, "log unreadable or failed its integrity check");
-            ApiError::ComputeUnavailable { retry_after_secs: RETRY_AFTER_SECS }
+            ApiError::compute_unavailable()
         })?;
     let mut r = respond::bytes(StatusCode::OK, "text/plain; charset=utf-8", data);
     let h = r.headers_mut();
