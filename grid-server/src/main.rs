@@ -398,9 +398,10 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         commits,
         store,
         signer: Signer::new(hex::decode(&secret).unwrap_or_else(|_| secret.into_bytes()), base_url.clone()),
-        compute: Compute::new(compute_config, config.data_dir.join("logs")),
+        compute: Compute::new(compute_config, config.data_dir.join("logs")).context("building the registry client")?,
         sessions: sessions::Sessions::new(session_config),
-        tokens: tokens::TokenVerifier::new(config.auth_url.clone(), args.jwks_url.clone()),
+        tokens: tokens::TokenVerifier::new(config.auth_url.clone(), args.jwks_url.clone())
+            .context("building the JWKS client")?,
         queue_ready: Notify::new(),
         busy_workers: AtomicU32::new(0),
         artifacts_dir: config.data_dir.join("artifacts"),
@@ -408,15 +409,16 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         config,
     });
     let (stop_tx, stop_rx) = watch::channel(false);
-    let mut workers = capture::spawn_workers(app.clone(), stop_rx.clone());
+    let mut workers = capture::spawn_workers(app.clone(), stop_rx.clone()).context("building the fetch client")?;
     let settlement = tokio::spawn(settlement::run(app.clone(), stop_rx.clone()));
     tokio::spawn(compute::health(app.clone(), stop_rx.clone()));
     tokio::spawn(compute::scheduler(app.clone(), stop_rx.clone()));
     // Every driver with durable due times fires them here.
     let due_drivers: Vec<Arc<dyn due::Due>> = vec![];
     tokio::spawn(due::run(due_drivers, app.clock.clone(), app.due_wake.clone(), stop_rx.clone()));
+    let stop_signal = shutdown_signal().context("installing the SIGTERM handler")?;
     tokio::spawn(async move {
-        shutdown_signal().await;
+        stop_signal.await;
         tracing::info!("shutting down: no new work; in-flight items may finish");
         let _ = stop_tx.send(true);
     });
@@ -468,11 +470,15 @@ fn browser_pool(config: &ServeConfig) -> Option<Arc<browser::pool::BrowserPool>>
     Some(Arc::new(browser::pool::BrowserPool::new(pool_config)))
 }
 
-async fn shutdown_signal() {
+/// Resolves on SIGTERM or Ctrl-C. The handler is installed now, so a
+/// failure to install it stops the start-up instead of a task.
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
+    let mut term = signal(SignalKind::terminate())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    })
 }

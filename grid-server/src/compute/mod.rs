@@ -39,7 +39,7 @@ pub const LOG_CAP: usize = 1024 * 1024;
 /// How often a running container's writable layer is measured.
 const STORAGE_POLL: Duration = Duration::from_secs(2);
 /// `retry-after` while compute is unavailable.
-pub const RETRY_AFTER_SECS: u64 = 5;
+pub const RETRY_AFTER_SECS: u64 = grid_core::error::COMPUTE_RETRY_AFTER_SECS;
 
 #[derive(Debug, Clone)]
 pub struct ComputeConfig {
@@ -66,9 +66,9 @@ pub struct Compute {
 }
 
 impl Compute {
-    pub fn new(config: ComputeConfig, logs_dir: PathBuf) -> Compute {
-        Compute {
-            registries: Registries::new(config.admitted.clone()),
+    pub fn new(config: ComputeConfig, logs_dir: PathBuf) -> Result<Compute, reqwest::Error> {
+        Ok(Compute {
+            registries: Registries::new(config.admitted.clone())?,
             config,
             docker: RwLock::new(None),
             docker_up: AtomicBool::new(false),
@@ -76,7 +76,7 @@ impl Compute {
             stops: Mutex::new(HashMap::new()),
             wake: Notify::new(),
             logs_dir,
-        }
+        })
     }
 
     fn docker(&self) -> Option<Docker> {
