@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The test command: installs what the suite needs, builds every binary once,
 # then runs every test of the workspace (unit tests and the black-box suite
-# in tests/, which starts the real grid-server and grid binaries).
+# in tests/, which starts the real grid-server and grid binaries). A full run
+# also checks formatting (cargo fmt --check) and lints (cargo clippy, warnings
+# are errors); the run fails if either does, after the tests have run.
 #
 #   scripts/test.sh                 # everything
-#   scripts/test.sh -p grid-tests   # extra arguments go to the test runner
+#   scripts/test.sh -p grid-tests   # extra arguments go to the test runner (no lint)
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -57,8 +59,21 @@ if [ ! -d tests/clients/node_modules/playwright-core ] || [ ! -d tests/clients/n
 fi
 
 say "cargo $(cargo --version | cut -d' ' -f2), rustc $(rustc --version | cut -d' ' -f2)"
+
+# Checks that fail the run, but only once the tests have run too.
+failed_checks=()
+if [ "$#" -eq 0 ]; then
+    say "checking formatting: cargo fmt --all --check"
+    cargo fmt --all --check || failed_checks+=("cargo fmt --all --check")
+fi
+
 say "building the workspace: cargo build --workspace --bins --tests"
 cargo build --workspace --bins --tests
+
+if [ "$#" -eq 0 ]; then
+    say "linting: cargo clippy --workspace --all-targets -- -D warnings"
+    cargo clippy --workspace --all-targets -- -D warnings || failed_checks+=("cargo clippy --workspace --all-targets -- -D warnings")
+fi
 
 # The black-box tests run these binaries; point at exactly what was just built.
 target_dir="${CARGO_TARGET_DIR:-target}"
@@ -70,6 +85,7 @@ export GRID_SERVER_BIN="$target_dir/debug/grid-server"
 export GRID_CLI_BIN="$target_dir/debug/grid"
 say "binaries under test: $GRID_SERVER_BIN, $GRID_CLI_BIN"
 
+tests_status=0
 if cargo nextest --version >/dev/null 2>&1; then
     if [ "$#" -eq 0 ]; then
         # nextest does not run doctests; run them first so the suite's
@@ -78,8 +94,18 @@ if cargo nextest --version >/dev/null 2>&1; then
         cargo test --workspace --doc
     fi
     say "running tests: cargo nextest run --workspace --no-fail-fast $*"
-    cargo nextest run --workspace --no-fail-fast "$@"
+    cargo nextest run --workspace --no-fail-fast "$@" || tests_status=$?
 else
     say "cargo-nextest not found; running tests: cargo test --workspace --no-fail-fast $*"
-    cargo test --workspace --no-fail-fast "$@"
+    cargo test --workspace --no-fail-fast "$@" || tests_status=$?
+fi
+
+for check in "${failed_checks[@]}"; do
+    say "FAILED: $check"
+done
+if [ "$tests_status" -ne 0 ]; then
+    exit "$tests_status"
+fi
+if [ "${#failed_checks[@]}" -ne 0 ]; then
+    exit 1
 fi

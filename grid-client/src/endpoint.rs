@@ -32,6 +32,9 @@ pub struct Endpoint<T> {
     /// Query pairs, encoded by [`Endpoint::url`]; empty for most calls.
     query: Vec<(String, String)>,
     body: Option<Vec<u8>>,
+    /// Why the call cannot be sent, found while building it (a body that
+    /// does not serialize); `path` reports it, so nothing is sent.
+    refused: Option<String>,
     /// Sent as the `Idempotency-Key` header (POST /batches, POST /sessions).
     idempotency_key: Option<String>,
     answer: PhantomData<fn() -> T>,
@@ -45,14 +48,20 @@ impl<T> Endpoint<T> {
             credential,
             query: Vec::new(),
             body: None,
+            refused: None,
             idempotency_key: None,
             answer: PhantomData,
         }
     }
 
-    /// The same call with a JSON body.
-    pub(crate) fn with_body(mut self, body: Vec<u8>) -> Endpoint<T> {
-        self.body = Some(body);
+    /// The same call with `body` as its JSON body. Our request types have
+    /// only string keys and plain values, so this does not fail in
+    /// practice; if it does, the call is refused before sending.
+    pub(crate) fn with_json<B: serde::Serialize>(mut self, body: &B) -> Endpoint<T> {
+        match serde_json::to_vec(body) {
+            Ok(bytes) => self.body = Some(bytes),
+            Err(e) => self.refused = Some(format!("the request body does not serialize: {e}")),
+        }
         self
     }
 
@@ -100,6 +109,9 @@ impl<T> Endpoint<T> {
 
     /// The encoded path, relative to the base URL: `/batches/a%2Fb`.
     pub fn path(&self) -> Result<String, ClientError> {
+        if let Some(why) = &self.refused {
+            return Err(ClientError::InvalidInput(why.clone()));
+        }
         let mut path = String::new();
         for segment in &self.segments {
             // A URL parser resolves `.` and `..` (also when escaped as
@@ -194,10 +206,7 @@ pub fn protected_resource(mcp: bool) -> Endpoint<ProtectedResource> {
 
 /// POST /batches.
 pub fn submit_batch(batch: &NewBatch) -> Endpoint<BatchCreated> {
-    let mut endpoint = Endpoint::new(Method::POST, &["batches"], true);
-    // A NewBatch has only string keys and plain values: it always serializes.
-    endpoint.body = Some(serde_json::to_vec(batch).expect("NewBatch serializes"));
-    endpoint
+    Endpoint::new(Method::POST, &["batches"], true).with_json(batch)
 }
 
 /// GET /batches/{batchId}.
@@ -250,6 +259,21 @@ mod tests {
             url_of(base, &artifact_url("j1", ArtifactKind::Screenshot)),
             "http://127.0.0.1:8080/artifacts/j1/screenshot"
         );
+    }
+
+    /// A body that cannot be JSON refuses the call before anything is
+    /// sent, instead of panicking while the call is built.
+    #[test]
+    fn a_body_that_does_not_serialize_refuses_the_call() {
+        let keys_not_strings: std::collections::BTreeMap<(u8, u8), u8> = [((1, 2), 3)].into();
+        let endpoint: Endpoint<BatchCreated> =
+            Endpoint::new(Method::POST, &["batches"], true).with_json(&keys_not_strings);
+        assert!(endpoint.body().is_none());
+        match endpoint.path() {
+            Err(ClientError::InvalidInput(why)) => assert!(why.contains("does not serialize"), "{why}"),
+            other => panic!("expected InvalidInput, got {other:?}"),
+        }
+        assert_eq!(submit_batch(&NewBatch::default()).path().unwrap(), "/batches");
     }
 
     #[test]

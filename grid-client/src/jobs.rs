@@ -30,8 +30,7 @@ pub const LOGS_NOT_AVAILABLE: &str = "LOGS_NOT_AVAILABLE";
 
 /// POST /jobs.
 pub fn submit_job(job: &NewJob) -> Endpoint<JobRecord> {
-    // A NewJob has only string keys and plain values: it always serializes.
-    Endpoint::new(Method::POST, &["jobs"], true).with_body(serde_json::to_vec(job).expect("NewJob serializes"))
+    Endpoint::new(Method::POST, &["jobs"], true).with_json(job)
 }
 
 /// GET /jobs/{jobId} for an analytical job.

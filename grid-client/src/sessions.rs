@@ -30,9 +30,7 @@ pub const UNKNOWN_SESSION: &str = "unknown session";
 
 /// POST /sessions.
 pub fn lease_session(session: &NewSession) -> Endpoint<SessionLease> {
-    // A NewSession has only optional plain values: it always serializes.
-    Endpoint::new(Method::POST, &["sessions"], true)
-        .with_body(serde_json::to_vec(session).expect("NewSession serializes"))
+    Endpoint::new(Method::POST, &["sessions"], true).with_json(session)
 }
 
 /// GET /sessions: the caller's live sessions, oldest first.

@@ -1,8 +1,13 @@
-//! Every refusal the API can give, with its one mapping to an HTTP status and
-//! a JSON body. The server turns an `ApiError` into a response in exactly one
-//! place; the SDK parses the same bodies back.
+//! Every refusal the API can give and its one row in the error table
+//! (`ApiError::row`): status, `error` string, extra body fields and
+//! `retry-after`, as the contract's Errors table states them. The server
+//! renders a row in one place for HTTP and MCP alike; the SDK parses the
+//! same bodies back.
 
-use serde_json::{json, Map, Value};
+use std::borrow::Cow;
+use std::fmt;
+
+use serde_json::{Map, Value};
 
 /// Body text of the artifact-kind refusal; the contract fixes the whole body.
 pub const BAD_ARTIFACT_KIND: &str = "kind must be screenshot|html|body|meta";
@@ -11,182 +16,389 @@ pub const NO_ARTIFACT_FAMILY: &str = "job has no complete published artifact fam
 /// `detail` of the idempotency-key-reused refusal.
 pub const IDEMPOTENCY_KEY_REUSED_DETAIL: &str =
     "Idempotency-Key: already used within 24 h for a different request (body or route); send a new key for a new request";
+/// `retry-after` of COMPUTE_UNAVAILABLE: job tracking, the engine, the
+/// registry or the job store is expected back within seconds.
+pub const COMPUTE_RETRY_AFTER_SECS: u64 = 5;
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ApiError {
-    #[error("INVALID_JOB_REQUEST")]
-    InvalidJobRequest { detail: Vec<String> },
-    #[error("INVALID_IMAGE")]
-    InvalidImage { detail: String },
-    #[error("invalid batch body")]
-    InvalidBatchBody { detail: Vec<String> },
-    #[error("invalid session body")]
-    InvalidSessionBody { detail: Vec<String> },
-    #[error("INVALID_LIST_QUERY")]
-    InvalidListQuery { detail: Vec<String> },
-    #[error("INVALID_LIST_CURSOR")]
+    InvalidJobRequest {
+        detail: Vec<String>,
+    },
+    InvalidImage {
+        detail: String,
+    },
+    InvalidBatchBody {
+        detail: Vec<String>,
+    },
+    InvalidSessionBody {
+        detail: Vec<String>,
+    },
+    InvalidListQuery {
+        detail: Vec<String>,
+    },
     InvalidListCursor,
-    #[error("INVALID_LOG_QUERY")]
-    InvalidLogQuery { detail: Vec<String> },
-    #[error("{}", BAD_ARTIFACT_KIND)]
+    InvalidLogQuery {
+        detail: Vec<String>,
+    },
     BadArtifactKind,
     /// A request body that is not JSON at all, on an endpoint without a
     /// contract-named body error.
-    #[error("invalid body")]
-    InvalidBody { detail: Vec<String> },
+    InvalidBody {
+        detail: Vec<String>,
+    },
     /// An `Idempotency-Key` header that is not 1 to 255 printable ASCII
     /// characters, or sent more than once.
-    #[error("invalid idempotency key")]
-    InvalidIdempotencyKey { detail: Vec<String> },
+    InvalidIdempotencyKey {
+        detail: Vec<String>,
+    },
 
-    #[error("unauthorized")]
     Unauthorized,
-    #[error("insufficient_credit")]
-    InsufficientCredit { required_micros: i64, available_micros: i64 },
-    #[error("daily_cap_exceeded")]
-    DailyCapExceeded { cap_micros: i64, used_micros: i64, required_micros: i64, resets_at: String },
-    #[error("forbidden")]
+    InsufficientCredit {
+        required_micros: i64,
+        available_micros: i64,
+    },
+    DailyCapExceeded {
+        cap_micros: i64,
+        used_micros: i64,
+        required_micros: i64,
+        resets_at: String,
+    },
     Forbidden,
-    #[error("account_suspended")]
     AccountSuspended,
 
-    #[error("unknown job")]
     UnknownJob,
-    #[error("unknown batch")]
     UnknownBatch,
-    #[error("unknown session")]
     UnknownSession,
-    #[error("artifact not present")]
     ArtifactNotPresent,
-    #[error("LOGS_NOT_AVAILABLE")]
     LogsNotAvailable,
     /// A path no route serves (or serves only after a later release).
-    #[error("not found")]
     RouteNotFound,
-    #[error("method not allowed")]
     MethodNotAllowed,
     /// A download URL whose signature is wrong or whose 15 minutes are over.
-    #[error("download link invalid or expired")]
     DownloadLinkInvalid,
 
-    #[error("only failed jobs can be retried")]
     OnlyFailedCanBeRetried,
-    #[error("published terminal failures are immutable and cannot be retried")]
     PublishedFailureImmutable,
-    #[error("job browser profile is no longer selectable")]
     ProfileNotSelectable,
-    #[error("JOB_NOT_RETRYABLE")]
     JobNotRetryable,
-    #[error("JOB_STATE_CONFLICT")]
     JobStateConflict,
-    #[error("IDEMPOTENCY_CONFLICT")]
     IdempotencyConflict,
-    #[error("session limit reached: all {max_sessions} session slots are taken")]
-    SessionLimitReached { max_sessions: u32 },
+    SessionLimitReached {
+        max_sessions: u32,
+    },
 
-    #[error("CAPABILITY_NOT_AVAILABLE")]
-    CapabilityNotAvailable { capability: String },
+    CapabilityNotAvailable {
+        capability: String,
+    },
     /// An `Idempotency-Key` already used (within 24 h, in the account) for a
     /// request with another body or route.
-    #[error("idempotency key reused")]
     IdempotencyKeyReused,
 
-    #[error("not implemented")]
-    NotImplemented { what: String },
-    #[error("accounting_unavailable")]
+    NotImplemented {
+        what: String,
+    },
     AccountingUnavailable,
-    #[error("COMPUTE_UNAVAILABLE")]
-    ComputeUnavailable { retry_after_secs: u64 },
-    #[error("sessions disabled")]
+    ComputeUnavailable {
+        retry_after_secs: u64,
+    },
     SessionsDisabled,
     /// Something failed inside the server; the body says no more than that.
-    #[error("internal error")]
     Internal,
 }
 
-impl ApiError {
-    pub fn status(&self) -> u16 {
-        use ApiError::*;
-        match self {
-            InvalidJobRequest { .. }
-            | InvalidImage { .. }
-            | InvalidBatchBody { .. }
-            | InvalidSessionBody { .. }
-            | InvalidListQuery { .. }
-            | InvalidListCursor
-            | InvalidLogQuery { .. }
-            | BadArtifactKind
-            | InvalidBody { .. }
-            | InvalidIdempotencyKey { .. } => 400,
-            Unauthorized => 401,
-            InsufficientCredit { .. } | DailyCapExceeded { .. } => 402,
-            Forbidden | AccountSuspended => 403,
-            UnknownJob | UnknownBatch | UnknownSession | ArtifactNotPresent | LogsNotAvailable | RouteNotFound
-            | DownloadLinkInvalid => 404,
-            MethodNotAllowed => 405,
-            OnlyFailedCanBeRetried
-            | PublishedFailureImmutable
-            | ProfileNotSelectable
-            | JobNotRetryable
-            | JobStateConflict
-            | IdempotencyConflict
-            | SessionLimitReached { .. } => 409,
-            CapabilityNotAvailable { .. } | IdempotencyKeyReused => 422,
-            NotImplemented { .. } => 501,
-            AccountingUnavailable | ComputeUnavailable { .. } | SessionsDisabled => 503,
-            Internal => 500,
-        }
+/// One row of the error table: everything the API answers for a refusal.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ErrorRow {
+    pub status: u16,
+    /// The body's `error` string.
+    pub error: Cow<'static, str>,
+    /// Body fields besides `error`, named as the contract names them, in order.
+    pub extra: Vec<(&'static str, Value)>,
+    /// The `retry-after` header in seconds, where the contract sets one.
+    pub retry_after_secs: Option<u64>,
+}
+
+/// A row with no extra fields yet.
+fn row(status: u16, error: impl Into<Cow<'static, str>>) -> ErrorRow {
+    ErrorRow { status, error: error.into(), extra: vec![], retry_after_secs: None }
+}
+
+impl ErrorRow {
+    fn with(mut self, field: &'static str, value: impl Into<Value>) -> ErrorRow {
+        self.extra.push((field, value.into()));
+        self
     }
 
-    /// The `retry-after` header value in seconds, where the contract sets one.
-    pub fn retry_after_secs(&self) -> Option<u64> {
-        match self {
-            ApiError::ComputeUnavailable { retry_after_secs } => Some(*retry_after_secs),
-            ApiError::AccountingUnavailable => Some(1),
-            _ => None,
-        }
+    fn retry_after(mut self, secs: u64) -> ErrorRow {
+        self.retry_after_secs = Some(secs);
+        self
     }
 
-    /// The JSON body: `{"error": ...}` plus the extra fields the contract states.
+    /// The JSON body: `{"error": ...}` and then the extra fields.
     pub fn body(&self) -> Value {
-        use ApiError::*;
         let mut body = Map::new();
-        body.insert("error".into(), json!(self.to_string()));
-        let mut put = |k: &str, v: Value| {
-            body.insert(k.into(), v);
-        };
-        match self {
-            InvalidJobRequest { detail }
-            | InvalidBatchBody { detail }
-            | InvalidSessionBody { detail }
-            | InvalidListQuery { detail }
-            | InvalidLogQuery { detail }
-            | InvalidBody { detail }
-            | InvalidIdempotencyKey { detail } => put("detail", json!(detail)),
-            InvalidImage { detail } => put("detail", json!(detail)),
-            InsufficientCredit { required_micros, available_micros } => {
-                put("requiredMicros", json!(required_micros));
-                put("availableMicros", json!(available_micros));
-            }
-            DailyCapExceeded { cap_micros, used_micros, required_micros, resets_at } => {
-                put("capMicros", json!(cap_micros));
-                put("usedMicros", json!(used_micros));
-                put("requiredMicros", json!(required_micros));
-                put("resetsAt", json!(resets_at));
-            }
-            ArtifactNotPresent => put("reason", json!(NO_ARTIFACT_FAMILY)),
-            CapabilityNotAvailable { capability } => put("capability", json!(capability)),
-            NotImplemented { what } => put("detail", json!(what)),
-            IdempotencyKeyReused => put("detail", json!([IDEMPOTENCY_KEY_REUSED_DETAIL])),
-            _ => {}
+        body.insert("error".into(), Value::String(self.error.to_string()));
+        for (field, value) in &self.extra {
+            body.insert((*field).into(), value.clone());
         }
         Value::Object(body)
     }
 }
 
+impl ApiError {
+    /// The error table, one row per refusal: status, `error` string, extra
+    /// body fields and `retry-after`. HTTP (`respond::error` in the server)
+    /// and MCP tool results both render from it; the SDK parses the same
+    /// bodies back.
+    pub fn row(&self) -> ErrorRow {
+        use ApiError::*;
+        match self {
+            InvalidJobRequest { detail } => row(400, "INVALID_JOB_REQUEST").with("detail", detail.clone()),
+            InvalidImage { detail } => row(400, "INVALID_IMAGE").with("detail", detail.clone()),
+            InvalidBatchBody { detail } => row(400, "invalid batch body").with("detail", detail.clone()),
+            InvalidSessionBody { detail } => row(400, "invalid session body").with("detail", detail.clone()),
+            InvalidListQuery { detail } => row(400, "INVALID_LIST_QUERY").with("detail", detail.clone()),
+            InvalidListCursor => row(400, "INVALID_LIST_CURSOR"),
+            InvalidLogQuery { detail } => row(400, "INVALID_LOG_QUERY").with("detail", detail.clone()),
+            BadArtifactKind => row(400, BAD_ARTIFACT_KIND),
+            InvalidBody { detail } => row(400, "invalid body").with("detail", detail.clone()),
+            InvalidIdempotencyKey { detail } => row(400, "invalid idempotency key").with("detail", detail.clone()),
+            Unauthorized => row(401, "unauthorized"),
+            InsufficientCredit { required_micros, available_micros } => row(402, "insufficient_credit")
+                .with("requiredMicros", *required_micros)
+                .with("availableMicros", *available_micros),
+            DailyCapExceeded { cap_micros, used_micros, required_micros, resets_at } => row(402, "daily_cap_exceeded")
+                .with("capMicros", *cap_micros)
+                .with("usedMicros", *used_micros)
+                .with("requiredMicros", *required_micros)
+                .with("resetsAt", resets_at.clone()),
+            Forbidden => row(403, "forbidden"),
+            AccountSuspended => row(403, "account_suspended"),
+            UnknownJob => row(404, "unknown job"),
+            UnknownBatch => row(404, "unknown batch"),
+            UnknownSession => row(404, "unknown session"),
+            ArtifactNotPresent => row(404, "artifact not present").with("reason", NO_ARTIFACT_FAMILY),
+            LogsNotAvailable => row(404, "LOGS_NOT_AVAILABLE"),
+            RouteNotFound => row(404, "not found"),
+            DownloadLinkInvalid => row(404, "download link invalid or expired"),
+            MethodNotAllowed => row(405, "method not allowed"),
+            OnlyFailedCanBeRetried => row(409, "only failed jobs can be retried"),
+            PublishedFailureImmutable => row(409, "published terminal failures are immutable and cannot be retried"),
+            ProfileNotSelectable => row(409, "job browser profile is no longer selectable"),
+            JobNotRetryable => row(409, "JOB_NOT_RETRYABLE"),
+            JobStateConflict => row(409, "JOB_STATE_CONFLICT"),
+            IdempotencyConflict => row(409, "IDEMPOTENCY_CONFLICT"),
+            SessionLimitReached { max_sessions } => {
+                row(409, format!("session limit reached: all {max_sessions} session slots are taken"))
+            }
+            CapabilityNotAvailable { capability } => {
+                row(422, "CAPABILITY_NOT_AVAILABLE").with("capability", capability.clone())
+            }
+            IdempotencyKeyReused => {
+                row(422, "idempotency key reused").with("detail", vec![IDEMPOTENCY_KEY_REUSED_DETAIL])
+            }
+            Internal => row(500, "internal error"),
+            NotImplemented { what } => row(501, "not implemented").with("detail", what.clone()),
+            // The contract sets no retry-after here; a second is what a
+            // timed-out credential check is worth waiting before a resend.
+            AccountingUnavailable => row(503, "accounting_unavailable").retry_after(1),
+            ComputeUnavailable { retry_after_secs } => row(503, "COMPUTE_UNAVAILABLE").retry_after(*retry_after_secs),
+            SessionsDisabled => row(503, "sessions disabled"),
+        }
+    }
+
+    pub fn status(&self) -> u16 {
+        self.row().status
+    }
+
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        self.row().retry_after_secs
+    }
+
+    pub fn body(&self) -> Value {
+        self.row().body()
+    }
+
+    /// 503 COMPUTE_UNAVAILABLE with the grid's `retry-after`.
+    pub fn compute_unavailable() -> ApiError {
+        ApiError::ComputeUnavailable { retry_after_secs: COMPUTE_RETRY_AFTER_SECS }
+    }
+}
+
+/// The `error` string.
+impl fmt::Display for ApiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.row().error)
+    }
+}
+
+impl std::error::Error for ApiError {}
+
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
+
+    /// The contract's Errors table (grid-interface.md), row by row: status,
+    /// `error` string (a trailing `...` is a prefix) and the extra body
+    /// fields it states. The 405/406 rows are MCP transport answers in
+    /// JSON-RPC form, not `ApiError`s (`http/mcp.rs`).
+    const CONTRACT: &[(u16, &str, &[&str])] = &[
+        (400, "INVALID_JOB_REQUEST", &[]),
+        (400, "INVALID_IMAGE", &[]),
+        (400, "invalid batch body", &["detail"]),
+        (400, "invalid session body", &["detail"]),
+        (400, "INVALID_LIST_QUERY", &[]),
+        (400, "INVALID_LIST_CURSOR", &[]),
+        (400, "INVALID_LOG_QUERY", &[]),
+        (400, "kind must be screenshot|html|body|meta", &[]),
+        (401, "unauthorized", &[]),
+        (402, "insufficient_credit", &["requiredMicros", "availableMicros"]),
+        (402, "daily_cap_exceeded", &[]),
+        (403, "forbidden", &[]),
+        (403, "account_suspended", &[]),
+        (404, "unknown job", &[]),
+        (404, "unknown batch", &[]),
+        (404, "unknown session", &[]),
+        (404, "artifact not present", &["reason"]),
+        (404, "LOGS_NOT_AVAILABLE", &[]),
+        (409, "only failed jobs can be retried", &[]),
+        (409, "published terminal failures are immutable and cannot be retried", &[]),
+        (409, "job browser profile is no longer selectable", &[]),
+        (409, "JOB_NOT_RETRYABLE", &[]),
+        (409, "JOB_STATE_CONFLICT", &[]),
+        (409, "IDEMPOTENCY_CONFLICT", &[]),
+        (409, "session limit reached: ...", &[]),
+        (422, "CAPABILITY_NOT_AVAILABLE", &["capability"]),
+        (503, "accounting_unavailable", &[]),
+        (503, "COMPUTE_UNAVAILABLE", &[]),
+        (503, "sessions disabled", &[]),
+    ];
+
+    /// One value of every variant.
+    fn every_variant() -> Vec<ApiError> {
+        use ApiError::*;
+        let d = || vec!["field: problem".to_string()];
+        vec![
+            InvalidJobRequest { detail: d() },
+            InvalidImage { detail: "image: absent".into() },
+            InvalidBatchBody { detail: d() },
+            InvalidSessionBody { detail: d() },
+            InvalidListQuery { detail: d() },
+            InvalidListCursor,
+            InvalidLogQuery { detail: d() },
+            BadArtifactKind,
+            InvalidBody { detail: d() },
+            InvalidIdempotencyKey { detail: d() },
+            Unauthorized,
+            InsufficientCredit { required_micros: 2, available_micros: 1 },
+            DailyCapExceeded { cap_micros: 3, used_micros: 2, required_micros: 2, resets_at: "t".into() },
+            Forbidden,
+            AccountSuspended,
+            UnknownJob,
+            UnknownBatch,
+            UnknownSession,
+            ArtifactNotPresent,
+            LogsNotAvailable,
+            RouteNotFound,
+            MethodNotAllowed,
+            DownloadLinkInvalid,
+            OnlyFailedCanBeRetried,
+            PublishedFailureImmutable,
+            ProfileNotSelectable,
+            JobNotRetryable,
+            JobStateConflict,
+            IdempotencyConflict,
+            SessionLimitReached { max_sessions: 4 },
+            CapabilityNotAvailable { capability: "x".into() },
+            IdempotencyKeyReused,
+            NotImplemented { what: "x".into() },
+            AccountingUnavailable,
+            ComputeUnavailable { retry_after_secs: COMPUTE_RETRY_AFTER_SECS },
+            SessionsDisabled,
+            Internal,
+        ]
+    }
+
+    fn matches_contract(row: &ErrorRow, error: &str) -> bool {
+        match error.strip_suffix("...") {
+            Some(prefix) => row.error.starts_with(prefix),
+            None => row.error == error,
+        }
+    }
+
+    #[test]
+    fn every_contract_error_is_one_row_with_its_status_string_and_fields() {
+        let rows: Vec<ErrorRow> = every_variant().iter().map(ApiError::row).collect();
+        for (status, error, fields) in CONTRACT {
+            let found: Vec<&ErrorRow> = rows.iter().filter(|r| matches_contract(r, error)).collect();
+            assert_eq!(found.len(), 1, "contract error {error:?}: rows {found:?}");
+            let row = found[0];
+            assert_eq!(row.status, *status, "{error}");
+            let body = row.body();
+            assert_eq!(body["error"], *row.error, "{error}");
+            for field in *fields {
+                assert!(body.get(*field).is_some(), "{error}: body {body} lacks {field}");
+            }
+        }
+        // What the contract names beside the table: COMPUTE_UNAVAILABLE sets
+        // retry-after; nothing else but accounting_unavailable does.
+        for row in &rows {
+            let expected = match &*row.error {
+                "COMPUTE_UNAVAILABLE" => Some(COMPUTE_RETRY_AFTER_SECS),
+                "accounting_unavailable" => Some(1),
+                _ => None,
+            };
+            assert_eq!(row.retry_after_secs, expected, "{}", row.error);
+        }
+        // The rows the contract does not list are ours (docs/), and none of
+        // them reuses a contract string.
+        let ours: Vec<&str> = rows
+            .iter()
+            .filter(|r| !CONTRACT.iter().any(|(_, e, _)| matches_contract(r, e)))
+            .map(|r| &*r.error)
+            .collect();
+        assert_eq!(
+            ours,
+            [
+                "invalid body",
+                "invalid idempotency key",
+                "not found",
+                "method not allowed",
+                "download link invalid or expired",
+                "idempotency key reused",
+                "not implemented",
+                "internal error"
+            ]
+        );
+    }
+
+    /// The list above is the contract's: read the contract itself where the
+    /// workspace has it beside it (`../shared/spec`, as ARCHITECTURE.md says).
+    #[test]
+    fn the_listed_rows_are_the_contracts_errors_table() {
+        let spec = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/spec/grid-interface.md");
+        let Ok(text) = std::fs::read_to_string(&spec) else {
+            eprintln!("{} not present; the listed rows stand for it", spec.display());
+            return;
+        };
+        let table = &text[text.find("\n## Errors").expect("## Errors")..];
+        let mut from_spec = vec![];
+        for line in table.lines().skip_while(|l| !l.starts_with("| Status")).skip(2) {
+            if !line.starts_with('|') {
+                break;
+            }
+            let cells: Vec<&str> = line.trim_matches('|').split(" | ").map(str::trim).collect();
+            let (status, error) = (cells[0].parse::<u16>().expect("status"), cells[1].replace("\\|", "|"));
+            if !error.starts_with("(JSON-RPC") {
+                from_spec.push((status, error));
+            }
+        }
+        let listed: Vec<(u16, String)> = CONTRACT.iter().map(|(s, e, _)| (*s, e.to_string())).collect();
+        assert_eq!(from_spec, listed);
+    }
 
     #[test]
     fn artifact_kind_body_is_exact() {

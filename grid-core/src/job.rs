@@ -308,6 +308,10 @@ pub enum TransitionError {
     NotDue(Millis),
     #[error(transparent)]
     Refused(#[from] ApiError),
+    /// A stored job that breaks the machine's own invariants (a phase past
+    /// ACCEPTED without an attempt, an ended attempt without a termination).
+    #[error("inconsistent job: {0}")]
+    Inconsistent(&'static str),
 }
 
 /// Applies one event. Pure: `now` is an input.
@@ -320,29 +324,29 @@ pub fn apply(job: &Job, event: Event, now: Millis) -> Result<Outcome, Transition
     match (job.phase, &event) {
         (Accepted, Event::Enqueue) => new_attempt(&mut j, Funding::Reservation, now),
         (Queued, Event::Provision) => {
-            enter(&mut j, Provisioning, now);
+            enter(&mut j, Provisioning, now)?;
             fx.push(Effect::StartContainer { attempt });
         }
         (Provisioning, Event::ContainerStarted) => {
-            enter(&mut j, Running, now);
-            current(&mut j).started_at = Some(now);
+            enter(&mut j, Running, now)?;
+            current(&mut j)?.started_at = Some(now);
             if stopping.is_some() {
                 fx.push(Effect::StopContainer { attempt });
             }
         }
         (Provisioning, Event::StartFailed) => {
-            end_attempt(&mut j, TerminationReason::PlatformStartFailed, None, now, &mut fx)
+            end_attempt(&mut j, TerminationReason::PlatformStartFailed, None, now, &mut fx)?
         }
         (Running, Event::ContainerExited { exit_code, oom_killed }) => {
             if stopping.is_none() && job.deadline_at().is_some_and(|d| now > d) {
-                current(&mut j).stopping = Some(StopCause::Deadline);
+                current(&mut j)?.stopping = Some(StopCause::Deadline);
             }
             let own = match (exit_code, oom_killed) {
                 (_, true) => TerminationReason::PlatformOom,
                 (0, false) => TerminationReason::WorkloadSucceeded,
                 _ => TerminationReason::WorkloadFailed,
             };
-            end_attempt(&mut j, own, Some(*exit_code), now, &mut fx);
+            end_attempt(&mut j, own, Some(*exit_code), now, &mut fx)?;
         }
         (Running, Event::DeadlineExceeded) => {
             let due = job.deadline_at().unwrap_or(now);
@@ -350,19 +354,19 @@ pub fn apply(job: &Job, event: Event, now: Millis) -> Result<Outcome, Transition
                 return Err(TransitionError::NotDue(due));
             }
             if stopping.is_none() {
-                current(&mut j).stopping = Some(StopCause::Deadline);
+                current(&mut j)?.stopping = Some(StopCause::Deadline);
                 fx.push(Effect::StopContainer { attempt });
             }
         }
         (Provisioning | Running, Event::Evicted) => {
-            end_attempt(&mut j, TerminationReason::PlatformEvicted, None, now, &mut fx)
+            end_attempt(&mut j, TerminationReason::PlatformEvicted, None, now, &mut fx)?
         }
         (Provisioning | Running, Event::Lost) => {
-            end_attempt(&mut j, TerminationReason::PlatformLost, None, now, &mut fx)
+            end_attempt(&mut j, TerminationReason::PlatformLost, None, now, &mut fx)?
         }
         (Publishing, Event::Published { log_available }) => {
-            current(&mut j).log_available = *log_available;
-            finish(&mut j, now, &mut fx);
+            current(&mut j)?.log_available = *log_available;
+            finish(&mut j, now, &mut fx)?;
         }
         (Failed, Event::Replay) if job.replay_pending() => {
             j.replays_used += 1;
@@ -377,12 +381,12 @@ pub fn apply(job: &Job, event: Event, now: Millis) -> Result<Outcome, Transition
         }
         (Queued, Event::Cancel) => {
             j.cancel_requested = true;
-            end_attempt(&mut j, TerminationReason::Cancelled, None, now, &mut fx);
+            end_attempt(&mut j, TerminationReason::Cancelled, None, now, &mut fx)?;
         }
         (Provisioning | Running, Event::Cancel) => {
             j.cancel_requested = true;
             if stopping.is_none() {
-                current(&mut j).stopping = Some(StopCause::Cancel);
+                current(&mut j)?.stopping = Some(StopCause::Cancel);
                 fx.push(Effect::StopContainer { attempt });
             }
         }
@@ -407,17 +411,19 @@ pub fn apply(job: &Job, event: Event, now: Millis) -> Result<Outcome, Transition
     Ok(Outcome { job: j, effects: fx })
 }
 
-fn current(job: &mut Job) -> &mut Attempt {
-    job.attempts.last_mut().expect("a phase after ACCEPTED always has an attempt")
+/// The current attempt; every phase after ACCEPTED has one.
+fn current(job: &mut Job) -> Result<&mut Attempt, TransitionError> {
+    job.attempts.last_mut().ok_or(TransitionError::Inconsistent("a phase after ACCEPTED without an attempt"))
 }
 
 /// The job and its current attempt enter `phase`.
-fn enter(job: &mut Job, phase: JobPhase, now: Millis) {
-    let a = current(job);
+fn enter(job: &mut Job, phase: JobPhase, now: Millis) -> Result<(), TransitionError> {
+    let a = current(job)?;
     a.phase = phase;
     a.phase_timestamps.insert(phase, now);
     job.phase = phase;
     job.phase_timestamps.insert(phase, now);
+    Ok(())
 }
 
 fn new_attempt(job: &mut Job, funding: Funding, now: Millis) {
@@ -429,10 +435,16 @@ fn new_attempt(job: &mut Job, funding: Funding, now: Millis) {
 
 /// Decides the current attempt's termination; a stop the grid asked for
 /// overrides what the container itself did (`own`).
-fn end_attempt(job: &mut Job, own: TerminationReason, exit_code: Option<i32>, now: Millis, fx: &mut Vec<Effect>) {
+fn end_attempt(
+    job: &mut Job,
+    own: TerminationReason,
+    exit_code: Option<i32>,
+    now: Millis,
+    fx: &mut Vec<Effect>,
+) -> Result<(), TransitionError> {
     let cancel_requested = job.cancel_requested;
     let deadline = job.deadline_at();
-    let a = current(job);
+    let a = current(job)?;
     let (reason, end) = match a.stopping {
         Some(StopCause::Deadline) => (TerminationReason::RunningDeadlineExceeded, deadline.map_or(now, |d| d.min(now))),
         Some(StopCause::Cancel) => (TerminationReason::Cancelled, now),
@@ -443,23 +455,27 @@ fn end_attempt(job: &mut Job, own: TerminationReason, exit_code: Option<i32>, no
     a.ended_at = Some(end);
     if a.started_at.is_some() {
         let attempt = a.number;
-        enter(job, JobPhase::Publishing, end);
+        enter(job, JobPhase::Publishing, end)?;
         fx.push(Effect::PublishLog { attempt });
+        Ok(())
     } else {
-        finish(job, now, fx);
+        finish(job, now, fx)
     }
 }
 
 /// The ended attempt reaches its final phase; the job then either awaits a
 /// replay or settles its reservation.
-fn finish(job: &mut Job, now: Millis, fx: &mut Vec<Effect>) {
-    let reason = current(job).termination.as_ref().expect("an ended attempt has a termination").reason.clone();
-    enter(job, reason.final_phase(), now);
+fn finish(job: &mut Job, now: Millis, fx: &mut Vec<Effect>) -> Result<(), TransitionError> {
+    let termination = current(job)?.termination.as_ref();
+    let reason =
+        termination.ok_or(TransitionError::Inconsistent("an ended attempt without a termination"))?.reason.clone();
+    enter(job, reason.final_phase(), now)?;
     if reason == TerminationReason::PlatformEvicted && job.replays_used < job.retries && !job.cancel_requested {
         fx.push(Effect::ReplayDue);
     } else {
         settle(job, fx);
     }
+    Ok(())
 }
 
 fn settle(job: &mut Job, fx: &mut Vec<Effect>) {
@@ -520,6 +536,24 @@ mod tests {
         assert_eq!(o.effects, vec![Effect::PublishLog { attempt: j.attempt_number() }]);
         let o = step(&o.job, Event::Published { log_available: true }, at(secs + 1));
         (o.job, o.effects)
+    }
+
+    /// A stored job that breaks the machine's invariants used to panic the
+    /// caller (`expect`); it is now an error the driver can log and answer.
+    #[test]
+    fn a_stored_job_without_its_attempt_is_an_error_not_a_panic() {
+        let mut running = job_in(JobPhase::Running, 0);
+        running.attempts.clear();
+        let exited = apply(&running, Event::ContainerExited { exit_code: 0, oom_killed: false }, at(9));
+        assert!(matches!(exited, Err(TransitionError::Inconsistent(_))), "{exited:?}");
+        let mut publishing = exit_and_publish_pending(&job_in(JobPhase::Running, 0));
+        publishing.attempts.last_mut().unwrap().termination = None;
+        let published = apply(&publishing, Event::Published { log_available: true }, at(9));
+        assert!(matches!(published, Err(TransitionError::Inconsistent(_))), "{published:?}");
+    }
+
+    fn exit_and_publish_pending(j: &Job) -> Job {
+        step(j, Event::ContainerExited { exit_code: 0, oom_killed: false }, at(5)).job
     }
 
     #[test]

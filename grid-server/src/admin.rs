@@ -7,10 +7,15 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::ids::now;
-use crate::store::{accounts, Store, StoreResult};
+use crate::store::{accounts, Store, StoreError, StoreResult};
 
 /// How long an admin command waits for a busy database.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The JSON an admin command prints.
+fn view<T: serde::Serialize>(value: T) -> StoreResult<Value> {
+    serde_json::to_value(value).map_err(|e| StoreError::Invalid(format!("not serializable as JSON: {e}")))
+}
 
 pub fn open(data_dir: &Path) -> StoreResult<Store> {
     Store::open(data_dir, BUSY_TIMEOUT)
@@ -19,25 +24,25 @@ pub fn open(data_dir: &Path) -> StoreResult<Store> {
 pub fn account_create(store: &Store, name: &str, credit_micros: i64) -> StoreResult<Value> {
     store.write_blocking(|tx| {
         let id = accounts::create_account(tx, name, credit_micros, now())?;
-        Ok(serde_json::to_value(accounts::account(tx, &id)?).expect("serialisable"))
+        view(accounts::account(tx, &id)?)
     })
 }
 
 pub fn account_show(store: &Store, account_id: &str) -> StoreResult<Value> {
-    store.read_blocking(|c| Ok(serde_json::to_value(accounts::account(c, account_id)?).expect("serialisable")))
+    store.read_blocking(|c| view(accounts::account(c, account_id)?))
 }
 
 pub fn account_suspend(store: &Store, account_id: &str, suspended: bool) -> StoreResult<Value> {
     store.write_blocking(|tx| {
         accounts::set_suspended(tx, account_id, suspended)?;
-        Ok(serde_json::to_value(accounts::account(tx, account_id)?).expect("serialisable"))
+        view(accounts::account(tx, account_id)?)
     })
 }
 
 pub fn account_credit(store: &Store, account_id: &str, add_micros: i64) -> StoreResult<Value> {
     store.write_blocking(|tx| {
         accounts::add_credit(tx, account_id, add_micros, now())?;
-        Ok(serde_json::to_value(accounts::account(tx, account_id)?).expect("serialisable"))
+        view(accounts::account(tx, account_id)?)
     })
 }
 
@@ -49,7 +54,7 @@ pub fn key_create(
 ) -> StoreResult<Value> {
     store.write_blocking(|tx| {
         let key = accounts::create_key(tx, account_id, daily_cap_micros, internal, now())?;
-        Ok(serde_json::to_value(key).expect("serialisable"))
+        view(key)
     })
 }
 

@@ -396,7 +396,8 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         tracing::warn!(items = recovered, "put items left active by the last run back in the queue");
     }
     let compute =
-        Compute::new(compute_config, store.clone(), clock.clone(), wake.due.clone(), config.data_dir.join("logs"));
+        Compute::new(compute_config, store.clone(), clock.clone(), wake.due.clone(), config.data_dir.join("logs"))
+            .context("building the registry client")?;
     let app = Arc::new(App {
         sessions: sessions::Sessions::new(session_config, store.clone(), clock.clone()),
         clock,
@@ -406,7 +407,8 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         store,
         signer: Signer::new(hex::decode(&secret).unwrap_or_else(|_| secret.into_bytes()), base_url.clone()),
         compute,
-        tokens: tokens::TokenVerifier::new(config.auth_url.clone(), args.jwks_url.clone()),
+        tokens: tokens::TokenVerifier::new(config.auth_url.clone(), args.jwks_url.clone())
+            .context("building the JWKS client")?,
         busy_workers: AtomicU32::new(0),
         artifacts_dir: config.data_dir.join("artifacts"),
         browsers: browser_pool(&config),
@@ -420,12 +422,13 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         .and_then(|v| v.parse().ok())
         .map(grid_core::time::Millis);
     let (stop_tx, stop_rx) = watch::channel(false);
-    let mut workers = capture::spawn_workers(app.clone(), stop_rx.clone());
+    let mut workers = capture::spawn_workers(app.clone(), stop_rx.clone()).context("building the fetch client")?;
     let settlement = tokio::spawn(settlement::run(app.clone(), stop_rx.clone()));
     tokio::spawn(compute::health(app.clone(), stop_rx.clone()));
     tokio::spawn(compute::scheduler(app.compute.driver.clone(), stop_rx.clone()));
+    let stop_signal = shutdown_signal().context("installing the SIGTERM handler")?;
     tokio::spawn(async move {
-        shutdown_signal().await;
+        stop_signal.await;
         tracing::info!("shutting down: no new work; in-flight items may finish");
         let _ = stop_tx.send(true);
     });
@@ -477,11 +480,15 @@ fn browser_pool(config: &ServeConfig) -> Option<Arc<browser::pool::BrowserPool>>
     Some(Arc::new(browser::pool::BrowserPool::new(pool_config)))
 }
 
-async fn shutdown_signal() {
+/// Resolves on SIGTERM or Ctrl-C. The handler is installed now, so a
+/// failure to install it stops the start-up instead of a task.
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
+    let mut term = signal(SignalKind::terminate())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    })
 }

@@ -78,10 +78,10 @@ pub struct TokenVerifier {
 }
 
 impl TokenVerifier {
-    pub fn new(issuer: Option<String>, jwks_url: Option<String>) -> TokenVerifier {
-        let client =
-            reqwest::Client::builder().timeout(Duration::from_secs(5)).build().expect("static client configuration");
-        TokenVerifier { issuer, jwks_url, client, keys: Mutex::new((JwkSet { keys: vec![] }, None)) }
+    /// Fails only if reqwest cannot build a client (its TLS backend).
+    pub fn new(issuer: Option<String>, jwks_url: Option<String>) -> Result<TokenVerifier, reqwest::Error> {
+        let client = reqwest::Client::builder().timeout(Duration::from_secs(5)).build()?;
+        Ok(TokenVerifier { issuer, jwks_url, client, keys: Mutex::new((JwkSet { keys: vec![] }, None)) })
     }
 
     pub async fn verify(&self, token: &str, audience: &str) -> Result<Identity, TokenError> {

@@ -8,28 +8,9 @@ use serde_json::Value;
 use super::Reply;
 use crate::app::App;
 use crate::ids::now;
-use crate::store::accounts::{Caller, ReserveError};
+use crate::store::accounts::Caller;
 use crate::store::idempotency::{self, Answer, Created, Outcome};
-use crate::store::items::{self, ItemError};
-use crate::store::StoreError;
-
-/// Store failures the caller can do nothing about. A busy database is the
-/// account database not answering in time: nothing was done, resend.
-pub fn store_error(e: StoreError) -> ApiError {
-    ApiError::from(e)
-}
-
-fn item_error(e: ItemError) -> ApiError {
-    match e {
-        ItemError::Transition(grid_core::item::TransitionError::Refused(api)) => api,
-        ItemError::Transition(other) => {
-            tracing::error!(error = %other, "unexpected item transition");
-            ApiError::Internal
-        }
-        ItemError::Store(StoreError::NotFound(_)) => ApiError::UnknownJob,
-        ItemError::Store(s) => store_error(s),
-    }
-}
+use crate::store::items;
 
 pub async fn submit_batch(
     app: &App,
@@ -42,19 +23,16 @@ pub async fn submit_batch(
     let caller = caller.clone();
     let outcome = app
         .store
-        .write(move |tx| {
+        // A refusal rolls the transaction back: nothing is queued.
+        .write(move |tx| -> Result<_, ApiError> {
             let now = now();
             idempotency::once(tx, &caller.account_id, key.as_ref(), now, |tx| {
                 let created = items::submit_batch(tx, &caller, &submission, now)?;
-                Ok(Created { subject: created.batch_id.clone(), answer: Answer::json(201, &created), value: created })
+                let answer = Answer::json(201, &created)?;
+                Ok(Created { subject: created.batch_id.clone(), answer, value: created })
             })
         })
-        .await
-        // A refusal rolls the transaction back: nothing is queued.
-        .map_err(|e| match e {
-            ReserveError::Refused(e) => e,
-            ReserveError::Store(s) => store_error(s),
-        })?;
+        .await?;
     Ok(match outcome {
         Outcome::Performed(created, answer) => {
             app.queue_ready.notify_waiters();
@@ -67,25 +45,25 @@ pub async fn submit_batch(
 
 pub async fn batch(app: &App, caller: &Caller, id: &str) -> Result<Reply, ApiError> {
     let (account, id) = (caller.account_id.clone(), id.to_string());
-    let view = app.store.read(move |c| items::batch_view(c, &account, &id)).await.map_err(store_error)?;
+    let view = app.store.read(move |c| items::batch_view(c, &account, &id)).await?;
     view.map(|v| Reply::json(200, &v)).ok_or(ApiError::UnknownBatch)
 }
 
 pub async fn item(app: &App, caller: &Caller, id: &str) -> Result<Reply, ApiError> {
     let (account, id) = (caller.account_id.clone(), id.to_string());
-    let view = app.store.read(move |c| items::item_view(c, &account, &id)).await.map_err(store_error)?;
+    let view = app.store.read(move |c| items::item_view(c, &account, &id)).await?;
     view.map(|v| Reply::json(200, &v)).ok_or(ApiError::UnknownJob)
 }
 
 pub async fn retry(app: &App, caller: &Caller, id: &str) -> Result<Reply, ApiError> {
-    let retried = app.items.retry(&caller.account_id, id).await.map_err(item_error)?;
+    let retried = app.items.retry(&caller.account_id, id).await?;
     Ok(Reply::json(200, &retried))
 }
 
 pub async fn artifact_url(app: &App, caller: &Caller, id: &str, kind: &str) -> Result<Reply, ApiError> {
     let kind = ArtifactKind::parse(kind).ok_or(ApiError::BadArtifactKind)?;
     let (account, item_id) = (caller.account_id.clone(), id.to_string());
-    app.store.read(move |c| Ok(items::check_artifact(c, &account, &item_id, kind))).await.map_err(store_error)??;
+    app.store.read(move |c| Ok(items::check_artifact(c, &account, &item_id, kind))).await??;
     let url = app.signer.download_url(id, kind, now());
     Ok(Reply::json(200, &grid_core::wire::item::ArtifactUrl { url }))
 }

@@ -2,45 +2,21 @@
 //! artifacts and logs.
 
 use grid_core::error::ApiError;
-use grid_core::job::TransitionError;
 use grid_core::validate;
 use grid_core::validate::list::{list_query, log_query};
 use grid_core::wire::job::NetworkProfile;
 use grid_core::wire::job_record::JobArtifacts;
 use serde_json::Value;
 
-use super::captures::store_error;
 use super::Reply;
 use crate::app::App;
 use crate::compute::registry::ResolveError;
-use crate::compute::{Compute, RETRY_AFTER_SECS};
 use crate::ids::now;
 use crate::store::accounts::Caller;
 use crate::store::jobs::{self, JobError, JobRow, ListFilter};
-use crate::store::StoreError;
 
 /// Header set while job tracking has not caught up with the engine.
 const DEGRADED: &str = "x-grid-compute-degraded";
-
-/// Any failure to reach the job store is COMPUTE_UNAVAILABLE on these endpoints.
-fn job_store_error(e: StoreError) -> ApiError {
-    match e {
-        StoreError::Busy => Compute::unavailable(),
-        other => store_error(other),
-    }
-}
-
-fn job_error(e: JobError) -> ApiError {
-    match e {
-        JobError::Transition(TransitionError::Refused(api)) => api,
-        JobError::Transition(other) => {
-            tracing::warn!(error = %other, "job changed under the call");
-            ApiError::JobStateConflict
-        }
-        JobError::Store(StoreError::NotFound(_)) => ApiError::UnknownJob,
-        JobError::Store(s) => job_store_error(s),
-    }
-}
 
 fn with_degraded(app: &App, r: Reply) -> Reply {
     if app.compute.tracking_ready() {
@@ -55,12 +31,12 @@ async fn owned(app: &App, caller: &Caller, id: &str) -> Result<JobRow, ApiError>
     app.store
         .read(move |c| jobs::load_owned(c, &account, &id))
         .await
-        .map_err(job_store_error)?
+        .map_err(JobError::from)?
         .ok_or(ApiError::UnknownJob)
 }
 
 async fn record(app: &App, row: JobRow, status: u16) -> Result<Reply, ApiError> {
-    let r = app.store.read(move |c| jobs::record_of(c, &row)).await.map_err(job_store_error)?;
+    let r = app.store.read(move |c| jobs::record_of(c, &row)).await.map_err(JobError::from)?;
     Ok(with_degraded(app, Reply::json(status, &r)))
 }
 
@@ -84,7 +60,7 @@ pub async fn submit(app: &App, caller: &Caller, body: Value) -> Result<Reply, Ap
     // or registry are doing.
     let (account, key, hash) = (caller.account_id.clone(), sub.idempotency_key.clone(), jobs::body_hash(&sub));
     let existing =
-        app.store.read(move |c| jobs::find_by_idempotency_key(c, &account, &key)).await.map_err(job_store_error)?;
+        app.store.read(move |c| jobs::find_by_idempotency_key(c, &account, &key)).await.map_err(JobError::from)?;
     if let Some(row) = existing {
         if row.1 != hash {
             return Err(ApiError::IdempotencyConflict);
@@ -96,12 +72,11 @@ pub async fn submit(app: &App, caller: &Caller, body: Value) -> Result<Reply, Ap
         ResolveError::Invalid(detail) => ApiError::InvalidImage { detail },
         ResolveError::Unavailable(why) => {
             tracing::warn!(%why, "registry unavailable");
-            Compute::unavailable()
+            ApiError::compute_unavailable()
         }
     })?;
     let caller = caller.clone();
-    let (row, created) =
-        app.store.write(move |tx| jobs::submit(tx, &caller, &sub, &body, &digest, now())).await.map_err(job_error)?;
+    let (row, created) = app.store.write(move |tx| jobs::submit(tx, &caller, &sub, &body, &digest, now())).await?;
     if created {
         tracing::info!(job = %row.id, "job accepted");
         app.compute.driver.wake_scheduler();
@@ -125,26 +100,26 @@ pub async fn list(app: &App, caller: &Caller, query: &[(String, String)]) -> Res
     let (account, limit) = (caller.account_id.clone(), q.limit);
     let f = filter.clone();
     let (records, next) =
-        app.store.read(move |c| jobs::list(c, &account, &f, before, limit)).await.map_err(job_store_error)?;
+        app.store.read(move |c| jobs::list(c, &account, &f, before, limit)).await.map_err(JobError::from)?;
     let next_cursor = next.map(|seq| app.signer.seal_cursor(&scope, seq));
     Ok(Reply::json(200, &grid_core::wire::job_record::JobList { jobs: records, next_cursor }))
 }
 
 pub async fn cancel(app: &App, caller: &Caller, id: &str) -> Result<Reply, ApiError> {
     owned(app, caller, id).await?;
-    let row = app.compute.driver.cancel(id).await.map_err(job_error)?;
+    let row = app.compute.driver.cancel(id).await?;
     record(app, row, 200).await
 }
 
 pub async fn retry(app: &App, caller: &Caller, id: &str) -> Result<Reply, ApiError> {
     owned(app, caller, id).await?;
-    let row = app.compute.driver.retry(id, caller).await.map_err(job_error)?;
+    let row = app.compute.driver.retry(id, caller).await?;
     record(app, row, 200).await
 }
 
 pub async fn artifacts(app: &App, caller: &Caller, id: &str) -> Result<Reply, ApiError> {
     let row = owned(app, caller, id).await?;
-    let logs = app.store.read(move |c| jobs::logs(c, &row.id)).await.map_err(job_store_error)?;
+    let logs = app.store.read(move |c| jobs::logs(c, &row.id)).await.map_err(JobError::from)?;
     Ok(Reply::json(200, &JobArtifacts { artifacts: logs.into_iter().map(|l| l.artifact).collect() }))
 }
 
@@ -152,15 +127,15 @@ pub async fn logs(app: &App, caller: &Caller, id: &str, query: &[(String, String
     let attempt = log_query(query)?;
     let row = owned(app, caller, id).await?;
     let attempt = attempt.unwrap_or(row.job.attempt_number());
-    let logs = app.store.read(move |c| jobs::logs(c, &row.id)).await.map_err(job_store_error)?;
+    let logs = app.store.read(move |c| jobs::logs(c, &row.id)).await.map_err(JobError::from)?;
     let log = logs.into_iter().find(|l| l.artifact.attempt == attempt).ok_or(ApiError::LogsNotAvailable)?;
     let (root, name, sha) = (app.compute.logs_dir.clone(), log.storage_name.clone(), log.sha256.clone());
     let data = tokio::task::spawn_blocking(move || crate::capture::files::read_checked(&root, &name, &sha))
         .await
-        .map_err(|_| Compute::unavailable())?
+        .map_err(|_| ApiError::compute_unavailable())?
         .map_err(|e| {
             tracing::error!(log = %log.storage_name, error = %e, "log unreadable or failed its integrity check");
-            ApiError::ComputeUnavailable { retry_after_secs: RETRY_AFTER_SECS }
+            ApiError::compute_unavailable()
         })?;
     Ok(Reply::text(data)
         .header("x-grid-attempt", attempt.to_string())

@@ -5,7 +5,6 @@ use std::sync::atomic::Ordering;
 use grid_core::error::ApiError;
 use grid_core::wire::grid::{GridStatus, Health, ProtectedResource, QueueDepth, SCOPES_SUPPORTED};
 
-use super::captures::store_error;
 use super::Reply;
 use crate::app::App;
 use crate::store::items;
@@ -28,20 +27,20 @@ pub fn protected_resource(app: &App, mcp: bool) -> Reply {
 }
 
 pub async fn grid_status(app: &App) -> Result<Reply, ApiError> {
-    let (queue, _active) = app.store.read(items::queue_counts).await.map_err(store_error)?;
+    let (queue, _active) = app.store.read(items::queue_counts).await?;
     Ok(Reply::json(
         200,
         &GridStatus {
             queue,
             workers: app.busy_workers.load(Ordering::Relaxed),
-            sessions: app.store.read(crate::store::sessions::live_count).await.map_err(store_error)?,
+            sessions: app.store.read(crate::store::sessions::live_count).await?,
             max_sessions: app.config.max_sessions,
         },
     ))
 }
 
 pub async fn queue_depth(app: &App) -> Result<Reply, ApiError> {
-    let (q, active) = app.store.read(items::queue_counts).await.map_err(store_error)?;
+    let (q, active) = app.store.read(items::queue_counts).await?;
     // The grid has no paused state; the contract counts it for completeness.
     Ok(Reply::json(200, &QueueDepth { depth: q.wait + q.prioritized + q.delayed + active }))
 }

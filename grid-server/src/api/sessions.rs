@@ -3,12 +3,10 @@
 use std::sync::Arc;
 
 use grid_core::error::ApiError;
-use grid_core::session::TransitionError;
 use grid_core::validate;
 use grid_core::wire::session::SessionLease;
 use serde_json::Value;
 
-use super::captures::store_error;
 use super::Reply;
 use crate::app::App;
 use crate::ids::{now, random_hex};
@@ -16,16 +14,6 @@ use crate::sessions::{self, token_hash};
 use crate::store::accounts::Caller;
 use crate::store::idempotency::{self, Answer, Created, Outcome};
 use crate::store::sessions::{self as store, SessionError};
-use crate::store::StoreError;
-
-fn session_error(e: SessionError) -> ApiError {
-    match e {
-        SessionError::Transition(TransitionError::Refused(api)) => api,
-        SessionError::Transition(_) => ApiError::UnknownSession,
-        SessionError::Store(StoreError::NotFound(_)) => ApiError::UnknownSession,
-        SessionError::Store(s) => store_error(s),
-    }
-}
 
 fn enabled(app: &App) -> Result<(), ApiError> {
     if app.sessions.config.disabled {
@@ -49,7 +37,7 @@ pub async fn lease(
     let base_url = app.config.base_url.clone();
     let outcome = app
         .store
-        .write(move |tx| {
+        .write(move |tx| -> Result<_, SessionError> {
             let now = now();
             idempotency::once(tx, &c.account_id, key.as_ref(), now, |tx| {
                 let row = store::lease(tx, &c, &s, &t, max, now)?;
@@ -62,11 +50,11 @@ pub async fn lease(
                     network_policy: row.network_policy.clone(),
                     network_attestation: None,
                 };
-                Ok(Created { subject: row.id.clone(), answer: Answer::json(201, &lease), value: row })
+                let answer = Answer::json(201, &lease)?;
+                Ok(Created { subject: row.id.clone(), answer, value: row })
             })
         })
-        .await
-        .map_err(session_error)?;
+        .await?;
     Ok(match outcome {
         Outcome::Performed(row, answer) => {
             sessions::spawn(app.clone(), row.id.clone(), token_hash(&token), sub);
@@ -81,12 +69,12 @@ pub async fn lease(
 pub async fn list(app: &App, caller: &Caller) -> Result<Reply, ApiError> {
     enabled(app)?;
     let account = caller.account_id.clone();
-    let rows = app.store.read(move |c| store::live_of(c, &account)).await.map_err(store_error)?;
+    let rows = app.store.read(move |c| store::live_of(c, &account)).await?;
     Ok(Reply::json(200, &rows.iter().map(|r| r.view()).collect::<Vec<_>>()))
 }
 
 pub async fn release(app: &App, caller: &Caller, id: &str) -> Result<Reply, ApiError> {
     enabled(app)?;
-    app.sessions.driver.release(&caller.account_id, id).await.map_err(session_error)?;
+    app.sessions.driver.release(&caller.account_id, id).await?;
     Ok(Reply::no_content())
 }

@@ -162,7 +162,7 @@ impl Connection {
     pub fn link_client(&self) -> ClientLink {
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, incoming) = mpsc::channel(CLIENT_BACKLOG);
-        let mut routes = self.shared.routes.lock().expect("routes lock");
+        let mut routes = self.shared.routes.lock().unwrap_or_else(|p| p.into_inner());
         if !routes.closed {
             routes.clients.insert(id, tx);
         }
@@ -180,7 +180,7 @@ impl Connection {
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         let sent = {
-            let mut routes = self.shared.routes.lock().expect("routes lock");
+            let mut routes = self.shared.routes.lock().unwrap_or_else(|p| p.into_inner());
             if routes.closed {
                 false
             } else {
@@ -224,7 +224,7 @@ impl Connection {
     /// [`Connection::unsubscribe`] is called.
     pub fn subscribe(&self, session: &str) -> mpsc::UnboundedReceiver<Event> {
         let (tx, rx) = mpsc::unbounded_channel();
-        let mut routes = self.shared.routes.lock().expect("routes lock");
+        let mut routes = self.shared.routes.lock().unwrap_or_else(|p| p.into_inner());
         if !routes.closed {
             routes.sessions.insert(session.to_string(), tx);
         }
@@ -232,7 +232,7 @@ impl Connection {
     }
 
     pub fn unsubscribe(&self, session: &str) {
-        self.shared.routes.lock().expect("routes lock").sessions.remove(session);
+        self.shared.routes.lock().unwrap_or_else(|p| p.into_inner()).sessions.remove(session);
     }
 
     pub fn is_closed(&self) -> bool {
@@ -289,7 +289,7 @@ impl ClientLink {
     /// `method`) to the browser under an id of the connection's own.
     pub fn send(&self, mut msg: Value) -> Result<(), CdpError> {
         let id = self.conn.shared.next_id.fetch_add(1, Ordering::Relaxed);
-        let mut routes = self.conn.shared.routes.lock().expect("routes lock");
+        let mut routes = self.conn.shared.routes.lock().unwrap_or_else(|p| p.into_inner());
         if routes.closed {
             return Err(CdpError::Closed);
         }
@@ -303,7 +303,7 @@ impl ClientLink {
 impl ClientLink {
     /// Routes the events of target session `session` to this client.
     pub fn claim(&self, session: &str) {
-        self.conn.shared.routes.lock().expect("routes lock").owners.insert(session.to_string(), self.id);
+        self.conn.shared.routes.lock().unwrap_or_else(|p| p.into_inner()).owners.insert(session.to_string(), self.id);
     }
 }
 

@@ -194,8 +194,10 @@ impl BrowserPool {
         let hold = SlotHold { pool: self.assignments.clone(), slot: index };
         let slot = &self.slots[index];
         let mut current = slot.current.lock().await;
-        let usable = current.as_ref().is_some_and(|c| c.account == account && !c.is_broken() && !c.due_for_recycling());
-        if !usable {
+        let usable = current.as_ref().filter(|c| c.account == account && !c.is_broken() && !c.due_for_recycling());
+        let chromium = if let Some(chromium) = usable {
+            chromium.clone()
+        } else {
             if let Some(old) = current.take() {
                 if old.is_broken() {
                     old.condemn("found broken");
@@ -210,11 +212,12 @@ impl BrowserPool {
             }
             let generation = slot.generation.fetch_add(1, Ordering::SeqCst) + 1;
             let id = format!("b{index}.{generation}");
-            *current = Some(Arc::new(
+            let fresh = Arc::new(
                 launch(&self.config, id, account).await.map_err(|e| format!("starting Chromium failed: {e}"))?,
-            ));
-        }
-        let chromium = current.as_ref().expect("set above").clone();
+            );
+            *current = Some(fresh.clone());
+            fresh
+        };
         chromium.served.fetch_add(1, Ordering::SeqCst);
         Ok(Lease { chromium, _slot: hold, _permit: permit })
     }

@@ -26,7 +26,9 @@ pub struct Fetcher {
 }
 
 impl Fetcher {
-    pub fn new(allow_private: bool) -> Fetcher {
+    /// Fails only if reqwest cannot build a client (its TLS backend); the
+    /// server then does not start.
+    pub fn new(allow_private: bool) -> Result<Fetcher, reqwest::Error> {
         let policy = reqwest::redirect::Policy::custom(move |attempt| {
             if attempt.previous().len() >= MAX_REDIRECTS {
                 return attempt.error(format!("more than {MAX_REDIRECTS} redirects"));
@@ -51,7 +53,7 @@ impl Fetcher {
         if !allow_private {
             builder = builder.dns_resolver(std::sync::Arc::new(PublicOnlyResolver));
         }
-        Fetcher { client: builder.build().expect("static client configuration"), allow_private }
+        Ok(Fetcher { client: builder.build()?, allow_private })
     }
 
     pub async fn run(&self, row: &ItemRow) -> Result<Vec<FileContent>, Failure> {

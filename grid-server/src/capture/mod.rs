@@ -30,13 +30,16 @@ use files::FileContent;
 /// driver wakes it sooner when items become claimable).
 const IDLE_POLL: Duration = Duration::from_millis(500);
 
-pub fn spawn_workers(app: Arc<App>, shutdown: watch::Receiver<bool>) -> tokio::task::JoinSet<()> {
-    let fetcher = Arc::new(Fetcher::new(app.config.allow_private_networks));
+pub fn spawn_workers(
+    app: Arc<App>,
+    shutdown: watch::Receiver<bool>,
+) -> Result<tokio::task::JoinSet<()>, reqwest::Error> {
+    let fetcher = Arc::new(Fetcher::new(app.config.allow_private_networks)?);
     let mut set = tokio::task::JoinSet::new();
     for n in 0..app.config.workers {
         set.spawn(worker(n, app.clone(), fetcher.clone(), shutdown.clone()));
     }
-    set
+    Ok(set)
 }
 
 async fn worker(n: usize, app: Arc<App>, fetcher: Arc<Fetcher>, mut shutdown: watch::Receiver<bool>) {

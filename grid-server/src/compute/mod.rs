@@ -30,7 +30,7 @@ use engine::Engine;
 use registry::Registries;
 
 /// `retry-after` while compute is unavailable.
-pub const RETRY_AFTER_SECS: u64 = 5;
+pub const RETRY_AFTER_SECS: u64 = grid_core::error::COMPUTE_RETRY_AFTER_SECS;
 
 #[derive(Debug, Clone)]
 pub struct ComputeConfig {
@@ -58,7 +58,7 @@ impl Compute {
         clock: Arc<dyn Clock>,
         due_wake: Arc<Notify>,
         logs_dir: PathBuf,
-    ) -> Compute {
+    ) -> Result<Compute, reqwest::Error> {
         let docker = Arc::new(DockerEngine::new(config.docker_host.clone()));
         let driver = JobDriver::new(DriverParts {
             store,
@@ -68,7 +68,7 @@ impl Compute {
             capacity: Capacity { cpu_millis: config.cpu_millis, memory_bytes: config.memory_bytes },
             due_wake,
         });
-        Compute { registries: Registries::new(config.admitted.clone()), config, docker, driver, logs_dir }
+        Ok(Compute { registries: Registries::new(config.admitted.clone())?, config, docker, driver, logs_dir })
     }
 
     pub fn unavailable() -> ApiError {

@@ -25,13 +25,13 @@ pub struct Registries {
 }
 
 impl Registries {
-    pub fn new(admitted: Vec<Admitted>) -> Registries {
+    /// Fails only if reqwest cannot build a client (its TLS backend).
+    pub fn new(admitted: Vec<Admitted>) -> Result<Registries, reqwest::Error> {
         let client = reqwest::Client::builder()
             .timeout(Duration::from_secs(20))
             .connect_timeout(Duration::from_secs(5))
-            .build()
-            .expect("static client configuration");
-        Registries { admitted, client }
+            .build()?;
+        Ok(Registries { admitted, client })
     }
 
     /// `<repository>@sha256:<digest>` of the linux/amd64 image.

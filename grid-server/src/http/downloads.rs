@@ -40,12 +40,8 @@ pub async fn serve(app: &App, item: &str, kind: &str, query: Option<&str>) -> Re
     }
     let kind = ArtifactKind::parse(kind).ok_or(ApiError::DownloadLinkInvalid)?;
     let item_id = item.to_string();
-    let file = app
-        .store
-        .read(move |c| items::published_file(c, &item_id, kind))
-        .await
-        .map_err(ApiError::from)?
-        .ok_or(ApiError::ArtifactNotPresent)?;
+    let file =
+        app.store.read(move |c| items::published_file(c, &item_id, kind)).await?.ok_or(ApiError::ArtifactNotPresent)?;
     let root = app.artifacts_dir.clone();
     let (storage_name, content_type, length) = (file.storage_name.clone(), file.content_type.clone(), file.byte_length);
     let checked = tokio::task::spawn_blocking(move || files::open_published(&root, file))

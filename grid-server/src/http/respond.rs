@@ -37,9 +37,12 @@ pub fn json<T: Serialize>(status: u16, value: &T) -> Resp {
     r
 }
 
+/// The one rendering of a refusal, from its row of the error table; MCP
+/// tool results are made from this response too.
 pub fn error(e: &ApiError) -> Resp {
-    let mut r = json(e.status(), &e.body());
-    if let Some(secs) = e.retry_after_secs() {
+    let row = e.row();
+    let mut r = json(row.status, &row.body());
+    if let Some(secs) = row.retry_after_secs {
         r.headers_mut().insert(RETRY_AFTER, HeaderValue::from(secs));
     }
     r

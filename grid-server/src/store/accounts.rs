@@ -1,5 +1,6 @@
 //! Accounts, API keys and the credit ledger.
 
+use grid_core::error::ApiError;
 use grid_core::ids;
 use grid_core::ledger::{Balance, DailyUse, EntryKind};
 use grid_core::time::Millis;
@@ -282,9 +283,21 @@ pub fn reserve(
 #[derive(Debug, thiserror::Error)]
 pub enum ReserveError {
     #[error(transparent)]
-    Refused(#[from] grid_core::error::ApiError),
+    Refused(#[from] ApiError),
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// A refused reservation (credit, daily cap, a reused Idempotency-Key) is
+/// the caller's answer as it stands; a store failure is as anywhere
+/// (`From<StoreError>`). A refusal rolls the write back: nothing is queued.
+impl From<ReserveError> for ApiError {
+    fn from(e: ReserveError) -> Self {
+        match e {
+            ReserveError::Refused(api) => api,
+            ReserveError::Store(s) => s.into(),
+        }
+    }
 }
 
 /// One row of the ledger.

@@ -58,8 +58,8 @@ pub struct Answer {
 }
 
 impl Answer {
-    pub fn json<T: Serialize>(status: u16, value: &T) -> Answer {
-        Answer { status, body: serde_json::to_vec(value).expect("wire types serialize") }
+    pub fn json<T: Serialize>(status: u16, value: &T) -> StoreResult<Answer> {
+        Ok(Answer { status, body: super::to_json(value)?.into_bytes() })
     }
 }
 
@@ -94,16 +94,17 @@ pub fn once<T, E: From<ReserveError>>(
     };
     let store = |e: StoreError| E::from(ReserveError::Store(e));
     let found = find(tx, account_id, key).map_err(store)?;
-    match rules::decide(found.as_ref().map(|f| &f.key), &key.request_sha256, now) {
-        Decision::Replay => {
-            let Found { status, sealed, .. } = found.expect("a replay has a row");
+    let decision = rules::decide(found.as_ref().map(|f| &f.key), &key.request_sha256, now);
+    match (decision, found) {
+        (Decision::Replay, Some(Found { status, sealed, .. })) => {
             // Only the same request's answer is ever unsealed.
             let body = unseal(account_id, key, status, &sealed)
                 .ok_or_else(|| store(StoreError::Invalid("stored idempotent answer does not unseal".into())))?;
             Ok(Outcome::Replayed(Answer { status, body }))
         }
-        Decision::Reused => Err(E::from(ReserveError::Refused(grid_core::error::ApiError::IdempotencyKeyReused))),
-        Decision::Perform => {
+        (Decision::Replay, None) => Err(store(StoreError::Invalid("a replay was decided without a stored key".into()))),
+        (Decision::Reused, _) => Err(E::from(ReserveError::Refused(grid_core::error::ApiError::IdempotencyKeyReused))),
+        (Decision::Perform, _) => {
             let created = perform(tx)?;
             record(tx, account_id, key, &created.subject, &created.answer, now).map_err(store)?;
             Ok(Outcome::Performed(created.value, created.answer))
@@ -158,7 +159,7 @@ fn record(
         key.request_sha256,
         subject,
         answer.status,
-        seal(account_id, key, answer),
+        seal(account_id, key, answer)?,
         now.0,
         rules::expires_at(now).0
     ])?;
@@ -175,11 +176,13 @@ pub fn purge_expired(conn: &Connection, now: Millis, limit: i64) -> StoreResult<
         .execute((now.0, limit))?)
 }
 
-fn cipher(account_id: &str, key: &Key) -> aead::LessSafeKey {
+/// `None` only if HKDF-SHA-256 refuses 32 bytes of output, which it
+/// never does (its limit is 255 × 32).
+fn cipher(account_id: &str, key: &Key) -> Option<aead::LessSafeKey> {
     let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, b"grid idempotency-key answer v1").extract(key.value.as_bytes());
     let info = [account_id.as_bytes()];
-    let okm = prk.expand(&info, &aead::AES_256_GCM).expect("32 bytes is within HKDF-SHA-256's limit");
-    aead::LessSafeKey::new(aead::UnboundKey::from(okm))
+    let okm = prk.expand(&info, &aead::AES_256_GCM).ok()?;
+    Some(aead::LessSafeKey::new(aead::UnboundKey::from(okm)))
 }
 
 /// The row's request and status are bound to the sealed body.
@@ -189,19 +192,21 @@ fn aad(account_id: &str, key: &Key, status: u16) -> aead::Aad<Vec<u8>> {
 
 /// nonce || ciphertext || tag. The nonce is random: a key used again after
 /// its 24 h derives the same AES key.
-fn seal(account_id: &str, key: &Key, answer: &Answer) -> Vec<u8> {
+fn seal(account_id: &str, key: &Key, answer: &Answer) -> StoreResult<Vec<u8>> {
+    let refused = || StoreError::Invalid("the idempotent answer could not be sealed".into());
     let nonce: [u8; NONCE_LEN] = random_bytes();
     let mut sealed = answer.body.clone();
     cipher(account_id, key)
+        .ok_or_else(refused)?
         .seal_in_place_append_tag(
             aead::Nonce::assume_unique_for_key(nonce),
             aad(account_id, key, answer.status),
             &mut sealed,
         )
-        .expect("an answer is far below AES-GCM's length limit");
+        .map_err(|_| refused())?;
     let mut out = nonce.to_vec();
     out.extend(sealed);
-    out
+    Ok(out)
 }
 
 fn unseal(account_id: &str, key: &Key, status: u16, sealed: &[u8]) -> Option<Vec<u8>> {
@@ -211,7 +216,7 @@ fn unseal(account_id: &str, key: &Key, status: u16, sealed: &[u8]) -> Option<Vec
     let (nonce, ciphertext) = sealed.split_at(NONCE_LEN);
     let nonce = aead::Nonce::try_assume_unique_for_key(nonce).ok()?;
     let mut buf = ciphertext.to_vec();
-    let plain = cipher(account_id, key).open_in_place(nonce, aad(account_id, key, status), &mut buf).ok()?;
+    let plain = cipher(account_id, key)?.open_in_place(nonce, aad(account_id, key, status), &mut buf).ok()?;
     Some(plain.to_vec())
 }
 
@@ -229,7 +234,7 @@ mod tests {
     fn sealed_answer_opens_only_with_its_key_account_and_status() {
         let k = key("k-1", json!({"urls": ["https://a.example/"]}));
         let answer = Answer { status: 201, body: br#"{"batchId":"bt_1","jobCount":1}"#.to_vec() };
-        let sealed = seal("ac_1", &k, &answer);
+        let sealed = seal("ac_1", &k, &answer).unwrap();
         assert!(!sealed.windows(7).any(|w| w == b"batchId"), "answer stored in plaintext");
         assert_eq!(unseal("ac_1", &k, 201, &sealed), Some(answer.body.clone()));
         assert_eq!(unseal("ac_2", &k, 201, &sealed), None);
@@ -237,7 +242,7 @@ mod tests {
         assert_eq!(unseal("ac_1", &k, 200, &sealed), None);
         assert_eq!(unseal("ac_1", &k, 201, &sealed[..5]), None);
         // A fresh nonce each time.
-        assert_ne!(seal("ac_1", &k, &answer), sealed);
+        assert_ne!(seal("ac_1", &k, &answer).unwrap(), sealed);
     }
 
     // ----- `once` against a real store (a temp grid.db) -----
@@ -293,7 +298,8 @@ mod tests {
         store.write_blocking(move |tx| {
             once(tx, &c.account_id, key.as_ref(), now, |tx| {
                 let created = items::submit_batch(tx, &c, &sub, now)?;
-                Ok(Created { subject: created.batch_id.clone(), answer: Answer::json(201, &created), value: created })
+                let answer = Answer::json(201, &created)?;
+                Ok(Created { subject: created.batch_id.clone(), answer, value: created })
             })
         })
     }

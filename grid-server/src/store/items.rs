@@ -225,6 +225,26 @@ impl From<rusqlite::Error> for ItemError {
     }
 }
 
+/// What a caller sees of a capture item's error: the machine's refusals
+/// (the contract's three retry conflicts, unknown job) as they are; a
+/// transition the machine does not allow from an API call is a bug,
+/// logged and answered 500; an item that is gone is `unknown job`; other
+/// store failures as anywhere (`From<StoreError>`: busy is
+/// `accounting_unavailable`, the only 503 of the capture endpoints).
+impl From<ItemError> for ApiError {
+    fn from(e: ItemError) -> Self {
+        match e {
+            ItemError::Transition(TransitionError::Refused(api)) => api,
+            ItemError::Transition(other) => {
+                tracing::error!(error = %other, "unexpected item transition");
+                ApiError::Internal
+            }
+            ItemError::Store(StoreError::NotFound(_)) => ApiError::UnknownJob,
+            ItemError::Store(s) => s.into(),
+        }
+    }
+}
+
 /// The next item to run: the oldest without a priority, else the lowest
 /// priority, oldest first. Each band is one seek on `items_queue`.
 const NEXT_IN_QUEUE: &str = "SELECT id FROM (
@@ -288,18 +308,18 @@ pub fn item_view(conn: &Connection, account_id: &str, id: &str) -> StoreResult<O
 }
 
 /// Whether an item the account owns has a published file of this kind:
-/// `UnknownJob` for another account's (or no) item, `ArtifactNotPresent`
-/// when the item has no such file.
-pub fn check_artifact(conn: &Connection, account_id: &str, id: &str, kind: ArtifactKind) -> Result<(), ApiError> {
-    let owned = load_item(conn, id).map_err(|_| ApiError::Internal)?.is_some_and(|r| r.account_id == account_id);
+/// refused `UnknownJob` for another account's (or no) item,
+/// `ArtifactNotPresent` when the item has no such file.
+pub fn check_artifact(conn: &Connection, account_id: &str, id: &str, kind: ArtifactKind) -> Result<(), ItemError> {
+    let owned = load_item(conn, id)?.is_some_and(|r| r.account_id == account_id);
     if !owned {
-        return Err(ApiError::UnknownJob);
+        return Err(TransitionError::Refused(ApiError::UnknownJob).into());
     }
     let present: Option<i64> = conn
-        .prepare_cached("SELECT 1 FROM artifacts WHERE item_id = ?1 AND kind = ?2")
-        .and_then(|mut s| s.query_row((id, kind.as_str()), |r| r.get(0)).optional())
-        .map_err(|_| ApiError::Internal)?;
-    present.map(|_| ()).ok_or(ApiError::ArtifactNotPresent)
+        .prepare_cached("SELECT 1 FROM artifacts WHERE item_id = ?1 AND kind = ?2")?
+        .query_row((id, kind.as_str()), |r| r.get(0))
+        .optional()?;
+    present.map(|_| ()).ok_or(TransitionError::Refused(ApiError::ArtifactNotPresent).into())
 }
 
 pub fn published_file(conn: &Connection, id: &str, kind: ArtifactKind) -> StoreResult<Option<PublishedFile>> {
@@ -521,6 +541,6 @@ pub(crate) mod tests {
         assert!(s.read_blocking(move |c| item_view(c, &oid, &iid)).unwrap().is_none());
         let oid = other.account_id.clone();
         let r = s.read_blocking(move |c| Ok(check_artifact(c, &oid, &item, ArtifactKind::Meta))).unwrap();
-        assert_eq!(r.unwrap_err(), ApiError::UnknownJob);
+        assert_eq!(ApiError::from(r.unwrap_err()), ApiError::UnknownJob);
     }
 }

@@ -15,7 +15,7 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde_json::Value;
 
 use super::accounts::{self, Caller, ReserveError};
-use super::{StoreError, StoreResult};
+use super::{to_json, StoreError, StoreResult};
 use crate::ids::{new_id, sha256_hex};
 
 #[derive(Debug, Clone)]
@@ -61,6 +61,37 @@ pub enum JobError {
 impl From<rusqlite::Error> for JobError {
     fn from(e: rusqlite::Error) -> Self {
         JobError::Store(e.into())
+    }
+}
+
+/// What a caller of an analytical-job endpoint sees of a job error. The
+/// machine's refusals stand (JOB_NOT_RETRYABLE, IDEMPOTENCY_CONFLICT,
+/// credit). A transition the machine no longer allows means the record
+/// changed under the call: JOB_STATE_CONFLICT, as the contract says for
+/// cancel. A job that is gone is `unknown job`.
+///
+/// The one place an area answers a busy store differently: the contract
+/// lists `503 COMPUTE_UNAVAILABLE` (with `retry-after`) on every
+/// analytical-job endpoint for "the job store did not answer", where
+/// captures and sessions answer `accounting_unavailable`
+/// (`From<StoreError>`). Job endpoints' plain store reads convert through
+/// `JobError` to get the same answer.
+impl From<JobError> for ApiError {
+    fn from(e: JobError) -> Self {
+        match e {
+            JobError::Transition(TransitionError::Refused(api)) => api,
+            JobError::Transition(TransitionError::Inconsistent(why)) => {
+                tracing::error!(error = %why, "stored job is inconsistent");
+                ApiError::Internal
+            }
+            JobError::Transition(other) => {
+                tracing::warn!(error = %other, "job changed under the call");
+                ApiError::JobStateConflict
+            }
+            JobError::Store(StoreError::NotFound(_)) => ApiError::UnknownJob,
+            JobError::Store(StoreError::Busy) => ApiError::compute_unavailable(),
+            JobError::Store(s) => s.into(),
+        }
     }
 }
 
@@ -150,7 +181,7 @@ pub fn submit(
             sub.resources.cpu_millis.request as i64,
             sub.resources.memory_bytes.request as i64,
             machine.phase.as_str(),
-            serde_json::to_string(&machine).expect("serialisable"),
+            to_json(&machine)?,
             reserve,
             now.utc_day(),
             now.0
@@ -160,7 +191,7 @@ pub fn submit(
     for (k, v) in &sub.labels {
         label.execute((&id, k, v))?;
     }
-    Ok((load(tx, &id)?.expect("just inserted"), true))
+    Ok((load(tx, &id)?.ok_or_else(|| StoreError::Invalid(format!("job {id} not found right after its insert")))?, true))
 }
 
 const JOB_COLUMNS: &str = "id, account_id, key_id, request, image_digest, priority, cpu_millis, memory_bytes, machine,
@@ -219,8 +250,8 @@ pub fn save(conn: &Connection, row: &JobRow, due_at: Option<Millis>, now: Millis
     .execute(params![
         row.id,
         row.job.phase.as_str(),
-        serde_json::to_string(&row.job).expect("serialisable"),
-        serde_json::to_string(&row.executors).expect("serialisable"),
+        to_json(&row.job)?,
+        to_json(&row.executors)?,
         row.reservations,
         row.reserved_micros,
         row.reservation_day,
@@ -237,7 +268,7 @@ pub fn set_executor(conn: &Connection, id: &str, attempt: u32, executor: Executo
     row.executors.insert(attempt, executor);
     conn.prepare_cached("UPDATE jobs SET executors = ?2, updated_at = ?3 WHERE id = ?1")?.execute(params![
         id,
-        serde_json::to_string(&row.executors).expect("serialisable"),
+        to_json(&row.executors)?,
         now.0
     ])?;
     Ok(())

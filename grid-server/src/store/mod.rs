@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use grid_core::error::ApiError;
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 pub const DB_FILE: &str = "grid.db";
@@ -45,18 +46,33 @@ impl From<rusqlite::Error> for StoreError {
 }
 
 /// What a caller of the API sees of a store failure: a busy database is the
-/// contract's 503 `accounting_unavailable`; anything else is logged and
+/// contract's 503 `accounting_unavailable` (the account database did not
+/// answer in time: nothing was done, resend); anything else is logged and
 /// answered 500.
-impl From<StoreError> for grid_core::error::ApiError {
+///
+/// Each area's error converts beside its type and defers to this for the
+/// store part (`accounts::ReserveError`, `items::ItemError`,
+/// `sessions::SessionError`), with one difference the contract makes: on
+/// analytical-job endpoints a busy store is `503 COMPUTE_UNAVAILABLE` with
+/// `retry-after` ("the job store did not answer"), decided in
+/// `From<jobs::JobError>`; their reads convert through `JobError` too.
+impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
-            StoreError::Busy => grid_core::error::ApiError::AccountingUnavailable,
+            StoreError::Busy => ApiError::AccountingUnavailable,
             other => {
                 tracing::error!(error = %other, "store error");
-                grid_core::error::ApiError::Internal
+                ApiError::Internal
             }
         }
     }
+}
+
+/// JSON text of a value stored in a column. Serializing our own types
+/// cannot fail in practice (no maps with non-string keys); if it ever does,
+/// the write fails rather than the process.
+pub fn to_json<T: serde::Serialize>(value: &T) -> StoreResult<String> {
+    serde_json::to_string(value).map_err(|e| StoreError::Invalid(format!("not serializable as JSON: {e}")))
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -265,6 +281,63 @@ mod tests {
         assert_eq!(store.read_blocking(|c| setting(c, "first")).unwrap(), None);
         store.write_blocking(|tx| set_setting(tx, "first", "written")).unwrap();
         assert_eq!(store.read_blocking(|c| setting(c, "first")).unwrap().as_deref(), Some("written"));
+    }
+
+    /// Areas used to map store errors each on their own (a busy store was
+    /// accounting_unavailable in captures, COMPUTE_UNAVAILABLE in jobs,
+    /// unknown-session in one sessions path); the conversions beside the
+    /// error types give each area the contract's answer.
+    #[test]
+    fn each_area_answers_store_failures_as_the_contract_says() {
+        use grid_core::{item, job, session};
+
+        use super::accounts::ReserveError;
+        use super::items::ItemError;
+        use super::jobs::JobError;
+        use super::sessions::SessionError;
+
+        let busy = || StoreError::Busy;
+        let gone = || StoreError::NotFound("x".into());
+        let broken = || StoreError::Invalid("x".into());
+        // Captures, sessions, accounts: the only 503 they list.
+        assert_eq!(ApiError::from(busy()), ApiError::AccountingUnavailable);
+        assert_eq!(ApiError::from(ReserveError::Store(busy())), ApiError::AccountingUnavailable);
+        assert_eq!(ApiError::from(ItemError::Store(busy())), ApiError::AccountingUnavailable);
+        assert_eq!(ApiError::from(SessionError::Store(busy())), ApiError::AccountingUnavailable);
+        // Analytical jobs: "the job store did not answer", with retry-after.
+        let job_busy = ApiError::from(JobError::Store(busy()));
+        assert_eq!((job_busy.status(), job_busy.retry_after_secs()), (503, Some(5)));
+        assert_eq!(job_busy.body()["error"], "COMPUTE_UNAVAILABLE");
+        // A row that is gone is the area's unknown-thing; other failures are 500.
+        assert_eq!(ApiError::from(ItemError::Store(gone())), ApiError::UnknownJob);
+        assert_eq!(ApiError::from(JobError::Store(gone())), ApiError::UnknownJob);
+        assert_eq!(ApiError::from(SessionError::Store(gone())), ApiError::UnknownSession);
+        assert_eq!(ApiError::from(gone()), ApiError::Internal);
+        for e in [
+            ApiError::from(broken()),
+            ApiError::from(ReserveError::Store(broken())),
+            ApiError::from(ItemError::Store(broken())),
+            ApiError::from(JobError::Store(broken())),
+            ApiError::from(SessionError::Store(broken())),
+        ] {
+            assert_eq!(e, ApiError::Internal);
+        }
+        // Refusals stand as they are.
+        let refusal = || ApiError::InsufficientCredit { required_micros: 2, available_micros: 1 };
+        assert_eq!(ApiError::from(ReserveError::Refused(refusal())), refusal());
+        assert_eq!(ApiError::from(ItemError::Transition(item::TransitionError::Refused(refusal()))), refusal());
+        assert_eq!(ApiError::from(JobError::Transition(job::TransitionError::Refused(refusal()))), refusal());
+        assert_eq!(ApiError::from(SessionError::Transition(session::TransitionError::Refused(refusal()))), refusal());
+        // A transition the machine no longer allows: per area, as the contract words it.
+        let not_allowed = (
+            ItemError::Transition(item::TransitionError::NotAllowed { state: "s", event: "e" }),
+            JobError::Transition(job::TransitionError::NotAllowed { phase: "p", event: "e" }),
+            SessionError::Transition(session::TransitionError::NotAllowed { status: "s", event: "e" }),
+        );
+        assert_eq!(ApiError::from(not_allowed.0), ApiError::Internal);
+        assert_eq!(ApiError::from(not_allowed.1), ApiError::JobStateConflict);
+        assert_eq!(ApiError::from(not_allowed.2), ApiError::UnknownSession);
+        assert_eq!(ApiError::from(JobError::Transition(job::TransitionError::Inconsistent("x"))), ApiError::Internal);
     }
 
     #[test]

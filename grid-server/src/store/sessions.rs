@@ -11,7 +11,7 @@ use grid_core::wire::session::{Attestation, NetworkAttestation, SessionSubmissio
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::accounts::{self, Caller, Entry, ReserveError};
-use super::{StoreError, StoreResult};
+use super::{to_json, StoreError, StoreResult};
 use crate::ids::{new_id, sha256_hex};
 
 #[derive(Debug, Clone)]
@@ -57,6 +57,21 @@ impl From<rusqlite::Error> for SessionError {
     }
 }
 
+/// What a caller sees of a session error: the machine's refusals (slots,
+/// credit) stand; a transition the machine refuses is on a session that
+/// already ended, which the contract answers `unknown session` ("no such
+/// session, already ended, or another identity's"), as one that is gone;
+/// other store failures as anywhere (`From<StoreError>`).
+impl From<SessionError> for ApiError {
+    fn from(e: SessionError) -> Self {
+        match e {
+            SessionError::Transition(TransitionError::Refused(api)) => api,
+            SessionError::Transition(_) | SessionError::Store(StoreError::NotFound(_)) => ApiError::UnknownSession,
+            SessionError::Store(s) => s.into(),
+        }
+    }
+}
+
 impl From<ReserveError> for SessionError {
     fn from(e: ReserveError) -> Self {
         match e {
@@ -99,14 +114,14 @@ pub fn lease(
             sub.profile.as_str(),
             sub.network_policy,
             sha256_hex(token.as_bytes()),
-            serde_json::to_string(&machine).expect("serialisable"),
+            to_json(&machine)?,
             reserve,
             now.utc_day(),
             now.0,
             session::next_due(&machine).map(|d| d.at.0)
         ],
     )?;
-    Ok(load(tx, &id)?.expect("just inserted"))
+    Ok(load(tx, &id)?.ok_or_else(|| StoreError::Invalid(format!("session {id} not found right after its insert")))?)
 }
 
 const COLUMNS: &str = "id, account_id, key_id, profile_id, network_policy, machine, attestation,
@@ -171,7 +186,7 @@ pub fn next_due_after(conn: &Connection, now: Millis) -> StoreResult<Option<Mill
 pub fn save(conn: &Connection, id: &str, machine: &Session) -> StoreResult<()> {
     conn.prepare_cached("UPDATE sessions SET machine = ?2, live = ?3, due_at = ?4 WHERE id = ?1")?.execute(params![
         id,
-        serde_json::to_string(machine).expect("serialisable"),
+        to_json(machine)?,
         machine.is_live(),
         session::next_due(machine).map(|d| d.at.0)
     ])?;
@@ -207,11 +222,7 @@ pub fn set_attestation(
 ) -> StoreResult<()> {
     conn.execute(
         "UPDATE sessions SET attestation = ?2, network_attestation = ?3 WHERE id = ?1",
-        params![
-            id,
-            serde_json::to_string(attestation).expect("serialisable"),
-            network.map(|n| serde_json::to_string(n).expect("serialisable"))
-        ],
+        params![id, to_json(attestation)?, network.map(to_json).transpose()?],
     )?;
     Ok(())
 }

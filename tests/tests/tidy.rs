@@ -1,0 +1,576 @@
+//! Repository rules checked inside `cargo test`, as rust-analyzer's tidy
+//! test does: they read the sources, need no binaries and take milliseconds.
+//!
+//! - grid-core is sans-IO: its sources name no clock, randomness, file
+//!   system, sockets, process, environment or async runtime, and its
+//!   Cargo.toml pulls none in (chrono without its `clock` feature).
+//! - No `.unwrap()` / `.expect(` in the library and binary crates outside
+//!   tests and `fn main`: a failure is an error value, not a panic.
+//! - ARCHITECTURE.md's codemap names only modules that exist, and names
+//!   every source module of the `grid-*` crates.
+//!
+//! The checks work on the sources with comments and the insides of string
+//! and char literals blanked out (`code_only`), so prose and doc examples
+//! do not count.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ is inside the workspace").to_path_buf()
+}
+
+/// The crates whose `src` must hold no panicking shortcuts and be in the codemap.
+const CRATES: [&str; 4] = ["grid-core", "grid-server", "grid-client", "grid-cli"];
+
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = vec![];
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display())) {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn rel(path: &Path) -> String {
+    path.strip_prefix(root()).unwrap_or(path).display().to_string()
+}
+
+// ----- a small Rust lexer: enough to tell code from comments and literals -----
+
+/// `src` with comments and the contents of string, byte-string, raw-string
+/// and char literals replaced by spaces. Line breaks stay, so offsets and
+/// line numbers are those of the original.
+fn code_only(src: &str) -> String {
+    let c: Vec<char> = src.chars().collect();
+    let mut out: Vec<char> = Vec::with_capacity(c.len());
+    let blank = |ch: char| if ch == '\n' { '\n' } else { ' ' };
+    let ident = |ch: char| ch.is_alphanumeric() || ch == '_';
+    let mut i = 0;
+    while i < c.len() {
+        let at = |k: usize| c.get(i + k).copied().unwrap_or('\0');
+        if at(0) == '/' && at(1) == '/' {
+            while i < c.len() && c[i] != '\n' {
+                out.push(' ');
+                i += 1;
+            }
+        } else if at(0) == '/' && at(1) == '*' {
+            let mut depth = 0;
+            while i < c.len() {
+                if c[i] == '/' && c.get(i + 1) == Some(&'*') {
+                    depth += 1;
+                    out.extend([' ', ' ']);
+                    i += 2;
+                } else if c[i] == '*' && c.get(i + 1) == Some(&'/') {
+                    depth -= 1;
+                    out.extend([' ', ' ']);
+                    i += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    out.push(blank(c[i]));
+                    i += 1;
+                }
+            }
+        } else if (at(0) == 'r' || (at(0) == 'b' && at(1) == 'r')) && (i == 0 || !ident(c[i - 1])) && {
+            let start = if at(0) == 'r' { 1 } else { 2 };
+            let mut k = start;
+            while at(k) == '#' {
+                k += 1;
+            }
+            at(k) == '"'
+        } {
+            // r"..." / r#"..."# / br#"..."#
+            while c[i] != '#' && c[i] != '"' {
+                out.push(c[i]);
+                i += 1;
+            }
+            let mut hashes = 0;
+            while c[i] == '#' {
+                hashes += 1;
+                out.push('#');
+                i += 1;
+            }
+            out.push('"');
+            i += 1;
+            while i < c.len() {
+                if c[i] == '"' && (1..=hashes).all(|h| c.get(i + h) == Some(&'#')) {
+                    out.push('"');
+                    out.extend(std::iter::repeat_n('#', hashes));
+                    i += 1 + hashes;
+                    break;
+                }
+                out.push(blank(c[i]));
+                i += 1;
+            }
+        } else if at(0) == '"' {
+            out.push('"');
+            i += 1;
+            while i < c.len() {
+                if c[i] == '\\' {
+                    out.push(' ');
+                    out.push(blank(c.get(i + 1).copied().unwrap_or(' ')));
+                    i += 2;
+                } else if c[i] == '"' {
+                    out.push('"');
+                    i += 1;
+                    break;
+                } else {
+                    out.push(blank(c[i]));
+                    i += 1;
+                }
+            }
+        } else if at(0) == '\'' && (at(1) == '\\' || (at(1) != '\0' && at(2) == '\'')) {
+            // A char literal ('x', '\n', '\u{..}'); a lifetime ('a) has no closing quote.
+            out.push('\'');
+            i += 1;
+            while i < c.len() && c[i] != '\'' {
+                if c[i] == '\\' {
+                    out.push(' ');
+                    i += 1;
+                }
+                out.push(' ');
+                i += 1;
+            }
+            out.push('\'');
+            i += 1;
+        } else {
+            out.push(c[i]);
+            i += 1;
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// Where the item starting at byte `from` of `code` ends: after its `;` at
+/// bracket depth 0, or after the `}` that closes its body.
+fn item_end(code: &str, from: usize) -> usize {
+    let mut depth = 0i32;
+    for (k, ch) in code[from..].char_indices() {
+        match ch {
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' => depth -= 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return from + k + 1;
+                }
+            }
+            ';' if depth == 0 => return from + k + 1,
+            _ => {}
+        }
+    }
+    code.len()
+}
+
+/// Byte ranges of `code` that are test-only (`#[cfg(test)]` items, the
+/// attribute included) or the body of `fn main`.
+fn exempt_ranges(code: &str) -> Vec<(usize, usize)> {
+    let mut ranges = vec![];
+    for (at, _) in code.match_indices("#[cfg(test)]") {
+        ranges.push((at, item_end(code, at + "#[cfg(test)]".len())));
+    }
+    for (at, _) in code.match_indices("fn main(") {
+        if at == 0 || !code[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_') {
+            ranges.push((at, item_end(code, at)));
+        }
+    }
+    ranges
+}
+
+/// Files that are test modules: declared as `#[cfg(test)] mod name;`.
+fn test_module_files(files: &[PathBuf]) -> BTreeSet<PathBuf> {
+    let mut out = BTreeSet::new();
+    for file in files {
+        let code = code_only(&read(file));
+        for (at, _) in code.match_indices("#[cfg(test)]") {
+            let item = code[at + "#[cfg(test)]".len()..item_end(code.as_str(), at + "#[cfg(test)]".len())].trim();
+            let Some(name) = item.strip_prefix("mod ").and_then(|m| m.strip_suffix(';')) else { continue };
+            let name = name.trim();
+            let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+            let dir = if matches!(stem, "lib" | "main" | "mod") {
+                file.parent().unwrap().to_path_buf()
+            } else {
+                file.with_extension("")
+            };
+            out.insert(dir.join(format!("{name}.rs")));
+            out.insert(dir.join(name).join("mod.rs"));
+        }
+    }
+    out
+}
+
+fn line_of(code: &str, at: usize) -> usize {
+    code[..at].matches('\n').count() + 1
+}
+
+/// Occurrences of `word` in `code` not inside a longer identifier or path
+/// segment (so `Instant` does not match `InstantLike`, `rand::` does not
+/// match `brand::`).
+fn word_hits(code: &str, word: &str) -> Vec<usize> {
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    code.match_indices(word)
+        .map(|(at, _)| at)
+        .filter(|&at| {
+            let before_ok = word.starts_with(|c: char| !ident(c)) || !code[..at].ends_with(ident);
+            let after_ok = word.ends_with(|c: char| !ident(c)) || !code[at + word.len()..].starts_with(ident);
+            before_ok && after_ok
+        })
+        .collect()
+}
+
+// ----- the lexer itself -----
+
+#[test]
+fn code_only_blanks_comments_and_literals_but_keeps_code_and_lines() {
+    let src = "let a = \"x.unwrap()\"; // y.expect(\nlet b = r#\"}\"#; /* { */ let c = '{'; fn f<'a>(x: &'a str) {}\n";
+    let code = code_only(src);
+    assert_eq!(code.len(), src.len());
+    assert_eq!(code.matches('\n').count(), 2);
+    assert!(!code.contains("unwrap") && !code.contains("expect"), "{code}");
+    assert_eq!(code.matches('{').count(), 1, "only fn f's body brace is code: {code}");
+    assert!(code.contains("fn f<'a>(x: &'a str) {}"), "{code}");
+    let nested = code_only("/* a /* b */ still comment */ x");
+    assert_eq!(nested.trim(), "x");
+}
+
+#[test]
+fn word_hits_find_whole_names_only() {
+    let code = code_only("let t = Instant::now(); let u = InstantLike; brand::x(); rand::random(); x.await;");
+    assert_eq!(word_hits(&code, "Instant").len(), 1);
+    assert_eq!(word_hits(&code, "rand::").len(), 1);
+    assert_eq!(word_hits(&code, ".await").len(), 1);
+}
+
+#[test]
+fn dependencies_read_inline_and_inherited_entries() {
+    let manifest = "[dependencies]\nserde.workspace = true\nchrono = { workspace = true, features = [\"clock\"] }\n\n[dev-dependencies]\nrand = \"1\"\n";
+    let deps = dependencies(manifest, "[dependencies]");
+    assert_eq!(deps[0], ("serde".to_string(), "{ workspace = true }".to_string()));
+    assert_eq!(deps[1].0, "chrono");
+    assert!(deps[1].1.contains("clock"));
+    assert_eq!(deps.len(), 2);
+}
+
+#[test]
+fn exempt_ranges_cover_test_modules_and_main_only() {
+    let code = code_only(
+        "fn f() { a.unwrap() }\n#[cfg(test)]\nmod tests {\n fn g() { b.unwrap() }\n}\nfn main() { c.unwrap() }\nfn h() { d.unwrap() }\n",
+    );
+    let exempt = exempt_ranges(&code);
+    let flagged: Vec<usize> = code
+        .match_indices(".unwrap()")
+        .map(|(at, _)| at)
+        .filter(|at| !exempt.iter().any(|(s, e)| (s..e).contains(&at)))
+        .map(|at| line_of(&code, at))
+        .collect();
+    assert_eq!(flagged, vec![1, 7]);
+}
+
+// ----- grid-core is sans-IO -----
+
+/// What grid-core's sources must not name: clock reads, randomness, the
+/// file system, sockets, processes, the environment, threads and async.
+/// Address types (`std::net::IpAddr`) are plain values and allowed.
+const CORE_FORBIDDEN: &[(&str, &str)] = &[
+    ("SystemTime", "clock"),
+    ("Instant", "clock"),
+    ("Utc::now", "clock"),
+    ("Local::now", "clock"),
+    ("chrono::Local", "clock"),
+    ("rand::", "randomness"),
+    ("getrandom", "randomness"),
+    ("ulid", "randomness"),
+    ("Ulid", "randomness"),
+    ("uuid", "randomness"),
+    ("std::fs", "file system"),
+    ("File::open", "file system"),
+    ("TcpStream", "network"),
+    ("TcpListener", "network"),
+    ("UdpSocket", "network"),
+    ("ToSocketAddrs", "network"),
+    ("UnixStream", "network"),
+    ("reqwest", "network"),
+    ("hyper", "network"),
+    ("std::process", "process"),
+    ("std::env", "environment"),
+    ("std::thread", "threads"),
+    ("tokio", "async runtime"),
+    ("async", "async"),
+    (".await", "async"),
+];
+
+#[test]
+fn grid_core_sources_read_no_clock_draw_no_randomness_and_do_no_io() {
+    let mut found = vec![];
+    let files = rust_files(&root().join("grid-core/src"));
+    let test_files = test_module_files(&files);
+    for file in files.iter().filter(|f| !test_files.contains(*f)) {
+        let code = code_only(&read(file));
+        // Tests may read files (the contract) and clocks; the domain may not.
+        let exempt = exempt_ranges(&code);
+        for (word, what) in CORE_FORBIDDEN {
+            for at in word_hits(&code, word) {
+                if !exempt.iter().any(|(s, e)| (*s..*e).contains(&at)) {
+                    found.push(format!("{}:{}: `{word}` ({what})", rel(file), line_of(&code, at)));
+                }
+            }
+        }
+    }
+    assert!(found.is_empty(), "grid-core is pure (ARCHITECTURE.md):\n{}", found.join("\n"));
+}
+
+/// The `[dependencies]` entries of a Cargo.toml: name and the rest of the line.
+fn dependencies(manifest: &str, section: &str) -> Vec<(String, String)> {
+    let mut out = vec![];
+    let mut inside = false;
+    for line in manifest.lines() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.starts_with('[') {
+            inside = line == section;
+            continue;
+        }
+        if !inside || line.is_empty() {
+            continue;
+        }
+        if let Some((name, rest)) = line.split_once('=') {
+            let name = name.trim();
+            // `chrono.workspace = true` inherits like `chrono = { workspace = true }`.
+            match name.strip_suffix(".workspace") {
+                Some(name) => out.push((name.to_string(), "{ workspace = true }".to_string())),
+                None => out.push((name.to_string(), rest.trim().to_string())),
+            }
+        }
+    }
+    out
+}
+
+/// Crates that read the clock, draw randomness or do I/O; grid-core must
+/// not depend on them.
+const CORE_FORBIDDEN_DEPENDENCIES: &[&str] = &[
+    "tokio",
+    "futures",
+    "futures-util",
+    "async-trait",
+    "rand",
+    "getrandom",
+    "ulid",
+    "uuid",
+    "reqwest",
+    "hyper",
+    "hyper-util",
+    "tokio-tungstenite",
+    "rusqlite",
+    "bollard",
+    "tempfile",
+    "tracing",
+    "ring",
+    "libc",
+];
+
+#[test]
+fn grid_core_depends_on_nothing_that_does_io_and_chrono_has_no_clock() {
+    let manifest = read(&root().join("grid-core/Cargo.toml"));
+    let deps = dependencies(&manifest, "[dependencies]");
+    let bad: Vec<&String> =
+        deps.iter().map(|(n, _)| n).filter(|n| CORE_FORBIDDEN_DEPENDENCIES.contains(&n.as_str())).collect();
+    assert!(bad.is_empty(), "grid-core/Cargo.toml depends on {bad:?}");
+    // chrono's `clock` feature is `Utc::now`; neither grid-core's entry nor
+    // the workspace's (which it inherits) may turn it on.
+    if let Some((_, own)) = deps.iter().find(|(n, _)| n == "chrono") {
+        assert!(!own.contains("clock"), "grid-core/Cargo.toml: chrono = {own}");
+        let workspace = read(&root().join("Cargo.toml"));
+        let inherited = dependencies(&workspace, "[workspace.dependencies]");
+        let (_, ws) = inherited.iter().find(|(n, _)| n == "chrono").expect("chrono in [workspace.dependencies]");
+        let entry = if own.contains("workspace") { ws } else { own };
+        assert!(entry.contains("default-features = false"), "chrono must not take its default features: {entry}");
+        assert!(!entry.contains("clock"), "chrono's clock feature is on for grid-core: {entry}");
+    }
+}
+
+// ----- no panicking shortcuts -----
+
+#[test]
+fn no_unwrap_or_expect_outside_tests_and_main() {
+    let mut found = vec![];
+    for krate in CRATES {
+        let files = rust_files(&root().join(krate).join("src"));
+        let test_files = test_module_files(&files);
+        for file in files.iter().filter(|f| !test_files.contains(*f)) {
+            let code = code_only(&read(file));
+            let exempt = exempt_ranges(&code);
+            for pattern in [".unwrap()", ".expect("] {
+                for (at, _) in code.match_indices(pattern) {
+                    if !exempt.iter().any(|(s, e)| (*s..*e).contains(&at)) {
+                        found.push(format!("{}:{}: {pattern}", rel(file), line_of(&code, at)));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "return an error instead (or, for a poisoned lock, `unwrap_or_else(|p| p.into_inner())`):\n{}",
+        found.join("\n")
+    );
+}
+
+// ----- the codemap -----
+
+/// One `### \`crate\`` section of the codemap: its name and bullets.
+struct Section {
+    krate: String,
+    bullets: Vec<String>,
+}
+
+fn codemap() -> Vec<Section> {
+    let doc = read(&root().join("ARCHITECTURE.md"));
+    let start = doc.find("\n## Codemap").expect("ARCHITECTURE.md has a ## Codemap");
+    let body = &doc[start + 1..];
+    let end = body[3..].find("\n## ").map_or(body.len(), |e| e + 3);
+    let mut sections: Vec<Section> = vec![];
+    for line in body[..end].lines() {
+        if let Some(name) = line.strip_prefix("### `").and_then(|l| l.strip_suffix('`')) {
+            sections.push(Section { krate: name.to_string(), bullets: vec![] });
+        } else if let Some(section) = sections.last_mut() {
+            if let Some(bullet) = line.strip_prefix("- ") {
+                section.bullets.push(bullet.to_string());
+            } else if line.starts_with("  ") && !section.bullets.is_empty() {
+                let last = section.bullets.last_mut().unwrap();
+                last.push(' ');
+                last.push_str(line.trim());
+            } else if !line.trim().is_empty() {
+                // Prose of the section: names in it resolve against the crate.
+                section.bullets.push(line.to_string());
+            }
+        }
+    }
+    sections
+}
+
+fn backticked(text: &str) -> Vec<&str> {
+    text.split('`').skip(1).step_by(2).collect()
+}
+
+/// A backticked name that denotes a source path: `x.rs`, `dir/`, or
+/// `x.rs::item`; globs and other files are not paths of modules.
+fn as_module_path(token: &str) -> Option<&str> {
+    if token.contains('*') || token.contains(' ') {
+        return None;
+    }
+    let path = token.split("::").next().unwrap_or(token);
+    (path.ends_with(".rs") || path.ends_with('/')).then_some(path)
+}
+
+/// The files a codemap path names, tried against the bullet's directory
+/// (its first name, when that is `dir/`), the crate's `src`, the crate and
+/// the repo.
+fn resolve(root: &Path, src: &Path, base: Option<&str>, path: &str) -> Option<PathBuf> {
+    let mut candidates = vec![];
+    if let Some(base) = base {
+        candidates.push(src.join(base).join(path));
+    }
+    candidates.push(src.join(path));
+    if let Some(krate) = src.parent() {
+        candidates.push(krate.join(path));
+    }
+    candidates.push(root.join(path));
+    candidates.into_iter().find(|c| if path.ends_with('/') { c.is_dir() } else { c.is_file() })
+}
+
+/// `a::b::c` names a module `a` of the crate (or of `grid_core` etc. when
+/// prefixed); the first module segment must exist. (`Type::item` paths
+/// are not checked.)
+fn module_path_exists(root: &Path, src: &Path, token: &str) -> bool {
+    let segments: Vec<&str> = token.split("::").collect();
+    let (src, first) = match segments[0] {
+        krate if krate.starts_with("grid_") => (root.join(krate.replace('_', "-")).join("src"), segments.get(1)),
+        _ => (src.to_path_buf(), segments.first()),
+    };
+    let Some(first) = first else { return src.is_dir() };
+    src.join(format!("{first}.rs")).is_file() || src.join(first).join("mod.rs").is_file()
+}
+
+#[test]
+fn every_codemap_path_exists_and_every_source_module_is_in_the_codemap() {
+    let root = root();
+    let mut missing = vec![];
+    let mut named: BTreeSet<PathBuf> = BTreeSet::new();
+    let sections = codemap();
+    for krate in CRATES {
+        assert!(sections.iter().any(|s| s.krate == krate), "ARCHITECTURE.md has no codemap section for {krate}");
+    }
+    for section in &sections {
+        let src = root.join(&section.krate).join("src");
+        for bullet in &section.bullets {
+            let tokens = backticked(bullet);
+            let base = tokens.first().copied().filter(|t| t.ends_with('/') && !t.contains(' '));
+            for token in tokens {
+                if let Some(path) = as_module_path(token) {
+                    match resolve(&root, &src, base, path) {
+                        Some(found) if path.ends_with('/') => {
+                            named.insert(found.join("mod.rs"));
+                        }
+                        Some(found) => {
+                            named.insert(found);
+                        }
+                        None => missing.push(format!("`{token}` (### `{}`)", section.krate)),
+                    }
+                } else if token.contains("::")
+                    && token.starts_with(|c: char| c.is_ascii_lowercase())
+                    && token.split("::").all(|s| !s.is_empty() && s.chars().all(|c| c.is_alphanumeric() || c == '_'))
+                    && !module_path_exists(&root, &src, token)
+                {
+                    missing.push(format!("`{token}` (### `{}`)", section.krate));
+                }
+            }
+        }
+    }
+    assert!(missing.is_empty(), "ARCHITECTURE.md's codemap names what does not exist:\n{}", missing.join("\n"));
+    let mut unnamed = vec![];
+    for krate in CRATES {
+        let files = rust_files(&root.join(krate).join("src"));
+        let test_files = test_module_files(&files);
+        for file in &files {
+            let crate_root =
+                file.parent() == Some(&root.join(krate).join("src")) && file.file_name().is_some_and(|n| n == "lib.rs");
+            if !crate_root && !test_files.contains(file) && !named.contains(file) {
+                unnamed.push(rel(file));
+            }
+        }
+    }
+    assert!(unnamed.is_empty(), "source modules missing from ARCHITECTURE.md's codemap:\n{}", unnamed.join("\n"));
+}
+
+/// The transports (`http/`) sit on top: no subsystem or the transport-neutral
+/// API layer reaches into them, so a subsystem never depends on how a call
+/// arrived (issue 9: the import cycle through `http::App`).
+#[test]
+fn no_subsystem_imports_the_http_transport() {
+    let src = root().join("grid-server/src");
+    let mut offenders = vec![];
+    for dir in ["api", "capture", "compute", "sessions", "store", "browser"] {
+        for file in rust_files(&src.join(dir)) {
+            let code = code_only(&read(&file));
+            for needle in ["crate::http", "hyper::", "use hyper"] {
+                for at in code.match_indices(needle).map(|(i, _)| i) {
+                    offenders.push(format!("{}:{}: {needle}", rel(&file), line_of(&code, at)));
+                }
+            }
+        }
+    }
+    assert!(offenders.is_empty(), "subsystems importing the HTTP transport:\n{}", offenders.join("\n"));
+}
