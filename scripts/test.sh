@@ -36,6 +36,8 @@ need_pkg() {
 # Debian packages the suite needs. Later work adds here, e.g.
 #   need_pkg docker.io; need_pkg docker-registry; need_pkg busybox-static; need_pkg chromium
 need_pkg ca-certificates
+# The HTTPS tests check HTTP/2 and the generated CA with curl.
+need_pkg curl
 # Browser scripts (capture, render-fetch, browser-fetch) drive Debian's Chromium;
 # util-linux's setpriv ties each browser's life to the server's.
 need_pkg chromium

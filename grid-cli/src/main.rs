@@ -46,6 +46,9 @@ struct Cli {
     /// Access token from the identity provider, sent as `Authorization: Bearer`; used instead of the API key when both are set.
     #[arg(long, global = true, help_heading = "Global options", env = "GRID_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// PEM file of a CA to trust besides the built-in roots (a grid's self-signed DATA_DIR/tls/ca.pem).
+    #[arg(long, global = true, help_heading = "Global options", env = "GRID_CA_CERT", value_name = "PEM")]
+    ca_cert: Option<std::path::PathBuf>,
     /// Machine output: print the API's JSON answers, one document per line.
     #[arg(long, global = true, help_heading = "Global options")]
     json: bool,
@@ -106,7 +109,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         (None, Some(key)) => Credential::ApiKey(key),
         (None, None) => Credential::None,
     };
-    let client = GridClient::from_config(ClientConfig::new(cli.url, credential))?;
+    let mut config = ClientConfig::new(cli.url, credential);
+    if let Some(ca) = cli.ca_cert.filter(|p| !p.as_os_str().is_empty()) {
+        config = config.with_ca_cert(ca);
+    }
+    let client = GridClient::from_config(config)?;
     let cx = Context { client, json: cli.json };
     match cli.command {
         Command::Account(args) => account::run(&cx, args).await,

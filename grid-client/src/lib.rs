@@ -28,6 +28,7 @@ pub mod jobs;
 pub mod sessions;
 
 use std::fmt;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -81,9 +82,18 @@ pub struct ClientConfig {
     pub connect_timeout: Duration,
     /// Time limit of one [`GridClient::download`].
     pub download_timeout: Duration,
+    /// A PEM file of CA certificates trusted besides the built-in roots: a
+    /// grid serving a self-signed certificate (`DATA_DIR/tls/ca.pem` of
+    /// `grid-server serve --tls-self-signed`) or one under a private CA.
+    pub ca_cert: Option<PathBuf>,
 }
 
+/// The variable [`ClientConfig::new`] reads [`ClientConfig::ca_cert`] from.
+pub const CA_CERT_ENV: &str = "GRID_CA_CERT";
+
 impl ClientConfig {
+    /// The defaults; [`ClientConfig::ca_cert`] is `GRID_CA_CERT` when that
+    /// is set and not empty.
     pub fn new(base_url: impl Into<String>, credential: Credential) -> ClientConfig {
         ClientConfig {
             base_url: base_url.into(),
@@ -91,7 +101,14 @@ impl ClientConfig {
             timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(10),
             download_timeout: Duration::from_secs(300),
+            ca_cert: std::env::var_os(CA_CERT_ENV).filter(|v| !v.is_empty()).map(PathBuf::from),
         }
+    }
+
+    /// Trusts the CA certificates of this PEM file (besides the built-in roots).
+    pub fn with_ca_cert(mut self, path: impl Into<PathBuf>) -> ClientConfig {
+        self.ca_cert = Some(path.into());
+        self
     }
 }
 
@@ -213,10 +230,15 @@ impl GridClient {
                 Some((AUTHORIZATION, secret_header(&format!("Bearer {token}"), "bearer token")?))
             }
         };
-        let http = reqwest::Client::builder()
+        let mut http = reqwest::Client::builder()
             .user_agent(concat!("grid-client/", env!("CARGO_PKG_VERSION")))
-            .connect_timeout(config.connect_timeout)
-            .build()?;
+            .connect_timeout(config.connect_timeout);
+        if let Some(path) = &config.ca_cert {
+            for cert in ca_certificates(path)? {
+                http = http.add_root_certificate(cert);
+            }
+        }
+        let http = http.build()?;
         Ok(GridClient { http, base, auth, timeout: config.timeout, download_timeout: config.download_timeout })
     }
 
@@ -564,6 +586,21 @@ fn log_will_not_come(record: &JobRecord, attempt: Option<u32>) -> bool {
 /// Whether a call with an idempotency key may be sent again after `e`.
 fn resendable(e: &ClientError) -> bool {
     matches!(e, ClientError::Transport(_)) || e.is_retryable()
+}
+
+/// The certificates of a PEM file; refused when there is none.
+fn ca_certificates(path: &Path) -> Result<Vec<reqwest::Certificate>, ClientError> {
+    let what = || format!("CA certificate {}", path.display());
+    let pem = std::fs::read(path).map_err(|e| ClientError::InvalidInput(format!("{}: cannot read it: {e}", what())))?;
+    let certs = reqwest::Certificate::from_pem_bundle(&pem)
+        .map_err(|e| ClientError::InvalidInput(format!("{}: not PEM: {e}", what())))?;
+    if certs.is_empty() {
+        return Err(ClientError::InvalidInput(format!(
+            "{}: no certificate (-----BEGIN CERTIFICATE-----) in it",
+            what()
+        )));
+    }
+    Ok(certs)
 }
 
 fn secret_header(value: &str, what: &str) -> Result<HeaderValue, ClientError> {

@@ -291,3 +291,34 @@ fn debug_output_hides_secrets() {
     let config = ClientConfig::new("http://h", Credential::BearerToken("secret-token".into()));
     assert!(!format!("{config:?}").contains("secret-token"));
 }
+
+/// A CA certificate (public part only) for the trust settings below.
+const TEST_CA_PEM: &str = "-----BEGIN CERTIFICATE-----
+MIIBkzCCATmgAwIBAgIULMVeLDUFaOG18iWOA6iKGCZXE6owCgYIKoZIzj0EAwIw
+HjEcMBoGA1UEAwwTZ3JpZC1jbGllbnQgdGVzdCBDQTAgFw0yNjExMjMxMjM2MTda
+GA8yMTI2MTAzMDEyMzYxN1owHjEcMBoGA1UEAwwTZ3JpZC1jbGllbnQgdGVzdCBD
+QTBZMBMGByqGSM49AgEGCCqGSM49AwEHA0IABCW+pRnBTjJloYCn14pBZsgxR4u1
+5HaUBc1CBgiYbqLS5ri3fuy7n0tmQwBkskMfmQE4X3oZhxOwQzVaqUeUPaqjUzBR
+MB0GA1UdDgQWBBRiXmlAWXkV83zjytpks+yLprbtgzAfBgNVHSMEGDAWgBRiXmlA
+WXkV83zjytpks+yLprbtgzAPBgNVHRMBAf8EBTADAQH/MAoGCCqGSM49BAMCA0gA
+MEUCIQCCkAa9NZYwwKYCdKHvoWH2NRoErnI5PAtBGKj4yRHFWQIgKW01q0Cfsjrs
+SBnjDECnAIz7Mpwh6peIYks8TCTMB7w=
+-----END CERTIFICATE-----
+";
+
+#[test]
+fn an_extra_ca_must_be_a_readable_pem_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = |file: &str| ClientConfig::new("https://h", Credential::None).with_ca_cert(dir.path().join(file));
+    std::fs::write(dir.path().join("ca.pem"), TEST_CA_PEM).unwrap();
+    std::fs::write(dir.path().join("empty.pem"), "").unwrap();
+    assert!(GridClient::from_config(config("ca.pem")).is_ok());
+    for (file, why) in [("missing.pem", "cannot read it"), ("empty.pem", "no certificate")] {
+        match GridClient::from_config(config(file)) {
+            Err(ClientError::InvalidInput(msg)) => {
+                assert!(msg.contains(file) && msg.contains(why), "{file}: {msg}")
+            }
+            other => panic!("{file}: expected InvalidInput, got {other:?}"),
+        }
+    }
+}

@@ -160,6 +160,24 @@ struct ServeArgs {
     sandbox: SandboxArgs,
     #[command(flatten)]
     compute: ComputeArgs,
+    #[command(flatten)]
+    tls: TlsArgs,
+}
+
+/// HTTPS (docs/tls.md). Without these the server speaks plain HTTP: for
+/// loopback, or behind a proxy that terminates TLS (`--base-url https://...`).
+#[derive(Args)]
+struct TlsArgs {
+    /// Serve HTTPS and HTTP/2 with this PEM certificate chain (server certificate first).
+    #[arg(long, value_name = "PEM", requires = "tls_key", conflicts_with = "tls_self_signed")]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert (PKCS#8, PKCS#1 or SEC1).
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Serve HTTPS and HTTP/2 with a certificate made and kept in DATA_DIR/tls, signed by this
+    /// grid's own CA (DATA_DIR/tls/ca.pem: the file clients trust).
+    #[arg(long)]
+    tls_self_signed: bool,
 }
 
 /// Where every browser runs (docs/security.md).
@@ -323,7 +341,22 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     runtime.block_on(serve_async(args))
 }
 
+/// The server's certificate, when it speaks HTTPS.
+fn tls_setup(args: &ServeArgs) -> anyhow::Result<Option<http::tls::Tls>> {
+    let source = match (&args.tls.tls_cert, &args.tls.tls_key, args.tls.tls_self_signed) {
+        (Some(cert), Some(key), _) => http::tls::Source::Files { cert: cert.clone(), key: key.clone() },
+        (_, _, true) => http::tls::Source::SelfSigned {
+            dir: args.data.data_dir.join("tls"),
+            names: http::tls::self_signed_names(args.listen, args.base_url.as_deref()),
+        },
+        _ => return Ok(None),
+    };
+    http::tls::load(source, ids::now()).map(Some)
+}
+
 async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
+    // Before anything is written: a bad certificate or key stops the start.
+    let tls = tls_setup(&args)?;
     let accounting_timeout = Duration::from_millis(args.accounting_timeout_ms);
     let store = Store::open(&args.data.data_dir, accounting_timeout.max(Duration::from_millis(100)))
         .with_context(|| format!("opening the store in {}", args.data.data_dir.display()))?;
@@ -340,7 +373,11 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     let listener =
         tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
     let addr = listener.local_addr()?;
-    let base_url = args.base_url.unwrap_or_else(|| format!("http://{addr}")).trim_end_matches('/').to_string();
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let base_url = args.base_url.unwrap_or_else(|| format!("{scheme}://{addr}")).trim_end_matches('/').to_string();
+    if tls.is_some() && base_url.starts_with("http://") {
+        tracing::warn!(%base_url, "the server speaks HTTPS but --base-url is http://: cdpUrl and download URLs will not reach it");
+    }
     let config = ServeConfig {
         data_dir: args.data.data_dir.clone(),
         base_url: base_url.clone(),
@@ -440,9 +477,15 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         vec![app.items.clone(), Arc::new(app.compute.driver.clone()), app.sessions.driver.clone()];
     tokio::spawn(due::run(due_drivers, app.clock.clone(), app.due_wake.clone(), stop_rx.clone()));
     sessions::refill_warm(app.clone());
-    announce(json!({"event": "listening", "addr": addr.to_string(), "baseUrl": base_url}));
-    tracing::info!(%addr, "serving");
-    http::serve(app.clone(), listener, stop_rx).await;
+    let ca_cert = tls.as_ref().and_then(|t| t.ca_cert.as_ref()).map(|p| p.display().to_string());
+    let mut listening = json!({"event": "listening", "addr": addr.to_string(), "baseUrl": base_url});
+    if let Some(ca) = &ca_cert {
+        listening["caCert"] = json!(ca);
+        tracing::info!(ca_cert = %ca, "self-signed certificate: clients trust the CA in {ca} (GRID_CA_CERT, curl --cacert, NODE_EXTRA_CA_CERTS)");
+    }
+    announce(listening);
+    tracing::info!(%addr, https = tls.is_some(), "serving");
+    http::serve(app.clone(), listener, tls.map(|t| t.acceptor), stop_rx).await;
 
     sessions::shutdown(&app).await;
     let grace = app.config.shutdown_grace;

@@ -9,6 +9,8 @@
 //! kept for [`Cdp::wait_event`].
 
 use std::collections::VecDeque;
+use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
@@ -76,7 +78,17 @@ pub struct Cdp {
 
 impl Cdp {
     pub async fn connect(ws_url: &str) -> Result<Cdp, ConnectError> {
-        match tokio_tungstenite::connect_async(ws_url).await {
+        Cdp::connect_trusting(ws_url, None).await
+    }
+
+    /// [`Cdp::connect`]; a `wss://` URL is verified against the CA
+    /// certificates of the PEM file `ca` (and nothing else) when given.
+    pub async fn connect_trusting(ws_url: &str, ca: Option<&Path>) -> Result<Cdp, ConnectError> {
+        let connector = match ca {
+            None => None,
+            Some(ca) => Some(tokio_tungstenite::Connector::Rustls(rustls_trusting(ca).map_err(ConnectError::Other)?)),
+        };
+        match tokio_tungstenite::connect_async_tls_with_config(ws_url, None, false, connector).await {
             Ok((socket, _)) => Ok(Cdp { socket, next_id: 1, events: VecDeque::new() }),
             Err(tungstenite::Error::Http(resp)) => Err(ConnectError::Refused(resp.status().as_u16())),
             Err(e) => Err(ConnectError::Other(e.to_string())),
@@ -260,6 +272,23 @@ impl Cdp {
         .await
         .is_ok()
     }
+}
+
+/// A rustls client configuration (ring provider) trusting only the CA
+/// certificates of the PEM file `ca`.
+pub fn rustls_trusting(ca: &Path) -> Result<Arc<rustls::ClientConfig>, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).map_err(|e| format!("CA {}: {e}", ca.display()))? {
+        roots.add(cert.map_err(|e| format!("CA {}: {e}", ca.display()))?).map_err(|e| format!("CA: {e}"))?;
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
 }
 
 fn keep_event(events: &mut VecDeque<Value>, event: Value) {

@@ -8,12 +8,22 @@ use serde_json::Value;
 /// No proxy (tests only talk to 127.0.0.1), no redirects (a test sees what
 /// the server answered).
 pub fn http_client() -> reqwest::Client {
-    reqwest::Client::builder()
+    http_client_trusting(None)
+}
+
+/// [`http_client`] that also trusts the CA certificates of the PEM file `ca`.
+pub fn http_client_trusting(ca: Option<&std::path::Path>) -> reqwest::Client {
+    let mut builder = reqwest::Client::builder()
         .no_proxy()
         .redirect(reqwest::redirect::Policy::none())
-        .timeout(std::time::Duration::from_secs(30))
-        .build()
-        .expect("reqwest client")
+        .timeout(std::time::Duration::from_secs(30));
+    if let Some(ca) = ca {
+        let pem = std::fs::read(ca).unwrap_or_else(|e| panic!("read CA {}: {e}", ca.display()));
+        for cert in reqwest::Certificate::from_pem_bundle(&pem).unwrap_or_else(|e| panic!("CA {}: {e}", ca.display())) {
+            builder = builder.add_root_certificate(cert);
+        }
+    }
+    builder.build().expect("reqwest client")
 }
 
 /// A whole response: status, headers, body text and the body parsed as JSON

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::bins::{grid_server_bin, scrub_env};
-use crate::http::{http_client, Resp};
+use crate::http::{http_client, http_client_trusting, Resp};
 
 /// How long to wait for `{"event":"listening"}` after spawning.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
@@ -42,6 +42,21 @@ pub struct ServerOptions {
     pub umask: Option<u32>,
     /// The server process's RLIMIT_NOFILE (soft and hard); inherited when `None`.
     pub max_open_files: Option<u64>,
+    /// Whether the server speaks HTTPS; plain HTTP by default.
+    pub tls: Tls,
+}
+
+/// How the server speaks HTTPS. With TLS on, `base_url()` is
+/// `https://127.0.0.1:PORT` and the harness's own HTTP client, SDK, CLI and
+/// CDP connections trust the CA ([`GridServer::ca_cert`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum Tls {
+    #[default]
+    Off,
+    /// `--tls-self-signed`; the CA is the `caCert` the listening event names.
+    SelfSigned,
+    /// `--tls-cert CERT --tls-key KEY`, trusted through the CA file `ca`.
+    Files { cert: PathBuf, key: PathBuf, ca: PathBuf },
 }
 
 impl Default for ServerOptions {
@@ -58,6 +73,7 @@ impl Default for ServerOptions {
             env: Vec::new(),
             umask: None,
             max_open_files: None,
+            tls: Tls::Off,
         }
     }
 }
@@ -71,7 +87,7 @@ impl ServerOptions {
             "--data-dir".into(),
             data_dir.display().to_string(),
             "--base-url".into(),
-            format!("http://127.0.0.1:{port}"),
+            format!("{}://127.0.0.1:{port}", self.scheme()),
         ];
         let mut flag = |name: &str, value: Option<String>| {
             if let Some(v) = value {
@@ -88,8 +104,24 @@ impl ServerOptions {
         if self.allow_private_networks {
             args.push("--allow-private-networks".into());
         }
+        match &self.tls {
+            Tls::Off => {}
+            Tls::SelfSigned => args.push("--tls-self-signed".into()),
+            Tls::Files { cert, key, .. } => {
+                args.extend(["--tls-cert".into(), cert.display().to_string()]);
+                args.extend(["--tls-key".into(), key.display().to_string()]);
+            }
+        }
         args.extend(self.extra_args.iter().cloned());
         args
+    }
+
+    fn scheme(&self) -> &'static str {
+        if self.tls == Tls::Off {
+            "http"
+        } else {
+            "https"
+        }
     }
 }
 
@@ -113,6 +145,8 @@ pub struct GridServer {
     first_start: FirstStart,
     /// Stdout lines of the current process after `listening`.
     stdout: Option<mpsc::Receiver<String>>,
+    /// The CA the harness trusts when the server speaks HTTPS.
+    ca_cert: Option<PathBuf>,
     http: reqwest::Client,
     tail_shown: AtomicBool,
 }
@@ -201,6 +235,7 @@ impl GridServer {
             child: None,
             first_start: FirstStart { account_id: String::new(), key_id: String::new(), api_key: String::new() },
             stdout: None,
+            ca_cert: None,
             http: http_client(),
             tail_shown: AtomicBool::new(false),
         };
@@ -289,6 +324,14 @@ impl GridServer {
                                     v["addr"]
                                 )));
                             }
+                            self.ca_cert = match &self.opts.tls {
+                                Tls::Off => None,
+                                Tls::Files { ca, .. } => Some(ca.clone()),
+                                Tls::SelfSigned => Some(v["caCert"].as_str().map(PathBuf::from).ok_or_else(|| {
+                                    StartError::Other(format!("--tls-self-signed: no caCert in {line}"))
+                                })?),
+                            };
+                            self.http = http_client_trusting(self.ca_cert.as_deref());
                             self.stdout = Some(rx);
                             return Ok(first_start);
                         }
@@ -314,7 +357,17 @@ impl GridServer {
     }
 
     pub fn base_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("{}://127.0.0.1:{}", self.opts.scheme(), self.port)
+    }
+
+    /// The CA file trusted for this server's HTTPS (None for plain HTTP).
+    pub fn ca_cert(&self) -> Option<&Path> {
+        self.ca_cert.as_deref()
+    }
+
+    /// The harness's HTTP client for this server (trusting its CA).
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
     }
 
     pub fn port(&self) -> u16 {
@@ -377,7 +430,7 @@ impl GridServer {
     /// request).
     fn forget_process(&mut self) {
         self.stdout = None;
-        self.http = http_client();
+        self.http = http_client_trusting(self.ca_cert.as_deref());
     }
 
     /// SIGTERM, then wait up to 20 s for the exit.
@@ -536,7 +589,11 @@ impl GridServer {
 
     /// Sends a request to the server; `key` None sends no credential.
     pub async fn request(&self, method: reqwest::Method, path: &str, key: Option<&str>, body: Option<&Value>) -> Resp {
-        let url = if path.starts_with("http://") { path.to_string() } else { format!("{}{}", self.base_url(), path) };
+        let url = if path.starts_with("http://") || path.starts_with("https://") {
+            path.to_string()
+        } else {
+            format!("{}{}", self.base_url(), path)
+        };
         let mut req = self.http.request(method.clone(), &url);
         if let Some(k) = key {
             req = req.header("x-api-key", k);
@@ -758,21 +815,28 @@ impl GridServer {
     // ----- the `grid` CLI -----
 
     /// Runs `grid ARGS` with GRID_URL and GRID_API_KEY of this server.
+    /// With HTTPS, also GRID_CA_CERT.
     pub fn cli(&self, args: &[&str]) -> crate::cli::CliOutput {
         let url = self.base_url();
-        crate::cli::run_cli(
-            args,
-            &[("GRID_URL", url.as_str()), ("GRID_API_KEY", self.api_key())],
-            crate::cli::CLI_TIMEOUT,
-        )
+        let ca = self.ca_cert.as_ref().map(|p| p.display().to_string());
+        let mut env = vec![("GRID_URL", url.as_str()), ("GRID_API_KEY", self.api_key())];
+        if let Some(ca) = &ca {
+            env.push(("GRID_CA_CERT", ca.as_str()));
+        }
+        crate::cli::run_cli(args, &env, crate::cli::CLI_TIMEOUT)
     }
 }
 
 impl GridServer {
     /// The typed SDK pointed at this server with the first-start key.
+    /// With HTTPS, it trusts the server's CA.
     pub fn client(&self) -> grid_client::GridClient {
-        grid_client::GridClient::new(&self.base_url(), self.api_key())
-            .unwrap_or_else(|e| self.fail(&format!("GridClient::new: {e}")))
+        let mut config = grid_client::ClientConfig::new(
+            self.base_url(),
+            grid_client::Credential::ApiKey(self.api_key().to_string()),
+        );
+        config.ca_cert = self.ca_cert.clone();
+        grid_client::GridClient::from_config(config).unwrap_or_else(|e| self.fail(&format!("GridClient: {e}")))
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::cdp::{self, Cdp};
-use crate::http::{http_client, Resp};
+use crate::http::Resp;
 use crate::server::GridServer;
 
 /// Longest a lease may stay pending (a cold Chromium start plus attestation
@@ -82,8 +82,8 @@ pub async fn lease_running(server: &GridServer, body: Value) -> (Lease, Cdp) {
 
 /// Connects a CDP client the way a lessee does: discovery, then the socket.
 pub async fn connect(server: &GridServer, cdp_url: &str) -> Cdp {
-    let ws = cdp::ws_url(&http_client(), cdp_url).await.unwrap_or_else(|e| server.fail(&format!("discovery: {e}")));
-    Cdp::connect(&ws).await.unwrap_or_else(|e| server.fail(&format!("connect {ws}: {e:?}")))
+    let ws = cdp::ws_url(server.http(), cdp_url).await.unwrap_or_else(|e| server.fail(&format!("discovery: {e}")));
+    Cdp::connect_trusting(&ws, server.ca_cert()).await.unwrap_or_else(|e| server.fail(&format!("connect {ws}: {e:?}")))
 }
 
 /// DELETE /sessions/{id} with `key`.

@@ -1,22 +1,26 @@
-//! The HTTP API: a hyper 1 server and one router.
+//! The HTTP API: a hyper 1 server (HTTP/1.1 and HTTP/2, optionally over
+//! TLS: `tls.rs`) and one router.
 
 mod auth;
 mod cdp;
 mod downloads;
 mod mcp;
 pub mod respond;
+pub mod tls;
 
 use std::convert::Infallible;
 use std::sync::Arc;
 
 use grid_core::error::ApiError;
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio_rustls::TlsAcceptor;
 
 use crate::api::meta;
 use crate::api::{self, Call};
@@ -25,8 +29,16 @@ use respond::Resp;
 use crate::app::App;
 
 /// Serves until `shutdown` turns true, then lets open connections finish
-/// (at most 10 s). Connections may be upgraded (CDP WebSockets).
-pub async fn serve(app: Arc<App>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
+/// (at most 10 s). With `tls`, each connection first completes a TLS
+/// handshake. HTTP/1.1 and HTTP/2 are both spoken (over TLS as ALPN chose,
+/// in the clear with HTTP/2 by prior knowledge); HTTP/1.1 connections may be
+/// upgraded (CDP WebSockets).
+pub async fn serve(
+    app: Arc<App>,
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let mut connections = tokio::task::JoinSet::new();
     let mut backoff = crate::accept::Backoff::default();
     loop {
@@ -34,24 +46,15 @@ pub async fn serve(app: Arc<App>, listener: TcpListener, mut shutdown: watch::Re
         tokio::select! {
             accepted = crate::accept::accept(&listener, &mut backoff, "api") => {
                 let Some((stream, _)) = accepted else { continue };
-                let app = app.clone();
-                let mut stop = shutdown.clone();
+                let (app, stop, tls) = (app.clone(), shutdown.clone(), tls.clone());
                 connections.spawn(async move {
-                    let service = service_fn(move |req| {
-                        let app = app.clone();
-                        async move { Ok::<_, Infallible>(route(&app, req).await) }
-                    });
-                    let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), service).with_upgrades();
-                    tokio::pin!(conn);
-                    let result = tokio::select! {
-                        r = conn.as_mut() => r,
-                        _ = async { let _ = stop.wait_for(|s| *s).await; } => {
-                            conn.as_mut().graceful_shutdown();
-                            conn.await
+                    match tls {
+                        None => serve_connection(app, stream, stop).await,
+                        Some(acceptor) => {
+                            if let Some(stream) = tls::handshake(&acceptor, stream).await {
+                                serve_connection(app, stream, stop).await
+                            }
                         }
-                    };
-                    if let Err(e) = result {
-                        tracing::debug!(error = %e, "connection ended with an error");
                     }
                 });
             }
@@ -62,6 +65,31 @@ pub async fn serve(app: Arc<App>, listener: TcpListener, mut shutdown: watch::Re
     let drain = async { while connections.join_next().await.is_some() {} };
     if tokio::time::timeout(std::time::Duration::from_secs(10), drain).await.is_err() {
         tracing::warn!("open connections did not finish within 10 s");
+    }
+}
+
+/// One connection, HTTP/1.1 or HTTP/2 (told apart by its first bytes), until
+/// it ends or the server stops.
+async fn serve_connection<I>(app: Arc<App>, io: I, mut stop: watch::Receiver<bool>)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = service_fn(move |req| {
+        let app = app.clone();
+        async move { Ok::<_, Infallible>(route(&app, req).await) }
+    });
+    let builder = auto::Builder::new(TokioExecutor::new());
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+    tokio::pin!(conn);
+    let result = tokio::select! {
+        r = conn.as_mut() => r,
+        _ = async { let _ = stop.wait_for(|s| *s).await; } => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!(error = %e, "connection ended with an error");
     }
 }
 
