@@ -13,6 +13,7 @@ mod due;
 mod egress;
 mod http;
 mod ids;
+mod metrics;
 mod sessions;
 mod settlement;
 mod signing;
@@ -102,6 +103,10 @@ struct ServeArgs {
     listen: SocketAddr,
     #[command(flatten)]
     data: DataDir,
+    /// Serve Prometheus metrics (GET /metrics, no credential) on this address, apart from the API
+    /// port so they are never exposed with it (port 0 picks a free port; printed as metricsAddr).
+    #[arg(long)]
+    metrics_listen: Option<SocketAddr>,
     /// Public address of this server, used in download URLs and metadata [default: http://LISTEN]
     #[arg(long)]
     base_url: Option<String>,
@@ -373,6 +378,12 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     let listener =
         tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
     let addr = listener.local_addr()?;
+    let metrics_listener = match args.metrics_listen {
+        Some(a) => {
+            Some(tokio::net::TcpListener::bind(a).await.with_context(|| format!("binding --metrics-listen {a}"))?)
+        }
+        None => None,
+    };
     let scheme = if tls.is_some() { "https" } else { "http" };
     let base_url = args.base_url.unwrap_or_else(|| format!("{scheme}://{addr}")).trim_end_matches('/').to_string();
     if tls.is_some() && base_url.starts_with("http://") {
@@ -477,8 +488,20 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         vec![app.items.clone(), Arc::new(app.compute.driver.clone()), app.sessions.driver.clone()];
     tokio::spawn(due::run(due_drivers, app.clock.clone(), app.due_wake.clone(), stop_rx.clone()));
     sessions::refill_warm(app.clone());
+    let metrics_addr = match metrics_listener {
+        Some(l) => {
+            let a = l.local_addr()?;
+            tokio::spawn(metrics::serve_metrics(app.clone(), l, stop_rx.clone()));
+            tracing::info!(addr = %a, "metrics at GET /metrics");
+            Some(a)
+        }
+        None => None,
+    };
     let ca_cert = tls.as_ref().and_then(|t| t.ca_cert.as_ref()).map(|p| p.display().to_string());
     let mut listening = json!({"event": "listening", "addr": addr.to_string(), "baseUrl": base_url});
+    if let Some(a) = metrics_addr {
+        listening["metricsAddr"] = json!(a.to_string());
+    }
     if let Some(ca) = &ca_cert {
         listening["caCert"] = json!(ca);
         tracing::info!(ca_cert = %ca, "self-signed certificate: clients trust the CA in {ca} (GRID_CA_CERT, curl --cacert, NODE_EXTRA_CA_CERTS)");

@@ -33,6 +33,12 @@ pub async fn run(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
 
 /// Settles everything due now.
 pub async fn pass(app: &App) {
+    let started = std::time::Instant::now();
+    pass_once(app).await;
+    crate::metrics::get().settlement_seconds.observe(crate::metrics::secs(started.elapsed()));
+}
+
+async fn pass_once(app: &App) {
     if let Err(e) = app.store.write(|tx| crate::store::set_setting(tx, HEARTBEAT, &now().0.to_string())).await {
         tracing::warn!(error = %e, "heartbeat not stored");
     }

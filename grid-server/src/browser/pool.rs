@@ -71,6 +71,7 @@ impl Chromium {
     /// closes its DevTools connection and fails every call waiting on it.
     pub fn condemn(&self, why: &str) {
         if !self.broken.swap(true, Ordering::SeqCst) {
+            crate::metrics::get().browser_kills.inc();
             tracing::warn!(browser = %self.id, pid = self.process.pid, why, "killing browser; it will be replaced");
         }
         self.process.kill();
@@ -164,6 +165,12 @@ pub struct BrowserPool {
 }
 
 impl BrowserPool {
+    /// Page slots in use and in all (for the metrics gauges).
+    pub fn pages(&self) -> (usize, usize) {
+        let capacity = self.slots.len() * self.config.pages_per_browser.max(1);
+        (capacity.saturating_sub(self.permits.available_permits()), capacity)
+    }
+
     /// Prepares the pool (no browser starts yet).
     pub fn new(config: PoolConfig) -> BrowserPool {
         let n = config.browsers.max(1);
@@ -235,6 +242,7 @@ async fn launch(config: &PoolConfig, id: String, account: &str) -> Result<Chromi
     let policy = Arc::new(RequestRules::ordinary(config.allow_private_networks));
     let process =
         process::start(&config.sandbox, &config.chromium, &flags, &env, policy).await.map_err(|e| e.to_string())?;
+    crate::metrics::get().browser_starts.with_label_values(&["capture"]).inc();
     tracing::info!(browser = %id, pid = process.pid, uid = process.uid(), product = %process.version.product, ms = started.elapsed().as_millis() as u64, "browser started");
     Ok(Chromium {
         id,

@@ -76,6 +76,7 @@ async fn run_item(app: &Arc<App>, fetcher: &Fetcher, row: ItemRow) {
 }
 
 async fn run_attempt(app: &Arc<App>, fetcher: &Fetcher, row: ItemRow) {
+    let started = std::time::Instant::now();
     let result = if row.script.needs_browser() {
         match &app.browsers {
             Some(pool) => crate::browser::scripts::run(pool, &row).await,
@@ -94,12 +95,17 @@ async fn run_attempt(app: &Arc<App>, fetcher: &Fetcher, row: ItemRow) {
         },
         Err(failure) => AttemptEnd::Failed(failure),
     };
+    let m = crate::metrics::get();
+    m.item_seconds.with_label_values(&[row.script.as_str()]).observe(crate::metrics::secs(started.elapsed()));
     match app.items.finish(&row.id, end).await {
-        Ok(o) => tracing::info!(
-            state = o.item.state.as_str(),
-            reason = o.item.failed_reason.as_deref().unwrap_or(""),
-            "attempt finished"
-        ),
+        Ok(o) => {
+            m.items_ended.with_label_values(&[row.script.as_str(), o.item.state.as_str()]).inc();
+            tracing::info!(
+                state = o.item.state.as_str(),
+                reason = o.item.failed_reason.as_deref().unwrap_or(""),
+                "attempt finished"
+            )
+        }
         Err(e) => tracing::error!(error = %e, "attempt end not stored; the item is recovered on restart"),
     }
 }

@@ -80,25 +80,35 @@ impl DockerEngine {
     }
 }
 
+/// Counts a failed engine call by name, then passes its result on.
+fn counted<T>(call: &str, r: Result<T, EngineError>) -> Result<T, EngineError> {
+    if r.is_err() {
+        crate::metrics::get().engine_errors.with_label_values(&[call]).inc();
+    }
+    r
+}
+
 impl Engine for DockerEngine {
     fn available(&self) -> bool {
         self.up.load(Ordering::Relaxed)
     }
 
     fn pull<'a>(&'a self, image: &'a str) -> BoxFuture<'a, Result<(), EngineError>> {
-        Box::pin(async move { pull(&self.client()?, image).await })
+        Box::pin(async move { counted("pull", async { pull(&self.client()?, image).await }.await) })
     }
 
     fn create<'a>(&'a self, spec: &'a ContainerSpec<'a>) -> BoxFuture<'a, Result<String, EngineError>> {
-        Box::pin(async move { create(&self.client()?, spec).await })
+        Box::pin(async move { counted("create", async { create(&self.client()?, spec).await }.await) })
     }
 
     fn start<'a>(&'a self, container: &'a str) -> BoxFuture<'a, Result<(), EngineError>> {
-        Box::pin(async move { Ok(self.client()?.start_container(container, None).await?) })
+        Box::pin(
+            async move { counted("start", async { Ok(self.client()?.start_container(container, None).await?) }.await) },
+        )
     }
 
     fn inspect<'a>(&'a self, container: &'a str, size: bool) -> BoxFuture<'a, Result<ContainerState, EngineError>> {
-        Box::pin(async move { inspect(&self.client()?, container, size).await })
+        Box::pin(async move { counted("inspect", async { inspect(&self.client()?, container, size).await }.await) })
     }
 
     fn wait<'a>(&'a self, container: &'a str) -> BoxFuture<'a, Result<(), EngineError>> {
@@ -106,7 +116,7 @@ impl Engine for DockerEngine {
     }
 
     fn kill<'a>(&'a self, container: &'a str) -> BoxFuture<'a, Result<(), EngineError>> {
-        Box::pin(async move { kill(&self.client()?, container).await })
+        Box::pin(async move { counted("kill", async { kill(&self.client()?, container).await }.await) })
     }
 
     fn remove<'a>(&'a self, container: &'a str) -> BoxFuture<'a, ()> {
@@ -119,7 +129,7 @@ impl Engine for DockerEngine {
     }
 
     fn logs<'a>(&'a self, container: &'a str, cap: usize) -> BoxFuture<'a, Result<(Vec<u8>, bool), EngineError>> {
-        Box::pin(async move { logs(&self.client()?, container, cap).await })
+        Box::pin(async move { counted("logs", async { logs(&self.client()?, container, cap).await }.await) })
     }
 
     fn grid_containers(&self) -> BoxFuture<'_, Result<Vec<GridContainer>, EngineError>> {

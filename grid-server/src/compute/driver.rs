@@ -134,6 +134,11 @@ fn transition_row(
     payer: Option<&Caller>,
 ) -> Result<(JobRow, Vec<Effect>), JobError> {
     let Outcome { job, effects } = job::apply(&row.job, event, at)?;
+    let ended =
+        |j: &grid_core::job::Job| j.current_attempt().and_then(|a| a.termination.as_ref()).map(|t| t.reason.clone());
+    if let (None, Some(reason)) = (ended(&row.job), ended(&job)) {
+        crate::metrics::get().job_attempts_ended.with_label_values(&[reason.as_str()]).inc();
+    }
     for effect in &effects {
         match effect {
             Effect::Reserve { .. } => {

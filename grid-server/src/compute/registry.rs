@@ -36,6 +36,14 @@ impl Registries {
 
     /// `<repository>@sha256:<digest>` of the linux/amd64 image.
     pub async fn resolve(&self, image: &ImageRef) -> Result<String, ResolveError> {
+        let resolved = self.resolve_uncounted(image).await;
+        if let Err(ResolveError::Unavailable(_)) = &resolved {
+            crate::metrics::get().registry_errors.inc();
+        }
+        resolved
+    }
+
+    async fn resolve_uncounted(&self, image: &ImageRef) -> Result<String, ResolveError> {
         let Some(admit) = self.admitted.iter().find(|a| a.admits(image)) else {
             let allowed = self.admitted.iter().map(|a| format!("{}/{}", a.host, a.prefix)).collect::<Vec<_>>();
             return Err(ResolveError::Invalid(format!(

@@ -44,7 +44,10 @@ async fn lookup<R: Send + 'static>(
     f: impl FnOnce(&rusqlite::Connection) -> StoreResult<R> + Send + 'static,
 ) -> Result<R, ApiError> {
     match tokio::time::timeout(app.config.accounting_timeout, app.store.read(f)).await {
-        Err(_) | Ok(Err(StoreError::Busy)) => Err(ApiError::AccountingUnavailable),
+        Err(_) | Ok(Err(StoreError::Busy)) => {
+            crate::metrics::get().credential_timeouts.inc();
+            Err(ApiError::AccountingUnavailable)
+        }
         Ok(Err(e)) => {
             tracing::error!(error = %e, "credential check failed");
             Err(ApiError::AccountingUnavailable)

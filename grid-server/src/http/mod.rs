@@ -101,9 +101,44 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> Resp {
         Ok(r) => r,
         Err(e) => respond::error(&e),
     };
+    let elapsed = started.elapsed();
+    let m = crate::metrics::get();
+    let route = route_label(&path);
+    m.http_requests.with_label_values(&[route, method.as_str(), resp.status().as_str()]).inc();
+    m.http_seconds.with_label_values(&[route]).observe(crate::metrics::secs(elapsed));
     let path = loggable_path(&path);
-    tracing::debug!(%method, %path, status = resp.status().as_u16(), ms = started.elapsed().as_millis() as u64, "request");
+    tracing::debug!(%method, %path, status = resp.status().as_u16(), ms = elapsed.as_millis() as u64, "request");
     resp
+}
+
+/// A path as its route's template, the `route` label of the HTTP metrics:
+/// ids and tokens never become label values (one series per route).
+fn route_label(path: &str) -> &'static str {
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    match segments.as_slice() {
+        ["healthz"] => "/healthz",
+        [".well-known", "oauth-protected-resource"] => "/.well-known/oauth-protected-resource",
+        [".well-known", "oauth-protected-resource", "mcp"] => "/.well-known/oauth-protected-resource/mcp",
+        ["openapi.json"] => "/openapi.json",
+        ["downloads", _, _] => "/downloads/{jobId}/{kind}",
+        ["cdp", ..] => "/cdp/{sessionId}/{token}/...",
+        ["mcp"] => "/mcp",
+        ["account"] => "/account",
+        ["grid"] => "/grid",
+        ["grid", "queue-depth"] => "/grid/queue-depth",
+        ["batches"] => "/batches",
+        ["batches", _] => "/batches/{batchId}",
+        ["jobs"] => "/jobs",
+        ["jobs", _] => "/jobs/{jobId}",
+        ["jobs", _, "retry"] => "/jobs/{jobId}/retry",
+        ["jobs", _, "cancel"] => "/jobs/{jobId}/cancel",
+        ["jobs", _, "artifacts"] => "/jobs/{jobId}/artifacts",
+        ["jobs", _, "logs"] => "/jobs/{jobId}/logs",
+        ["artifacts", _, _] => "/artifacts/{jobId}/{kind}",
+        ["sessions"] => "/sessions",
+        ["sessions", _] => "/sessions/{sessionId}",
+        _ => "other",
+    }
 }
 
 /// A request path as it may appear in the log: a CDP path's session token
@@ -209,6 +244,15 @@ fn is_api_path(segments: &[&str]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn route_labels_carry_no_ids_or_tokens() {
+        assert_eq!(route_label("/jobs/cj_123/logs"), "/jobs/{jobId}/logs");
+        assert_eq!(route_label("/cdp/ses_1/secret-token/json/version"), "/cdp/{sessionId}/{token}/...");
+        assert_eq!(route_label("/downloads/it_1/body"), "/downloads/{jobId}/{kind}");
+        assert_eq!(route_label("/no/such/route"), "other");
+        assert_eq!(route_label("/"), "other");
+    }
 
     #[test]
     fn logged_paths_hide_the_cdp_token() {

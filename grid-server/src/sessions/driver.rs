@@ -131,11 +131,15 @@ impl SessionDriver {
         attestation: Attestation,
         network: Option<NetworkAttestation>,
     ) -> Result<SessionRow, SessionError> {
-        self.transact(id, move |tx, row| {
-            store::set_attestation(tx, &row.id, &attestation, network.as_ref())?;
-            step(tx, row, Event::Ready, at)
-        })
-        .await
+        let row = self
+            .transact(id, move |tx, row| {
+                store::set_attestation(tx, &row.id, &attestation, network.as_ref())?;
+                step(tx, row, Event::Ready, at)
+            })
+            .await?;
+        let lease_to_ready = (at.0 - row.session.created_at.0).max(0) as f64 / 1000.0;
+        crate::metrics::get().session_lease_to_ready_seconds.observe(lease_to_ready);
+        Ok(row)
     }
 
     /// DELETE /sessions/{id} by `account_id`: another account's session is
@@ -242,6 +246,11 @@ impl SessionDriver {
             })
             .await?;
         self.execute(id, &stepped.effects);
+        if stepped.effects.iter().any(|e| matches!(e, Effect::Settle { .. })) {
+            if let Some(end) = stepped.row.session.ended {
+                crate::metrics::get().sessions_ended.with_label_values(&[end.cause.as_str()]).inc();
+            }
+        }
         Ok(stepped.row)
     }
 

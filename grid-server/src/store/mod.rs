@@ -9,6 +9,7 @@ pub mod accounts;
 pub mod idempotency;
 pub mod items;
 pub mod jobs;
+pub mod metrics;
 pub mod sessions;
 
 use std::path::{Path, PathBuf};

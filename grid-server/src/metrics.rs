@@ -1,0 +1,237 @@
+//! Prometheus metrics (docs/operations.md lists each and what to alert on).
+//!
+//! Counters and histograms are bumped where things happen, through one
+//! process-wide registry (`get()`); gauges of state that lives in the
+//! database (queue depth, job phases, live sessions, ledger totals) and in the
+//! browser pool are read when scraped, so they are never out of step with the
+//! store. Served by `serve_metrics` on `--metrics-listen`, never on the API
+//! port.
+
+use std::convert::Infallible;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::app::App;
+
+/// Every metric of the server.
+pub struct Metrics {
+    registry: Registry,
+    pub http_requests: IntCounterVec,
+    pub http_seconds: HistogramVec,
+    pub items_ended: IntCounterVec,
+    pub item_seconds: HistogramVec,
+    pub job_attempts_ended: IntCounterVec,
+    pub sessions_ended: IntCounterVec,
+    pub session_lease_to_ready_seconds: Histogram,
+    pub browser_starts: IntCounterVec,
+    pub browser_kills: IntCounter,
+    pub engine_errors: IntCounterVec,
+    pub registry_errors: IntCounter,
+    pub settlement_seconds: Histogram,
+    pub credential_timeouts: IntCounter,
+    queue: IntGaugeVec,
+    jobs: IntGaugeVec,
+    sessions: IntGaugeVec,
+    pool_pages: IntGaugeVec,
+    ledger_micros: IntGaugeVec,
+}
+
+const NO_LABELS: &[&str] = &[];
+
+/// Seconds, from a millisecond to ten minutes.
+const LATENCY_BUCKETS: &[f64] =
+    &[0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 600.0];
+
+fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let c = IntCounterVec::new(Opts::new(name, help), labels).unwrap_or_else(|e| unreachable_metric(name, e));
+    registry.register(Box::new(c.clone())).unwrap_or_else(|e| unreachable_metric(name, e));
+    c
+}
+
+fn gauge(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    let g = IntGaugeVec::new(Opts::new(name, help), labels).unwrap_or_else(|e| unreachable_metric(name, e));
+    registry.register(Box::new(g.clone())).unwrap_or_else(|e| unreachable_metric(name, e));
+    g
+}
+
+fn histogram(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> HistogramVec {
+    let opts = HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec());
+    let h = HistogramVec::new(opts, labels).unwrap_or_else(|e| unreachable_metric(name, e));
+    registry.register(Box::new(h.clone())).unwrap_or_else(|e| unreachable_metric(name, e));
+    h
+}
+
+/// Metric definitions are constants of this file: a bad name or a duplicate
+/// is a programming error found by the first unit test, not a runtime state.
+fn unreachable_metric(name: &str, e: prometheus::Error) -> ! {
+    panic!("metric {name} is defined wrongly: {e}")
+}
+
+impl Metrics {
+    fn new() -> Metrics {
+        let r = Registry::new_custom(Some("grid".into()), None).unwrap_or_else(|e| unreachable_metric("grid", e));
+        Metrics {
+            http_requests: counter(&r, "http_requests_total", "API requests by route, method and status.", &[
+                "route", "method", "status",
+            ]),
+            http_seconds: histogram(&r, "http_request_duration_seconds", "API request latency by route.", &["route"]),
+            items_ended: counter(
+                &r,
+                "item_attempts_total",
+                "Capture item attempts by script and how the item stood after it (completed, delayed, failed).",
+                &["script", "outcome"],
+            ),
+            item_seconds: histogram(&r, "item_attempt_duration_seconds", "Capture attempt run time by script.", &[
+                "script",
+            ]),
+            job_attempts_ended: counter(
+                &r,
+                "job_attempts_ended_total",
+                "Analytical job attempts by termination reason.",
+                &["reason"],
+            ),
+            sessions_ended: counter(&r, "sessions_ended_total", "Browser sessions ended, by cause.", &["cause"]),
+            session_lease_to_ready_seconds: histogram(
+                &r,
+                "session_lease_to_ready_seconds",
+                "From POST /sessions to the browser attested and running.",
+                &[],
+            )
+            .with_label_values(NO_LABELS),
+            browser_starts: counter(&r, "browser_starts_total", "Chromium processes started, by use.", &["use"]),
+            browser_kills: counter(&r, "browser_kills_total", "Pool browsers killed to be replaced (crash, hang, age).", &[])
+                .with_label_values(NO_LABELS),
+            engine_errors: counter(&r, "docker_errors_total", "Docker Engine calls that failed, by call.", &["call"]),
+            registry_errors: counter(&r, "registry_errors_total", "Image resolutions that failed at the registry.", &[])
+                .with_label_values(NO_LABELS),
+            settlement_seconds: histogram(&r, "settlement_pass_duration_seconds", "One settlement pass.", &[])
+                .with_label_values(NO_LABELS),
+            credential_timeouts: counter(
+                &r,
+                "credential_check_timeouts_total",
+                "Credential checks that found the account database busy (answered 503).",
+                &[],
+            )
+            .with_label_values(NO_LABELS),
+            queue: gauge(&r, "queue_items", "Capture items by queue state.", &["state"]),
+            jobs: gauge(&r, "jobs", "Analytical jobs by phase.", &["phase"]),
+            sessions: gauge(&r, "sessions", "Live browser sessions by status, and the slots.", &["status"]),
+            pool_pages: gauge(&r, "browser_pool_pages", "Capture page slots of the browser pool.", &["state"]),
+            ledger_micros: gauge(
+                &r,
+                "ledger_micros",
+                "Ledger totals in micro-euros by kind (charge, release, reserve, credit): what was charged and released.",
+                &["kind"],
+            ),
+            registry: r,
+        }
+    }
+}
+
+static METRICS: OnceLock<Metrics> = OnceLock::new();
+
+/// The server's metrics.
+pub fn get() -> &'static Metrics {
+    METRICS.get_or_init(Metrics::new)
+}
+
+/// Seconds of a duration, for histograms.
+pub fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+/// Reads the gauges, then renders every metric in the text format.
+pub async fn render(app: &App) -> String {
+    let m = get();
+    if let Ok(s) = app.store.read(crate::store::metrics::snapshot).await {
+        for (state, n) in s.queue {
+            m.queue.with_label_values(&[state]).set(n);
+        }
+        for (phase, n) in s.jobs {
+            m.jobs.with_label_values(&[&phase]).set(n);
+        }
+        for (status, n) in s.sessions {
+            m.sessions.with_label_values(&[status]).set(n);
+        }
+        for (kind, n) in s.ledger {
+            m.ledger_micros.with_label_values(&[&kind]).set(n);
+        }
+    }
+    m.sessions.with_label_values(&["max"]).set(i64::from(app.config.max_sessions));
+    if let Some(pool) = &app.browsers {
+        let (busy, capacity) = pool.pages();
+        m.pool_pages.with_label_values(&["busy"]).set(busy as i64);
+        m.pool_pages.with_label_values(&["idle"]).set(capacity.saturating_sub(busy) as i64);
+    }
+    let mut out = vec![];
+    if let Err(e) = TextEncoder::new().encode(&m.registry.gather(), &mut out) {
+        tracing::error!(error = %e, "metrics could not be encoded");
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Serves `GET /metrics` (no credential) on its own listener until
+/// `shutdown`.
+pub async fn serve_metrics(app: Arc<App>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
+    let mut backoff = crate::accept::Backoff::default();
+    loop {
+        tokio::select! {
+            accepted = crate::accept::accept(&listener, &mut backoff, "metrics") => {
+                let Some((stream, _)) = accepted else { continue };
+                let app = app.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                        let app = app.clone();
+                        async move { Ok::<_, Infallible>(answer(&app, &req).await) }
+                    });
+                    let io = hyper_util::rt::TokioIo::new(stream);
+                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await;
+                });
+            }
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
+async fn answer(app: &App, req: &Request<Incoming>) -> Response<http_body_util::Full<bytes::Bytes>> {
+    let (status, content_type, body) = match (req.method(), req.uri().path()) {
+        (&Method::GET, "/metrics") => (StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", render(app).await),
+        _ => (StatusCode::NOT_FOUND, "text/plain; charset=utf-8", "only GET /metrics is served here\n".to_string()),
+    };
+    let mut r = Response::new(http_body_util::Full::new(bytes::Bytes::from(body)));
+    *r.status_mut() = status;
+    if let Ok(v) = hyper::header::HeaderValue::from_str(content_type) {
+        r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_metric_is_defined_and_rendered_with_the_grid_prefix() {
+        let m = get();
+        m.http_requests.with_label_values(&["/batches", "POST", "201"]).inc();
+        m.items_ended.with_label_values(&["fetch", "completed"]).inc();
+        let mut out = vec![];
+        TextEncoder::new().encode(&m.registry.gather(), &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.contains("grid_http_requests_total{method=\"POST\",route=\"/batches\",status=\"201\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains("grid_item_attempts_total{outcome=\"completed\",script=\"fetch\"} 1"), "{text}");
+        assert!(text.contains("# TYPE grid_session_lease_to_ready_seconds histogram"), "{text}");
+    }
+}

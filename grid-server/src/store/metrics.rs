@@ -1,0 +1,36 @@
+//! What the metrics gauges read from the database at scrape time.
+
+use rusqlite::Connection;
+
+use super::StoreResult;
+
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    /// Capture items by queue state (waiting, prioritized, delayed, active).
+    pub queue: Vec<(&'static str, i64)>,
+    /// Analytical jobs by phase.
+    pub jobs: Vec<(String, i64)>,
+    /// Live sessions by status (pending, running).
+    pub sessions: Vec<(&'static str, i64)>,
+    /// Ledger totals by kind.
+    pub ledger: Vec<(String, i64)>,
+}
+
+pub fn snapshot(conn: &Connection) -> StoreResult<Snapshot> {
+    let (q, active) = super::items::queue_counts(conn)?;
+    let queue = vec![
+        ("waiting", i64::from(q.wait)),
+        ("prioritized", i64::from(q.prioritized)),
+        ("delayed", i64::from(q.delayed)),
+        ("active", i64::from(active)),
+    ];
+    let pairs = |sql: &str| -> StoreResult<Vec<(String, i64)>> {
+        Ok(conn.prepare_cached(sql)?.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?)
+    };
+    let jobs = pairs("SELECT phase, COUNT(*) FROM jobs GROUP BY phase")?;
+    let live = pairs("SELECT json_extract(machine, '$.status'), COUNT(*) FROM sessions WHERE live = 1 GROUP BY 1")?;
+    let count = |status: &str| live.iter().find(|(s, _)| s == status).map_or(0, |(_, n)| *n);
+    let sessions = vec![("pending", count("pending")), ("running", count("running"))];
+    let ledger = pairs("SELECT kind, COALESCE(SUM(amount), 0) FROM ledger GROUP BY kind")?;
+    Ok(Snapshot { queue, jobs, sessions, ledger })
+}
