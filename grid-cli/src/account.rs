@@ -43,13 +43,14 @@ pub async fn run(cx: &Context, args: AccountArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let a: AccountStatement = reply.decode()?;
+    let v = &a.account;
     let mut pairs = vec![
-        ("account", format!("{} ({})", a.account_id, a.name)),
-        ("credit", euros(a.credit_micros)),
-        ("reserved", euros(a.reserved_micros)),
-        ("available", euros(a.available_micros)),
+        ("account", format!("{} ({})", v.account_id, v.name)),
+        ("credit", euros(v.credit_micros)),
+        ("reserved", euros(v.reserved_micros)),
+        ("available", euros(v.available_micros)),
     ];
-    if a.suspended {
+    if v.suspended {
         pairs.push(("suspended", "yes".into()));
     }
     if let Some(cap) = &a.daily_cap {

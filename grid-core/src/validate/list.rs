@@ -26,6 +26,14 @@ pub struct ListQuery {
     pub label: Option<(String, String)>,
 }
 
+/// `limit` of a list: a whole number within the list bounds.
+fn parse_limit(v: &str) -> Result<usize, String> {
+    match v.parse::<usize>() {
+        Ok(n) if (MIN_LIMIT..=MAX_LIMIT).contains(&n) => Ok(n),
+        _ => Err(format!("limit: must be a whole number from {MIN_LIMIT} to {MAX_LIMIT}, got \"{v}\"")),
+    }
+}
+
 pub fn list_query(pairs: &[(String, String)]) -> Result<ListQuery, ApiError> {
     let mut q = ListQuery { limit: DEFAULT_LIMIT, cursor: None, phase: None, label: None };
     let mut problems = vec![];
@@ -41,11 +49,9 @@ pub fn list_query(pairs: &[(String, String)]) -> Result<ListQuery, ApiError> {
             continue;
         }
         match k.as_str() {
-            "limit" => match v.parse::<usize>() {
-                Ok(n) if (MIN_LIMIT..=MAX_LIMIT).contains(&n) => q.limit = n,
-                _ => {
-                    problems.push(format!("limit: must be a whole number from {MIN_LIMIT} to {MAX_LIMIT}, got \"{v}\""))
-                }
+            "limit" => match parse_limit(v) {
+                Ok(n) => q.limit = n,
+                Err(problem) => problems.push(problem),
             },
             "cursor" => q.cursor = Some(v.clone()),
             "phase" => match JobPhase::parse(v) {
@@ -182,11 +188,9 @@ pub fn account_query(pairs: &[(String, String)]) -> Result<AccountQuery, ApiErro
             continue;
         }
         match k.as_str() {
-            "limit" => match v.parse::<usize>() {
-                Ok(n) if (MIN_LIMIT..=MAX_LIMIT).contains(&n) => q.limit = n,
-                _ => {
-                    problems.push(format!("limit: must be a whole number from {MIN_LIMIT} to {MAX_LIMIT}, got \"{v}\""))
-                }
+            "limit" => match parse_limit(v) {
+                Ok(n) => q.limit = n,
+                Err(problem) => problems.push(problem),
             },
             "cursor" => q.cursor = Some(v.clone()),
             "kind" => match EntryKind::parse(v) {

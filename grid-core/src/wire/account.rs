@@ -5,20 +5,29 @@ use serde::{Deserialize, Serialize};
 use crate::ledger::EntryKind;
 use crate::time::Millis;
 
-/// The caller's balance, today's use of their key's daily cap and one page of
-/// their ledger, newest entry first.
+/// An account's standing: what `grid-server account show` prints and GET
+/// /account begins with (the same type, so the two cannot disagree).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct AccountStatement {
+pub struct AccountView {
     pub account_id: String,
     pub name: String,
-    /// Credit granted minus credit charged (as `grid-server account show`).
+    /// Credit granted minus credit charged.
     pub credit_micros: i64,
     /// Credit held by reservations not yet charged or released.
     pub reserved_micros: i64,
     /// What new work may reserve: credit minus reserved.
     pub available_micros: i64,
     pub suspended: bool,
+}
+
+/// The caller's balance, today's use of their key's daily cap and one page of
+/// their ledger, newest entry first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AccountStatement {
+    #[serde(flatten)]
+    pub account: AccountView,
     /// The calling API key's daily cap; `null` for a sign-in token.
     pub daily_cap: Option<DailyCapUse>,
     pub ledger: Vec<LedgerLine>,

@@ -40,12 +40,7 @@ pub async fn statement(app: &App, caller: &Caller, query: &[(String, String)]) -
     Ok(Reply::json(
         200,
         &AccountStatement {
-            account_id: view.account_id,
-            name: view.name,
-            credit_micros: view.credit_micros,
-            reserved_micros: view.reserved_micros,
-            available_micros: view.available_micros,
-            suspended: view.suspended,
+            account: view,
             daily_cap: cap_use,
             ledger,
             next_cursor: next.map(|id| app.signer.seal_cursor(&scope, id)),

@@ -4,6 +4,7 @@ use grid_core::error::ApiError;
 use grid_core::ids;
 use grid_core::ledger::{Balance, DailyUse, EntryKind};
 use grid_core::time::Millis;
+use grid_core::wire::account::AccountView;
 use rusqlite::{Connection, OptionalExtension};
 use serde::Serialize;
 
@@ -12,17 +13,6 @@ use crate::ids::{new_id, random_hex, sha256_hex};
 
 /// Prefix of every API key, so leaked keys are easy to recognise and scan for.
 pub const KEY_PREFIX: &str = "grid_";
-
-#[derive(Debug, Clone, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AccountView {
-    pub account_id: String,
-    pub name: String,
-    pub credit_micros: i64,
-    pub reserved_micros: i64,
-    pub available_micros: i64,
-    pub suspended: bool,
-}
 
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
