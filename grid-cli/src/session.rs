@@ -29,6 +29,13 @@ pub enum SessionCommand {
     Lease(LeaseArgs),
     /// List your live sessions, oldest first (GET /sessions).
     List,
+    /// The live view of a session: the address of a page that shows its browser's page as it is
+    /// now, for a person (it carries the session's token like the cdpUrl it comes from).
+    ///   grid session view "$CDP_URL"
+    View {
+        /// The session's cdpUrl, as `grid session lease` printed it.
+        cdp_url: String,
+    },
     /// End a session (DELETE /sessions/{sessionId}); its cdpUrl stops working at once. Prints nothing with --json.
     Release {
         /// The session id.
@@ -65,6 +72,7 @@ pub async fn run(cx: &Context, command: SessionCommand) -> anyhow::Result<ExitCo
     match command {
         SessionCommand::Lease(args) => lease(cx, args).await?,
         SessionCommand::List => list(cx).await?,
+        SessionCommand::View { cdp_url } => view(cx, &cdp_url)?,
         SessionCommand::Release { session_id } => release(cx, &session_id).await?,
     }
     Ok(ExitCode::SUCCESS)
@@ -152,6 +160,26 @@ async fn list(cx: &Context) -> anyhow::Result<()> {
     output::lines(&list_lines(&views))
 }
 
+/// The live view's address: the cdpUrl's own `/view`.
+fn view_url(cdp_url: &str) -> String {
+    format!("{}/view", cdp_url.trim_end_matches('/'))
+}
+
+fn view(cx: &Context, cdp_url: &str) -> anyhow::Result<()> {
+    let parsed = url::Url::parse(cdp_url).map_err(|e| anyhow::anyhow!("{cdp_url} is not a cdpUrl: {e}"))?;
+    let segments: Vec<&str> = parsed.path_segments().map(|s| s.filter(|p| !p.is_empty()).collect()).unwrap_or_default();
+    if !matches!(segments.as_slice(), ["cdp", _, _]) {
+        anyhow::bail!("{cdp_url} is not a cdpUrl (…/cdp/SESSION_ID/TOKEN, as `grid session lease` prints it)");
+    }
+    let url = view_url(cdp_url);
+    if cx.json {
+        println!("{}", serde_json::json!({ "viewUrl": url }));
+    } else {
+        output::lines(&[url])?;
+    }
+    Ok(())
+}
+
 async fn release(cx: &Context, session_id: &str) -> anyhow::Result<()> {
     cx.client.release_session(session_id).await?;
     if !cx.json {
@@ -164,6 +192,7 @@ fn lease_lines(lease: &SessionLease) -> Vec<String> {
     output::key_values(&[
         ("session", lease.session_id.clone()),
         ("cdpUrl", lease.cdp_url.clone()),
+        ("view", view_url(&lease.cdp_url)),
         ("expires", lease.expires_at.to_iso()),
         ("profile", lease.profile_id.clone()),
         ("network", lease.network_policy.clone().unwrap_or_else(|| "-".into())),

@@ -24,6 +24,7 @@
 //!   sees: navigator.language(s), Intl time zone and locale, window size,
 //!   devicePixelRatio, user agent.
 //! - `/throws`: HTML whose script throws `Error("grid test error")`.
+//! - `/color/{rrggbb}`: an HTML page filled with that one colour.
 //!
 //! Every request is counted per path (without the query): [`Target::hits`].
 //!
@@ -257,6 +258,11 @@ async fn route(req: Request<Incoming>, hits: Arc<Mutex<Hits>>) -> Response<Full<
             respond(StatusCode::OK, "text/html; charset=utf-8", browser_pages::websocket(&to))
         }
         ["facts"] => respond(StatusCode::OK, "text/html; charset=utf-8", browser_pages::FACTS),
+        ["color", hex] if hex.len() == 6 && hex.chars().all(|c| c.is_ascii_hexdigit()) => respond(
+            StatusCode::OK,
+            "text/html; charset=utf-8",
+            format!("<!doctype html><html><body style=\"margin:0;height:100vh;background:#{hex}\"></body></html>"),
+        ),
         ["throws"] => respond(StatusCode::OK, "text/html; charset=utf-8", browser_pages::THROWS),
         ["pixel.png"] => respond(StatusCode::OK, "image/png", browser_pages::PIXEL_PNG),
         ["cross.js"] => respond(StatusCode::OK, "text/javascript", "window.crossLoaded = true;\n"),

@@ -11,6 +11,9 @@
 //!   attaches to it and the client speaks to it without session ids). Each
 //!   client command passes the CDP gate (`gate.rs`) and is relayed onto the
 //!   pipe; answers and events come back.
+//! - `{cdpUrl}/view` is a live view of the session's page for a person: a
+//!   small page that watches it through a CDP screencast over this same
+//!   endpoint (same token); discovery's `devtoolsFrontendUrl` points at it.
 //! - Every connection closes when the session ends.
 
 use std::time::Duration;
@@ -43,11 +46,14 @@ pub async fn handle(app: &App, id: &str, token: &str, rest: &[&str], req: Reques
     if token_hash(token) != live.token_sha256 {
         return Err(ApiError::UnknownSession);
     }
-    let endpoint = wait_ready(live.clone()).await?;
-    let public = format!("{}/cdp/{id}/{token}", app.config.base_url);
     let is_upgrade =
         req.headers().get(UPGRADE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
     let rest: Vec<&str> = rest.iter().copied().filter(|s| !s.is_empty()).collect();
+    if !is_upgrade && rest == ["view"] && req.method() == Method::GET {
+        return Ok(view_page(&app.config.base_url));
+    }
+    let endpoint = wait_ready(live.clone()).await?;
+    let public = format!("{}/cdp/{id}/{token}", app.config.base_url);
     if is_upgrade {
         let page = match rest.as_slice() {
             [] | ["devtools", "browser", ..] => None,
@@ -62,6 +68,33 @@ pub async fn handle(app: &App, id: &str, token: &str, rest: &[&str], req: Reques
         .map_err(|_| ApiError::UnknownSession)??;
     Ok(respond::bytes(StatusCode::OK, "application/json; charset=UTF-8", answer.to_string().into_bytes()))
 }
+
+/// The live-view page (assets/view.html). Its address carries the
+/// session's token, so it is never cached, never sent on as a referrer and
+/// never framed; its script may talk only to this server.
+fn view_page(base_url: &str) -> Resp {
+    let ws_origin = ws_base(base_url);
+    let csp = format!(
+        "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; \
+         connect-src 'self' {ws_origin}; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+    );
+    let mut r = respond::bytes(StatusCode::OK, "text/html; charset=utf-8", VIEW_HTML.as_bytes().to_vec());
+    let h = r.headers_mut();
+    for (name, value) in [
+        ("content-security-policy", csp.as_str()),
+        ("referrer-policy", "no-referrer"),
+        ("cache-control", "no-store"),
+        ("x-content-type-options", "nosniff"),
+        ("x-frame-options", "DENY"),
+    ] {
+        if let Ok(v) = HeaderValue::from_str(value) {
+            h.insert(name, v);
+        }
+    }
+    r
+}
+
+const VIEW_HTML: &str = include_str!("assets/view.html");
 
 async fn wait_ready(mut live: Live) -> Result<Endpoint, ApiError> {
     let wait = async {
@@ -105,7 +138,7 @@ async fn discovery(
         let id = t["targetId"].as_str().unwrap_or_default();
         json!({
             "description": "",
-            "devtoolsFrontendUrl": "",
+            "devtoolsFrontendUrl": format!("{public}/view?target={id}"),
             "id": id,
             "title": t["title"],
             "type": t["type"],

@@ -1,0 +1,112 @@
+//! The live view of a session (`{cdpUrl}/view`, docs/sessions.md): a page a
+//! person opens in any browser that shows the session's page as it is now.
+//! Here the person's browser is a second session's headless Chromium; its
+//! screenshots are decoded and their pixels checked against the colour the
+//! watched page shows, before and after it changes.
+
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use serde_json::{json, Value};
+
+use grid_tests::cdp::Cdp;
+use grid_tests::http::{http_client, Resp};
+use grid_tests::server::{GridServer, ServerOptions};
+use grid_tests::sessions::{lease_running, release};
+use grid_tests::target::Target;
+
+/// The RGB of the pixel at the centre of a PNG screenshot.
+fn centre_pixel(png_bytes: &[u8]) -> [u8; 3] {
+    let decoder = png::Decoder::new(std::io::Cursor::new(png_bytes));
+    let mut reader = decoder.read_info().expect("a PNG");
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).expect("a frame");
+    let channels = info.color_type.samples();
+    let (w, h) = (info.width as usize, info.height as usize);
+    let at = ((h / 2) * w + w / 2) * channels;
+    [buf[at], buf[at + 1], buf[at + 2]]
+}
+
+fn near(pixel: [u8; 3], want: [u8; 3]) -> bool {
+    pixel.iter().zip(want).all(|(a, b)| a.abs_diff(b) <= 40)
+}
+
+/// Screenshots the viewer until its centre shows `want` (the screencast is
+/// JPEG, so colours are compared with a tolerance).
+async fn wait_for_colour(viewer: &mut Cdp, session: &str, want: [u8; 3]) -> [u8; 3] {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let shot = viewer.call("Page.captureScreenshot", json!({"format": "png"}), Some(session)).await;
+        let pixel = match shot {
+            Ok(s) => {
+                let data = base64::engine::general_purpose::STANDARD
+                    .decode(s["data"].as_str().unwrap_or_default())
+                    .expect("base64 screenshot");
+                centre_pixel(&data)
+            }
+            Err(e) => panic!("screenshot of the viewer: {e}"),
+        };
+        if near(pixel, want) {
+            return pixel;
+        }
+        if Instant::now() >= deadline {
+            let status = viewer.evaluate(session, "document.getElementById('status').textContent").await;
+            panic!("the live view shows {pixel:?}, not {want:?}, after 30 s (view status: {status:?})");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_view_page_shows_the_sessions_page_live() {
+    let target = Target::start();
+    let server = GridServer::start(ServerOptions {
+        extra_args: vec!["--max-sessions".into(), "2".into()],
+        ..ServerOptions::default()
+    });
+    // The watched session shows a red page.
+    let (watched, mut lessee) = lease_running(&server, json!({})).await;
+    let (page_id, page) = lessee.open_page(&target.url("/color/ff0000")).await.expect("red page");
+
+    // Discovery points a DevTools frontend at the grid's view, never elsewhere.
+    let list = Resp::read(http_client().get(format!("{}/json/list", watched.cdp_url))).await.expect("json/list");
+    let entry: Vec<&Value> =
+        list.json.as_array().map(|a| a.iter().filter(|t| t["id"] == json!(page_id)).collect()).unwrap_or_default();
+    assert_eq!(entry.len(), 1, "{list}");
+    let view_url = format!("{}/view?target={page_id}", watched.cdp_url);
+    assert_eq!(entry[0]["devtoolsFrontendUrl"], json!(view_url), "{list}");
+
+    // The page itself: HTML that carries the token in its address, so it is
+    // neither cached, nor framed, nor sent on as a referrer.
+    let view = Resp::read(http_client().get(&view_url)).await.expect("view");
+    assert_eq!(view.status, 200, "{view}");
+    assert!(view.header("content-type").is_some_and(|c| c.starts_with("text/html")), "{view}");
+    assert_eq!(view.header("referrer-policy"), Some("no-referrer"));
+    assert_eq!(view.header("cache-control"), Some("no-store"));
+    assert!(view.header("content-security-policy").is_some_and(|c| c.contains("frame-ancestors 'none'")), "{view}");
+    let (id, token) = (watched.id.clone(), watched.cdp_url.rsplit('/').next().unwrap_or_default().to_string());
+    let forged = view_url.replace(&token, &"0".repeat(token.len()));
+    let refused = Resp::read(http_client().get(&forged)).await.expect("forged view");
+    assert_eq!(refused.status, 404, "a wrong token sees nothing: {refused}");
+
+    // The CLI gives the same address (the page the view watches by default:
+    // the session's page that is not blank).
+    let cli = server.cli(&["session", "view", &watched.cdp_url]);
+    assert!(cli.success(), "{cli:?}");
+    assert_eq!(cli.stdout.trim(), format!("{}/view", watched.cdp_url));
+
+    // A person's browser (another session's Chromium) opens the view.
+    let (viewer_lease, mut viewer) = lease_running(&server, json!({})).await;
+    let (_, viewing) = viewer.open_page(&view_url).await.expect("view page");
+    wait_for_colour(&mut viewer, &viewing, [255, 0, 0]).await;
+
+    // The watched page changes; the view follows.
+    lessee
+        .call("Page.navigate", json!({"url": target.url("/color/0000ff")}), Some(&page))
+        .await
+        .expect("navigate to blue");
+    wait_for_colour(&mut viewer, &viewing, [0, 0, 255]).await;
+
+    release(&server, &id).await;
+    release(&server, &viewer_lease.id).await;
+}
