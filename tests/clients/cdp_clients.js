@@ -1,6 +1,8 @@
 // Drives a leased grid session with Playwright and Puppeteer, as users do,
 // and prints one JSON line of what each saw.
 //   node cdp_clients.js CDP_URL PAGE_URL
+//   node cdp_clients.js CDP_URL PAGE_URL simplest   (Puppeteer only, the
+//     README's form: the cdpUrl itself as browserWSEndpoint, ws:// for http://)
 const { chromium } = require('playwright-core');
 const puppeteer = require('puppeteer-core');
 
@@ -40,8 +42,23 @@ async function puppeteerRun(cdpUrl, pageUrl) {
   }
 }
 
+async function puppeteerSimplest(cdpUrl, pageUrl) {
+  const browser = await puppeteer.connect({ browserWSEndpoint: cdpUrl.replace(/^http/, 'ws') });
+  try {
+    const page = await browser.newPage();
+    await page.goto(pageUrl);
+    return { title: await page.title() };
+  } finally {
+    await browser.disconnect();
+  }
+}
+
 (async () => {
-  const [cdpUrl, pageUrl] = process.argv.slice(2);
+  const [cdpUrl, pageUrl, mode] = process.argv.slice(2);
+  if (mode === 'simplest') {
+    console.log(JSON.stringify({ puppeteer: await puppeteerSimplest(cdpUrl, pageUrl) }));
+    return;
+  }
   const out = { playwright: await playwright(cdpUrl, pageUrl), puppeteer: await puppeteerRun(cdpUrl, pageUrl) };
   console.log(JSON.stringify(out));
 })().catch((e) => {

@@ -48,3 +48,31 @@ async fn playwright_and_puppeteer_drive_a_session_through_its_cdp_url() {
     assert_eq!(seen["puppeteer"], json!({"title": "page 5", "text": "page 5"}));
     assert!(target.hits("/page/5") >= 3, "the target saw {} requests", target.hits("/page/5"));
 }
+
+/// The README's simplest form: Puppeteer's `browserWSEndpoint` is the cdpUrl
+/// itself (ws:// for http://), connected the moment the lease is answered,
+/// without waiting for the session to run (a cold browser takes seconds to
+/// start): the endpoint holds the connection until the browser is ready.
+#[tokio::test]
+async fn puppeteer_connects_with_the_cdp_url_itself_while_the_session_is_pending() {
+    let dir = clients_dir();
+    assert!(
+        dir.join("node_modules/puppeteer-core").is_dir(),
+        "Puppeteer is missing from {}: scripts/test.sh installs it (npm install there)",
+        dir.display()
+    );
+    let target = Target::start();
+    let server = GridServer::start(ServerOptions::default());
+    let lease = lease_as(&server, server.api_key(), json!({"ttlMinutes": 5})).await;
+    let (cdp_url, page) = (lease.cdp_url.clone(), target.url("/page/6"));
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("node").arg("cdp_clients.js").arg(&cdp_url).arg(&page).arg("simplest").current_dir(dir).output()
+    })
+    .await
+    .unwrap()
+    .unwrap_or_else(|e| server.fail(&format!("node did not run: {e}")));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "Puppeteer failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let seen: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| server.fail(&format!("{e}: {stdout}")));
+    assert_eq!(seen["puppeteer"]["title"], "page 6", "{seen}");
+}
