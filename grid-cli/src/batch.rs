@@ -192,6 +192,7 @@ fn view_lines(view: &BatchView) -> Vec<String> {
     if !rows.is_empty() {
         lines.extend(output::table(&["JOB", "STATE", "URL", "REASON"], &rows));
     }
+    lines.extend(output::failure_hint(view.jobs.iter().filter_map(|j| j.failed_reason.as_deref())));
     lines
 }
 

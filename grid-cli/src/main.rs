@@ -76,6 +76,9 @@ enum Command {
     /// Analytical jobs (containers): submit, show, list, logs, cancel, retry, artifacts.
     #[command(subcommand)]
     Job(job::JobCommand),
+    /// Print a shell completion script: `grid completion bash > /etc/bash_completion.d/grid`,
+    /// `grid completion zsh > "${fpath[1]}/_grid"`, `grid completion fish > ~/.config/fish/completions/grid.fish`.
+    Completion { shell: clap_complete::Shell },
     /// Leased browser sessions: lease, list, release.
     #[command(subcommand)]
     Session(session::SessionCommand),
@@ -89,6 +92,28 @@ pub struct Context {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Completion { shell } = cli.command {
+        // Written whole, so a reader that stops early (`| head`) is no error.
+        let mut script = vec![];
+        clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "grid", &mut script);
+        return match std::io::Write::write_all(&mut std::io::stdout(), &script) {
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                eprintln!("error: writing the completion script: {e}");
+                ExitCode::from(1)
+            }
+            _ => ExitCode::SUCCESS,
+        };
+    }
+    let hints = output::Hints {
+        url: cli.url.clone(),
+        credential: if cli.token.as_deref().is_some_and(|t| !t.is_empty()) {
+            output::CredentialSent::Token
+        } else if cli.api_key.as_deref().is_some_and(|k| !k.is_empty()) {
+            output::CredentialSent::ApiKey
+        } else {
+            output::CredentialSent::None
+        },
+    };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
@@ -98,7 +123,7 @@ fn main() -> ExitCode {
     };
     match runtime.block_on(run(cli)) {
         Ok(code) => code,
-        Err(e) => output::report_error(&e),
+        Err(e) => output::report_error(&e, &hints),
     }
 }
 
@@ -124,6 +149,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Artifact(command) => artifact::run(&cx, command).await,
         Command::Job(command) => job::run(&cx, command).await,
         Command::Session(command) => session::run(&cx, command).await,
+        Command::Completion { .. } => Ok(ExitCode::SUCCESS),
     }
 }
 

@@ -99,34 +99,86 @@ pub fn key_values(pairs: &[(&str, String)]) -> Vec<String> {
     pairs.iter().map(|(k, v)| format!("{k:width$}  {v}").trim_end().to_string()).collect()
 }
 
-/// Prints the error line on stderr and gives the exit code: 1, or 0 when
-/// stdout was closed early by a reader (`grid ... | head`).
-pub fn report_error(error: &anyhow::Error) -> ExitCode {
+/// Which credential a command sent, for the hint of a 401.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CredentialSent {
+    None,
+    ApiKey,
+    Token,
+}
+
+/// What an error line may point at: the server tried and the credential sent.
+#[derive(Debug, Clone)]
+pub struct Hints {
+    pub url: String,
+    pub credential: CredentialSent,
+}
+
+/// Prints the error line on stderr (and, where the fix is known, a `hint:`
+/// line saying what to do) and gives the exit code: 1, or 0 when stdout was
+/// closed early by a reader (`grid ... | head`).
+pub fn report_error(error: &anyhow::Error, hints: &Hints) -> ExitCode {
     if let Some(io_error) = error.downcast_ref::<io::Error>() {
         if io_error.kind() == io::ErrorKind::BrokenPipe {
             return ExitCode::SUCCESS;
         }
     }
-    eprintln!("error: {}", error_text(error));
+    eprintln!("error: {}", error_text(error, hints));
+    if let Some(hint) = hint(error, hints) {
+        eprintln!("hint: {hint}");
+    }
     ExitCode::from(1)
 }
 
-fn error_text(error: &anyhow::Error) -> String {
+fn error_text(error: &anyhow::Error, hints: &Hints) -> String {
     match error.downcast_ref::<ClientError>() {
         // `<status> <error>[: detail; ...][ (field=value, ...)]`
         Some(e @ ClientError::Api { .. }) => e.to_string(),
+        // One line: the address tried and the innermost cause.
         Some(ClientError::Transport(e)) => {
-            let mut text = format!("request failed: {e}");
+            let mut cause = e.to_string();
             let mut source = std::error::Error::source(e);
             while let Some(s) = source {
-                text.push_str(&format!(": {s}"));
+                cause = s.to_string();
                 source = s.source();
             }
-            text
+            format!("the grid at {} did not answer: {cause}", hints.url)
         }
         Some(other) => other.to_string(),
         None => format!("{error:#}"),
     }
+}
+
+/// What to do about an error, when the CLI knows.
+fn hint(error: &anyhow::Error, hints: &Hints) -> Option<String> {
+    match error.downcast_ref::<ClientError>()? {
+        ClientError::Api { status: 401, .. } => Some(match hints.credential {
+            CredentialSent::None => "no API key was sent: set GRID_API_KEY or pass --api-key (the key `grid-server` \
+                printed at first start, or one from `grid-server key create`)"
+                .into(),
+            CredentialSent::ApiKey => {
+                "the API key (GRID_API_KEY or --api-key) was refused: it is unknown, revoked, or \
+                its account is suspended; ask the operator for a key (`grid-server key create`)"
+                    .into()
+            }
+            CredentialSent::Token => "the sign-in token (GRID_TOKEN or --token) was refused: it expired or is not for \
+                this grid; sign in again"
+                .into(),
+        }),
+        ClientError::Transport(_) => {
+            Some(format!("is the server running there? set GRID_URL or pass --url (tried {})", hints.url))
+        }
+        _ => None,
+    }
+}
+
+/// A line for item failures whose fix is on the server's side.
+pub fn failure_hint<'a>(reasons: impl IntoIterator<Item = &'a str>) -> Option<String> {
+    reasons.into_iter().any(|r| r.contains("is not a public address")).then(|| {
+        "hint: the grid refuses loopback and private addresses; an operator who means to capture \
+         them starts the server with --allow-private-networks"
+            .to_string()
+    })
 }
 
 #[cfg(test)]
@@ -159,6 +211,7 @@ mod tests {
             &Default::default(),
             json!({"error": "invalid batch body", "detail": ["urls: at most 1000"]}).to_string().as_bytes(),
         );
-        assert_eq!(error_text(&e.into()), "400 invalid batch body: urls: at most 1000");
+        let hints = Hints { url: "http://h:1".into(), credential: CredentialSent::ApiKey };
+        assert_eq!(error_text(&e.into(), &hints), "400 invalid batch body: urls: at most 1000");
     }
 }

@@ -69,3 +69,57 @@ async fn cli_without_a_key_fails_and_queues_nothing() {
     assert_eq!(depth.json, json!({"depth": 0}), "{depth}");
     assert_eq!(target.total_hits(), 0);
 }
+
+/// Errors say what to do: a missing key, a refused key and a server that
+/// does not answer each name the setting to change, in one `error:` line and
+/// one `hint:` line.
+#[tokio::test]
+async fn errors_say_what_to_do() {
+    let server = GridServer::start(ServerOptions::default());
+    let url = server.base_url();
+    let none = run_cli(&["status"], &[("GRID_URL", url.as_str())], CLI_TIMEOUT);
+    assert_eq!(none.code, Some(1), "{none}");
+    assert!(none.stderr.contains("401"), "{none}");
+    assert!(none.stderr.contains("hint: no API key was sent: set GRID_API_KEY or pass --api-key"), "{none}");
+
+    let wrong = run_cli(&["status"], &[("GRID_URL", url.as_str()), ("GRID_API_KEY", "grid_wrong")], CLI_TIMEOUT);
+    assert_eq!(wrong.code, Some(1), "{wrong}");
+    assert!(wrong.stderr.contains("hint: the API key (GRID_API_KEY or --api-key) was refused"), "{wrong}");
+
+    // Nothing listens on this port (a fresh free one).
+    let dead = format!("http://127.0.0.1:{}", grid_tests::server::free_port());
+    let down = run_cli(&["status"], &[("GRID_URL", dead.as_str()), ("GRID_API_KEY", "grid_x")], CLI_TIMEOUT);
+    assert_eq!(down.code, Some(1), "{down}");
+    let lines: Vec<&str> = down.stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "one error line and one hint: {down}");
+    assert!(lines[0].starts_with(&format!("error: the grid at {dead} did not answer: ")), "{down}");
+    assert!(lines[1].starts_with("hint: is the server running there?"), "{down}");
+}
+
+/// A batch whose items hit the private-network guard points at the server
+/// flag that lifts it.
+#[tokio::test]
+async fn a_private_address_refusal_hints_at_the_server_flag() {
+    let target = Target::start();
+    let server = GridServer::start(ServerOptions { allow_private_networks: false, ..ServerOptions::default() });
+    let file = server.log_path().with_file_name("urls.txt");
+    std::fs::write(&file, target.url("/page/1") + "\n").unwrap();
+    let out = server.cli(&["batch", "submit", file.to_str().unwrap(), "--script", "fetch", "--wait"]);
+    assert_eq!(out.code, Some(3), "the item fails: {out}");
+    assert!(out.stdout.contains("is not a public address"), "{out}");
+    assert!(out.stdout.contains("--allow-private-networks"), "{out}");
+    assert_eq!(target.total_hits(), 0);
+}
+
+#[test]
+fn shell_completions_are_printed_for_bash_zsh_and_fish() {
+    for (shell, marker) in [("bash", "complete -F _grid"), ("zsh", "#compdef grid"), ("fish", "complete -c grid")] {
+        let out = run_cli(&["completion", shell], &[], CLI_TIMEOUT);
+        assert!(out.success(), "{shell}: {out}");
+        assert!(out.stdout.contains(marker), "{shell}: no `{marker}` in the script");
+        // The script knows the commands.
+        assert!(out.stdout.contains("session") && out.stdout.contains("batch"), "{shell}");
+    }
+    let bad = run_cli(&["completion", "cmd.exe"], &[], CLI_TIMEOUT);
+    assert_eq!(bad.code, Some(2), "{bad}");
+}
