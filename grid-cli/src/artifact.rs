@@ -18,7 +18,8 @@ pub enum ArtifactCommand {
     /// Download one file of a capture item: asks GET /artifacts/{jobId}/{kind}
     /// for a download URL, then fetches that URL (without credential).
     ///
-    /// Writes the file to stdout, or to FILE with -o. With --json nothing is
+    /// Writes the file to stdout, or to FILE with -o; a binary file (a screenshot) is not written
+    /// to a terminal without -o (`-o -` forces it). With --json nothing is
     /// downloaded: prints the API's answer, {"url": ...}, a URL valid for 15
     /// minutes (cannot be combined with -o).
     Get {
@@ -48,6 +49,15 @@ pub async fn run(cx: &Context, command: ArtifactCommand) -> anyhow::Result<ExitC
             std::fs::write(&path, &bytes).with_context(|| format!("cannot write {}", path.display()))?;
         }
         _ => {
+            use std::io::IsTerminal as _;
+            // Binary on a terminal garbles it and helps nobody.
+            if file.is_none() && std::io::stdout().is_terminal() && std::str::from_utf8(&bytes).is_err() {
+                anyhow::bail!(
+                    "the {} of {job_id} is binary ({} bytes); not writing it to the terminal: pass -o FILE, or pipe it",
+                    kind.as_str(),
+                    bytes.len()
+                );
+            }
             let mut stdout = std::io::stdout().lock();
             stdout.write_all(&bytes)?;
             stdout.flush()?;

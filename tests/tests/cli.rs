@@ -123,3 +123,43 @@ fn shell_completions_are_printed_for_bash_zsh_and_fish() {
     let bad = run_cli(&["completion", "cmd.exe"], &[], CLI_TIMEOUT);
     assert_eq!(bad.code, Some(2), "{bad}");
 }
+
+/// Runs `grid ARGS` under a pseudo-terminal (util-linux `script`), as a
+/// person at a terminal does; answers its exit code and what the terminal
+/// showed.
+fn at_a_terminal(server: &GridServer, args: &[&str]) -> (Option<i32>, String) {
+    let bin = grid_tests::bins::grid_cli_bin();
+    let quoted: Vec<String> = std::iter::once(bin.display().to_string())
+        .chain(args.iter().map(|a| a.to_string()))
+        .map(|a| format!("'{}'", a.replace('\'', "'\\''")))
+        .collect();
+    let out = std::process::Command::new("script")
+        .args(["-qec", &quoted.join(" "), "/dev/null"])
+        .env("GRID_URL", server.base_url())
+        .env("GRID_API_KEY", server.api_key())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("util-linux `script` is needed to run the CLI under a terminal: {e}"));
+    (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// A binary file is not written to a terminal unless asked (`-o -`); to a
+/// pipe it is written.
+#[tokio::test]
+async fn binary_files_are_not_written_to_a_terminal() {
+    let target = Target::start();
+    let server = GridServer::start(ServerOptions::default());
+    let batch = server.submit_fetch(&[target.url("/bytes/4096")]).await;
+    let view = server.wait_batch_done(&batch, std::time::Duration::from_secs(60)).await;
+    let item = view["jobs"][0]["jobId"].as_str().expect("an item").to_string();
+
+    let (code, shown) = at_a_terminal(&server, &["artifact", "get", &item, "body"]);
+    assert_eq!(code, Some(1), "{shown}");
+    assert!(shown.contains("is binary (4096 bytes); not writing it to the terminal: pass -o FILE"), "{shown}");
+    let (forced, _) = at_a_terminal(&server, &["artifact", "get", &item, "body", "-o", "-"]);
+    assert_eq!(forced, Some(0));
+
+    // Not a terminal (a pipe): written, no refusal.
+    let piped = server.cli(&["artifact", "get", &item, "body"]);
+    assert!(piped.success() && !piped.stderr.contains("binary"), "{piped}");
+}
