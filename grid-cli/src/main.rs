@@ -7,6 +7,7 @@
 mod account;
 mod artifact;
 mod batch;
+mod config;
 mod input;
 mod item;
 mod job;
@@ -31,15 +32,9 @@ With --json, stdout carries one JSON document per line, each exactly as the API 
 #[derive(Debug, Parser)]
 #[command(name = "grid", version, about = "Command line of a Grid remote-browser grid.", after_help = EXIT_CODES)]
 struct Cli {
-    /// Base URL of the Grid server.
-    #[arg(
-        long,
-        global = true,
-        help_heading = "Global options",
-        env = "GRID_URL",
-        default_value = "http://127.0.0.1:8080"
-    )]
-    url: String,
+    /// Base URL of the Grid server [default: the current context's (grid config), else http://127.0.0.1:8080].
+    #[arg(long, global = true, help_heading = "Global options", env = "GRID_URL")]
+    url: Option<String>,
     /// API key, sent as `x-api-key`.
     #[arg(long, global = true, help_heading = "Global options", env = "GRID_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
@@ -76,6 +71,9 @@ enum Command {
     /// Analytical jobs (containers): submit, show, list, logs, cancel, retry, artifacts.
     #[command(subcommand)]
     Job(job::JobCommand),
+    /// Named contexts (server, key file, CA) in a config file: set-context, use-context, get-contexts.
+    #[command(subcommand)]
+    Config(config::ConfigCommand),
     /// Print a shell completion script: `grid completion bash > /etc/bash_completion.d/grid`,
     /// `grid completion zsh > "${fpath[1]}/_grid"`, `grid completion fish > ~/.config/fish/completions/grid.fish`.
     Completion { shell: clap_complete::Shell },
@@ -104,14 +102,19 @@ fn main() -> ExitCode {
             _ => ExitCode::SUCCESS,
         };
     }
+    if let Command::Config(command) = cli.command {
+        return config::run(command).unwrap_or_else(|e| output::report_error(&e, &output::Hints::none()));
+    }
+    let settings = match Settings::resolve(&cli) {
+        Ok(s) => s,
+        Err(e) => return output::report_error(&e, &output::Hints::none()),
+    };
     let hints = output::Hints {
-        url: cli.url.clone(),
-        credential: if cli.token.as_deref().is_some_and(|t| !t.is_empty()) {
-            output::CredentialSent::Token
-        } else if cli.api_key.as_deref().is_some_and(|k| !k.is_empty()) {
-            output::CredentialSent::ApiKey
-        } else {
-            output::CredentialSent::None
+        url: settings.url.clone(),
+        credential: match &settings.credential {
+            Credential::BearerToken(_) => output::CredentialSent::Token,
+            Credential::ApiKey(_) => output::CredentialSent::ApiKey,
+            _ => output::CredentialSent::None,
         },
     };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
@@ -121,21 +124,50 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(run(cli)) {
+    match runtime.block_on(run(cli, settings)) {
         Ok(code) => code,
         Err(e) => output::report_error(&e, &hints),
     }
 }
 
-async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    let non_empty = |s: Option<String>| s.filter(|s| !s.is_empty());
-    let credential = match (non_empty(cli.token), non_empty(cli.api_key)) {
-        (Some(token), _) => Credential::BearerToken(token),
-        (None, Some(key)) => Credential::ApiKey(key),
-        (None, None) => Credential::None,
-    };
-    let mut config = ClientConfig::new(cli.url, credential);
-    if let Some(ca) = cli.ca_cert.filter(|p| !p.as_os_str().is_empty()) {
+/// Where to send requests and with what, once flags, environment and the
+/// current context are weighed (in that order).
+struct Settings {
+    url: String,
+    credential: Credential,
+    ca_cert: Option<std::path::PathBuf>,
+}
+
+impl Settings {
+    fn resolve(cli: &Cli) -> anyhow::Result<Settings> {
+        let non_empty = |s: &Option<String>| s.clone().filter(|s| !s.is_empty());
+        let context = match (&cli.url, &cli.api_key, &cli.ca_cert) {
+            // Nothing left for a context to give.
+            (Some(_), Some(_), Some(_)) => None,
+            _ => config::current()?.map(|(_, c)| c),
+        };
+        let url = non_empty(&cli.url)
+            .or_else(|| context.as_ref().map(|c| c.url.clone()))
+            .unwrap_or_else(|| DEFAULT_URL.to_string());
+        let credential = match (non_empty(&cli.token), non_empty(&cli.api_key)) {
+            (Some(token), _) => Credential::BearerToken(token),
+            (None, Some(key)) => Credential::ApiKey(key),
+            (None, None) => match context.as_ref().and_then(|c| c.key_file.as_ref()) {
+                Some(file) => Credential::ApiKey(config::read_key(file)?),
+                None => Credential::None,
+            },
+        };
+        let ca_cert =
+            cli.ca_cert.clone().filter(|p| !p.as_os_str().is_empty()).or_else(|| context.and_then(|c| c.ca_cert));
+        Ok(Settings { url, credential, ca_cert })
+    }
+}
+
+const DEFAULT_URL: &str = "http://127.0.0.1:8080";
+
+async fn run(cli: Cli, settings: Settings) -> anyhow::Result<ExitCode> {
+    let mut config = ClientConfig::new(settings.url, settings.credential);
+    if let Some(ca) = settings.ca_cert {
         config = config.with_ca_cert(ca);
     }
     let client = GridClient::from_config(config)?;
@@ -149,7 +181,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Artifact(command) => artifact::run(&cx, command).await,
         Command::Job(command) => job::run(&cx, command).await,
         Command::Session(command) => session::run(&cx, command).await,
-        Command::Completion { .. } => Ok(ExitCode::SUCCESS),
+        Command::Completion { .. } | Command::Config(_) => Ok(ExitCode::SUCCESS),
     }
 }
 
@@ -168,6 +200,6 @@ mod tests {
     fn global_flags_go_anywhere() {
         let cli = Cli::try_parse_from(["grid", "batch", "show", "b1", "--json", "--url", "http://h:1"]).unwrap();
         assert!(cli.json);
-        assert_eq!(cli.url, "http://h:1");
+        assert_eq!(cli.url.as_deref(), Some("http://h:1"));
     }
 }

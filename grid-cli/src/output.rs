@@ -114,6 +114,13 @@ pub struct Hints {
     pub credential: CredentialSent,
 }
 
+impl Hints {
+    /// For errors before any request (config, usage).
+    pub fn none() -> Hints {
+        Hints { url: String::new(), credential: CredentialSent::None }
+    }
+}
+
 /// Prints the error line on stderr (and, where the fix is known, a `hint:`
 /// line saying what to do) and gives the exit code: 1, or 0 when stdout was
 /// closed early by a reader (`grid ... | head`).

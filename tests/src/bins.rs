@@ -57,4 +57,7 @@ pub fn scrub_env(cmd: &mut Command) {
         }
     }
     cmd.env("NO_PROXY", "127.0.0.1,localhost").env("no_proxy", "127.0.0.1,localhost");
+    // The developer's own `grid config` contexts never reach a test; a test
+    // that wants one sets GRID_CONFIG after this.
+    cmd.env("GRID_CONFIG", "/nonexistent/grid-tests/config.toml");
 }

@@ -163,3 +163,50 @@ async fn binary_files_are_not_written_to_a_terminal() {
     let piped = server.cli(&["artifact", "get", &item, "body"]);
     assert!(piped.success() && !piped.stderr.contains("binary"), "{piped}");
 }
+
+/// Named contexts, as kubectl's: set one with a key file, use it, and every
+/// command reaches that grid with that key without GRID_URL or GRID_API_KEY;
+/// an environment variable still wins over the context.
+#[tokio::test]
+async fn config_contexts_pick_the_grid_and_key_and_env_wins() {
+    let server = GridServer::start(ServerOptions::default());
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("grid").join("config.toml");
+    let key_file = dir.path().join("prod.key");
+    std::fs::write(&key_file, format!("{}\n", server.api_key())).unwrap();
+    let cfg = config.to_str().unwrap().to_string();
+    let grid = |args: &[&str], extra: &[(&str, &str)]| {
+        let mut env = vec![("GRID_CONFIG", cfg.as_str())];
+        env.extend_from_slice(extra);
+        run_cli(args, &env, CLI_TIMEOUT)
+    };
+    let url = server.base_url();
+    let set = grid(&["config", "set-context", "prod", "--url", &url, "--key-file", key_file.to_str().unwrap()], &[]);
+    assert!(set.success(), "{set}");
+    let other = grid(&["config", "set-context", "down", "--url", "http://127.0.0.1:9"], &[]);
+    assert!(other.success(), "{other}");
+    // The first context set is the current one.
+    let listed = grid(&["config", "get-contexts"], &[]);
+    assert!(listed.success(), "{listed}");
+    let current: Vec<&str> = listed.stdout.lines().filter(|l| l.starts_with('*')).collect();
+    assert_eq!(current.len(), 1, "{listed}");
+    assert!(current[0].contains("prod") && current[0].contains(&url), "{listed}");
+
+    let status = grid(&["status", "--json"], &[]);
+    assert!(status.success(), "the context's grid and key: {status}");
+    let account = grid(&["account", "--json"], &[]);
+    assert_eq!(account.json().map(|a| a["accountId"].clone()), Some(json!(server.account_id())), "{account}");
+
+    // The environment wins over the context.
+    let dead = format!("http://127.0.0.1:{}", grid_tests::server::free_port());
+    let env_wins = grid(&["status"], &[("GRID_URL", dead.as_str())]);
+    assert!(env_wins.stderr.contains(&dead), "{env_wins}");
+
+    let switched = grid(&["config", "use-context", "down"], &[]);
+    assert!(switched.success(), "{switched}");
+    let down = grid(&["status"], &[]);
+    assert!(!down.success() && down.stderr.contains("http://127.0.0.1:9"), "{down}");
+    let missing = grid(&["config", "use-context", "nope"], &[]);
+    assert_eq!(missing.code, Some(1), "{missing}");
+    assert!(missing.stderr.contains("no context nope"), "{missing}");
+}
