@@ -152,7 +152,7 @@ pub fn run(command: ConfigCommand) -> anyhow::Result<ExitCode> {
             output::lines(&output::table(&["CURRENT", "NAME", "URL", "KEY FILE"], &rows))?;
         }
         ConfigCommand::CurrentContext => match &config.current_context {
-            Some(name) => output::lines(&[name.clone()])?,
+            Some(name) => output::lines(std::slice::from_ref(name))?,
             None => bail!("no current context (grid config use-context NAME)"),
         },
         ConfigCommand::DeleteContext { name } => {
