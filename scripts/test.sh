@@ -50,6 +50,11 @@ if ! python3 -c "import mcp.client.streamable_http" >/dev/null 2>&1; then
     say "installing the Python MCP SDK (PyPI package mcp)"
     python3 -m pip install --quiet --disable-pip-version-check mcp
 fi
+# The CLI test of `--output yaml` reads the YAML back with PyYAML.
+if ! python3 -c "import yaml" >/dev/null 2>&1; then
+    say "installing PyYAML (PyPI package pyyaml)"
+    python3 -m pip install --quiet --disable-pip-version-check pyyaml
+fi
 
 # Real CDP clients users have (Playwright, Puppeteer) for the session tests;
 # core packages only: they connect to a session and never download a browser.

@@ -14,6 +14,7 @@ mod job;
 mod output;
 mod session;
 mod status;
+mod yaml;
 
 use std::process::ExitCode;
 
@@ -44,9 +45,13 @@ struct Cli {
     /// PEM file of a CA to trust besides the built-in roots (a grid's self-signed DATA_DIR/tls/ca.pem).
     #[arg(long, global = true, help_heading = "Global options", env = "GRID_CA_CERT", value_name = "PEM")]
     ca_cert: Option<std::path::PathBuf>,
-    /// Machine output: print the API's JSON answers, one document per line.
+    /// Machine output: print the API's JSON answers, one document per line (as --output json).
     #[arg(long, global = true, help_heading = "Global options")]
     json: bool,
+    /// Output format: table (key/value lines and tables, for people; the default), json (the
+    /// API's answers, one per line) or yaml (the same answers as YAML documents).
+    #[arg(long, global = true, help_heading = "Global options", value_enum, value_name = "FORMAT")]
+    output: Option<output::Format>,
     #[command(subcommand)]
     command: Command,
 }
@@ -171,7 +176,13 @@ async fn run(cli: Cli, settings: Settings) -> anyhow::Result<ExitCode> {
         config = config.with_ca_cert(ca);
     }
     let client = GridClient::from_config(config)?;
-    let cx = Context { client, json: cli.json };
+    let format = match (cli.output, cli.json) {
+        (Some(f), _) => f,
+        (None, true) => output::Format::Json,
+        (None, false) => output::Format::Table,
+    };
+    output::set_format(format);
+    let cx = Context { client, json: format != output::Format::Table };
     match cli.command {
         Command::Account(args) => account::run(&cx, args).await,
         Command::Status => status::status(&cx).await,

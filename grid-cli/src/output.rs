@@ -11,10 +11,33 @@ use std::process::ExitCode;
 use grid_client::error::ClientError;
 use grid_client::RawReply;
 
-/// Prints one API answer as one line of JSON. Refuses a body that is not JSON.
+/// How results are printed (`--output`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+    Yaml,
+}
+
+static FORMAT: std::sync::OnceLock<Format> = std::sync::OnceLock::new();
+
+/// Set once by `main`, before any command prints.
+pub fn set_format(format: Format) {
+    let _ = FORMAT.set(format);
+}
+
+/// Prints one API answer as one line of JSON (a YAML document with
+/// `--output yaml`). Refuses a body that is not JSON.
 pub fn json_line(reply: &RawReply) -> anyhow::Result<()> {
-    if let Err(cause) = serde_json::from_slice::<serde_json::Value>(&reply.body) {
-        return Err(ClientError::Decode { endpoint: reply.endpoint.clone(), cause }.into());
+    let value = match serde_json::from_slice::<serde_json::Value>(&reply.body) {
+        Ok(v) => v,
+        Err(cause) => return Err(ClientError::Decode { endpoint: reply.endpoint.clone(), cause }.into()),
+    };
+    if FORMAT.get() == Some(&Format::Yaml) {
+        let mut stdout = io::stdout().lock();
+        stdout.write_all(crate::yaml::document(&value).as_bytes())?;
+        stdout.flush()?;
+        return Ok(());
     }
     let mut line = compact_json(&reply.body);
     line.push(b'\n');

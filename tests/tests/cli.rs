@@ -210,3 +210,29 @@ async fn config_contexts_pick_the_grid_and_key_and_env_wins() {
     assert_eq!(missing.code, Some(1), "{missing}");
     assert!(missing.stderr.contains("no context nope"), "{missing}");
 }
+
+/// `--output yaml` prints the same answers as `--output json`, as YAML
+/// documents (read back with PyYAML, installed by scripts/test.sh).
+#[tokio::test]
+async fn yaml_output_is_the_json_answer_as_yaml() {
+    let server = GridServer::start(ServerOptions::default());
+    let json_out = server.cli(&["account", "--output", "json"]);
+    assert!(json_out.success(), "{json_out}");
+    let yaml_out = server.cli(&["account", "--output", "yaml"]);
+    assert!(yaml_out.success(), "{yaml_out}");
+    assert!(yaml_out.stdout.starts_with("---\n"), "{yaml_out}");
+    let read = std::process::Command::new("python3")
+        .args(["-c", "import sys, json, yaml; print(json.dumps(list(yaml.safe_load_all(sys.stdin))))"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write as _;
+            child.stdin.take().expect("stdin").write_all(yaml_out.stdout.as_bytes())?;
+            child.wait_with_output()
+        })
+        .unwrap_or_else(|e| panic!("python3 with PyYAML is needed (scripts/test.sh installs it): {e}"));
+    assert!(read.status.success(), "PyYAML could not read it: {}", String::from_utf8_lossy(&read.stderr));
+    let docs: Value = serde_json::from_slice(&read.stdout).expect("JSON from python");
+    assert_eq!(docs, json!([json_out.json().expect("JSON answer")]));
+}
