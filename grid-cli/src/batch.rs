@@ -106,8 +106,8 @@ async fn submit(cx: &Context, args: SubmitArgs) -> anyhow::Result<ExitCode> {
     if cx.json {
         output::json_line(&reply)?;
     } else {
-        let items = if created.job_count == 1 { "item" } else { "items" };
-        output::lines(&[format!("batch {} submitted: {} {items}", created.batch_id, created.job_count)])?;
+        let items = output::count(u64::from(created.job_count), "item", "items");
+        output::lines(&[format!("batch {} submitted: {items}", created.batch_id)])?;
     }
     if !args.wait {
         return Ok(ExitCode::SUCCESS);
@@ -174,8 +174,13 @@ fn progress_bar() -> ProgressBar {
 fn view_lines(view: &BatchView) -> Vec<String> {
     let c = &view.counts;
     let mut lines = vec![format!(
-        "batch {}: {} items, {} waiting, {} active, {} completed, {} failed",
-        view.batch_id, view.total, c.waiting, c.active, c.completed, c.failed
+        "batch {}: {}, {} waiting, {} active, {} completed, {} failed",
+        view.batch_id,
+        output::count(u64::from(view.total), "item", "items"),
+        c.waiting,
+        c.active,
+        c.completed,
+        c.failed
     )];
     let rows: Vec<Vec<String>> = view
         .jobs

@@ -122,6 +122,11 @@ pub fn key_values(pairs: &[(&str, String)]) -> Vec<String> {
     pairs.iter().map(|(k, v)| format!("{k:width$}  {v}").trim_end().to_string()).collect()
 }
 
+/// `1 item`, `2 items`: a number with its noun in the right number.
+pub fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// Which credential a command sent, for the hint of a 401.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CredentialSent {
