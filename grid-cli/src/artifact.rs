@@ -29,13 +29,14 @@ pub enum ArtifactCommand {
         #[arg(value_parser = PossibleValuesParser::new(ArtifactKind::ALL.map(ArtifactKind::as_str)))]
         kind: String,
         /// Write to FILE (created or replaced once the download is complete); - is stdout.
-        #[arg(short, long, value_name = "FILE", conflicts_with = "json")]
-        output: Option<PathBuf>,
+        /// (`--output` is the global output format; the file is `-o`/`--output-file`.)
+        #[arg(short = 'o', long = "output-file", value_name = "FILE", conflicts_with = "json")]
+        file: Option<PathBuf>,
     },
 }
 
 pub async fn run(cx: &Context, command: ArtifactCommand) -> anyhow::Result<ExitCode> {
-    let ArtifactCommand::Get { job_id, kind, output: file } = command;
+    let ArtifactCommand::Get { job_id, kind, file } = command;
     let kind = ArtifactKind::parse(&kind).context("unknown kind")?;
     let reply = cx.client.send_raw(&endpoint::artifact_url(&job_id, kind)).await?;
     if cx.json {

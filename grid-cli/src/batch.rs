@@ -8,13 +8,19 @@ use grid_client::endpoint;
 use grid_client::jobs::new_idempotency_key;
 use grid_core::wire::batch::{BatchCreated, BatchJobState, BatchView, NewBatch};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use serde_json::Value;
+use std::path::PathBuf;
+
+use grid_core::catalog::Script;
+use grid_core::validate::params;
+use serde_json::{Map, Value};
 
 use crate::input::{collect_urls, params_object, parse_param, parse_seconds};
 use crate::{output, Context};
 
 /// Exit code of a wait whose batch finished with failed items.
 const EXIT_FAILED_ITEMS: u8 = 3;
+/// Exit code of a usage error (clap's), also for params refused before sending.
+const EXIT_USAGE: u8 = 2;
 
 #[derive(Debug, Subcommand)]
 pub enum BatchCommand {
@@ -54,9 +60,15 @@ pub struct SubmitArgs {
     /// Priority 1 to 1000000, lower runs sooner; without it, items run before any prioritised item.
     #[arg(long)]
     priority: Option<u32>,
-    /// A script parameter; repeatable. VALUE is taken as JSON when it parses (3, true, ["a.example"], "3"), else as text. A later KEY replaces an earlier one.
+    /// A script parameter; repeatable. VALUE is taken as JSON when it parses (3, true, ["a.example"], "3"), else as text. A later KEY replaces an earlier one, and any KEY replaces the same one of --params.
     #[arg(long = "param", value_name = "KEY=VALUE", value_parser = parse_param)]
-    params: Vec<(String, Value)>,
+    param_pairs: Vec<(String, Value)>,
+    /// A JSON file holding the params object ({"format": "jpeg", "viewport": {...}}); --param pairs go on top of it.
+    #[arg(long = "params", value_name = "FILE")]
+    params_file: Option<PathBuf>,
+    /// Send the params unchecked. By default they are checked here, as each item will check them, and a refusal (exit 2) sends nothing; skip it only for a server newer than this CLI.
+    #[arg(long)]
+    no_params_check: bool,
     /// Sent as the Idempotency-Key header: resending the same batch with the same key (within 24 h) answers the first batch and reserves nothing more. Default: a fresh random key, also used when the submission is resent after a connection error.
     #[arg(long, value_name = "KEY")]
     idempotency_key: Option<String>,
@@ -90,13 +102,17 @@ pub async fn run(cx: &Context, command: BatchCommand) -> anyhow::Result<ExitCode
 }
 
 async fn submit(cx: &Context, args: SubmitArgs) -> anyhow::Result<ExitCode> {
-    let batch = NewBatch {
-        urls: collect_urls(&args.inputs)?,
-        script: args.script,
-        profile_id: args.profile_id,
-        params: params_object(args.params),
-        priority: args.priority,
-    };
+    let urls = collect_urls(&args.inputs)?;
+    let params = params_object(args.params_file.as_deref(), args.param_pairs)?;
+    // An unknown script is left to the server, which refuses the batch.
+    let script = args.script.as_deref().map_or(Some(Script::DEFAULT), Script::parse);
+    if let (Some(script), Some(params), false) = (script, &params, args.no_params_check) {
+        if let Err(problem) = check_params(script, params, &urls) {
+            eprintln!("error: params refused, nothing sent: {problem}");
+            return Ok(ExitCode::from(EXIT_USAGE));
+        }
+    }
+    let batch = NewBatch { urls, script: args.script, profile_id: args.profile_id, params, priority: args.priority };
     let key = args.idempotency_key.unwrap_or_else(new_idempotency_key);
     let reply = cx.client.send_raw_resending(&endpoint::submit_batch(&batch).with_idempotency_key(&key)).await?;
     let created: BatchCreated = reply.decode()?;
@@ -155,6 +171,18 @@ async fn wait_and_show(cx: &Context, batch_id: &str, args: WaitArgs) -> anyhow::
         view
     };
     Ok(if view.counts.failed > 0 { ExitCode::from(EXIT_FAILED_ITEMS) } else { ExitCode::SUCCESS })
+}
+
+/// The params as every item of the batch would check them when it runs
+/// (`grid_core::validate::params`, the server's own validator), so a typo is
+/// caught once here rather than in every item. The first refusal, naming
+/// the URL when it depends on one.
+fn check_params(script: Script, params: &Map<String, Value>, urls: &[String]) -> Result<(), String> {
+    params::check(script, params)?;
+    for url in urls {
+        params::check_item(script, params, url).map_err(|e| format!("{e} (item {url})"))?;
+    }
+    Ok(())
 }
 
 /// A bar on stderr; indicatif hides it when stderr is not a terminal (or
@@ -244,6 +272,18 @@ mod tests {
                 "j2   failed     https://b.example/  timeout",
             ]
         );
+    }
+
+    #[test]
+    fn params_are_checked_with_the_servers_validator() {
+        let params = |v: Value| v.as_object().cloned().unwrap_or_default();
+        let urls = vec!["https://a.example/".to_string()];
+        assert_eq!(check_params(Script::Capture, &params(serde_json::json!({"format": "webp"})), &urls), Ok(()));
+        let e = check_params(Script::Capture, &params(serde_json::json!({"fulPage": true})), &urls).unwrap_err();
+        assert_eq!(e, "params.fulPage: unknown parameter of capture");
+        let cookie = params(serde_json::json!({"cookies": [{"name": "a", "value": "1", "domain": "b.example"}]}));
+        let e = check_params(Script::RenderFetch, &cookie, &urls).unwrap_err();
+        assert!(e.starts_with("params.cookies[0].domain") && e.ends_with("(item https://a.example/)"), "{e}");
     }
 
     #[test]

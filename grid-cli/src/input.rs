@@ -1,7 +1,9 @@
 //! Turning command-line input into request fields: URL lists, `--param`
-//! pairs, durations. Nothing here judges URLs or params; the server does.
+//! pairs and `--params` files, durations. Nothing here judges URLs or
+//! params (the server does; `batch.rs` asks its validator first).
 
 use std::io::{self, Read};
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -49,12 +51,25 @@ pub fn parse_param(arg: &str) -> Result<(String, Value), String> {
     Ok((key.to_string(), value))
 }
 
-/// The `params` object of `--param` pairs; a later key replaces an earlier one.
-pub fn params_object(pairs: Vec<(String, Value)>) -> Option<Map<String, Value>> {
-    if pairs.is_empty() {
-        return None;
+/// The `params` object: the `--params` file's object, then the `--param`
+/// pairs on top (a later key replaces an earlier one); `None` when neither
+/// was given.
+pub fn params_object(file: Option<&Path>, pairs: Vec<(String, Value)>) -> anyhow::Result<Option<Map<String, Value>>> {
+    let mut params = match file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+            match serde_json::from_str::<Value>(&text) {
+                Ok(Value::Object(map)) => Some(map),
+                Ok(_) => anyhow::bail!("{}: the params file must hold one JSON object", path.display()),
+                Err(e) => anyhow::bail!("{}: not JSON: {e}", path.display()),
+            }
+        }
+        None => None,
+    };
+    if !pairs.is_empty() {
+        params.get_or_insert_with(Map::new).extend(pairs);
     }
-    Some(pairs.into_iter().collect())
+    Ok(params)
 }
 
 /// Seconds, fractions allowed: `2`, `0.5`.
@@ -109,9 +124,28 @@ mod tests {
         assert_eq!(parse_param("s=").unwrap(), ("s".into(), json!("")));
         assert!(parse_param("novalue").is_err());
         assert!(parse_param("=x").is_err());
-        let params = params_object(vec![("a".into(), json!(1)), ("a".into(), json!(2))]).unwrap();
+        let params = params_object(None, vec![("a".into(), json!(1)), ("a".into(), json!(2))]).unwrap().unwrap();
         assert_eq!(Value::Object(params), json!({"a": 2}));
-        assert_eq!(params_object(Vec::new()), None);
+        assert_eq!(params_object(None, Vec::new()).unwrap(), None);
+    }
+
+    #[test]
+    fn params_file_then_pairs() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("params.json");
+        std::fs::write(&file, r#"{"format": "jpeg", "quality": 90, "viewport": {"width": 500, "height": 300}}"#)
+            .unwrap();
+        let params = params_object(Some(&file), vec![("quality".into(), json!(40))]).unwrap().unwrap();
+        assert_eq!(
+            Value::Object(params),
+            json!({"format": "jpeg", "quality": 40, "viewport": {"width": 500, "height": 300}})
+        );
+        std::fs::write(&file, "[1]").unwrap();
+        let e = params_object(Some(&file), vec![]).unwrap_err().to_string();
+        assert!(e.ends_with("the params file must hold one JSON object"), "{e}");
+        std::fs::write(&file, "{format: jpeg}").unwrap();
+        assert!(params_object(Some(&file), vec![]).unwrap_err().to_string().contains("not JSON"));
+        assert!(params_object(Some(&dir.path().join("nope")), vec![]).is_err());
     }
 
     #[test]

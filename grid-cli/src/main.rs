@@ -25,7 +25,7 @@ const EXIT_CODES: &str = "\
 Exit codes:
   0  success
   1  error: the API refused (the line `error: <status> <error> ...` on stderr), the server could not be reached, or a file could not be read or written
-  2  usage error
+  2  usage error; also `batch submit` params refused before sending (nothing was sent)
   3  `batch submit --wait` or `batch wait`: the batch finished with failed items
 
 With --json, stdout carries one JSON document per line, each exactly as the API sent it (whitespace outside strings removed).";

@@ -25,8 +25,14 @@
 //!   devicePixelRatio, user agent.
 //! - `/throws`: HTML whose script throws `Error("grid test error")`.
 //! - `/color/{rrggbb}`: an HTML page filled with that one colour.
+//! - `/options?img=NAME&other=ORIGIN&late=MS`: the capture options' page
+//!   ([`browser_pages::options`]): a red fixed banner, a blue box, an image
+//!   `/img/NAME.png` (from ORIGIN when given), text built by JavaScript and an
+//!   element `#late` added MS ms after the script ran (none without `late`).
+//! - `/img/{name}`: the 1x1 PNG.
 //!
-//! Every request is counted per path (without the query): [`Target::hits`].
+//! Every request is counted per path (without the query): [`Target::hits`];
+//! its headers are kept: [`Target::requests`].
 //!
 //! [`CountingListener`]: a bare TCP port that only counts the connections it
 //! accepts, for "nothing reached this address" assertions.
@@ -62,6 +68,22 @@ struct Hits {
     per_path: HashMap<String, u64>,
     total: u64,
     holds: Vec<Hold>,
+    /// Path and headers (lower-case names) of every request, in arrival order.
+    requests: Vec<(String, Vec<(String, String)>)>,
+}
+
+/// The headers of one request the target received.
+#[derive(Debug, Clone)]
+pub struct SeenRequest {
+    /// Lower-case names, in the order received.
+    pub headers: Vec<(String, String)>,
+}
+
+impl SeenRequest {
+    /// The first value of `name` (any case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
 }
 
 /// One request to `/hold/{tag}`: when it arrived and when its answer was
@@ -136,6 +158,18 @@ impl Target {
         self.hits.lock().unwrap().total
     }
 
+    /// Every request to `path` (no query part) so far, in arrival order.
+    pub fn requests(&self, path: &str) -> Vec<SeenRequest> {
+        self.hits
+            .lock()
+            .unwrap()
+            .requests
+            .iter()
+            .filter(|(p, _)| p == path)
+            .map(|(_, headers)| SeenRequest { headers: headers.clone() })
+            .collect()
+    }
+
     /// Every `/hold/{tag}` request so far, in arrival order.
     pub fn holds(&self) -> Vec<Hold> {
         self.hits.lock().unwrap().holds.clone()
@@ -198,6 +232,12 @@ async fn route(req: Request<Incoming>, hits: Arc<Mutex<Hits>>) -> Response<Full<
     let count = {
         let mut h = hits.lock().unwrap();
         h.total += 1;
+        let headers = req
+            .headers()
+            .iter()
+            .map(|(n, v)| (n.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+            .collect();
+        h.requests.push((path.clone(), headers));
         let c = h.per_path.entry(path.clone()).or_insert(0);
         *c += 1;
         *c
@@ -264,7 +304,13 @@ async fn route(req: Request<Incoming>, hits: Arc<Mutex<Hits>>) -> Response<Full<
             format!("<!doctype html><html><body style=\"margin:0;height:100vh;background:#{hex}\"></body></html>"),
         ),
         ["throws"] => respond(StatusCode::OK, "text/html; charset=utf-8", browser_pages::THROWS),
-        ["pixel.png"] => respond(StatusCode::OK, "image/png", browser_pages::PIXEL_PNG),
+        ["pixel.png"] | ["img", _] => respond(StatusCode::OK, "image/png", browser_pages::PIXEL_PNG),
+        ["options"] => {
+            let img = query_param(&req, "img").unwrap_or_else(|| "options".into());
+            let other = query_param(&req, "other").unwrap_or_default();
+            let late = query_param(&req, "late").and_then(|v| v.parse().ok());
+            respond(StatusCode::OK, "text/html; charset=utf-8", browser_pages::options(&img, &other, late))
+        }
         ["cross.js"] => respond(StatusCode::OK, "text/javascript", "window.crossLoaded = true;\n"),
         ["redirect"] => match query_param(&req, "to") {
             Some(to) => Response::builder()
@@ -372,6 +418,31 @@ pub mod browser_pages {
              ws.onopen = function () {{ document.getElementById('ws').textContent = 'open'; }};\n\
              ws.onerror = function () {{ document.getElementById('ws').textContent = 'error'; }};\n\
              </script><img src=\"/slow?ms=3000\"></body></html>\n"
+        )
+    }
+
+    /// Where `/options` puts its parts (CSS pixels from the page's top left).
+    pub const BANNER_HEIGHT: u32 = 100;
+    pub const BOX: (u32, u32, u32, u32) = (50, 300, 120, 80);
+    /// Text the `/options` script writes into `#js`; the raw HTML never contains it.
+    pub const OPTIONS_JS_TEXT: &str = "written by the page script";
+    /// Text of the element `/options?late=MS` adds.
+    pub const LATE_TEXT: &str = "the late element";
+
+    /// A white page with a red banner fixed at the top (`#banner`, a cookie
+    /// banner's stand-in), a blue box (`#box`, at [`BOX`]), the image
+    /// `{other}/img/{img}.png`, `#js` filled by script and, with `late`,
+    /// `#late` added that many ms after the script ran.
+    pub fn options(img: &str, other: &str, late: Option<u64>) -> String {
+        let (x, y, w, h) = BOX;
+        let late = match late {
+            Some(ms) => format!(
+                "setTimeout(function () {{ var d = document.createElement('div'); d.id = 'late';                  d.textContent = 'the late ' + 'element'; document.body.appendChild(d); }}, {ms});"
+            ),
+            None => String::new(),
+        };
+        format!(
+            "<!doctype html><html><head><title>options</title><style>             html, body {{ margin: 0; background: #fff; }}             #banner {{ position: fixed; top: 0; left: 0; width: 100%; height: {BANNER_HEIGHT}px; background: #f00; }}             #box {{ position: absolute; left: {x}px; top: {y}px; width: {w}px; height: {h}px; background: #00f; }}             #js {{ position: absolute; left: 400px; top: 150px; }}             </style></head><body><div id=\"banner\"></div><div id=\"box\"></div>             <img src=\"{other}/img/{img}.png\" style=\"position: absolute; left: 300px; top: 150px\">             <div id=\"js\">static</div>\n             <script>document.getElementById('js').textContent = ['written', 'by the', 'page script'].join(' ');             {late}</script></body></html>\n"
         )
     }
 

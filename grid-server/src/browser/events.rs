@@ -4,7 +4,7 @@
 //! (only the fields needed are read, so a field a newer Chromium adds or
 //! changes elsewhere cannot make an event unreadable).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::{json, Map, Value};
 
@@ -34,6 +34,11 @@ pub struct Seen {
     pub blocked: Vec<Blocked>,
     /// Why the page's renderer went away, if it did.
     pub crashed: Option<String>,
+    /// Requests started and not yet finished or failed (`waitFor.networkIdleMs`).
+    pub in_flight: HashSet<String>,
+    /// Requests started, finished or failed so far: a change means the
+    /// network was not quiet.
+    pub network_activity: u64,
 }
 
 fn text(v: &Value) -> String {
@@ -47,8 +52,19 @@ impl Seen {
             "Page.lifecycleEvent" if p["frameId"] == main_frame => {
                 self.lifecycle.push((text(&p["loaderId"]), text(&p["name"])));
             }
-            "Network.requestWillBeSent" if self.requests.len() < MAX_REQUESTS => {
-                self.requests.insert(text(&p["requestId"]), (text(&p["request"]["url"]), text(&p["type"])));
+            "Network.requestWillBeSent" => {
+                let id = text(&p["requestId"]);
+                self.network_activity += 1;
+                if self.in_flight.len() < MAX_REQUESTS {
+                    self.in_flight.insert(id.clone());
+                }
+                if self.requests.len() < MAX_REQUESTS {
+                    self.requests.insert(id, (text(&p["request"]["url"]), text(&p["type"])));
+                }
+            }
+            "Network.loadingFinished" => {
+                self.network_activity += 1;
+                self.in_flight.remove(&text(&p["requestId"]));
             }
             "Network.webSocketCreated" if self.requests.len() < MAX_REQUESTS => {
                 self.requests.insert(text(&p["requestId"]), (text(&p["url"]), "WebSocket".into()));
@@ -79,6 +95,8 @@ impl Seen {
                 }
             }
             "Network.loadingFailed" => {
+                self.network_activity += 1;
+                self.in_flight.remove(&text(&p["requestId"]));
                 let url = self.requests.get(&text(&p["requestId"])).map(|(url, _)| url.clone()).unwrap_or_default();
                 let error = text(&p["errorText"]);
                 // Requests refused by the rules are listed as blocked instead.
@@ -245,5 +263,21 @@ mod tests {
             (b.host.as_str(), b.resource_type.as_str(), b.reason.as_str()),
             ("localhost", "WebSocket", "host not in allowedHosts")
         );
+    }
+
+    #[test]
+    fn requests_in_flight_are_counted_until_they_end() {
+        let mut seen = Seen::default();
+        let sent = |id: &str| json!({"requestId": id, "type": "Image", "request": {"url": "http://a/i.png"}});
+        seen.record("Network.requestWillBeSent", &sent("1"), MAIN);
+        seen.record("Network.requestWillBeSent", &sent("2"), MAIN);
+        // A redirect is sent again under the same id.
+        seen.record("Network.requestWillBeSent", &sent("2"), MAIN);
+        assert_eq!(seen.in_flight.len(), 2);
+        seen.record("Network.loadingFinished", &json!({"requestId": "1"}), MAIN);
+        let activity = seen.network_activity;
+        seen.record("Network.loadingFailed", &json!({"requestId": "2", "errorText": "net::ERR_FAILED"}), MAIN);
+        assert!(seen.in_flight.is_empty());
+        assert_eq!(seen.network_activity, activity + 1);
     }
 }

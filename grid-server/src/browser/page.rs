@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use grid_core::validate::params::WaitUntil;
+use grid_core::validate::params::{self, BrowserParams, Clip, Region, Viewport, WaitFor, WaitUntil};
 use headless_chrome::protocol::cdp::types::Method;
 use headless_chrome::protocol::cdp::{Emulation, Fetch, Network, Page, Runtime, Target};
 use serde::Serialize;
@@ -33,8 +33,6 @@ use super::pool::Chromium;
 use super::profiles::{Manifest, UserAgent};
 use crate::egress::EgressProxy;
 
-/// Full-page screenshots stop at this height (CSS pixels).
-pub const MAX_FULL_PAGE_HEIGHT: f64 = 16_384.0;
 /// Longest disposing an item's context may take before the item moves on
 /// (a browser that slow is caught by the next item's watchdog).
 const DISPOSE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -44,24 +42,54 @@ const BODY_BUFFERS: (u64, u64) = (64 * 1024 * 1024, 32 * 1024 * 1024);
 const HTML_EXPRESSION: &str = "(document.doctype ? new XMLSerializer().serializeToString(document.doctype) : '') + \
      (document.documentElement ? document.documentElement.outerHTML : '')";
 
+/// Between two looks for `waitFor.selector`.
+const SELECTOR_POLL: Duration = Duration::from_millis(100);
+
 /// What one item asks of its page.
 #[derive(Debug, Clone)]
 pub struct PageSpec {
     pub url: String,
+    /// The item URL's host as `host_of` writes it: `headers` go only to it.
+    pub host: String,
     pub manifest: &'static Manifest,
-    pub wait_until: WaitUntil,
-    /// From navigation start until the wait condition is met.
-    pub timeout: Duration,
+    /// The profile's, or the `viewport` parameter.
+    pub viewport: Viewport,
+    /// The item's checked parameters (options its script does not take keep
+    /// their defaults).
+    pub params: BrowserParams,
     pub rules: RequestRules,
     pub want: Want,
+}
+
+impl PageSpec {
+    /// From navigation start until the page is ready.
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.params.timeout_ms)
+    }
+
+    /// Whether the page's requests are paused for a decision: the request
+    /// rules, extra headers and blocked resource types all need one.
+    fn intercepts(&self) -> bool {
+        self.rules.intercepts() || !self.params.headers.is_empty() || !self.params.block_resource_types.is_empty()
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Want {
     pub screenshot: bool,
-    pub full_page: bool,
     pub html: bool,
     pub body: bool,
+}
+
+/// A screenshot and what it shows.
+#[derive(Debug)]
+pub struct Shot {
+    pub bytes: Vec<u8>,
+    /// The page rectangle captured (CSS pixels from the document's top
+    /// left); `None`: the viewport.
+    pub clip: Option<Clip>,
+    /// Elements hidden per `hideSelectors` entry.
+    pub hidden: Vec<u64>,
 }
 
 /// The main document's response as the browser received it.
@@ -93,11 +121,13 @@ pub struct PageOutcome {
     pub title: String,
     /// Navigation start until the wait condition was met.
     pub loaded_ms: u64,
+    /// Navigation start until `waitFor` was met too (`loaded_ms` without one).
+    pub ready_ms: u64,
     pub user_agent: String,
     pub blocked: Vec<Blocked>,
     pub failed_requests: Vec<Value>,
     pub page_errors: Vec<Value>,
-    pub screenshot: Option<Vec<u8>>,
+    pub screenshot: Option<Shot>,
     pub html: Option<String>,
     pub body: Option<Vec<u8>>,
 }
@@ -115,6 +145,9 @@ pub enum PageError {
     Cdp(String),
     /// The browser is gone or not answering (transient; it is replaced).
     Browser(String),
+    /// A parameter the page cannot apply: a selector it cannot parse or
+    /// that matches nothing (terminal; the reason names the parameter).
+    Param(String),
 }
 
 fn classify(e: CdpError, what: &str) -> PageError {
@@ -211,7 +244,7 @@ async fn open(
     steps: &mut Steps,
 ) -> Result<PageOutcome, PageError> {
     let cdp = &chromium.process.cdp;
-    let (width, height) = spec.manifest.viewport;
+    let (width, height) = (spec.viewport.width, spec.viewport.height);
     let target_id = cdp
         .call(
             None,
@@ -244,9 +277,13 @@ async fn open(
     let mut page = PageDriver {
         cdp: cdp.clone(),
         session,
+        context_id: context_id.to_string(),
         main_frame: target_id,
         events,
         rules: spec.rules.clone(),
+        header_host: spec.host.clone(),
+        headers: spec.params.headers.clone(),
+        block: spec.params.block_resource_types.clone(),
         egress,
         seen: Seen::default(),
     };
@@ -260,10 +297,16 @@ type Answer = Pin<Box<dyn Future<Output = Result<(), PageError>> + Send>>;
 struct PageDriver {
     cdp: Connection,
     session: String,
+    /// The item's own browser context.
+    context_id: String,
     /// The page's target id is its main frame's id.
     main_frame: String,
     events: mpsc::UnboundedReceiver<Event>,
     rules: RequestRules,
+    /// `headers` go only with requests to this host (the item URL's).
+    header_host: String,
+    headers: Vec<(String, String)>,
+    block: Vec<params::ResourceType>,
     /// The item's egress proxy, when it has rules.
     egress: Option<Arc<EgressProxy>>,
     seen: Seen,
@@ -304,8 +347,28 @@ impl PageDriver {
             }),
             self.command(Runtime::Enable(None)),
         ];
-        setup.extend(self.emulation(chromium, spec.manifest));
-        if self.rules.intercepts() {
+        setup.extend(self.emulation(chromium, spec));
+        if !spec.params.javascript_enabled {
+            setup.push(self.command(Emulation::SetScriptExecutionDisabled { value: true }));
+        }
+        if !spec.params.cookies.is_empty() {
+            // Set in the item's own context, which is disposed after the item.
+            let cookies = cookies_json(&spec.params.cookies, &spec.url);
+            let answer = self.cdp.send(
+                None,
+                "Storage.setCookies",
+                json!({"cookies": cookies, "browserContextId": self.context_id}),
+            );
+            setup.push(Box::pin(async move {
+                answer.await.map(drop).map_err(|e| match e {
+                    CdpError::Protocol(_, message) => {
+                        PageError::Param(format!("params.cookies: Chromium refused them: {message}"))
+                    }
+                    e => classify(e, "Storage.setCookies"),
+                })
+            }));
+        }
+        if spec.intercepts() {
             let all = Fetch::RequestPattern { url_pattern: Some("*".into()), resource_Type: None, request_stage: None };
             setup.push(self.command(Fetch::Enable { patterns: Some(vec![all]), handle_auth_requests: None }));
         }
@@ -315,8 +378,8 @@ impl PageDriver {
         // Navigate. Page.navigate answers once the main document's response
         // arrived (which may be never), so it races the budget.
         let started = Instant::now();
-        let deadline = started + spec.timeout;
-        let budget_ms = spec.timeout.as_millis();
+        let deadline = started + spec.timeout();
+        let budget_ms = spec.timeout().as_millis();
         let navigate = self.call(Page::Navigate {
             url: spec.url.clone(),
             referrer: None,
@@ -348,14 +411,15 @@ impl PageDriver {
             nav.loader_id.ok_or_else(|| PageError::Navigation("navigation did not start a new document".into()))?;
 
         // Wait for the condition within the budget.
-        let needed: &[&str] = match spec.wait_until {
+        let needed: &[&str] = match spec.params.wait_until {
             WaitUntil::Load => &["load"],
             WaitUntil::NetworkIdle => &["load", "networkIdle"],
         };
         let reached =
             |seen: &Seen| needed.iter().all(|n| seen.lifecycle.iter().any(|(l, name)| *l == loader && name == n));
         if !self.wait_for(reached, deadline).await? {
-            let what = if spec.wait_until == WaitUntil::Load { "the load event" } else { "load and network idle" };
+            let what =
+                if spec.params.wait_until == WaitUntil::Load { "the load event" } else { "load and network idle" };
             self.stop_loading();
             return Err(PageError::Timeout(format!("page did not reach {what} within {budget_ms} ms")));
         }
@@ -371,29 +435,20 @@ impl PageDriver {
         if let Some(refused) = self.main_refused() {
             return Err(refused);
         }
+        if let Some(wait_for) = &spec.params.wait_for {
+            self.wait_for_more(wait_for, deadline, budget_ms).await?;
+            if let Some(refused) = self.main_refused() {
+                return Err(refused);
+            }
+        }
+        let ready_ms = started.elapsed().as_millis() as u64;
+        steps.mark("ready");
 
         // Collect: facts and DOM, screenshot and body in one burst. The
         // item's watchdog (scripts.rs) bounds this phase.
         let html = if spec.want.html { HTML_EXPRESSION } else { "null" };
-        let facts = self.call(Runtime::Evaluate {
-            expression: format!("[location.href, document.title, navigator.userAgent, {html}]"),
-            object_group: None,
-            include_command_line_api: None,
-            silent: Some(true),
-            context_id: None,
-            return_by_value: Some(true),
-            generate_preview: None,
-            user_gesture: None,
-            await_promise: None,
-            throw_on_side_effect: None,
-            timeout: None,
-            disable_breaks: None,
-            repl_mode: None,
-            allow_unsafe_eval_blocked_by_csp: None,
-            unique_context_id: None,
-            serialization_options: None,
-        });
-        let screenshot = spec.want.screenshot.then(|| self.screenshot(spec.want.full_page));
+        let facts = self.call(evaluate(format!("[location.href, document.title, navigator.userAgent, {html}]")));
+        let screenshot = spec.want.screenshot.then(|| self.screenshot(&spec.params.screenshot, spec.viewport));
         let body = spec.want.body.then(|| self.call(Network::GetResponseBody { request_id: main.request_id.clone() }));
         let far = Instant::now() + Duration::from_secs(24 * 3600);
         let collected = self
@@ -447,6 +502,7 @@ impl PageDriver {
             final_url,
             title: text(1).unwrap_or_default(),
             loaded_ms,
+            ready_ms,
             user_agent: text(2).unwrap_or_default(),
             blocked: std::mem::take(&mut self.seen.blocked),
             failed_requests: std::mem::take(&mut self.seen.failed),
@@ -517,17 +573,31 @@ impl PageDriver {
         }
     }
 
-    /// Lets a paused request go on or fails it (and lists it) by the
-    /// item's rules.
+    /// Lets a paused request go on (with the item's `headers` when it goes
+    /// to the item URL's host) or fails it (and lists it) by the item's
+    /// blocked resource types and request rules.
     async fn decide(&mut self, p: &Value) {
         let url = p["request"]["url"].as_str().unwrap_or_default().to_string();
         let request_id = p["requestId"].clone();
-        let (method, params) = match self.rules.check(&url).await {
-            Ok(()) => ("Fetch.continueRequest", json!({"requestId": request_id})),
-            Err(refusal) => {
-                let main = p["resourceType"] == "Document" && p["frameId"] == self.main_frame.as_str();
-                let resource_type = p["resourceType"].as_str().unwrap_or_default().to_string();
-                self.seen.block(url, resource_type, refusal.reason(), main);
+        let resource_type = p["resourceType"].as_str().unwrap_or_default().to_string();
+        let blocked_type = self.block.iter().find(|t| t.devtools_name() == resource_type);
+        let refusal = match blocked_type {
+            Some(t) => Err(format!("blockResourceTypes: {}", t.as_str())),
+            None => self.rules.check(&url).await.map_err(|r| r.reason()),
+        };
+        let (method, params) = match refusal {
+            Ok(()) => {
+                let mut params = json!({"requestId": request_id});
+                if !self.headers.is_empty()
+                    && url::Url::parse(&url).is_ok_and(|u| super::hosts::host_of(&u) == self.header_host)
+                {
+                    params["headers"] = with_headers(&p["request"]["headers"], &self.headers);
+                }
+                ("Fetch.continueRequest", params)
+            }
+            Err(reason) => {
+                let main = resource_type == "Document" && p["frameId"] == self.main_frame.as_str();
+                self.seen.block(url, resource_type, reason, main);
                 ("Fetch.failRequest", json!({"requestId": request_id, "errorReason": "BlockedByClient"}))
             }
         };
@@ -535,17 +605,85 @@ impl PageDriver {
         drop(self.cdp.send(Some(&self.session), method, params));
     }
 
-    /// The profile's page half: viewport, locale, time zone, user agent.
-    fn emulation(&self, chromium: &Chromium, m: &Manifest) -> Vec<Answer> {
-        let (width, height) = m.viewport;
+    /// `waitFor`, after the wait condition: the selector, then network
+    /// quiet, then the delay, all before `deadline` (navigation start +
+    /// `timeoutMs`). Running out of time is transient, like the load wait.
+    async fn wait_for_more(&mut self, w: &WaitFor, deadline: Instant, budget_ms: u128) -> Result<(), PageError> {
+        if let Some(selector) = &w.selector {
+            let expression = format!(
+                "(() => {{ try {{ return document.querySelector({}) !== null; }} catch (e) {{ return 'invalid'; }} }})()",
+                js_string(selector)
+            );
+            loop {
+                let look = self.call(evaluate(expression.clone()));
+                let Some(answer) = self.pump(look, deadline).await? else {
+                    return Err(PageError::Timeout(format!(
+                        "params.waitFor.selector: no element matched {selector:?} within {budget_ms} ms"
+                    )));
+                };
+                match answer?.result.value {
+                    Some(Value::Bool(true)) => break,
+                    Some(Value::String(_)) => {
+                        return Err(PageError::Param(format!(
+                            "params.waitFor.selector: {selector:?} is not a valid CSS selector"
+                        )))
+                    }
+                    _ => {}
+                }
+                if self.pump(tokio::time::sleep(SELECTOR_POLL), deadline).await?.is_none() {
+                    return Err(PageError::Timeout(format!(
+                        "params.waitFor.selector: no element matched {selector:?} within {budget_ms} ms"
+                    )));
+                }
+            }
+        }
+        if let Some(quiet_ms) = w.network_idle_ms {
+            let quiet = Duration::from_millis(quiet_ms);
+            let not_idle = || {
+                PageError::Timeout(format!(
+                    "params.waitFor.networkIdleMs: the page's network was not idle for {quiet_ms} ms within {budget_ms} ms"
+                ))
+            };
+            loop {
+                if !self.wait_for(|s| s.in_flight.is_empty(), deadline).await? {
+                    return Err(not_idle());
+                }
+                let quiet_until = Instant::now() + quiet;
+                if quiet_until > deadline {
+                    return Err(not_idle());
+                }
+                let mark = self.seen.network_activity;
+                // Quiet until then, or a request started or ended: look again.
+                if !self.wait_for(|s| s.network_activity != mark, quiet_until).await? {
+                    break;
+                }
+            }
+        }
+        if let Some(delay_ms) = w.delay_ms {
+            let until = Instant::now() + Duration::from_millis(delay_ms);
+            if until > deadline {
+                return Err(PageError::Timeout(format!(
+                    "params.waitFor.delayMs: {delay_ms} ms more did not fit in timeoutMs ({budget_ms} ms)"
+                )));
+            }
+            self.pump(tokio::time::sleep_until(until.into()), deadline).await?;
+        }
+        Ok(())
+    }
+
+    /// The profile's page half (viewport, locale, time zone, user agent),
+    /// with the item's `viewport` and `userAgent` in place of the profile's.
+    fn emulation(&self, chromium: &Chromium, spec: &PageSpec) -> Vec<Answer> {
+        let m = spec.manifest;
+        let v = spec.viewport;
         let mut calls = vec![self.command(Emulation::SetDeviceMetricsOverride {
-            width,
-            height,
-            device_scale_factor: m.device_scale_factor,
-            mobile: false,
+            width: v.width,
+            height: v.height,
+            device_scale_factor: v.device_scale_factor,
+            mobile: v.mobile,
             scale: None,
-            screen_width: Some(width),
-            screen_height: Some(height),
+            screen_width: Some(v.width),
+            screen_height: Some(v.height),
             position_x: None,
             position_y: None,
             dont_set_visible_size: None,
@@ -558,7 +696,16 @@ impl PageDriver {
             calls.push(self.command(Emulation::SetLocaleOverride { locale: Some(m.locale.to_string()) }));
             calls.push(self.command(Emulation::SetTimezoneOverride { timezone_id: m.timezone.to_string() }));
         }
-        if m.user_agent == UserAgent::Desktop || m.accept_language.is_some() {
+        if let Some(ua) = &spec.params.user_agent {
+            // The tenant's string, without client hints of the profile's
+            // browser: they would contradict it.
+            calls.push(self.command(Network::SetUserAgentOverride {
+                user_agent: ua.clone(),
+                accept_language: m.accept_language.map(str::to_string),
+                platform: None,
+                user_agent_metadata: None,
+            }));
+        } else if m.user_agent == UserAgent::Desktop || m.accept_language.is_some() {
             let ua = m.user_agent_for(&chromium.process.version.user_agent);
             let full_version = chromium.process.version.product.split('/').nth(1).unwrap_or("0").to_string();
             let major = full_version.split('.').next().unwrap_or("0").to_string();
@@ -589,41 +736,248 @@ impl PageDriver {
         calls
     }
 
-    /// A PNG of the viewport, or of the whole page up to
-    /// [`MAX_FULL_PAGE_HEIGHT`].
-    fn screenshot(&self, full_page: bool) -> impl Future<Output = Result<Vec<u8>, PageError>> {
-        let metrics = full_page.then(|| self.call(Page::GetLayoutMetrics(None)));
+    /// The screenshot `shot` asks for: `hideSelectors` applied and the
+    /// `selector` element's box read first (one evaluation, answered
+    /// before the capture is sent), then the capture of the region.
+    fn screenshot(
+        &self,
+        shot: &params::Screenshot,
+        viewport: Viewport,
+    ) -> impl Future<Output = Result<Shot, PageError>> {
+        let prepare = (!shot.hide_selectors.is_empty() || matches!(shot.region, Region::Selector(_))).then(|| {
+            let selector = match &shot.region {
+                Region::Selector(s) => js_string(s),
+                _ => "null".into(),
+            };
+            let hide: Vec<String> = shot.hide_selectors.iter().map(|s| js_string(s)).collect();
+            self.call(evaluate(format!(
+                "(() => {{ const hide = [{}]; const counts = []; \
+                   for (let i = 0; i < hide.length; i++) {{ let els; \
+                     try {{ els = document.querySelectorAll(hide[i]); }} catch (e) {{ return {{badHide: i}}; }} \
+                     for (const el of els) el.style.setProperty('display', 'none', 'important'); \
+                     counts.push(els.length); }} \
+                   const sel = {selector}; if (sel === null) return {{counts}}; \
+                   let el; try {{ el = document.querySelector(sel); }} catch (e) {{ return {{counts, badSelector: true}}; }} \
+                   if (!el) return {{counts, box: null}}; \
+                   const r = el.getBoundingClientRect(); \
+                   return {{counts, box: [r.left + window.scrollX, r.top + window.scrollY, r.width, r.height]}}; }})()",
+                hide.join(", ")
+            )))
+        });
+        let metrics = (shot.region == Region::FullPage).then(|| self.call(Page::GetLayoutMetrics(None)));
         let cdp = self.cdp.clone();
         let session = self.session.clone();
+        let shot = shot.clone();
         async move {
-            let clip = match metrics {
-                Some(metrics) => {
-                    let size = metrics.await?.css_content_size;
-                    Some(Page::Viewport {
-                        x: 0.0,
-                        y: 0.0,
-                        width: size.width.max(1.0),
-                        height: size.height.clamp(1.0, MAX_FULL_PAGE_HEIGHT),
-                        scale: 1.0,
-                    })
+            let mut hidden = vec![];
+            let mut element = None;
+            if let Some(prepare) = prepare {
+                let answer = prepare.await?;
+                if let Some(ex) = answer.exception_details {
+                    return Err(PageError::Cdp(format!("preparing the screenshot: {}", ex.text)));
                 }
-                None => None,
+                let v = answer.result.value.unwrap_or(Value::Null);
+                if let Some(i) = v["badHide"].as_u64() {
+                    let s = shot.hide_selectors.get(i as usize).map(String::as_str).unwrap_or_default();
+                    return Err(PageError::Param(format!(
+                        "params.hideSelectors[{i}]: {s:?} is not a valid CSS selector"
+                    )));
+                }
+                hidden =
+                    v["counts"].as_array().map(|c| c.iter().filter_map(Value::as_u64).collect()).unwrap_or_default();
+                if let Region::Selector(s) = &shot.region {
+                    if v["badSelector"] == true {
+                        return Err(PageError::Param(format!("params.selector: {s:?} is not a valid CSS selector")));
+                    }
+                    let b: Vec<f64> =
+                        v["box"].as_array().map(|b| b.iter().filter_map(Value::as_f64).collect()).unwrap_or_default();
+                    let [x, y, width, height] = b[..] else {
+                        return Err(PageError::Param(format!("params.selector: no element matches {s:?}")));
+                    };
+                    if width < 1.0 || height < 1.0 {
+                        return Err(PageError::Param(format!(
+                            "params.selector: the element matching {s:?} has no size ({width} x {height}); it is not rendered"
+                        )));
+                    }
+                    element = Some(Clip { x: x.max(0.0), y: y.max(0.0), width, height });
+                }
+            }
+            let clip = match (&shot.region, metrics) {
+                (Region::FullPage, Some(metrics)) => {
+                    let size = metrics.await?.css_content_size;
+                    Some(Clip { x: 0.0, y: 0.0, width: size.width, height: size.height })
+                }
+                (Region::Clip(c), _) => Some(*c),
+                (Region::Selector(_), _) => element,
+                _ => None,
+            }
+            .map(|c| bounded(c, viewport.device_scale_factor));
+            let format = match shot.format {
+                params::ImageFormat::Png => Page::CaptureScreenshotFormatOption::Png,
+                params::ImageFormat::Jpeg => Page::CaptureScreenshotFormatOption::Jpeg,
+                params::ImageFormat::Webp => Page::CaptureScreenshotFormatOption::Webp,
             };
-            let shot = cdp
+            let captured = cdp
                 .call(
                     Some(&session),
                     Page::CaptureScreenshot {
-                        format: Some(Page::CaptureScreenshotFormatOption::Png),
-                        quality: None,
-                        clip,
+                        format: Some(format),
+                        quality: shot.quality.map(u32::from),
+                        clip: clip.map(|c| Page::Viewport {
+                            x: c.x,
+                            y: c.y,
+                            width: c.width,
+                            height: c.height,
+                            scale: 1.0,
+                        }),
                         from_surface: Some(true),
-                        capture_beyond_viewport: full_page.then_some(true),
+                        capture_beyond_viewport: clip.is_some().then_some(true),
                         optimize_for_speed: None,
                     },
                 )
                 .await
                 .map_err(|e| classify(e, "Page.captureScreenshot"))?;
-            base64::prelude::BASE64_STANDARD.decode(shot.data).map_err(|e| PageError::Cdp(format!("screenshot: {e}")))
+            let bytes = base64::prelude::BASE64_STANDARD
+                .decode(captured.data)
+                .map_err(|e| PageError::Cdp(format!("screenshot: {e}")))?;
+            Ok(Shot { bytes, clip, hidden })
         }
+    }
+}
+
+/// A region cut to what a screenshot may be: each side at most
+/// [`params::MAX_CAPTURE_EXTENT`], at most [`params::MAX_SCREENSHOT_PIXELS`]
+/// image pixels (the height gives way), at least one pixel.
+fn bounded(c: Clip, device_scale_factor: f64) -> Clip {
+    let width = c.width.clamp(1.0, params::MAX_CAPTURE_EXTENT);
+    let pixels_per_css_row = width * device_scale_factor * device_scale_factor;
+    let tallest = (params::MAX_SCREENSHOT_PIXELS / pixels_per_css_row).floor().min(params::MAX_CAPTURE_EXTENT);
+    Clip { x: c.x, y: c.y, width, height: c.height.clamp(1.0, tallest.max(1.0)) }
+}
+
+/// A JavaScript string literal of `s` (JSON's, which JavaScript reads the same).
+fn js_string(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
+}
+
+/// A quiet evaluation in the page's main world, by value.
+fn evaluate(expression: String) -> Runtime::Evaluate {
+    Runtime::Evaluate {
+        expression,
+        object_group: None,
+        include_command_line_api: None,
+        silent: Some(true),
+        context_id: None,
+        return_by_value: Some(true),
+        generate_preview: None,
+        user_gesture: None,
+        await_promise: None,
+        throw_on_side_effect: None,
+        timeout: None,
+        disable_breaks: None,
+        repl_mode: None,
+        allow_unsafe_eval_blocked_by_csp: None,
+        unique_context_id: None,
+        serialization_options: None,
+    }
+}
+
+/// A paused request's headers with `extra` added, replacing any of the
+/// same name (case-insensitive), as `Fetch.continueRequest` takes them.
+fn with_headers(request: &Value, extra: &[(String, String)]) -> Value {
+    let mut out: Vec<Value> = request
+        .as_object()
+        .map(|h| {
+            h.iter()
+                .filter(|(name, _)| !extra.iter().any(|(n, _)| n.eq_ignore_ascii_case(name)))
+                .map(|(name, value)| json!({"name": name, "value": value.as_str().unwrap_or_default()}))
+                .collect()
+        })
+        .unwrap_or_default();
+    out.extend(extra.iter().map(|(name, value)| json!({"name": name, "value": value})));
+    Value::Array(out)
+}
+
+/// `Storage.setCookies` entries: a cookie without `domain` is a host-only
+/// cookie of the item URL; every cookie's path defaults to `/`.
+fn cookies_json(cookies: &[params::Cookie], url: &str) -> Vec<Value> {
+    cookies
+        .iter()
+        .map(|c| {
+            let mut v = json!({
+                "name": c.name,
+                "value": c.value,
+                "path": c.path.as_deref().unwrap_or("/"),
+                "secure": c.secure,
+                "httpOnly": c.http_only,
+            });
+            match &c.domain {
+                Some(domain) => v["domain"] = json!(domain),
+                None => v["url"] = json!(url),
+            }
+            if let Some(same_site) = c.same_site {
+                v["sameSite"] = json!(same_site.as_str());
+            }
+            v
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extra_headers_replace_same_named_ones() {
+        let request = json!({"Accept": "*/*", "x-test": "old", "User-Agent": "UA"});
+        let merged = with_headers(&request, &[("X-Test".into(), "new".into()), ("Authorization".into(), "b".into())]);
+        let mut pairs: Vec<(String, String)> = merged
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| (h["name"].as_str().unwrap().to_string(), h["value"].as_str().unwrap().to_string()))
+            .collect();
+        pairs.sort();
+        assert_eq!(
+            pairs,
+            [("Accept", "*/*"), ("Authorization", "b"), ("User-Agent", "UA"), ("X-Test", "new")]
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+        );
+    }
+
+    #[test]
+    fn regions_are_bounded_by_side_and_pixels() {
+        let tall = bounded(Clip { x: 0.0, y: 0.0, width: 1366.0, height: 100_000.0 }, 1.0);
+        assert_eq!((tall.width, tall.height), (1366.0, params::MAX_CAPTURE_EXTENT));
+        let dense = bounded(Clip { x: 0.0, y: 0.0, width: 2000.0, height: 16_000.0 }, 2.0);
+        assert_eq!(dense.height, (params::MAX_SCREENSHOT_PIXELS / 8000.0).floor());
+        assert!(dense.width * dense.height * 4.0 <= params::MAX_SCREENSHOT_PIXELS);
+        let empty = bounded(Clip { x: 5.0, y: 6.0, width: 0.0, height: 0.0 }, 1.0);
+        assert_eq!((empty.x, empty.y, empty.width, empty.height), (5.0, 6.0, 1.0, 1.0));
+    }
+
+    #[test]
+    fn cookies_are_host_only_unless_a_domain_is_given() {
+        let c = |domain: Option<&str>| params::Cookie {
+            name: "a".into(),
+            value: "1".into(),
+            domain: domain.map(str::to_string),
+            path: None,
+            secure: false,
+            http_only: true,
+            same_site: Some(params::SameSite::Lax),
+        };
+        let v = cookies_json(&[c(None), c(Some("example.com"))], "http://www.example.com/x/y");
+        assert_eq!(v[0]["url"], json!("http://www.example.com/x/y"));
+        assert_eq!(v[0].get("domain"), None);
+        assert_eq!(v[0]["path"], json!("/"));
+        assert_eq!(v[1]["domain"], json!("example.com"));
+        assert_eq!(v[1].get("url"), None);
+        assert_eq!((v[1]["httpOnly"].clone(), v[1]["sameSite"].clone()), (json!(true), json!("Lax")));
+    }
+
+    #[test]
+    fn selectors_become_javascript_strings() {
+        assert_eq!(js_string("a[title=\"x\"]\\n"), r#""a[title=\"x\"]\\n""#);
     }
 }

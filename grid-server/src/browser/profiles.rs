@@ -10,6 +10,7 @@
 //! version (`/v3`), never an edit of `/v2`.
 
 use grid_core::catalog::Profile;
+use grid_core::validate::params::Viewport;
 use serde_json::{json, Value};
 
 use crate::ids::sha256_hex;
@@ -116,6 +117,16 @@ pub fn manifest(profile: Profile) -> &'static Manifest {
 }
 
 impl Manifest {
+    /// The profile's viewport, as the `viewport` parameter would write it.
+    pub fn page_viewport(&self) -> Viewport {
+        Viewport {
+            width: self.viewport.0,
+            height: self.viewport.1,
+            device_scale_factor: self.device_scale_factor,
+            mobile: false,
+        }
+    }
+
     /// The user agent string for a browser whose own is `native`.
     pub fn user_agent_for(&self, native: &str) -> String {
         match self.user_agent {

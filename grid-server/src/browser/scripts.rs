@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use grid_core::catalog::{ArtifactKind, Script};
 use grid_core::item::Failure;
-use grid_core::validate::params;
+use grid_core::validate::params::{self, Region};
 use serde_json::{json, Value};
 use url::Url;
 
@@ -38,19 +38,21 @@ pub async fn run(pool: &Arc<BrowserPool>, row: &ItemRow) -> Result<Vec<FileConte
     if guard_private {
         guard::check_literal_host(&url).map_err(|r| Failure::Terminal(r.to_string()))?;
     }
+    let host = host_of(&url);
+    p.check_for_host(&host).map_err(Failure::Terminal)?;
     let m = manifest(row.profile);
     let spec = PageSpec {
         url: row.url.clone(),
+        host: host.clone(),
         manifest: m,
-        wait_until: p.wait_until,
-        timeout: Duration::from_millis(p.timeout_ms),
-        rules: RequestRules { allowed_hosts: p.allowed_hosts.clone().map(|a| (host_of(&url), a)), guard_private },
+        viewport: p.viewport.unwrap_or_else(|| m.page_viewport()),
+        rules: RequestRules { allowed_hosts: p.allowed_hosts.clone().map(|a| (host, a)), guard_private },
         want: Want {
             screenshot: script == Script::Capture,
-            full_page: p.full_page,
             html: matches!(script, Script::Capture | Script::RenderFetch),
             body: script == Script::BrowserFetch,
         },
+        params: p.clone(),
     };
     let started = Instant::now();
     let fetched_at = now();
@@ -58,7 +60,7 @@ pub async fn run(pool: &Arc<BrowserPool>, row: &ItemRow) -> Result<Vec<FileConte
     let chromium = lease.chromium.clone();
     let browser_id = chromium.id.clone();
     let product = chromium.process.version.product.clone();
-    let hard_limit = spec.timeout + COLLECT_ALLOWANCE;
+    let hard_limit = spec.timeout() + COLLECT_ALLOWANCE;
     let outcome = match tokio::time::timeout(hard_limit, page::run(&chromium, &spec)).await {
         Ok(r) => r,
         Err(_) => {
@@ -71,7 +73,7 @@ pub async fn run(pool: &Arc<BrowserPool>, row: &ItemRow) -> Result<Vec<FileConte
     };
     let out = match outcome {
         Ok(o) => o,
-        Err(PageError::Refused(reason)) => return Err(Failure::Terminal(reason)),
+        Err(PageError::Refused(reason) | PageError::Param(reason)) => return Err(Failure::Terminal(reason)),
         Err(PageError::Timeout(reason) | PageError::Navigation(reason) | PageError::Cdp(reason)) => {
             return Err(Failure::Transient(reason))
         }
@@ -84,7 +86,7 @@ pub async fn run(pool: &Arc<BrowserPool>, row: &ItemRow) -> Result<Vec<FileConte
     if out.main.status >= 500 || out.main.status == 429 {
         return Err(Failure::Transient(format!("target answered HTTP {}", out.main.status)));
     }
-    Ok(files(row, &p, out, Meta { started, fetched_at, browser_id, product }))
+    Ok(files(row, &spec, out, Meta { started, fetched_at, browser_id, product }))
 }
 
 struct Meta {
@@ -95,8 +97,9 @@ struct Meta {
 }
 
 /// The item's files; meta last.
-fn files(row: &ItemRow, p: &params::BrowserParams, out: PageOutcome, info: Meta) -> Vec<FileContent> {
-    let m = manifest(row.profile);
+fn files(row: &ItemRow, spec: &PageSpec, out: PageOutcome, info: Meta) -> Vec<FileContent> {
+    let m = spec.manifest;
+    let p = &spec.params;
     let content_type = out
         .main
         .headers
@@ -114,9 +117,25 @@ fn files(row: &ItemRow, p: &params::BrowserParams, out: PageOutcome, info: Meta)
         described.insert(kind.as_str().to_string(), d);
         files.push(FileContent { kind, content_type, bytes });
     };
-    if let Some(png) = out.screenshot {
-        let size = png_size(&png).map(|(w, h)| json!({"width": w, "height": h})).unwrap_or(json!({}));
-        add(ArtifactKind::Screenshot, "image/png".into(), png, size);
+    let mut screenshot = Value::Null;
+    if let Some(shot) = out.screenshot {
+        let s = &p.screenshot;
+        let size = image_size(&shot.bytes).map(|(w, h)| json!({"width": w, "height": h})).unwrap_or(json!({}));
+        add(ArtifactKind::Screenshot, s.format.content_type().into(), shot.bytes, size);
+        let hidden: Vec<Value> = s
+            .hide_selectors
+            .iter()
+            .zip(shot.hidden.iter().chain(std::iter::repeat(&0)))
+            .map(|(selector, n)| json!({"selector": selector, "elements": n}))
+            .collect();
+        screenshot = json!({
+            "format": s.format.as_str(),
+            "quality": s.quality,
+            "region": s.region.as_str(),
+            "selector": match &s.region { Region::Selector(sel) => Some(sel), _ => None },
+            "clip": shot.clip.map(|c| json!({"x": c.x, "y": c.y, "width": c.width, "height": c.height})),
+            "hidden": hidden,
+        });
     }
     if let Some(html) = out.html {
         add(ArtifactKind::Html, ArtifactKind::Html.default_content_type().into(), html.into_bytes(), json!({}));
@@ -132,6 +151,23 @@ fn files(row: &ItemRow, p: &params::BrowserParams, out: PageOutcome, info: Meta)
         .map(|b| json!({"url": b.url, "host": b.host, "resourceType": b.resource_type, "reason": b.reason}))
         .collect();
     let (w, h) = m.viewport;
+    let v = spec.viewport;
+    let wait_for = p
+        .wait_for
+        .as_ref()
+        .map(|w| json!({"selector": w.selector, "networkIdleMs": w.network_idle_ms, "delayMs": w.delay_ms}));
+    // Header and cookie values are the tenant's secrets: only names are kept.
+    let request = json!({
+        "userAgent": p.user_agent,
+        "headers": p.headers.iter().map(|(name, _)| name).collect::<Vec<_>>(),
+        "cookies": p.cookies.iter().map(|c| json!({
+            "name": c.name,
+            "domain": c.domain.as_deref().unwrap_or(&spec.host),
+            "hostOnly": c.domain.is_none(),
+            "path": c.path.as_deref().unwrap_or("/"),
+        })).collect::<Vec<_>>(),
+        "blockResourceTypes": p.block_resource_types.iter().map(|t| t.as_str()).collect::<Vec<_>>(),
+    });
     let mut meta = json!({
         "outcome": "success",
         "script": row.script.as_str(),
@@ -146,6 +182,11 @@ fn files(row: &ItemRow, p: &params::BrowserParams, out: PageOutcome, info: Meta)
         "waitUntil": p.wait_until.as_str(),
         "timeoutMs": p.timeout_ms,
         "loadedMs": out.loaded_ms,
+        "waitFor": wait_for,
+        "readyMs": out.ready_ms,
+        "viewport": {"width": v.width, "height": v.height, "deviceScaleFactor": v.device_scale_factor, "mobile": v.mobile},
+        "javascriptEnabled": p.javascript_enabled,
+        "request": request,
         "allowedHosts": p.allowed_hosts,
         "blockedRequests": blocked,
         "failedRequests": out.failed_requests,
@@ -166,8 +207,16 @@ fn files(row: &ItemRow, p: &params::BrowserParams, out: PageOutcome, info: Meta)
     if let (Some(meta), Some(extra)) = (meta.as_object_mut(), body_facts.as_object()) {
         meta.extend(extra.clone());
     }
+    if !screenshot.is_null() {
+        meta["screenshot"] = screenshot;
+    }
     files.push(FileContent::meta(&meta));
     files
+}
+
+/// Width and height of a PNG, JPEG or WebP image, from its header.
+pub fn image_size(image: &[u8]) -> Option<(u32, u32)> {
+    png_size(image).or_else(|| jpeg_size(image)).or_else(|| webp_size(image))
 }
 
 /// Width and height from a PNG's IHDR chunk.
@@ -176,4 +225,87 @@ pub fn png_size(png: &[u8]) -> Option<(u32, u32)> {
         return None;
     }
     Some((u32::from_be_bytes(png[16..20].try_into().ok()?), u32::from_be_bytes(png[20..24].try_into().ok()?)))
+}
+
+/// Width and height from a JPEG's first start-of-frame segment.
+fn jpeg_size(jpeg: &[u8]) -> Option<(u32, u32)> {
+    let be16 = |at: usize| Some(u16::from_be_bytes(jpeg.get(at..at + 2)?.try_into().ok()?) as u32);
+    if jpeg.get(..2)? != [0xff, 0xd8] {
+        return None;
+    }
+    let mut at = 2;
+    loop {
+        if *jpeg.get(at)? != 0xff {
+            return None;
+        }
+        let marker = *jpeg.get(at + 1)?;
+        match marker {
+            // Fill bytes before a marker.
+            0xff => at += 1,
+            // Markers without a length.
+            0x01 | 0xd0..=0xd7 => at += 2,
+            // Start of frame (not DHT, JPG, DAC): length, precision, height, width.
+            0xc0..=0xcf if !matches!(marker, 0xc4 | 0xc8 | 0xcc) => {
+                return Some((be16(at + 7)?, be16(at + 5)?));
+            }
+            _ => at += 2 + be16(at + 2)? as usize,
+        }
+    }
+}
+
+/// Width and height from a WebP's first chunk (lossy, lossless or extended).
+fn webp_size(webp: &[u8]) -> Option<(u32, u32)> {
+    if webp.get(..4)? != b"RIFF" || webp.get(8..12)? != b"WEBP" {
+        return None;
+    }
+    let le =
+        |at: usize, n: usize| webp.get(at..at + n).map(|b| b.iter().rev().fold(0u32, |acc, x| acc << 8 | *x as u32));
+    match webp.get(12..16)? {
+        b"VP8X" => Some((le(24, 3)? + 1, le(27, 3)? + 1)),
+        b"VP8 " if webp.get(23..26)? == [0x9d, 0x01, 0x2a] => Some((le(26, 2)? & 0x3fff, le(28, 2)? & 0x3fff)),
+        b"VP8L" if *webp.get(20)? == 0x2f => {
+            let bits = le(21, 4)?;
+            Some(((bits & 0x3fff) + 1, ((bits >> 14) & 0x3fff) + 1))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_are_read_from_png_jpeg_and_webp_headers() {
+        let mut png = b"\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR".to_vec();
+        png.extend(1366u32.to_be_bytes());
+        png.extend(768u32.to_be_bytes());
+        assert_eq!(image_size(&png), Some((1366, 768)));
+
+        // SOI, an APP0 segment of 16 bytes, then SOF0 with height 300 and width 500.
+        let mut jpeg = vec![0xff, 0xd8, 0xff, 0xe0, 0x00, 0x10];
+        jpeg.extend([0u8; 14]);
+        jpeg.extend([0xff, 0xc0, 0x00, 0x11, 0x08, 0x01, 0x2c, 0x01, 0xf4, 0x03]);
+        assert_eq!(image_size(&jpeg), Some((500, 300)));
+
+        let riff = |chunk: &[u8], data: &[u8]| {
+            let mut v = b"RIFF\0\0\0\0WEBP".to_vec();
+            v.extend(chunk);
+            v.extend([0u8; 4]);
+            v.extend(data);
+            v
+        };
+        // Lossy: frame tag, start code, 14-bit width and height.
+        let lossy = riff(b"VP8 ", &[0, 0, 0, 0x9d, 0x01, 0x2a, 0xe8, 0x03, 0x58, 0x02]);
+        assert_eq!(image_size(&lossy), Some((1000, 600)));
+        // Lossless: signature, then width-1 and height-1 in 14 bits each.
+        let bits: u32 = (120 - 1) | ((80 - 1) << 14);
+        let mut data = vec![0x2f];
+        data.extend(bits.to_le_bytes());
+        assert_eq!(image_size(&riff(b"VP8L", &data)), Some((120, 80)));
+        // Extended: flags, reserved, 24-bit width-1 and height-1.
+        let extended = riff(b"VP8X", &[0, 0, 0, 0, 0xff, 0x04, 0, 0xff, 0x02, 0]);
+        assert_eq!(image_size(&extended), Some((1280, 768)));
+        assert_eq!(image_size(b"GIF89a"), None);
+    }
 }
