@@ -1,7 +1,8 @@
 //! Prometheus metrics on `--metrics-listen` (docs/operations.md): served
 //! without credential on their own port and never on the API port; counters
-//! move with real work (requests, capture attempts, a session's lease and
-//! release) and the gauges read the database (queue, ledger).
+//! move with real work (requests, capture attempts, an analytical job on the
+//! real Docker Engine, a session's lease and release) and the gauges read the
+//! database (queue, job phases, sessions, ledger).
 
 use std::time::Duration;
 
@@ -28,10 +29,10 @@ fn value(text: &str, series: &str) -> Option<f64> {
 async fn metrics_count_real_work_on_their_own_port_only() {
     let target = Target::start();
     let port = free_port();
-    let server = GridServer::start(ServerOptions {
-        extra_args: vec!["--metrics-listen".into(), format!("127.0.0.1:{port}")],
-        ..ServerOptions::default()
-    });
+    grid_tests::jobs::check_compute_env();
+    let mut opts = grid_tests::jobs::compute_options();
+    opts.extra_args.extend(["--metrics-listen".to_string(), format!("127.0.0.1:{port}")]);
+    let server = GridServer::start(opts);
 
     let batch = server.submit_fetch(&[target.url("/page/1"), target.url("/page/2")]).await;
     server.wait_batch_done(&batch, Duration::from_secs(60)).await;
@@ -50,6 +51,16 @@ async fn metrics_count_real_work_on_their_own_port_only() {
     assert_eq!(series("grid_ledger_micros{kind=\"charge\"}"), (2 * FETCH_PRICE_MICROS) as f64);
     assert!(series("grid_settlement_pass_duration_seconds_count") >= 1.0);
     assert!(text.contains("# TYPE grid_http_request_duration_seconds histogram"), "{text}");
+
+    // An analytical job on the real engine.
+    let job = grid_tests::jobs::submit_job(&server, &grid_tests::jobs::job_body(&["sh", "-c", "echo metered"])).await;
+    let job_id = grid_tests::jobs::job_id(&job);
+    let done = grid_tests::jobs::wait_finished(&server, &job_id).await;
+    assert_eq!(done["phase"], json!("SUCCEEDED"), "{done}");
+    let text = scrape(port).await;
+    assert_eq!(value(&text, "grid_job_attempts_ended_total{reason=\"WORKLOAD_SUCCEEDED\"}"), Some(1.0), "{text}");
+    assert_eq!(value(&text, "grid_jobs{phase=\"SUCCEEDED\"}"), Some(1.0), "{text}");
+    assert!(!text.contains(&job_id), "ids must not become label values");
 
     // A session: lease to ready, then released.
     let lease = server.post("/sessions", &json!({})).await;
