@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use grid_tests::http::{http_client, Resp};
-use grid_tests::server::{free_port, GridServer, ServerOptions};
+use grid_tests::server::{free_port, GridServer};
 use grid_tests::target::Target;
 use grid_tests::FETCH_PRICE_MICROS;
 
