@@ -12,16 +12,23 @@
 //! numeric `minimum` cannot bound a string) and its grammar as `format`
 //! `cpu-quantity` or `byte-quantity` (`validate::quantity`).
 
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use crate::catalog::{Profile, Script, PUBLIC_WEB_ONLY_V1};
+use crate::validate::params::{self, WaitUntil};
 use crate::validate::quantity::{format_bytes, format_cpu_millis, BYTE_QUANTITY_PATTERN, CPU_QUANTITY_PATTERN};
 use crate::validate::{batch, job, list, session};
 use crate::wire::job::{JobPhase, NetworkProfile};
 
 /// The body of POST /batches (`wire::batch::NewBatch`).
+///
+/// `params` depends on `script`: `dependentSchemas.params` holds a `oneOf`
+/// keyed by `script`, one branch per script with that script's parameters
+/// (`script_params`). It is not a `oneOf` at the root because some model
+/// APIs refuse a tool whose input schema has `oneOf`, `anyOf` or `allOf` at
+/// its top level (docs/mcp.md).
 pub fn new_batch() -> Value {
-    object(
+    let mut schema = object(
         json!({
             "urls": {
                 "type": "array",
@@ -40,7 +47,8 @@ pub fn new_batch() -> Value {
             "params": {
                 "type": "object",
                 "default": {},
-                "description": "Script parameters, checked when each item runs (see docs/captures.md)."
+                "description": "Script parameters, checked when each item runs (see docs/captures.md); which ones \
+                                depend on script: see dependentSchemas.params.oneOf, one branch per script."
             },
             "priority": {
                 "type": "integer",
@@ -50,7 +58,76 @@ pub fn new_batch() -> Value {
             }
         }),
         &["urls"],
-    )
+    );
+    schema["dependentSchemas"] = json!({ "params": {"oneOf": Script::ALL.map(script_branch)} });
+    schema
+}
+
+/// One branch of `new_batch`'s `oneOf`: a body whose `script` is `script`
+/// (or, for the default script, absent) has these `params`.
+fn script_branch(script: Script) -> Value {
+    let mut branch = json!({
+        "title": script.as_str(),
+        "properties": {"script": {"const": script.as_str()}, "params": script_params(script)},
+        "required": ["script"]
+    });
+    if script == Script::DEFAULT {
+        branch["required"] = json!([]);
+    }
+    branch
+}
+
+/// The `params` of a batch run by `script` (`validate::params`): exactly
+/// the members `params::fields(script)` lists.
+pub fn script_params(script: Script) -> Value {
+    let (min_timeout, max_timeout) = match script {
+        Script::Fetch => (params::MIN_TIMEOUT_MS, params::MAX_TIMEOUT_MS),
+        _ => (params::MIN_BROWSER_TIMEOUT_MS, params::MAX_BROWSER_TIMEOUT_MS),
+    };
+    let every = json!({
+        "timeoutMs": {
+            "type": "integer",
+            "minimum": min_timeout,
+            "maximum": max_timeout,
+            "default": params::DEFAULT_TIMEOUT_MS,
+            "description": match script {
+                Script::Fetch => "Whole-request budget in ms: connect, redirects, headers and body.",
+                _ => "Budget in ms from navigation start until waitUntil is met.",
+            }
+        },
+        "waitUntil": {
+            "type": "string",
+            "enum": [WaitUntil::Load.as_str(), WaitUntil::NetworkIdle.as_str()],
+            "default": WaitUntil::Load.as_str(),
+            "description": "load: the document's load event; networkidle: load, then 500 ms without network connections."
+        },
+        "fullPage": {
+            "type": "boolean",
+            "default": false,
+            "description": "Screenshot the whole page instead of the viewport."
+        },
+        "allowedHosts": {
+            "type": "array",
+            "maxItems": params::MAX_ALLOWED_HOSTS,
+            "items": {
+                "type": "string",
+                "anyOf": [
+                    {"pattern": params::HOST_NAME_PATTERN},
+                    {"pattern": params::HOST_IPV6_PATTERN, "format": "ipv6-literal"}
+                ],
+                "description": format!(
+                    "example.com, *.example.com (every subdomain), an IPv4 address or [IPv6]; no scheme, port or path; at most {} characters.",
+                    params::MAX_HOST_CHARS
+                )
+            },
+            "description": "Hosts the page may reach besides the item URL's own host; leave out for no restriction."
+        }
+    });
+    let properties: Map<String, Value> =
+        params::fields(script).iter().map(|f| (f.to_string(), every[*f].clone())).collect();
+    let mut o = object(Value::Object(properties), &[]);
+    o["default"] = json!({});
+    o
 }
 
 /// The body of POST /jobs (`wire::job::NewJob`).

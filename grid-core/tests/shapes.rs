@@ -15,11 +15,11 @@
 use std::collections::BTreeSet;
 use std::sync::OnceLock;
 
-use grid_core::catalog::{Profile, PUBLIC_WEB_ONLY_V1};
+use grid_core::catalog::{Profile, Script, PUBLIC_WEB_ONLY_V1};
 use grid_core::error::ApiError;
 use grid_core::shapes;
 use grid_core::validate::quantity::{format_bytes, format_cpu_millis, parse_bytes, parse_cpu_millis};
-use grid_core::validate::{batch, job, list, session};
+use grid_core::validate::{batch, job, list, params, session};
 use grid_core::wire::batch::NewBatch;
 use grid_core::wire::job::{NetworkProfile, NewCapabilities, NewJob, NewResources, QuantityBounds};
 use grid_core::wire::session::NewSession;
@@ -57,7 +57,44 @@ fn shapes() -> Vec<Shape> {
             full: json!({"limit": 10, "cursor": "c", "kind": "charge"}),
             validate: validate_account,
         },
+        // A batch's `params`, one schema per script (no wire type: a map).
+        Shape {
+            name: "FetchParams",
+            schema: shapes::script_params(Script::Fetch),
+            full: json!({"timeoutMs": 5000}),
+            validate: |p| validate_params(Script::Fetch, p),
+        },
+        Shape {
+            name: "CaptureParams",
+            schema: shapes::script_params(Script::Capture),
+            full: json!({"timeoutMs": 5000, "waitUntil": "networkidle", "fullPage": true}),
+            validate: |p| validate_params(Script::Capture, p),
+        },
+        Shape {
+            name: "RenderFetchParams",
+            schema: shapes::script_params(Script::RenderFetch),
+            full: json!({"timeoutMs": 5000, "waitUntil": "networkidle", "allowedHosts": ["a.example"]}),
+            validate: |p| validate_params(Script::RenderFetch, p),
+        },
+        Shape {
+            name: "BrowserFetchParams",
+            schema: shapes::script_params(Script::BrowserFetch),
+            full: json!({"timeoutMs": 5000, "waitUntil": "load", "allowedHosts": ["*.a.example"]}),
+            validate: |p| validate_params(Script::BrowserFetch, p),
+        },
     ]
+}
+
+/// As a worker reads an item's params: problems come back as one string,
+/// each naming `params.<field>`; the walk names fields from the params
+/// object itself.
+fn validate_params(script: Script, p: &Value) -> Result<String, Vec<String>> {
+    let p = p.as_object().expect("params are an object");
+    let out = match script {
+        Script::Fetch => params::fetch(p).map(|x| format!("{x:?}")),
+        _ => params::browser(script, p).map(|x| format!("{x:?}")),
+    };
+    out.map_err(|e| e.split("; ").map(|d| d.strip_prefix("params.").unwrap_or(d).to_string()).collect())
 }
 
 // Struct literals without `..Default::default()`: a field added to a wire
@@ -286,6 +323,9 @@ const KEYWORDS: &[&str] = &[
     "x-maximum",
     "default",
     "description",
+    "anyOf",
+    // Checked by `params_depend_on_the_script`.
+    "dependentSchemas",
 ];
 
 fn regex(pattern: &str) -> Regex {
@@ -337,7 +377,9 @@ fn schema_says(node: &Value, s: &str) -> Option<bool> {
                     true
                 }
             }
-            "format" if v == "uri" => {
+            // `uri`: the pattern only checks the scheme; `ipv6-literal`: the
+            // pattern admits more than an address.
+            "format" if v == "uri" || v == "ipv6-literal" => {
                 sure = false;
                 true
             }
@@ -385,6 +427,7 @@ fn walk(probe: &Probe, node: &Value, path: &Path, sites: &mut Vec<Site>) {
             Some("integer") => &[json!("7"), json!(1.5), Value::Null],
             Some("array") => &[json!("x"), json!({}), Value::Null],
             Some("object") => &[json!([]), json!("x"), Value::Null],
+            Some("boolean") => &[json!("true"), json!(1), Value::Null],
             other => panic!("{}: type {other:?} at {f}", shape.name),
         };
         for w in wrong {
@@ -438,7 +481,7 @@ fn walk(probe: &Probe, node: &Value, path: &Path, sites: &mut Vec<Site>) {
             let long = c.to_string().repeat(max + 1);
             probe.refuses(&set(full, path, json!(long)), path, &format!("{f} longer than maxLength {max}"));
         }
-        if n.contains_key("pattern") {
+        if n.contains_key("pattern") || n.contains_key("anyOf") {
             sites.push(Site::Value { path: path.clone(), node: node.clone() });
         }
     }
@@ -554,6 +597,10 @@ fn validator_fields(shape: &str, path: &Path) -> &'static [&'static str] {
         ("NewSession", []) => session::FIELDS,
         ("JobListQuery", []) => list::PARAMETERS,
         ("AccountQuery", []) => list::ACCOUNT_PARAMETERS,
+        ("FetchParams", []) => params::fields(Script::Fetch),
+        ("CaptureParams", []) => params::fields(Script::Capture),
+        ("RenderFetchParams", []) => params::fields(Script::RenderFetch),
+        ("BrowserFetchParams", []) => params::fields(Script::BrowserFetch),
         _ => panic!("{shape}: which validator list holds the members of {path:?}? Add it here"),
     }
 }
@@ -591,6 +638,8 @@ fn corpus() -> Vec<String> {
         "256Mi", "255Mi", "256Mi ", "268435456", "268435455", "1Gi", "1.Gi", ".5Gi", "1.5Gi", "16Gi", "17Gi",
         "32Gi", "33Gi", "1G", "1GB", "1gi", "1Ki", "1K", "1k", "1Ei", "16Ei", "1Zi", "Gi", "0.5", "00000256Mi",
         // URLs
+        // allowedHosts entries
+        "[::1]", "[1:2]", "[zz]", "[]", "*.a.example", "*.", "*.*.a", "*a.example", "a.example:80", "127.0.0.1",
         "http://a.example/", "https://a.example/x?y#z", "HTTPS://A.EXAMPLE", "Http://a.example",
         "http:a.example", "http://", "http:///a.example", "ftp://a.example/", "a.example", "//a.example/x",
         " http://a.example/", "http://a.example/ ", "\thttp://a.example/", "mailto:x@a.example",
@@ -666,6 +715,34 @@ proptest! {
             }
         }
     }
+}
+
+/// `params` of a batch depends on its `script`: one branch per script,
+/// keyed by `script` (absent means the default script), whose `params` is
+/// that script's schema (walked against its validator above).
+#[test]
+fn params_depend_on_the_script() {
+    let b = shapes::new_batch();
+    assert!(
+        b.get("oneOf").is_none() && b.get("anyOf").is_none() && b.get("allOf").is_none(),
+        "no top-level composition"
+    );
+    let branches = b["dependentSchemas"]["params"]["oneOf"].as_array().expect("a oneOf of branches").clone();
+    assert_eq!(branches.len(), Script::ALL.len());
+    for (script, branch) in Script::ALL.into_iter().zip(&branches) {
+        assert_eq!(branch["title"], script.as_str());
+        assert_eq!(branch["properties"]["script"], json!({"const": script.as_str()}));
+        assert_eq!(branch["properties"]["params"], shapes::script_params(script));
+        let required = if script == Script::DEFAULT { json!([]) } else { json!(["script"]) };
+        assert_eq!(branch["required"], required, "{}", script.as_str());
+    }
+    // Exactly one branch fits any script, and one fits a body without one.
+    for script in Script::ALL {
+        let fits = |branch: &Value| branch["properties"]["script"]["const"] == script.as_str();
+        assert_eq!(branches.iter().filter(|b| fits(b)).count(), 1, "{}", script.as_str());
+    }
+    let fits_absent = branches.iter().filter(|b| b["required"] == json!([])).count();
+    assert_eq!(fits_absent, 1);
 }
 
 /// What the MCP tool schemas and an API description publish: the shapes are

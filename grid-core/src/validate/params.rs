@@ -3,8 +3,44 @@
 
 use serde_json::{Map, Value};
 
-use super::json_type;
+use super::{json_type, whole_number};
 use crate::catalog::Script;
+
+/// The parameters each script takes: a member not listed for the item's
+/// script is refused before its value is read, so these lists are the whole
+/// vocabulary (`shapes::script_params` publishes one schema per script from
+/// them, and `grid-core/tests/shapes.rs` holds the two together).
+pub fn fields(script: Script) -> &'static [&'static str] {
+    match script {
+        Script::Fetch => &["timeoutMs"],
+        Script::Capture => &["timeoutMs", "waitUntil", "fullPage"],
+        Script::RenderFetch | Script::BrowserFetch => &["timeoutMs", "waitUntil", "allowedHosts"],
+    }
+}
+
+/// Why a member is not a parameter of `script`: named for a parameter of
+/// another script, so a misplaced one reads differently from a typo.
+fn not_a_parameter(script: Script, field: &str) -> String {
+    let takers: Vec<&str> =
+        Script::ALL.into_iter().filter(|s| fields(*s).contains(&field)).map(Script::as_str).collect();
+    match takers.as_slice() {
+        [] => format!("params.{field}: unknown parameter of {}", script.as_str()),
+        [one] => format!("params.{field}: not a parameter of {}; only {one} takes it", script.as_str()),
+        [init @ .., last] => {
+            format!(
+                "params.{field}: not a parameter of {}; only {} and {last} take it",
+                script.as_str(),
+                init.join(", ")
+            )
+        }
+    }
+}
+
+/// A whole number within `[min, max]` (`5000.0` is 5000, as JSON Schema's
+/// `integer` reads it).
+fn whole_in(v: &Value, min: u64, max: u64) -> Option<u64> {
+    whole_number(v).and_then(|n| u64::try_from(n).ok()).filter(|n| (min..=max).contains(n))
+}
 
 pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
 pub const MIN_TIMEOUT_MS: u64 = 100;
@@ -21,19 +57,19 @@ pub fn fetch(params: &Map<String, Value>) -> Result<FetchParams, String> {
     let mut problems = vec![];
     let mut timeout_ms = DEFAULT_TIMEOUT_MS;
     for (k, v) in params {
+        if !fields(Script::Fetch).contains(&k.as_str()) {
+            problems.push(not_a_parameter(Script::Fetch, k));
+            continue;
+        }
         match k.as_str() {
-            "timeoutMs" => match v.as_u64() {
-                Some(n) if (MIN_TIMEOUT_MS..=MAX_TIMEOUT_MS).contains(&n) => timeout_ms = n,
-                _ => problems.push(format!(
+            "timeoutMs" => match whole_in(v, MIN_TIMEOUT_MS, MAX_TIMEOUT_MS) {
+                Some(n) => timeout_ms = n,
+                None => problems.push(format!(
                     "params.timeoutMs: must be a whole number from {MIN_TIMEOUT_MS} to {MAX_TIMEOUT_MS}, got {}",
                     if v.is_number() { v.to_string() } else { json_type(v).to_string() }
                 )),
             },
-            "allowedHosts" => problems.push(format!(
-                "params.allowedHosts: not a parameter of {}; only browser-fetch and render-fetch take it",
-                Script::Fetch.as_str()
-            )),
-            other => problems.push(format!("params.{other}: unknown parameter of fetch")),
+            other => problems.push(not_a_parameter(Script::Fetch, other)),
         }
     }
     if problems.is_empty() {
@@ -85,7 +121,6 @@ pub struct BrowserParams {
 }
 
 pub fn browser(script: Script, params: &Map<String, Value>) -> Result<BrowserParams, String> {
-    let name = script.as_str();
     let mut problems = vec![];
     let mut out = BrowserParams {
         timeout_ms: DEFAULT_TIMEOUT_MS,
@@ -94,10 +129,14 @@ pub fn browser(script: Script, params: &Map<String, Value>) -> Result<BrowserPar
         full_page: false,
     };
     for (k, v) in params {
+        if !fields(script).contains(&k.as_str()) {
+            problems.push(not_a_parameter(script, k));
+            continue;
+        }
         match k.as_str() {
-            "timeoutMs" => match v.as_u64() {
-                Some(n) if (MIN_BROWSER_TIMEOUT_MS..=MAX_BROWSER_TIMEOUT_MS).contains(&n) => out.timeout_ms = n,
-                _ => problems.push(format!(
+            "timeoutMs" => match whole_in(v, MIN_BROWSER_TIMEOUT_MS, MAX_BROWSER_TIMEOUT_MS) {
+                Some(n) => out.timeout_ms = n,
+                None => problems.push(format!(
                     "params.timeoutMs: must be a whole number from {MIN_BROWSER_TIMEOUT_MS} to {MAX_BROWSER_TIMEOUT_MS}, got {}",
                     if v.is_number() { v.to_string() } else { json_type(v).to_string() }
                 )),
@@ -113,19 +152,15 @@ pub fn browser(script: Script, params: &Map<String, Value>) -> Result<BrowserPar
                     json_type(v)
                 )),
             },
-            "allowedHosts" if script.takes_allowed_hosts() => match allowed_hosts(v) {
+            "allowedHosts" => match allowed_hosts(v) {
                 Ok(hosts) => out.allowed_hosts = Some(hosts),
                 Err(mut e) => problems.append(&mut e),
             },
-            "allowedHosts" => problems.push(format!(
-                "params.allowedHosts: not a parameter of {name}; only browser-fetch and render-fetch take it"
-            )),
-            "fullPage" if script == Script::Capture => match v.as_bool() {
+            "fullPage" => match v.as_bool() {
                 Some(b) => out.full_page = b,
                 None => problems.push(format!("params.fullPage: must be a boolean, got {}", json_type(v))),
             },
-            "fullPage" => problems.push(format!("params.fullPage: not a parameter of {name}; only capture takes it")),
-            other => problems.push(format!("params.{other}: unknown parameter of {name}")),
+            other => problems.push(not_a_parameter(script, other)),
         }
     }
     if problems.is_empty() {
@@ -134,6 +169,17 @@ pub fn browser(script: Script, params: &Map<String, Value>) -> Result<BrowserPar
         Err(problems.join("; "))
     }
 }
+
+/// What `allowedHosts` entries look like, for a schema: a DNS name (or an
+/// IPv4 address), optionally after `*.`, or a bracketed IPv6 address. The
+/// DNS part is exactly what `is_host_pattern` accepts apart from the
+/// 253-character limit; the bracketed part admits more than an IPv6 address,
+/// which `is_host_pattern` then checks.
+pub const HOST_NAME_PATTERN: &str =
+    "^(\\*\\.)?[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$";
+pub const HOST_IPV6_PATTERN: &str = "^\\[[0-9A-Fa-f:.]+\\]$";
+/// Longest `allowedHosts` entry.
+pub const MAX_HOST_CHARS: usize = 253;
 
 /// `allowedHosts`: an array of bare host names (no scheme, port or path),
 /// each optionally starting with `*.`.
@@ -165,7 +211,7 @@ fn allowed_hosts(v: &Value) -> Result<Vec<String>, Vec<String>> {
 /// A DNS name, an IPv4 address or a bracketed IPv6 address, optionally
 /// prefixed by `*.` (a DNS name then follows).
 fn is_host_pattern(h: &str) -> bool {
-    if h.len() > 253 {
+    if h.len() > MAX_HOST_CHARS {
         return false;
     }
     if let Some(inner) = h.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
