@@ -110,7 +110,8 @@ pub fn artifact_url() -> Value {
 
 /// An analytical job's record (`wire::job_record::JobRecord`).
 pub fn job_record() -> Value {
-    let mut executor = object(json!({"engine": string(), "containerName": string(), "containerId": nullable(string())}));
+    let mut executor =
+        object(json!({"engine": string(), "containerName": string(), "containerId": nullable(string())}));
     executor["type"] = json!(["object", "null"]);
     let mut termination = object(json!({
         "class": one_of_strings(["workload", "cancelled", "platform"]),

@@ -155,8 +155,11 @@ fn job_artifact() -> JobArtifact {
 }
 
 fn job_record() -> JobRecord {
-    let executor =
-        Some(Executor { engine: "docker".into(), container_name: "grid-cj_1-1".into(), container_id: Some("c1".into()) });
+    let executor = Some(Executor {
+        engine: "docker".into(),
+        container_name: "grid-cj_1-1".into(),
+        container_id: Some("c1".into()),
+    });
     let logs = LogsInfo {
         available: true,
         artifact_id: Some("ja_1".into()),
@@ -202,7 +205,12 @@ fn every_answer_fits_its_schema_field_for_field() {
     check(
         "GridStatus",
         replies::grid_status(),
-        GridStatus { queue: QueueCounts { wait: 1, prioritized: 2, delayed: 3 }, workers: 1, sessions: 0, max_sessions: 4 },
+        GridStatus {
+            queue: QueueCounts { wait: 1, prioritized: 2, delayed: 3 },
+            workers: 1,
+            sessions: 0,
+            max_sessions: 4,
+        },
     );
     check("QueueDepth", replies::queue_depth(), QueueDepth { depth: 3 });
     check(
