@@ -374,7 +374,10 @@ async fn every_billable_tool_reserves_what_its_call_reserves() {
     assert_eq!(ended["phase"], "CANCELLED", "{ended}");
 }
 
-/// The four SDK clients people embed, each in the protocol era it speaks:
+/// A client run as a given key with a list of calls.
+type Client<'a> = dyn Fn(&str, Value) -> Value + 'a;
+
+/// The SDK clients people embed, each in the protocol era it speaks:
 /// initialize (or server/discover), tools/list with output schemas and
 /// annotations, a paid call billed as POST /batches, and refusals arriving
 /// as tool errors without structured content.
@@ -384,7 +387,7 @@ async fn every_sdk_client_lists_described_tools_and_pays_and_is_refused_like_the
     let server = GridServer::start(opts);
     let target = Target::start();
     let (poor, poor_key) = server.create_account("poor", 100);
-    let clients: [(&str, &dyn Fn(&str, Value) -> Value, &str); 5] = [
+    let clients: [(&str, &Client, &str); 5] = [
         ("python legacy", &|k: &str, c| python_client(&server, k, "legacy", c), "2025-11-25"),
         ("python auto", &|k: &str, c| python_client(&server, k, "auto", c), "2026-07-28"),
         ("typescript v1", &|k: &str, c| ts_client(&server, k, "v1", "legacy", c), "2025-11-25"),
