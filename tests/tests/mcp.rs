@@ -647,6 +647,16 @@ async fn the_stateless_revision_is_spoken_beside_the_handshake() {
     assert_eq!((r.status, r.json["result"]["resultType"].clone()), (200, json!("complete")), "{r}");
     assert_eq!(r.json["result"]["structuredContent"]["maxSessions"], 4, "{r}");
 
+    // An unknown tool is a JSON-RPC error, as in the older versions.
+    let unknown = format!(r#"{{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{{"name":"nope",{meta}}}}}"#);
+    let headers = [("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/call"), ("mcp-name", "nope")];
+    let r = rpc_with(&server, Some(&key), Some(ACCEPT_BOTH), &headers, &unknown).await;
+    assert_eq!(
+        (r.status, r.json["error"]["code"].clone(), r.json["id"].clone()),
+        (200, json!(-32602), json!(6)),
+        "{r}"
+    );
+
     // An unknown method is 404 in this revision (200 in the older ones).
     let nope = format!(r#"{{"jsonrpc":"2.0","id":3,"method":"prompts/list","params":{{{meta}}}}}"#);
     let headers = [("mcp-protocol-version", "2026-07-28"), ("mcp-method", "prompts/list")];

@@ -416,11 +416,14 @@ async fn modern(app: &Arc<App>, caller: &Caller, method: &str, params: &Value, i
             rpc_result(id, complete(json!({"tools": mcp_tools::tools(), "ttlMs": LIST_TTL_MS, "cacheScope": "public"})))
         }
         "tools/call" => match tool_call(params) {
+            // The revision gives HTTP statuses to a missing method and to
+            // version and header refusals only; a tool the server does not
+            // have is an ordinary JSON-RPC error, as in the older versions.
             Ok((name, args)) => match mcp_tools::call(app, caller, name, &args).await {
                 Ok(result) => rpc_result(id, complete(result)),
-                Err(message) => rpc_error(400, INVALID_PARAMS, &message, id),
+                Err(message) => rpc_error(200, INVALID_PARAMS, &message, id),
             },
-            Err(message) => rpc_error(400, INVALID_PARAMS, &message, id),
+            Err(message) => rpc_error(200, INVALID_PARAMS, &message, id),
         },
         other => rpc_error(404, METHOD_NOT_FOUND, &format!("Method not found: {other}"), id),
     }
