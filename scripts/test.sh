@@ -45,10 +45,11 @@ need_pkg util-linux
 # Every browser runs in a bubblewrap sandbox of its own (docs/security.md).
 need_pkg bubblewrap
 bash scripts/compute-env.sh  # docker.io, docker-registry, busybox-static; dockerd, registry :5000, tools/busybox:1
-# The MCP tests drive the server with the official Python MCP SDK's client.
-if ! python3 -c "import mcp.client.streamable_http" >/dev/null 2>&1; then
+# The MCP tests drive the server with the official Python MCP SDK's client,
+# in both protocol eras (the high-level Client with connect modes, mcp >= 2).
+if ! python3 -c "from mcp import Client; import mcp.client.streamable_http" >/dev/null 2>&1; then
     say "installing the Python MCP SDK (PyPI package mcp)"
-    python3 -m pip install --quiet --disable-pip-version-check mcp
+    python3 -m pip install --quiet --disable-pip-version-check --upgrade "mcp>=2.3"
 fi
 # The CLI test of `--output yaml` reads the YAML back with PyYAML.
 if ! python3 -c "import yaml" >/dev/null 2>&1; then
@@ -56,12 +57,18 @@ if ! python3 -c "import yaml" >/dev/null 2>&1; then
     python3 -m pip install --quiet --disable-pip-version-check pyyaml
 fi
 
-# Real CDP clients users have (Playwright, Puppeteer) for the session tests;
-# core packages only: they connect to a session and never download a browser.
+# Real clients users have, from tests/clients/package.json: CDP clients
+# (Playwright, Puppeteer; core packages only: they connect to a session and
+# never download a browser) and MCP clients (the official TypeScript SDK, v1
+# and v2, and the MCP Inspector, whose CLI mode the MCP tests run headless).
 command -v node >/dev/null 2>&1 || need_pkg nodejs
 command -v npm >/dev/null 2>&1 || need_pkg npm
-if [ ! -d tests/clients/node_modules/playwright-core ] || [ ! -d tests/clients/node_modules/puppeteer-core ]; then
-    say "installing the CDP clients (npm: playwright-core, puppeteer-core)"
+node_clients_missing=0
+for package in playwright-core puppeteer-core @modelcontextprotocol/sdk @modelcontextprotocol/client @modelcontextprotocol/inspector; do
+    [ -d "tests/clients/node_modules/$package" ] || node_clients_missing=1
+done
+if [ "$node_clients_missing" -eq 1 ]; then
+    say "installing the CDP and MCP clients (npm, tests/clients/package.json)"
     (cd tests/clients && npm install --no-package-lock --no-audit --no-fund --silent)
 fi
 

@@ -14,6 +14,7 @@ pub mod ledger;
 pub mod netaddr;
 pub mod pricing;
 pub mod registry;
+pub mod reply_shapes;
 pub mod session;
 pub mod shapes;
 pub mod time;

@@ -19,7 +19,10 @@ use crate::validate::quantity::{format_bytes, format_cpu_millis, BYTE_QUANTITY_P
 use crate::validate::{batch, job, list, session};
 use crate::wire::job::{JobPhase, NetworkProfile};
 
-/// The body of POST /batches (`wire::batch::NewBatch`).
+/// The body of POST /batches (`wire::batch::NewBatch`). `params` is an
+/// object whose members depend on `script`, checked when each item runs
+/// (docs/captures.md, docs/browser-captures.md); a schema per script is not
+/// written yet.
 pub fn new_batch() -> Value {
     object(
         json!({
@@ -40,7 +43,7 @@ pub fn new_batch() -> Value {
             "params": {
                 "type": "object",
                 "default": {},
-                "description": "Script parameters, checked when each item runs (see docs/captures.md)."
+                "description": "Script parameters, checked when each item runs: which ones each script takes is in docs/captures.md and docs/browser-captures.md."
             },
             "priority": {
                 "type": "integer",

@@ -286,6 +286,9 @@ const KEYWORDS: &[&str] = &[
     "x-maximum",
     "default",
     "description",
+    "anyOf",
+    // Checked by `params_depend_on_the_script`.
+    "dependentSchemas",
 ];
 
 fn regex(pattern: &str) -> Regex {
@@ -337,7 +340,9 @@ fn schema_says(node: &Value, s: &str) -> Option<bool> {
                     true
                 }
             }
-            "format" if v == "uri" => {
+            // `uri`: the pattern only checks the scheme; `ipv6-literal`: the
+            // pattern admits more than an address.
+            "format" if v == "uri" || v == "ipv6-literal" => {
                 sure = false;
                 true
             }
@@ -385,6 +390,7 @@ fn walk(probe: &Probe, node: &Value, path: &Path, sites: &mut Vec<Site>) {
             Some("integer") => &[json!("7"), json!(1.5), Value::Null],
             Some("array") => &[json!("x"), json!({}), Value::Null],
             Some("object") => &[json!([]), json!("x"), Value::Null],
+            Some("boolean") => &[json!("true"), json!(1), Value::Null],
             other => panic!("{}: type {other:?} at {f}", shape.name),
         };
         for w in wrong {
@@ -438,7 +444,7 @@ fn walk(probe: &Probe, node: &Value, path: &Path, sites: &mut Vec<Site>) {
             let long = c.to_string().repeat(max + 1);
             probe.refuses(&set(full, path, json!(long)), path, &format!("{f} longer than maxLength {max}"));
         }
-        if n.contains_key("pattern") {
+        if n.contains_key("pattern") || n.contains_key("anyOf") {
             sites.push(Site::Value { path: path.clone(), node: node.clone() });
         }
     }
@@ -591,6 +597,8 @@ fn corpus() -> Vec<String> {
         "256Mi", "255Mi", "256Mi ", "268435456", "268435455", "1Gi", "1.Gi", ".5Gi", "1.5Gi", "16Gi", "17Gi",
         "32Gi", "33Gi", "1G", "1GB", "1gi", "1Ki", "1K", "1k", "1Ei", "16Ei", "1Zi", "Gi", "0.5", "00000256Mi",
         // URLs
+        // allowedHosts entries
+        "[::1]", "[1:2]", "[zz]", "[]", "*.a.example", "*.", "*.*.a", "*a.example", "a.example:80", "127.0.0.1",
         "http://a.example/", "https://a.example/x?y#z", "HTTPS://A.EXAMPLE", "Http://a.example",
         "http:a.example", "http://", "http:///a.example", "ftp://a.example/", "a.example", "//a.example/x",
         " http://a.example/", "http://a.example/ ", "\thttp://a.example/", "mailto:x@a.example",

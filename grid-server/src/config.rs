@@ -32,4 +32,41 @@ pub struct ServeConfig {
     pub chromium: std::path::PathBuf,
     /// How every browser is sandboxed.
     pub sandbox: crate::browser::sandbox::SandboxConfig,
+    /// Browser origins (`scheme://host[:port]`, as `origin` below writes
+    /// them) whose pages may call POST /mcp; `*` lets any. A request without
+    /// an `Origin` header is not from a page and is not checked.
+    pub mcp_origins: Vec<String>,
+}
+
+/// An `Origin` as the `Origin` header writes it: lower-case scheme and
+/// host, the port only when it is not the scheme's default, no path. `*`
+/// stays `*`.
+pub fn origin(s: &str) -> Result<String, String> {
+    if s == "*" {
+        return Ok(s.into());
+    }
+    let u = url::Url::parse(s).map_err(|e| format!("{s:?} is not an origin ({e}); write scheme://host[:port]"))?;
+    let bare = u.path() == "/" && u.query().is_none() && u.fragment().is_none() && u.username().is_empty();
+    if !bare {
+        return Err(format!("{s:?} is not an origin: write scheme://host[:port], without a path"));
+    }
+    match u.origin() {
+        url::Origin::Tuple(..) => Ok(u.origin().ascii_serialization()),
+        url::Origin::Opaque(_) => Err(format!("{s:?} is not an origin: write scheme://host[:port]")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn origins_are_written_as_browsers_send_them() {
+        assert_eq!(origin("HTTPS://App.Example:443").unwrap(), "https://app.example");
+        assert_eq!(origin("http://localhost:6274/").unwrap(), "http://localhost:6274");
+        assert_eq!(origin("*").unwrap(), "*");
+        assert!(origin("https://app.example/path").is_err());
+        assert!(origin("app.example").is_err());
+        assert!(origin("file:///x").is_err());
+    }
 }

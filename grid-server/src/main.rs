@@ -161,6 +161,11 @@ struct ServeArgs {
     /// The Chromium executable (Debian package `chromium`).
     #[arg(long, default_value = "/usr/bin/chromium")]
     chromium: PathBuf,
+    /// A browser origin (scheme://host[:port]) whose pages may call POST /mcp, answered with CORS
+    /// headers; repeatable, `*` for any. Requests carrying another Origin are refused 403 (requests
+    /// without one, from programs, are not checked). None by default (docs/mcp.md).
+    #[arg(long = "mcp-allow-origin", value_name = "ORIGIN", value_parser = config::origin)]
+    mcp_allow_origin: Vec<String>,
     #[command(flatten)]
     sandbox: SandboxArgs,
     #[command(flatten)]
@@ -390,6 +395,7 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         tracing::warn!(%base_url, "the server speaks HTTPS but --base-url is http://: cdpUrl and download URLs will not reach it");
     }
     let config = ServeConfig {
+        mcp_origins: args.mcp_allow_origin.clone(),
         data_dir: args.data.data_dir.clone(),
         base_url: base_url.clone(),
         auth_url: args.auth_url,

@@ -250,11 +250,9 @@ async fn redirects_are_followed_and_the_final_body_published() {
 async fn unknown_param_fails_terminally_with_published_failure() {
     let target = Target::start();
     let server = GridServer::start(ServerOptions::default());
-    let item_id = single_item(
-        &server,
-        &json!({"urls": [target.url("/page/1")], "script": "fetch", "params": {"waitFor": "body"}}),
-    )
-    .await;
+    let item_id =
+        single_item(&server, &json!({"urls": [target.url("/page/1")], "script": "fetch", "params": {"colour": "red"}}))
+            .await;
     let (item, _) = server.wait_item_final(&item_id, DONE).await;
     assert_eq!(item["state"], json!("failed"), "{item}");
     assert_eq!(item["attemptsMade"], json!(1), "a bad param is not retried: {item}");

@@ -4,7 +4,7 @@
 //! its HTTP call is.
 
 mod account;
-mod captures;
+pub mod captures;
 mod jobs;
 pub mod meta;
 mod sessions;

@@ -1,6 +1,9 @@
-//! Credential checks: `x-api-key`, or `Authorization: Bearer` with a sign-in
-//! token. A check that cannot read the account database in time answers
-//! 503 accounting_unavailable: nothing was done, resending is safe.
+//! Credential checks: an API key (`x-api-key`, or `Authorization: Bearer`
+//! with the key, since many MCP clients can set only a bearer token), or
+//! `Authorization: Bearer` with a sign-in token. A key is told from a token
+//! by its `grid_` prefix (a JWT starts with `eyJ`). A check that cannot read
+//! the account database in time answers 503 accounting_unavailable: nothing
+//! was done, resending is safe.
 
 use grid_core::error::ApiError;
 use hyper::HeaderMap;
@@ -16,8 +19,7 @@ pub async fn authenticate(app: &App, headers: &HeaderMap, audience: &str) -> Res
         if !key.starts_with(accounts::KEY_PREFIX) {
             return Err(ApiError::Unauthorized);
         }
-        let key = key.to_string();
-        return lookup(app, move |c| accounts::caller_for_key(c, &key)).await?.ok_or(ApiError::Unauthorized);
+        return key_caller(app, key).await;
     }
     let bearer = headers
         .get(hyper::header::AUTHORIZATION)
@@ -25,6 +27,9 @@ pub async fn authenticate(app: &App, headers: &HeaderMap, audience: &str) -> Res
         .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
         .map(str::trim);
     let Some(token) = bearer else { return Err(ApiError::Unauthorized) };
+    if token.starts_with(accounts::KEY_PREFIX) {
+        return key_caller(app, token).await;
+    }
     let identity = app.tokens.verify(token, audience).await.map_err(|e| {
         tracing::info!(error = %e, "bearer token refused");
         ApiError::Unauthorized
@@ -36,6 +41,11 @@ pub async fn authenticate(app: &App, headers: &HeaderMap, audience: &str) -> Res
         None | Some((_, true)) => Err(ApiError::Forbidden),
         Some((account_id, false)) => Ok(Caller { account_id, ..Default::default() }),
     }
+}
+
+async fn key_caller(app: &App, key: &str) -> Result<Caller, ApiError> {
+    let key = key.to_string();
+    lookup(app, move |c| accounts::caller_for_key(c, &key)).await?.ok_or(ApiError::Unauthorized)
 }
 
 /// Reads the account database within the accounting deadline.

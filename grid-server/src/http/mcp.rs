@@ -1,37 +1,42 @@
-//! POST /mcp: the grid's calls as MCP tools over stateless Streamable HTTP.
+//! POST /mcp: the grid's calls as MCP tools over stateless Streamable HTTP,
+//! in both eras of the protocol.
 //!
-//! One JSON-RPC message per request, answered with one JSON body; no
-//! session (`mcp-session-id`) is ever issued and nothing is pushed. Each tool
-//! becomes a `Call` and runs through `api::perform`, so it is billed and
-//! refused exactly as its HTTP call; the call's JSON body comes back as the
-//! tool's text, with `isError: true` when its status is 400 or more.
+//! - Legacy (2024-11-05 to 2025-11-25): `initialize`, then requests; this
+//!   server keeps nothing between them (no `mcp-session-id` is issued).
+//! - Modern (2026-07-28): no handshake; every request carries its version
+//!   in `params._meta` and in the `MCP-Protocol-Version` header, with
+//!   `Mcp-Method` (and `Mcp-Name` for a tool call) mirrored in headers;
+//!   `server/discover` tells the versions and capabilities.
 //!
-//! Hand-written rather than built on an MCP SDK: the contract fixes the
-//! 401/405/406 answers to the byte, the transport is JSON-only and
-//! stateless, and every tool must run as the authenticated caller through
-//! the same code as the HTTP API; the protocol surface this needs (initialize,
-//! ping, tools/list, tools/call, notifications) is small. See docs/mcp.md.
+//! One JSON-RPC message per request, answered with one JSON body; nothing
+//! is pushed. The tools themselves are in `mcp_tools.rs`.
+//!
+//! Hand-written rather than built on an MCP SDK (rmcp): see docs/mcp.md.
 
 use std::sync::Arc;
 
-use grid_core::catalog::ArtifactKind;
+use base64::Engine;
 use grid_core::error::ApiError;
-use grid_core::shapes;
-use grid_core::validate::list::{account_query_pairs, query_pairs};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, ACCEPT, ALLOW, CONTENT_TYPE, WWW_AUTHENTICATE};
+use hyper::header::{
+    HeaderMap, HeaderName, HeaderValue, ACCEPT, ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS,
+    ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_EXPOSE_HEADERS, ACCESS_CONTROL_MAX_AGE, ACCESS_CONTROL_REQUEST_HEADERS,
+    ALLOW, CONTENT_TYPE, ORIGIN, VARY, WWW_AUTHENTICATE,
+};
 use hyper::{Method, Request, StatusCode};
 use serde_json::{json, Map, Value};
 
 use super::auth;
+use super::mcp_tools;
 use super::respond::{self, Resp};
-use crate::api::{self as calls, Call};
 use crate::app::App;
 use crate::store::accounts::Caller;
 
-/// Protocol versions this server speaks, newest first.
-pub const PROTOCOL_VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+/// Handshake-era versions this server answers `initialize` with, newest first.
+pub const LEGACY_VERSIONS: [&str; 4] = ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
+/// Per-request-metadata versions, newest first.
+pub const MODERN_VERSIONS: [&str; 1] = ["2026-07-28"];
 
 const PARSE_ERROR: i64 = -32700;
 const INVALID_REQUEST: i64 = -32600;
@@ -39,6 +44,23 @@ const METHOD_NOT_FOUND: i64 = -32601;
 const INVALID_PARAMS: i64 = -32602;
 /// The transport-level errors of the Streamable HTTP transport.
 const TRANSPORT_ERROR: i64 = -32000;
+/// 2026-07-28: headers missing or not matching the body.
+const HEADER_MISMATCH: i64 = -32020;
+/// 2026-07-28: a protocol version this server does not speak.
+const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+
+const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+const VERSION_HEADER: &str = "mcp-protocol-version";
+const METHOD_HEADER: &str = "mcp-method";
+const NAME_HEADER: &str = "mcp-name";
+/// How long a client may keep `tools/list` and `server/discover` answers:
+/// they change only when the server is upgraded.
+const LIST_TTL_MS: u64 = 60 * 60 * 1000;
+
+fn supported_versions() -> Vec<&'static str> {
+    MODERN_VERSIONS.iter().chain(LEGACY_VERSIONS.iter()).copied().collect()
+}
 
 fn rpc_error(status: u16, code: i64, message: &str, id: Value) -> Resp {
     respond::json(status, &json!({"jsonrpc": "2.0", "error": {"code": code, "message": message}, "id": id}))
@@ -48,13 +70,117 @@ fn rpc_result(id: Value, result: Value) -> Resp {
     respond::json(200, &json!({"jsonrpc": "2.0", "result": result, "id": id}))
 }
 
+fn unsupported_version(requested: &str, id: Value) -> Resp {
+    respond::json(
+        400,
+        &json!({
+            "jsonrpc": "2.0",
+            "id": id,
+            "error": {
+                "code": UNSUPPORTED_PROTOCOL_VERSION,
+                "message": format!("Unsupported protocol version {requested}"),
+                "data": {"supported": supported_versions(), "requested": requested}
+            }
+        }),
+    )
+}
+
 fn accepted() -> Resp {
     let mut r = respond::bytes(StatusCode::ACCEPTED, "application/json", vec![]);
     r.headers_mut().remove(CONTENT_TYPE);
     r
 }
 
+/// The endpoint: the `Origin` check and CORS around everything else, so a
+/// permitted page can read every answer, refusals included.
 pub async fn handle(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiError> {
+    let origin = req.headers().get(ORIGIN).and_then(|v| v.to_str().ok()).map(str::to_string);
+    if let Some(o) = &origin {
+        if !origin_allowed(&app.config.mcp_origins, o) {
+            // DNS rebinding: a page of another origin must not reach a grid
+            // on the user's network. No JSON-RPC id: nothing was read.
+            let body = json!({"jsonrpc": "2.0", "error": {"code": TRANSPORT_ERROR, "message": format!(
+                "Forbidden: Origin {o} may not call this endpoint (the operator allows origins with --mcp-allow-origin)"
+            )}});
+            return Ok(respond::json(403, &body));
+        }
+    }
+    if req.method() == Method::OPTIONS {
+        return Ok(preflight(origin.as_deref(), req.headers()));
+    }
+    let mut r = match endpoint(app, req).await {
+        Ok(r) => r,
+        Err(e) => respond::error(&e),
+    };
+    if let Some(o) = origin {
+        cors(r.headers_mut(), &o);
+    }
+    Ok(r)
+}
+
+/// Whether a page of `origin` may call the endpoint (`allowed` holds
+/// normalised origins, or `*`).
+fn origin_allowed(allowed: &[String], origin: &str) -> bool {
+    let origin = crate::config::origin(origin).unwrap_or_else(|_| origin.to_string());
+    allowed.iter().any(|a| a == "*" || *a == origin)
+}
+
+fn cors(h: &mut HeaderMap, origin: &str) {
+    if let Ok(v) = HeaderValue::from_str(origin) {
+        h.insert(ACCESS_CONTROL_ALLOW_ORIGIN, v);
+    }
+    h.insert(VARY, HeaderValue::from_static("Origin"));
+    h.insert(ACCESS_CONTROL_EXPOSE_HEADERS, HeaderValue::from_static("www-authenticate, mcp-protocol-version"));
+}
+
+/// A browser's CORS preflight (the origin, when sent, was allowed). GET and
+/// DELETE are listed so a browser client gets this endpoint's 405 rather
+/// than a CORS failure it cannot tell from a network error.
+fn preflight(origin: Option<&str>, headers: &HeaderMap) -> Resp {
+    let mut r = respond::bytes(StatusCode::NO_CONTENT, "application/json", vec![]);
+    r.headers_mut().remove(CONTENT_TYPE);
+    let h = r.headers_mut();
+    h.insert(ALLOW, HeaderValue::from_static("GET, POST, DELETE, OPTIONS"));
+    if let Some(o) = origin {
+        cors(h, o);
+        h.insert(ACCESS_CONTROL_ALLOW_METHODS, HeaderValue::from_static("GET, POST, DELETE, OPTIONS"));
+        // The client's own list: it includes Mcp-Param-* names no fixed list can.
+        let asked = headers.get(ACCESS_CONTROL_REQUEST_HEADERS).cloned();
+        h.insert(
+            ACCESS_CONTROL_ALLOW_HEADERS,
+            asked.unwrap_or(HeaderValue::from_static(
+                "authorization, content-type, accept, x-api-key, mcp-protocol-version, mcp-method, mcp-name",
+            )),
+        );
+        h.insert(ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("600"));
+    }
+    r
+}
+
+/// The 401 of the endpoint: the contract's body and challenge, and a
+/// `hint` saying what credential to send (an API key works whether or not
+/// the grid has a sign-in).
+fn unauthorized(app: &App) -> Resp {
+    let mut body = ApiError::Unauthorized.row().body();
+    let base = &app.config.base_url;
+    body["hint"] = json!(match &app.config.auth_url {
+        None => "An API key is required: send it as `Authorization: Bearer grid_...` (or `x-api-key: grid_...`). \
+                 This grid has no sign-in, so OAuth discovery finds no authorization server."
+            .to_string(),
+        Some(issuer) => format!(
+            "Send an API key as `Authorization: Bearer grid_...` (or `x-api-key`), or a sign-in token from \
+             {issuer} whose audience is {base}/mcp."
+        ),
+    });
+    let mut r = respond::json(401, &body);
+    let challenge = format!("Bearer resource_metadata=\"{base}/.well-known/oauth-protected-resource/mcp\"");
+    if let Ok(v) = HeaderValue::from_str(&challenge) {
+        r.headers_mut().insert(WWW_AUTHENTICATE, v);
+    }
+    r
+}
+
+async fn endpoint(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiError> {
     if req.method() != Method::POST {
         let mut r = rpc_error(405, TRANSPORT_ERROR, "Method not allowed.", Value::Null);
         r.headers_mut().insert(ALLOW, HeaderValue::from_static("POST"));
@@ -63,17 +189,7 @@ pub async fn handle(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiE
     let audience = format!("{}/mcp", app.config.base_url);
     let caller = match auth::authenticate(app, req.headers(), &audience).await {
         Ok(c) => c,
-        Err(ApiError::Unauthorized) => {
-            let mut r = respond::error(&ApiError::Unauthorized);
-            let challenge = format!(
-                "Bearer resource_metadata=\"{}/.well-known/oauth-protected-resource/mcp\"",
-                app.config.base_url
-            );
-            if let Ok(v) = HeaderValue::from_str(&challenge) {
-                r.headers_mut().insert(WWW_AUTHENTICATE, v);
-            }
-            return Ok(r);
-        }
+        Err(ApiError::Unauthorized) => return Ok(unauthorized(app)),
         Err(e) => return Err(e),
     };
     let accept = req.headers().get(ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
@@ -94,6 +210,7 @@ pub async fn handle(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiE
             Value::Null,
         ));
     }
+    let headers = req.headers().clone();
     let body = match http_body_util::Limited::new(req.into_body(), respond::MAX_BODY_BYTES).collect().await {
         Ok(b) => b.to_bytes(),
         Err(_) => return Ok(rpc_error(400, PARSE_ERROR, "Parse error: body unreadable or too large", Value::Null)),
@@ -119,239 +236,270 @@ pub async fn handle(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiE
         return Ok(accepted());
     };
     let Some(id) = msg.get("id").cloned() else {
-        // Notifications (initialized, cancelled, ...) need no answer.
+        // Notifications (initialized, cancelled, ...) need no answer, in
+        // either era.
         return Ok(accepted());
     };
     let params = msg.get("params").cloned().unwrap_or(json!({}));
-    Ok(match method {
-        "initialize" => rpc_result(id, initialize(&params)),
-        "ping" => rpc_result(id, json!({})),
-        "tools/list" => rpc_result(id, json!({ "tools": tools() })),
-        "tools/call" => match call_tool(app, &caller, &params).await {
-            Ok(result) => rpc_result(id, result),
-            Err(message) => rpc_error(200, INVALID_PARAMS, &message, id),
-        },
-        other => rpc_error(200, METHOD_NOT_FOUND, &format!("Method not found: {other}"), id),
-    })
+    match era(&headers, method, &params) {
+        Err(refusal) => Ok(refusal.render(id)),
+        Ok(Era::Legacy) => Ok(legacy(app, &caller, method, &params, id).await),
+        Ok(Era::Modern) => Ok(modern(app, &caller, method, &params, id).await),
+    }
+}
+
+#[derive(Debug, PartialEq)]
+enum Era {
+    Legacy,
+    Modern,
+}
+
+/// Why a request's version or mirrored headers are refused (HTTP 400).
+#[derive(Debug, PartialEq)]
+enum VersionRefusal {
+    Unsupported(String),
+    Mismatch(String),
+}
+
+impl VersionRefusal {
+    fn render(self, id: Value) -> Resp {
+        match self {
+            VersionRefusal::Unsupported(v) => unsupported_version(&v, id),
+            VersionRefusal::Mismatch(m) => rpc_error(400, HEADER_MISMATCH, &format!("Header mismatch: {m}"), id),
+        }
+    }
+}
+
+fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    h.get(HeaderName::from_bytes(name.as_bytes()).ok()?).and_then(|v| v.to_str().ok()).map(str::trim)
+}
+
+/// A mirrored header value, decoded from `=?base64?...?=` when so written.
+fn decoded(value: &str) -> Option<String> {
+    match value.strip_prefix("=?base64?").and_then(|v| v.strip_suffix("?=")) {
+        Some(b64) => base64::engine::general_purpose::STANDARD.decode(b64).ok().and_then(|b| String::from_utf8(b).ok()),
+        None => Some(value.to_string()),
+    }
+}
+
+/// Which era a request speaks, from `params._meta`'s protocol version and
+/// the `MCP-Protocol-Version` header, checking what each era requires of
+/// the headers. A request without a `_meta` version is legacy (after
+/// `initialize`, or a 2025-03-26 client that sends no header).
+fn era(headers: &HeaderMap, method: &str, params: &Value) -> Result<Era, VersionRefusal> {
+    let supported = supported_versions();
+    let header_version = header(headers, VERSION_HEADER);
+    if let Some(v) = header_version {
+        if !supported.contains(&v) {
+            return Err(VersionRefusal::Unsupported(v.to_string()));
+        }
+    }
+    let Some(meta_version) = params.get("_meta").and_then(|m| m.get(META_VERSION)) else {
+        return match header_version {
+            Some(v) if MODERN_VERSIONS.contains(&v) && method != "initialize" => Err(VersionRefusal::Mismatch(
+                format!("MCP-Protocol-Version {v} needs params._meta[\"{META_VERSION}\"] with the same version"),
+            )),
+            _ => Ok(Era::Legacy),
+        };
+    };
+    let Some(meta_version) = meta_version.as_str() else {
+        return Err(VersionRefusal::Mismatch(format!("params._meta[\"{META_VERSION}\"] must be a string")));
+    };
+    if !MODERN_VERSIONS.contains(&meta_version) {
+        return Err(VersionRefusal::Unsupported(meta_version.to_string()));
+    }
+    if header_version != Some(meta_version) {
+        return Err(VersionRefusal::Mismatch(format!(
+            "MCP-Protocol-Version header {:?} does not match the body's {meta_version}",
+            header_version.unwrap_or("(missing)")
+        )));
+    }
+    match header(headers, METHOD_HEADER).and_then(decoded) {
+        Some(m) if m == method => {}
+        other => {
+            return Err(VersionRefusal::Mismatch(format!(
+                "Mcp-Method header {:?} does not match the body's method {method}",
+                other.unwrap_or_else(|| "(missing)".into())
+            )))
+        }
+    }
+    if method == "tools/call" {
+        let name = params.get("name").and_then(Value::as_str).unwrap_or("");
+        match header(headers, NAME_HEADER).and_then(decoded) {
+            Some(n) if n == name => {}
+            other => {
+                return Err(VersionRefusal::Mismatch(format!(
+                    "Mcp-Name header {:?} does not match the body's tool name {name:?}",
+                    other.unwrap_or_else(|| "(missing)".into())
+                )))
+            }
+        }
+    }
+    Ok(Era::Modern)
+}
+
+fn server_info() -> Value {
+    json!({"name": "grid", "title": "Grid", "version": env!("CARGO_PKG_VERSION")})
+}
+
+const INSTRUCTIONS: &str = "Grid runs capture batches (screenshots, html and fetches of web pages), analytical \
+    container jobs and leased browser sessions, billed to your account. Billable tools (submit_batch, \
+    submit_compute_job, retry_job of a job, lease_session) reserve credit like their HTTP calls and say what \
+    they cost; get_account shows your balance. Nothing is pushed: poll get_batch or get_job, then look at a \
+    finished capture with get_capture.";
+
+fn capabilities() -> Value {
+    json!({"tools": {"listChanged": false}})
 }
 
 fn initialize(params: &Value) -> Value {
     let asked = params["protocolVersion"].as_str().unwrap_or("");
-    let version = PROTOCOL_VERSIONS.iter().find(|v| **v == asked).unwrap_or(&PROTOCOL_VERSIONS[0]);
+    let version = LEGACY_VERSIONS.iter().find(|v| **v == asked).unwrap_or(&LEGACY_VERSIONS[0]);
     json!({
         "protocolVersion": version,
-        "capabilities": {"tools": {"listChanged": false}},
-        "serverInfo": {"name": "grid", "title": "Grid", "version": env!("CARGO_PKG_VERSION")},
-        "instructions": "Grid runs capture batches, analytical container jobs and leased browser sessions. \
-                         Billable tools (submit_batch, submit_compute_job, retry_job, lease_session) reserve credit \
-                         like their HTTP calls. Poll get_batch / get_job for progress; nothing is pushed."
+        "capabilities": capabilities(),
+        "serverInfo": server_info(),
+        "instructions": INSTRUCTIONS
     })
 }
 
-/// Runs a tool. `Err` is a JSON-RPC invalid-params error (unknown tool or
-/// arguments that do not name the call); the call's own refusals come back
-/// as a tool result with `isError: true`.
-async fn call_tool(app: &Arc<App>, caller: &Caller, params: &Value) -> Result<Value, String> {
+fn discover() -> Value {
+    json!({
+        "supportedVersions": supported_versions(),
+        "capabilities": capabilities(),
+        "instructions": INSTRUCTIONS,
+        "ttlMs": LIST_TTL_MS,
+        "cacheScope": "public"
+    })
+}
+
+/// The arguments of a `tools/call`: `Err` is the JSON-RPC invalid-params
+/// message.
+fn tool_call(params: &Value) -> Result<(&str, Map<String, Value>), String> {
     let name = params["name"].as_str().ok_or("params.name: required string")?;
     let args = match params.get("arguments") {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(m)) => m.clone(),
         Some(_) => return Err("params.arguments: must be an object".into()),
     };
-    let answer = match to_call(name, &args) {
-        Ok(call) => calls::perform(app, caller, call).await,
-        Err(ToolError::Refused(e)) => Err(e),
-        Err(ToolError::Params(message)) => return Err(message),
-    };
-    let (status, body) = match answer {
-        Ok(r) => (r.status, r.bytes().to_vec()),
-        Err(e) => (e.status(), serde_json::to_vec(&e.body()).unwrap_or_default()),
-    };
-    Ok(json!({
-        "content": [{"type": "text", "text": String::from_utf8_lossy(&body)}],
-        "isError": status >= 400,
-    }))
+    Ok((name, args))
 }
 
-/// Why a tool's arguments make no call.
-#[derive(Debug)]
-enum ToolError {
-    /// They do not name the call (unknown tool, missing id): a JSON-RPC
-    /// invalid-params error.
-    Params(String),
-    /// The call's own validation refuses them: a tool error, as the HTTP
-    /// call would answer.
-    Refused(ApiError),
-}
-
-fn string_arg(args: &Map<String, Value>, field: &str) -> Result<String, ToolError> {
-    match args.get(field) {
-        Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
-        _ => Err(ToolError::Params(format!("arguments.{field}: required non-empty string"))),
+async fn legacy(app: &Arc<App>, caller: &Caller, method: &str, params: &Value, id: Value) -> Resp {
+    match method {
+        "initialize" => rpc_result(id, initialize(params)),
+        "ping" => rpc_result(id, json!({})),
+        "server/discover" => rpc_result(id, discover()),
+        "tools/list" => rpc_result(id, json!({ "tools": mcp_tools::tools() })),
+        "tools/call" => match tool_call(params) {
+            Ok((name, args)) => match mcp_tools::call(app, caller, name, &args).await {
+                Ok(result) => rpc_result(id, result),
+                Err(message) => rpc_error(200, INVALID_PARAMS, &message, id),
+            },
+            Err(message) => rpc_error(200, INVALID_PARAMS, &message, id),
+        },
+        other => rpc_error(200, METHOD_NOT_FOUND, &format!("Method not found: {other}"), id),
     }
 }
 
-fn to_call(name: &str, args: &Map<String, Value>) -> Result<Call, ToolError> {
-    let body = || Value::Object(args.clone());
-    Ok(match name {
-        "get_account" => Call::Account(account_query_pairs(args).map_err(ToolError::Refused)?),
-        "grid_status" => Call::GridStatus,
-        "queue_depth" => Call::QueueDepth,
-        // Tools take no Idempotency-Key (docs/idempotency.md).
-        "submit_batch" => Call::SubmitBatch { body: body(), idempotency_key: None },
-        "get_batch" => Call::Batch(string_arg(args, "batchId")?),
-        "get_job" => Call::GetJob(string_arg(args, "jobId")?),
-        "retry_job" => Call::Retry(string_arg(args, "jobId")?),
-        "get_artifact_url" => Call::ArtifactUrl { item: string_arg(args, "jobId")?, kind: string_arg(args, "kind")? },
-        "submit_compute_job" => Call::SubmitJob(body()),
-        "list_jobs" => Call::ListJobs(query_pairs(args).map_err(ToolError::Refused)?),
-        "cancel_job" => Call::Cancel(string_arg(args, "jobId")?),
-        "get_job_artifacts" => Call::JobArtifacts(string_arg(args, "jobId")?),
-        "get_job_logs" => {
-            let mut query = vec![];
-            if let Some(a) = args.get("attempt") {
-                query.push(("attempt".to_string(), a.as_u64().map_or_else(|| a.to_string(), |n| n.to_string())));
-            }
-            Call::JobLogs { id: string_arg(args, "jobId")?, query }
+/// A 2026-07-28 request: every result says it is complete and names the
+/// server; an unknown method is HTTP 404 (the revision's rule).
+async fn modern(app: &Arc<App>, caller: &Caller, method: &str, params: &Value, id: Value) -> Resp {
+    let complete = |mut result: Value| {
+        result["resultType"] = json!("complete");
+        result["_meta"] = json!({ META_SERVER_INFO: server_info() });
+        result
+    };
+    match method {
+        "server/discover" => rpc_result(id, complete(discover())),
+        "tools/list" => {
+            rpc_result(id, complete(json!({"tools": mcp_tools::tools(), "ttlMs": LIST_TTL_MS, "cacheScope": "public"})))
         }
-        "lease_session" => Call::LeaseSession { body: body(), idempotency_key: None },
-        "list_sessions" => Call::ListSessions,
-        "release_session" => Call::ReleaseSession(string_arg(args, "sessionId")?),
-        other => return Err(ToolError::Params(format!("Unknown tool: {other}"))),
-    })
-}
-
-fn tool(name: &str, title: &str, description: &str, input_schema: Value) -> Value {
-    json!({"name": name, "title": title, "description": description, "inputSchema": input_schema})
-}
-
-/// The input schema of a tool that is not a request body of the API (its
-/// arguments are path or query parameters).
-fn arguments(properties: Value, required: &[&str]) -> Value {
-    json!({"type": "object", "properties": properties, "required": required, "additionalProperties": false})
-}
-
-fn id_tool(name: &str, title: &str, description: &str, field: &str) -> Value {
-    tool(name, title, description, arguments(json!({ field: {"type": "string", "minLength": 1} }), &[field]))
-}
-
-/// The tool list. A tool that submits a request body publishes that
-/// request's schema from `grid_core::shapes`, the one definition the
-/// validators are tested against; only the ids of the other tools are
-/// described here.
-pub fn tools() -> Vec<Value> {
-    vec![
-        tool(
-            "get_account",
-            "Read your account",
-            "Your credit, reserved amount, your key's daily-cap use and its reset time, and a page of your ledger \
-             (reservations, charges, releases, credit), newest first, each with the batch, item, job or session it belongs to. Free.",
-            shapes::account_query(),
-        ),
-        tool("grid_status", "Grid status", "Queue figures, busy capture workers and session slots of the whole grid. Free.", arguments(json!({}), &[])),
-        tool("queue_depth", "Queue depth", "Capture items waiting, prioritised, delayed or active across the grid. Free.", arguments(json!({}), &[])),
-        tool(
-            "submit_batch",
-            "Submit a capture batch",
-            "Queues 1 to 1000 URLs, one item each, run by a script under a browser profile. Reserves the script's price per item (fetch 120 µ€, browser-fetch and render-fetch 800 µ€, capture 1000 µ€); charged when an item's files are published.",
-            shapes::new_batch(),
-        ),
-        id_tool("get_batch", "Read a batch", "Counts and items (with states) of a capture batch. Free.", "batchId"),
-        id_tool("get_job", "Read a job", "A capture item (by its id) or an analytical job record (cj_ id). Free.", "jobId"),
-        id_tool(
-            "retry_job",
-            "Retry a job",
-            "Retries a failed capture item (free) or a FAILED/TIMED_OUT analytical job (new reservation as for submit_compute_job).",
-            "jobId",
-        ),
-        tool(
-            "get_artifact_url",
-            "Download URL of a capture file",
-            "A 15-minute download URL for one file of a finished capture item. Free.",
-            arguments(
-                json!({"jobId": {"type": "string", "minLength": 1}, "kind": {"type": "string", "enum": ArtifactKind::ALL.map(ArtifactKind::as_str)}}),
-                &["jobId", "kind"],
-            ),
-        ),
-        tool(
-            "submit_compute_job",
-            "Submit an analytical job",
-            "Runs a container image from an admitted registry with a command and resource bounds. Reserves one attempt's longest cost: (vCPU × 0.04 € + GiB × 0.0064 €) per hour × runningDeadlineSeconds on requested CPU and memory.",
-            shapes::new_job(),
-        ),
-        tool("list_jobs", "List analytical jobs", "The caller's analytical jobs, newest first. Free.", shapes::job_list_query()),
-        id_tool("cancel_job", "Cancel a job", "Cancels an analytical job; it reaches CANCELLED once its container stopped. Free.", "jobId"),
-        id_tool("get_job_artifacts", "List a job's files", "The published logs of an analytical job's attempts. Free.", "jobId"),
-        tool(
-            "get_job_logs",
-            "Read a job's log",
-            "stdout and stderr of an ended attempt (default: the current one), up to 1 MiB. Free.",
-            arguments(json!({"jobId": {"type": "string", "minLength": 1}, "attempt": {"type": "integer", "minimum": 1}}), &["jobId"]),
-        ),
-        tool(
-            "lease_session",
-            "Lease a browser session",
-            "Leases a remote Chromium for 1 to 240 minutes and returns a one-time CDP URL. Reserves the whole lifetime at 0.07 € per hour; charged for ready time only.",
-            shapes::new_session(),
-        ),
-        tool("list_sessions", "List browser sessions", "The caller's live sessions (without their CDP URLs). Free.", arguments(json!({}), &[])),
-        id_tool("release_session", "Release a browser session", "Ends a session at once; its CDP URL stops working. Free.", "sessionId"),
-    ]
+        "tools/call" => match tool_call(params) {
+            // The revision gives HTTP statuses to a missing method and to
+            // version and header refusals only; a tool the server does not
+            // have is an ordinary JSON-RPC error, as in the older versions.
+            Ok((name, args)) => match mcp_tools::call(app, caller, name, &args).await {
+                Ok(result) => rpc_result(id, complete(result)),
+                Err(message) => rpc_error(200, INVALID_PARAMS, &message, id),
+            },
+            Err(message) => rpc_error(200, INVALID_PARAMS, &message, id),
+        },
+        other => rpc_error(404, METHOD_NOT_FOUND, &format!("Method not found: {other}"), id),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn contract_tools_are_listed_with_object_schemas() {
-        let names: Vec<String> = tools().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect();
-        for required in ["grid_status", "submit_batch", "lease_session", "submit_compute_job", "retry_job"] {
-            assert!(names.contains(&required.to_string()), "{required} missing");
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(HeaderName::from_bytes(k.as_bytes()).unwrap(), HeaderValue::from_str(v).unwrap());
         }
-        for t in tools() {
-            assert_eq!(t["inputSchema"]["type"], "object", "{}", t["name"]);
-            // Every tool maps to a call (arguments aside).
-            let name = t["name"].as_str().unwrap();
-            let mut args = Map::new();
-            for f in t["inputSchema"]["required"].as_array().unwrap() {
-                args.insert(f.as_str().unwrap().into(), json!("x"));
-            }
-            assert!(to_call(name, &args).is_ok(), "{name}");
+        h
+    }
+
+    fn modern_params(extra: Value) -> Value {
+        let mut p = json!({"_meta": {META_VERSION: "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}});
+        for (k, v) in extra.as_object().unwrap() {
+            p[k] = v.clone();
         }
+        p
     }
 
     #[test]
-    fn version_negotiation_echoes_known_and_offers_newest_otherwise() {
+    fn version_negotiation_echoes_known_and_offers_newest_legacy_otherwise() {
         assert_eq!(initialize(&json!({"protocolVersion": "2025-03-26"}))["protocolVersion"], "2025-03-26");
-        assert_eq!(initialize(&json!({"protocolVersion": "1999-01-01"}))["protocolVersion"], PROTOCOL_VERSIONS[0]);
+        assert_eq!(initialize(&json!({"protocolVersion": "1999-01-01"}))["protocolVersion"], LEGACY_VERSIONS[0]);
+        // The modern revision has no handshake to negotiate it in.
+        assert_eq!(initialize(&json!({"protocolVersion": "2026-07-28"}))["protocolVersion"], LEGACY_VERSIONS[0]);
     }
 
     #[test]
-    fn list_jobs_arguments_become_query_pairs() {
-        let args = json!({"limit": 5, "phase": "RUNNING", "label": {"team": "x"}});
-        let Ok(Call::ListJobs(q)) = to_call("list_jobs", args.as_object().unwrap()) else {
-            panic!("list_jobs is a ListJobs call");
-        };
-        assert!(q.contains(&("limit".into(), "5".into())));
-        assert!(q.contains(&("label.team".into(), "x".into())));
-        // A wrong type is the call's own refusal (a tool error), not a
-        // JSON-RPC error: the schema says integer, "5" is not one.
-        let args = json!({"limit": "5"});
-        match to_call("list_jobs", args.as_object().unwrap()) {
-            Err(ToolError::Refused(ApiError::InvalidListQuery { detail })) => {
-                assert_eq!(detail, ["limit: must be a whole number from 1 to 100, got a string"])
-            }
-            other => panic!("expected INVALID_LIST_QUERY, got {other:?}"),
-        }
+    fn eras_are_told_apart_and_their_headers_checked() {
+        let none = HeaderMap::new();
+        assert_eq!(era(&none, "tools/list", &json!({})), Ok(Era::Legacy));
+        let legacy = headers(&[(VERSION_HEADER, "2025-06-18")]);
+        assert_eq!(era(&legacy, "tools/list", &json!({})), Ok(Era::Legacy));
+        assert_eq!(
+            era(&headers(&[(VERSION_HEADER, "2024-01-01")]), "ping", &json!({})),
+            Err(VersionRefusal::Unsupported("2024-01-01".into()))
+        );
+        let modern = headers(&[(VERSION_HEADER, "2026-07-28"), (METHOD_HEADER, "tools/list")]);
+        assert_eq!(era(&modern, "tools/list", &modern_params(json!({}))), Ok(Era::Modern));
+        // The header and the body must agree on version, method and tool name.
+        assert!(matches!(era(&none, "tools/list", &modern_params(json!({}))), Err(VersionRefusal::Mismatch(_))));
+        assert!(matches!(era(&modern, "server/discover", &modern_params(json!({}))), Err(VersionRefusal::Mismatch(_))));
+        assert!(matches!(era(&modern, "tools/list", &json!({})), Err(VersionRefusal::Mismatch(_))));
+        let call =
+            headers(&[(VERSION_HEADER, "2026-07-28"), (METHOD_HEADER, "tools/call"), (NAME_HEADER, "grid_status")]);
+        assert_eq!(era(&call, "tools/call", &modern_params(json!({"name": "grid_status"}))), Ok(Era::Modern));
+        assert!(matches!(
+            era(&call, "tools/call", &modern_params(json!({"name": "get_job"}))),
+            Err(VersionRefusal::Mismatch(_))
+        ));
+        let encoded = headers(&[
+            (VERSION_HEADER, "2026-07-28"),
+            (METHOD_HEADER, "tools/call"),
+            (NAME_HEADER, "=?base64?Z3JpZF9zdGF0dXM=?="),
+        ]);
+        assert_eq!(era(&encoded, "tools/call", &modern_params(json!({"name": "grid_status"}))), Ok(Era::Modern));
+        let mut unknown = modern_params(json!({}));
+        unknown["_meta"][META_VERSION] = json!("2027-01-01");
+        let h = headers(&[(VERSION_HEADER, "2026-07-28"), (METHOD_HEADER, "tools/list")]);
+        assert_eq!(era(&h, "tools/list", &unknown), Err(VersionRefusal::Unsupported("2027-01-01".into())));
     }
 
     #[test]
-    fn request_tools_publish_the_request_shapes() {
-        let schema = |name: &str| tools().into_iter().find(|t| t["name"] == name).unwrap()["inputSchema"].clone();
-        assert_eq!(schema("submit_batch"), shapes::new_batch());
-        assert_eq!(schema("submit_compute_job"), shapes::new_job());
-        assert_eq!(schema("lease_session"), shapes::new_session());
-        assert_eq!(schema("list_jobs"), shapes::job_list_query());
+    fn origins_are_compared_as_browsers_write_them() {
+        let allowed = vec!["http://localhost:6274".to_string()];
+        assert!(origin_allowed(&allowed, "http://localhost:6274"));
+        assert!(origin_allowed(&allowed, "HTTP://LOCALHOST:6274"));
+        assert!(!origin_allowed(&allowed, "http://localhost:6275"));
+        assert!(!origin_allowed(&allowed, "null"));
+        assert!(!origin_allowed(&[], "http://localhost:6274"));
+        assert!(origin_allowed(&["*".to_string()], "https://anything.example"));
     }
 }

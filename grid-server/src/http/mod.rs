@@ -5,6 +5,7 @@ mod auth;
 mod cdp;
 mod downloads;
 mod mcp;
+mod mcp_tools;
 pub mod respond;
 pub mod tls;
 
@@ -168,6 +169,21 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiErr
         }
         (&Method::GET, [".well-known", "oauth-protected-resource", "mcp"]) => {
             return Ok(respond::reply(meta::protected_resource(app, true)))
+        }
+        // With no sign-in configured, an OAuth client that finds no
+        // authorization server in the metadata falls back to the grid's own
+        // origin; say there what to use instead of a bare "route not found".
+        (&Method::GET, [".well-known", "oauth-authorization-server" | "openid-configuration", ..])
+        | (&Method::POST, ["register"])
+            if app.config.auth_url.is_none() =>
+        {
+            return Ok(respond::json(
+                404,
+                &serde_json::json!({
+                    "error": "no sign-in on this grid",
+                    "hint": "This grid has no authorization server: use an API key, sent as `Authorization: Bearer grid_...` or `x-api-key: grid_...`."
+                }),
+            ));
         }
         (&Method::GET, ["downloads", item, kind]) => return downloads::serve(app, item, kind, req.uri().query()).await,
         // The session's token in the path is the credential of its CDP endpoint.
