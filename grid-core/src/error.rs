@@ -99,6 +99,15 @@ pub enum ApiError {
         what: String,
     },
     AccountingUnavailable,
+    /// Too many requests with this credential (docs/limits.md): 429 with
+    /// `retry-after`.
+    RateLimited {
+        retry_after_secs: u64,
+    },
+    /// A request body over its endpoint's bound (docs/limits.md).
+    BodyTooLarge {
+        limit_bytes: u64,
+    },
     ComputeUnavailable {
         retry_after_secs: u64,
     },
@@ -198,6 +207,8 @@ impl ApiError {
             IdempotencyKeyReused => {
                 row(422, "idempotency key reused").with("detail", vec![IDEMPOTENCY_KEY_REUSED_DETAIL])
             }
+            BodyTooLarge { limit_bytes } => row(413, "body too large").with("limitBytes", *limit_bytes),
+            RateLimited { retry_after_secs } => row(429, "rate_limited").retry_after(*retry_after_secs),
             Internal => row(500, "internal error"),
             NotImplemented { what } => row(501, "not implemented").with("detail", what.clone()),
             // The contract sets no retry-after here; a second is what a
@@ -316,6 +327,8 @@ mod tests {
             IdempotencyKeyReused,
             NotImplemented { what: "x".into() },
             AccountingUnavailable,
+            RateLimited { retry_after_secs: 2 },
+            BodyTooLarge { limit_bytes: 8 },
             ComputeUnavailable { retry_after_secs: COMPUTE_RETRY_AFTER_SECS },
             SessionsDisabled,
             Internal,
@@ -349,6 +362,7 @@ mod tests {
             let expected = match &*row.error {
                 "COMPUTE_UNAVAILABLE" => Some(COMPUTE_RETRY_AFTER_SECS),
                 "accounting_unavailable" => Some(1),
+                "rate_limited" => Some(2),
                 _ => None,
             };
             assert_eq!(row.retry_after_secs, expected, "{}", row.error);
@@ -370,6 +384,8 @@ mod tests {
                 "download link invalid or expired",
                 "idempotency key reused",
                 "not implemented",
+                "rate_limited",
+                "body too large",
                 "internal error"
             ]
         );

@@ -103,6 +103,13 @@ struct ServeArgs {
     listen: SocketAddr,
     #[command(flatten)]
     data: DataDir,
+    /// Requests per second one credential (an API key, or a sign-in token's account) may make,
+    /// sustained; beyond it the API answers 429 with retry-after (docs/limits.md).
+    #[arg(long, default_value_t = 100)]
+    rate_limit_per_second: u32,
+    /// Requests one credential may make at once above its rate.
+    #[arg(long, default_value_t = 1000)]
+    rate_limit_burst: u32,
     /// Serve Prometheus metrics (GET /metrics, no credential) on this address, apart from the API
     /// port so they are never exposed with it (port 0 picks a free port; printed as metricsAddr).
     #[arg(long)]
@@ -453,6 +460,10 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         Compute::new(compute_config, store.clone(), clock.clone(), wake.due.clone(), config.data_dir.join("logs"))
             .context("building the registry client")?;
     let app = Arc::new(App {
+        rate_limits: http::limits::RateLimits::new(http::limits::RateConfig {
+            per_second: args.rate_limit_per_second,
+            burst: args.rate_limit_burst,
+        }),
         sessions: sessions::Sessions::new(session_config, store.clone(), clock.clone()),
         clock,
         due_wake: wake.due,

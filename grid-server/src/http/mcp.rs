@@ -192,6 +192,8 @@ async fn endpoint(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiErr
         Err(ApiError::Unauthorized) => return Ok(unauthorized(app)),
         Err(e) => return Err(e),
     };
+    // One MCP message is one request of the caller's rate.
+    app.rate_limits.check(&caller)?;
     let accept = req.headers().get(ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
     if !(accept.contains("application/json") && accept.contains("text/event-stream")) {
         return Ok(rpc_error(

@@ -4,6 +4,7 @@
 mod auth;
 mod cdp;
 mod downloads;
+pub mod limits;
 mod mcp;
 mod mcp_tools;
 pub mod respond;
@@ -79,7 +80,10 @@ where
         let app = app.clone();
         async move { Ok::<_, Infallible>(route(&app, req).await) }
     });
-    let builder = auto::Builder::new(TokioExecutor::new());
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // A client that does not send its request head in time is cut, so a
+    // handful of slow connections cannot hold the server (docs/limits.md).
+    builder.http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(limits::HEADER_READ_TIMEOUT);
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
     tokio::pin!(conn);
     let result = tokio::select! {
@@ -98,7 +102,11 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> Resp {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let started = std::time::Instant::now();
-    let resp = match dispatch(app, req).await {
+    let answered = match too_large(&req) {
+        Some(e) => Err(e),
+        None => dispatch(app, req).await,
+    };
+    let resp = match answered {
         Ok(r) => r,
         Err(e) => respond::error(&e),
     };
@@ -110,6 +118,14 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> Resp {
     let path = loggable_path(&path);
     tracing::debug!(%method, %path, status = resp.status().as_u16(), ms = elapsed.as_millis() as u64, "request");
     resp
+}
+
+/// A request whose declared length is over the bound is refused before its
+/// body is read (one chunked without a length is cut while read).
+fn too_large(req: &Request<Incoming>) -> Option<ApiError> {
+    let declared = req.headers().get(hyper::header::CONTENT_LENGTH)?.to_str().ok()?.parse::<u64>().ok()?;
+    (declared > respond::MAX_BODY_BYTES as u64)
+        .then_some(ApiError::BodyTooLarge { limit_bytes: respond::MAX_BODY_BYTES as u64 })
 }
 
 /// A path as its route's template, the `route` label of the HTTP metrics:
@@ -197,7 +213,11 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiErr
     }
     let caller = match (&method, segments.as_slice()) {
         (_, ["mcp"]) => return mcp::handle(app, req).await,
-        _ if is_api_path(&segments) => auth::authenticate(app, req.headers(), &app.config.base_url).await?,
+        _ if is_api_path(&segments) => {
+            let caller = auth::authenticate(app, req.headers(), &app.config.base_url).await?;
+            app.rate_limits.check(&caller)?;
+            caller
+        }
         _ => return Err(ApiError::RouteNotFound),
     };
     let query = || pairs(req.uri().query());

@@ -85,7 +85,13 @@ pub async fn json_body(body: Incoming, refuse: impl Fn(Vec<String>) -> ApiError)
     let collected = Limited::new(body, MAX_BODY_BYTES)
         .collect()
         .await
-        .map_err(|e| refuse(vec![format!("body: could not be read ({e}); at most {MAX_BODY_BYTES} bytes")]))?
+        .map_err(|e| {
+            if e.is::<http_body_util::LengthLimitError>() {
+                ApiError::BodyTooLarge { limit_bytes: MAX_BODY_BYTES as u64 }
+            } else {
+                refuse(vec![format!("body: could not be read ({e})")])
+            }
+        })?
         .to_bytes();
     if collected.is_empty() {
         return Err(refuse(vec!["body: is empty; send a JSON object".into()]));
