@@ -203,6 +203,17 @@ fn hint(error: &anyhow::Error, hints: &Hints) -> Option<String> {
         ClientError::Transport(_) => {
             Some(format!("is the server running there? set GRID_URL or pass --url (tried {})", hints.url))
         }
+        e @ ClientError::Api { status: 429, .. } => Some(format!(
+            "this credential is over its request rate; nothing was done: run the command again{} \
+             (the operator sets a key's rate with `grid-server key create --rate-per-second N --burst N`)",
+            e.retry_after().map(|d| format!(" after {}s", d.as_secs())).unwrap_or_default()
+        )),
+        ClientError::Api { status: 413, .. } => {
+            Some("the request is larger than the grid accepts: send fewer URLs per batch (split the list)".into())
+        }
+        ClientError::Api { status: 408, .. } => {
+            Some("the request body was not sent in time: check the network, or send a smaller request".into())
+        }
         _ => None,
     }
 }

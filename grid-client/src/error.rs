@@ -135,14 +135,23 @@ impl ClientError {
         self.is_status(409)
     }
 
+    /// Over the credential's request rate (`429 rate_limited`): nothing was
+    /// done; [`ClientError::retry_after`] says when the next request will be
+    /// served (docs/limits.md).
+    pub fn is_rate_limited(&self) -> bool {
+        matches!(self, ClientError::Api { status: 429, .. })
+    }
+
     /// Whether resending the same request later can succeed: the contract's
     /// `accounting_unavailable` and `COMPUTE_UNAVAILABLE` (both "safe to
-    /// resend"), and a connection that could not be made or timed out.
+    /// resend"), a rate limit, and a connection that could not be made or
+    /// timed out.
     pub fn is_retryable(&self) -> bool {
         match self {
             ClientError::Api { status: 503, error, .. } => {
                 error == "accounting_unavailable" || error == "COMPUTE_UNAVAILABLE"
             }
+            ClientError::Api { status: 429, .. } => true,
             ClientError::Transport(e) => e.is_connect() || e.is_timeout(),
             _ => false,
         }
@@ -245,6 +254,17 @@ mod tests {
         assert_eq!(e.retry_after(), Some(Duration::from_secs(5)));
         assert!(e.is_retryable());
         assert_eq!(e.to_string(), "503 COMPUTE_UNAVAILABLE (retry after 5s)");
+    }
+
+    #[test]
+    fn a_rate_limit_is_retryable_after_its_retry_after() {
+        let mut headers = HeaderMap::new();
+        headers.insert(RETRY_AFTER, HeaderValue::from_static("2"));
+        let e = ClientError::from_answer(429, &headers, br#"{"error":"rate_limited"}"#);
+        assert!(e.is_rate_limited() && e.is_retryable());
+        assert_eq!(e.retry_after(), Some(Duration::from_secs(2)));
+        assert_eq!(e.to_string(), "429 rate_limited (retry after 2s)");
+        assert!(!answer(413, r#"{"error":"body too large","limitBytes":8}"#).is_retryable());
     }
 
     #[test]

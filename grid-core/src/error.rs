@@ -108,6 +108,10 @@ pub enum ApiError {
     BodyTooLarge {
         limit_bytes: u64,
     },
+    /// A request body not sent in full within its time (docs/limits.md).
+    BodyTooSlow {
+        limit_secs: u64,
+    },
     ComputeUnavailable {
         retry_after_secs: u64,
     },
@@ -207,6 +211,7 @@ impl ApiError {
             IdempotencyKeyReused => {
                 row(422, "idempotency key reused").with("detail", vec![IDEMPOTENCY_KEY_REUSED_DETAIL])
             }
+            BodyTooSlow { limit_secs } => row(408, "body too slow").with("limitSecs", *limit_secs),
             BodyTooLarge { limit_bytes } => row(413, "body too large").with("limitBytes", *limit_bytes),
             RateLimited { retry_after_secs } => row(429, "rate_limited").retry_after(*retry_after_secs),
             Internal => row(500, "internal error"),
@@ -329,6 +334,7 @@ mod tests {
             AccountingUnavailable,
             RateLimited { retry_after_secs: 2 },
             BodyTooLarge { limit_bytes: 8 },
+            BodyTooSlow { limit_secs: 60 },
             ComputeUnavailable { retry_after_secs: COMPUTE_RETRY_AFTER_SECS },
             SessionsDisabled,
             Internal,
@@ -386,6 +392,7 @@ mod tests {
                 "not implemented",
                 "rate_limited",
                 "body too large",
+                "body too slow",
                 "internal error"
             ]
         );

@@ -51,9 +51,10 @@ pub fn key_create(
     account_id: &str,
     daily_cap_micros: Option<i64>,
     internal: bool,
+    rate: accounts::KeyRate,
 ) -> StoreResult<Value> {
     store.write_blocking(|tx| {
-        let key = accounts::create_key(tx, account_id, daily_cap_micros, internal, now())?;
+        let key = accounts::create_key(tx, account_id, daily_cap_micros, internal, rate, now())?;
         view(key)
     })
 }
@@ -72,7 +73,7 @@ pub fn first_start(store: &Store, initial_credit_micros: i64) -> StoreResult<Opt
             return Ok(None);
         }
         let id = accounts::create_account(tx, "default", initial_credit_micros, now())?;
-        Ok(Some(accounts::create_key(tx, &id, None, false, now())?))
+        Ok(Some(accounts::create_key(tx, &id, None, false, Default::default(), now())?))
     })
 }
 

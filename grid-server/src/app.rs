@@ -14,8 +14,8 @@ use crate::store::Store;
 
 /// Every subsystem of the running server.
 pub struct App {
-    /// Requests per credential (http/limits.rs).
-    pub rate_limits: crate::http::limits::RateLimits,
+    /// Requests per credential, connection and body bounds (http/limits.rs).
+    pub limits: crate::http::limits::Limits,
     /// The clock drivers read (the system clock here; a virtual one in tests).
     pub clock: Arc<dyn crate::clock::Clock>,
     /// Wakes the due-time loop (`due.rs`) when a driver set a due time sooner

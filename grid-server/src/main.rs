@@ -105,11 +105,28 @@ struct ServeArgs {
     data: DataDir,
     /// Requests per second one credential (an API key, or a sign-in token's account) may make,
     /// sustained; beyond it the API answers 429 with retry-after (docs/limits.md).
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
     rate_limit_per_second: u32,
-    /// Requests one credential may make at once above its rate.
-    #[arg(long, default_value_t = 1000)]
+    /// Requests one credential may make at once (at least the per-second rate).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
     rate_limit_burst: u32,
+    /// Seconds a client may take to send a request's line and headers, or its first request on a
+    /// new connection; then the connection is closed.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    header_read_timeout_secs: u64,
+    /// Seconds a client may take to send a request's body; then it is answered 408.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    body_read_timeout_secs: u64,
+    /// Seconds an HTTP/2 connection may stay open with no request in flight.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86400))]
+    idle_timeout_secs: u64,
+    /// API connections open at once; more are closed as they are accepted.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    max_connections: u64,
+    /// API connections one client address may hold open at once (0: no bound; behind a proxy,
+    /// every client has the proxy's address).
+    #[arg(long, default_value_t = 1_000)]
+    max_connections_per_peer: u64,
     /// Serve Prometheus metrics (GET /metrics, no credential) on this address, apart from the API
     /// port so they are never exposed with it (port 0 picks a free port; printed as metricsAddr).
     #[arg(long)]
@@ -291,6 +308,13 @@ enum KeyCommand {
         /// account is suspended its billable calls answer 403 account_suspended.
         #[arg(long)]
         internal: bool,
+        /// Requests per second this key may make, sustained [default: the server's
+        /// --rate-limit-per-second]; beyond it the API answers 429 with retry-after.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        rate_per_second: Option<u32>,
+        /// Requests this key may make at once [default: the server's --rate-limit-burst].
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        burst: Option<u32>,
     },
     /// Revoke a key at once.
     Revoke {
@@ -328,8 +352,9 @@ fn main() -> anyhow::Result<()> {
             }
         },
         Command::Key(cmd) => match cmd {
-            KeyCommand::Create { data, account, daily_cap_micros, internal } => {
-                admin::key_create(&admin::open(&data.data_dir)?, &account, daily_cap_micros, internal)
+            KeyCommand::Create { data, account, daily_cap_micros, internal, rate_per_second, burst } => {
+                let rate = store::accounts::KeyRate { per_second: rate_per_second, burst };
+                admin::key_create(&admin::open(&data.data_dir)?, &account, daily_cap_micros, internal, rate)
             }
             KeyCommand::Revoke { data, key_id } => admin::key_revoke(&admin::open(&data.data_dir)?, &key_id),
         },
@@ -460,10 +485,16 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         Compute::new(compute_config, store.clone(), clock.clone(), wake.due.clone(), config.data_dir.join("logs"))
             .context("building the registry client")?;
     let app = Arc::new(App {
-        rate_limits: http::limits::RateLimits::new(http::limits::RateConfig {
-            per_second: args.rate_limit_per_second,
-            burst: args.rate_limit_burst,
-        }),
+        limits: http::limits::Limits::new(
+            http::limits::RateConfig { per_second: args.rate_limit_per_second, burst: args.rate_limit_burst },
+            http::limits::ConnConfig {
+                header_read_timeout: Duration::from_secs(args.header_read_timeout_secs),
+                body_read_timeout: Duration::from_secs(args.body_read_timeout_secs),
+                idle_timeout: Duration::from_secs(args.idle_timeout_secs),
+                max_connections: args.max_connections as usize,
+                max_connections_per_peer: args.max_connections_per_peer as usize,
+            },
+        ),
         sessions: sessions::Sessions::new(session_config, store.clone(), clock.clone()),
         clock,
         due_wake: wake.due,

@@ -27,6 +27,7 @@ pub struct Metrics {
     registry: Registry,
     pub http_requests: IntCounterVec,
     pub http_seconds: HistogramVec,
+    pub connections_cut: IntCounterVec,
     pub items_ended: IntCounterVec,
     pub item_seconds: HistogramVec,
     pub job_attempts_ended: IntCounterVec,
@@ -84,6 +85,12 @@ impl Metrics {
                 "route", "method", "status",
             ]),
             http_seconds: histogram(&r, "http_request_duration_seconds", "API request latency by route.", &["route"]),
+            connections_cut: counter(
+                &r,
+                "http_connections_cut_total",
+                "API connections refused or closed by a limit (docs/limits.md), by reason.",
+                &["reason"],
+            ),
             items_ended: counter(
                 &r,
                 "item_attempts_total",

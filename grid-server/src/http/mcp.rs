@@ -17,7 +17,6 @@ use std::sync::Arc;
 
 use base64::Engine;
 use grid_core::error::ApiError;
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::header::{
     HeaderMap, HeaderName, HeaderValue, ACCEPT, ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS,
@@ -28,6 +27,7 @@ use hyper::{Method, Request, StatusCode};
 use serde_json::{json, Map, Value};
 
 use super::auth;
+use super::limits;
 use super::mcp_tools;
 use super::respond::{self, Resp};
 use crate::app::App;
@@ -193,7 +193,7 @@ async fn endpoint(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiErr
         Err(e) => return Err(e),
     };
     // One MCP message is one request of the caller's rate.
-    app.rate_limits.check(&caller)?;
+    app.limits.rates.check(&caller)?;
     let accept = req.headers().get(ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
     if !(accept.contains("application/json") && accept.contains("text/event-stream")) {
         return Ok(rpc_error(
@@ -213,9 +213,16 @@ async fn endpoint(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiErr
         ));
     }
     let headers = req.headers().clone();
-    let body = match http_body_util::Limited::new(req.into_body(), respond::MAX_BODY_BYTES).collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(_) => return Ok(rpc_error(400, PARSE_ERROR, "Parse error: body unreadable or too large", Value::Null)),
+    // Too large or too slow are the same refusals as on every endpoint
+    // (docs/limits.md), whether the bound showed in the head or while reading.
+    let body = match limits::read_body(req.into_body(), app.limits.conn.body_read_timeout).await {
+        Ok(b) => b,
+        Err(e) => {
+            return match e.past_bound(&app.limits.conn) {
+                Some(refusal) => Err(refusal),
+                None => Ok(rpc_error(400, PARSE_ERROR, &format!("Parse error: body unreadable ({e})"), Value::Null)),
+            }
+        }
     };
     let message: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,

@@ -14,10 +14,11 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use grid_core::error::ApiError;
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper::{Method, Request};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
@@ -34,7 +35,8 @@ use crate::app::App;
 /// (at most 10 s). With `tls`, each connection first completes a TLS
 /// handshake. HTTP/1.1 and HTTP/2 are both spoken (over TLS as ALPN chose,
 /// in the clear with HTTP/2 by prior knowledge); HTTP/1.1 connections may be
-/// upgraded (CDP WebSockets).
+/// upgraded (CDP WebSockets). Connections over the bounds of
+/// `app.limits` are closed as they are accepted (docs/limits.md).
 pub async fn serve(
     app: Arc<App>,
     listener: TcpListener,
@@ -47,9 +49,18 @@ pub async fn serve(
         while connections.try_join_next().is_some() {}
         tokio::select! {
             accepted = crate::accept::accept(&listener, &mut backoff, "api") => {
-                let Some((stream, _)) = accepted else { continue };
+                let Some((stream, peer)) = accepted else { continue };
+                let permit = match app.limits.admit(peer.ip()) {
+                    Ok(p) => p,
+                    Err(cut) => {
+                        crate::metrics::get().connections_cut.with_label_values(&[cut.label()]).inc();
+                        tracing::debug!(%peer, reason = cut.label(), "connection refused");
+                        continue;
+                    }
+                };
                 let (app, stop, tls) = (app.clone(), shutdown.clone(), tls.clone());
                 connections.spawn(async move {
+                    let _counted = permit;
                     match tls {
                         None => serve_connection(app, stream, stop).await,
                         Some(acceptor) => {
@@ -71,32 +82,76 @@ pub async fn serve(
 }
 
 /// One connection, HTTP/1.1 or HTTP/2 (told apart by its first bytes), until
-/// it ends or the server stops.
+/// it ends, the server stops, or it goes without a request for too long.
 async fn serve_connection<I>(app: Arc<App>, io: I, mut stop: watch::Receiver<bool>)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let bounds = app.limits.conn;
+    let (tracker, activity) = limits::Tracker::new();
     let service = service_fn(move |req| {
         let app = app.clone();
-        async move { Ok::<_, Infallible>(route(&app, req).await) }
+        // The request counts as in flight until its response is sent in
+        // full (a streamed download included).
+        let in_flight = tracker.begin();
+        async move {
+            let resp = route(&app, req).await;
+            Ok::<_, Infallible>(resp.map(|body| {
+                body.map_frame(move |frame| {
+                    let _held = &in_flight;
+                    frame
+                })
+                .boxed_unsync()
+            }))
+        }
     });
     let mut builder = auto::Builder::new(TokioExecutor::new());
     // A client that does not send its request head in time is cut, so a
     // handful of slow connections cannot hold the server (docs/limits.md).
-    builder.http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(limits::HEADER_READ_TIMEOUT);
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(bounds.header_read_timeout);
+    // Pings find HTTP/2 peers that went away with streams open; idle ones
+    // are closed by the watchdog below.
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(H2_KEEP_ALIVE)
+        .keep_alive_timeout(H2_KEEP_ALIVE)
+        .max_concurrent_streams(H2_MAX_STREAMS);
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
     tokio::pin!(conn);
+    // Before a protocol is chosen (the first bytes) and on an HTTP/2
+    // connection, hyper has no time-out of its own: a connection with
+    // nothing in flight is ended here.
+    let idle = limits::idle_out(activity, bounds.header_read_timeout, bounds.idle_timeout);
     let result = tokio::select! {
         r = conn.as_mut() => r,
         _ = async { let _ = stop.wait_for(|s| *s).await; } => {
             conn.as_mut().graceful_shutdown();
             conn.await
         }
+        cut = idle => {
+            crate::metrics::get().connections_cut.with_label_values(&[cut.label()]).inc();
+            if cut == limits::Cut::Idle {
+                // Nothing is in flight: an HTTP/2 client is told (GOAWAY);
+                // one that does not take it is dropped after a while.
+                conn.as_mut().graceful_shutdown();
+                let _ = tokio::time::timeout(bounds.header_read_timeout, conn).await;
+            }
+            return;
+        }
     };
     if let Err(e) = result {
+        if e.downcast_ref::<hyper::Error>().is_some_and(hyper::Error::is_timeout) {
+            crate::metrics::get().connections_cut.with_label_values(&[limits::Cut::HeaderTimeout.label()]).inc();
+        }
         tracing::debug!(error = %e, "connection ended with an error");
     }
 }
+
+/// Interval of HTTP/2 pings, and how long a ping may go unanswered.
+const H2_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(20);
+/// Streams one HTTP/2 connection may have open at once.
+const H2_MAX_STREAMS: u32 = 100;
 
 async fn route(app: &Arc<App>, req: Request<Incoming>) -> Resp {
     let method = req.method().clone();
@@ -124,8 +179,8 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> Resp {
 /// body is read (one chunked without a length is cut while read).
 fn too_large(req: &Request<Incoming>) -> Option<ApiError> {
     let declared = req.headers().get(hyper::header::CONTENT_LENGTH)?.to_str().ok()?.parse::<u64>().ok()?;
-    (declared > respond::MAX_BODY_BYTES as u64)
-        .then_some(ApiError::BodyTooLarge { limit_bytes: respond::MAX_BODY_BYTES as u64 })
+    (declared > limits::MAX_BODY_BYTES as u64)
+        .then_some(ApiError::BodyTooLarge { limit_bytes: limits::MAX_BODY_BYTES as u64 })
 }
 
 /// A path as its route's template, the `route` label of the HTTP metrics:
@@ -215,7 +270,7 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiErr
         (_, ["mcp"]) => return mcp::handle(app, req).await,
         _ if is_api_path(&segments) => {
             let caller = auth::authenticate(app, req.headers(), &app.config.base_url).await?;
-            app.rate_limits.check(&caller)?;
+            app.limits.rates.check(&caller)?;
             caller
         }
         _ => return Err(ApiError::RouteNotFound),
@@ -239,14 +294,19 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiErr
         (&Method::DELETE, ["sessions", id]) => Call::ReleaseSession(id.to_string()),
         (&Method::POST, ["batches"]) => Call::SubmitBatch {
             idempotency_key: respond::idempotency_key(req.headers())?,
-            body: respond::json_body(req.into_body(), |detail| ApiError::InvalidBatchBody { detail }).await?,
+            body: respond::json_body(req.into_body(), &app.limits.conn, |detail| ApiError::InvalidBatchBody { detail })
+                .await?,
         },
-        (&Method::POST, ["jobs"]) => {
-            Call::SubmitJob(respond::json_body(req.into_body(), |detail| ApiError::InvalidJobRequest { detail }).await?)
-        }
+        (&Method::POST, ["jobs"]) => Call::SubmitJob(
+            respond::json_body(req.into_body(), &app.limits.conn, |detail| ApiError::InvalidJobRequest { detail })
+                .await?,
+        ),
         (&Method::POST, ["sessions"]) => Call::LeaseSession {
             idempotency_key: respond::idempotency_key(req.headers())?,
-            body: respond::json_body(req.into_body(), |detail| ApiError::InvalidSessionBody { detail }).await?,
+            body: respond::json_body(req.into_body(), &app.limits.conn, |detail| ApiError::InvalidSessionBody {
+                detail,
+            })
+            .await?,
         },
         _ => return Err(ApiError::MethodNotAllowed),
     };

@@ -3,13 +3,14 @@
 use bytes::Bytes;
 use grid_core::error::ApiError;
 use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use hyper::{Response, StatusCode};
 use serde::Serialize;
 use serde_json::Value;
 
+use super::limits::{read_body, ConnConfig};
 use crate::api::{Reply, ReplyBody};
 
 /// A response body: whole (`full`) or streamed (a published file, see
@@ -24,10 +25,6 @@ pub fn full(bytes: impl Into<Bytes>) -> Body {
 pub fn empty() -> Body {
     full(Bytes::new())
 }
-
-/// Request bodies larger than this are refused before parsing. 1,000 URLs
-/// of a few kilobytes each fit comfortably.
-pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 
 pub fn json<T: Serialize>(status: u16, value: &T) -> Resp {
     let body = serde_json::to_vec(value).unwrap_or_else(|_| b"{}".to_vec());
@@ -73,26 +70,23 @@ pub fn bytes(status: StatusCode, content_type: &str, body: Vec<u8>) -> Resp {
     r
 }
 
-/// Reads a JSON body. `refuse` builds the endpoint's own 400 from a problem
-/// list, so a malformed body gets the same error code as an invalid one.
 /// The `Idempotency-Key` header of a submission, checked.
 pub fn idempotency_key(headers: &hyper::HeaderMap) -> Result<Option<String>, ApiError> {
     let values: Vec<&[u8]> = headers.get_all(grid_core::idempotency::HEADER).iter().map(|v| v.as_bytes()).collect();
     grid_core::idempotency::parse_key(&values)
 }
 
-pub async fn json_body(body: Incoming, refuse: impl Fn(Vec<String>) -> ApiError) -> Result<Value, ApiError> {
-    let collected = Limited::new(body, MAX_BODY_BYTES)
-        .collect()
+/// Reads a JSON body within the bounds of `limits` (too large: 413; too
+/// slow: 408). `refuse` builds the endpoint's own 400 from a problem list,
+/// so a malformed body gets the same error code as an invalid one.
+pub async fn json_body(
+    body: Incoming,
+    limits: &ConnConfig,
+    refuse: impl Fn(Vec<String>) -> ApiError,
+) -> Result<Value, ApiError> {
+    let collected = read_body(body, limits.body_read_timeout)
         .await
-        .map_err(|e| {
-            if e.is::<http_body_util::LengthLimitError>() {
-                ApiError::BodyTooLarge { limit_bytes: MAX_BODY_BYTES as u64 }
-            } else {
-                refuse(vec![format!("body: could not be read ({e})")])
-            }
-        })?
-        .to_bytes();
+        .map_err(|e| e.refusal(limits, |e| refuse(vec![format!("body: could not be read ({e})")])))?;
     if collected.is_empty() {
         return Err(refuse(vec!["body: is empty; send a JSON object".into()]));
     }

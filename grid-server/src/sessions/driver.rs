@@ -354,7 +354,7 @@ mod tests {
         let caller = store
             .write_blocking(|tx| {
                 let id = accounts::create_account(tx, "t", CREDIT, T0)?;
-                let k = accounts::create_key(tx, &id, None, false, T0)?;
+                let k = accounts::create_key(tx, &id, None, false, Default::default(), T0)?;
                 Ok::<_, StoreError>(Caller { account_id: id, key_id: Some(k.key_id), ..Default::default() })
             })
             .unwrap();

@@ -23,6 +23,18 @@ pub struct NewKey {
     pub api_key: String,
     pub daily_cap_micros: Option<i64>,
     pub internal: bool,
+    /// The key's own request rate; `null`: the server's default.
+    pub rate_per_second: Option<u32>,
+    pub rate_burst: Option<u32>,
+}
+
+/// A key's own request rate (docs/limits.md), kept with the key; a `None`
+/// field is the server's default (`serve --rate-limit-per-second`,
+/// `--rate-limit-burst`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KeyRate {
+    pub per_second: Option<u32>,
+    pub burst: Option<u32>,
 }
 
 /// Who a request acts for, once its credential checked out.
@@ -35,6 +47,8 @@ pub struct Caller {
     /// An internal key whose account is suspended: reads work, billable
     /// calls answer 403 account_suspended.
     pub suspended_internal: bool,
+    /// The key's own rate, if it has one (a sign-in token has none).
+    pub rate: KeyRate,
 }
 
 pub fn create_account(conn: &Connection, name: &str, credit_micros: i64, now: Millis) -> StoreResult<String> {
@@ -138,20 +152,42 @@ pub fn create_key(
     account_id: &str,
     daily_cap_micros: Option<i64>,
     internal: bool,
+    rate: KeyRate,
     now: Millis,
 ) -> StoreResult<NewKey> {
     account(conn, account_id)?;
     if daily_cap_micros.is_some_and(|c| c < 0) {
         return Err(StoreError::Invalid("--daily-cap-micros must not be negative".into()));
     }
+    if rate.per_second == Some(0) || rate.burst == Some(0) {
+        return Err(StoreError::Invalid("--rate-per-second and --burst must be at least 1".into()));
+    }
     let key_id = new_id(ids::KEY);
     let api_key = format!("{KEY_PREFIX}{}", random_hex(24));
     conn.execute(
-        "INSERT INTO api_keys (id, account_id, secret_sha256, daily_cap_micros, internal, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        (&key_id, account_id, sha256_hex(api_key.as_bytes()), daily_cap_micros, internal, now.0),
+        "INSERT INTO api_keys
+           (id, account_id, secret_sha256, daily_cap_micros, internal, rate_per_second, rate_burst, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        (
+            &key_id,
+            account_id,
+            sha256_hex(api_key.as_bytes()),
+            daily_cap_micros,
+            internal,
+            rate.per_second,
+            rate.burst,
+            now.0,
+        ),
     )?;
-    Ok(NewKey { key_id, account_id: account_id.to_string(), api_key, daily_cap_micros, internal })
+    Ok(NewKey {
+        key_id,
+        account_id: account_id.to_string(),
+        api_key,
+        daily_cap_micros,
+        internal,
+        rate_per_second: rate.per_second,
+        rate_burst: rate.burst,
+    })
 }
 
 pub fn revoke_key(conn: &Connection, key_id: &str, now: Millis) -> StoreResult<()> {
@@ -169,7 +205,7 @@ pub fn revoke_key(conn: &Connection, key_id: &str, now: Millis) -> StoreResult<(
 pub fn caller_for_key(conn: &Connection, api_key: &str) -> StoreResult<Option<Caller>> {
     let found = conn
         .query_row(
-            "SELECT k.id, k.account_id, k.daily_cap_micros, k.internal, a.suspended
+            "SELECT k.id, k.account_id, k.daily_cap_micros, k.internal, a.suspended, k.rate_per_second, k.rate_burst
                FROM api_keys k JOIN accounts a ON a.id = k.account_id
               WHERE k.secret_sha256 = ?1 AND k.revoked_at IS NULL",
             [sha256_hex(api_key.as_bytes())],
@@ -179,6 +215,7 @@ pub fn caller_for_key(conn: &Connection, api_key: &str) -> StoreResult<Option<Ca
                     account_id: r.get(1)?,
                     daily_cap_micros: r.get(2)?,
                     suspended_internal: false,
+                    rate: KeyRate { per_second: r.get(5)?, burst: r.get(6)? },
                 };
                 Ok((caller, r.get::<_, bool>(3)?, r.get::<_, bool>(4)?))
             },

@@ -268,7 +268,7 @@ mod tests {
         store
             .write_blocking(|tx| {
                 let id = accounts::create_account(tx, "t", credit, T)?;
-                let k = accounts::create_key(tx, &id, None, false, T)?;
+                let k = accounts::create_key(tx, &id, None, false, Default::default(), T)?;
                 Ok::<_, StoreError>(Caller { account_id: id, key_id: Some(k.key_id), ..Default::default() })
             })
             .unwrap()

@@ -409,7 +409,7 @@ pub(crate) mod tests {
         store
             .write_blocking(|tx| {
                 let id = accounts::create_account(tx, "t", credit, T)?;
-                let k = accounts::create_key(tx, &id, cap, false, T)?;
+                let k = accounts::create_key(tx, &id, cap, false, Default::default(), T)?;
                 Ok::<_, StoreError>(Caller {
                     account_id: id,
                     key_id: Some(k.key_id),

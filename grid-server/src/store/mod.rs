@@ -20,7 +20,7 @@ use grid_core::error::ApiError;
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 pub const DB_FILE: &str = "grid.db";
-const SCHEMA_VERSION: i64 = 7;
+const SCHEMA_VERSION: i64 = 8;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -224,6 +224,7 @@ fn migrate(conn: &Connection) -> StoreResult<()> {
         include_str!("schema_v5_inline_artifacts.sql"),
         include_str!("schema_v6_idempotency_keys.sql"),
         include_str!("schema_v7_due_times.sql"),
+        include_str!("schema_v8_key_rate_limits.sql"),
     ];
     for (i, sql) in steps.iter().enumerate() {
         let step = i as i64 + 1;
