@@ -167,8 +167,9 @@ struct ServeArgs {
     /// Switch browser sessions off (POST/GET/DELETE /sessions answer 503 sessions disabled).
     #[arg(long)]
     sessions_disabled: bool,
-    /// Browsers kept started per profile so a lease (without network policy) does not wait for a launch.
-    #[arg(long, default_value_t = 0)]
+    /// Browsers kept started per profile so a lease (without network policy) does not wait for a
+    /// launch; 0 keeps none.
+    #[arg(long, default_value_t = 1)]
     warm_sessions: usize,
     /// Treat this range as public for the public-web-only/v1 policy (for closed test networks); repeatable.
     #[arg(long = "session-treat-as-public", value_name = "CIDR")]
@@ -605,4 +606,18 @@ fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
             _ = tokio::signal::ctrl_c() => {}
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A first lease on a fresh server takes a warm browser unless the
+    /// operator says otherwise.
+    #[test]
+    fn one_warm_browser_per_profile_by_default() {
+        let cli = Cli::try_parse_from(["grid-server", "serve", "--data-dir", "/tmp/x"]).unwrap();
+        let Command::Serve(args) = cli.command else { panic!("not serve") };
+        assert_eq!(args.warm_sessions, 1);
+    }
 }

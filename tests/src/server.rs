@@ -34,6 +34,12 @@ pub struct ServerOptions {
     pub initial_credit_micros: Option<i64>,
     pub auth_url: Option<String>,
     pub accounting_timeout_ms: Option<u64>,
+    /// `--warm-sessions`: 0 by default here, unlike the server's 1. A warm
+    /// browser per profile is two idle Chromium processes per server; the
+    /// suite runs many servers at once on a small machine, and most never
+    /// lease a session. Tests about leasing set `Some(1)` or leave the
+    /// server's default with `None`.
+    pub warm_sessions: Option<u32>,
     pub extra_args: Vec<String>,
     /// Variables set (`Some`) or removed (`None`) in the server's
     /// environment after the harness scrubbed it (see `bins::scrub_env`).
@@ -69,6 +75,7 @@ impl Default for ServerOptions {
             initial_credit_micros: None,
             auth_url: None,
             accounting_timeout_ms: None,
+            warm_sessions: Some(0),
             extra_args: Vec::new(),
             env: Vec::new(),
             umask: None,
@@ -101,6 +108,7 @@ impl ServerOptions {
         flag("--initial-credit-micros", self.initial_credit_micros.map(|v| v.to_string()));
         flag("--auth-url", self.auth_url.clone());
         flag("--accounting-timeout-ms", self.accounting_timeout_ms.map(|v| v.to_string()));
+        flag("--warm-sessions", self.warm_sessions.map(|v| v.to_string()));
         if self.allow_private_networks {
             args.push("--allow-private-networks".into());
         }
