@@ -9,7 +9,7 @@ use grid_client::sessions as session_calls;
 use grid_client::RawReply;
 use grid_core::session::SessionStatus;
 use grid_core::validate::session::{MAX_TTL_MINUTES, MIN_TTL_MINUTES};
-use grid_core::wire::session::{NewSession, SessionLease, SessionView};
+use grid_core::wire::session::{NewSession, NewViewport, SessionLease, SessionView};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::input::parse_seconds;
@@ -25,7 +25,12 @@ pub enum SessionCommand {
     /// here. With --wait, waits until the browser runs and then prints the
     /// session with its attestation (with --json: a second line, the GET
     /// /sessions answer in which it was first seen running).
+    /// The profile's viewport, user agent, locale and time zone may be replaced
+    /// (--viewport, --mobile, --user-agent, --locale, --timezone); the
+    /// attestation shows them, read from inside the browser.
     ///   grid session lease --ttl 10 --wait
+    ///   grid session create --viewport 1280x720 --locale fr-CA --timezone America/Toronto
+    #[command(visible_alias = "create")]
     Lease(LeaseArgs),
     /// List your live sessions, oldest first (GET /sessions).
     List,
@@ -54,6 +59,23 @@ pub struct LeaseArgs {
     /// Network policy: public-web-only/v1 (the browser reaches only public addresses).
     #[arg(long, value_name = "POLICY")]
     network: Option<String>,
+    /// Every page's size in CSS pixels, WIDTHxHEIGHT or WIDTHxHEIGHT@SCALE (device scale factor),
+    /// each side 100 to 4096, scale 0.5 to 4.
+    #[arg(long, value_name = "WxH[@SCALE]", value_parser = parse_viewport)]
+    viewport: Option<NewViewport>,
+    /// With --viewport: a mobile viewport (touch, the page's meta viewport); needs
+    /// --profile native-headless-browser/v2.
+    #[arg(long, requires = "viewport")]
+    mobile: bool,
+    /// The User-Agent header and navigator.userAgent, printable ASCII.
+    #[arg(long, value_name = "UA")]
+    user_agent: Option<String>,
+    /// navigator.language, Accept-Language and Intl's locale, a language tag such as fr-CA.
+    #[arg(long, value_name = "TAG")]
+    locale: Option<String>,
+    /// The time zone of Date and Intl, an IANA name such as America/Toronto.
+    #[arg(long, value_name = "ZONE")]
+    timezone: Option<String>,
     /// Sent as the Idempotency-Key header: leasing again with the same key and flags (within 24 h) answers the first lease, cdpUrl included, and takes no second slot. Default: a fresh random key, also used when the lease is resent after a connection error.
     #[arg(long, value_name = "KEY")]
     idempotency_key: Option<String>,
@@ -79,7 +101,32 @@ pub async fn run(cx: &Context, command: SessionCommand) -> anyhow::Result<ExitCo
 }
 
 fn new_session(args: &LeaseArgs) -> NewSession {
-    NewSession { profile_id: args.profile_id.clone(), ttl_minutes: args.ttl_minutes, network: args.network.clone() }
+    NewSession {
+        profile_id: args.profile_id.clone(),
+        ttl_minutes: args.ttl_minutes,
+        network: args.network.clone(),
+        viewport: args.viewport.map(|v| NewViewport { mobile: args.mobile.then_some(true), ..v }),
+        user_agent: args.user_agent.clone(),
+        locale: args.locale.clone(),
+        timezone: args.timezone.clone(),
+    }
+}
+
+/// `WIDTHxHEIGHT` or `WIDTHxHEIGHT@SCALE`; bounds are the server's to check
+/// (the answer names the field).
+fn parse_viewport(s: &str) -> Result<NewViewport, String> {
+    let usage = || format!("{s:?}: write WIDTHxHEIGHT or WIDTHxHEIGHT@SCALE, e.g. 1280x720 or 390x844@3");
+    let (size, scale) = match s.split_once('@') {
+        Some((size, scale)) => (size, Some(scale.parse::<f64>().map_err(|_| usage())?)),
+        None => (s, None),
+    };
+    let (w, h) = size.split_once(['x', 'X']).ok_or_else(usage)?;
+    Ok(NewViewport {
+        width: w.trim().parse().map_err(|_| usage())?,
+        height: h.trim().parse().map_err(|_| usage())?,
+        device_scale_factor: scale,
+        mobile: None,
+    })
 }
 
 async fn lease(cx: &Context, args: LeaseArgs) -> anyhow::Result<()> {
@@ -205,7 +252,12 @@ fn view_lines(view: &SessionView) -> Vec<String> {
     if let Some(a) = &view.attestation {
         pairs.push(("browser", format!("{} ({}, protocol {})", a.product, a.mode, a.protocol_version)));
         pairs.push(("locale", format!("{}, {}", a.locale, a.time_zone)));
-        pairs.push(("window", format!("{}x{} @{}", a.window.width, a.window.height, a.window.device_scale_factor)));
+        let mobile = if a.window.mobile { " mobile" } else { "" };
+        pairs.push((
+            "window",
+            format!("{}x{} @{}{mobile}", a.window.width, a.window.height, a.window.device_scale_factor),
+        ));
+        pairs.push(("userAgent", a.user_agent.clone()));
         pairs.push(("image", a.image_digest.clone()));
     }
     if let Some(n) = &view.network_attestation {
@@ -267,6 +319,29 @@ mod tests {
             serde_json::json!({"profileId": "native-headless-browser/v2", "ttlMinutes": 2, "network": "public-web-only/v1"})
         );
         assert_eq!(serde_json::to_value(new_session(&lease_args(&[]).unwrap())).unwrap(), serde_json::json!({}));
+        let args = lease_args(&[
+            "--viewport",
+            "390x844@3",
+            "--mobile",
+            "--user-agent",
+            "Agent/1 (x)",
+            "--locale",
+            "fr-CA",
+            "--timezone",
+            "America/Toronto",
+        ])
+        .unwrap();
+        assert_eq!(
+            serde_json::to_value(new_session(&args)).unwrap(),
+            serde_json::json!({"viewport": {"width": 390, "height": 844, "deviceScaleFactor": 3.0, "mobile": true},
+                               "userAgent": "Agent/1 (x)", "locale": "fr-CA", "timezone": "America/Toronto"})
+        );
+        let plain = new_session(&lease_args(&["--viewport", "1280x720"]).unwrap());
+        assert_eq!(
+            serde_json::to_value(plain).unwrap(),
+            serde_json::json!({"viewport": {"width": 1280, "height": 720}})
+        );
+        assert!(Wrap::try_parse_from(["t", "create", "--viewport", "800X600"]).is_ok(), "create is lease");
     }
 
     #[test]
@@ -276,6 +351,10 @@ mod tests {
         assert!(lease_args(&["--ttl", "240", "--wait", "--timeout", "5"]).is_ok());
         assert!(lease_args(&["--timeout", "5"]).is_err(), "needs --wait");
         assert!(Wrap::try_parse_from(["t", "release"]).is_err(), "needs an id");
+        for bad in ["1280", "1280x", "x720", "1280x720@", "1280x720@big", "-1x5"] {
+            assert!(lease_args(&["--viewport", bad]).is_err(), "{bad}");
+        }
+        assert!(lease_args(&["--mobile"]).is_err(), "--mobile needs --viewport");
     }
 
     #[test]

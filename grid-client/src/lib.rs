@@ -38,7 +38,7 @@ use grid_core::wire::grid::{GridStatus, Health, ProtectedResource, QueueDepth};
 use grid_core::wire::item::{ArtifactUrl, CaptureItem, ItemRetried};
 use grid_core::wire::job::NewJob;
 use grid_core::wire::job_record::{JobArtifacts, JobList, JobRecord};
-use grid_core::wire::session::{NewSession, SessionLease, SessionView};
+use grid_core::wire::session::{NewSession, SessionDownloads, SessionLease, SessionView};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
 use reqwest::Method;
 use serde::de::DeserializeOwned;
@@ -543,6 +543,14 @@ impl GridClient {
     /// working at once.
     pub async fn release_session(&self, session_id: &str) -> Result<(), ClientError> {
         self.send_raw(&sessions::release_session(session_id)).await.map(|_| ())
+    }
+
+    /// GET /sessions/{sessionId}/downloads: the files the session's pages
+    /// downloaded, each with a signed URL (15 minutes) for
+    /// [`GridClient::download`]; listed while the session runs and for the
+    /// grid's grace after it ends.
+    pub async fn session_downloads(&self, session_id: &str) -> Result<SessionDownloads, ClientError> {
+        self.send(&sessions::session_downloads(session_id)).await
     }
 
     /// Polls GET /sessions every `poll_interval` until the session is

@@ -19,7 +19,7 @@
 //! ```
 
 use bytes::Bytes;
-use grid_core::wire::session::{NewSession, SessionLease, SessionView};
+use grid_core::wire::session::{NewSession, SessionDownloads, SessionLease, SessionView};
 use reqwest::Method;
 
 use crate::endpoint::Endpoint;
@@ -45,8 +45,14 @@ pub fn release_session(session_id: &str) -> Endpoint<Bytes> {
     Endpoint::new(Method::DELETE, &["sessions", session_id], true)
 }
 
+/// GET /sessions/{sessionId}/downloads.
+pub fn session_downloads(session_id: &str) -> Endpoint<SessionDownloads> {
+    Endpoint::new(Method::GET, &["sessions", session_id, "downloads"], true)
+}
+
 #[cfg(test)]
 mod tests {
+    use grid_core::wire::session::NewViewport;
     use url::Url;
 
     use super::*;
@@ -61,11 +67,17 @@ mod tests {
             profile_id: Some("native-headless-browser/v2".into()),
             ttl_minutes: Some(2),
             network: Some("public-web-only/v1".into()),
+            viewport: Some(NewViewport { width: 390, height: 844, device_scale_factor: None, mobile: Some(true) }),
+            user_agent: Some("Agent/1".into()),
+            locale: Some("fr-CA".into()),
+            timezone: Some("America/Toronto".into()),
         });
         assert_eq!(
-            full.body().unwrap(),
-            br#"{"profileId":"native-headless-browser/v2","ttlMinutes":2,"network":"public-web-only/v1"}"#
+            std::str::from_utf8(full.body().unwrap()).unwrap(),
+            r#"{"profileId":"native-headless-browser/v2","ttlMinutes":2,"network":"public-web-only/v1","viewport":{"width":390,"height":844,"mobile":true},"userAgent":"Agent/1","locale":"fr-CA","timezone":"America/Toronto"}"#
         );
+        assert_eq!(session_downloads("gs_1").to_string(), "GET /sessions/gs_1/downloads");
+        assert!(session_downloads("gs_1").sends_credential());
         assert_eq!(sessions().url(&base).unwrap().as_str(), "http://127.0.0.1:8080/sessions");
         assert_eq!(release_session("gs_1").to_string(), "DELETE /sessions/gs_1");
         assert_eq!(release_session("a/b").url(&base).unwrap().as_str(), "http://127.0.0.1:8080/sessions/a%2Fb");

@@ -77,6 +77,9 @@ pub enum ApiError {
     MethodNotAllowed,
     /// A download URL whose signature is wrong or whose 15 minutes are over.
     DownloadLinkInvalid,
+    /// A session download's signed URL whose file is gone (removed over the
+    /// cap, past the session's grace) or is not a file the grid serves.
+    SessionDownloadNotPresent,
 
     OnlyFailedCanBeRetried,
     PublishedFailureImmutable,
@@ -195,6 +198,7 @@ impl ApiError {
             LogsNotAvailable => row(404, "LOGS_NOT_AVAILABLE"),
             RouteNotFound => row(404, "not found"),
             DownloadLinkInvalid => row(404, "download link invalid or expired"),
+            SessionDownloadNotPresent => row(404, "download not present"),
             MethodNotAllowed => row(405, "method not allowed"),
             OnlyFailedCanBeRetried => row(409, "only failed jobs can be retried"),
             PublishedFailureImmutable => row(409, "published terminal failures are immutable and cannot be retried"),
@@ -321,6 +325,7 @@ mod tests {
             RouteNotFound,
             MethodNotAllowed,
             DownloadLinkInvalid,
+            SessionDownloadNotPresent,
             OnlyFailedCanBeRetried,
             PublishedFailureImmutable,
             ProfileNotSelectable,
@@ -388,6 +393,7 @@ mod tests {
                 "not found",
                 "method not allowed",
                 "download link invalid or expired",
+                "download not present",
                 "idempotency key reused",
                 "not implemented",
                 "rate_limited",

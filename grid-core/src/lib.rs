@@ -18,5 +18,6 @@ pub mod reply_shapes;
 pub mod session;
 pub mod shapes;
 pub mod time;
+pub mod time_zones;
 pub mod validate;
 pub mod wire;

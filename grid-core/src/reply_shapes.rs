@@ -218,7 +218,23 @@ fn attestation() -> Value {
         "mode": string(),
         "locale": string(),
         "timeZone": string(),
-        "window": object(json!({"width": count(), "height": count(), "deviceScaleFactor": {"type": "number"}})),
+        "window": object(json!({
+            "width": count(),
+            "height": count(),
+            "deviceScaleFactor": {"type": "number"},
+            "mobile": {"type": "boolean"}
+        })),
+        "overrides": nullable(object(json!({
+            "viewport": nullable(object(json!({
+                "width": count(),
+                "height": count(),
+                "deviceScaleFactor": {"type": "number"},
+                "mobile": {"type": "boolean"}
+            }))),
+            "userAgent": nullable(string()),
+            "locale": nullable(string()),
+            "timezone": nullable(string())
+        }))),
         "launchManifestHash": string(),
         "attestedAt": time()
     }));

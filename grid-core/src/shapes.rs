@@ -142,6 +142,47 @@ pub fn new_session() -> Value {
                 "type": "string",
                 "enum": [PUBLIC_WEB_ONLY_V1],
                 "description": "Leave out for the grid's ordinary network access."
+            },
+            "viewport": {
+                "type": "object",
+                "properties": {
+                    "width": {"type": "integer", "minimum": session::MIN_VIEWPORT_SIZE, "maximum": session::MAX_VIEWPORT_SIZE},
+                    "height": {"type": "integer", "minimum": session::MIN_VIEWPORT_SIZE, "maximum": session::MAX_VIEWPORT_SIZE},
+                    "deviceScaleFactor": {
+                        "type": "number",
+                        "minimum": session::MIN_DEVICE_SCALE_FACTOR,
+                        "maximum": session::MAX_DEVICE_SCALE_FACTOR,
+                        "default": session::DEFAULT_DEVICE_SCALE_FACTOR
+                    },
+                    "mobile": {
+                        "type": "boolean",
+                        "default": false,
+                        "description": format!("Mobile emulation (touch, the page's meta viewport); not with {}.", Profile::DesktopBrowserNl.as_str())
+                    }
+                },
+                "required": ["width", "height"],
+                "additionalProperties": false,
+                "description": format!(
+                    "Every page's size in CSS pixels instead of the profile's; width x height x deviceScaleFactor² at most {}.",
+                    session::MAX_VIEWPORT_PIXELS
+                )
+            },
+            "userAgent": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": session::MAX_USER_AGENT_CHARS,
+                "pattern": session::USER_AGENT_PATTERN,
+                "description": "The User-Agent header and navigator.userAgent instead of the profile's."
+            },
+            "locale": {
+                "type": "string",
+                "pattern": session::LOCALE_PATTERN,
+                "description": "navigator.language, Accept-Language and Intl's default locale instead of the profile's, e.g. fr-CA."
+            },
+            "timezone": {
+                "type": "string",
+                "format": "iana-time-zone",
+                "description": "The IANA time zone of Date and Intl instead of the profile's, e.g. America/Toronto (one of Chromium's Intl.supportedValuesOf('timeZone'), or UTC)."
             }
         }),
         &[],

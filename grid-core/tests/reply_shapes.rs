@@ -19,7 +19,9 @@ use grid_core::wire::grid::{GridStatus, QueueCounts, QueueDepth};
 use grid_core::wire::item::{ArtifactUrl, CaptureItem, ItemRetried};
 use grid_core::wire::job::{JobPhase, Termination, TerminationReason};
 use grid_core::wire::job_record::{AttemptRecord, Executor, JobArtifact, JobArtifacts, JobList, JobRecord, LogsInfo};
-use grid_core::wire::session::{Attestation, NetworkAttestation, NetworkProbe, SessionLease, SessionView, Window};
+use grid_core::wire::session::{
+    Attestation, NetworkAttestation, NetworkProbe, SessionLease, SessionOverrides, SessionView, Viewport, Window,
+};
 use serde::Serialize;
 use serde_json::{json, Value};
 
@@ -122,7 +124,13 @@ fn attestation() -> Attestation {
         mode: "headful".into(),
         locale: "nl-NL".into(),
         time_zone: "Europe/Amsterdam".into(),
-        window: Window { width: 1280, height: 800, device_scale_factor: 1.0 },
+        window: Window { width: 1280, height: 800, device_scale_factor: 1.0, mobile: false },
+        overrides: Some(SessionOverrides {
+            viewport: Some(Viewport { width: 1280, height: 800, device_scale_factor: 1.0, mobile: false }),
+            user_agent: Some("Agent/1".into()),
+            locale: Some("fr-CA".into()),
+            timezone: Some("America/Toronto".into()),
+        }),
         launch_manifest_hash: "cd".into(),
         attested_at: T,
     }

@@ -22,7 +22,7 @@ use grid_core::validate::quantity::{format_bytes, format_cpu_millis, parse_bytes
 use grid_core::validate::{batch, job, list, session};
 use grid_core::wire::batch::NewBatch;
 use grid_core::wire::job::{NetworkProfile, NewCapabilities, NewJob, NewResources, QuantityBounds};
-use grid_core::wire::session::NewSession;
+use grid_core::wire::session::{NewSession, NewViewport};
 use proptest::prelude::*;
 use regex::Regex;
 use serde_json::{json, Map, Value};
@@ -102,11 +102,18 @@ fn full_job() -> Value {
     .unwrap()
 }
 
+/// The viewport's sides and scale sit where moving any one to its bound
+/// stays within the pixel bound, and `mobile` is false (the desktop
+/// profile, one of `profileId`'s members, takes no mobile viewport).
 fn full_session() -> Value {
     serde_json::to_value(NewSession {
         profile_id: Some(Profile::NativeHeadlessBrowser.as_str().into()),
         ttl_minutes: Some(60),
         network: Some(PUBLIC_WEB_ONLY_V1.into()),
+        viewport: Some(NewViewport { width: 390, height: 844, device_scale_factor: Some(1.5), mobile: Some(false) }),
+        user_agent: Some("Agent/1.0 (grid test)".into()),
+        locale: Some("fr-CA".into()),
+        timezone: Some("America/Toronto".into()),
     })
     .unwrap()
 }
@@ -342,7 +349,7 @@ fn schema_says(node: &Value, s: &str) -> Option<bool> {
             }
             // `uri`: the pattern only checks the scheme; `ipv6-literal`: the
             // pattern admits more than an address.
-            "format" if v == "uri" || v == "ipv6-literal" => {
+            "format" if v == "uri" || v == "ipv6-literal" || v == "iana-time-zone" => {
                 sure = false;
                 true
             }
@@ -388,6 +395,7 @@ fn walk(probe: &Probe, node: &Value, path: &Path, sites: &mut Vec<Site>) {
         let wrong: &[Value] = match ty {
             Some("string") => &[json!(7), json!(true), Value::Null],
             Some("integer") => &[json!("7"), json!(1.5), Value::Null],
+            Some("number") => &[json!("7"), json!(true), Value::Null],
             Some("array") => &[json!("x"), json!({}), Value::Null],
             Some("object") => &[json!([]), json!("x"), Value::Null],
             Some("boolean") => &[json!("true"), json!(1), Value::Null],
@@ -405,8 +413,22 @@ fn walk(probe: &Probe, node: &Value, path: &Path, sites: &mut Vec<Site>) {
         probe.refuses(&set(full, path, json!("not-a-member")), path, &format!("{f} outside its enum"));
     }
 
+    for (bound, step) in [("minimum", -0.01f64), ("maximum", 0.01)] {
+        match n.get(bound) {
+            Some(b) if ty == Some("number") => {
+                let b = b.as_f64().unwrap();
+                probe.accepts(&set(full, path, json!(b)), &format!("{f} = its {bound} {b}"));
+                probe.refuses(
+                    &set(full, path, json!(b + step)),
+                    path,
+                    &format!("{f} = {} beyond its {bound}", b + step),
+                );
+            }
+            _ => {}
+        }
+    }
     for (bound, step) in [("minimum", -1i64), ("maximum", 1)] {
-        if let Some(b) = n.get(bound) {
+        if let Some(b) = n.get(bound).filter(|_| ty != Some("number")) {
             let b = b.as_i64().unwrap();
             probe.accepts(&set(full, path, json!(b)), &format!("{f} = its {bound} {b}"));
             probe.accepts(&set(full, path, json!(b as f64)), &format!("{f} = its {bound} written {:?}", b as f64));
@@ -558,6 +580,7 @@ fn validator_fields(shape: &str, path: &Path) -> &'static [&'static str] {
         ("NewJob", ["resources", _]) => job::BOUNDS_FIELDS,
         ("NewJob", ["capabilities"]) => job::CAPABILITIES_FIELDS,
         ("NewSession", []) => session::FIELDS,
+        ("NewSession", ["viewport"]) => session::VIEWPORT_FIELDS,
         ("JobListQuery", []) => list::PARAMETERS,
         ("AccountQuery", []) => list::ACCOUNT_PARAMETERS,
         _ => panic!("{shape}: which validator list holds the members of {path:?}? Add it here"),

@@ -25,6 +25,11 @@ impl Problems {
         self.0.is_empty()
     }
 
+    /// How many problems so far.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
     pub fn into_vec(self) -> Vec<String> {
         self.0
     }

@@ -7,8 +7,9 @@ use crate::catalog::Profile;
 use crate::session::SessionStatus;
 use crate::time::Millis;
 
-/// What a client sends to POST /sessions; `{}` is a valid body.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// What a client sends to POST /sessions; `{}` is a valid body. The last
+/// four fields override the profile's (docs/sessions.md).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NewSession {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -17,15 +18,67 @@ pub struct NewSession {
     pub ttl_minutes: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub viewport: Option<NewViewport>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_agent: Option<String>,
+    /// A BCP 47 language tag (`fr-CA`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub locale: Option<String>,
+    /// An IANA time zone name (`America/Toronto`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
+}
+
+/// `viewport` of POST /sessions: the page's size in CSS pixels.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NewViewport {
+    pub width: u32,
+    pub height: u32,
+    /// Default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_scale_factor: Option<f64>,
+    /// Default false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mobile: Option<bool>,
 }
 
 /// A session body that passed validation, defaults applied.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SessionSubmission {
     pub profile: Profile,
     pub ttl_minutes: u32,
     /// The requested network policy (`public-web-only/v1`), or none.
     pub network_policy: Option<String>,
+    pub overrides: SessionOverrides,
+}
+
+/// What a session asked for instead of its profile's; each `None` keeps the
+/// profile's. Echoed in the attestation as asked.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionOverrides {
+    pub viewport: Option<Viewport>,
+    pub user_agent: Option<String>,
+    pub locale: Option<String>,
+    pub timezone: Option<String>,
+}
+
+impl SessionOverrides {
+    pub fn is_empty(&self) -> bool {
+        *self == SessionOverrides::default()
+    }
+}
+
+/// A validated viewport, defaults applied.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Viewport {
+    pub width: u32,
+    pub height: u32,
+    pub device_scale_factor: f64,
+    pub mobile: bool,
 }
 
 /// 201 answer of POST /sessions.
@@ -77,17 +130,27 @@ pub struct Attestation {
     /// The IANA time zone `Intl` reports inside the browser.
     pub time_zone: String,
     pub window: Window,
+    /// The overrides the lease asked for (null: none), each also visible in
+    /// what was read from inside (`userAgent`, `locale`, `timeZone`, `window`).
+    #[serde(default)]
+    pub overrides: Option<SessionOverrides>,
     /// `sha256:<hex>` of the canonical JSON of the launch manifest.
     pub launch_manifest_hash: String,
     pub attested_at: Millis,
 }
 
+/// A page of the session as it measures itself.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Window {
+    /// `outerWidth` and `outerHeight`.
     pub width: u32,
     pub height: u32,
     pub device_scale_factor: f64,
+    /// Touch input emulated (`navigator.maxTouchPoints` above 0): a mobile
+    /// viewport.
+    #[serde(default)]
+    pub mobile: bool,
 }
 
 /// Proof, gathered from inside the running session, that its network
@@ -115,6 +178,44 @@ pub struct NetworkProbe {
     pub proxy_decision: String,
 }
 
+/// GET /sessions/{sessionId}/downloads: the files the session's pages
+/// downloaded, oldest first (docs/sessions.md).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionDownloads {
+    pub downloads: Vec<SessionDownload>,
+    /// What the listed files take together.
+    pub total_bytes: u64,
+    /// The session's download cap: downloads that would pass it are
+    /// cancelled, files found past it removed.
+    pub limit_bytes: u64,
+    /// Downloads the grid cancelled or removed, and why.
+    pub refused: Vec<RefusedDownload>,
+    /// When the files are removed: null while the session is live, its end
+    /// plus the grid's grace afterwards.
+    pub kept_until: Option<Millis>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionDownload {
+    /// The file's name as the browser saved it.
+    pub name: String,
+    pub size_bytes: u64,
+    pub created_at: Millis,
+    /// Downloads the file without a credential, for 15 minutes from issue.
+    pub url: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RefusedDownload {
+    /// The name the page suggested (or the file's, when one was removed).
+    pub name: String,
+    pub reason: String,
+    pub at: Millis,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,11 +228,17 @@ mod tests {
             profile_id: Some("native-headless-browser/v2".into()),
             ttl_minutes: Some(5),
             network: Some("public-web-only/v1".into()),
+            viewport: Some(NewViewport { width: 390, height: 844, device_scale_factor: Some(3.0), mobile: Some(true) }),
+            user_agent: Some("Agent/1".into()),
+            locale: Some("fr-CA".into()),
+            timezone: Some("America/Toronto".into()),
         };
         let v = serde_json::to_value(&full).unwrap();
         assert_eq!(
             v,
-            json!({"profileId": "native-headless-browser/v2", "ttlMinutes": 5, "network": "public-web-only/v1"})
+            json!({"profileId": "native-headless-browser/v2", "ttlMinutes": 5, "network": "public-web-only/v1",
+                   "viewport": {"width": 390, "height": 844, "deviceScaleFactor": 3.0, "mobile": true},
+                   "userAgent": "Agent/1", "locale": "fr-CA", "timezone": "America/Toronto"})
         );
         assert_eq!(serde_json::from_value::<NewSession>(v).unwrap(), full);
     }
