@@ -167,8 +167,8 @@ struct ServeArgs {
     /// Switch browser sessions off (POST/GET/DELETE /sessions answer 503 sessions disabled).
     #[arg(long)]
     sessions_disabled: bool,
-    /// Browsers kept started per profile so a lease (without network policy) does not wait for a
-    /// launch; 0 keeps none.
+    /// Browsers kept started per profile so a lease (without network policy or overrides) does not
+    /// wait for a launch; 0 keeps none.
     #[arg(long, default_value_t = 1)]
     warm_sessions: usize,
     /// Treat this range as public for the public-web-only/v1 policy (for closed test networks); repeatable.
@@ -177,6 +177,13 @@ struct ServeArgs {
     /// A non-public address the network attestation of a policy session must find refused.
     #[arg(long, default_value = "http://169.254.169.254/latest/meta-data/")]
     session_probe_url: String,
+    /// What one session's downloaded files may take together, in MiB: a download that would pass
+    /// it is cancelled.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=102_400))]
+    session_download_limit_mib: u64,
+    /// How long a session's downloaded files stay after the session ends, in seconds.
+    #[arg(long, default_value_t = 900)]
+    session_download_grace_secs: u64,
     /// Chromium processes of the browser pool (capture, render-fetch, browser-fetch); 0 runs none.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(0..=64))]
     browsers: u64,
@@ -471,6 +478,11 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         probe_url: args.session_probe_url.clone(),
         sandbox: config.sandbox.clone(),
         allow_private_networks: config.allow_private_networks,
+        data_dir: config.data_dir.clone(),
+        downloads: sessions::downloads::DownloadConfig {
+            limit_bytes: args.session_download_limit_mib * 1024 * 1024,
+            grace: Duration::from_secs(args.session_download_grace_secs),
+        },
     };
     let secret =
         store.write(|tx| store::setting_or_init(tx, "download_signing_secret", || ids::random_hex(32))).await?;
@@ -533,8 +545,13 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     // heartbeat, not as of now.
     sessions::recover(&app, last_alive).await;
     // Every driver with durable due times fires them here.
-    let due_drivers: Vec<Arc<dyn due::Due>> =
-        vec![app.items.clone(), Arc::new(app.compute.driver.clone()), app.sessions.driver.clone()];
+    let download_sweep = sessions::downloads::Sweep::new(app.sessions.downloads.clone(), app.store.clone());
+    let due_drivers: Vec<Arc<dyn due::Due>> = vec![
+        app.items.clone(),
+        Arc::new(app.compute.driver.clone()),
+        app.sessions.driver.clone(),
+        Arc::new(download_sweep),
+    ];
     tokio::spawn(due::run(due_drivers, app.clock.clone(), app.due_wake.clone(), stop_rx.clone()));
     sessions::refill_warm(app.clone());
     let metrics_addr = match metrics_listener {

@@ -9,6 +9,11 @@ use ring::hmac;
 /// Download URLs work for this long after issue.
 pub const DOWNLOAD_VALIDITY_SECS: i64 = 15 * 60;
 
+/// What is percent-encoded in a path segment: everything but unreserved
+/// characters (RFC 3986), so any file name is one segment.
+const PATH_SEGMENT: &percent_encoding::AsciiSet =
+    &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+
 pub struct Signer {
     key: hmac::Key,
     base_url: String,
@@ -43,6 +48,20 @@ impl Signer {
 
     pub fn download_valid(&self, item: &str, kind: &str, expires: i64, sig_hex: &str, now: Millis) -> bool {
         now.0 / 1000 <= expires && self.check("download", &format!("{item}\n{kind}\n{expires}"), sig_hex)
+    }
+
+    /// `{base}/downloads/{session}/{name}?expires=S&sig=HEX`, valid 15
+    /// minutes: one file of a session's downloads (the name percent-encoded
+    /// in the path, signed as it is).
+    pub fn session_download_url(&self, session: &str, name: &str, now: Millis) -> String {
+        let expires = now.0 / 1000 + DOWNLOAD_VALIDITY_SECS;
+        let sig = self.seal("session-download", &format!("{session}\n{name}\n{expires}"));
+        let path = percent_encoding::utf8_percent_encode(name, PATH_SEGMENT);
+        format!("{}/downloads/{session}/{path}?expires={expires}&sig={sig}", self.base_url)
+    }
+
+    pub fn session_download_valid(&self, session: &str, name: &str, expires: i64, sig_hex: &str, now: Millis) -> bool {
+        now.0 / 1000 <= expires && self.check("session-download", &format!("{session}\n{name}\n{expires}"), sig_hex)
     }
 
     /// An opaque cursor to continue a listing after `position`, bound to
@@ -102,6 +121,25 @@ mod tests {
             "1b881a421519fe42c18550fc746fe8fd683fa877c763fe619bd4a31e4c71a41c"
         );
         assert_eq!(s.seal_cursor("acc_1|None", 42), "42.9e11c1879e26767d9f37f84aeab9e495");
+    }
+
+    #[test]
+    fn session_download_signatures_bind_session_name_and_expiry_and_are_not_capture_ones() {
+        let s = signer();
+        let t = Millis(1_000_000_000);
+        let url = s.session_download_url("ses_1", "Rapport Q1 (2)/../é.pdf", t);
+        let (path, q) = url.split_once('?').unwrap();
+        assert_eq!(path, "http://h/downloads/ses_1/Rapport%20Q1%20%282%29%2F..%2F%C3%A9.pdf");
+        let (exp, sig) = (query_param(q, "expires").parse::<i64>().unwrap(), query_param(q, "sig"));
+        assert!(s.session_download_valid("ses_1", "Rapport Q1 (2)/../é.pdf", exp, sig, t));
+        assert!(!s.session_download_valid("ses_2", "Rapport Q1 (2)/../é.pdf", exp, sig, t));
+        assert!(!s.session_download_valid("ses_1", "other.pdf", exp, sig, t));
+        assert!(!s.session_download_valid("ses_1", "Rapport Q1 (2)/../é.pdf", exp, sig, Millis((exp + 1) * 1000)));
+        // A capture download's signature opens no session file, and back.
+        let capture = s.download_url("ses_1", ArtifactKind::Body, t);
+        let cq = capture.split_once('?').unwrap().1;
+        assert!(!s.session_download_valid("ses_1", "body", exp, query_param(cq, "sig"), t));
+        assert!(!s.download_valid("ses_1", "Rapport Q1 (2)/../é.pdf", exp, sig, t));
     }
 
     #[test]

@@ -7,7 +7,7 @@ mod account;
 pub mod captures;
 mod jobs;
 pub mod meta;
-mod sessions;
+pub mod sessions;
 
 use std::sync::Arc;
 
@@ -117,6 +117,8 @@ pub enum Call {
     },
     ListSessions,
     ReleaseSession(String),
+    /// GET /sessions/{sessionId}/downloads.
+    SessionDownloads(String),
 }
 
 impl Call {
@@ -160,5 +162,6 @@ pub async fn perform(app: &Arc<App>, caller: &Caller, call: Call) -> Result<Repl
         Call::LeaseSession { body, idempotency_key } => sessions::lease(app, caller, body, idempotency_key).await,
         Call::ListSessions => sessions::list(app, caller).await,
         Call::ReleaseSession(id) => sessions::release(app, caller, &id).await,
+        Call::SessionDownloads(id) => sessions::downloads(app, caller, &id).await,
     }
 }

@@ -1,10 +1,12 @@
-//! POST /sessions, GET /sessions, DELETE /sessions/{sessionId}.
+//! POST /sessions, GET /sessions, DELETE /sessions/{sessionId},
+//! GET /sessions/{sessionId}/downloads.
 
 use std::sync::Arc;
 
 use grid_core::error::ApiError;
+use grid_core::time::Millis;
 use grid_core::validate;
-use grid_core::wire::session::SessionLease;
+use grid_core::wire::session::{SessionDownload, SessionDownloads, SessionLease};
 use serde_json::Value;
 
 use super::Reply;
@@ -77,4 +79,58 @@ pub async fn release(app: &App, caller: &Caller, id: &str) -> Result<Reply, ApiE
     enabled(app)?;
     app.sessions.driver.release(&caller.account_id, id).await?;
     Ok(Reply::no_content())
+}
+
+/// When a session's downloads go: its end plus the grace; `None` while it
+/// is live.
+pub fn kept_until(row: &store::SessionRow, grace: std::time::Duration) -> Option<Millis> {
+    row.session.ended.map(|e| e.at.plus_ms(grace.as_millis() as i64))
+}
+
+/// GET /sessions/{sessionId}/downloads: the caller's own session, live or
+/// ended within the grace; another identity's, or one past its grace,
+/// answers 404 as one that does not exist.
+pub async fn downloads(app: &App, caller: &Caller, id: &str) -> Result<Reply, ApiError> {
+    enabled(app)?;
+    let session_id = id.to_string();
+    let row = app.store.read(move |c| store::load(c, &session_id)).await?;
+    let row = row.filter(|r| r.account_id == caller.account_id).ok_or(ApiError::UnknownSession)?;
+    let config = app.sessions.downloads.config;
+    let kept_until = kept_until(&row, config.grace);
+    let now = now();
+    if kept_until.is_some_and(|t| t <= now) {
+        return Err(ApiError::UnknownSession);
+    }
+    let folders = app.sessions.downloads.clone();
+    let session_id = id.to_string();
+    let listed = tokio::task::spawn_blocking(move || {
+        let Some(folder) = folders.open(&session_id)? else { return Ok((vec![], vec![])) };
+        Ok::<_, std::io::Error>((folder.list()?, folder.refused()))
+    })
+    .await
+    .map_err(|_| ApiError::Internal)?
+    .map_err(|e| {
+        tracing::error!(session = id, error = %e, "session downloads unreadable");
+        ApiError::Internal
+    })?;
+    let (files, refused) = listed;
+    let downloads: Vec<SessionDownload> = files
+        .into_iter()
+        .map(|f| SessionDownload {
+            url: app.signer.session_download_url(id, &f.name, now),
+            name: f.name,
+            size_bytes: f.size,
+            created_at: f.modified,
+        })
+        .collect();
+    Ok(Reply::json(
+        200,
+        &SessionDownloads {
+            total_bytes: downloads.iter().map(|d| d.size_bytes).sum(),
+            downloads,
+            limit_bytes: config.limit_bytes,
+            refused,
+            kept_until,
+        },
+    ))
 }

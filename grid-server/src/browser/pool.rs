@@ -240,8 +240,9 @@ async fn launch(config: &PoolConfig, id: String, account: &str) -> Result<Chromi
     // The grid's ordinary network access; an item's own rules add a proxy
     // of their own in front of this one (page.rs).
     let policy = Arc::new(RequestRules::ordinary(config.allow_private_networks));
-    let process =
-        process::start(&config.sandbox, &config.chromium, &flags, &env, policy).await.map_err(|e| e.to_string())?;
+    let process = process::start(&config.sandbox, &config.chromium, &flags, &env, policy, None)
+        .await
+        .map_err(|e| e.to_string())?;
     crate::metrics::get().browser_starts.with_label_values(&["capture"]).inc();
     tracing::info!(browser = %id, pid = process.pid, uid = process.uid(), product = %process.version.product, ms = started.elapsed().as_millis() as u64, "browser started");
     Ok(Chromium {

@@ -45,18 +45,21 @@ pub struct BrowserProcess {
 
 /// Starts `executable` with `flags` in a new sandbox whose only way out is
 /// an egress proxy under `policy`, and waits for its first DevTools answer.
+/// `downloads`: a host folder the browser saves downloads in (sessions;
+/// see `sandbox::start`).
 pub async fn start(
     sandbox_config: &SandboxConfig,
     executable: &Path,
     flags: &[String],
     env: &[(String, String)],
     policy: Arc<dyn Policy>,
+    downloads: Option<&std::os::fd::OwnedFd>,
 ) -> std::io::Result<BrowserProcess> {
     let mut flags = flags.to_vec();
     // Loopback too: Chromium bypasses proxies for it unless told.
     flags.push(format!("--proxy-server=http://127.0.0.1:{PROXY_PORT}"));
     flags.push("--proxy-bypass-list=<-loopback>".into());
-    let (jail, spawned) = sandbox::start(sandbox_config, executable, &flags, env).await?;
+    let (jail, spawned) = sandbox::start(sandbox_config, executable, &flags, env, downloads).await?;
     let Spawned { mut child, pid, to_browser, from_browser, proxy_listener, stderr_tail } = spawned;
     let egress = EgressProxy::serve(proxy_listener, policy)?;
     let cdp = Connection::over_pipe(to_browser, from_browser)?;
@@ -78,6 +81,8 @@ pub async fn start(
             )));
         }
     };
+    let mut jail = jail;
+    jail.close_portal();
     Ok(BrowserProcess { child, pid, cdp, egress, version, jail })
 }
 

@@ -12,7 +12,13 @@
 //!   `/etc` entries) read-only; a private, size-bounded tmpfs for `/tmp` and
 //!   for the home [`HOME`] that holds the profile and [`DOWNLOADS`]. The
 //!   server's data dir, other browsers' homes and the rest of the host's
-//!   files are not in it. Nothing written survives the browser.
+//!   files are not in it. Nothing written survives the browser, except in a
+//!   session's download folder: the one writable host folder, handed to the
+//!   browser's uid and bound at [`DOWNLOADS`], which the grid reads without
+//!   following links (`sessions::downloads`). bubblewrap resolves a bind's
+//!   source path as the browser's uid, which may not pass the data dir, so
+//!   the folder is first bound at a portal of that uid ([`PORTALS`]), a
+//!   path it may pass, and the portal is unmounted once the browser runs.
 //! - **Its own network namespace** holding only a loopback interface. The
 //!   one way out is the egress proxy: the grid binds its listener *inside*
 //!   the namespace (a thread of the server enters it with `setns`, binds,
@@ -69,6 +75,10 @@ const FD_CDP_IN: RawFd = 3;
 const FD_CDP_OUT: RawFd = 4;
 const FD_INFO: RawFd = 5;
 const FD_BLOCK: RawFd = 6;
+/// Where a session's download folder is bound on the host while its
+/// browser starts, one portal per browser uid (`PORTALS/{uid}`); only the
+/// portal itself is open to that uid.
+pub const PORTALS: &str = "/run/grid-download-portals";
 
 #[derive(Debug, Clone)]
 pub struct SandboxConfig {
@@ -92,7 +102,37 @@ impl Default for SandboxConfig {
 /// [`crate::browser::process::BrowserProcess`]).
 pub struct Jail {
     netns: File,
+    // Dropped before the uid: a portal is unmounted before its uid is free.
+    portal: Option<Portal>,
     uid: UidLease,
+}
+
+/// A download folder bound at its browser uid's portal; unmounted on drop.
+struct Portal(PathBuf);
+
+impl Portal {
+    fn open(uid: u32, folder: &OwnedFd) -> std::io::Result<Portal> {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        std::fs::DirBuilder::new().recursive(true).mode(0o711).create(PORTALS)?;
+        std::fs::set_permissions(PORTALS, std::fs::Permissions::from_mode(0o711))?;
+        let path = Path::new(PORTALS).join(uid.to_string());
+        // Left mounted by an earlier holder of this uid that died while its browser started.
+        let _ = rustix::mount::unmount(&path, rustix::mount::UnmountFlags::DETACH);
+        match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+            _ => {}
+        }
+        rustix::mount::mount_bind(format!("/proc/self/fd/{}", folder.as_raw_fd()), &path)?;
+        Ok(Portal(path))
+    }
+}
+
+impl Drop for Portal {
+    fn drop(&mut self) {
+        if let Err(e) = rustix::mount::unmount(&self.0, rustix::mount::UnmountFlags::DETACH) {
+            tracing::warn!(portal = %self.0.display(), error = %e, "download portal not unmounted");
+        }
+    }
 }
 
 /// What [`start`] hands over besides the jail.
@@ -157,16 +197,25 @@ impl Jail {
     pub fn uid(&self) -> u32 {
         self.uid.0
     }
+
+    /// Unmounts the download folder's portal: call once the browser runs
+    /// (its sandbox has its own bind of the folder by then).
+    pub fn close_portal(&mut self) {
+        self.portal = None;
+    }
 }
 
 /// Starts `executable` with `flags` in a new sandbox, binds the egress
 /// proxy's listener ([`PROXY_PORT`]) inside it before the executable runs,
-/// and returns both.
+/// and returns both. `downloads`, an open directory of the host, becomes
+/// [`DOWNLOADS`] (instead of a folder of the home's tmpfs) and is given to
+/// the browser's uid first.
 pub async fn start(
     config: &SandboxConfig,
     executable: &Path,
     flags: &[String],
     env: &[(String, String)],
+    downloads: Option<&OwnedFd>,
 ) -> std::io::Result<(Jail, Spawned)> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
@@ -182,6 +231,13 @@ pub async fn start(
         )));
     }
     let uid = UidLease::take(config)?;
+    let portal = match downloads {
+        Some(dir) => {
+            rustix::fs::fchown(dir, Some(rustix::fs::Uid::from_raw(uid.0)), Some(rustix::fs::Gid::from_raw(uid.0)))?;
+            Some(Portal::open(uid.0, dir)?)
+        }
+        None => None,
+    };
     let (cdp_in_child, cdp_in) = pipe()?; // child reads, we write
     let (cdp_out, cdp_out_child) = pipe()?; // child writes, we read
     let (info_read, info_child) = pipe()?;
@@ -192,7 +248,7 @@ pub async fn start(
         .arg("--clear-groups")
         .arg("--")
         .arg(&config.bwrap)
-        .args(bwrap_args(config, env))
+        .args(bwrap_args(config, env, portal.as_ref().map(|p| p.0.as_path())))
         .arg("--")
         .arg(executable)
         .args(flags)
@@ -241,7 +297,7 @@ pub async fn start(
         }
         Err(e) => return Err(std::io::Error::other(e.to_string())),
     };
-    let jail = Jail { netns: File::open(format!("/proc/{sandbox_pid}/ns/net"))?, uid };
+    let jail = Jail { netns: File::open(format!("/proc/{sandbox_pid}/ns/net"))?, portal, uid };
     let listener = match jail.listen(PROXY_PORT) {
         Ok(l) => l,
         Err(e) => {
@@ -256,7 +312,7 @@ pub async fn start(
     Ok((jail, Spawned { child, pid, to_browser: cdp_in, from_browser: cdp_out, proxy_listener: listener, stderr_tail }))
 }
 
-fn bwrap_args(config: &SandboxConfig, env: &[(String, String)]) -> Vec<String> {
+fn bwrap_args(config: &SandboxConfig, env: &[(String, String)], downloads: Option<&Path>) -> Vec<String> {
     let size = (config.disk_mib * 1024 * 1024).to_string();
     let mut a: Vec<String> = [
         "--unshare-all",
@@ -296,7 +352,11 @@ fn bwrap_args(config: &SandboxConfig, env: &[(String, String)]) -> Vec<String> {
     for dir in ["/tmp", HOME] {
         a.extend(["--size".into(), size.clone(), "--perms".into(), "0700".into(), "--tmpfs".into(), dir.into()]);
     }
-    a.extend(["--dir".into(), DOWNLOADS.into()]);
+    if let Some(folder) = downloads {
+        a.extend(["--bind".into(), folder.display().to_string(), DOWNLOADS.into()]);
+    } else {
+        a.extend(["--dir".into(), DOWNLOADS.into()]);
+    }
     a.extend(["--info-fd".into(), FD_INFO.to_string(), "--block-fd".into(), FD_BLOCK.to_string()]);
     a.extend(["--clearenv".into()]);
     let base = [("HOME", HOME), ("TMPDIR", "/tmp"), ("PATH", "/usr/bin:/bin")];
@@ -420,7 +480,7 @@ mod tests {
 
     #[test]
     fn the_sandbox_sees_no_data_dir_and_gets_a_clean_environment() {
-        let args = bwrap_args(&SandboxConfig::default(), &[("TZ".into(), "UTC".into())]);
+        let args = bwrap_args(&SandboxConfig::default(), &[("TZ".into(), "UTC".into())], None);
         let joined = args.join(" ");
         assert!(joined.contains("--unshare-all") && joined.contains("--die-with-parent"), "{joined}");
         assert!(joined.contains("--clearenv") && joined.contains("--setenv TZ UTC"), "{joined}");
@@ -432,6 +492,13 @@ mod tests {
         for b in binds {
             assert!(b == "/usr" || b.starts_with("/etc/") || b == "/var/cache/fontconfig", "unexpected bind {b}");
         }
-        assert!(!joined.contains("--bind "), "nothing is bound writable: {joined}");
+        assert!(!joined.contains("--bind"), "nothing is bound writable: {joined}");
+        // A session's download folder (through its portal) is the one
+        // writable bind, over the home's tmpfs.
+        let portal = Path::new(PORTALS).join("200001");
+        let session = bwrap_args(&SandboxConfig::default(), &[], Some(&portal)).join(" ");
+        assert!(session.contains(&format!("--bind {PORTALS}/200001 {DOWNLOADS}")), "{session}");
+        assert!(session.find("--tmpfs /home/grid") < session.find("--bind "), "{session}");
+        assert_eq!(session.matches("--bind").count(), 1, "{session}");
     }
 }

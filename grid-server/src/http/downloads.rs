@@ -1,5 +1,8 @@
 //! Serves signed download URLs (made by `crate::signing`): no credential,
-//! 15 minutes from issue, every file checked against its SHA-256.
+//! 15 minutes from issue. A capture's files are checked against their
+//! SHA-256; a session's downloads (`/downloads/{sessionId}/{name}`) are
+//! opened only as `sessions::downloads` allows (no link followed, one link,
+//! the browser's own), and only until the session's grace is over.
 //!
 //! Every download carries headers that keep a captured page inert on the
 //! grid's origin (see `protect`).
@@ -31,6 +34,9 @@ fn query_param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
 }
 
 pub async fn serve(app: &App, item: &str, kind: &str, query: Option<&str>) -> Result<Resp, ApiError> {
+    if item.starts_with(grid_core::ids::SESSION) {
+        return serve_session_file(app, item, kind, query).await;
+    }
     let query = query.unwrap_or("");
     let expires = query_param(query, "expires").and_then(|s| s.parse::<i64>().ok());
     let sig = query_param(query, "sig");
@@ -63,6 +69,80 @@ pub async fn serve(app: &App, item: &str, kind: &str, query: Option<&str>) -> Re
     r.headers_mut().insert(CONTENT_LENGTH, HeaderValue::from(length));
     protect(r.headers_mut(), item, kind, &content_type);
     Ok(r)
+}
+
+/// One file of a session's downloads; `encoded` is its name as the URL's
+/// last path segment carries it.
+async fn serve_session_file(app: &App, session: &str, encoded: &str, query: Option<&str>) -> Result<Resp, ApiError> {
+    let query = query.unwrap_or("");
+    let expires = query_param(query, "expires").and_then(|s| s.parse::<i64>().ok());
+    let sig = query_param(query, "sig");
+    let (Some(expires), Some(sig)) = (expires, sig) else { return Err(ApiError::DownloadLinkInvalid) };
+    let name =
+        percent_encoding::percent_decode_str(encoded).decode_utf8().map_err(|_| ApiError::DownloadLinkInvalid)?;
+    let name = name.into_owned();
+    let now = now();
+    if !app.signer.session_download_valid(session, &name, expires, sig, now) {
+        return Err(ApiError::DownloadLinkInvalid);
+    }
+    let id = session.to_string();
+    let row = app.store.read(move |c| crate::store::sessions::load(c, &id)).await?;
+    let grace = app.sessions.downloads.config.grace;
+    let gone = match &row {
+        None => true,
+        Some(r) => crate::api::sessions::kept_until(r, grace).is_some_and(|t| t <= now),
+    };
+    if gone {
+        return Err(ApiError::SessionDownloadNotPresent);
+    }
+    let (folders, id, wanted) = (app.sessions.downloads.clone(), session.to_string(), name.clone());
+    let opened = tokio::task::spawn_blocking(move || match folders.open(&id)? {
+        Some(folder) => folder.open_file(&wanted),
+        None => Ok(None),
+    })
+    .await
+    .map_err(|_| ApiError::Internal)?
+    .map_err(|e| {
+        tracing::error!(session, error = %e, "session download unreadable");
+        ApiError::Internal
+    })?;
+    let (file, length, _) = opened.ok_or(ApiError::SessionDownloadNotPresent)?;
+    let mut r = Response::new(stream_file(tokio::fs::File::from_std(file), length));
+    *r.status_mut() = StatusCode::OK;
+    let headers = r.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+    headers.insert(CONTENT_LENGTH, HeaderValue::from(length));
+    headers.insert(CONTENT_SECURITY_POLICY, HeaderValue::from_static("sandbox"));
+    headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    if let Ok(v) = HeaderValue::from_str(&session_disposition(&name)) {
+        headers.insert(CONTENT_DISPOSITION, v);
+    }
+    Ok(r)
+}
+
+/// `attachment` with the file's name twice (RFC 6266): `filename` in plain
+/// ASCII (every other byte, quote and backslash written `_`) for old
+/// clients, `filename*` percent-encoded UTF-8 for the rest. Nothing of the
+/// name reaches the header unescaped.
+fn session_disposition(name: &str) -> String {
+    let ascii: String =
+        name.chars().map(|c| if c.is_ascii_graphic() && c != '"' && c != '\\' || c == ' ' { c } else { '_' }).collect();
+    const ATTR_CHAR: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+        .remove(b'!')
+        .remove(b'#')
+        .remove(b'$')
+        .remove(b'&')
+        .remove(b'+')
+        .remove(b'-')
+        .remove(b'.')
+        .remove(b'^')
+        .remove(b'_')
+        .remove(b'`')
+        .remove(b'|')
+        .remove(b'~');
+    let encoded = percent_encoding::utf8_percent_encode(name, ATTR_CHAR);
+    format!("attachment; filename=\"{ascii}\"; filename*=UTF-8''{encoded}")
 }
 
 /// Captured pages and bodies are the tenant's targets' content served from
@@ -160,6 +240,22 @@ mod tests {
             assert!(h.get(CONTENT_DISPOSITION).is_none(), "{kind:?}");
             assert_eq!(h[CONTENT_SECURITY_POLICY], "sandbox");
             assert_eq!(h[X_CONTENT_TYPE_OPTIONS], "nosniff");
+        }
+    }
+
+    #[test]
+    fn session_file_names_are_escaped_in_the_disposition() {
+        assert_eq!(
+            session_disposition("report.csv"),
+            "attachment; filename=\"report.csv\"; filename*=UTF-8''report.csv"
+        );
+        assert_eq!(
+            session_disposition("Q1 \"x\"\\é.pdf"),
+            "attachment; filename=\"Q1 _x___.pdf\"; filename*=UTF-8''Q1%20%22x%22%5C%C3%A9.pdf"
+        );
+        for name in ["a\r\nSet-Cookie: x=1", "\u{202e}fdp.exe", "ÿ\u{0}"] {
+            assert!(HeaderValue::from_str(&session_disposition(name)).is_ok(), "{name:?}");
+            assert!(!session_disposition(name).contains(['\r', '\n']), "{name:?}");
         }
     }
 

@@ -209,6 +209,7 @@ fn route_label(path: &str) -> &'static str {
         ["artifacts", _, _] => "/artifacts/{jobId}/{kind}",
         ["sessions"] => "/sessions",
         ["sessions", _] => "/sessions/{sessionId}",
+        ["sessions", _, "downloads"] => "/sessions/{sessionId}/downloads",
         _ => "other",
     }
 }
@@ -292,6 +293,7 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiErr
         }
         (&Method::GET, ["sessions"]) => Call::ListSessions,
         (&Method::DELETE, ["sessions", id]) => Call::ReleaseSession(id.to_string()),
+        (&Method::GET, ["sessions", id, "downloads"]) => Call::SessionDownloads(id.to_string()),
         (&Method::POST, ["batches"]) => Call::SubmitBatch {
             idempotency_key: respond::idempotency_key(req.headers())?,
             body: respond::json_body(req.into_body(), &app.limits.conn, |detail| ApiError::InvalidBatchBody { detail })
@@ -333,6 +335,7 @@ fn is_api_path(segments: &[&str]) -> bool {
             | ["artifacts", _, _]
             | ["sessions"]
             | ["sessions", _]
+            | ["sessions", _, "downloads"]
             | ["mcp"]
     )
 }
@@ -346,6 +349,7 @@ mod tests {
         assert_eq!(route_label("/jobs/cj_123/logs"), "/jobs/{jobId}/logs");
         assert_eq!(route_label("/cdp/ses_1/secret-token/json/version"), "/cdp/{sessionId}/{token}/...");
         assert_eq!(route_label("/downloads/it_1/body"), "/downloads/{jobId}/{kind}");
+        assert_eq!(route_label("/sessions/ses_1/downloads"), "/sessions/{sessionId}/downloads");
         assert_eq!(route_label("/no/such/route"), "other");
         assert_eq!(route_label("/"), "other");
     }

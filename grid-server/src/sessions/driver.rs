@@ -366,7 +366,12 @@ mod tests {
         /// A lease now, its browser registered as the session task does.
         fn lease(&self, ttl_minutes: u32) -> (String, watch::Receiver<bool>) {
             let (c, now) = (self.caller.clone(), self.clock.now());
-            let sub = SessionSubmission { profile: Profile::DEFAULT, ttl_minutes, network_policy: None };
+            let sub = SessionSubmission {
+                profile: Profile::DEFAULT,
+                ttl_minutes,
+                network_policy: None,
+                overrides: Default::default(),
+            };
             let row = self.store.write_blocking(|tx| store::lease(tx, &c, &sub, "token", 4, now)).unwrap();
             let (_endpoint, ended) = self.driver.browsers().register(&row.id, "hash".into());
             (row.id, ended)

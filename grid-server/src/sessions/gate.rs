@@ -5,10 +5,12 @@
 //! a CDP error the client sees, the commands that can only be abuse of the
 //! grid — host paths, `file:` URLs, a proxy of the lessee's choosing, and
 //! handing the protocol to page scripts (which would be a way around this
-//! gate). A download folder outside the session's is rewritten to the
+//! gate). A download folder other than the session's is rewritten to the
 //! session's own instead of refused: CDP clients set one on connect
 //! (Playwright names a folder of the client's machine, meaningless on a
-//! remote browser). Every other command passes unchanged.
+//! remote browser), and the session's downloads are the files directly in
+//! its folder (a sub-folder's would be neither listed nor served). Every
+//! other command passes unchanged.
 
 use serde_json::Value;
 
@@ -17,14 +19,13 @@ use crate::browser::sandbox::{DOWNLOADS, HOME};
 /// Opening words of every refusal's CDP error message.
 pub const REFUSED: &str = "refused by the grid";
 
-/// Why the gate refuses `msg` (a client's CDP command), if it does; a
-/// download folder outside the session's is rewritten in place to
-/// [`DOWNLOADS`].
+/// Why the gate refuses `msg` (a client's CDP command), if it does; any
+/// other download folder than [`DOWNLOADS`] is rewritten in place to it.
 pub fn check(msg: &mut Value) -> Result<(), String> {
     let method = msg["method"].as_str().unwrap_or_default().to_string();
     if matches!(method.as_str(), "Browser.setDownloadBehavior" | "Page.setDownloadBehavior") {
         if let Some(path) = msg["params"]["downloadPath"].as_str() {
-            if !inside(path, DOWNLOADS) {
+            if path != DOWNLOADS {
                 msg["params"]["downloadPath"] = Value::from(DOWNLOADS);
             }
         }
@@ -133,7 +134,7 @@ mod tests {
             msg["params"]["downloadPath"].as_str().unwrap().to_string()
         };
         assert_eq!(saved_to("/home/grid/downloads"), "/home/grid/downloads");
-        assert_eq!(saved_to("/home/grid/downloads/sub"), "/home/grid/downloads/sub");
+        assert_eq!(saved_to("/home/grid/downloads/sub"), "/home/grid/downloads");
         assert_eq!(saved_to("/etc/cron.d"), "/home/grid/downloads");
         assert_eq!(saved_to("/home/grid/downloads/../../../etc"), "/home/grid/downloads");
         assert_eq!(saved_to("/home/grid/downloadsX"), "/home/grid/downloads");

@@ -1,6 +1,9 @@
 //! Starting and stopping one session's Chromium. A session owns its whole
-//! browser, and the lessee opens pages itself, so the profile is applied at
-//! launch (flags and environment), not per page.
+//! browser, and the lessee opens pages itself, so the profile, and the
+//! lease's overrides of it, are applied at launch (flags and environment),
+//! not per page: they hold for every page, context, popup and worker. Only
+//! an overridden viewport is also applied per page (`keeper.rs`): a window
+//! size is not a page size, and mobile emulation has no flag.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -11,6 +14,7 @@ use crate::browser::sandbox::SandboxConfig;
 use crate::egress::Policy;
 use crate::ids::sha256_hex;
 use grid_core::catalog::Profile;
+use grid_core::wire::session::SessionOverrides;
 use serde_json::{json, Value};
 
 /// Flags of every session browser on top of the grid's Chromium baseline
@@ -57,35 +61,62 @@ pub struct LaunchManifest {
     pub env: Vec<(String, String)>,
     /// The browser-wide egress policy: `public-web-only/v1` or `ordinary`.
     pub network: &'static str,
+    /// What the lease asked for instead of the profile's (in the flags and
+    /// environment above, and for the viewport also applied per page).
+    pub overrides: SessionOverrides,
 }
 
 impl LaunchManifest {
-    pub fn new(profile: Profile, build: &BrowserBuild, network: &'static str) -> LaunchManifest {
+    pub fn new(
+        profile: Profile,
+        build: &BrowserBuild,
+        network: &'static str,
+        overrides: &SessionOverrides,
+    ) -> LaunchManifest {
         let m = profiles::manifest(profile);
         let mut flags: Vec<String> =
             profiles::CHROMIUM_BASELINE.iter().chain(SESSION_FLAGS).map(|f| f.to_string()).collect();
-        flags.push(format!("--lang={}", m.locale));
-        if let Some(al) = m.accept_language {
-            flags.push(format!("--accept-lang={al}"));
+        let locale = overrides.locale.as_deref().unwrap_or(m.locale);
+        flags.push(format!("--lang={locale}"));
+        match (&overrides.locale, m.accept_language) {
+            // The tag, then its language alone (fr-CA: fr-CA,fr), as browsers send it.
+            (Some(l), _) => match l.split_once('-') {
+                Some((language, _)) => flags.push(format!("--accept-lang={l},{language}")),
+                None => flags.push(format!("--accept-lang={l}")),
+            },
+            (None, Some(al)) => flags.push(format!("--accept-lang={al}")),
+            (None, None) => {}
         }
-        flags.push(format!("--window-size={},{}", m.viewport.0, m.viewport.1));
-        flags.push(format!("--force-device-scale-factor={}", m.device_scale_factor));
-        if m.user_agent == UserAgent::Desktop {
-            flags.push(format!(
+        let (width, height, scale) = match overrides.viewport {
+            Some(v) => (v.width, v.height, v.device_scale_factor),
+            None => (m.viewport.0, m.viewport.1, m.device_scale_factor),
+        };
+        flags.push(format!("--window-size={width},{height}"));
+        flags.push(format!("--force-device-scale-factor={scale}"));
+        match (&overrides.user_agent, m.user_agent) {
+            (Some(ua), _) => flags.push(format!("--user-agent={ua}")),
+            (None, UserAgent::Desktop) => flags.push(format!(
                 "--user-agent=Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/{}.0.0.0 Safari/537.36",
                 build.major
-            ));
+            )),
+            (None, UserAgent::Native) => {}
         }
         let env = vec![
-            ("TZ".into(), m.timezone.to_string()),
-            ("LANG".into(), format!("{}.UTF-8", m.locale.replace('-', "_"))),
+            ("TZ".into(), overrides.timezone.as_deref().unwrap_or(m.timezone).to_string()),
+            ("LANG".into(), format!("{}.UTF-8", locale.replace('-', "_"))),
         ];
-        LaunchManifest { profile, flags, env, network }
+        LaunchManifest { profile, flags, env, network, overrides: overrides.clone() }
     }
 
-    /// Canonical JSON (keys sorted) of what the launch depends on.
+    /// Canonical JSON (keys sorted) of what the launch depends on. The
+    /// per-page viewport is part of it: two launches with the same flags
+    /// but another page viewport are other manifests.
     pub fn canonical(&self) -> Value {
-        json!({"profileId": self.profile.as_str(), "flags": self.flags, "env": self.env, "network": self.network, "sandbox": "grid-sandbox/v1"})
+        let mut v = json!({"profileId": self.profile.as_str(), "flags": self.flags, "env": self.env, "network": self.network, "sandbox": "grid-sandbox/v1"});
+        if let Some(viewport) = self.overrides.viewport {
+            v["pageViewport"] = json!(viewport);
+        }
+        v
     }
 
     pub fn hash(&self) -> String {
@@ -94,12 +125,57 @@ impl LaunchManifest {
 }
 
 /// Starts a session's Chromium in its sandbox, behind an egress proxy under
-/// `policy`, and waits for its first DevTools answer.
+/// `policy`, saving downloads in `downloads` (its folder's `files`), and
+/// waits for its first DevTools answer.
 pub async fn start(
     sandbox: &SandboxConfig,
     build: &BrowserBuild,
     manifest: &LaunchManifest,
     policy: Arc<dyn Policy>,
+    downloads: &std::os::fd::OwnedFd,
 ) -> std::io::Result<BrowserProcess> {
-    process::start(sandbox, &build.executable, &manifest.flags, &manifest.env, policy).await
+    process::start(sandbox, &build.executable, &manifest.flags, &manifest.env, policy, Some(downloads)).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use grid_core::wire::session::Viewport;
+
+    fn build() -> BrowserBuild {
+        BrowserBuild { executable: PathBuf::from("/usr/bin/chromium"), digest: "sha256:x".into(), major: "156".into() }
+    }
+
+    #[test]
+    fn overrides_replace_the_profiles_flags_and_environment() {
+        let plain = LaunchManifest::new(Profile::DesktopBrowserNl, &build(), "ordinary", &SessionOverrides::default());
+        assert!(plain.flags.contains(&"--lang=nl-NL".to_string()), "{:?}", plain.flags);
+        assert!(plain.flags.contains(&"--window-size=1366,768".to_string()));
+        assert!(plain.env.contains(&("TZ".into(), "Europe/Amsterdam".into())));
+        let overrides = SessionOverrides {
+            viewport: Some(Viewport { width: 1280, height: 720, device_scale_factor: 2.0, mobile: false }),
+            user_agent: Some("Agent/1 (x)".into()),
+            locale: Some("fr-CA".into()),
+            timezone: Some("America/Toronto".into()),
+        };
+        let m = LaunchManifest::new(Profile::DesktopBrowserNl, &build(), "ordinary", &overrides);
+        for flag in [
+            "--lang=fr-CA",
+            "--accept-lang=fr-CA,fr",
+            "--window-size=1280,720",
+            "--force-device-scale-factor=2",
+            "--user-agent=Agent/1 (x)",
+        ] {
+            assert!(m.flags.contains(&flag.to_string()), "{flag} in {:?}", m.flags);
+        }
+        assert_eq!(m.flags.iter().filter(|f| f.starts_with("--user-agent=")).count(), 1);
+        assert_eq!(m.env, vec![("TZ".into(), "America/Toronto".into()), ("LANG".into(), "fr_CA.UTF-8".into())]);
+        assert_ne!(m.hash(), plain.hash());
+        // The page viewport alone changes the manifest too.
+        let mobile = SessionOverrides {
+            viewport: Some(Viewport { mobile: true, ..overrides.viewport.unwrap() }),
+            ..overrides.clone()
+        };
+        assert_ne!(LaunchManifest::new(Profile::DesktopBrowserNl, &build(), "ordinary", &mobile).hash(), m.hash());
+    }
 }

@@ -10,9 +10,16 @@
 //! settlement and its next due time in one transaction, then its effects.
 //! Expiries and launch deadlines are fired from the stored due time by the
 //! due-time loop, not by the task; however the task ends, its session ends.
+//!
+//! Each browser saves downloads in a folder of its session on the host
+//! (`downloads.rs`), followed and bounded by the grid's own DevTools session
+//! on the browser (`keeper.rs`), which also applies a lease's viewport to
+//! every page.
 
+pub mod downloads;
 pub mod driver;
 pub mod gate;
+pub mod keeper;
 pub mod launch;
 
 use std::collections::HashMap;
@@ -25,7 +32,9 @@ use futures_util::FutureExt;
 use grid_core::catalog::{Profile, PUBLIC_WEB_ONLY_V1};
 use grid_core::error::ApiError;
 use grid_core::time::Millis;
-use grid_core::wire::session::{Attestation, NetworkAttestation, NetworkProbe, SessionSubmission, Window};
+use grid_core::wire::session::{
+    Attestation, NetworkAttestation, NetworkProbe, SessionOverrides, SessionSubmission, Window,
+};
 use tokio::sync::watch;
 use tracing::Instrument;
 
@@ -39,6 +48,7 @@ use crate::egress::{self, EgressPolicy, Policy};
 use crate::ids::{now, sha256_hex};
 use crate::store::sessions::SessionError;
 use crate::store::Store;
+use downloads::{DownloadConfig, Downloads, Folder};
 use driver::SessionDriver;
 use launch::{BrowserBuild, LaunchManifest};
 
@@ -57,6 +67,9 @@ pub struct SessionConfig {
     /// The grid's ordinary network access (sessions without a policy):
     /// private networks too when set.
     pub allow_private_networks: bool,
+    /// Where session downloads are kept (`DATA_DIR`), their limit and grace.
+    pub data_dir: PathBuf,
+    pub downloads: DownloadConfig,
 }
 
 /// A running session's browser, as its CDP endpoint serves it.
@@ -80,13 +93,23 @@ pub struct Sessions {
     pub config: SessionConfig,
     /// Every move of a session and every effect of one.
     pub driver: Arc<SessionDriver>,
+    /// Every session's download folder.
+    pub downloads: Arc<Downloads>,
     build: OnceLock<Result<BrowserBuild, String>>,
-    warm: Mutex<HashMap<Profile, Vec<BrowserProcess>>>,
+    warm: Mutex<HashMap<Profile, Vec<Warm>>>,
+}
+
+/// A browser started ahead of a lease, with its download folder.
+struct Warm {
+    browser: BrowserProcess,
+    folder_name: String,
+    folder: Folder,
 }
 
 impl Sessions {
     pub fn new(config: SessionConfig, store: Store, clock: Arc<dyn Clock>) -> Sessions {
         Sessions {
+            downloads: Arc::new(Downloads::new(&config.data_dir, config.downloads)),
             config,
             driver: Arc::new(SessionDriver::new(store, clock)),
             build: OnceLock::new(),
@@ -109,7 +132,7 @@ impl Sessions {
         self.driver.browsers().live(id)
     }
 
-    fn take_warm(&self, profile: Profile) -> Option<BrowserProcess> {
+    fn take_warm(&self, profile: Profile) -> Option<Warm> {
         self.warm.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&profile).and_then(Vec::pop)
     }
 }
@@ -172,7 +195,7 @@ async fn run(
 ) -> Result<(), String> {
     let driver = &app.sessions.driver;
     let started = tokio::select! {
-        started = start(app, sub) => started?,
+        started = start(app, id, sub) => started?,
         // Released, or lost at its launch deadline, while starting.
         _ = stopped(&mut ended) => return Ok(()),
     };
@@ -201,24 +224,37 @@ async fn stopped(ended: &mut watch::Receiver<bool>) {
     let _ = ended.wait_for(|e| *e).await;
 }
 
-/// Launches (or takes a warm) browser for the session and attests it.
-async fn start(app: &App, sub: &SessionSubmission) -> Result<Started, String> {
+/// Launches (or takes a warm) browser for the session, sets it up (its
+/// downloads, its viewport) and attests it. A lease with a network policy
+/// or with overrides gets a browser launched for it: both are launch flags.
+async fn start(app: &App, id: &str, sub: &SessionSubmission) -> Result<Started, String> {
     let build = app.sessions.build().map_err(|e| e.to_string())?.clone();
     let public_web_only = wants_policy(sub);
     let (policy, network) = policy(&app.sessions.config, public_web_only);
-    let manifest = LaunchManifest::new(sub.profile, &build, network);
-    let warm = if public_web_only { None } else { app.sessions.take_warm(sub.profile) };
-    let browser = match warm {
-        Some(b) => b,
-        None => launch::start(&app.sessions.config.sandbox, &build, &manifest, policy)
-            .await
-            .map_err(|e| format!("browser did not start: {e}"))?,
+    let manifest = LaunchManifest::new(sub.profile, &build, network, &sub.overrides);
+    let downloads = &app.sessions.downloads;
+    let warm = if public_web_only || !sub.overrides.is_empty() { None } else { app.sessions.take_warm(sub.profile) };
+    let (browser, folder) = match warm {
+        Some(w) => {
+            downloads.adopt(&w.folder_name, id).map_err(|e| format!("download folder not adopted: {e}"))?;
+            (w.browser, w.folder)
+        }
+        None => {
+            let folder = downloads.create(id).map_err(|e| format!("download folder not created: {e}"))?;
+            let browser = launch::start(&app.sessions.config.sandbox, &build, &manifest, policy, folder.files())
+                .await
+                .map_err(|e| format!("browser did not start: {e}"))?;
+            (browser, folder)
+        }
     };
     let ready_at = app.sessions.driver.now();
-    let facts = tokio::time::timeout(
-        ATTEST_TIMEOUT,
-        attest(&browser, &build, &manifest, sub.profile, public_web_only, &app.sessions.config.probe_url),
-    )
+    let limit = downloads.config.limit_bytes;
+    let facts = tokio::time::timeout(ATTEST_TIMEOUT, async {
+        keeper::start(&browser.cdp, Arc::new(folder), limit, sub.overrides.viewport)
+            .await
+            .map_err(|e| format!("setting the browser up: {e}"))?;
+        attest(&browser, &build, &manifest, sub.profile, public_web_only, &app.sessions.config.probe_url).await
+    })
     .await
     .unwrap_or_else(|_| Err(format!("no answer within {ATTEST_TIMEOUT:?}")));
     let (attestation, network) = facts.map_err(|e| format!("attestation failed: {e}"))?;
@@ -246,7 +282,8 @@ async fn attest(
         .evaluate_in_page(
             "about:blank",
             "({language: navigator.language, timeZone: Intl.DateTimeFormat().resolvedOptions().timeZone, \
-              width: window.outerWidth, height: window.outerHeight, dpr: window.devicePixelRatio})",
+              width: window.outerWidth, height: window.outerHeight, dpr: window.devicePixelRatio, \
+              touch: navigator.maxTouchPoints})",
         )
         .await
         .map_err(|e| e.to_string())?;
@@ -266,7 +303,9 @@ async fn attest(
             width: inside["width"].as_u64().unwrap_or(0) as u32,
             height: inside["height"].as_u64().unwrap_or(0) as u32,
             device_scale_factor: inside["dpr"].as_f64().unwrap_or(0.0),
+            mobile: inside["touch"].as_u64().unwrap_or(0) > 0,
         },
+        overrides: Some(manifest.overrides.clone()).filter(|o: &SessionOverrides| !o.is_empty()),
         launch_manifest_hash: manifest.hash(),
         attested_at: now(),
     };
@@ -315,13 +354,27 @@ pub fn refill_warm(app: Arc<App>) {
                 if have >= app.sessions.config.warm {
                     break;
                 }
-                let manifest = LaunchManifest::new(profile, &build, ORDINARY);
+                let manifest = LaunchManifest::new(profile, &build, ORDINARY, &SessionOverrides::default());
                 let (policy, _) = policy(&app.sessions.config, false);
-                match launch::start(&app.sessions.config.sandbox, &build, &manifest, policy).await {
-                    Ok(b) => {
-                        app.sessions.warm.lock().unwrap_or_else(|p| p.into_inner()).entry(profile).or_default().push(b)
-                    }
+                let downloads = &app.sessions.downloads;
+                let (folder_name, folder) = match downloads.create_warm() {
+                    Ok(f) => f,
                     Err(e) => {
+                        tracing::warn!(error = %e, "no download folder for a warm browser");
+                        break;
+                    }
+                };
+                match launch::start(&app.sessions.config.sandbox, &build, &manifest, policy, folder.files()).await {
+                    Ok(browser) => app
+                        .sessions
+                        .warm
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .entry(profile)
+                        .or_default()
+                        .push(Warm { browser, folder_name, folder }),
+                    Err(e) => {
+                        downloads.discard_warm(&folder_name);
                         tracing::warn!(error = %e, "warm browser did not start");
                         break;
                     }
@@ -341,10 +394,11 @@ pub async fn recover(app: &App, last_alive: Option<Millis>) {
 /// warm browsers are stopped too.
 pub async fn shutdown(app: &App) {
     app.sessions.driver.shutdown().await;
-    for (_, browsers) in app.sessions.warm.lock().unwrap_or_else(|p| p.into_inner()).drain() {
-        for b in browsers {
-            b.stop();
-        }
+    let warm: Vec<Warm> =
+        app.sessions.warm.lock().unwrap_or_else(|p| p.into_inner()).drain().flat_map(|(_, w)| w).collect();
+    for w in warm {
+        w.browser.stop();
+        app.sessions.downloads.discard_warm(&w.folder_name);
     }
 }
 
