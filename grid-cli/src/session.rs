@@ -1,5 +1,7 @@
-//! `grid session lease | list | release`: leased browser sessions.
+//! `grid session lease | list | view | downloads | release`: leased browser sessions.
 
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -9,7 +11,7 @@ use grid_client::sessions as session_calls;
 use grid_client::RawReply;
 use grid_core::session::SessionStatus;
 use grid_core::validate::session::{MAX_TTL_MINUTES, MIN_TTL_MINUTES};
-use grid_core::wire::session::{NewSession, NewViewport, SessionLease, SessionView};
+use grid_core::wire::session::{NewSession, NewViewport, SessionDownload, SessionDownloads, SessionLease, SessionView};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::input::parse_seconds;
@@ -40,6 +42,26 @@ pub enum SessionCommand {
     View {
         /// The session's cdpUrl, as `grid session lease` printed it.
         cdp_url: String,
+    },
+    /// Files the session's pages downloaded (GET /sessions/{sessionId}/downloads): listed while the
+    /// session runs and for the grid's grace after it ends (15 minutes unless the operator set
+    /// another).
+    ///
+    /// Without NAME, lists them (with --json, the API's answer, each file's signed URL included);
+    /// with -o DIR, fetches every one into DIR. With NAME, fetches that file: to stdout (not when
+    /// it is binary and stdout is a terminal), or with -o to FILE, or into DIR when -o names a
+    /// folder.
+    ///   grid session downloads ses_01J...
+    ///   grid session downloads ses_01J... report.pdf -o ~/Downloads
+    Downloads {
+        /// The session id.
+        session_id: String,
+        /// One file's name, as listed.
+        name: Option<String>,
+        /// Write to FILE or into DIR (created or replaced once a download is complete); - is
+        /// stdout. (`--output` is the global output format; the file is `-o`/`--output-file`.)
+        #[arg(short = 'o', long = "output-file", value_name = "FILE|DIR")]
+        output: Option<PathBuf>,
     },
     /// End a session (DELETE /sessions/{sessionId}); its cdpUrl stops working at once. Prints nothing with --json.
     Release {
@@ -96,6 +118,9 @@ pub async fn run(cx: &Context, command: SessionCommand) -> anyhow::Result<ExitCo
         SessionCommand::List => list(cx).await?,
         SessionCommand::View { cdp_url } => view(cx, &cdp_url)?,
         SessionCommand::Release { session_id } => release(cx, &session_id).await?,
+        SessionCommand::Downloads { session_id, name, output } => {
+            downloads(cx, &session_id, name.as_deref(), output.as_deref()).await?
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -235,6 +260,112 @@ async fn release(cx: &Context, session_id: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+async fn downloads(cx: &Context, session_id: &str, name: Option<&str>, output: Option<&Path>) -> anyhow::Result<()> {
+    if cx.json && (name.is_some() || output.is_some()) {
+        anyhow::bail!("--json prints the listing (each file's URL included); leave out NAME and -o, or --json");
+    }
+    let reply = cx.client.send_raw(&session_calls::session_downloads(session_id)).await?;
+    if cx.json {
+        return output::json_line(&reply);
+    }
+    let listing: SessionDownloads = reply.decode()?;
+    match (name, output) {
+        (None, None) => output::lines(&downloads_lines(&listing)),
+        (None, Some(dir)) => {
+            if !dir.is_dir() {
+                anyhow::bail!(
+                    "{} is not a folder: without a NAME, -o names the folder every download goes into",
+                    dir.display()
+                );
+            }
+            for file in &listing.downloads {
+                let path = dir.join(safe_name(&file.name)?);
+                let bytes = cx.client.download(&file.url).await?;
+                write_whole(&path, &bytes)?;
+                output::lines(&[path.display().to_string()])?;
+            }
+            Ok(())
+        }
+        (Some(name), output) => {
+            let Some(file) = listing.downloads.iter().find(|d| d.name == name) else {
+                anyhow::bail!(
+                    "session {session_id} has no download named {name:?} (grid session downloads {session_id} lists them)"
+                );
+            };
+            fetch_one(cx, file, output).await
+        }
+    }
+}
+
+/// One file to stdout, to FILE, or into DIR.
+async fn fetch_one(cx: &Context, file: &SessionDownload, output: Option<&Path>) -> anyhow::Result<()> {
+    let bytes = cx.client.download(&file.url).await?;
+    match output {
+        Some(path) if path.as_os_str() != "-" => {
+            let path = if path.is_dir() { path.join(safe_name(&file.name)?) } else { path.to_path_buf() };
+            write_whole(&path, &bytes)
+        }
+        _ => {
+            use std::io::IsTerminal as _;
+            // Binary on a terminal garbles it and helps nobody.
+            if output.is_none() && std::io::stdout().is_terminal() && std::str::from_utf8(&bytes).is_err() {
+                anyhow::bail!(
+                    "{} is binary ({} bytes); not writing it to the terminal: pass -o FILE or -o DIR, or pipe it",
+                    file.name,
+                    bytes.len()
+                );
+            }
+            let mut stdout = std::io::stdout().lock();
+            stdout.write_all(&bytes)?;
+            stdout.flush()?;
+            Ok(())
+        }
+    }
+}
+
+/// A listed name as one path component: never a way out of the folder.
+fn safe_name(name: &str) -> anyhow::Result<&str> {
+    if name.is_empty() || name.starts_with('.') || name.contains(['/', '\\', '\0']) {
+        anyhow::bail!("the server listed a download named {name:?}, which is not a plain file name; not writing it");
+    }
+    Ok(name)
+}
+
+/// Writes `bytes` beside `path`, then renames it into place: a reader never
+/// sees half a file.
+fn write_whole(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let part = path.with_file_name(format!(".{file_name}.{}.part", std::process::id()));
+    std::fs::write(&part, bytes).with_context(|| format!("cannot write {}", part.display()))?;
+    std::fs::rename(&part, path)
+        .inspect_err(|_| {
+            let _ = std::fs::remove_file(&part);
+        })
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
+fn downloads_lines(listing: &SessionDownloads) -> Vec<String> {
+    let mut lines = if listing.downloads.is_empty() {
+        vec!["no downloads".to_string()]
+    } else {
+        let rows: Vec<Vec<String>> = listing
+            .downloads
+            .iter()
+            .map(|d| vec![d.name.clone(), d.size_bytes.to_string(), d.created_at.to_iso()])
+            .collect();
+        output::table(&["NAME", "BYTES", "CREATED"], &rows)
+    };
+    lines.push(format!("{} of {} bytes used", listing.total_bytes, listing.limit_bytes));
+    for r in &listing.refused {
+        lines.push(format!("refused {}: {}", r.name, r.reason));
+    }
+    if let Some(t) = listing.kept_until {
+        lines.push(format!("session ended: files kept until {}", t.to_iso()));
+    }
+    lines
+}
+
 fn lease_lines(lease: &SessionLease) -> Vec<String> {
     output::key_values(&[
         ("session", lease.session_id.clone()),
@@ -355,6 +486,41 @@ mod tests {
             assert!(lease_args(&["--viewport", bad]).is_err(), "{bad}");
         }
         assert!(lease_args(&["--mobile"]).is_err(), "--mobile needs --viewport");
+    }
+
+    #[test]
+    fn downloads_read_as_a_table_with_what_was_refused() {
+        let listing = SessionDownloads {
+            downloads: vec![SessionDownload {
+                name: "report.csv".into(),
+                size_bytes: 12,
+                created_at: Millis(0),
+                url: "http://h/downloads/ses_1/report.csv?expires=1&sig=ab".into(),
+            }],
+            total_bytes: 12,
+            limit_bytes: 100,
+            refused: vec![grid_core::wire::session::RefusedDownload {
+                name: "big.iso".into(),
+                reason: "cancelled: too big".into(),
+                at: Millis(0),
+            }],
+            kept_until: Some(Millis(900_000)),
+        };
+        assert_eq!(
+            downloads_lines(&listing),
+            vec![
+                "NAME        BYTES  CREATED",
+                "report.csv  12     1970-01-01T00:00:00.000Z",
+                "12 of 100 bytes used",
+                "refused big.iso: cancelled: too big",
+                "session ended: files kept until 1970-01-01T00:15:00.000Z",
+            ]
+        );
+        for bad in ["", ".env", "../x", "a/b", "a\\b"] {
+            assert!(safe_name(bad).is_err(), "{bad:?}");
+        }
+        assert!(Wrap::try_parse_from(["t", "downloads", "ses_1", "a.txt", "-o", "/tmp"]).is_ok());
+        assert!(Wrap::try_parse_from(["t", "downloads"]).is_err(), "needs an id");
     }
 
     #[test]
