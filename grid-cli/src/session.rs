@@ -61,7 +61,7 @@ pub enum SessionCommand {
         /// Write to FILE or into DIR (created or replaced once a download is complete); - is
         /// stdout. (`--output` is the global output format; the file is `-o`/`--output-file`.)
         #[arg(short = 'o', long = "output-file", value_name = "FILE|DIR")]
-        output: Option<PathBuf>,
+        file: Option<PathBuf>,
     },
     /// End a session (DELETE /sessions/{sessionId}); its cdpUrl stops working at once. Prints nothing with --json.
     Release {
@@ -118,8 +118,8 @@ pub async fn run(cx: &Context, command: SessionCommand) -> anyhow::Result<ExitCo
         SessionCommand::List => list(cx).await?,
         SessionCommand::View { cdp_url } => view(cx, &cdp_url)?,
         SessionCommand::Release { session_id } => release(cx, &session_id).await?,
-        SessionCommand::Downloads { session_id, name, output } => {
-            downloads(cx, &session_id, name.as_deref(), output.as_deref()).await?
+        SessionCommand::Downloads { session_id, name, file } => {
+            downloads(cx, &session_id, name.as_deref(), file.as_deref()).await?
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -519,7 +519,16 @@ mod tests {
         for bad in ["", ".env", "../x", "a/b", "a\\b"] {
             assert!(safe_name(bad).is_err(), "{bad:?}");
         }
-        assert!(Wrap::try_parse_from(["t", "downloads", "ses_1", "a.txt", "-o", "/tmp"]).is_ok());
+        // Parsed as the whole command line is: -o is not the global --output.
+        use clap::Parser as _;
+        let cli =
+            crate::Cli::try_parse_from(["grid", "session", "downloads", "ses_1", "a.txt", "-o", "/tmp", "--json"]);
+        match cli.map(|c| c.command) {
+            Ok(crate::Command::Session(SessionCommand::Downloads { name, file, .. })) => {
+                assert_eq!((name.as_deref(), file), (Some("a.txt"), Some(PathBuf::from("/tmp"))))
+            }
+            other => panic!("{other:?}"),
+        }
         assert!(Wrap::try_parse_from(["t", "downloads"]).is_err(), "needs an id");
     }
 

@@ -63,6 +63,15 @@ pub fn page_html(n: &str) -> String {
     format!("<!doctype html><html><head><title>page {n}</title></head><body><h1>page {n}</h1></body></html>\n")
 }
 
+/// The HTML `/download-page/{name}?n=N` answers with: a link `#get` to
+/// `/attachment/{name}?n=N`.
+pub fn download_page(name: &str, n: &str) -> String {
+    format!(
+        "<!doctype html><html><head><title>download {name}</title></head>\
+         <body><a id=\"get\" href=\"/attachment/{name}?n={n}\">{name}</a></body></html>\n"
+    )
+}
+
 #[derive(Default)]
 struct Hits {
     per_path: HashMap<String, u64>,
@@ -283,6 +292,21 @@ async fn route(req: Request<Incoming>, hits: Arc<Mutex<Hits>>) -> Response<Full<
                 .body(Full::new(Bytes::from(body)))
                 .expect("target: response")
         }
+        // A page whose one link (`#get`) downloads `/attachment/{name}?n=N`.
+        ["download-page", name] => {
+            let n = query_param(&req, "n").unwrap_or_else(|| "1000".into());
+            respond(StatusCode::OK, "text/html; charset=utf-8", download_page(name, &n))
+        }
+        // `n` bytes of [`pattern_bytes`] as an attachment named `name`, with their length.
+        ["attachment", name] => match query_param(&req, "n").and_then(|v| v.parse::<usize>().ok()) {
+            Some(n) if n <= 64 * 1024 * 1024 => Response::builder()
+                .status(StatusCode::OK)
+                .header("content-type", "application/octet-stream")
+                .header("content-disposition", format!("attachment; filename=\"{name}\""))
+                .body(Full::new(Bytes::from(pattern_bytes(n))))
+                .expect("target: response"),
+            _ => text(StatusCode::BAD_REQUEST, "bad length\n"),
+        },
         ["bytes", n] => match n.parse::<usize>() {
             Ok(n) if n <= 64 * 1024 * 1024 => respond(StatusCode::OK, "application/octet-stream", pattern_bytes(n)),
             _ => text(StatusCode::BAD_REQUEST, "bad length\n"),
