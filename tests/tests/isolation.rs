@@ -842,9 +842,14 @@ async fn a_crashed_session_leaves_no_profile_on_the_host() {
         assert!(Instant::now() < deadline, "the session was not ended as lost");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // Its download folder stays for the grace (docs/sessions.md), with
+    // nothing in it: the profile never was.
+    let downloads = server.data_dir().join("session-downloads").join(&lease.id).join("files");
+    assert!(tree(&downloads).is_empty(), "the crashed session left files in its download folder");
     let left: Vec<String> = tree(server.data_dir())
         .into_iter()
         .filter(|p| !p.starts_with("grid.db") && !p.starts_with("artifacts") && !p.starts_with("logs"))
+        .filter(|p| !p.starts_with("session-downloads"))
         .collect();
     assert!(left.is_empty(), "the crashed session left files in the data dir: {left:?}");
 }
