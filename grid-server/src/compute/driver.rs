@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::store::Conn;
 use futures_util::future::BoxFuture;
 use grid_core::ids;
 use grid_core::job::{self, AttemptCharge, Effect, Event, Outcome};
@@ -28,7 +29,6 @@ use grid_core::pricing;
 use grid_core::time::Millis;
 use grid_core::wire::job::JobPhase;
 use grid_core::wire::job_record::{Executor, JobArtifact, LOG_CONTENT_TYPE, LOG_KIND};
-use rusqlite::Connection;
 use tokio::sync::Notify;
 use tracing::Instrument;
 
@@ -116,7 +116,7 @@ fn stop_recorded(row: &JobRow, attempt: u32) -> bool {
 /// its next due time. Answers the job as saved and every effect; the ones
 /// outside the database are for `JobDriver::execute` once `tx` commits.
 pub fn transition(
-    tx: &Connection,
+    tx: &Conn,
     id: &str,
     event: Event,
     at: Millis,
@@ -127,7 +127,7 @@ pub fn transition(
 }
 
 fn transition_row(
-    tx: &Connection,
+    tx: &Conn,
     mut row: JobRow,
     event: Event,
     at: Millis,
@@ -165,7 +165,7 @@ fn transition_row(
 
 /// Charges an attempt's run time (capped by the pricing rules) and releases
 /// the rest of the open reservation.
-fn settle(tx: &Connection, row: &JobRow, charge: Option<AttemptCharge>, at: Millis) -> StoreResult<()> {
+fn settle(tx: &Conn, row: &JobRow, charge: Option<AttemptCharge>, at: Millis) -> StoreResult<()> {
     let used = charge.map_or(0, |c| {
         pricing::job_attempt_charge_micros(
             row.cpu_millis,
@@ -739,9 +739,11 @@ mod tests {
         fn ledger(&self, id: &str) -> Vec<(String, i64)> {
             self.store
                 .read_blocking(|c| {
-                    let mut s = c.prepare("SELECT kind, amount FROM ledger WHERE subject LIKE ?1 ORDER BY rowid")?;
-                    let rows = s.query_map([format!("{id}/%")], |r| Ok((r.get(0)?, r.get(1)?)))?;
-                    Ok(rows.collect::<Result<_, _>>()?)
+                    c.query_map(
+                        "SELECT kind, amount FROM ledger WHERE subject LIKE ?1 ORDER BY id",
+                        [format!("{id}/%")],
+                        |r| Ok((r.get(0)?, r.get(1)?)),
+                    )
                 })
                 .unwrap()
         }
