@@ -91,7 +91,7 @@ pub fn ledger_page(
 ) -> StoreResult<(Vec<grid_core::wire::account::LedgerLine>, Option<i64>)> {
     let rows = conn.query_map(
         "SELECT id, kind, amount, subject, key_id, created_at FROM ledger
-         WHERE account_id = ?1 AND id < ?2 AND (?3 IS NULL OR kind = ?3)
+         WHERE account_id = ?1 AND id < ?2 AND (CAST(?3 AS TEXT) IS NULL OR kind = ?3)
          ORDER BY id DESC LIMIT ?4",
         crate::params![account_id, before.unwrap_or(i64::MAX), kind.map(EntryKind::as_str), limit as i64 + 1],
         |r| {

@@ -166,8 +166,8 @@ fn record(conn: &Conn, account_id: &str, key: &Key, subject: &str, answer: &Answ
 /// Deletes up to `limit` rows whose 24 h are over; returns how many.
 pub fn purge_expired(conn: &Conn, now: Millis, limit: i64) -> StoreResult<usize> {
     Ok(conn.execute(
-        "DELETE FROM idempotency_keys WHERE rowid IN
-               (SELECT rowid FROM idempotency_keys WHERE expires_at <= ?1 ORDER BY expires_at LIMIT ?2)",
+        "DELETE FROM idempotency_keys WHERE (account_id, key_sha256) IN
+               (SELECT account_id, key_sha256 FROM idempotency_keys WHERE expires_at <= ?1 ORDER BY expires_at LIMIT ?2)",
         (now.0, limit),
     )?)
 }

@@ -236,10 +236,10 @@ impl From<ItemError> for ApiError {
 /// priority, oldest first. Each band is one seek on `items_queue`.
 const NEXT_IN_QUEUE: &str = "SELECT id FROM (
      SELECT id, 0 AS band, seq FROM (SELECT id, seq FROM items WHERE state = 'waiting' AND priority IS NULL
-                                      ORDER BY seq LIMIT 1)
+                                      ORDER BY seq LIMIT 1) AS unprioritized
      UNION ALL
      SELECT id, 1 AS band, seq FROM (SELECT id, seq FROM items WHERE state = 'prioritized'
-                                      ORDER BY priority, seq LIMIT 1))
+                                      ORDER BY priority, seq LIMIT 1) AS prioritized) AS candidates
  ORDER BY band LIMIT 1";
 
 /// The next item in queue order: items without a priority first, then lower

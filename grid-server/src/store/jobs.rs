@@ -271,8 +271,11 @@ pub struct StoredLog {
 
 pub fn insert_log(conn: &Conn, job_id: &str, log: &StoredLog) -> StoreResult<()> {
     conn.execute(
-        "INSERT OR REPLACE INTO job_logs (artifact_id, job_id, attempt, storage_name, sha256, byte_length, truncated, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        "INSERT INTO job_logs (artifact_id, job_id, attempt, storage_name, sha256, byte_length, truncated, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+         ON CONFLICT (job_id, attempt) DO UPDATE SET
+           artifact_id = excluded.artifact_id, storage_name = excluded.storage_name, sha256 = excluded.sha256,
+           byte_length = excluded.byte_length, truncated = excluded.truncated, created_at = excluded.created_at",
         params![
             log.artifact.artifact_id,
             job_id,
@@ -348,7 +351,7 @@ pub fn list(
         sql.push_str(" JOIN job_labels l ON l.job_id = j.id AND l.key = ?4 AND l.value = ?5");
     }
     sql.push_str(
-        " WHERE j.account_id = ?1 AND j.seq < ?2 AND (?3 IS NULL OR j.phase = ?3) ORDER BY j.seq DESC LIMIT ?6",
+        " WHERE j.account_id = ?1 AND j.seq < ?2 AND (CAST(?3 AS TEXT) IS NULL OR j.phase = ?3) ORDER BY j.seq DESC LIMIT ?6",
     );
     let (lk, lv) = filter.label.clone().unzip();
     let ids: Vec<(i64, String)> = conn
@@ -420,10 +423,13 @@ pub fn set_due_at(conn: &Conn, id: &str, due_at: Option<Millis>) -> StoreResult<
 /// Jobs that may owe a due time but have none stored: running ones, and
 /// failed ones whose reservation is still open (a replay owed).
 pub fn undated_ids(conn: &Conn) -> StoreResult<Vec<String>> {
+    let open = super::sql::json_text(conn.dialect(), "machine", "reservationOpen");
     Ok(conn
         .query_map(
-            "SELECT id FROM jobs WHERE due_at IS NULL
-               AND (phase = 'RUNNING' OR (phase = 'FAILED' AND json_extract(machine, '$.reservationOpen') = 1))",
+            &format!(
+                "SELECT id FROM jobs WHERE due_at IS NULL
+                   AND (phase = 'RUNNING' OR (phase = 'FAILED' AND {open} = 'true'))"
+            ),
             (),
             |r| r.get(0),
         )?

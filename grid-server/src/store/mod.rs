@@ -13,6 +13,7 @@ pub mod idempotency;
 pub mod items;
 pub mod jobs;
 pub mod metrics;
+pub mod postgres;
 pub mod sessions;
 pub mod sql;
 pub mod sqlite;
@@ -82,12 +83,28 @@ pub struct Store {
 
 enum Backend {
     Sqlite(sqlite::Sqlite),
+    Postgres(postgres::Postgres),
 }
 
 impl Store {
     /// Opens (creating if needed) the SQLite store in `data_dir`, applying the schema.
     pub fn open(data_dir: &Path, busy_timeout: Duration) -> StoreResult<Store> {
         Ok(Store { backend: Arc::new(Backend::Sqlite(sqlite::Sqlite::open(data_dir, busy_timeout)?)) })
+    }
+
+    /// Connects to the PostgreSQL store at `url`, creating or migrating its
+    /// schema (several nodes may start at once).
+    pub fn connect(url: &str, busy_timeout: Duration) -> StoreResult<Store> {
+        Ok(Store { backend: Arc::new(Backend::Postgres(postgres::Postgres::open(url, busy_timeout)?)) })
+    }
+
+    /// Which backend runs the store: SQLite keeps files under the data dir,
+    /// PostgreSQL keeps every published file in the database.
+    pub fn dialect(&self) -> sql::Dialect {
+        match &*self.backend {
+            Backend::Sqlite(_) => sql::Dialect::Sqlite,
+            Backend::Postgres(_) => sql::Dialect::Postgres,
+        }
     }
 
     /// Runs `f` in one write transaction on a blocking thread. The
@@ -110,6 +127,7 @@ impl Store {
     pub fn write_blocking<R, E: From<StoreError>>(&self, f: impl FnOnce(&Conn) -> Result<R, E>) -> Result<R, E> {
         match &*self.backend {
             Backend::Sqlite(db) => db.write(f),
+            Backend::Postgres(db) => db.write(f),
         }
     }
 
@@ -128,6 +146,7 @@ impl Store {
     pub fn read_blocking<R>(&self, f: impl FnOnce(&Conn) -> StoreResult<R>) -> StoreResult<R> {
         match &*self.backend {
             Backend::Sqlite(db) => db.read(f),
+            Backend::Postgres(db) => db.read(f),
         }
     }
 }

@@ -325,6 +325,19 @@ macro_rules! params {
     };
 }
 
+/// An expression for the text of a top-level member of a JSON text column
+/// (`true`/`false` for booleans): one of the few things the dialects spell
+/// differently.
+pub fn json_text(dialect: Dialect, column: &str, member: &str) -> String {
+    match dialect {
+        Dialect::Sqlite => format!(
+            "(CASE json_type({column}, '$.{member}') WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' \
+             ELSE json_extract({column}, '$.{member}') END)"
+        ),
+        Dialect::Postgres => format!("(CAST({column} AS JSONB) ->> '{member}')"),
+    }
+}
+
 /// The statement in PostgreSQL's placeholder spelling: `?N` becomes `$N`
 /// outside quoted strings and identifiers.
 pub fn numbered_placeholders(sql: &str) -> String {
