@@ -694,17 +694,55 @@ impl GridServer {
         conn
     }
 
-    /// The reservations taken for `account_id`, in order: (amount, subject),
-    /// read from grid.db directly.
-    pub fn reservations(&self, account_id: &str) -> Vec<(i64, String)> {
+    /// Rows of a query on the server's store, whichever it is: each value
+    /// as text (`None` for NULL). For checks of what is stored that the
+    /// API does not show; SQL both SQLite and PostgreSQL accept.
+    pub fn query(&self, sql: &str) -> Vec<Vec<Option<String>>> {
+        if let Some(db) = &self.database {
+            return db.query(sql);
+        }
         let conn = self.read_db();
-        let mut stmt = conn
-            .prepare("SELECT amount, subject FROM ledger WHERE account_id = ?1 AND kind = 'reserve' ORDER BY rowid")
-            .unwrap_or_else(|e| self.fail(&format!("ledger query: {e}")));
-        stmt.query_map([account_id], |r| Ok((r.get(0)?, r.get(1)?)))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap_or_else(|e| self.fail(&format!("ledger rows: {e}")))
+        let mut stmt = conn.prepare(sql).unwrap_or_else(|e| self.fail(&format!("{sql}: {e}")));
+        let columns = stmt.column_count();
+        let rows = stmt
+            .query_map([], |r| {
+                (0..columns)
+                    .map(|i| {
+                        Ok(match r.get_ref(i)? {
+                            rusqlite::types::ValueRef::Null => None,
+                            rusqlite::types::ValueRef::Integer(n) => Some(n.to_string()),
+                            rusqlite::types::ValueRef::Real(f) => Some(f.to_string()),
+                            rusqlite::types::ValueRef::Text(t) | rusqlite::types::ValueRef::Blob(t) => {
+                                Some(String::from_utf8_lossy(t).into_owned())
+                            }
+                        })
+                    })
+                    .collect::<rusqlite::Result<Vec<_>>>()
+            })
+            .unwrap_or_else(|e| self.fail(&format!("{sql}: {e}")));
+        rows.collect::<Result<_, _>>().unwrap_or_else(|e| self.fail(&format!("{sql}: {e}")))
+    }
+
+    /// The one value of a query (see `query`); fails when there is no row.
+    pub fn query_value(&self, sql: &str) -> Option<String> {
+        let rows = self.query(sql);
+        let row = rows.first().unwrap_or_else(|| self.fail(&format!("{sql}: no row")));
+        row.first().cloned().flatten()
+    }
+
+    /// The reservations taken for `account_id`, in order: (amount, subject),
+    /// read from the store directly.
+    pub fn reservations(&self, account_id: &str) -> Vec<(i64, String)> {
+        let sql = format!(
+            "SELECT amount, subject FROM ledger WHERE account_id = '{account_id}' AND kind = 'reserve' ORDER BY id"
+        );
+        self.query(&sql)
+            .into_iter()
+            .map(|r| match r.as_slice() {
+                [Some(amount), Some(subject)] => (amount.parse().expect("an amount"), subject.clone()),
+                other => self.fail(&format!("ledger row {other:?}")),
+            })
+            .collect()
     }
 
     // ----- the grid's flows -----

@@ -57,10 +57,13 @@ impl Database {
         &self.url
     }
 
-    /// Runs SQL in this database with psql; answers its rows, fields
-    /// separated by `|`. Panics with psql's error.
-    pub fn query(&self, sql: &str) -> Vec<Vec<String>> {
-        psql(&self.url, sql).lines().map(|l| l.split('|').map(str::to_string).collect()).collect()
+    /// Runs a query in this database with psql; answers its rows as text,
+    /// `None` for NULL. Panics with psql's error.
+    pub fn query(&self, sql: &str) -> Vec<Vec<Option<String>>> {
+        psql(&self.url, sql)
+            .lines()
+            .map(|l| l.split(FIELD_SEP).map(|f| (f != NULL).then(|| f.to_string())).collect())
+            .collect()
     }
 }
 
@@ -127,10 +130,17 @@ impl Drop for Database {
     }
 }
 
+/// How psql prints fields apart and NULL, so neither is mistaken for data.
+const FIELD_SEP: char = '\u{1f}';
+const NULL: &str = "\u{1e}NULL";
+
 /// `psql -At` of one command; panics with what failed.
 fn psql(url: &str, sql: &str) -> String {
     let out = Command::new("psql")
         .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", url, "-c", sql])
+        .arg("-F")
+        .arg(FIELD_SEP.to_string())
+        .args(["-P", &format!("null={NULL}")])
         .stdin(Stdio::null())
         .output()
         .unwrap_or_else(|e| panic!("psql (Debian package postgresql-client) could not be run: {e}"));

@@ -907,10 +907,7 @@ async fn job_deadline_passed_while_the_server_was_down_ends_timed_out_at_the_dea
     let id = job_id(&submit_job(&server, &body).await);
     let running = wait_running(&server, &id).await;
     server.kill9();
-    let phase: String = server
-        .read_db()
-        .query_row("SELECT phase FROM jobs WHERE id = ?1", [&id], |r| r.get(0))
-        .unwrap_or_else(|e| server.fail(&format!("job row: {e}")));
+    let phase = server.query_value(&format!("SELECT phase FROM jobs WHERE id = '{id}'")).unwrap_or_default();
     assert_eq!(phase, "RUNNING", "the deadline must still be ahead when the server dies");
     let started = millis(&attempt(&running, 1)["startedAt"]);
     let deadline = started + DEADLINE_SECS * 1_000;

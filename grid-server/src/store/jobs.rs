@@ -346,17 +346,17 @@ pub fn list(
     before: Option<i64>,
     limit: usize,
 ) -> StoreResult<(Vec<JobRecord>, Option<i64>)> {
-    let mut sql = String::from("SELECT j.seq, j.id FROM jobs j");
-    if filter.label.is_some() {
-        sql.push_str(" JOIN job_labels l ON l.job_id = j.id AND l.key = ?4 AND l.value = ?5");
-    }
-    sql.push_str(
-        " WHERE j.account_id = ?1 AND j.seq < ?2 AND (CAST(?3 AS TEXT) IS NULL OR j.phase = ?3) ORDER BY j.seq DESC LIMIT ?6",
-    );
+    // One text for every filter: a filter left out is a NULL parameter
+    // (cast, so PostgreSQL knows its type even when nothing else uses it).
+    let sql = "SELECT j.seq, j.id FROM jobs j
+                WHERE j.account_id = ?1 AND j.seq < ?2 AND (CAST(?3 AS TEXT) IS NULL OR j.phase = ?3)
+                  AND (CAST(?4 AS TEXT) IS NULL
+                       OR EXISTS (SELECT 1 FROM job_labels l WHERE l.job_id = j.id AND l.key = ?4 AND l.value = ?5))
+                ORDER BY j.seq DESC LIMIT ?6";
     let (lk, lv) = filter.label.clone().unzip();
     let ids: Vec<(i64, String)> = conn
         .query_map(
-            &sql,
+            sql,
             params![
                 account_id,
                 before.unwrap_or(i64::MAX),
