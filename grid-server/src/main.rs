@@ -106,7 +106,12 @@ impl DataDir {
     /// given, else SQLite in the data dir.
     fn open(&self, busy_timeout: Duration) -> anyhow::Result<Store> {
         match &self.database_url {
-            Some(url) => Store::connect(url, busy_timeout).with_context(|| "connecting to --database-url".to_string()),
+            Some(url) => {
+                store::sqlite::private_dir(&self.data_dir).with_context(|| {
+                    format!("cannot make data dir {} private to its owner", self.data_dir.display())
+                })?;
+                Store::connect(url, busy_timeout).with_context(|| "connecting to --database-url".to_string())
+            }
             None => Store::open(&self.data_dir, busy_timeout)
                 .with_context(|| format!("opening the store in {}", self.data_dir.display())),
         }
@@ -347,7 +352,10 @@ fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,hyper=warn,reqwest=warn".into()),
+                .unwrap_or_else(|_| "info,hyper=warn,reqwest=warn".into())
+                // tokio-postgres logs every statement's parameters at debug
+                // (key hashes, the signing secret): never below info.
+                .add_directive("tokio_postgres=info".parse().expect("a valid directive")),
         )
         .with_writer(std::io::stderr)
         .init();

@@ -723,6 +723,19 @@ impl GridServer {
         rows.collect::<Result<_, _>>().unwrap_or_else(|e| self.fail(&format!("{sql}: {e}")))
     }
 
+    /// Runs statements on the server's store beside it (a test's injected
+    /// fault, say); fails with the database's error.
+    pub fn execute(&self, sql: &str) {
+        if let Some(db) = &self.database {
+            db.query(sql);
+            return;
+        }
+        let conn = rusqlite::Connection::open(self.db_path())
+            .unwrap_or_else(|e| self.fail(&format!("open {}: {e}", self.db_path().display())));
+        conn.busy_timeout(Duration::from_secs(10)).unwrap_or_else(|e| self.fail(&format!("busy timeout: {e}")));
+        conn.execute_batch(sql).unwrap_or_else(|e| self.fail(&format!("{sql}: {e}")));
+    }
+
     /// The one value of a query (see `query`); fails when there is no row.
     pub fn query_value(&self, sql: &str) -> Option<String> {
         let rows = self.query(sql);

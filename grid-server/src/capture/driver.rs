@@ -345,7 +345,7 @@ mod tests {
         async fn settlement_due(&self, id: &str) -> Option<String> {
             let id = id.to_string();
             let q = "SELECT settlement_due FROM items WHERE id = ?1";
-            self.store.read(move |c| Ok(c.query_row(q, [id], |r| r.get(0))?)).await.unwrap()
+            self.store.read(move |c| c.query_row(q, [id], |r| r.get(0))).await.unwrap()
         }
 
         /// Published files of an item: kind and inline bytes, by kind.
@@ -472,7 +472,7 @@ mod tests {
         }
         let o = o.unwrap();
         let id = {
-            let id = g.store.read(|c| Ok(c.query_row("SELECT id FROM items", (), |r| r.get::<String>(0))?));
+            let id = g.store.read(|c| c.query_row("SELECT id FROM items", (), |r| r.get::<String>(0)));
             id.await.unwrap()
         };
         assert_eq!((o.item.state, o.item.attempts_made), (ItemState::Failed, item::MAX_ATTEMPTS));

@@ -348,13 +348,19 @@ impl JobDriver {
                 return None;
             }
         };
-        let root = self.logs_dir.clone();
-        let (dir, stem) = (job_id.to_string(), format!("attempt-{attempt}"));
         let len = bytes.len() as u64;
-        let written = tokio::task::spawn_blocking(move || files::write_checked(&root, &dir, &stem, &bytes)).await;
-        let Ok(Ok((storage_name, sha256))) = written else {
-            tracing::error!(job = job_id, "log could not be stored");
-            return None;
+        let (storage_name, sha256, inline) = if self.store.files_inline() {
+            let sha256 = crate::ids::sha256_hex(&bytes);
+            (format!("db:{job_id}/attempt-{attempt}"), sha256, Some(bytes))
+        } else {
+            let root = self.logs_dir.clone();
+            let (dir, stem) = (job_id.to_string(), format!("attempt-{attempt}"));
+            let written = tokio::task::spawn_blocking(move || files::write_checked(&root, &dir, &stem, &bytes)).await;
+            let Ok(Ok((storage_name, sha256))) = written else {
+                tracing::error!(job = job_id, "log could not be stored");
+                return None;
+            };
+            (storage_name, sha256, None)
         };
         Some(StoredLog {
             artifact: JobArtifact {
@@ -368,6 +374,7 @@ impl JobDriver {
             },
             storage_name,
             sha256,
+            inline,
         })
     }
 
@@ -731,7 +738,7 @@ mod tests {
 
         fn due_at(&self, id: &str) -> Option<i64> {
             self.store
-                .read_blocking(|c| Ok(c.query_row("SELECT due_at FROM jobs WHERE id = ?1", [id], |r| r.get(0))?))
+                .read_blocking(|c| c.query_row("SELECT due_at FROM jobs WHERE id = ?1", [id], |r| r.get(0)))
                 .unwrap()
         }
 

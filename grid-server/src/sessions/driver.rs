@@ -380,9 +380,7 @@ mod tests {
         fn due_at(&self, id: &str) -> Option<i64> {
             let id = id.to_string();
             self.store
-                .read_blocking(move |c| {
-                    Ok(c.query_row("SELECT due_at FROM sessions WHERE id = ?1", [&id], |r| r.get(0))?)
-                })
+                .read_blocking(move |c| c.query_row("SELECT due_at FROM sessions WHERE id = ?1", [&id], |r| r.get(0)))
                 .unwrap()
         }
 

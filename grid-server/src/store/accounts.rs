@@ -228,14 +228,13 @@ pub fn caller_for_key(conn: &Conn, api_key: &str) -> StoreResult<Option<Caller>>
 
 /// The account a sign-in identity acts for, and whether it is suspended.
 pub fn account_for_identity(conn: &Conn, issuer: &str, subject: &str) -> StoreResult<Option<(String, bool)>> {
-    Ok(conn
-        .query_row(
-            "SELECT a.id, a.suspended FROM identities i JOIN accounts a ON a.id = i.account_id
+    conn.query_row(
+        "SELECT a.id, a.suspended FROM identities i JOIN accounts a ON a.id = i.account_id
               WHERE i.issuer = ?1 AND i.subject = ?2",
-            (issuer, subject),
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .optional()?)
+        (issuer, subject),
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )
+    .optional()
 }
 
 pub fn link_identity(conn: &Conn, issuer: &str, subject: &str, account_id: &str, now: Millis) -> StoreResult<()> {

@@ -121,20 +121,19 @@ struct Found {
 }
 
 fn find(conn: &Conn, account_id: &str, key: &Key) -> StoreResult<Option<Found>> {
-    Ok(conn
-        .query_row(
-            "SELECT request_sha256, expires_at, status, response FROM idempotency_keys
+    conn.query_row(
+        "SELECT request_sha256, expires_at, status, response FROM idempotency_keys
               WHERE account_id = ?1 AND key_sha256 = ?2",
-            (account_id, key.key_sha256()),
-            |r| {
-                Ok(Found {
-                    key: StoredKey { request_sha256: r.get(0)?, expires_at: Millis(r.get(1)?) },
-                    status: r.get(2)?,
-                    sealed: r.get(3)?,
-                })
-            },
-        )
-        .optional()?)
+        (account_id, key.key_sha256()),
+        |r| {
+            Ok(Found {
+                key: StoredKey { request_sha256: r.get(0)?, expires_at: Millis(r.get(1)?) },
+                status: r.get(2)?,
+                sealed: r.get(3)?,
+            })
+        },
+    )
+    .optional()
 }
 
 fn record(conn: &Conn, account_id: &str, key: &Key, subject: &str, answer: &Answer, now: Millis) -> StoreResult<()> {
@@ -165,11 +164,11 @@ fn record(conn: &Conn, account_id: &str, key: &Key, subject: &str, answer: &Answ
 
 /// Deletes up to `limit` rows whose 24 h are over; returns how many.
 pub fn purge_expired(conn: &Conn, now: Millis, limit: i64) -> StoreResult<usize> {
-    Ok(conn.execute(
+    conn.execute(
         "DELETE FROM idempotency_keys WHERE (account_id, key_sha256) IN
                (SELECT account_id, key_sha256 FROM idempotency_keys WHERE expires_at <= ?1 ORDER BY expires_at LIMIT ?2)",
         (now.0, limit),
-    )?)
+    )
 }
 
 /// `None` only if HKDF-SHA-256 refuses 32 bytes of output, which it
@@ -306,7 +305,7 @@ mod tests {
     }
 
     fn rows(store: &Store) -> i64 {
-        store.read_blocking(|c| Ok(c.query_row("SELECT COUNT(*) FROM idempotency_keys", (), |r| r.get(0))?)).unwrap()
+        store.read_blocking(|c| c.query_row("SELECT COUNT(*) FROM idempotency_keys", (), |r| r.get(0))).unwrap()
     }
 
     #[test]
@@ -365,8 +364,7 @@ mod tests {
         let Ok(Outcome::Performed(first, _)) = submit(&s, &c, 1, Some("old"), T) else { panic!() };
         assert!(matches!(submit(&s, &c, 1, Some("other"), T), Ok(Outcome::Performed(..))));
         // An expired answer is never unsealed, even a damaged one.
-        s.write_blocking(|tx| Ok::<_, StoreError>(tx.execute("UPDATE idempotency_keys SET response = x'00'", ())?))
-            .unwrap();
+        s.write_blocking(|tx| tx.execute("UPDATE idempotency_keys SET response = x'00'", ())).unwrap();
         let later = rules::expires_at(T);
         // After 24 h the same request under the key is a new request ...
         let Ok(Outcome::Performed(second, _)) = submit(&s, &c, 1, Some("old"), later) else { panic!() };

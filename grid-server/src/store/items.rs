@@ -77,8 +77,7 @@ pub fn submit_batch(
             sub.urls.len() as i64,
             now.0
         ],
-    )
-    .map_err(StoreError::from)?;
+    )?;
     let state = ItemState::queued(sub.priority);
     for (id, url) in ordered_ids(ids::ITEM, sub.urls.len()).iter().zip(&sub.urls) {
         tx.execute(
@@ -99,8 +98,7 @@ pub fn submit_batch(
                 state.as_str(),
                 now.0
             ],
-        )
-        .map_err(StoreError::from)?;
+        )?;
     }
     Ok(BatchCreated { batch_id, job_count: sub.urls.len() as u32 })
 }
@@ -161,7 +159,7 @@ fn item_row(r: &Row) -> StoreResult<ItemRow> {
 
 pub fn load_item(conn: &Conn, id: &str) -> StoreResult<Option<ItemRow>> {
     let sql = format!("SELECT {ITEM_COLUMNS} FROM items i JOIN batches b ON b.id = i.batch_id WHERE i.id = ?1");
-    Ok(conn.query_row(&sql, [id], item_row).optional()?)
+    conn.query_row(&sql, [id], item_row).optional()
 }
 
 /// Stores an item's machine state and, when a transition made one due, the
@@ -250,7 +248,7 @@ const NEXT_IN_QUEUE: &str = "SELECT id FROM (
 /// and saying `priority IS NULL` lets SQLite read that index in `seq` order
 /// instead of sorting every waiting item on each claim.
 pub fn next_in_queue(conn: &Conn) -> StoreResult<Option<String>> {
-    Ok(conn.query_row(NEXT_IN_QUEUE, (), |r| r.get(0)).optional()?)
+    conn.query_row(NEXT_IN_QUEUE, (), |r| r.get(0)).optional()
 }
 
 /// Delayed items whose backoff has passed by `now` (a seek on `items_delayed`).
@@ -305,9 +303,21 @@ pub fn check_artifact(conn: &Conn, account_id: &str, id: &str, kind: ArtifactKin
     present.map(|_| ()).ok_or(TransitionError::Refused(ApiError::ArtifactNotPresent).into())
 }
 
-pub fn published_file(conn: &Conn, id: &str, kind: ArtifactKind) -> StoreResult<Option<PublishedFile>> {
-    Ok(conn
-        .query_row("SELECT storage_name, sha256, byte_length, content_type, content FROM artifacts WHERE item_id = ?1 AND kind = ?2", (id, kind.as_str()), |r| {
+/// A published file with its bytes when it is kept in the database and is
+/// at most `load_max` bytes long; a larger one kept there is read in slices
+/// (`file_slice`), so a download never holds a whole large file.
+pub fn published_file(
+    conn: &Conn,
+    id: &str,
+    kind: ArtifactKind,
+    load_max: usize,
+) -> StoreResult<Option<PublishedFile>> {
+    conn.query_row(
+        "SELECT storage_name, sha256, byte_length, content_type,
+                    CASE WHEN byte_length <= ?3 THEN content END
+               FROM artifacts WHERE item_id = ?1 AND kind = ?2",
+        (id, kind.as_str(), load_max),
+        |r| {
             Ok(PublishedFile {
                 kind,
                 storage_name: r.get(0)?,
@@ -316,8 +326,38 @@ pub fn published_file(conn: &Conn, id: &str, kind: ArtifactKind) -> StoreResult<
                 content_type: r.get(3)?,
                 inline: r.get(4)?,
             })
-        })
-        .optional()?)
+        },
+    )
+    .optional()
+}
+
+/// `len` bytes from `offset` of a file kept in the database (fewer at its
+/// end); `None` when there is no such file.
+pub fn file_slice(conn: &Conn, id: &str, kind: ArtifactKind, offset: u64, len: usize) -> StoreResult<Option<Vec<u8>>> {
+    Ok(conn
+        .query_row(
+            "SELECT substr(content, ?3, ?4) FROM artifacts WHERE item_id = ?1 AND kind = ?2",
+            (id, kind.as_str(), offset.saturating_add(1), len),
+            |r| r.get(0),
+        )
+        .optional()?
+        .flatten())
+}
+
+/// Whether a large file kept in the database still has its SHA-256,
+/// checked where it lives instead of by reading it out (PostgreSQL only:
+/// SQLite keeps large files on disk).
+pub fn file_intact(conn: &Conn, id: &str, kind: ArtifactKind) -> StoreResult<bool> {
+    let same: Option<i64> = conn
+        .query_row(
+            "SELECT 1 FROM artifacts
+              WHERE item_id = ?1 AND kind = ?2 AND encode(sha256(content), 'hex') = sha256
+                AND length(content) = byte_length",
+            (id, kind.as_str()),
+            |r| r.get(0),
+        )
+        .optional()?;
+    Ok(same.is_some())
 }
 
 /// Grid-wide queue figures.

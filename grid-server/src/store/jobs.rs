@@ -149,7 +149,7 @@ pub fn submit(
         if existing_hash != hash {
             return Err(TransitionError::Refused(ApiError::IdempotencyConflict).into());
         }
-        return Ok((load(tx, &id)?.ok_or_else(|| StoreError::NotFound(id))?, false));
+        return Ok((load(tx, &id)?.ok_or(StoreError::NotFound(id))?, false));
     }
     let id = new_id(ids::COMPUTE_JOB);
     let reserve = attempt_reservation(sub);
@@ -265,17 +265,24 @@ pub fn set_executor(conn: &Conn, id: &str, attempt: u32, executor: Executor, now
 #[derive(Debug, Clone)]
 pub struct StoredLog {
     pub artifact: JobArtifact,
+    /// `db:<job>/attempt-<n>` for a log kept in the database, else a path
+    /// under the logs directory.
     pub storage_name: String,
     pub sha256: String,
+    /// The bytes of a log kept in the database, when writing it (reads
+    /// fetch them with `log_content`).
+    pub inline: Option<Vec<u8>>,
 }
 
 pub fn insert_log(conn: &Conn, job_id: &str, log: &StoredLog) -> StoreResult<()> {
     conn.execute(
-        "INSERT INTO job_logs (artifact_id, job_id, attempt, storage_name, sha256, byte_length, truncated, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+        "INSERT INTO job_logs
+           (artifact_id, job_id, attempt, storage_name, sha256, byte_length, truncated, created_at, content)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
          ON CONFLICT (job_id, attempt) DO UPDATE SET
            artifact_id = excluded.artifact_id, storage_name = excluded.storage_name, sha256 = excluded.sha256,
-           byte_length = excluded.byte_length, truncated = excluded.truncated, created_at = excluded.created_at",
+           byte_length = excluded.byte_length, truncated = excluded.truncated, created_at = excluded.created_at,
+           content = excluded.content",
         params![
             log.artifact.artifact_id,
             job_id,
@@ -284,10 +291,19 @@ pub fn insert_log(conn: &Conn, job_id: &str, log: &StoredLog) -> StoreResult<()>
             log.sha256,
             log.artifact.byte_length as i64,
             log.artifact.truncated,
-            log.artifact.created_at.0
+            log.artifact.created_at.0,
+            log.inline
         ],
     )?;
     Ok(())
+}
+
+/// The bytes of a log kept in the database (`None` for one on disk).
+pub fn log_content(conn: &Conn, artifact_id: &str) -> StoreResult<Option<Vec<u8>>> {
+    Ok(conn
+        .query_row("SELECT content FROM job_logs WHERE artifact_id = ?1", [artifact_id], |r| r.get(0))
+        .optional()?
+        .flatten())
 }
 
 pub fn logs(conn: &Conn, job_id: &str) -> StoreResult<Vec<StoredLog>> {
@@ -309,6 +325,7 @@ pub fn logs(conn: &Conn, job_id: &str) -> StoreResult<Vec<StoredLog>> {
                     },
                     storage_name: r.get(2)?,
                     sha256: r.get(3)?,
+                    inline: None,
                 })
             },
         )?

@@ -98,12 +98,14 @@ impl Store {
         Ok(Store { backend: Arc::new(Backend::Postgres(postgres::Postgres::open(url, busy_timeout)?)) })
     }
 
-    /// Which backend runs the store: SQLite keeps files under the data dir,
-    /// PostgreSQL keeps every published file in the database.
-    pub fn dialect(&self) -> sql::Dialect {
+    /// Whether every published file (capture files, job logs) is kept in
+    /// the database: on PostgreSQL, so any node serves any download and a
+    /// dead node loses none. SQLite keeps small ones inline and the rest
+    /// under the data dir.
+    pub fn files_inline(&self) -> bool {
         match &*self.backend {
-            Backend::Sqlite(_) => sql::Dialect::Sqlite,
-            Backend::Postgres(_) => sql::Dialect::Postgres,
+            Backend::Sqlite(_) => false,
+            Backend::Postgres(_) => true,
         }
     }
 
@@ -152,7 +154,7 @@ impl Store {
 }
 
 pub fn setting(conn: &Conn, key: &str) -> StoreResult<Option<String>> {
-    Ok(conn.query_row("SELECT value FROM settings WHERE key = ?1", [key], |r| r.get(0)).optional()?)
+    conn.query_row("SELECT value FROM settings WHERE key = ?1", [key], |r| r.get(0)).optional()
 }
 
 pub fn set_setting(conn: &Conn, key: &str, value: &str) -> StoreResult<()> {

@@ -93,6 +93,9 @@ CREATE TABLE IF NOT EXISTS artifacts (
     content      BYTEA,
     PRIMARY KEY (item_id, kind)
 );
+-- Uncompressed out-of-line storage: a download reads a large file in
+-- slices (substr), which then costs the slice, not the whole value.
+ALTER TABLE artifacts ALTER COLUMN content SET STORAGE EXTERNAL;
 
 CREATE TABLE IF NOT EXISTS jobs (
     seq             BIGSERIAL PRIMARY KEY,

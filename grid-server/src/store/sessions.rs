@@ -77,7 +77,7 @@ impl From<ReserveError> for SessionError {
 }
 
 pub fn live_count(conn: &Conn) -> StoreResult<u32> {
-    Ok(conn.query_row("SELECT COUNT(*) FROM sessions WHERE live = 1", (), |r| r.get(0))?)
+    conn.query_row("SELECT COUNT(*) FROM sessions WHERE live = 1", (), |r| r.get(0))
 }
 
 /// POST /sessions: takes a slot and the reservation, in one transaction.
@@ -144,7 +144,7 @@ fn row(r: &Row) -> StoreResult<SessionRow> {
 
 pub fn load(conn: &Conn, id: &str) -> StoreResult<Option<SessionRow>> {
     let sql = format!("SELECT {COLUMNS} FROM sessions WHERE id = ?1");
-    Ok(conn.query_row(&sql, [id], row).optional()?)
+    conn.query_row(&sql, [id], row).optional()
 }
 
 /// The caller's live sessions, oldest first.

@@ -121,6 +121,16 @@ pub const DATA_DIR_MODE: u32 = 0o700;
 /// Mode of the database and its WAL, shared-memory and journal files.
 pub const DB_FILE_MODE: u32 = 0o600;
 
+/// Creates the data dir when absent and sets its mode with chmod (the umask
+/// does not matter; an existing one is closed again on every start): it
+/// holds the SQLite database, tenants' files and the TLS key, and on
+/// PostgreSQL a node's scratch and TLS key. Blocking.
+pub fn private_dir(data_dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new().recursive(true).mode(DATA_DIR_MODE).create(data_dir)?;
+    std::fs::set_permissions(data_dir, std::fs::Permissions::from_mode(DATA_DIR_MODE))
+}
+
 /// Creates the data dir (and the database file, empty) when absent and sets
 /// their modes with chmod, so the umask does not matter and an existing data
 /// dir is brought back to them on every open. SQLite creates `-wal` and
@@ -128,9 +138,8 @@ pub const DB_FILE_MODE: u32 = 0o600;
 /// set here too. Blocking.
 fn owner_only(data_dir: &Path, db: &Path) -> std::io::Result<()> {
     use std::fs::Permissions;
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
-    std::fs::DirBuilder::new().recursive(true).mode(DATA_DIR_MODE).create(data_dir)?;
-    std::fs::set_permissions(data_dir, Permissions::from_mode(DATA_DIR_MODE))?;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    private_dir(data_dir)?;
     std::fs::OpenOptions::new().create(true).append(true).mode(DB_FILE_MODE).open(db)?;
     for suffix in ["", "-wal", "-shm", "-journal"] {
         let file = PathBuf::from(format!("{}{suffix}", db.display()));
@@ -162,7 +171,7 @@ fn connect(path: &Path, busy_timeout: Duration) -> StoreResult<Connection> {
 
 /// Each step runs once, in order; a released step is never edited. The
 /// database's `user_version` is the number of steps applied.
-const STEPS: [&str; 8] = [
+const STEPS: [&str; 9] = [
     include_str!("schema.sql"),
     include_str!("schema_v2_jobs.sql"),
     include_str!("schema_v3_identities.sql"),
@@ -171,6 +180,7 @@ const STEPS: [&str; 8] = [
     include_str!("schema_v6_idempotency_keys.sql"),
     include_str!("schema_v7_due_times.sql"),
     include_str!("schema_v8_key_rate_limits.sql"),
+    include_str!("schema_v9_inline_logs.sql"),
 ];
 
 fn migrate(conn: &Connection) -> StoreResult<()> {
