@@ -650,6 +650,19 @@ fn describe(route: Route) -> Operation {
             answers: mcp::answers(),
             ..op("mcp", "mcp", "MCP (Streamable HTTP, stateless)")
         },
+        McpPreflight => Operation {
+            description: Some(
+                "A browser's CORS preflight of POST /mcp; a page's Origin must be one the operator allowed \
+                 (`--mcp-allow-origin`), and then the answer carries the CORS headers (docs/mcp.md)."
+                    .into(),
+            ),
+            answers: vec![
+                Answer::empty(204, "The methods and headers a page may use.")
+                    .header("allow", json!({"type": "string"}), true),
+                Answer::json(403, "a page of an origin the operator did not allow (JSON-RPC error)", mcp::rpc_error()),
+            ],
+            ..op("mcpPreflight", "mcp", "CORS preflight of the MCP endpoint")
+        },
         Download => Operation {
             description: Some("The address GET /artifacts/{jobId}/{kind} gave; served with the content type the file was stored with, checked against its SHA-256.".into()),
             parameters: vec![
@@ -815,7 +828,7 @@ mod mcp {
     }
 
     /// A JSON-RPC error answer.
-    fn rpc_error() -> Value {
+    pub(super) fn rpc_error() -> Value {
         json!({
             "type": "object",
             "properties": {

@@ -32,6 +32,8 @@ pub enum Route {
     ListSessions,
     ReleaseSession,
     Mcp,
+    /// A browser's CORS preflight of POST /mcp.
+    McpPreflight,
     Download,
     /// The `cdpUrl` itself: a WebSocket to the browser target.
     CdpSocket,
@@ -66,7 +68,7 @@ pub enum Access {
 }
 
 impl Route {
-    pub const ALL: [Route; 33] = [
+    pub const ALL: [Route; 34] = [
         Route::Healthz,
         Route::ProtectedResource,
         Route::ProtectedResourceMcp,
@@ -88,6 +90,7 @@ impl Route {
         Route::ListSessions,
         Route::ReleaseSession,
         Route::Mcp,
+        Route::McpPreflight,
         Route::Download,
         Route::CdpSocket,
         Route::CdpVersion,
@@ -109,6 +112,7 @@ impl Route {
             SubmitBatch | SubmitJob | RetryJob | CancelJob | LeaseSession | Mcp => "POST",
             ReleaseSession => "DELETE",
             CdpNewTarget => "PUT",
+            McpPreflight => "OPTIONS",
             Healthz | ProtectedResource | ProtectedResourceMcp | OpenApi | Account | GridStatus | QueueDepth
             | GetBatch | ListJobs | GetJob | JobArtifacts | JobLogs | ArtifactUrl | ListSessions | Download
             | CdpSocket | CdpVersion | CdpTargets | CdpTargetList | CdpNewTargetGet | CdpCloseTarget
@@ -138,7 +142,7 @@ impl Route {
             ArtifactUrl => "/artifacts/{jobId}/{kind}",
             LeaseSession | ListSessions => "/sessions",
             ReleaseSession => "/sessions/{sessionId}",
-            Mcp => "/mcp",
+            Mcp | McpPreflight => "/mcp",
             Download => "/downloads/{jobId}/{kind}",
             CdpSocket => "/cdp/{sessionId}/{token}",
             CdpVersion => "/cdp/{sessionId}/{token}/json/version",
@@ -156,7 +160,8 @@ impl Route {
     pub fn access(self) -> Access {
         use Route::*;
         match self {
-            Healthz | ProtectedResource | ProtectedResourceMcp | OpenApi => Access::Open,
+            // A preflight carries no credential (browsers send none).
+            Healthz | ProtectedResource | ProtectedResourceMcp | OpenApi | McpPreflight => Access::Open,
             Account | GridStatus | QueueDepth | SubmitBatch | GetBatch | SubmitJob | ListJobs | GetJob | RetryJob
             | CancelJob | JobArtifacts | JobLogs | ArtifactUrl | LeaseSession | ListSessions | ReleaseSession => {
                 Access::Credential
@@ -180,11 +185,11 @@ pub enum Resolved<'a> {
     /// This route, with the values of its template's parameters in order.
     Route(Route, Vec<&'a str>),
     /// The path is a route's, but not with this method: 405, with `allow`
-    /// (every method the path has, sorted) and how the path's routes are
-    /// called (the same for all routes of one path).
+    /// (every method the path has, sorted) and the path's routes (whose
+    /// access says who may be told so; the MCP endpoint answers its own 405).
     WrongMethod {
         allow: Vec<&'static str>,
-        access: Access,
+        routes: Vec<Route>,
     },
     NotFound,
 }
@@ -222,23 +227,22 @@ fn matches<'a>(template: &str, segments: &[&'a str]) -> Option<Vec<&'a str>> {
 /// The route a request takes. `path` is the request's path, without query.
 pub fn resolve<'a>(method: &str, path: &'a str) -> Resolved<'a> {
     let segments = segments(path);
-    let mut allow = vec![];
-    let mut access = Access::Open;
+    let mut routes = vec![];
     for route in Route::ALL {
         if let Some(values) = matches(route.template(), &segments) {
             if route.method() == method {
                 return Resolved::Route(route, values);
             }
-            allow.push(route.method());
-            access = route.access();
+            routes.push(route);
         }
     }
-    if allow.is_empty() {
+    if routes.is_empty() {
         return Resolved::NotFound;
     }
+    let mut allow: Vec<&'static str> = routes.iter().map(|r| r.method()).collect();
     allow.sort_unstable();
     allow.dedup();
-    Resolved::WrongMethod { allow, access }
+    Resolved::WrongMethod { allow, routes }
 }
 
 /// The template of the routes of `path`, whatever the method (the `route`
@@ -284,6 +288,7 @@ mod tests {
                 | Route::ListSessions
                 | Route::ReleaseSession
                 | Route::Mcp
+                | Route::McpPreflight
                 | Route::Download
                 | Route::CdpSocket
                 | Route::CdpVersion
@@ -338,13 +343,22 @@ mod tests {
     fn another_method_is_405_with_the_paths_methods() {
         assert_eq!(
             resolve("PUT", "/jobs"),
-            Resolved::WrongMethod { allow: vec!["GET", "POST"], access: Access::Credential }
+            Resolved::WrongMethod { allow: vec!["GET", "POST"], routes: vec![Route::SubmitJob, Route::ListJobs] }
         );
-        assert_eq!(resolve("POST", "/healthz"), Resolved::WrongMethod { allow: vec!["GET"], access: Access::Open });
-        assert_eq!(resolve("GET", "/mcp"), Resolved::WrongMethod { allow: vec!["POST"], access: Access::Mcp });
+        assert_eq!(
+            resolve("POST", "/healthz"),
+            Resolved::WrongMethod { allow: vec!["GET"], routes: vec![Route::Healthz] }
+        );
+        assert_eq!(
+            resolve("GET", "/mcp"),
+            Resolved::WrongMethod { allow: vec!["OPTIONS", "POST"], routes: vec![Route::Mcp, Route::McpPreflight] }
+        );
         assert_eq!(
             resolve("POST", "/cdp/s/t/json/new"),
-            Resolved::WrongMethod { allow: vec!["GET", "PUT"], access: Access::SessionToken }
+            Resolved::WrongMethod {
+                allow: vec!["GET", "PUT"],
+                routes: vec![Route::CdpNewTarget, Route::CdpNewTargetGet]
+            }
         );
     }
 
