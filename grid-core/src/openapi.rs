@@ -778,15 +778,18 @@ mod mcp {
     }
 
     /// What a client may send: a request or notification, or a response
-    /// to a server request (answered 202 and ignored).
+    /// to a server request (answered 202 and ignored, whatever it holds: this
+    /// server sends no requests). The server refuses with 400 exactly what
+    /// this schema does not admit.
     pub(super) fn message() -> Value {
+        let jsonrpc = json!({"type": "string", "enum": ["2.0"]});
         json!({
             "oneOf": [
                 {
                     "type": "object",
                     "description": "A request (with id) or a notification (without).",
                     "properties": {
-                        "jsonrpc": {"type": "string", "enum": ["2.0"]},
+                        "jsonrpc": jsonrpc,
                         "id": id(),
                         "method": {"type": "string", "description": "initialize, ping, server/discover, tools/list, tools/call, notifications/..."},
                         "params": {"type": "object"}
@@ -795,25 +798,11 @@ mod mcp {
                 },
                 {
                     "type": "object",
-                    "description": "A response to a server request.",
-                    "properties": {
-                        "jsonrpc": {"type": "string", "enum": ["2.0"]},
-                        "id": response_id(),
-                        "result": {"type": "object"}
-                    },
-                    "required": ["jsonrpc", "id", "result"],
-                    "not": {"anyOf": [{"required": ["method"]}, {"required": ["error"]}]}
-                },
-                {
-                    "type": "object",
-                    "description": "An error response to a server request.",
-                    "properties": {
-                        "jsonrpc": {"type": "string", "enum": ["2.0"]},
-                        "id": response_id(),
-                        "error": rpc_error_object()
-                    },
-                    "required": ["jsonrpc", "id", "error"],
-                    "not": {"anyOf": [{"required": ["method"]}, {"required": ["result"]}]}
+                    "description": "A response to a server request: taken and ignored.",
+                    "properties": {"jsonrpc": jsonrpc},
+                    "required": ["jsonrpc"],
+                    "anyOf": [{"required": ["result"]}, {"required": ["error"]}],
+                    "not": {"required": ["method"]}
                 }
             ]
         })

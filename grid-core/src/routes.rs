@@ -245,6 +245,15 @@ pub fn resolve<'a>(method: &str, path: &'a str) -> Resolved<'a> {
     Resolved::WrongMethod { allow, routes }
 }
 
+/// The `Allow` value of the path `template`: the methods of its routes,
+/// sorted.
+pub fn allow(template: &str) -> String {
+    let mut methods: Vec<&str> = Route::ALL.iter().filter(|r| r.template() == template).map(|r| r.method()).collect();
+    methods.sort_unstable();
+    methods.dedup();
+    methods.join(", ")
+}
+
 /// The template of the routes of `path`, whatever the method (the `route`
 /// label of the HTTP metrics: ids and tokens never become label values).
 pub fn template_of(path: &str) -> Option<&'static str> {
@@ -360,6 +369,13 @@ mod tests {
                 routes: vec![Route::CdpNewTarget, Route::CdpNewTargetGet]
             }
         );
+    }
+
+    #[test]
+    fn allow_lists_the_methods_of_a_path() {
+        assert_eq!(allow("/mcp"), "OPTIONS, POST");
+        assert_eq!(allow("/jobs"), "GET, POST");
+        assert_eq!(allow("/nope"), "");
     }
 
     #[test]

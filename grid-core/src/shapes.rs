@@ -28,8 +28,11 @@ pub fn new_batch() -> Value {
         json!({
             "urls": {
                 "type": "array",
-                // The scheme is all a pattern can say; the server parses the rest.
-                "items": {"type": "string", "format": "uri", "pattern": "^[hH][tT][tT][pP][sS]?:"},
+                // An http(s) scheme and the start of a host: no pattern can
+                // say all the URL standard's parser accepts (it takes
+                // `http:a.example` and `http:\\a.example`), but every URL it
+                // refuses for want of a host fails this; the server parses the rest.
+                "items": {"type": "string", "format": "uri", "pattern": "^[hH][tT][tT][pP][sS]?:[/\\\\]*[^/\\\\?#]"},
                 "minItems": batch::MIN_URLS,
                 "maxItems": batch::MAX_URLS,
                 "description": "Absolute http or https URLs, one capture item each."
