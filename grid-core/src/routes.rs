@@ -5,6 +5,15 @@
 //! routes, one operation each. So a route cannot be served without being
 //! described, nor described without being served.
 //!
+//! Why this cannot drift: a route is a variant of `Route`. The router
+//! (grid-server `http/mod.rs::dispatch`) and the document
+//! (`openapi::describe`) each `match` on it without a catch-all arm, so a
+//! new variant does not compile until both say what it does; `Route::ALL`
+//! is held to the enum by an exhaustive `match` in this file's tests; and
+//! the router reads a path only through `resolve` over `Route::ALL` (but
+//! for the "no" paths below). tests/tests/openapi.rs checks the same from outside: every
+//! documented operation is routed, every other method is 405.
+//!
 //! Paths a client reaches only to be told "no" (the OAuth discovery paths
 //! of a grid without sign-in, answered 404 with a hint) are not routes.
 
