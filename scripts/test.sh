@@ -63,6 +63,18 @@ if ! python3 -c "import yaml" >/dev/null 2>&1; then
     say "installing PyYAML (PyPI package pyyaml)"
     python3 -m pip install --quiet --disable-pip-version-check pyyaml
 fi
+# tests/tests/openapi.rs checks GET /openapi.json with openapi-spec-validator
+# (is it valid OpenAPI 3.1) and runs Schemathesis 4 against the live server
+# from it (does the server answer as it says).
+if ! python3 -c "import openapi_spec_validator" >/dev/null 2>&1; then
+    say "installing openapi-spec-validator (PyPI package openapi-spec-validator)"
+    python3 -m pip install --quiet --disable-pip-version-check "openapi-spec-validator>=0.7"
+fi
+# (4.32 or later: its JSON report and config file options.)
+if ! python3 -c "import schemathesis, sys; v = tuple(map(int, schemathesis.__version__.split('.')[:2])); sys.exit(not (4, 32) <= v < (5, 0))" >/dev/null 2>&1; then
+    say "installing Schemathesis (PyPI package schemathesis)"
+    python3 -m pip install --quiet --disable-pip-version-check --upgrade "schemathesis>=4.32,<5"
+fi
 
 # Real clients users have, from tests/clients/package.json: CDP clients
 # (Playwright, Puppeteer; core packages only: they connect to a session and

@@ -15,7 +15,7 @@ use grid_core::session::SessionStatus;
 use grid_core::time::Millis;
 use grid_core::wire::account::{AccountStatement, AccountView, DailyCapUse, LedgerLine};
 use grid_core::wire::batch::{BatchCounts, BatchCreated, BatchJob, BatchJobState, BatchView};
-use grid_core::wire::grid::{GridStatus, QueueCounts, QueueDepth};
+use grid_core::wire::grid::{GridStatus, Health, ProtectedResource, QueueCounts, QueueDepth, SCOPES_SUPPORTED};
 use grid_core::wire::item::{ArtifactUrl, CaptureItem, ItemRetried};
 use grid_core::wire::job::{JobPhase, Termination, TerminationReason};
 use grid_core::wire::job_record::{AttemptRecord, Executor, JobArtifact, JobArtifacts, JobList, JobRecord, LogsInfo};
@@ -213,6 +213,17 @@ fn every_answer_fits_its_schema_field_for_field() {
         },
     );
     check("QueueDepth", replies::queue_depth(), QueueDepth { depth: 3 });
+    check("Health", replies::health(), Health { status: "ok".into() });
+    check(
+        "ProtectedResource",
+        replies::protected_resource(),
+        ProtectedResource {
+            resource: "https://grid.example/mcp".into(),
+            authorization_servers: vec!["https://auth.example".into()],
+            scopes_supported: SCOPES_SUPPORTED.map(String::from).to_vec(),
+            bearer_methods_supported: vec!["header".into()],
+        },
+    );
     check(
         "AccountStatement",
         replies::account_statement(),
@@ -284,6 +295,20 @@ fn every_answer_fits_its_schema_field_for_field() {
             network_policy: Some("public-web-only/v1".into()),
             network_attestation: Some(network_attestation()),
         },
+    );
+    check(
+        "SessionList",
+        replies::session_list(),
+        vec![SessionView {
+            session_id: "ses_1".into(),
+            status: SessionStatus::Pending,
+            created_at: T,
+            expires_at: T,
+            profile_id: Profile::DEFAULT.as_str().into(),
+            attestation: Some(attestation()),
+            network_policy: None,
+            network_attestation: Some(network_attestation()),
+        }],
     );
     check(
         "SessionView",

@@ -135,7 +135,9 @@ fn tools_table() -> Vec<Tool> {
                 "Queues 1 to 1000 URLs, one capture item each, run by a script (default capture: screenshot, html \
                  and meta) under a browser profile. Costs the script's price per item, reserved now and charged \
                  when an item completes (released if it fails): {}. Refused with insufficient_credit or \
-                 daily_cap_exceeded before anything is queued. Poll get_batch, then get_capture.",
+                 daily_cap_exceeded before anything is queued. params: every option of each script is in the \
+                 input schema (dependentSchemas.params.oneOf, one branch per script); they are checked when each \
+                 item runs, so a bad one fails the items, naming it. Poll get_batch, then get_capture.",
                 prices.join(", ")
             ),
             input: shapes::new_batch(),
