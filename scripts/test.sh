@@ -45,6 +45,13 @@ need_pkg util-linux
 # Every browser runs in a bubblewrap sandbox of its own (docs/security.md).
 need_pkg bubblewrap
 bash scripts/compute-env.sh  # docker.io, docker-registry, busybox-static; dockerd, registry :5000, tools/busybox:1
+# The suite runs a second time with every server on PostgreSQL (issue 10): a
+# throwaway cluster started here, stopped when the script exits.
+need_pkg postgresql
+pg_env="$(bash scripts/postgres-env.sh)"
+pg_dir="$(printf '%s\n' "$pg_env" | sed -n 's/^GRID_PG_DIR=//p')"
+pg_url="$(printf '%s\n' "$pg_env" | sed -n 's/^GRID_TEST_DATABASE_URL=//p')"
+trap 'bash scripts/postgres-env.sh stop "$pg_dir"' EXIT
 # The MCP tests drive the server with the official Python MCP SDK's client,
 # in both protocol eras (the high-level Client with connect modes, mcp >= 2).
 if ! python3 -c "from mcp import Client; import mcp.client.streamable_http" >/dev/null 2>&1; then
@@ -55,6 +62,18 @@ fi
 if ! python3 -c "import yaml" >/dev/null 2>&1; then
     say "installing PyYAML (PyPI package pyyaml)"
     python3 -m pip install --quiet --disable-pip-version-check pyyaml
+fi
+# tests/tests/openapi.rs checks GET /openapi.json with openapi-spec-validator
+# (is it valid OpenAPI 3.1) and runs Schemathesis 4 against the live server
+# from it (does the server answer as it says).
+if ! python3 -c "import openapi_spec_validator" >/dev/null 2>&1; then
+    say "installing openapi-spec-validator (PyPI package openapi-spec-validator)"
+    python3 -m pip install --quiet --disable-pip-version-check "openapi-spec-validator>=0.7"
+fi
+# (4.32 or later: its JSON report and config file options.)
+if ! python3 -c "import schemathesis, sys; v = tuple(map(int, schemathesis.__version__.split('.')[:2])); sys.exit(not (4, 32) <= v < (5, 0))" >/dev/null 2>&1; then
+    say "installing Schemathesis (PyPI package schemathesis)"
+    python3 -m pip install --quiet --disable-pip-version-check --upgrade "schemathesis>=4.32,<5"
 fi
 
 # Real clients users have, from tests/clients/package.json: CDP clients
@@ -107,8 +126,15 @@ if cargo nextest --version >/dev/null 2>&1; then
         say "running doctests: cargo test --workspace --doc"
         cargo test --workspace --doc
     fi
-    say "running tests: cargo nextest run --workspace --no-fail-fast $*"
+    say "running tests on SQLite: cargo nextest run --workspace --no-fail-fast $*"
     cargo nextest run --workspace --no-fail-fast "$@" || tests_status=$?
+    # The black-box suite again, every server on a database of its own in
+    # the cluster. Left out: tidy (no server) and the one test of SQLite's
+    # own file format (WAL mode of grid.db).
+    pg_filter='package(grid-tests) and kind(test) and not binary(tidy) and not test(store_is_grid_db_in_wal_mode)'
+    say "running the black-box tests on PostgreSQL ($pg_url): cargo nextest run --workspace --no-fail-fast -E '$pg_filter' $*"
+    GRID_TEST_STORE=postgres GRID_TEST_DATABASE_URL="$pg_url" \
+        cargo nextest run --workspace --no-fail-fast -E "$pg_filter" "$@" || tests_status=$?
 else
     say "cargo-nextest not found; running tests: cargo test --workspace --no-fail-fast $*"
     cargo test --workspace --no-fail-fast "$@" || tests_status=$?

@@ -495,7 +495,7 @@ mod tests {
                 name: "report.csv".into(),
                 size_bytes: 12,
                 created_at: Millis(0),
-                url: "http://h/downloads/ses_1/report.csv?expires=1&sig=ab".into(),
+                url: "http://h/downloads/sessions/ses_1/report.csv?expires=1&sig=ab".into(),
             }],
             total_bytes: 12,
             limit_bytes: 100,

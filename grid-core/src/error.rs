@@ -256,6 +256,57 @@ impl fmt::Display for ApiError {
 impl std::error::Error for ApiError {}
 
 #[cfg(test)]
+/// One value of every variant (the error table's unit tests and the
+/// OpenAPI document's).
+pub(crate) fn every_variant() -> Vec<ApiError> {
+    use ApiError::*;
+    let d = || vec!["field: problem".to_string()];
+    vec![
+        InvalidJobRequest { detail: d() },
+        InvalidImage { detail: "image: absent".into() },
+        InvalidBatchBody { detail: d() },
+        InvalidSessionBody { detail: d() },
+        InvalidListQuery { detail: d() },
+        InvalidListCursor,
+        InvalidLogQuery { detail: d() },
+        BadArtifactKind,
+        InvalidBody { detail: d() },
+        InvalidIdempotencyKey { detail: d() },
+        Unauthorized,
+        InsufficientCredit { required_micros: 2, available_micros: 1 },
+        DailyCapExceeded { cap_micros: 3, used_micros: 2, required_micros: 2, resets_at: "t".into() },
+        Forbidden,
+        AccountSuspended,
+        UnknownJob,
+        UnknownBatch,
+        UnknownSession,
+        ArtifactNotPresent,
+        LogsNotAvailable,
+        RouteNotFound,
+        MethodNotAllowed,
+        DownloadLinkInvalid,
+        SessionDownloadNotPresent,
+        OnlyFailedCanBeRetried,
+        PublishedFailureImmutable,
+        ProfileNotSelectable,
+        JobNotRetryable,
+        JobStateConflict,
+        IdempotencyConflict,
+        SessionLimitReached { max_sessions: 4 },
+        CapabilityNotAvailable { capability: "x".into() },
+        IdempotencyKeyReused,
+        NotImplemented { what: "x".into() },
+        AccountingUnavailable,
+        RateLimited { retry_after_secs: 2 },
+        BodyTooLarge { limit_bytes: 8 },
+        BodyTooSlow { limit_secs: 60 },
+        ComputeUnavailable { retry_after_secs: COMPUTE_RETRY_AFTER_SECS },
+        SessionsDisabled,
+        Internal,
+    ]
+}
+
+#[cfg(test)]
 mod tests {
     use serde_json::json;
 
@@ -296,55 +347,6 @@ mod tests {
         (503, "COMPUTE_UNAVAILABLE", &[]),
         (503, "sessions disabled", &[]),
     ];
-
-    /// One value of every variant.
-    fn every_variant() -> Vec<ApiError> {
-        use ApiError::*;
-        let d = || vec!["field: problem".to_string()];
-        vec![
-            InvalidJobRequest { detail: d() },
-            InvalidImage { detail: "image: absent".into() },
-            InvalidBatchBody { detail: d() },
-            InvalidSessionBody { detail: d() },
-            InvalidListQuery { detail: d() },
-            InvalidListCursor,
-            InvalidLogQuery { detail: d() },
-            BadArtifactKind,
-            InvalidBody { detail: d() },
-            InvalidIdempotencyKey { detail: d() },
-            Unauthorized,
-            InsufficientCredit { required_micros: 2, available_micros: 1 },
-            DailyCapExceeded { cap_micros: 3, used_micros: 2, required_micros: 2, resets_at: "t".into() },
-            Forbidden,
-            AccountSuspended,
-            UnknownJob,
-            UnknownBatch,
-            UnknownSession,
-            ArtifactNotPresent,
-            LogsNotAvailable,
-            RouteNotFound,
-            MethodNotAllowed,
-            DownloadLinkInvalid,
-            SessionDownloadNotPresent,
-            OnlyFailedCanBeRetried,
-            PublishedFailureImmutable,
-            ProfileNotSelectable,
-            JobNotRetryable,
-            JobStateConflict,
-            IdempotencyConflict,
-            SessionLimitReached { max_sessions: 4 },
-            CapabilityNotAvailable { capability: "x".into() },
-            IdempotencyKeyReused,
-            NotImplemented { what: "x".into() },
-            AccountingUnavailable,
-            RateLimited { retry_after_secs: 2 },
-            BodyTooLarge { limit_bytes: 8 },
-            BodyTooSlow { limit_secs: 60 },
-            ComputeUnavailable { retry_after_secs: COMPUTE_RETRY_AFTER_SECS },
-            SessionsDisabled,
-            Internal,
-        ]
-    }
 
     fn matches_contract(row: &ErrorRow, error: &str) -> bool {
         match error.strip_suffix("...") {

@@ -14,6 +14,7 @@ use serde_json::{json, Map, Value};
 use crate::catalog::{ArtifactKind, Profile, Script};
 use crate::item::ItemState;
 use crate::ledger::EntryKind;
+use crate::wire::grid::SCOPES_SUPPORTED;
 use crate::wire::job::JobPhase;
 
 /// GET /grid (`wire::grid::GridStatus`).
@@ -51,6 +52,26 @@ pub fn account_statement() -> Value {
             "createdAt": time()
         }))),
         "nextCursor": nullable(string())
+    }))
+}
+
+/// GET /healthz (`wire::grid::Health`).
+pub fn health() -> Value {
+    object(json!({"status": one_of_strings(["ok"])}))
+}
+
+/// GET /.well-known/oauth-protected-resource[/mcp]
+/// (`wire::grid::ProtectedResource`, RFC 9728).
+pub fn protected_resource() -> Value {
+    object(json!({
+        "resource": {"type": "string", "format": "uri", "description": "The audience a sign-in token must name."},
+        "authorization_servers": {
+            "type": "array",
+            "items": {"type": "string", "format": "uri"},
+            "description": "The grid's sign-in issuer; empty on a grid without sign-in (use an API key)."
+        },
+        "scopes_supported": array(one_of_strings(SCOPES_SUPPORTED)),
+        "bearer_methods_supported": array(one_of_strings(["header"]))
     }))
 }
 
@@ -192,6 +213,27 @@ pub fn session_view() -> Value {
         "attestation": attestation(),
         "networkPolicy": nullable(string()),
         "networkAttestation": network_attestation()
+    }))
+}
+
+/// GET /sessions: the caller's live sessions (`Vec<wire::session::SessionView>`).
+pub fn session_list() -> Value {
+    array(session_view())
+}
+
+/// GET /sessions/{id}/downloads (`wire::session::SessionDownloads`).
+pub fn session_downloads() -> Value {
+    object(json!({
+        "downloads": array(object(json!({
+            "name": string(),
+            "sizeBytes": count(),
+            "createdAt": time(),
+            "url": {"type": "string", "format": "uri", "description": "Downloads the file for 15 minutes."}
+        }))),
+        "totalBytes": count(),
+        "limitBytes": count(),
+        "refused": array(object(json!({"name": string(), "reason": string(), "at": time()}))),
+        "keptUntil": nullable(time())
     }))
 }
 

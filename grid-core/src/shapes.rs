@@ -12,24 +12,34 @@
 //! numeric `minimum` cannot bound a string) and its grammar as `format`
 //! `cpu-quantity` or `byte-quantity` (`validate::quantity`).
 
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use crate::catalog::{Profile, Script, PUBLIC_WEB_ONLY_V1};
+use crate::validate::params::{self, ImageFormat, ResourceType, SameSite, WaitUntil};
 use crate::validate::quantity::{format_bytes, format_cpu_millis, BYTE_QUANTITY_PATTERN, CPU_QUANTITY_PATTERN};
 use crate::validate::{batch, job, list, session};
 use crate::wire::job::{JobPhase, NetworkProfile};
 
-/// The body of POST /batches (`wire::batch::NewBatch`). `params` is an
-/// object whose members depend on `script`, checked when each item runs
-/// (docs/captures.md, docs/browser-captures.md); a schema per script is not
-/// written yet.
+/// The body of POST /batches (`wire::batch::NewBatch`).
+///
+/// `params` depends on `script`: `dependentSchemas.params` is a `oneOf`
+/// keyed by `script`, one branch per script whose `params` is that script's
+/// schema (`script_params`); a body without `script` takes the default
+/// script's branch. Not a `oneOf` at the root: some model APIs refuse a tool
+/// whose input schema has `oneOf`, `anyOf` or `allOf` at its top level.
+/// Params are checked when each item runs (the contract): a batch whose
+/// params break this schema is still accepted, and its items fail naming
+/// the parameter.
 pub fn new_batch() -> Value {
-    object(
+    let mut schema = object(
         json!({
             "urls": {
                 "type": "array",
-                // The scheme is all a pattern can say; the server parses the rest.
-                "items": {"type": "string", "format": "uri", "pattern": "^[hH][tT][tT][pP][sS]?:"},
+                // An http(s) scheme and the start of a host: no pattern can
+                // say all the URL standard's parser accepts (it takes
+                // `http:a.example` and `http:\\a.example`), but every URL it
+                // refuses for want of a host fails this; the server parses the rest.
+                "items": {"type": "string", "format": "uri", "pattern": "^[hH][tT][tT][pP][sS]?:[/\\\\]*[^/\\\\?#]"},
                 "minItems": batch::MIN_URLS,
                 "maxItems": batch::MAX_URLS,
                 "description": "Absolute http or https URLs, one capture item each."
@@ -37,13 +47,19 @@ pub fn new_batch() -> Value {
             "script": {
                 "type": "string",
                 "enum": Script::ALL.map(Script::as_str),
-                "default": Script::DEFAULT.as_str()
+                "default": Script::DEFAULT.as_str(),
+                "description": format!(
+                    "What each item does, and its price per item in micro-euros: {}.",
+                    Script::ALL.map(|s| format!("{} {}", s.as_str(), s.price_micros())).join(", ")
+                )
             },
             "profileId": profile_id(),
             "params": {
                 "type": "object",
                 "default": {},
-                "description": "Script parameters, checked when each item runs: which ones each script takes is in docs/captures.md and docs/browser-captures.md."
+                "description": "The script's parameters: dependentSchemas.params.oneOf has one branch per script \
+                                listing every parameter it takes. Checked when each item runs: a bad one fails \
+                                the item, naming it (docs/browser-captures.md)."
             },
             "priority": {
                 "type": "integer",
@@ -53,7 +69,284 @@ pub fn new_batch() -> Value {
             }
         }),
         &["urls"],
-    )
+    );
+    schema["dependentSchemas"] = json!({"params": {"oneOf": Script::ALL.map(script_branch)}});
+    schema
+}
+
+/// One branch of `new_batch`'s `oneOf`: a body whose `script` is `script`
+/// (or, for the default script, absent) has these `params`.
+fn script_branch(script: Script) -> Value {
+    let required: &[&str] = if script == Script::DEFAULT { &[] } else { &["script"] };
+    json!({
+        "title": script.as_str(),
+        "properties": {"script": {"const": script.as_str()}, "params": script_params(script)},
+        "required": required
+    })
+}
+
+/// The `params` of an item run by `script` (`validate::params`): exactly
+/// the parameters `params::names(script)` lists, with the validator's
+/// bounds. What a schema cannot state (sums and products of several values,
+/// names equal but for letter case, a cookie domain against the item's URL)
+/// is said in the descriptions; `tests/shapes.rs` proves the validator
+/// refuses each.
+pub fn script_params(script: Script) -> Value {
+    let properties: Map<String, Value> =
+        params::names(script).iter().map(|name| (name.to_string(), script_param(script, name))).collect();
+    let mut o = object(Value::Object(properties), &[]);
+    o["default"] = json!({});
+    o["title"] = json!(format!("params of {}", script.as_str()));
+    if script == Script::Capture {
+        // quality only with a lossy format; at most one screenshot region
+        // (fullPage: false names none).
+        o["dependentSchemas"] = json!({
+            "quality": {
+                "required": ["format"],
+                "properties": {"format": {"enum": [ImageFormat::Jpeg.as_str(), ImageFormat::Webp.as_str()]}}
+            },
+            "clip": {"properties": {"fullPage": {"const": false}}, "not": {"required": ["selector"]}},
+            "selector": {"properties": {"fullPage": {"const": false}}}
+        });
+    }
+    o
+}
+
+/// One parameter's schema.
+fn script_param(script: Script, name: &str) -> Value {
+    let int = |min: u64, max: u64| json!({"type": "integer", "minimum": min, "maximum": max});
+    let number = |min: f64, max: f64| json!({"type": "number", "minimum": min, "maximum": max});
+    let boolean =
+        |default: bool, description: &str| json!({"type": "boolean", "default": default, "description": description});
+    let selector =
+        || json!({"type": "string", "maxLength": params::MAX_SELECTOR_CHARS, "pattern": params::SELECTOR_PATTERN});
+    let described = |mut v: Value, description: String| {
+        v["description"] = json!(description);
+        v
+    };
+    match name {
+        "timeoutMs" => {
+            let (min, max, what) = match script {
+                Script::Fetch => (
+                    params::MIN_TIMEOUT_MS,
+                    params::MAX_TIMEOUT_MS,
+                    "Whole-request budget in ms: connect, redirects, headers and body.",
+                ),
+                _ => (
+                    params::MIN_BROWSER_TIMEOUT_MS,
+                    params::MAX_BROWSER_TIMEOUT_MS,
+                    "Budget in ms from navigation start until the page is ready (waitUntil, then waitFor).",
+                ),
+            };
+            let mut v = described(int(min, max), what.into());
+            v["default"] = json!(params::DEFAULT_TIMEOUT_MS);
+            v
+        }
+        "waitUntil" => json!({
+            "type": "string",
+            "enum": [WaitUntil::Load.as_str(), WaitUntil::NetworkIdle.as_str()],
+            "default": WaitUntil::Load.as_str(),
+            "description": "load: the document's load event; networkidle: load, then 500 ms without network connections."
+        }),
+        "allowedHosts" => json!({
+            "type": "array",
+            "maxItems": params::MAX_ALLOWED_HOSTS,
+            "items": {
+                "type": "string",
+                "anyOf": [
+                    {"pattern": params::HOST_PATTERN_PATTERN, "maxLength": params::MAX_HOST_CHARS},
+                    {"pattern": params::HOST_IPV6_PATTERN, "format": "ipv6-literal"}
+                ],
+                "description": "example.com, *.example.com (every subdomain, not example.com itself), an IPv4 address or [IPv6]; no scheme, port or path."
+            },
+            "description": "Hosts the page may reach besides the item URL's own; leave out for no restriction."
+        }),
+        "fullPage" => boolean(
+            false,
+            "Screenshot the whole page (viewport wide) instead of the viewport. Excludes clip and selector.",
+        ),
+        "format" => json!({
+            "type": "string",
+            "enum": ImageFormat::ALL.map(ImageFormat::as_str),
+            "default": ImageFormat::Png.as_str(),
+            "description": "The screenshot's image format."
+        }),
+        "quality" => described(
+            int(params::MIN_QUALITY, params::MAX_QUALITY),
+            format!(
+                "Compression quality of a jpeg or webp screenshot (default {}); refused with png.",
+                params::DEFAULT_QUALITY
+            ),
+        ),
+        "clip" => {
+            let mut o = object(
+                json!({
+                    "x": number(0.0, params::MAX_CAPTURE_EXTENT),
+                    "y": number(0.0, params::MAX_CAPTURE_EXTENT),
+                    "width": number(1.0, params::MAX_CAPTURE_EXTENT),
+                    "height": number(1.0, params::MAX_CAPTURE_EXTENT)
+                }),
+                params::CLIP_FIELDS,
+            );
+            o["description"] = json!(format!(
+                "Screenshot this rectangle of the page, CSS pixels from the document's top left; width x height x \
+                 deviceScaleFactor² at most {} image pixels. Excludes fullPage and selector.",
+                params::MAX_SCREENSHOT_PIXELS
+            ));
+            o
+        }
+        "selector" => described(
+            selector(),
+            "Screenshot the box of the first element matching this CSS selector. Excludes fullPage and clip.".into(),
+        ),
+        "hideSelectors" => json!({
+            "type": "array",
+            "maxItems": params::MAX_HIDE_SELECTORS,
+            "items": selector(),
+            "default": [],
+            "description": "Elements set to display: none before the screenshot (cookie banners, chat widgets)."
+        }),
+        "viewport" => {
+            let size = || int(params::MIN_VIEWPORT_SIZE, params::MAX_VIEWPORT_SIZE);
+            let mut dsf = number(params::MIN_DEVICE_SCALE_FACTOR, params::MAX_DEVICE_SCALE_FACTOR);
+            dsf["default"] = json!(1.0);
+            let mut o = object(
+                json!({
+                    "width": size(),
+                    "height": size(),
+                    "deviceScaleFactor": dsf,
+                    "mobile": boolean(false, "Mobile emulation: the page's <meta name=viewport> is honoured.")
+                }),
+                &["width", "height"],
+            );
+            o["description"] = json!(format!(
+                "The page's viewport instead of the profile's, CSS pixels; width x height x deviceScaleFactor² at \
+                 most {} image pixels.",
+                params::MAX_SCREENSHOT_PIXELS
+            ));
+            o
+        }
+        "waitFor" => {
+            let mut o = object(
+                json!({
+                    "selector": described(selector(), "An element matching this CSS selector exists.".into()),
+                    "networkIdleMs": described(
+                        int(params::MIN_NETWORK_IDLE_MS, params::MAX_NETWORK_IDLE_MS),
+                        "No request of the page in flight for this long.".into()
+                    ),
+                    "delayMs": described(int(params::MIN_DELAY_MS, params::MAX_DELAY_MS), "Then this long, whatever happens.".into())
+                }),
+                &[],
+            );
+            o["minProperties"] = json!(1);
+            o["description"] = json!(
+                "More to wait for after waitUntil, in this order, all within timeoutMs: networkIdleMs and delayMs \
+                 must each be less than timeoutMs."
+            );
+            o
+        }
+        "javascriptEnabled" => boolean(true, "false: the page's scripts do not run."),
+        "userAgent" => json!({
+            "type": "string",
+            "maxLength": params::MAX_USER_AGENT_CHARS,
+            "pattern": params::NOT_BLANK_PRINTABLE_PATTERN,
+            "description": "The user agent of every request and of navigator.userAgent instead of the profile's: printable ASCII."
+        }),
+        "headers" => {
+            // Refused names, in any letter case (JSON Schema patterns have no
+            // case-insensitive flag).
+            let any_case = |name: &str| -> String {
+                name.chars()
+                    .map(|c| {
+                        if c.is_ascii_alphabetic() {
+                            format!("[{}{}]", c.to_ascii_lowercase(), c.to_ascii_uppercase())
+                        } else {
+                            c.to_string()
+                        }
+                    })
+                    .collect()
+            };
+            let names: Vec<String> = params::REFUSED_HEADERS.iter().map(|n| any_case(n)).collect();
+            let refused = format!("^({})$|^{}", names.join("|"), any_case(params::REFUSED_HEADER_PREFIX));
+            json!({
+                "type": "object",
+                "maxProperties": params::MAX_HEADERS,
+                "propertyNames": {
+                    "pattern": params::TOKEN_PATTERN,
+                    "maxLength": params::MAX_HEADER_NAME_CHARS,
+                    "not": {"pattern": refused}
+                },
+                "additionalProperties": {
+                    "type": "string",
+                    "maxLength": params::MAX_HEADER_VALUE_CHARS,
+                    "pattern": params::PRINTABLE_PATTERN
+                },
+                "default": {},
+                "description": format!(
+                    "Extra request headers, sent with requests to the item URL's host only. Names are \
+                     case-insensitive, so no name twice in another case; names and values together at most {} \
+                     bytes. Cookie and User-Agent have parameters of their own; hop-by-hop, Host, Proxy-*, \
+                     Content-Length and Expect are refused.",
+                    params::MAX_HEADERS_BYTES
+                )
+            })
+        }
+        "cookies" => {
+            let domain_rule = params::HOST_NAME_PATTERN.trim_start_matches('^').trim_end_matches('$');
+            let mut cookie = object(
+                json!({
+                    "name": {"type": "string", "maxLength": params::MAX_COOKIE_NAME_CHARS, "pattern": params::TOKEN_PATTERN},
+                    "value": {"type": "string", "maxLength": params::MAX_COOKIE_VALUE_CHARS, "pattern": params::COOKIE_TEXT_PATTERN},
+                    "domain": {
+                        "type": "string",
+                        "anyOf": [
+                            {"pattern": format!("^{domain_rule}$"), "maxLength": params::MAX_HOST_CHARS},
+                            {"pattern": format!("^\\.{domain_rule}$"), "maxLength": params::MAX_HOST_CHARS + 1}
+                        ],
+                        "description": "A domain cookie for this domain and its subdomains: the item URL's host or a parent domain of it. Leave out for a cookie of the item URL's host only."
+                    },
+                    "path": {"type": "string", "maxLength": params::MAX_COOKIE_PATH_CHARS, "pattern": params::COOKIE_PATH_PATTERN},
+                    "secure": {"type": "boolean", "default": false},
+                    "httpOnly": {"type": "boolean", "default": false},
+                    "sameSite": {"type": "string", "enum": SameSite::ALL.map(SameSite::as_str)}
+                }),
+                &["name", "value"],
+            );
+            // Cookies a browser would drop without a word.
+            let secure = json!({"properties": {"secure": {"const": true}}, "required": ["secure"]});
+            cookie["allOf"] = json!([
+                {"if": {"properties": {"sameSite": {"const": SameSite::None.as_str()}}, "required": ["sameSite"]}, "then": secure},
+                {"if": {"properties": {"name": {"pattern": "^__Secure-"}}, "required": ["name"]}, "then": secure},
+                {
+                    "if": {"properties": {"name": {"pattern": "^__Host-"}}, "required": ["name"]},
+                    "then": {
+                        "properties": {"secure": {"const": true}, "path": {"const": "/"}},
+                        "required": ["secure"],
+                        "not": {"required": ["domain"]}
+                    }
+                }
+            ]);
+            json!({
+                "type": "array",
+                "maxItems": params::MAX_COOKIES,
+                "items": cookie,
+                "default": [],
+                "description": format!(
+                    "Cookies the item's browser context starts with; names and values together at most {} bytes.",
+                    params::MAX_COOKIES_BYTES
+                )
+            })
+        }
+        "blockResourceTypes" => json!({
+            "type": "array",
+            "items": {"type": "string", "enum": ResourceType::ALL.map(ResourceType::as_str)},
+            "uniqueItems": true,
+            "default": [],
+            "description": "Requests of these types fail before they leave the browser."
+        }),
+        // `params::names` lists only the parameters above.
+        other => json!({"description": format!("{other}: not described")}),
+    }
 }
 
 /// The body of POST /jobs (`wire::job::NewJob`).

@@ -15,12 +15,13 @@ use grid_core::session::SessionStatus;
 use grid_core::time::Millis;
 use grid_core::wire::account::{AccountStatement, AccountView, DailyCapUse, LedgerLine};
 use grid_core::wire::batch::{BatchCounts, BatchCreated, BatchJob, BatchJobState, BatchView};
-use grid_core::wire::grid::{GridStatus, QueueCounts, QueueDepth};
+use grid_core::wire::grid::{GridStatus, Health, ProtectedResource, QueueCounts, QueueDepth, SCOPES_SUPPORTED};
 use grid_core::wire::item::{ArtifactUrl, CaptureItem, ItemRetried};
 use grid_core::wire::job::{JobPhase, Termination, TerminationReason};
 use grid_core::wire::job_record::{AttemptRecord, Executor, JobArtifact, JobArtifacts, JobList, JobRecord, LogsInfo};
 use grid_core::wire::session::{
-    Attestation, NetworkAttestation, NetworkProbe, SessionLease, SessionOverrides, SessionView, Viewport, Window,
+    Attestation, NetworkAttestation, NetworkProbe, RefusedDownload, SessionDownload, SessionDownloads, SessionLease,
+    SessionOverrides, SessionView, Viewport, Window,
 };
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -150,6 +151,21 @@ fn network_attestation() -> NetworkAttestation {
     }
 }
 
+fn session_downloads() -> SessionDownloads {
+    SessionDownloads {
+        downloads: vec![SessionDownload {
+            name: "report.csv".into(),
+            size_bytes: 12,
+            created_at: T,
+            url: "http://127.0.0.1/downloads/sessions/ses_1/report.csv?expires=1&sig=ab".into(),
+        }],
+        total_bytes: 12,
+        limit_bytes: 100,
+        refused: vec![RefusedDownload { name: "big.iso".into(), reason: "cancelled".into(), at: T }],
+        kept_until: Some(T),
+    }
+}
+
 fn job_artifact() -> JobArtifact {
     JobArtifact {
         artifact_id: "ja_1".into(),
@@ -221,6 +237,17 @@ fn every_answer_fits_its_schema_field_for_field() {
         },
     );
     check("QueueDepth", replies::queue_depth(), QueueDepth { depth: 3 });
+    check("Health", replies::health(), Health { status: "ok".into() });
+    check(
+        "ProtectedResource",
+        replies::protected_resource(),
+        ProtectedResource {
+            resource: "https://grid.example/mcp".into(),
+            authorization_servers: vec!["https://auth.example".into()],
+            scopes_supported: SCOPES_SUPPORTED.map(String::from).to_vec(),
+            bearer_methods_supported: vec!["header".into()],
+        },
+    );
     check(
         "AccountStatement",
         replies::account_statement(),
@@ -294,6 +321,21 @@ fn every_answer_fits_its_schema_field_for_field() {
         },
     );
     check(
+        "SessionList",
+        replies::session_list(),
+        vec![SessionView {
+            session_id: "ses_1".into(),
+            status: SessionStatus::Pending,
+            created_at: T,
+            expires_at: T,
+            profile_id: Profile::DEFAULT.as_str().into(),
+            attestation: Some(attestation()),
+            network_policy: None,
+            network_attestation: Some(network_attestation()),
+        }],
+    );
+    check("SessionDownloads", replies::session_downloads(), session_downloads());
+    check(
         "SessionView",
         replies::session_view(),
         SessionView {
@@ -332,6 +374,8 @@ fn answers_with_nothing_yet_fit() {
     record.attempts[0].started_at = None;
     let v = serde_json::to_value(record).unwrap();
     fits(&replies::job_record(), &v, "JobRecord not yet run");
+    let live = SessionDownloads { kept_until: None, ..session_downloads() };
+    fits(&replies::session_downloads(), &serde_json::to_value(live).unwrap(), "SessionDownloads of a live session");
 }
 
 /// A schema walker that accepts everything proves nothing: it refuses an

@@ -1,7 +1,7 @@
 //! Operator subcommands: accounts, credit and keys. They open the same
-//! SQLite file as a running `serve` (WAL mode allows that) and print JSON.
+//! store as a running `serve` (the SQLite file in its data dir, which WAL
+//! mode lets several processes share, or its --database-url) and print JSON.
 
-use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -10,15 +10,11 @@ use crate::ids::now;
 use crate::store::{accounts, Store, StoreError, StoreResult};
 
 /// How long an admin command waits for a busy database.
-const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The JSON an admin command prints.
 fn view<T: serde::Serialize>(value: T) -> StoreResult<Value> {
     serde_json::to_value(value).map_err(|e| StoreError::Invalid(format!("not serializable as JSON: {e}")))
-}
-
-pub fn open(data_dir: &Path) -> StoreResult<Store> {
-    Store::open(data_dir, BUSY_TIMEOUT)
 }
 
 pub fn account_create(store: &Store, name: &str, credit_micros: i64) -> StoreResult<Value> {

@@ -91,9 +91,31 @@ enum IdentityCommand {
 
 #[derive(Args)]
 struct DataDir {
-    /// Directory holding grid.db and published files.
+    /// Directory holding grid.db and published files (with --database-url:
+    /// only this node's scratch, e.g. its TLS certificate and temp files).
     #[arg(long, default_value = "./grid-data")]
     data_dir: PathBuf,
+    /// A PostgreSQL database shared by several grid nodes, in place of
+    /// grid.db (docs/scale-out.md).
+    #[arg(long, env = "GRID_DATABASE_URL", value_name = "URL")]
+    database_url: Option<String>,
+}
+
+impl DataDir {
+    /// The store these flags name: PostgreSQL when --database-url is
+    /// given, else SQLite in the data dir.
+    fn open(&self, busy_timeout: Duration) -> anyhow::Result<Store> {
+        match &self.database_url {
+            Some(url) => {
+                store::sqlite::private_dir(&self.data_dir).with_context(|| {
+                    format!("cannot make data dir {} private to its owner", self.data_dir.display())
+                })?;
+                Store::connect(url, busy_timeout).with_context(|| "connecting to --database-url".to_string())
+            }
+            None => Store::open(&self.data_dir, busy_timeout)
+                .with_context(|| format!("opening the store in {}", self.data_dir.display())),
+        }
+    }
 }
 
 #[derive(Args)]
@@ -338,7 +360,10 @@ fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,hyper=warn,reqwest=warn".into()),
+                .unwrap_or_else(|_| "info,hyper=warn,reqwest=warn".into())
+                // tokio-postgres logs every statement's parameters at debug
+                // (key hashes, the signing secret): never below info.
+                .add_directive("tokio_postgres=info".parse().expect("a valid directive")),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -346,32 +371,32 @@ fn main() -> anyhow::Result<()> {
         Command::Serve(args) => return serve(args),
         Command::Account(cmd) => match cmd {
             AccountCommand::Create { data, name, credit_micros } => {
-                admin::account_create(&admin::open(&data.data_dir)?, &name, credit_micros)
+                admin::account_create(&data.open(admin::BUSY_TIMEOUT)?, &name, credit_micros)
             }
-            AccountCommand::Show { data, account } => admin::account_show(&admin::open(&data.data_dir)?, &account),
+            AccountCommand::Show { data, account } => admin::account_show(&data.open(admin::BUSY_TIMEOUT)?, &account),
             AccountCommand::Suspend { data, account } => {
-                admin::account_suspend(&admin::open(&data.data_dir)?, &account, true)
+                admin::account_suspend(&data.open(admin::BUSY_TIMEOUT)?, &account, true)
             }
             AccountCommand::Resume { data, account } => {
-                admin::account_suspend(&admin::open(&data.data_dir)?, &account, false)
+                admin::account_suspend(&data.open(admin::BUSY_TIMEOUT)?, &account, false)
             }
             AccountCommand::Credit { data, account, add_micros } => {
-                admin::account_credit(&admin::open(&data.data_dir)?, &account, add_micros)
+                admin::account_credit(&data.open(admin::BUSY_TIMEOUT)?, &account, add_micros)
             }
         },
         Command::Key(cmd) => match cmd {
             KeyCommand::Create { data, account, daily_cap_micros, internal, rate_per_second, burst } => {
                 let rate = store::accounts::KeyRate { per_second: rate_per_second, burst };
-                admin::key_create(&admin::open(&data.data_dir)?, &account, daily_cap_micros, internal, rate)
+                admin::key_create(&data.open(admin::BUSY_TIMEOUT)?, &account, daily_cap_micros, internal, rate)
             }
-            KeyCommand::Revoke { data, key_id } => admin::key_revoke(&admin::open(&data.data_dir)?, &key_id),
+            KeyCommand::Revoke { data, key_id } => admin::key_revoke(&data.open(admin::BUSY_TIMEOUT)?, &key_id),
         },
         Command::Identity(cmd) => match cmd {
             IdentityCommand::Link { data, issuer, subject, account } => {
-                admin::identity_link(&admin::open(&data.data_dir)?, &issuer, &subject, &account)
+                admin::identity_link(&data.open(admin::BUSY_TIMEOUT)?, &issuer, &subject, &account)
             }
             IdentityCommand::Unlink { data, issuer, subject } => {
-                admin::identity_unlink(&admin::open(&data.data_dir)?, &issuer, &subject)
+                admin::identity_unlink(&data.open(admin::BUSY_TIMEOUT)?, &issuer, &subject)
             }
         },
     }?;
@@ -408,8 +433,7 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     // Before anything is written: a bad certificate or key stops the start.
     let tls = tls_setup(&args)?;
     let accounting_timeout = Duration::from_millis(args.accounting_timeout_ms);
-    let store = Store::open(&args.data.data_dir, accounting_timeout.max(Duration::from_millis(100)))
-        .with_context(|| format!("opening the store in {}", args.data.data_dir.display()))?;
+    let store = args.data.open(accounting_timeout.max(Duration::from_millis(100)))?;
     if let Some(key) = admin::first_start(&store, args.initial_credit_micros)? {
         announce(
             json!({"event": "first-start", "accountId": key.account_id, "keyId": key.key_id, "apiKey": key.api_key}),

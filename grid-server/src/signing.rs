@@ -50,14 +50,14 @@ impl Signer {
         now.0 / 1000 <= expires && self.check("download", &format!("{item}\n{kind}\n{expires}"), sig_hex)
     }
 
-    /// `{base}/downloads/{session}/{name}?expires=S&sig=HEX`, valid 15
+    /// `{base}/downloads/sessions/{session}/{name}?expires=S&sig=HEX`, valid 15
     /// minutes: one file of a session's downloads (the name percent-encoded
     /// in the path, signed as it is).
     pub fn session_download_url(&self, session: &str, name: &str, now: Millis) -> String {
         let expires = now.0 / 1000 + DOWNLOAD_VALIDITY_SECS;
         let sig = self.seal("session-download", &format!("{session}\n{name}\n{expires}"));
         let path = percent_encoding::utf8_percent_encode(name, PATH_SEGMENT);
-        format!("{}/downloads/{session}/{path}?expires={expires}&sig={sig}", self.base_url)
+        format!("{}/downloads/sessions/{session}/{path}?expires={expires}&sig={sig}", self.base_url)
     }
 
     pub fn session_download_valid(&self, session: &str, name: &str, expires: i64, sig_hex: &str, now: Millis) -> bool {
@@ -129,7 +129,7 @@ mod tests {
         let t = Millis(1_000_000_000);
         let url = s.session_download_url("ses_1", "Rapport Q1 (2)/../é.pdf", t);
         let (path, q) = url.split_once('?').unwrap();
-        assert_eq!(path, "http://h/downloads/ses_1/Rapport%20Q1%20%282%29%2F..%2F%C3%A9.pdf");
+        assert_eq!(path, "http://h/downloads/sessions/ses_1/Rapport%20Q1%20%282%29%2F..%2F%C3%A9.pdf");
         let (exp, sig) = (query_param(q, "expires").parse::<i64>().unwrap(), query_param(q, "sig"));
         assert!(s.session_download_valid("ses_1", "Rapport Q1 (2)/../é.pdf", exp, sig, t));
         assert!(!s.session_download_valid("ses_2", "Rapport Q1 (2)/../é.pdf", exp, sig, t));

@@ -219,16 +219,19 @@ pub fn settled_once(job_id: &str, reserved: i64, charge: i64) -> Vec<LedgerEntry
 }
 
 /// The ledger entries whose subject is one of the job's reservations
-/// (`<jobId>/r<n>`), in insertion order, read from grid.db directly.
+/// (`<jobId>/r<n>`), in insertion order, read from the store directly.
 pub fn job_ledger(server: &GridServer, job_id: &str) -> Vec<LedgerEntry> {
-    let conn = server.read_db();
-    let mut stmt = conn
-        .prepare("SELECT kind, amount, subject FROM ledger WHERE subject LIKE ?1 ORDER BY rowid")
-        .unwrap_or_else(|e| server.fail(&format!("ledger query: {e}")));
-    stmt.query_map([format!("{job_id}/%")], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap()
+    let sql = format!("SELECT kind, amount, subject FROM ledger WHERE subject LIKE '{job_id}/%' ORDER BY id");
+    server
+        .query(&sql)
+        .into_iter()
+        .map(|r| match r.as_slice() {
+            [Some(kind), Some(amount), Some(subject)] => {
+                (kind.clone(), amount.parse().expect("an amount"), subject.clone())
+            }
+            other => server.fail(&format!("ledger row {other:?}")),
+        })
+        .collect()
 }
 
 /// The published log file of an attempt: DATA_DIR/logs/<jobId>/attempt-<n>-<sha prefix>.

@@ -17,6 +17,7 @@ pub mod http;
 pub mod jobs;
 pub mod server;
 pub mod sessions;
+pub mod store;
 pub mod target;
 
 /// Contract price of one `fetch` item, µ€.

@@ -16,6 +16,7 @@ use serde_json::Value;
 
 use crate::bins::{grid_server_bin, scrub_env};
 use crate::http::{http_client, http_client_trusting, Resp};
+use crate::store::{test_store, Database, TestStore};
 
 /// How long to wait for `{"event":"listening"}` after spawning.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
@@ -146,6 +147,9 @@ pub struct GridServer {
     bin: PathBuf,
     /// Holds the data dir and the log; removed on drop.
     root: tempfile::TempDir,
+    /// The server's own PostgreSQL database when the run is on PostgreSQL
+    /// (`store::test_store`); dropped after the server.
+    database: Option<Database>,
     data_dir: PathBuf,
     log_path: PathBuf,
     port: u16,
@@ -183,9 +187,11 @@ fn set_up_child(cmd: &mut Command, umask: Option<u32>, max_open_files: Option<u6
     }
 }
 
-/// Holds grid.db-shm's lock bytes; dropping it (closing the file) releases them.
-pub struct DbLock {
-    _file: std::fs::File,
+/// Holds grid.db-shm's lock bytes (SQLite) or a psql session holding the
+/// locks (PostgreSQL); dropping it releases them.
+pub enum DbLock {
+    Sqlite(#[allow(dead_code)] std::fs::File),
+    Postgres(crate::store::PgLock),
 }
 
 /// Bytes of SQLite's unix WAL-index lock area: WAL_WRITE_LOCK at 120 up to
@@ -233,10 +239,15 @@ impl GridServer {
         let data_dir = root.path().join("data");
         std::fs::create_dir(&data_dir).expect("create data dir");
         let log_path = root.path().join("server.log");
+        let database = match test_store() {
+            TestStore::Sqlite => None,
+            TestStore::Postgres(admin_url) => Some(Database::create(&admin_url)),
+        };
         let mut server = GridServer {
             opts,
             bin,
             root,
+            database,
             data_dir,
             log_path,
             port: 0,
@@ -275,6 +286,7 @@ impl GridServer {
         let mut cmd = Command::new(&self.bin);
         cmd.args(&args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::from(log));
         scrub_env(&mut cmd);
+        self.store_env(&mut cmd);
         set_up_child(&mut cmd, self.opts.umask, self.opts.max_open_files);
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "info");
@@ -397,6 +409,20 @@ impl GridServer {
 
     pub fn data_dir(&self) -> &Path {
         &self.data_dir
+    }
+
+    /// The server's PostgreSQL database, when the run is on PostgreSQL.
+    pub fn database(&self) -> Option<&Database> {
+        self.database.as_ref()
+    }
+
+    /// Points the server or an admin subcommand at the run's store: the
+    /// server's own database on PostgreSQL (as `GRID_DATABASE_URL`, which
+    /// `--database-url` reads), else grid.db in `--data-dir`.
+    fn store_env(&self, cmd: &mut Command) {
+        if let Some(db) = &self.database {
+            cmd.env("GRID_DATABASE_URL", db.url());
+        }
     }
 
     pub fn db_path(&self) -> PathBuf {
@@ -537,6 +563,7 @@ impl GridServer {
         let mut cmd = Command::new(&self.bin);
         cmd.args(args).arg("--data-dir").arg(&self.data_dir).stdin(Stdio::null());
         scrub_env(&mut cmd);
+        self.store_env(&mut cmd);
         cmd.output().unwrap_or_else(|e| self.fail(&format!("spawn admin {args:?}: {e}")))
     }
 
@@ -564,16 +591,28 @@ impl GridServer {
     /// connection cannot do this: in WAL mode every open connection holds a
     /// SHARED lock on grid.db, and the server keeps idle connections open,
     /// so that EXCLUSIVE lock is never granted while the server runs.
+    ///
+    /// On PostgreSQL: a session holding every table the server reads in
+    /// ACCESS EXCLUSIVE mode, and the grid-wide write lock.
     pub fn lock_db(&self) -> DbLock {
-        self.lock_shm(SHM_LOCK_LEN)
+        match &self.database {
+            Some(db) => DbLock::Postgres(db.lock(true)),
+            None => self.lock_shm(SHM_LOCK_LEN),
+        }
     }
 
     /// Makes every write transaction of the server fail (after its busy
     /// timeout, `accounting_timeout_ms`) until the returned guard is dropped,
     /// while reads go on: takes the WAL write lock (grid.db-shm byte 120)
     /// alone, as a long writer of another process would.
+    ///
+    /// On PostgreSQL: a session holding the grid-wide write lock every write
+    /// transaction takes first.
     pub fn lock_db_writes(&self) -> DbLock {
-        self.lock_shm(SHM_WRITE_LOCK_LEN)
+        match &self.database {
+            Some(db) => DbLock::Postgres(db.lock(false)),
+            None => self.lock_shm(SHM_WRITE_LOCK_LEN),
+        }
     }
 
     fn lock_shm(&self, len: i64) -> DbLock {
@@ -586,7 +625,7 @@ impl GridServer {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             match posix_lock(&file, libc::F_WRLCK as libc::c_short, len) {
-                Ok(()) => return DbLock { _file: file },
+                Ok(()) => return DbLock::Sqlite(file),
                 Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(1)),
                 Err(e) => self.fail(&format!("could not lock {} within 10 s: {e}", shm.display())),
             }
@@ -652,23 +691,79 @@ impl GridServer {
     /// grid.db opened read-only beside the running server (waiting up to
     /// 10 s for its writer).
     pub fn read_db(&self) -> rusqlite::Connection {
+        if self.database.is_some() {
+            self.fail(
+                "read_db reads grid.db: this test is SQLite-only (scripts/test.sh leaves it out of the PostgreSQL run)",
+            );
+        }
         let conn = rusqlite::Connection::open_with_flags(self.db_path(), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
             .unwrap_or_else(|e| self.fail(&format!("open {}: {e}", self.db_path().display())));
         conn.busy_timeout(Duration::from_secs(10)).unwrap_or_else(|e| self.fail(&format!("busy timeout: {e}")));
         conn
     }
 
-    /// The reservations taken for `account_id`, in order: (amount, subject),
-    /// read from grid.db directly.
-    pub fn reservations(&self, account_id: &str) -> Vec<(i64, String)> {
+    /// Rows of a query on the server's store, whichever it is: each value
+    /// as text (`None` for NULL). For checks of what is stored that the
+    /// API does not show; SQL both SQLite and PostgreSQL accept.
+    pub fn query(&self, sql: &str) -> Vec<Vec<Option<String>>> {
+        if let Some(db) = &self.database {
+            return db.query(sql);
+        }
         let conn = self.read_db();
-        let mut stmt = conn
-            .prepare("SELECT amount, subject FROM ledger WHERE account_id = ?1 AND kind = 'reserve' ORDER BY rowid")
-            .unwrap_or_else(|e| self.fail(&format!("ledger query: {e}")));
-        stmt.query_map([account_id], |r| Ok((r.get(0)?, r.get(1)?)))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap_or_else(|e| self.fail(&format!("ledger rows: {e}")))
+        let mut stmt = conn.prepare(sql).unwrap_or_else(|e| self.fail(&format!("{sql}: {e}")));
+        let columns = stmt.column_count();
+        let rows = stmt
+            .query_map([], |r| {
+                (0..columns)
+                    .map(|i| {
+                        Ok(match r.get_ref(i)? {
+                            rusqlite::types::ValueRef::Null => None,
+                            rusqlite::types::ValueRef::Integer(n) => Some(n.to_string()),
+                            rusqlite::types::ValueRef::Real(f) => Some(f.to_string()),
+                            rusqlite::types::ValueRef::Text(t) | rusqlite::types::ValueRef::Blob(t) => {
+                                Some(String::from_utf8_lossy(t).into_owned())
+                            }
+                        })
+                    })
+                    .collect::<rusqlite::Result<Vec<_>>>()
+            })
+            .unwrap_or_else(|e| self.fail(&format!("{sql}: {e}")));
+        rows.collect::<Result<_, _>>().unwrap_or_else(|e| self.fail(&format!("{sql}: {e}")))
+    }
+
+    /// Runs statements on the server's store beside it (a test's injected
+    /// fault, say); fails with the database's error.
+    pub fn execute(&self, sql: &str) {
+        if let Some(db) = &self.database {
+            db.query(sql);
+            return;
+        }
+        let conn = rusqlite::Connection::open(self.db_path())
+            .unwrap_or_else(|e| self.fail(&format!("open {}: {e}", self.db_path().display())));
+        conn.busy_timeout(Duration::from_secs(10)).unwrap_or_else(|e| self.fail(&format!("busy timeout: {e}")));
+        conn.execute_batch(sql).unwrap_or_else(|e| self.fail(&format!("{sql}: {e}")));
+    }
+
+    /// The one value of a query (see `query`); fails when there is no row.
+    pub fn query_value(&self, sql: &str) -> Option<String> {
+        let rows = self.query(sql);
+        let row = rows.first().unwrap_or_else(|| self.fail(&format!("{sql}: no row")));
+        row.first().cloned().flatten()
+    }
+
+    /// The reservations taken for `account_id`, in order: (amount, subject),
+    /// read from the store directly.
+    pub fn reservations(&self, account_id: &str) -> Vec<(i64, String)> {
+        let sql = format!(
+            "SELECT amount, subject FROM ledger WHERE account_id = '{account_id}' AND kind = 'reserve' ORDER BY id"
+        );
+        self.query(&sql)
+            .into_iter()
+            .map(|r| match r.as_slice() {
+                [Some(amount), Some(subject)] => (amount.parse().expect("an amount"), subject.clone()),
+                other => self.fail(&format!("ledger row {other:?}")),
+            })
+            .collect()
     }
 
     // ----- the grid's flows -----

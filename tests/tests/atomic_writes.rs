@@ -13,18 +13,34 @@ use serde_json::{json, Value};
 use grid_tests::server::{GridServer, ServerOptions};
 use grid_tests::target::Target;
 
-const FAULT: &str = "CREATE TRIGGER injected_fault BEFORE INSERT ON idempotency_keys \
-                     BEGIN SELECT RAISE(ABORT, 'injected fault'); END;";
+/// A fault on the last statement of a submission (its Idempotency-Key
+/// record), injected as a trigger in the store's own dialect.
+fn inject_fault(server: &GridServer) {
+    if server.database().is_some() {
+        server.execute(
+            "CREATE FUNCTION injected_fault() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN RAISE EXCEPTION 'injected fault'; END $$; \
+             CREATE TRIGGER injected_fault BEFORE INSERT ON idempotency_keys \
+             FOR EACH ROW EXECUTE FUNCTION injected_fault();",
+        );
+    } else {
+        server.execute(
+            "CREATE TRIGGER injected_fault BEFORE INSERT ON idempotency_keys \
+             BEGIN SELECT RAISE(ABORT, 'injected fault'); END;",
+        );
+    }
+}
 
-fn writable(server: &GridServer) -> rusqlite::Connection {
-    let conn = rusqlite::Connection::open(server.db_path())
-        .unwrap_or_else(|e| server.fail(&format!("open {}: {e}", server.db_path().display())));
-    conn.busy_timeout(std::time::Duration::from_secs(10)).unwrap_or_else(|e| server.fail(&format!("{e}")));
-    conn
+fn remove_fault(server: &GridServer) {
+    match server.database() {
+        Some(_) => server.execute("DROP TRIGGER injected_fault ON idempotency_keys"),
+        None => server.execute("DROP TRIGGER injected_fault"),
+    }
 }
 
 fn count(server: &GridServer, sql: &str) -> i64 {
-    server.read_db().query_row(sql, [], |r| r.get(0)).unwrap_or_else(|e| server.fail(&format!("{sql}: {e}")))
+    let n = server.query_value(sql);
+    n.as_deref().and_then(|n| n.parse().ok()).unwrap_or_else(|| server.fail(&format!("{sql}: {n:?}")))
 }
 
 /// Everything a submission writes before its Idempotency-Key record.
@@ -44,8 +60,7 @@ async fn a_lease_whose_last_step_fails_leaves_no_session_slot_or_reservation() {
         ..ServerOptions::default()
     });
     let before = written(&server);
-    let db = writable(&server);
-    db.execute_batch(FAULT).unwrap_or_else(|e| server.fail(&format!("trigger: {e}")));
+    inject_fault(&server);
 
     let failed = server.post_idempotent(server.api_key(), "/sessions", &json!({}), &[b"lease-1"]).await;
     assert_eq!(failed.status, 500, "{failed}");
@@ -55,7 +70,7 @@ async fn a_lease_whose_last_step_fails_leaves_no_session_slot_or_reservation() {
     assert_eq!(server.get("/grid").await.json["sessions"], json!(0));
 
     // Without the fault, the one slot is free for the next lease.
-    db.execute_batch("DROP TRIGGER injected_fault").unwrap_or_else(|e| server.fail(&format!("drop trigger: {e}")));
+    remove_fault(&server);
     let leased = server.post_idempotent(server.api_key(), "/sessions", &json!({}), &[b"lease-2"]).await;
     assert_eq!(leased.status, 201, "{leased}");
     let id = leased.json["sessionId"].as_str().unwrap_or_else(|| server.fail("no sessionId")).to_string();
@@ -67,8 +82,7 @@ async fn a_batch_whose_last_step_fails_leaves_no_items_or_reservation() {
     let target = Target::start();
     let server = GridServer::start(ServerOptions::default());
     let before = written(&server);
-    let db = writable(&server);
-    db.execute_batch(FAULT).unwrap_or_else(|e| server.fail(&format!("trigger: {e}")));
+    inject_fault(&server);
 
     let body = json!({"urls": [target.url("/page/1"), target.url("/page/2")], "script": "fetch"});
     let failed = server.post_idempotent(server.api_key(), "/batches", &body, &[b"batch-1"]).await;

@@ -98,6 +98,25 @@ async fn wait_listed(server: &GridServer, id: &str, name: &str, bytes: usize) ->
 }
 
 /// Fetches a signed URL without a credential: (status, headers, bytes).
+/// The `list_session_downloads` MCP tool's result for `key`.
+async fn mcp_list_downloads(server: &GridServer, key: &str, id: &str) -> Value {
+    let rpc = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                     "params": {"name": "list_session_downloads", "arguments": {"sessionId": id}}});
+    let r = grid_tests::http::Resp::read(
+        server
+            .http()
+            .post(format!("{}/mcp", server.base_url()))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("x-api-key", key)
+            .body(rpc.to_string()),
+    )
+    .await
+    .unwrap_or_else(|e| server.fail(&format!("MCP request: {e}")));
+    assert_eq!(r.status, 200, "{r}");
+    r.json["result"].clone()
+}
+
 async fn fetch(server: &GridServer, url: &str) -> (u16, reqwest::header::HeaderMap, Vec<u8>) {
     let r = server.http().get(url).send().await.unwrap_or_else(|e| server.fail(&format!("GET {url}: {e}")));
     let (status, headers) = (r.status().as_u16(), r.headers().clone());
@@ -146,7 +165,7 @@ async fn a_clicked_download_is_listed_served_to_its_owner_and_gone_after_the_gra
     let file = entry(&l, "report.csv").unwrap().clone();
     assert!(chrono::DateTime::parse_from_rfc3339(file["createdAt"].as_str().unwrap_or("")).is_ok(), "{file}");
     let url = file["url"].as_str().unwrap().to_string();
-    assert!(url.starts_with(&format!("{}/downloads/{id}/report.csv?expires=", server.base_url())), "{url}");
+    assert!(url.starts_with(&format!("{}/downloads/sessions/{id}/report.csv?expires=", server.base_url())), "{url}");
 
     // The signed URL needs no credential and serves the exact bytes, as an attachment kept inert.
     let (status, headers, bytes) = fetch(&server, &url).await;
@@ -186,6 +205,18 @@ async fn a_clicked_download_is_listed_served_to_its_owner_and_gone_after_the_gra
     assert!(cli.success(), "{cli:?}");
     let printed: Value = serde_json::from_str(cli.stdout.trim()).unwrap_or_else(|e| server.fail(&format!("{e}")));
     assert_eq!(names(&printed), ["report.csv"]);
+
+    // The MCP tool lists the same files, as structuredContent; another
+    // account's key gets the HTTP call's refusal as a tool error.
+    let tool = mcp_list_downloads(&server, server.api_key(), &id).await;
+    assert_eq!(tool["isError"], false, "{tool}");
+    let structured = &tool["structuredContent"];
+    assert_eq!(names(structured), ["report.csv"], "{tool}");
+    assert_eq!(structured["totalBytes"], size, "{tool}");
+    assert_eq!(entry(structured, "report.csv").unwrap()["sizeBytes"], size, "{tool}");
+    let refused = mcp_list_downloads(&server, &other_key, &id).await;
+    assert_eq!(refused["isError"], true, "{refused}");
+    assert!(refused["content"][0]["text"].as_str().unwrap_or("").contains("unknown session"), "{refused}");
 
     // Released: still listed and served during the grace, with its end.
     release(&server, &id).await;

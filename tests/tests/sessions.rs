@@ -492,14 +492,18 @@ async fn cli_leases_with_wait_lists_and_releases() {
 
 // ----- regressions of issue 9: every end of a session is durable -----
 
-/// The session's row as grid.db holds it: (machine JSON, live, due_at).
+/// The session's row as the store holds it: (machine JSON, live, due_at).
 fn stored_session(server: &GridServer, id: &str) -> (Value, bool, Option<i64>) {
-    let conn = server.read_db();
-    let (machine, live, due_at): (String, bool, Option<i64>) = conn
-        .query_row("SELECT machine, live, due_at FROM sessions WHERE id = ?1", [id], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-        })
-        .unwrap_or_else(|e| server.fail(&format!("session {id} in grid.db: {e}")));
+    let rows = server.query(&format!("SELECT machine, live, due_at FROM sessions WHERE id = '{id}'"));
+    let (machine, live, due_at) = match rows.as_slice() {
+        [row] => match row.as_slice() {
+            [Some(machine), Some(live), due_at] => {
+                (machine.clone(), live == "1", due_at.as_ref().map(|d| d.parse::<i64>().expect("due_at ms")))
+            }
+            other => server.fail(&format!("session {id} row {other:?}")),
+        },
+        other => server.fail(&format!("session {id} in the store: {other:?}")),
+    };
     (serde_json::from_str(&machine).unwrap_or_else(|e| server.fail(&format!("machine {machine}: {e}"))), live, due_at)
 }
 
@@ -609,10 +613,9 @@ async fn session_of_a_killed_server_is_lost_at_its_last_heartbeat_after_expires_
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     server.kill9();
     let heartbeat: i64 = server
-        .read_db()
-        .query_row("SELECT value FROM settings WHERE key = 'settlement_heartbeat'", [], |r| r.get::<_, String>(0))
-        .map(|v| v.parse().expect("a heartbeat in ms"))
-        .unwrap_or_else(|e| server.fail(&format!("no heartbeat: {e}")));
+        .query_value("SELECT value FROM settings WHERE key = 'settlement_heartbeat'")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| server.fail("no heartbeat in settings"));
     assert!(heartbeat < expires, "heartbeat {heartbeat} not before expiresAt {expires}");
 
     sleep_until_wall(expires + 1_000).await;

@@ -22,7 +22,9 @@ pub fn fetch(params: &Map<String, Value>) -> Result<FetchParams, String> {
     let mut timeout_ms = DEFAULT_TIMEOUT_MS;
     for (k, v) in params {
         match k.as_str() {
-            "timeoutMs" => match v.as_u64() {
+            // 5000.0 is the integer 5000, as JSON Schema (and the schema of
+            // params, `shapes::script_params`) counts it.
+            "timeoutMs" => match whole_number(v).filter(|n| *n >= 0).map(|n| n as u64) {
                 Some(n) if (MIN_TIMEOUT_MS..=MAX_TIMEOUT_MS).contains(&n) => timeout_ms = n,
                 _ => problems.push(format!(
                     "params.timeoutMs: must be a whole number from {MIN_TIMEOUT_MS} to {MAX_TIMEOUT_MS}, got {}",
@@ -113,6 +115,32 @@ pub const REFUSED_HEADERS: &[&str] = &[
 ];
 /// Any header whose lower-case name starts with this is refused too.
 pub const REFUSED_HEADER_PREFIX: &str = "proxy-";
+
+/// The rules below that code checks, as JSON Schema patterns (ECMA-262 and
+/// the regex crate read them alike) for the schema of params
+/// (`shapes::script_params`); `grid-core/tests/shapes.rs` holds each to the
+/// code on a corpus and on generated strings.
+///
+/// A CSS selector: not blank, no control character.
+pub const SELECTOR_PATTERN: &str = "^[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\u0000-\\u0020\\u007f-\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000][^\\u0000-\\u001f\\u007f-\\u009f]*$";
+/// Printable ASCII, space included; and with something besides spaces.
+pub const PRINTABLE_PATTERN: &str = "^[ -~]*$";
+pub const NOT_BLANK_PRINTABLE_PATTERN: &str = "^[ -~]*[!-~][ -~]*$";
+/// A header or cookie name: an HTTP token.
+pub const TOKEN_PATTERN: &str = "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$";
+/// A cookie value or path character: printable ASCII but `;`.
+pub const COOKIE_TEXT_PATTERN: &str = "^[ -:<-~]*$";
+pub const COOKIE_PATH_PATTERN: &str = "^/[ -:<-~]*$";
+/// A DNS name or IPv4 address: labels of letters, digits and inner hyphens,
+/// at most 63 characters each (`MAX_HOST_CHARS` in all).
+pub const HOST_NAME_PATTERN: &str =
+    "^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$";
+/// `allowedHosts` also takes `*.` before a name, and a bracketed IPv6 address.
+pub const HOST_PATTERN_PATTERN: &str =
+    "^(\\*\\.)?[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$";
+pub const HOST_IPV6_PATTERN: &str = "^\\[[0-9A-Fa-f:.]+\\]$";
+/// Longest host name or host pattern.
+pub const MAX_HOST_CHARS: usize = 253;
 
 /// Every parameter of the browser scripts and the scripts that take it.
 pub const BROWSER_PARAMS: &[(&str, &[Script])] = &[
@@ -316,6 +344,8 @@ pub enum SameSite {
 }
 
 impl SameSite {
+    pub const ALL: [SameSite; 3] = [SameSite::Strict, SameSite::Lax, SameSite::None];
+
     pub fn as_str(self) -> &'static str {
         match self {
             SameSite::Strict => "Strict",
@@ -414,8 +444,9 @@ impl ResourceType {
         }
     }
 
+    /// Names are exact (`image`, not `Image`), as the schema's enum lists them.
     pub fn parse(s: &str) -> Option<ResourceType> {
-        ResourceType::ALL.into_iter().find(|t| t.as_str().eq_ignore_ascii_case(s))
+        ResourceType::ALL.into_iter().find(|t| t.as_str() == s)
     }
 }
 
@@ -985,10 +1016,7 @@ fn cookie(p: &mut Found, at: &str, v: &Value) -> Option<Cookie> {
     }
     let same_site = match same_site.as_deref() {
         None => None,
-        Some(s) => match [SameSite::Strict, SameSite::Lax, SameSite::None]
-            .into_iter()
-            .find(|x| x.as_str().eq_ignore_ascii_case(s))
-        {
+        Some(s) => match SameSite::ALL.into_iter().find(|x| x.as_str() == s) {
             Some(x) => Some(x),
             None => {
                 p.push_at(format!("{at}.sameSite"), format!("must be \"Strict\", \"Lax\" or \"None\", got \"{s}\""));
@@ -1068,7 +1096,7 @@ fn allowed_hosts(v: &Value) -> Result<Vec<String>, Vec<String>> {
 /// A DNS name, an IPv4 address or a bracketed IPv6 address, optionally
 /// prefixed by `*.` (a DNS name then follows).
 fn is_host_pattern(h: &str) -> bool {
-    if h.len() > 253 {
+    if h.len() > MAX_HOST_CHARS {
         return false;
     }
     if let Some(inner) = h.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
@@ -1204,8 +1232,8 @@ mod tests {
                 "javascriptEnabled": false, "userAgent": "GridTest/1.0",
                 "headers": {"X-Test": "yes", "Authorization": "Bearer abc"},
                 "cookies": [{"name": "consent", "value": "1", "domain": ".Example.com", "path": "/a", "secure": true,
-                             "httpOnly": true, "sameSite": "lax"}],
-                "blockResourceTypes": ["image", "Font"]
+                             "httpOnly": true, "sameSite": "Lax"}],
+                "blockResourceTypes": ["image", "font"]
             }),
         );
         assert_eq!(
@@ -1250,6 +1278,17 @@ mod tests {
         assert_eq!(read(Script::RenderFetch, json!({"waitFor": {"delayMs": 1}})).wait_for.unwrap().delay_ms, Some(1));
         let cookie = &read(Script::BrowserFetch, json!({"cookies": [{"name": "a", "value": ""}]})).cookies[0];
         assert_eq!((cookie.domain.as_ref(), cookie.path.as_ref(), cookie.secure), (None, None, false));
+    }
+
+    /// Names are taken as the schema lists them, as every enum of the API.
+    #[test]
+    fn enumerated_names_are_exact() {
+        let e = refused(
+            Script::Capture,
+            json!({"blockResourceTypes": ["Font"], "cookies": [{"name": "a", "value": "1", "sameSite": "lax"}]}),
+        );
+        assert!(e.contains("params.blockResourceTypes[0]: must be one of \"image\""), "{e}");
+        assert!(e.contains("params.cookies[0].sameSite: must be \"Strict\", \"Lax\" or \"None\", got \"lax\""), "{e}");
     }
 
     #[test]

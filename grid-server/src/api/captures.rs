@@ -99,7 +99,9 @@ pub async fn read_files(
             }
             let mut found = vec![];
             for kind in wanted {
-                if let Some(f) = items::published_file(c, &item_id, kind)? {
+                if let Some(f) =
+                    items::published_file(c, &item_id, kind, usize::try_from(limit(kind)).unwrap_or(usize::MAX))?
+                {
                     found.push(f);
                 }
             }

@@ -129,14 +129,20 @@ pub async fn logs(app: &App, caller: &Caller, id: &str, query: &[(String, String
     let attempt = attempt.unwrap_or(row.job.attempt_number());
     let logs = app.store.read(move |c| jobs::logs(c, &row.id)).await.map_err(JobError::from)?;
     let log = logs.into_iter().find(|l| l.artifact.attempt == attempt).ok_or(ApiError::LogsNotAvailable)?;
+    let artifact_id = log.artifact.artifact_id.clone();
+    let inline = app.store.read(move |c| jobs::log_content(c, &artifact_id)).await.map_err(JobError::from)?;
     let (root, name, sha) = (app.compute.logs_dir.clone(), log.storage_name.clone(), log.sha256.clone());
-    let data = tokio::task::spawn_blocking(move || crate::capture::files::read_checked(&root, &name, &sha))
-        .await
-        .map_err(|_| ApiError::compute_unavailable())?
-        .map_err(|e| {
-            tracing::error!(log = %log.storage_name, error = %e, "log unreadable or failed its integrity check");
-            ApiError::compute_unavailable()
-        })?;
+    let data = tokio::task::spawn_blocking(move || match inline {
+        Some(bytes) if crate::ids::sha256_hex(&bytes) == sha => Ok(bytes),
+        Some(_) => Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{name} failed its checksum"))),
+        None => crate::capture::files::read_checked(&root, &name, &sha),
+    })
+    .await
+    .map_err(|_| ApiError::compute_unavailable())?
+    .map_err(|e| {
+        tracing::error!(log = %log.storage_name, error = %e, "log unreadable or failed its integrity check");
+        ApiError::compute_unavailable()
+    })?;
     Ok(Reply::text(data)
         .header("x-grid-attempt", attempt.to_string())
         .header("x-grid-artifact-id", log.artifact.artifact_id.clone())

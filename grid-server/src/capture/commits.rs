@@ -6,7 +6,7 @@
 //! item into a few per batch of items. What a request does is the driver's
 //! business; this module only runs it and answers once the group committed.
 
-use rusqlite::Connection;
+use crate::store::Conn;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::store::items::ItemError;
@@ -33,7 +33,7 @@ impl Commits {
     pub async fn run<T, F>(&self, work: F) -> Result<T, ItemError>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> Result<T, ItemError> + Send + 'static,
+        F: FnOnce(&Conn) -> Result<T, ItemError> + Send + 'static,
     {
         let (reply, answer) = oneshot::channel();
         let request = Pending { work: Some(work), done: None, reply };
@@ -49,7 +49,7 @@ fn stopped() -> ItemError {
 /// One request of a group, its result type erased.
 trait Request: Send {
     /// Runs inside the group's transaction and keeps the result.
-    fn run(&mut self, tx: &Connection);
+    fn run(&mut self, tx: &Conn);
     /// Sends the kept result once the group committed, or `failed`.
     fn answer(self: Box<Self>, failed: Option<ItemError>);
 }
@@ -63,9 +63,9 @@ struct Pending<T, F> {
 impl<T, F> Request for Pending<T, F>
 where
     T: Send,
-    F: FnOnce(&Connection) -> Result<T, ItemError> + Send,
+    F: FnOnce(&Conn) -> Result<T, ItemError> + Send,
 {
-    fn run(&mut self, tx: &Connection) {
+    fn run(&mut self, tx: &Conn) {
         if let Some(work) = self.work.take() {
             self.done = Some(in_savepoint(tx, work));
         }
@@ -80,11 +80,11 @@ where
     }
 }
 
-fn in_savepoint<T>(tx: &Connection, work: impl FnOnce(&Connection) -> Result<T, ItemError>) -> Result<T, ItemError> {
-    tx.execute_batch("SAVEPOINT request")?;
+fn in_savepoint<T>(tx: &Conn, work: impl FnOnce(&Conn) -> Result<T, ItemError>) -> Result<T, ItemError> {
+    tx.execute("SAVEPOINT request", ())?;
     let done = work(tx);
-    let end = if done.is_ok() { "RELEASE request" } else { "ROLLBACK TO request; RELEASE request" };
-    if let Err(e) = tx.execute_batch(end) {
+    let end: &[&str] = if done.is_ok() { &["RELEASE request"] } else { &["ROLLBACK TO request", "RELEASE request"] };
+    if let Err(e) = end.iter().try_for_each(|sql| tx.execute(sql, ()).map(drop)) {
         tracing::error!(error = %e, "savepoint could not be closed");
     }
     done

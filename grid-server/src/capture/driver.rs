@@ -15,13 +15,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::store::Conn;
 use futures_util::future::BoxFuture;
 use grid_core::catalog::Profile;
 use grid_core::error::ApiError;
 use grid_core::item::{self, Backoff, Effect, Event, Failure, Outcome, Settlement, TransitionError};
 use grid_core::time::Millis;
 use grid_core::wire::item::ItemRetried;
-use rusqlite::Connection;
 use serde_json::json;
 use tokio::sync::Notify;
 
@@ -147,7 +147,7 @@ impl ItemDriver {
     async fn transact<T, F>(&self, work: F) -> Result<T, ItemError>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection, Millis, Backoff, &mut After) -> Result<T, ItemError> + Send + 'static,
+        F: FnOnce(&Conn, Millis, Backoff, &mut After) -> Result<T, ItemError> + Send + 'static,
     {
         let (clock, backoff) = (self.clock.clone(), self.backoff);
         let (value, after) = self
@@ -199,7 +199,7 @@ impl Wake {
 
 /// Load → apply → execute → save, all in the caller's transaction.
 fn step(
-    tx: &Connection,
+    tx: &Conn,
     id: &str,
     event: Event,
     files: &[PublishedFile],
@@ -218,7 +218,7 @@ fn step(
 /// Carries out what the machine asked for. No `_` arm: a new effect does not
 /// compile until it is executed here.
 fn execute(
-    tx: &Connection,
+    tx: &Conn,
     row: &ItemRow,
     files: &[PublishedFile],
     effects: &[Effect],
@@ -258,7 +258,7 @@ fn failure_record(row: &ItemRow, attempt: u32, reason: &str, now: Millis) -> Fil
     }))
 }
 
-fn wake_due(tx: &Connection, now: Millis, backoff: Backoff, after: &mut After) -> Result<usize, ItemError> {
+fn wake_due(tx: &Conn, now: Millis, backoff: Backoff, after: &mut After) -> Result<usize, ItemError> {
     let due = items::due_delayed(tx, now)?;
     for id in &due {
         step(tx, id, Event::Wake, &[], now, backoff, after)?;
@@ -266,7 +266,7 @@ fn wake_due(tx: &Connection, now: Millis, backoff: Backoff, after: &mut After) -
     Ok(due.len())
 }
 
-fn claim_next(tx: &Connection, now: Millis, backoff: Backoff, after: &mut After) -> Result<Option<ItemRow>, ItemError> {
+fn claim_next(tx: &Conn, now: Millis, backoff: Backoff, after: &mut After) -> Result<Option<ItemRow>, ItemError> {
     wake_due(tx, now, backoff, after)?;
     let Some(id) = items::next_in_queue(tx)? else { return Ok(None) };
     let (row, outcome) = step(tx, &id, Event::Claim, &[], now, backoff, after)?;
@@ -274,7 +274,7 @@ fn claim_next(tx: &Connection, now: Millis, backoff: Backoff, after: &mut After)
 }
 
 fn finish(
-    tx: &Connection,
+    tx: &Conn,
     id: &str,
     end: &AttemptEnd,
     now: Millis,
@@ -284,7 +284,7 @@ fn finish(
     step(tx, id, end.event(), end.files(), now, backoff, after).map(|(_, outcome)| outcome)
 }
 
-fn recover_active(tx: &Connection, now: Millis, backoff: Backoff, after: &mut After) -> Result<usize, ItemError> {
+fn recover_active(tx: &Conn, now: Millis, backoff: Backoff, after: &mut After) -> Result<usize, ItemError> {
     let ids = items::active_ids(tx)?;
     for id in &ids {
         step(tx, id, Event::Recover, &[], now, backoff, after)?;
@@ -293,7 +293,7 @@ fn recover_active(tx: &Connection, now: Millis, backoff: Backoff, after: &mut Af
 }
 
 fn retry(
-    tx: &Connection,
+    tx: &Conn,
     account_id: &str,
     id: &str,
     now: Millis,
@@ -345,7 +345,7 @@ mod tests {
         async fn settlement_due(&self, id: &str) -> Option<String> {
             let id = id.to_string();
             let q = "SELECT settlement_due FROM items WHERE id = ?1";
-            self.store.read(move |c| Ok(c.query_row(q, [id], |r| r.get(0))?)).await.unwrap()
+            self.store.read(move |c| c.query_row(q, [id], |r| r.get(0))).await.unwrap()
         }
 
         /// Published files of an item: kind and inline bytes, by kind.
@@ -354,9 +354,7 @@ mod tests {
             self.store
                 .read(move |c| {
                     let q = "SELECT kind, content FROM artifacts WHERE item_id = ?1 ORDER BY kind";
-                    let mut stmt = c.prepare(q)?;
-                    let rows = stmt.query_map([id], |r| Ok((r.get(0)?, r.get(1)?)))?;
-                    Ok(rows.collect::<Result<Vec<_>, _>>()?)
+                    c.query_map(q, [id], |r| Ok((r.get(0)?, r.get(1)?)))
                 })
                 .await
                 .unwrap()
@@ -474,7 +472,7 @@ mod tests {
         }
         let o = o.unwrap();
         let id = {
-            let id = g.store.read(|c| Ok(c.query_row("SELECT id FROM items", [], |r| r.get::<_, String>(0))?));
+            let id = g.store.read(|c| c.query_row("SELECT id FROM items", (), |r| r.get::<String>(0)));
             id.await.unwrap()
         };
         assert_eq!((o.item.state, o.item.attempts_made), (ItemState::Failed, item::MAX_ATTEMPTS));
@@ -537,7 +535,7 @@ mod tests {
         let id = row.id.clone();
         let failing = g.driver.commits.run(move |tx| finish(tx, &id, &end, T, B, &mut After::default()));
         let (failed, claimed) = tokio::join!(failing, g.driver.claim());
-        assert!(matches!(failed, Err(ItemError::Store(StoreError::Sqlite(_)))), "{failed:?}");
+        assert!(matches!(failed, Err(ItemError::Store(StoreError::Database(_)))), "{failed:?}");
         assert!(claimed.unwrap().is_some(), "the other request of the group committed");
         assert_eq!(g.item(&row.id).await.state, ItemState::Active);
         assert!(g.published(&row.id).await.is_empty());

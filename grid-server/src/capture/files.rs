@@ -105,12 +105,20 @@ pub const INLINE_MAX_BYTES: usize = 512 * 1024;
 /// memory for the database, larger ones are written under a shard directory
 /// (`<last two characters of the item id>/`), so no directory is made per
 /// item. Blocking.
-pub fn write_family(root: &Path, item_id: &str, files: Vec<FileContent>) -> std::io::Result<Vec<PublishedFile>> {
+///
+/// `all_inline` keeps every file in the database, whatever its size
+/// (`Store::files_inline`).
+pub fn write_family(
+    root: &Path,
+    item_id: &str,
+    files: Vec<FileContent>,
+    all_inline: bool,
+) -> std::io::Result<Vec<PublishedFile>> {
     let shard = &item_id[item_id.len().saturating_sub(2)..];
     files
         .into_iter()
         .map(|f| {
-            if f.bytes.len() <= INLINE_MAX_BYTES {
+            if all_inline || f.bytes.len() <= INLINE_MAX_BYTES {
                 return Ok(inline(item_id, f));
             }
             let (storage_name, sha256) =
@@ -126,6 +134,11 @@ pub fn write_family(root: &Path, item_id: &str, files: Vec<FileContent>) -> std:
             })
         })
         .collect()
+}
+
+/// Whether a storage name is of a file kept in the database.
+pub fn in_database(storage_name: &str) -> bool {
+    storage_name.starts_with("db:")
 }
 
 /// A file kept in the database, published in the same transaction as the
@@ -175,7 +188,7 @@ mod tests {
             FileContent { kind: ArtifactKind::Body, content_type: "text/plain".into(), bytes: big.clone() },
             FileContent::meta(&serde_json::json!({"outcome": "success"})),
         ];
-        let out = write_family(root.path(), "it_01AB", files).unwrap();
+        let out = write_family(root.path(), "it_01AB", files, false).unwrap();
         assert_eq!(out.len(), 2);
         assert_eq!(out[0].sha256, sha256_hex(&big));
         assert_eq!(out[0].storage_name, format!("AB/it_01AB-body-{}", &sha256_hex(&big)[..16]));
@@ -198,7 +211,8 @@ mod tests {
     #[test]
     fn a_changed_inline_file_fails_its_check() {
         let root = tempfile::tempdir().unwrap();
-        let mut out = write_family(root.path(), "it_1", vec![FileContent::meta(&serde_json::json!({"a": 1}))]).unwrap();
+        let mut out =
+            write_family(root.path(), "it_1", vec![FileContent::meta(&serde_json::json!({"a": 1}))], false).unwrap();
         out[0].inline.as_mut().unwrap().push(b' ');
         assert!(open_published(root.path(), out[0].clone()).is_err());
     }
@@ -209,7 +223,7 @@ mod tests {
         let big = vec![1u8; INLINE_MAX_BYTES + READ_CHUNK + 3];
         let files =
             vec![FileContent { kind: ArtifactKind::Html, content_type: "text/html".into(), bytes: big.clone() }];
-        let published = write_family(root.path(), "it_01CD", files).unwrap().remove(0);
+        let published = write_family(root.path(), "it_01CD", files, false).unwrap().remove(0);
         let path = root.path().join(&published.storage_name);
         let mut same_length = big.clone();
         *same_length.last_mut().unwrap() = 2;

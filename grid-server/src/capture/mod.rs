@@ -114,6 +114,8 @@ async fn run_attempt(app: &Arc<App>, fetcher: &Fetcher, row: ItemRow) {
 /// item machine says so.
 async fn write_files(app: &App, item_id: &str, files: Vec<FileContent>) -> std::io::Result<Vec<PublishedFile>> {
     let root = app.artifacts_dir.clone();
-    let id = item_id.to_string();
-    tokio::task::spawn_blocking(move || files::write_family(&root, &id, files)).await.map_err(std::io::Error::other)?
+    let (id, all_inline) = (item_id.to_string(), app.store.files_inline());
+    tokio::task::spawn_blocking(move || files::write_family(&root, &id, files, all_inline))
+        .await
+        .map_err(std::io::Error::other)?
 }

@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::store::Conn;
 use futures_util::future::BoxFuture;
 use grid_core::ids;
 use grid_core::job::{self, AttemptCharge, Effect, Event, Outcome};
@@ -28,7 +29,6 @@ use grid_core::pricing;
 use grid_core::time::Millis;
 use grid_core::wire::job::JobPhase;
 use grid_core::wire::job_record::{Executor, JobArtifact, LOG_CONTENT_TYPE, LOG_KIND};
-use rusqlite::Connection;
 use tokio::sync::Notify;
 use tracing::Instrument;
 
@@ -116,7 +116,7 @@ fn stop_recorded(row: &JobRow, attempt: u32) -> bool {
 /// its next due time. Answers the job as saved and every effect; the ones
 /// outside the database are for `JobDriver::execute` once `tx` commits.
 pub fn transition(
-    tx: &Connection,
+    tx: &Conn,
     id: &str,
     event: Event,
     at: Millis,
@@ -127,7 +127,7 @@ pub fn transition(
 }
 
 fn transition_row(
-    tx: &Connection,
+    tx: &Conn,
     mut row: JobRow,
     event: Event,
     at: Millis,
@@ -165,7 +165,7 @@ fn transition_row(
 
 /// Charges an attempt's run time (capped by the pricing rules) and releases
 /// the rest of the open reservation.
-fn settle(tx: &Connection, row: &JobRow, charge: Option<AttemptCharge>, at: Millis) -> StoreResult<()> {
+fn settle(tx: &Conn, row: &JobRow, charge: Option<AttemptCharge>, at: Millis) -> StoreResult<()> {
     let used = charge.map_or(0, |c| {
         pricing::job_attempt_charge_micros(
             row.cpu_millis,
@@ -348,13 +348,19 @@ impl JobDriver {
                 return None;
             }
         };
-        let root = self.logs_dir.clone();
-        let (dir, stem) = (job_id.to_string(), format!("attempt-{attempt}"));
         let len = bytes.len() as u64;
-        let written = tokio::task::spawn_blocking(move || files::write_checked(&root, &dir, &stem, &bytes)).await;
-        let Ok(Ok((storage_name, sha256))) = written else {
-            tracing::error!(job = job_id, "log could not be stored");
-            return None;
+        let (storage_name, sha256, inline) = if self.store.files_inline() {
+            let sha256 = crate::ids::sha256_hex(&bytes);
+            (format!("db:{job_id}/attempt-{attempt}"), sha256, Some(bytes))
+        } else {
+            let root = self.logs_dir.clone();
+            let (dir, stem) = (job_id.to_string(), format!("attempt-{attempt}"));
+            let written = tokio::task::spawn_blocking(move || files::write_checked(&root, &dir, &stem, &bytes)).await;
+            let Ok(Ok((storage_name, sha256))) = written else {
+                tracing::error!(job = job_id, "log could not be stored");
+                return None;
+            };
+            (storage_name, sha256, None)
         };
         Some(StoredLog {
             artifact: JobArtifact {
@@ -368,6 +374,7 @@ impl JobDriver {
             },
             storage_name,
             sha256,
+            inline,
         })
     }
 
@@ -731,7 +738,7 @@ mod tests {
 
         fn due_at(&self, id: &str) -> Option<i64> {
             self.store
-                .read_blocking(|c| Ok(c.query_row("SELECT due_at FROM jobs WHERE id = ?1", [id], |r| r.get(0))?))
+                .read_blocking(|c| c.query_row("SELECT due_at FROM jobs WHERE id = ?1", [id], |r| r.get(0)))
                 .unwrap()
         }
 
@@ -739,9 +746,11 @@ mod tests {
         fn ledger(&self, id: &str) -> Vec<(String, i64)> {
             self.store
                 .read_blocking(|c| {
-                    let mut s = c.prepare("SELECT kind, amount FROM ledger WHERE subject LIKE ?1 ORDER BY rowid")?;
-                    let rows = s.query_map([format!("{id}/%")], |r| Ok((r.get(0)?, r.get(1)?)))?;
-                    Ok(rows.collect::<Result<_, _>>()?)
+                    c.query_map(
+                        "SELECT kind, amount FROM ledger WHERE subject LIKE ?1 ORDER BY id",
+                        [format!("{id}/%")],
+                        |r| Ok((r.get(0)?, r.get(1)?)),
+                    )
                 })
                 .unwrap()
         }

@@ -10,7 +10,7 @@ use hyper::HeaderMap;
 
 use crate::app::App;
 use crate::store::accounts::{self, Caller};
-use crate::store::{StoreError, StoreResult};
+use crate::store::{Conn, StoreError, StoreResult};
 
 /// `audience` is the resource the request is for: the base URL, or the
 /// base URL + `/mcp` on the MCP endpoint.
@@ -51,7 +51,7 @@ async fn key_caller(app: &App, key: &str) -> Result<Caller, ApiError> {
 /// Reads the account database within the accounting deadline.
 async fn lookup<R: Send + 'static>(
     app: &App,
-    f: impl FnOnce(&rusqlite::Connection) -> StoreResult<R> + Send + 'static,
+    f: impl FnOnce(&Conn) -> StoreResult<R> + Send + 'static,
 ) -> Result<R, ApiError> {
     match tokio::time::timeout(app.config.accounting_timeout, app.store.read(f)).await {
         Err(_) | Ok(Err(StoreError::Busy)) => {

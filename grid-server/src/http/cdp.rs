@@ -20,9 +20,10 @@ use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use grid_core::error::ApiError;
+use grid_core::routes::Route;
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONNECTION, UPGRADE};
-use hyper::{Method, Request, Response, StatusCode};
+use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
@@ -40,7 +41,15 @@ const READY_WAIT: Duration = Duration::from_secs(30);
 /// Longest a discovery answer may wait for the browser.
 const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(10);
 
-pub async fn handle(app: &App, id: &str, token: &str, rest: &[&str], req: Request<Incoming>) -> Result<Resp, ApiError> {
+/// One request to a session's endpoint: `route` is one of the router's CDP
+/// routes, `params` its path parameters (session id, token, then the target
+/// or browser id where the route has one).
+pub async fn handle(app: &App, route: Route, params: &[String], req: Request<Incoming>) -> Result<Resp, ApiError> {
+    let (id, token) = match params {
+        [id, token, ..] => (id.as_str(), token.as_str()),
+        _ => return Err(ApiError::UnknownSession),
+    };
+    let target = params.get(2).cloned();
     let live = app.sessions.live(id).ok_or(ApiError::UnknownSession)?;
     // Compared as hashes of equal length; the token itself is never stored.
     if token_hash(token) != live.token_sha256 {
@@ -48,24 +57,27 @@ pub async fn handle(app: &App, id: &str, token: &str, rest: &[&str], req: Reques
     }
     let is_upgrade =
         req.headers().get(UPGRADE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
-    let rest: Vec<&str> = rest.iter().copied().filter(|s| !s.is_empty()).collect();
-    if !is_upgrade && rest == ["view"] && req.method() == Method::GET {
-        return Ok(view_page(&app.config.base_url));
+    let socket = match route {
+        Route::CdpView => return Ok(view_page(&app.config.base_url)),
+        Route::CdpSocket | Route::CdpBrowserSocket => Some(None),
+        Route::CdpPageSocket => Some(target.clone()),
+        _ => None,
+    };
+    if socket.is_some() && !is_upgrade {
+        return Err(ApiError::InvalidBody {
+            detail: vec!["upgrade: this address takes a WebSocket (connect a CDP client to it)".into()],
+        });
     }
     let endpoint = wait_ready(live.clone()).await?;
-    let public = format!("{}/cdp/{id}/{token}", app.config.base_url);
-    if is_upgrade {
-        let page = match rest.as_slice() {
-            [] | ["devtools", "browser", ..] => None,
-            ["devtools", "page", target] => Some(target.to_string()),
-            _ => return Err(ApiError::UnknownSession),
-        };
+    if let Some(page) = socket {
         return upgrade(endpoint, page, req, live).await;
     }
+    let public = format!("{}/cdp/{id}/{token}", app.config.base_url);
     let query = req.uri().query().map(str::to_string);
-    let answer = tokio::time::timeout(DISCOVERY_TIMEOUT, discovery(&endpoint, id, req.method(), &rest, query, &public))
-        .await
-        .map_err(|_| ApiError::UnknownSession)??;
+    let answer =
+        tokio::time::timeout(DISCOVERY_TIMEOUT, discovery(&endpoint, id, route, target.as_deref(), query, &public))
+            .await
+            .map_err(|_| ApiError::UnknownSession)??;
     Ok(respond::bytes(StatusCode::OK, "application/json; charset=UTF-8", answer.to_string().into_bytes()))
 }
 
@@ -126,8 +138,8 @@ fn ws_base(public_http: &str) -> String {
 async fn discovery(
     endpoint: &Endpoint,
     session_id: &str,
-    method: &Method,
-    rest: &[&str],
+    route: Route,
+    target: Option<&str>,
     query: Option<String>,
     public: &str,
 ) -> Result<Value, ApiError> {
@@ -146,8 +158,8 @@ async fn discovery(
             "webSocketDebuggerUrl": format!("{ws}/devtools/page/{id}"),
         })
     };
-    match rest {
-        ["json", "version"] => Ok(json!({
+    match route {
+        Route::CdpVersion => Ok(json!({
             "Browser": endpoint.version.product,
             "Protocol-Version": endpoint.version.protocol_version,
             "User-Agent": endpoint.version.user_agent,
@@ -155,7 +167,7 @@ async fn discovery(
             "WebKit-Version": endpoint.version.revision,
             "webSocketDebuggerUrl": format!("{ws}/devtools/browser/{session_id}"),
         })),
-        ["json"] | ["json", "list"] => {
+        Route::CdpTargets | Route::CdpTargetList => {
             let targets = cdp.send(None, "Target.getTargets", json!({})).await.map_err(gone)?;
             let list: Vec<Value> = targets["targetInfos"]
                 .as_array()
@@ -163,7 +175,7 @@ async fn discovery(
                 .unwrap_or_default();
             Ok(Value::Array(list))
         }
-        ["json", "new"] if method == Method::PUT || method == Method::GET => {
+        Route::CdpNewTarget | Route::CdpNewTargetGet => {
             let url = query
                 .map(|q| {
                     url::form_urlencoded::parse(q.as_bytes())
@@ -180,11 +192,11 @@ async fn discovery(
                 cdp.send(None, "Target.getTargetInfo", json!({"targetId": created["targetId"]})).await.map_err(gone)?;
             Ok(entry(&info["targetInfo"]))
         }
-        ["json", "close", target] => {
+        Route::CdpCloseTarget => {
             cdp.send(None, "Target.closeTarget", json!({"targetId": target})).await.map_err(gone)?;
             Ok(json!("Target is closing"))
         }
-        ["json", "activate", target] => {
+        Route::CdpActivateTarget => {
             cdp.send(None, "Target.activateTarget", json!({"targetId": target})).await.map_err(gone)?;
             Ok(json!("Target activated"))
         }

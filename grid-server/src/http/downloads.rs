@@ -1,6 +1,6 @@
 //! Serves signed download URLs (made by `crate::signing`): no credential,
 //! 15 minutes from issue. A capture's files are checked against their
-//! SHA-256; a session's downloads (`/downloads/{sessionId}/{name}`) are
+//! SHA-256; a session's downloads (`/downloads/sessions/{sessionId}/{name}`) are
 //! opened only as `sessions::downloads` allows (no link followed, one link,
 //! the browser's own), and only until the session's grace is over.
 //!
@@ -27,16 +27,13 @@ use super::respond::{self, Body, Resp};
 use crate::app::App;
 use crate::capture::files::{self, Checked, READ_CHUNK};
 use crate::ids::now;
-use crate::store::items;
+use crate::store::{items, Store};
 
 fn query_param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
     query.split('&').find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
 }
 
 pub async fn serve(app: &App, item: &str, kind: &str, query: Option<&str>) -> Result<Resp, ApiError> {
-    if item.starts_with(grid_core::ids::SESSION) {
-        return serve_session_file(app, item, kind, query).await;
-    }
     let query = query.unwrap_or("");
     let expires = query_param(query, "expires").and_then(|s| s.parse::<i64>().ok());
     let sig = query_param(query, "sig");
@@ -46,20 +43,32 @@ pub async fn serve(app: &App, item: &str, kind: &str, query: Option<&str>) -> Re
     }
     let kind = ArtifactKind::parse(kind).ok_or(ApiError::DownloadLinkInvalid)?;
     let item_id = item.to_string();
-    let file =
-        app.store.read(move |c| items::published_file(c, &item_id, kind)).await?.ok_or(ApiError::ArtifactNotPresent)?;
-    let root = app.artifacts_dir.clone();
+    let file = app
+        .store
+        .read(move |c| items::published_file(c, &item_id, kind, files::INLINE_MAX_BYTES))
+        .await?
+        .ok_or(ApiError::ArtifactNotPresent)?;
     let (storage_name, content_type, length) = (file.storage_name.clone(), file.content_type.clone(), file.byte_length);
-    let checked = tokio::task::spawn_blocking(move || files::open_published(&root, file))
-        .await
-        .map_err(|_| ApiError::Internal)?
-        .map_err(|e| {
-            tracing::error!(file = %storage_name, error = %e, "published file unreadable or corrupt");
-            ApiError::Internal
-        })?;
-    let body = match checked {
-        Checked::Inline(bytes) => respond::full(bytes),
-        Checked::OnDisk(file) => stream_file(tokio::fs::File::from_std(file), length as u64),
+    let body = if file.inline.is_none() && files::in_database(&file.storage_name) {
+        let item_id = item.to_string();
+        if !app.store.read(move |c| items::file_intact(c, &item_id, kind)).await? {
+            tracing::error!(file = %storage_name, "published file failed its checksum");
+            return Err(ApiError::Internal);
+        }
+        stream_stored(app.store.clone(), item.to_string(), kind, length as u64)
+    } else {
+        let root = app.artifacts_dir.clone();
+        let checked = tokio::task::spawn_blocking(move || files::open_published(&root, file))
+            .await
+            .map_err(|_| ApiError::Internal)?
+            .map_err(|e| {
+                tracing::error!(file = %storage_name, error = %e, "published file unreadable or corrupt");
+                ApiError::Internal
+            })?;
+        match checked {
+            Checked::Inline(bytes) => respond::full(bytes),
+            Checked::OnDisk(file) => stream_file(tokio::fs::File::from_std(file), length as u64),
+        }
     };
     let mut r = Response::new(body);
     *r.status_mut() = StatusCode::OK;
@@ -73,7 +82,12 @@ pub async fn serve(app: &App, item: &str, kind: &str, query: Option<&str>) -> Re
 
 /// One file of a session's downloads; `encoded` is its name as the URL's
 /// last path segment carries it.
-async fn serve_session_file(app: &App, session: &str, encoded: &str, query: Option<&str>) -> Result<Resp, ApiError> {
+pub async fn serve_session_file(
+    app: &App,
+    session: &str,
+    encoded: &str,
+    query: Option<&str>,
+) -> Result<Resp, ApiError> {
     let query = query.unwrap_or("");
     let expires = query_param(query, "expires").and_then(|s| s.parse::<i64>().ok());
     let sig = query_param(query, "sig");
@@ -208,6 +222,31 @@ fn stream_file(file: tokio::fs::File, length: u64) -> Body {
         let chunk: Bytes = buf.freeze();
         let chunk = if n > left { chunk.slice(..left as usize) } else { chunk };
         Ok(Some((Frame::data(chunk), (file, left.saturating_sub(n)))))
+    });
+    StreamBody::new(chunks).boxed_unsync()
+}
+
+/// A large file kept in the database (PostgreSQL), `READ_CHUNK` at a time,
+/// each slice one query; ending early fails the body as `stream_file` does.
+fn stream_stored(store: Store, item: String, kind: ArtifactKind, length: u64) -> Body {
+    let chunks = futures_util::stream::try_unfold(0u64, move |offset| {
+        let (store, item) = (store.clone(), item.clone());
+        async move {
+            if offset >= length {
+                return Ok(None);
+            }
+            let want = READ_CHUNK.min((length - offset) as usize);
+            let slice = store
+                .read(move |c| items::file_slice(c, &item, kind, offset, want))
+                .await
+                .map_err(std::io::Error::other)?
+                .unwrap_or_default();
+            if slice.is_empty() {
+                return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "published file ended early"));
+            }
+            let n = slice.len() as u64;
+            Ok(Some((Frame::data(Bytes::from(slice)), offset + n)))
+        }
     });
     StreamBody::new(chunks).boxed_unsync()
 }

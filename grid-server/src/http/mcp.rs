@@ -140,7 +140,11 @@ fn preflight(origin: Option<&str>, headers: &HeaderMap) -> Resp {
     let mut r = respond::bytes(StatusCode::NO_CONTENT, "application/json", vec![]);
     r.headers_mut().remove(CONTENT_TYPE);
     let h = r.headers_mut();
-    h.insert(ALLOW, HeaderValue::from_static("GET, POST, DELETE, OPTIONS"));
+    // What the resource has (the route table); the CORS list below also
+    // names GET and DELETE so a page gets their 405 rather than a CORS failure.
+    if let Ok(v) = HeaderValue::from_str(&grid_core::routes::allow(grid_core::routes::Route::Mcp.template())) {
+        h.insert(ALLOW, v);
+    }
     if let Some(o) = origin {
         cors(h, o);
         h.insert(ACCESS_CONTROL_ALLOW_METHODS, HeaderValue::from_static("GET, POST, DELETE, OPTIONS"));
@@ -240,11 +244,37 @@ async fn endpoint(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiErr
         let id = msg.get("id").cloned().unwrap_or(Value::Null);
         return Ok(rpc_error(400, INVALID_REQUEST, "Invalid Request: jsonrpc must be \"2.0\"", id));
     }
-    let Some(method) = msg.get("method").and_then(Value::as_str) else {
-        // A response to a server request, which this server never sends.
-        return Ok(accepted());
+    let id = msg.get("id").cloned();
+    let Some(method) = msg.get("method") else {
+        // A response to a server request, which this server never sends:
+        // taken and ignored. Anything else is no message.
+        if msg.contains_key("result") || msg.contains_key("error") {
+            return Ok(accepted());
+        }
+        return Ok(rpc_error(
+            400,
+            INVALID_REQUEST,
+            "Invalid Request: a message has a method (request or notification), or a result or error (response)",
+            id.unwrap_or(Value::Null),
+        ));
     };
-    let Some(id) = msg.get("id").cloned() else {
+    // What JSON-RPC and MCP require of a request, refused as the document
+    // at GET /openapi.json states it.
+    let problem = if !method.is_string() {
+        Some("method must be a string")
+    } else if id.as_ref().is_some_and(|i| !(i.is_string() || i.is_number())) {
+        Some("id must be a string or a number")
+    } else if msg.get("params").is_some_and(|p| !p.is_object()) {
+        Some("params must be an object")
+    } else {
+        None
+    };
+    if let Some(problem) = problem {
+        let echo = id.filter(|i| i.is_string() || i.is_number()).unwrap_or(Value::Null);
+        return Ok(rpc_error(400, INVALID_REQUEST, &format!("Invalid Request: {problem}"), echo));
+    }
+    let method = method.as_str().unwrap_or_default();
+    let Some(id) = id else {
         // Notifications (initialized, cancelled, ...) need no answer, in
         // either era.
         return Ok(accepted());

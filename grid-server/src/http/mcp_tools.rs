@@ -135,7 +135,9 @@ fn tools_table() -> Vec<Tool> {
                 "Queues 1 to 1000 URLs, one capture item each, run by a script (default capture: screenshot, html \
                  and meta) under a browser profile. Costs the script's price per item, reserved now and charged \
                  when an item completes (released if it fails): {}. Refused with insufficient_credit or \
-                 daily_cap_exceeded before anything is queued. Poll get_batch, then get_capture.",
+                 daily_cap_exceeded before anything is queued. params: every option of each script is in the \
+                 input schema (dependentSchemas.params.oneOf, one branch per script); they are checked when each \
+                 item runs, so a bad one fails the items, naming it. Poll get_batch, then get_capture.",
                 prices.join(", ")
             ),
             input: shapes::new_batch(),
@@ -303,6 +305,17 @@ fn tools_table() -> Vec<Tool> {
             output: replies::object(json!({"sessionId": {"type": "string"}, "released": {"const": true}})),
             hints: Hints { read_only: false, destructive: true, idempotent: true, open_world: false },
         },
+        Tool {
+            name: "list_session_downloads",
+            title: "List a session's downloads",
+            description: "The files your session's pages downloaded (name, size, a 15-minute download URL each), \
+                          what the grid refused over the session's download limit, and until when the files are \
+                          kept after the session ends. Free."
+                .into(),
+            input: id_argument("sessionId", "The sessionId lease_session answered."),
+            output: replies::session_downloads(),
+            hints: READ,
+        },
     ]
 }
 
@@ -376,6 +389,7 @@ fn to_call(name: &str, args: &Map<String, Value>) -> Result<Call, ToolError> {
         "lease_session" => Call::LeaseSession { body: body(), idempotency_key: None },
         "list_sessions" => Call::ListSessions,
         "release_session" => Call::ReleaseSession(string_arg(args, "sessionId")?),
+        "list_session_downloads" => Call::SessionDownloads(string_arg(args, "sessionId")?),
         other => return Err(ToolError::Params(format!("Unknown tool: {other}"))),
     })
 }
@@ -624,5 +638,6 @@ mod tests {
         assert_eq!(tool("submit_batch")["outputSchema"], replies::batch_created());
         assert_eq!(tool("lease_session")["outputSchema"], replies::session_lease());
         assert_eq!(tool("list_jobs")["outputSchema"], replies::job_list());
+        assert_eq!(tool("list_session_downloads")["outputSchema"], replies::session_downloads());
     }
 }

@@ -25,6 +25,8 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 
+use grid_core::routes::{self, Access, Resolved, Route};
+
 use crate::api::meta;
 use crate::api::{self, Call};
 use respond::Resp;
@@ -186,32 +188,7 @@ fn too_large(req: &Request<Incoming>) -> Option<ApiError> {
 /// A path as its route's template, the `route` label of the HTTP metrics:
 /// ids and tokens never become label values (one series per route).
 fn route_label(path: &str) -> &'static str {
-    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
-    match segments.as_slice() {
-        ["healthz"] => "/healthz",
-        [".well-known", "oauth-protected-resource"] => "/.well-known/oauth-protected-resource",
-        [".well-known", "oauth-protected-resource", "mcp"] => "/.well-known/oauth-protected-resource/mcp",
-        ["openapi.json"] => "/openapi.json",
-        ["downloads", _, _] => "/downloads/{jobId}/{kind}",
-        ["cdp", ..] => "/cdp/{sessionId}/{token}/...",
-        ["mcp"] => "/mcp",
-        ["account"] => "/account",
-        ["grid"] => "/grid",
-        ["grid", "queue-depth"] => "/grid/queue-depth",
-        ["batches"] => "/batches",
-        ["batches", _] => "/batches/{batchId}",
-        ["jobs"] => "/jobs",
-        ["jobs", _] => "/jobs/{jobId}",
-        ["jobs", _, "retry"] => "/jobs/{jobId}/retry",
-        ["jobs", _, "cancel"] => "/jobs/{jobId}/cancel",
-        ["jobs", _, "artifacts"] => "/jobs/{jobId}/artifacts",
-        ["jobs", _, "logs"] => "/jobs/{jobId}/logs",
-        ["artifacts", _, _] => "/artifacts/{jobId}/{kind}",
-        ["sessions"] => "/sessions",
-        ["sessions", _] => "/sessions/{sessionId}",
-        ["sessions", _, "downloads"] => "/sessions/{sessionId}/downloads",
-        _ => "other",
-    }
+    routes::template_of(path).unwrap_or("other")
 }
 
 /// A request path as it may appear in the log: a CDP path's session token
@@ -228,116 +205,142 @@ fn loggable_path(path: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// Every request is resolved through the one route table
+/// (`grid_core::routes`), which GET /openapi.json describes operation for
+/// operation: the `match` below is exhaustive over it, so a route is neither
+/// served without being described nor described without being served.
 async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiError> {
     let path = req.uri().path().to_string();
-    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     let method = req.method().clone();
-
-    // Paths that need no credential.
-    match (&method, segments.as_slice()) {
-        (&Method::GET, ["healthz"]) => return Ok(respond::reply(meta::healthz())),
-        (&Method::GET, [".well-known", "oauth-protected-resource"]) => {
-            return Ok(respond::reply(meta::protected_resource(app, false)))
-        }
-        (&Method::GET, [".well-known", "oauth-protected-resource", "mcp"]) => {
-            return Ok(respond::reply(meta::protected_resource(app, true)))
-        }
-        // With no sign-in configured, an OAuth client that finds no
-        // authorization server in the metadata falls back to the grid's own
-        // origin; say there what to use instead of a bare "route not found".
-        (&Method::GET, [".well-known", "oauth-authorization-server" | "openid-configuration", ..])
-        | (&Method::POST, ["register"])
-            if app.config.auth_url.is_none() =>
-        {
-            return Ok(respond::json(
-                404,
-                &serde_json::json!({
-                    "error": "no sign-in on this grid",
-                    "hint": "This grid has no authorization server: use an API key, sent as `Authorization: Bearer grid_...` or `x-api-key: grid_...`."
-                }),
-            ));
-        }
-        (&Method::GET, ["downloads", item, kind]) => return downloads::serve(app, item, kind, req.uri().query()).await,
-        // The session's token in the path is the credential of its CDP endpoint.
-        (_, ["cdp", id, token, rest @ ..]) => {
-            let (id, token, rest) =
-                (id.to_string(), token.to_string(), rest.iter().map(|s| s.to_string()).collect::<Vec<_>>());
-            let rest: Vec<&str> = rest.iter().map(String::as_str).collect();
-            return cdp::handle(app, &id, &token, &rest, req).await;
-        }
-        _ => {}
+    if let Some(r) = no_sign_in(app, &method, &path) {
+        return Ok(r);
     }
-    let caller = match (&method, segments.as_slice()) {
-        (_, ["mcp"]) => return mcp::handle(app, req).await,
-        _ if is_api_path(&segments) => {
+    let (route, params): (Route, Vec<String>) = match routes::resolve(method.as_str(), &path) {
+        Resolved::Route(route, params) => (route, params.into_iter().map(str::to_string).collect()),
+        Resolved::WrongMethod { allow, routes } => return wrong_method(app, req, &allow, &routes).await,
+        Resolved::NotFound => return Err(ApiError::RouteNotFound),
+    };
+    let caller = match route.access() {
+        Access::Credential => {
             let caller = auth::authenticate(app, req.headers(), &app.config.base_url).await?;
             app.limits.rates.check(&caller)?;
-            caller
+            Some(caller)
         }
-        _ => return Err(ApiError::RouteNotFound),
+        // The MCP endpoint checks its credential itself (its 401 carries a
+        // challenge; Origin comes first); the others carry theirs in the URL
+        // or need none.
+        Access::Mcp | Access::Open | Access::SessionToken | Access::SignedUrl => None,
     };
+    // Path parameters, in the template's order.
+    let p = |i: usize| params.get(i).cloned().unwrap_or_default();
     let query = || pairs(req.uri().query());
-    let call = match (&method, segments.as_slice()) {
-        (&Method::GET, ["account"]) => Call::Account(query()),
-        (&Method::GET, ["grid"]) => Call::GridStatus,
-        (&Method::GET, ["grid", "queue-depth"]) => Call::QueueDepth,
-        (&Method::GET, ["batches", id]) => Call::Batch(id.to_string()),
-        (&Method::GET, ["jobs"]) => Call::ListJobs(query()),
-        (&Method::GET, ["jobs", id]) => Call::GetJob(id.to_string()),
-        (&Method::POST, ["jobs", id, "retry"]) => Call::Retry(id.to_string()),
-        (&Method::POST, ["jobs", id, "cancel"]) => Call::Cancel(id.to_string()),
-        (&Method::GET, ["jobs", id, "artifacts"]) => Call::JobArtifacts(id.to_string()),
-        (&Method::GET, ["jobs", id, "logs"]) => Call::JobLogs { id: id.to_string(), query: query() },
-        (&Method::GET, ["artifacts", item, kind]) => {
-            Call::ArtifactUrl { item: item.to_string(), kind: kind.to_string() }
-        }
-        (&Method::GET, ["sessions"]) => Call::ListSessions,
-        (&Method::DELETE, ["sessions", id]) => Call::ReleaseSession(id.to_string()),
-        (&Method::GET, ["sessions", id, "downloads"]) => Call::SessionDownloads(id.to_string()),
-        (&Method::POST, ["batches"]) => Call::SubmitBatch {
+    let call = match route {
+        Route::Healthz => return Ok(respond::reply(meta::healthz())),
+        Route::ProtectedResource => return Ok(respond::reply(meta::protected_resource(app, false))),
+        Route::ProtectedResourceMcp => return Ok(respond::reply(meta::protected_resource(app, true))),
+        Route::OpenApi => return Ok(respond::json(200, &grid_core::openapi::document(&app.config.base_url))),
+        Route::Mcp | Route::McpPreflight => return mcp::handle(app, req).await,
+        Route::Download => return downloads::serve(app, &p(0), &p(1), req.uri().query()).await,
+        Route::SessionDownload => return downloads::serve_session_file(app, &p(0), &p(1), req.uri().query()).await,
+        Route::CdpSocket
+        | Route::CdpVersion
+        | Route::CdpTargets
+        | Route::CdpTargetList
+        | Route::CdpNewTarget
+        | Route::CdpNewTargetGet
+        | Route::CdpCloseTarget
+        | Route::CdpActivateTarget
+        | Route::CdpView
+        | Route::CdpBrowserSocket
+        | Route::CdpPageSocket => return cdp::handle(app, route, &params, req).await,
+        Route::Account => Call::Account(query()),
+        Route::GridStatus => Call::GridStatus,
+        Route::QueueDepth => Call::QueueDepth,
+        Route::GetBatch => Call::Batch(p(0)),
+        Route::ListJobs => Call::ListJobs(query()),
+        Route::GetJob => Call::GetJob(p(0)),
+        Route::RetryJob => Call::Retry(p(0)),
+        Route::CancelJob => Call::Cancel(p(0)),
+        Route::JobArtifacts => Call::JobArtifacts(p(0)),
+        Route::JobLogs => Call::JobLogs { id: p(0), query: query() },
+        Route::ArtifactUrl => Call::ArtifactUrl { item: p(0), kind: p(1) },
+        Route::ListSessions => Call::ListSessions,
+        Route::ReleaseSession => Call::ReleaseSession(p(0)),
+        Route::SessionDownloads => Call::SessionDownloads(p(0)),
+        Route::SubmitBatch => Call::SubmitBatch {
             idempotency_key: respond::idempotency_key(req.headers())?,
             body: respond::json_body(req.into_body(), &app.limits.conn, |detail| ApiError::InvalidBatchBody { detail })
                 .await?,
         },
-        (&Method::POST, ["jobs"]) => Call::SubmitJob(
+        Route::SubmitJob => Call::SubmitJob(
             respond::json_body(req.into_body(), &app.limits.conn, |detail| ApiError::InvalidJobRequest { detail })
                 .await?,
         ),
-        (&Method::POST, ["sessions"]) => Call::LeaseSession {
+        Route::LeaseSession => Call::LeaseSession {
             idempotency_key: respond::idempotency_key(req.headers())?,
             body: respond::json_body(req.into_body(), &app.limits.conn, |detail| ApiError::InvalidSessionBody {
                 detail,
             })
             .await?,
         },
-        _ => return Err(ApiError::MethodNotAllowed),
     };
+    // Every route that is a call takes a credential (`Route::access`; the
+    // route tests hold each to its documented security).
+    let caller = caller.ok_or(ApiError::Internal)?;
     api::perform(app, &caller, call).await.map(respond::reply)
+}
+
+/// A method the path's routes do not have: 405 with `Allow`. A caller of a
+/// credentialed path is checked first, as on its routes; the MCP endpoint
+/// answers in JSON-RPC form.
+async fn wrong_method(
+    app: &Arc<App>,
+    req: Request<Incoming>,
+    allow: &[&str],
+    routes: &[Route],
+) -> Result<Resp, ApiError> {
+    let mut r = if routes.contains(&Route::Mcp) {
+        mcp::handle(app, req).await?
+    } else {
+        if routes.iter().any(|r| r.access() == Access::Credential) {
+            let caller = auth::authenticate(app, req.headers(), &app.config.base_url).await?;
+            app.limits.rates.check(&caller)?;
+        }
+        respond::error(&ApiError::MethodNotAllowed)
+    };
+    if r.status() == hyper::StatusCode::METHOD_NOT_ALLOWED {
+        if let Ok(v) = hyper::header::HeaderValue::from_str(&allow.join(", ")) {
+            r.headers_mut().insert(hyper::header::ALLOW, v);
+        }
+    }
+    Ok(r)
+}
+
+/// With no sign-in configured, an OAuth client that finds no authorization
+/// server in the metadata falls back to the grid's own origin; say there
+/// what to use instead of a bare "not found". These paths are no routes:
+/// they answer only "no".
+fn no_sign_in(app: &App, method: &Method, path: &str) -> Option<Resp> {
+    if app.config.auth_url.is_some() {
+        return None;
+    }
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    match (method, segments.as_slice()) {
+        (&Method::GET, [".well-known", "oauth-authorization-server" | "openid-configuration", ..])
+        | (&Method::POST, ["register"]) => Some(respond::json(
+            404,
+            &serde_json::json!({
+                "error": "no sign-in on this grid",
+                "hint": "This grid has no authorization server: use an API key, sent as `Authorization: Bearer grid_...` or `x-api-key: grid_...`."
+            }),
+        )),
+        _ => None,
+    }
 }
 
 /// Decoded query pairs.
 fn pairs(query: Option<&str>) -> Vec<(String, String)> {
     url::form_urlencoded::parse(query.unwrap_or("").as_bytes()).map(|(k, v)| (k.into_owned(), v.into_owned())).collect()
-}
-
-/// Paths of the contract that need a credential; anything else is 404.
-fn is_api_path(segments: &[&str]) -> bool {
-    matches!(
-        segments,
-        ["account"]
-            | ["grid"]
-            | ["grid", "queue-depth"]
-            | ["batches"]
-            | ["batches", _]
-            | ["jobs"]
-            | ["jobs", _]
-            | ["jobs", _, _]
-            | ["artifacts", _, _]
-            | ["sessions"]
-            | ["sessions", _]
-            | ["sessions", _, "downloads"]
-            | ["mcp"]
-    )
 }
 
 #[cfg(test)]
@@ -347,9 +350,14 @@ mod tests {
     #[test]
     fn route_labels_carry_no_ids_or_tokens() {
         assert_eq!(route_label("/jobs/cj_123/logs"), "/jobs/{jobId}/logs");
-        assert_eq!(route_label("/cdp/ses_1/secret-token/json/version"), "/cdp/{sessionId}/{token}/...");
+        assert_eq!(route_label("/cdp/ses_1/secret-token/json/version"), "/cdp/{sessionId}/{token}/json/version");
+        assert_eq!(
+            route_label("/cdp/ses_1/secret-token/devtools/page/T1"),
+            "/cdp/{sessionId}/{token}/devtools/page/{targetId}"
+        );
         assert_eq!(route_label("/downloads/it_1/body"), "/downloads/{jobId}/{kind}");
         assert_eq!(route_label("/sessions/ses_1/downloads"), "/sessions/{sessionId}/downloads");
+        assert_eq!(route_label("/downloads/sessions/ses_1/report.csv"), "/downloads/sessions/{sessionId}/{name}");
         assert_eq!(route_label("/no/such/route"), "other");
         assert_eq!(route_label("/"), "other");
     }

@@ -19,12 +19,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::store::Conn;
 use futures_util::future::BoxFuture;
 use grid_core::error::ApiError;
 use grid_core::session::{self, Due, Effect, Event, TransitionError};
 use grid_core::time::Millis;
 use grid_core::wire::session::{Attestation, NetworkAttestation};
-use rusqlite::Connection;
 use tokio::sync::watch;
 
 use super::{Endpoint, Live};
@@ -235,7 +235,7 @@ impl SessionDriver {
     /// executes the effects it returned.
     async fn transact<F>(&self, id: &str, f: F) -> Result<SessionRow, SessionError>
     where
-        F: FnOnce(&Connection, SessionRow) -> Result<Stepped, SessionError> + Send + 'static,
+        F: FnOnce(&Conn, SessionRow) -> Result<Stepped, SessionError> + Send + 'static,
     {
         let sid = id.to_string();
         let stepped = self
@@ -301,7 +301,7 @@ impl crate::due::Due for SessionDriver {
 }
 
 /// load → apply → settle → due time → save, inside the caller's transaction.
-fn step(tx: &Connection, mut row: SessionRow, event: Event, at: Millis) -> Result<Stepped, SessionError> {
+fn step(tx: &Conn, mut row: SessionRow, event: Event, at: Millis) -> Result<Stepped, SessionError> {
     let outcome = session::apply(&row.session, event, at)?;
     for effect in &outcome.effects {
         if let Effect::Settle { ready_millis } = effect {
@@ -315,7 +315,7 @@ fn step(tx: &Connection, mut row: SessionRow, event: Event, at: Millis) -> Resul
 
 /// The session's due event at its due time, when that is not after `now`.
 /// A stored due time another step has since moved is only rewritten.
-fn fire(tx: &Connection, row: SessionRow, now: Millis) -> Result<Stepped, SessionError> {
+fn fire(tx: &Conn, row: SessionRow, now: Millis) -> Result<Stepped, SessionError> {
     match session::next_due(&row.session) {
         Some(Due { at, event }) if at <= now => step(tx, row, event, at),
         _ => {
@@ -385,9 +385,7 @@ mod tests {
         fn due_at(&self, id: &str) -> Option<i64> {
             let id = id.to_string();
             self.store
-                .read_blocking(move |c| {
-                    Ok(c.query_row("SELECT due_at FROM sessions WHERE id = ?1", [&id], |r| r.get(0))?)
-                })
+                .read_blocking(move |c| c.query_row("SELECT due_at FROM sessions WHERE id = ?1", [&id], |r| r.get(0)))
                 .unwrap()
         }
 

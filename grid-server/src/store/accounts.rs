@@ -1,11 +1,11 @@
 //! Accounts, API keys and the credit ledger.
 
+use super::sql::{Conn, Optional};
 use grid_core::error::ApiError;
 use grid_core::ids;
 use grid_core::ledger::{Balance, DailyUse, EntryKind};
 use grid_core::time::Millis;
 use grid_core::wire::account::AccountView;
-use rusqlite::{Connection, OptionalExtension};
 use serde::Serialize;
 
 use super::{StoreError, StoreResult};
@@ -51,7 +51,7 @@ pub struct Caller {
     pub rate: KeyRate,
 }
 
-pub fn create_account(conn: &Connection, name: &str, credit_micros: i64, now: Millis) -> StoreResult<String> {
+pub fn create_account(conn: &Conn, name: &str, credit_micros: i64, now: Millis) -> StoreResult<String> {
     if credit_micros < 0 {
         return Err(StoreError::Invalid("credit must not be negative".into()));
     }
@@ -63,7 +63,7 @@ pub fn create_account(conn: &Connection, name: &str, credit_micros: i64, now: Mi
     Ok(id)
 }
 
-pub fn account(conn: &Connection, account_id: &str) -> StoreResult<AccountView> {
+pub fn account(conn: &Conn, account_id: &str) -> StoreResult<AccountView> {
     let (name, suspended): (String, bool) = conn
         .query_row("SELECT name, suspended FROM accounts WHERE id = ?1", [account_id], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?
@@ -83,34 +83,32 @@ pub fn account(conn: &Connection, account_id: &str) -> StoreResult<AccountView> 
 /// `before` (all when `None`), of `kind` when given. Answers the entries and,
 /// when more remain, the id to continue before.
 pub fn ledger_page(
-    conn: &Connection,
+    conn: &Conn,
     account_id: &str,
     kind: Option<EntryKind>,
     before: Option<i64>,
     limit: usize,
 ) -> StoreResult<(Vec<grid_core::wire::account::LedgerLine>, Option<i64>)> {
-    let mut stmt = conn.prepare_cached(
+    let rows = conn.query_map(
         "SELECT id, kind, amount, subject, key_id, created_at FROM ledger
-         WHERE account_id = ?1 AND id < ?2 AND (?3 IS NULL OR kind = ?3)
+         WHERE account_id = ?1 AND id < ?2 AND (CAST(?3 AS TEXT) IS NULL OR kind = ?3)
          ORDER BY id DESC LIMIT ?4",
-    )?;
-    let rows = stmt.query_map(
-        rusqlite::params![account_id, before.unwrap_or(i64::MAX), kind.map(EntryKind::as_str), limit as i64 + 1],
+        crate::params![account_id, before.unwrap_or(i64::MAX), kind.map(EntryKind::as_str), limit as i64 + 1],
         |r| {
             Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, i64>(2)?,
-                r.get::<_, Option<String>>(3)?,
-                r.get::<_, Option<String>>(4)?,
-                r.get::<_, i64>(5)?,
+                r.get::<i64>(0)?,
+                r.get::<String>(1)?,
+                r.get::<i64>(2)?,
+                r.get::<Option<String>>(3)?,
+                r.get::<Option<String>>(4)?,
+                r.get::<i64>(5)?,
             ))
         },
     )?;
     let mut lines = vec![];
     let mut last_id = None;
     for row in rows {
-        let (id, kind, amount, subject, key_id, created_at) = row?;
+        let (id, kind, amount, subject, key_id, created_at) = row;
         if lines.len() == limit {
             return Ok((lines, last_id));
         }
@@ -127,11 +125,11 @@ pub fn ledger_page(
     Ok((lines, None))
 }
 
-pub fn count_accounts(conn: &Connection) -> StoreResult<i64> {
-    Ok(conn.query_row("SELECT COUNT(*) FROM accounts", [], |r| r.get(0))?)
+pub fn count_accounts(conn: &Conn) -> StoreResult<i64> {
+    conn.query_row("SELECT COUNT(*) FROM accounts", (), |r| r.get(0))
 }
 
-pub fn set_suspended(conn: &Connection, account_id: &str, suspended: bool) -> StoreResult<()> {
+pub fn set_suspended(conn: &Conn, account_id: &str, suspended: bool) -> StoreResult<()> {
     let n = conn.execute("UPDATE accounts SET suspended = ?2 WHERE id = ?1", (account_id, suspended))?;
     if n == 0 {
         return Err(StoreError::NotFound(format!("account {account_id}")));
@@ -139,7 +137,7 @@ pub fn set_suspended(conn: &Connection, account_id: &str, suspended: bool) -> St
     Ok(())
 }
 
-pub fn add_credit(conn: &Connection, account_id: &str, micros: i64, now: Millis) -> StoreResult<()> {
+pub fn add_credit(conn: &Conn, account_id: &str, micros: i64, now: Millis) -> StoreResult<()> {
     if micros <= 0 {
         return Err(StoreError::Invalid("--add-micros must be a positive number".into()));
     }
@@ -148,7 +146,7 @@ pub fn add_credit(conn: &Connection, account_id: &str, micros: i64, now: Millis)
 }
 
 pub fn create_key(
-    conn: &Connection,
+    conn: &Conn,
     account_id: &str,
     daily_cap_micros: Option<i64>,
     internal: bool,
@@ -190,7 +188,7 @@ pub fn create_key(
     })
 }
 
-pub fn revoke_key(conn: &Connection, key_id: &str, now: Millis) -> StoreResult<()> {
+pub fn revoke_key(conn: &Conn, key_id: &str, now: Millis) -> StoreResult<()> {
     let n = conn.execute("UPDATE api_keys SET revoked_at = COALESCE(revoked_at, ?2) WHERE id = ?1", (key_id, now.0))?;
     if n == 0 {
         return Err(StoreError::NotFound(format!("key {key_id}")));
@@ -202,7 +200,7 @@ pub fn revoke_key(conn: &Connection, key_id: &str, now: Millis) -> StoreResult<(
 /// its account is not suspended (an internal key of a suspended account
 /// still identifies, marked `suspended_internal`). Unknown, revoked and
 /// suspended look alike to the caller (401), so nothing here tells them apart.
-pub fn caller_for_key(conn: &Connection, api_key: &str) -> StoreResult<Option<Caller>> {
+pub fn caller_for_key(conn: &Conn, api_key: &str) -> StoreResult<Option<Caller>> {
     let found = conn
         .query_row(
             "SELECT k.id, k.account_id, k.daily_cap_micros, k.internal, a.suspended, k.rate_per_second, k.rate_burst
@@ -217,7 +215,7 @@ pub fn caller_for_key(conn: &Connection, api_key: &str) -> StoreResult<Option<Ca
                     suspended_internal: false,
                     rate: KeyRate { per_second: r.get(5)?, burst: r.get(6)? },
                 };
-                Ok((caller, r.get::<_, bool>(3)?, r.get::<_, bool>(4)?))
+                Ok((caller, r.get::<bool>(3)?, r.get::<bool>(4)?))
             },
         )
         .optional()?;
@@ -229,18 +227,17 @@ pub fn caller_for_key(conn: &Connection, api_key: &str) -> StoreResult<Option<Ca
 }
 
 /// The account a sign-in identity acts for, and whether it is suspended.
-pub fn account_for_identity(conn: &Connection, issuer: &str, subject: &str) -> StoreResult<Option<(String, bool)>> {
-    Ok(conn
-        .query_row(
-            "SELECT a.id, a.suspended FROM identities i JOIN accounts a ON a.id = i.account_id
+pub fn account_for_identity(conn: &Conn, issuer: &str, subject: &str) -> StoreResult<Option<(String, bool)>> {
+    conn.query_row(
+        "SELECT a.id, a.suspended FROM identities i JOIN accounts a ON a.id = i.account_id
               WHERE i.issuer = ?1 AND i.subject = ?2",
-            (issuer, subject),
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .optional()?)
+        (issuer, subject),
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )
+    .optional()
 }
 
-pub fn link_identity(conn: &Connection, issuer: &str, subject: &str, account_id: &str, now: Millis) -> StoreResult<()> {
+pub fn link_identity(conn: &Conn, issuer: &str, subject: &str, account_id: &str, now: Millis) -> StoreResult<()> {
     account(conn, account_id)?;
     conn.execute(
         "INSERT INTO identities (issuer, subject, account_id, created_at) VALUES (?1, ?2, ?3, ?4)
@@ -250,7 +247,7 @@ pub fn link_identity(conn: &Connection, issuer: &str, subject: &str, account_id:
     Ok(())
 }
 
-pub fn unlink_identity(conn: &Connection, issuer: &str, subject: &str) -> StoreResult<()> {
+pub fn unlink_identity(conn: &Conn, issuer: &str, subject: &str) -> StoreResult<()> {
     let n = conn.execute("DELETE FROM identities WHERE issuer = ?1 AND subject = ?2", (issuer, subject))?;
     if n == 0 {
         return Err(StoreError::NotFound(format!("identity {issuer} {subject}")));
@@ -258,13 +255,14 @@ pub fn unlink_identity(conn: &Connection, issuer: &str, subject: &str) -> StoreR
     Ok(())
 }
 
-pub fn balance(conn: &Connection, account_id: &str) -> StoreResult<Balance> {
-    let mut stmt =
-        conn.prepare_cached("SELECT kind, COALESCE(SUM(amount), 0) FROM ledger WHERE account_id = ?1 GROUP BY kind")?;
-    let rows = stmt.query_map([account_id], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+pub fn balance(conn: &Conn, account_id: &str) -> StoreResult<Balance> {
+    let rows = conn.query_map(
+        "SELECT kind, CAST(COALESCE(SUM(amount), 0) AS BIGINT) FROM ledger WHERE account_id = ?1 GROUP BY kind",
+        [account_id],
+        |r| Ok((r.get::<String>(0)?, r.get::<i64>(1)?)),
+    )?;
     let mut entries = vec![];
-    for row in rows {
-        let (kind, sum) = row?;
+    for (kind, sum) in rows {
         let kind = EntryKind::parse(&kind).ok_or_else(|| StoreError::Invalid(format!("ledger kind {kind}")))?;
         entries.push((kind, sum));
     }
@@ -272,25 +270,19 @@ pub fn balance(conn: &Connection, account_id: &str) -> StoreResult<Balance> {
 }
 
 /// What the key's reservations made on `day` still hold or were charged.
-pub fn daily_use(conn: &Connection, key_id: &str, day: i64) -> StoreResult<DailyUse> {
-    let used = conn
-        .prepare_cached(
-            "SELECT COALESCE(SUM(CASE kind WHEN 'reserve' THEN amount WHEN 'release' THEN -amount ELSE 0 END), 0)
+pub fn daily_use(conn: &Conn, key_id: &str, day: i64) -> StoreResult<DailyUse> {
+    let used = conn.query_row(
+        "SELECT CAST(COALESCE(SUM(CASE kind WHEN 'reserve' THEN amount WHEN 'release' THEN -amount ELSE 0 END), 0) AS BIGINT)
            FROM ledger WHERE key_id = ?1 AND reservation_day = ?2",
-        )?
-        .query_row((key_id, day), |r| r.get(0))?;
+        (key_id, day),
+        |r| r.get(0),
+    )?;
     Ok(DailyUse { used_micros: used })
 }
 
 /// Checks credit and the daily cap, then takes the reservation, all inside
 /// the caller's transaction so that nothing else can spend the same credit.
-pub fn reserve(
-    conn: &Connection,
-    caller: &Caller,
-    micros: i64,
-    subject: &str,
-    now: Millis,
-) -> Result<(), ReserveError> {
+pub fn reserve(conn: &Conn, caller: &Caller, micros: i64, subject: &str, now: Millis) -> Result<(), ReserveError> {
     balance(conn, &caller.account_id)?.check_reservation(micros)?;
     if let Some(key_id) = &caller.key_id {
         daily_use(conn, key_id, now.utc_day())?.check(caller.daily_cap_micros, micros, now)?;
@@ -347,11 +339,11 @@ impl<'a> Entry<'a> {
 
 /// Appends one ledger entry. A settlement that already exists is not written
 /// again (the unique index makes settling idempotent).
-pub fn append(conn: &Connection, e: &Entry, now: Millis) -> StoreResult<()> {
-    conn.prepare_cached(
-        "INSERT OR IGNORE INTO ledger (account_id, key_id, kind, amount, subject, reservation_day, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-    )?
-    .execute((e.account_id, e.key_id, e.kind.as_str(), e.amount, e.subject, e.reservation_day, now.0))?;
+pub fn append(conn: &Conn, e: &Entry, now: Millis) -> StoreResult<()> {
+    conn.execute(
+        "INSERT INTO ledger (account_id, key_id, kind, amount, subject, reservation_day, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT DO NOTHING",
+        (e.account_id, e.key_id, e.kind.as_str(), e.amount, e.subject, e.reservation_day, now.0),
+    )?;
     Ok(())
 }

@@ -15,10 +15,11 @@
 //! sessions table keeps only as a hash: a copy of grid.db alone does not
 //! give it away.
 
+use super::sql::{Conn, Optional};
+use crate::params;
 use grid_core::idempotency::{self as rules, Decision, StoredKey};
 use grid_core::time::Millis;
 use ring::{aead, hkdf};
-use rusqlite::{params, Connection, OptionalExtension};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -82,11 +83,11 @@ pub enum Outcome<T> {
 /// request again gets the stored answer, another request
 /// `422 idempotency key reused`. A refusal of `perform` stores nothing.
 pub fn once<T, E: From<ReserveError>>(
-    tx: &Connection,
+    tx: &Conn,
     account_id: &str,
     key: Option<&Key>,
     now: Millis,
-    perform: impl FnOnce(&Connection) -> Result<Created<T>, E>,
+    perform: impl FnOnce(&Conn) -> Result<Created<T>, E>,
 ) -> Result<Outcome<T>, E> {
     let Some(key) = key else {
         let created = perform(tx)?;
@@ -119,61 +120,55 @@ struct Found {
     sealed: Vec<u8>,
 }
 
-fn find(conn: &Connection, account_id: &str, key: &Key) -> StoreResult<Option<Found>> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT request_sha256, expires_at, status, response FROM idempotency_keys
+fn find(conn: &Conn, account_id: &str, key: &Key) -> StoreResult<Option<Found>> {
+    conn.query_row(
+        "SELECT request_sha256, expires_at, status, response FROM idempotency_keys
               WHERE account_id = ?1 AND key_sha256 = ?2",
-        )?
-        .query_row((account_id, key.key_sha256()), |r| {
+        (account_id, key.key_sha256()),
+        |r| {
             Ok(Found {
                 key: StoredKey { request_sha256: r.get(0)?, expires_at: Millis(r.get(1)?) },
                 status: r.get(2)?,
                 sealed: r.get(3)?,
             })
-        })
-        .optional()?)
+        },
+    )
+    .optional()
 }
 
-fn record(
-    conn: &Connection,
-    account_id: &str,
-    key: &Key,
-    subject: &str,
-    answer: &Answer,
-    now: Millis,
-) -> StoreResult<()> {
+fn record(conn: &Conn, account_id: &str, key: &Key, subject: &str, answer: &Answer, now: Millis) -> StoreResult<()> {
     let key_sha256 = key.key_sha256();
     // An expired row of this very key goes first, then some others.
-    conn.prepare_cached("DELETE FROM idempotency_keys WHERE account_id = ?1 AND key_sha256 = ?2 AND expires_at <= ?3")?
-        .execute((account_id, &key_sha256, now.0))?;
+    conn.execute(
+        "DELETE FROM idempotency_keys WHERE account_id = ?1 AND key_sha256 = ?2 AND expires_at <= ?3",
+        (account_id, &key_sha256, now.0),
+    )?;
     purge_expired(conn, now, PURGE_BATCH)?;
-    conn.prepare_cached(
+    conn.execute(
         "INSERT INTO idempotency_keys (account_id, key_sha256, request_sha256, subject, status, response,
                                        created_at, expires_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-    )?
-    .execute(params![
-        account_id,
-        key_sha256,
-        key.request_sha256,
-        subject,
-        answer.status,
-        seal(account_id, key, answer)?,
-        now.0,
-        rules::expires_at(now).0
-    ])?;
+        params![
+            account_id,
+            key_sha256,
+            key.request_sha256,
+            subject,
+            answer.status,
+            seal(account_id, key, answer)?,
+            now.0,
+            rules::expires_at(now).0
+        ],
+    )?;
     Ok(())
 }
 
 /// Deletes up to `limit` rows whose 24 h are over; returns how many.
-pub fn purge_expired(conn: &Connection, now: Millis, limit: i64) -> StoreResult<usize> {
-    Ok(conn
-        .prepare_cached(
-            "DELETE FROM idempotency_keys WHERE rowid IN
-               (SELECT rowid FROM idempotency_keys WHERE expires_at <= ?1 ORDER BY expires_at LIMIT ?2)",
-        )?
-        .execute((now.0, limit))?)
+pub fn purge_expired(conn: &Conn, now: Millis, limit: i64) -> StoreResult<usize> {
+    conn.execute(
+        "DELETE FROM idempotency_keys WHERE (account_id, key_sha256) IN
+               (SELECT account_id, key_sha256 FROM idempotency_keys WHERE expires_at <= ?1 ORDER BY expires_at LIMIT ?2)",
+        (now.0, limit),
+    )
 }
 
 /// `None` only if HKDF-SHA-256 refuses 32 bytes of output, which it
@@ -310,7 +305,7 @@ mod tests {
     }
 
     fn rows(store: &Store) -> i64 {
-        store.read_blocking(|c| Ok(c.query_row("SELECT COUNT(*) FROM idempotency_keys", [], |r| r.get(0))?)).unwrap()
+        store.read_blocking(|c| c.query_row("SELECT COUNT(*) FROM idempotency_keys", (), |r| r.get(0))).unwrap()
     }
 
     #[test]
@@ -369,8 +364,7 @@ mod tests {
         let Ok(Outcome::Performed(first, _)) = submit(&s, &c, 1, Some("old"), T) else { panic!() };
         assert!(matches!(submit(&s, &c, 1, Some("other"), T), Ok(Outcome::Performed(..))));
         // An expired answer is never unsealed, even a damaged one.
-        s.write_blocking(|tx| Ok::<_, StoreError>(tx.execute("UPDATE idempotency_keys SET response = x'00'", [])?))
-            .unwrap();
+        s.write_blocking(|tx| tx.execute("UPDATE idempotency_keys SET response = x'00'", ())).unwrap();
         let later = rules::expires_at(T);
         // After 24 h the same request under the key is a new request ...
         let Ok(Outcome::Performed(second, _)) = submit(&s, &c, 1, Some("old"), later) else { panic!() };

@@ -6,6 +6,8 @@
 
 use std::collections::BTreeMap;
 
+use super::sql::{Conn, Optional, Row};
+use crate::params;
 use grid_core::catalog::{ArtifactKind, Profile, Script};
 use grid_core::error::ApiError;
 use grid_core::ids;
@@ -16,7 +18,6 @@ use grid_core::time::Millis;
 use grid_core::wire::batch::{BatchCreated, BatchJob, BatchSubmission, BatchView};
 use grid_core::wire::grid::QueueCounts;
 use grid_core::wire::item::CaptureItem;
-use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde_json::{Map, Value};
 
 use super::accounts::{self, Caller, Entry, ReserveError};
@@ -53,7 +54,7 @@ pub struct PublishedFile {
 /// Takes the reservation and queues every item, in one transaction: on a
 /// refusal nothing is queued.
 pub fn submit_batch(
-    tx: &Connection,
+    tx: &Conn,
     caller: &Caller,
     sub: &BatchSubmission,
     now: Millis,
@@ -76,19 +77,14 @@ pub fn submit_batch(
             sub.urls.len() as i64,
             now.0
         ],
-    )
-    .map_err(StoreError::from)?;
+    )?;
     let state = ItemState::queued(sub.priority);
-    let mut insert = tx
-        .prepare_cached(
+    for (id, url) in ordered_ids(ids::ITEM, sub.urls.len()).iter().zip(&sub.urls) {
+        tx.execute(
             "INSERT INTO items (id, batch_id, account_id, key_id, url, script, profile_id, priority, price_micros,
                                 reservation_day, state, updated_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-        )
-        .map_err(StoreError::from)?;
-    for (id, url) in ordered_ids(ids::ITEM, sub.urls.len()).iter().zip(&sub.urls) {
-        insert
-            .execute(params![
+            params![
                 id,
                 batch_id,
                 caller.account_id,
@@ -101,23 +97,23 @@ pub fn submit_batch(
                 now.utc_day(),
                 state.as_str(),
                 now.0
-            ])
-            .map_err(StoreError::from)?;
+            ],
+        )?;
     }
     Ok(BatchCreated { batch_id, job_count: sub.urls.len() as u32 })
 }
 
-pub fn batch_view(conn: &Connection, account_id: &str, batch_id: &str) -> StoreResult<Option<BatchView>> {
+pub fn batch_view(conn: &Conn, account_id: &str, batch_id: &str) -> StoreResult<Option<BatchView>> {
     let owned: Option<i64> = conn
         .query_row("SELECT 1 FROM batches WHERE id = ?1 AND account_id = ?2", (batch_id, account_id), |r| r.get(0))
         .optional()?;
     if owned.is_none() {
         return Ok(None);
     }
-    let mut stmt =
-        conn.prepare_cached("SELECT id, url, state, failed_reason FROM items WHERE batch_id = ?1 ORDER BY id")?;
-    let jobs = stmt
-        .query_map([batch_id], |r| {
+    let jobs = conn.query_map(
+        "SELECT id, url, state, failed_reason FROM items WHERE batch_id = ?1 ORDER BY id",
+        [batch_id],
+        |r| {
             let state: String = r.get(2)?;
             let state = ItemState::parse(&state).unwrap_or(ItemState::Waiting);
             let failed = state == ItemState::Failed;
@@ -127,18 +123,16 @@ pub fn batch_view(conn: &Connection, account_id: &str, batch_id: &str) -> StoreR
                 state: state.into(),
                 failed_reason: if failed { r.get(3)? } else { None },
             })
-        })?
-        .collect::<Result<Vec<_>, _>>()?;
+        },
+    )?;
     Ok(Some(BatchView::from_jobs(batch_id.to_string(), jobs)))
 }
 
 const ITEM_COLUMNS: &str = "i.id, i.batch_id, i.account_id, i.url, i.script, i.profile_id, b.params,
      i.state, i.priority, i.attempts_made, i.failed_reason, i.failure_published, i.run_at, i.billable";
 
-fn item_row(r: &Row) -> rusqlite::Result<ItemRow> {
-    let bad = |i: usize, what: &str| {
-        rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, what.to_string().into())
-    };
+fn item_row(r: &Row) -> StoreResult<ItemRow> {
+    let bad = |i: usize, what: &str| StoreError::Invalid(format!("column {i}: bad {what}"));
     let script: String = r.get(4)?;
     let profile: String = r.get(5)?;
     let params: String = r.get(6)?;
@@ -157,47 +151,44 @@ fn item_row(r: &Row) -> rusqlite::Result<ItemRow> {
             attempts_made: r.get(9)?,
             failed_reason: r.get(10)?,
             failure_published: r.get(11)?,
-            run_at: r.get::<_, Option<i64>>(12)?.map(Millis),
+            run_at: r.get::<Option<i64>>(12)?.map(Millis),
             billable: r.get(13)?,
         },
     })
 }
 
-pub fn load_item(conn: &Connection, id: &str) -> StoreResult<Option<ItemRow>> {
+pub fn load_item(conn: &Conn, id: &str) -> StoreResult<Option<ItemRow>> {
     let sql = format!("SELECT {ITEM_COLUMNS} FROM items i JOIN batches b ON b.id = i.batch_id WHERE i.id = ?1");
-    Ok(conn.prepare_cached(&sql)?.query_row([id], item_row).optional()?)
+    conn.query_row(&sql, [id], item_row).optional()
 }
 
 /// Stores an item's machine state and, when a transition made one due, the
 /// settlement it owes (for the settlement pass, `settle_due`).
-pub fn save_item(conn: &Connection, id: &str, it: &Item, owed: Option<Settlement>, now: Millis) -> StoreResult<()> {
-    conn.prepare_cached(
+pub fn save_item(conn: &Conn, id: &str, it: &Item, owed: Option<Settlement>, now: Millis) -> StoreResult<()> {
+    conn.execute(
         "UPDATE items SET state = ?2, attempts_made = ?3, failed_reason = ?4, failure_published = ?5, run_at = ?6,
                           billable = ?7, settlement_due = COALESCE(?8, settlement_due), updated_at = ?9
           WHERE id = ?1",
-    )?
-    .execute(params![
-        id,
-        it.state.as_str(),
-        it.attempts_made,
-        it.failed_reason,
-        it.failure_published,
-        it.run_at.map(|t| t.0),
-        it.billable,
-        owed.map(Settlement::as_str),
-        now.0
-    ])?;
+        params![
+            id,
+            it.state.as_str(),
+            it.attempts_made,
+            it.failed_reason,
+            it.failure_published,
+            it.run_at.map(|t| t.0),
+            it.billable,
+            owed.map(Settlement::as_str),
+            now.0
+        ],
+    )?;
     Ok(())
 }
 
 /// Publishes a checked file family of an item.
-pub fn insert_files(conn: &Connection, id: &str, files: &[PublishedFile], now: Millis) -> StoreResult<()> {
-    let mut insert = conn.prepare_cached(
-        "INSERT INTO artifacts (item_id, kind, storage_name, sha256, byte_length, content_type, content, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-    )?;
+pub fn insert_files(conn: &Conn, id: &str, files: &[PublishedFile], now: Millis) -> StoreResult<()> {
     for f in files {
-        insert.execute(params![
+        conn.execute("INSERT INTO artifacts (item_id, kind, storage_name, sha256, byte_length, content_type, content, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)", params![
             id,
             f.kind.as_str(),
             f.storage_name,
@@ -217,12 +208,6 @@ pub enum ItemError {
     Transition(#[from] TransitionError),
     #[error(transparent)]
     Store(#[from] StoreError),
-}
-
-impl From<rusqlite::Error> for ItemError {
-    fn from(e: rusqlite::Error) -> Self {
-        ItemError::Store(e.into())
-    }
 }
 
 /// What a caller sees of a capture item's error: the machine's refusals
@@ -249,10 +234,10 @@ impl From<ItemError> for ApiError {
 /// priority, oldest first. Each band is one seek on `items_queue`.
 const NEXT_IN_QUEUE: &str = "SELECT id FROM (
      SELECT id, 0 AS band, seq FROM (SELECT id, seq FROM items WHERE state = 'waiting' AND priority IS NULL
-                                      ORDER BY seq LIMIT 1)
+                                      ORDER BY seq LIMIT 1) AS unprioritized
      UNION ALL
      SELECT id, 1 AS band, seq FROM (SELECT id, seq FROM items WHERE state = 'prioritized'
-                                      ORDER BY priority, seq LIMIT 1))
+                                      ORDER BY priority, seq LIMIT 1) AS prioritized) AS candidates
  ORDER BY band LIMIT 1";
 
 /// The next item in queue order: items without a priority first, then lower
@@ -262,38 +247,35 @@ const NEXT_IN_QUEUE: &str = "SELECT id FROM (
 /// `waiting` item never has a priority (an invariant of the item machine),
 /// and saying `priority IS NULL` lets SQLite read that index in `seq` order
 /// instead of sorting every waiting item on each claim.
-pub fn next_in_queue(conn: &Connection) -> StoreResult<Option<String>> {
-    Ok(conn.prepare_cached(NEXT_IN_QUEUE)?.query_row([], |r| r.get(0)).optional()?)
+pub fn next_in_queue(conn: &Conn) -> StoreResult<Option<String>> {
+    conn.query_row(NEXT_IN_QUEUE, (), |r| r.get(0)).optional()
 }
 
 /// Delayed items whose backoff has passed by `now` (a seek on `items_delayed`).
-pub fn due_delayed(conn: &Connection, now: Millis) -> StoreResult<Vec<String>> {
+pub fn due_delayed(conn: &Conn, now: Millis) -> StoreResult<Vec<String>> {
     Ok(conn
-        .prepare_cached("SELECT id FROM items WHERE state = 'delayed' AND run_at <= ?1")?
-        .query_map([now.0], |r| r.get(0))?
-        .collect::<Result<_, _>>()?)
+        .query_map("SELECT id FROM items WHERE state = 'delayed' AND run_at <= ?1", [now.0], |r| r.get(0))?
+        .into_iter()
+        .collect())
 }
 
 /// When the earliest delayed item becomes due, if any.
-pub fn next_wake(conn: &Connection) -> StoreResult<Option<Millis>> {
-    let t: Option<i64> = conn.query_row("SELECT MIN(run_at) FROM items WHERE state = 'delayed'", [], |r| r.get(0))?;
+pub fn next_wake(conn: &Conn) -> StoreResult<Option<Millis>> {
+    let t: Option<i64> = conn.query_row("SELECT MIN(run_at) FROM items WHERE state = 'delayed'", (), |r| r.get(0))?;
     Ok(t.map(Millis))
 }
 
 /// Items a worker was running when the server stopped.
-pub fn active_ids(conn: &Connection) -> StoreResult<Vec<String>> {
-    Ok(conn
-        .prepare("SELECT id FROM items WHERE state = 'active'")?
-        .query_map([], |r| r.get(0))?
-        .collect::<Result<_, _>>()?)
+pub fn active_ids(conn: &Conn) -> StoreResult<Vec<String>> {
+    Ok(conn.query_map("SELECT id FROM items WHERE state = 'active'", (), |r| r.get(0))?.into_iter().collect())
 }
 
-pub fn item_view(conn: &Connection, account_id: &str, id: &str) -> StoreResult<Option<CaptureItem>> {
+pub fn item_view(conn: &Conn, account_id: &str, id: &str) -> StoreResult<Option<CaptureItem>> {
     let Some(row) = load_item(conn, id)?.filter(|r| r.account_id == account_id) else { return Ok(None) };
     let artifacts: BTreeMap<String, String> = conn
-        .prepare_cached("SELECT kind, storage_name FROM artifacts WHERE item_id = ?1")?
-        .query_map([id], |r| Ok((r.get(0)?, r.get(1)?)))?
-        .collect::<Result<_, _>>()?;
+        .query_map("SELECT kind, storage_name FROM artifacts WHERE item_id = ?1", [id], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .into_iter()
+        .collect();
     Ok(Some(CaptureItem {
         job_id: row.id,
         batch_id: row.batch_id,
@@ -310,24 +292,32 @@ pub fn item_view(conn: &Connection, account_id: &str, id: &str) -> StoreResult<O
 /// Whether an item the account owns has a published file of this kind:
 /// refused `UnknownJob` for another account's (or no) item,
 /// `ArtifactNotPresent` when the item has no such file.
-pub fn check_artifact(conn: &Connection, account_id: &str, id: &str, kind: ArtifactKind) -> Result<(), ItemError> {
+pub fn check_artifact(conn: &Conn, account_id: &str, id: &str, kind: ArtifactKind) -> Result<(), ItemError> {
     let owned = load_item(conn, id)?.is_some_and(|r| r.account_id == account_id);
     if !owned {
         return Err(TransitionError::Refused(ApiError::UnknownJob).into());
     }
     let present: Option<i64> = conn
-        .prepare_cached("SELECT 1 FROM artifacts WHERE item_id = ?1 AND kind = ?2")?
-        .query_row((id, kind.as_str()), |r| r.get(0))
+        .query_row("SELECT 1 FROM artifacts WHERE item_id = ?1 AND kind = ?2", (id, kind.as_str()), |r| r.get(0))
         .optional()?;
     present.map(|_| ()).ok_or(TransitionError::Refused(ApiError::ArtifactNotPresent).into())
 }
 
-pub fn published_file(conn: &Connection, id: &str, kind: ArtifactKind) -> StoreResult<Option<PublishedFile>> {
-    Ok(conn
-        .prepare_cached(
-            "SELECT storage_name, sha256, byte_length, content_type, content FROM artifacts WHERE item_id = ?1 AND kind = ?2",
-        )?
-        .query_row((id, kind.as_str()), |r| {
+/// A published file with its bytes when it is kept in the database and is
+/// at most `load_max` bytes long; a larger one kept there is read in slices
+/// (`file_slice`), so a download never holds a whole large file.
+pub fn published_file(
+    conn: &Conn,
+    id: &str,
+    kind: ArtifactKind,
+    load_max: usize,
+) -> StoreResult<Option<PublishedFile>> {
+    conn.query_row(
+        "SELECT storage_name, sha256, byte_length, content_type,
+                    CASE WHEN byte_length <= ?3 THEN content END
+               FROM artifacts WHERE item_id = ?1 AND kind = ?2",
+        (id, kind.as_str(), load_max),
+        |r| {
             Ok(PublishedFile {
                 kind,
                 storage_name: r.get(0)?,
@@ -336,20 +326,46 @@ pub fn published_file(conn: &Connection, id: &str, kind: ArtifactKind) -> StoreR
                 content_type: r.get(3)?,
                 inline: r.get(4)?,
             })
-        })
-        .optional()?)
+        },
+    )
+    .optional()
+}
+
+/// `len` bytes from `offset` of a file kept in the database (fewer at its
+/// end); `None` when there is no such file.
+pub fn file_slice(conn: &Conn, id: &str, kind: ArtifactKind, offset: u64, len: usize) -> StoreResult<Option<Vec<u8>>> {
+    Ok(conn
+        .query_row(
+            "SELECT substr(content, ?3, ?4) FROM artifacts WHERE item_id = ?1 AND kind = ?2",
+            (id, kind.as_str(), offset.saturating_add(1), len),
+            |r| r.get(0),
+        )
+        .optional()?
+        .flatten())
+}
+
+/// Whether a large file kept in the database still has its SHA-256,
+/// checked where it lives instead of by reading it out (PostgreSQL only:
+/// SQLite keeps large files on disk).
+pub fn file_intact(conn: &Conn, id: &str, kind: ArtifactKind) -> StoreResult<bool> {
+    let same: Option<i64> = conn
+        .query_row(
+            "SELECT 1 FROM artifacts
+              WHERE item_id = ?1 AND kind = ?2 AND encode(sha256(content), 'hex') = sha256
+                AND length(content) = byte_length",
+            (id, kind.as_str()),
+            |r| r.get(0),
+        )
+        .optional()?;
+    Ok(same.is_some())
 }
 
 /// Grid-wide queue figures.
-pub fn queue_counts(conn: &Connection) -> StoreResult<(QueueCounts, u32)> {
+pub fn queue_counts(conn: &Conn) -> StoreResult<(QueueCounts, u32)> {
     let mut counts = QueueCounts::default();
     let mut active = 0;
-    let mut stmt = conn.prepare_cached(
-        "SELECT state, COUNT(*) FROM items WHERE state IN ('waiting', 'prioritized', 'delayed', 'active') GROUP BY state",
-    )?;
-    let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, u32>(1)?)))?;
-    for row in rows {
-        let (state, n) = row?;
+    let rows = conn.query_map("SELECT state, COUNT(*) FROM items WHERE state IN ('waiting', 'prioritized', 'delayed', 'active') GROUP BY state", (), |r| Ok((r.get::<String>(0)?, r.get::<u32>(1)?)))?;
+    for (state, n) in rows {
         match state.as_str() {
             "waiting" => counts.wait = n,
             "prioritized" => counts.prioritized = n,
@@ -362,14 +378,16 @@ pub fn queue_counts(conn: &Connection) -> StoreResult<(QueueCounts, u32)> {
 
 /// The settlement pass: writes the ledger entry every finished item owes and
 /// clears the debt, in one transaction. Returns how many items it settled.
-pub fn settle_due(conn: &Connection, now: Millis, limit: usize) -> StoreResult<usize> {
+pub fn settle_due(conn: &Conn, now: Millis, limit: usize) -> StoreResult<usize> {
     let due: Vec<(String, String, Option<String>, String, i64, i64)> = conn
-        .prepare_cached(
+        .query_map(
             "SELECT id, account_id, key_id, settlement_due, price_micros, reservation_day
                FROM items WHERE settlement_due IS NOT NULL LIMIT ?1",
+            [limit as i64],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)),
         )?
-        .query_map([limit as i64], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))?
-        .collect::<Result<_, _>>()?;
+        .into_iter()
+        .collect();
     for (id, account_id, key_id, due, price, day) in &due {
         let kind = match due.as_str() {
             "charge" => EntryKind::Charge,
@@ -384,7 +402,7 @@ pub fn settle_due(conn: &Connection, now: Millis, limit: usize) -> StoreResult<u
             reservation_day: Some(*day),
         };
         accounts::append(conn, &entry, now)?;
-        conn.prepare_cached("UPDATE items SET settlement_due = NULL WHERE id = ?1")?.execute([id])?;
+        conn.execute("UPDATE items SET settlement_due = NULL WHERE id = ?1", [id])?;
     }
     Ok(due.len())
 }
@@ -448,9 +466,7 @@ pub(crate) mod tests {
         let (_dir, store) = store();
         let plan: Vec<String> = store
             .read_blocking(|conn| {
-                let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {NEXT_IN_QUEUE}"))?;
-                let rows = stmt.query_map([], |r| r.get::<_, String>(3))?.collect::<Result<Vec<_>, _>>()?;
-                Ok(rows)
+                conn.query_map(&format!("EXPLAIN QUERY PLAN {NEXT_IN_QUEUE}"), (), |r| r.get::<String>(3))
             })
             .unwrap();
         assert!(plan.iter().any(|l| l.contains("items_queue (state=? AND priority=?)")), "{plan:?}");
@@ -492,8 +508,7 @@ pub(crate) mod tests {
         submit(&s, &c, 2, None).unwrap();
         let (a, b) = s
             .read_blocking(|c| {
-                let ids: Vec<String> =
-                    c.prepare("SELECT id FROM items")?.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
+                let ids: Vec<String> = c.query_map("SELECT id FROM items", (), |r| r.get(0))?.into_iter().collect();
                 Ok((ids[0].clone(), ids[1].clone()))
             })
             .unwrap();

@@ -4,6 +4,8 @@
 
 use std::collections::BTreeMap;
 
+use super::sql::{Conn, Optional, Row};
+use crate::params;
 use grid_core::error::ApiError;
 use grid_core::ids;
 use grid_core::job::{Job, TransitionError};
@@ -11,7 +13,6 @@ use grid_core::pricing;
 use grid_core::time::Millis;
 use grid_core::wire::job::{JobPhase, JobSubmission};
 use grid_core::wire::job_record::{Executor, JobArtifact, JobRecord, RecordParts, LOG_CONTENT_TYPE, LOG_KIND};
-use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde_json::Value;
 
 use super::accounts::{self, Caller, ReserveError};
@@ -56,12 +57,6 @@ pub enum JobError {
     Transition(#[from] TransitionError),
     #[error(transparent)]
     Store(#[from] StoreError),
-}
-
-impl From<rusqlite::Error> for JobError {
-    fn from(e: rusqlite::Error) -> Self {
-        JobError::Store(e.into())
-    }
 }
 
 /// What a caller of an analytical-job endpoint sees of a job error. The
@@ -118,11 +113,7 @@ pub fn attempt_reservation(sub: &JobSubmission) -> i64 {
 }
 
 /// The job of an idempotency key, with its body hash.
-pub fn find_by_idempotency_key(
-    conn: &Connection,
-    account_id: &str,
-    key: &str,
-) -> StoreResult<Option<(JobRow, String)>> {
+pub fn find_by_idempotency_key(conn: &Conn, account_id: &str, key: &str) -> StoreResult<Option<(JobRow, String)>> {
     let found: Option<(String, String)> = conn
         .query_row(
             "SELECT id, body_hash FROM jobs WHERE account_id = ?1 AND idempotency_key = ?2",
@@ -139,7 +130,7 @@ pub fn find_by_idempotency_key(
 /// POST /jobs. Returns the job and whether it was created now (`false`: an
 /// idempotent resend, nothing reserved).
 pub fn submit(
-    tx: &Connection,
+    tx: &Conn,
     caller: &Caller,
     sub: &JobSubmission,
     body: &Value,
@@ -158,7 +149,7 @@ pub fn submit(
         if existing_hash != hash {
             return Err(TransitionError::Refused(ApiError::IdempotencyConflict).into());
         }
-        return Ok((load(tx, &id)?.ok_or_else(|| StoreError::NotFound(id))?, false));
+        return Ok((load(tx, &id)?.ok_or(StoreError::NotFound(id))?, false));
     }
     let id = new_id(ids::COMPUTE_JOB);
     let reserve = attempt_reservation(sub);
@@ -187,9 +178,8 @@ pub fn submit(
             now.0
         ],
     )?;
-    let mut label = tx.prepare_cached("INSERT INTO job_labels (job_id, key, value) VALUES (?1, ?2, ?3)")?;
     for (k, v) in &sub.labels {
-        label.execute((&id, k, v))?;
+        tx.execute("INSERT INTO job_labels (job_id, key, value) VALUES (?1, ?2, ?3)", (&id, k, v))?;
     }
     Ok((load(tx, &id)?.ok_or_else(|| StoreError::Invalid(format!("job {id} not found right after its insert")))?, true))
 }
@@ -197,10 +187,8 @@ pub fn submit(
 const JOB_COLUMNS: &str = "id, account_id, key_id, request, image_digest, priority, cpu_millis, memory_bytes, machine,
      executors, reservations, reserved_micros, reservation_day, created_at";
 
-fn job_row(r: &Row) -> rusqlite::Result<JobRow> {
-    let bad = |i: usize, e: serde_json::Error| {
-        rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, Box::new(e))
-    };
+fn job_row(r: &Row) -> StoreResult<JobRow> {
+    let bad = |i: usize, e: serde_json::Error| StoreError::Invalid(format!("column {i}: {e}"));
     let body: String = r.get(3)?;
     let machine: String = r.get(8)?;
     let executors: String = r.get(9)?;
@@ -211,8 +199,8 @@ fn job_row(r: &Row) -> rusqlite::Result<JobRow> {
         body: serde_json::from_str(&body).map_err(|e| bad(3, e))?,
         image_digest: r.get(4)?,
         priority: r.get(5)?,
-        cpu_millis: r.get::<_, i64>(6)? as u64,
-        memory_bytes: r.get::<_, i64>(7)? as u64,
+        cpu_millis: r.get::<i64>(6)? as u64,
+        memory_bytes: r.get::<i64>(7)? as u64,
         job: serde_json::from_str(&machine).map_err(|e| bad(8, e))?,
         executors: serde_json::from_str(&executors).map_err(|e| bad(9, e))?,
         reservations: r.get(10)?,
@@ -223,54 +211,53 @@ fn job_row(r: &Row) -> rusqlite::Result<JobRow> {
     })
 }
 
-pub fn load(conn: &Connection, id: &str) -> StoreResult<Option<JobRow>> {
+pub fn load(conn: &Conn, id: &str) -> StoreResult<Option<JobRow>> {
     let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1");
-    let Some(mut row) = conn.prepare_cached(&sql)?.query_row([id], job_row).optional()? else { return Ok(None) };
+    let Some(mut row) = conn.query_row(&sql, [id], job_row).optional()? else { return Ok(None) };
     row.labels = conn
-        .prepare_cached("SELECT key, value FROM job_labels WHERE job_id = ?1")?
-        .query_map([id], |r| Ok((r.get(0)?, r.get(1)?)))?
-        .collect::<Result<_, _>>()?;
+        .query_map("SELECT key, value FROM job_labels WHERE job_id = ?1", [id], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .into_iter()
+        .collect();
     Ok(Some(row))
 }
 
 /// A job of this account, or `None` (another account's jobs do not exist).
-pub fn load_owned(conn: &Connection, account_id: &str, id: &str) -> StoreResult<Option<JobRow>> {
+pub fn load_owned(conn: &Conn, account_id: &str, id: &str) -> StoreResult<Option<JobRow>> {
     Ok(load(conn, id)?.filter(|r| r.account_id == account_id))
 }
 
 /// Stores the row's machine, executors and reservation with `due_at`, the
 /// machine's next due time (`Job::next_due`), so it fires even if the
 /// process that set it is gone.
-pub fn save(conn: &Connection, row: &JobRow, due_at: Option<Millis>, now: Millis) -> StoreResult<()> {
-    conn.prepare_cached(
+pub fn save(conn: &Conn, row: &JobRow, due_at: Option<Millis>, now: Millis) -> StoreResult<()> {
+    conn.execute(
         "UPDATE jobs SET phase = ?2, machine = ?3, executors = ?4, reservations = ?5, reserved_micros = ?6,
                          reservation_day = ?7, due_at = ?8, updated_at = ?9
           WHERE id = ?1",
-    )?
-    .execute(params![
-        row.id,
-        row.job.phase.as_str(),
-        to_json(&row.job)?,
-        to_json(&row.executors)?,
-        row.reservations,
-        row.reserved_micros,
-        row.reservation_day,
-        due_at.map(|t| t.0),
-        now.0
-    ])?;
+        params![
+            row.id,
+            row.job.phase.as_str(),
+            to_json(&row.job)?,
+            to_json(&row.executors)?,
+            row.reservations,
+            row.reserved_micros,
+            row.reservation_day,
+            due_at.map(|t| t.0),
+            now.0
+        ],
+    )?;
     Ok(())
 }
 
 /// Records where an attempt runs; the machine and its due time are left as
 /// they are.
-pub fn set_executor(conn: &Connection, id: &str, attempt: u32, executor: Executor, now: Millis) -> StoreResult<()> {
+pub fn set_executor(conn: &Conn, id: &str, attempt: u32, executor: Executor, now: Millis) -> StoreResult<()> {
     let mut row = load(conn, id)?.ok_or_else(|| StoreError::NotFound(format!("job {id}")))?;
     row.executors.insert(attempt, executor);
-    conn.prepare_cached("UPDATE jobs SET executors = ?2, updated_at = ?3 WHERE id = ?1")?.execute(params![
-        id,
-        to_json(&row.executors)?,
-        now.0
-    ])?;
+    conn.execute(
+        "UPDATE jobs SET executors = ?2, updated_at = ?3 WHERE id = ?1",
+        params![id, to_json(&row.executors)?, now.0],
+    )?;
     Ok(())
 }
 
@@ -278,14 +265,24 @@ pub fn set_executor(conn: &Connection, id: &str, attempt: u32, executor: Executo
 #[derive(Debug, Clone)]
 pub struct StoredLog {
     pub artifact: JobArtifact,
+    /// `db:<job>/attempt-<n>` for a log kept in the database, else a path
+    /// under the logs directory.
     pub storage_name: String,
     pub sha256: String,
+    /// The bytes of a log kept in the database, when writing it (reads
+    /// fetch them with `log_content`).
+    pub inline: Option<Vec<u8>>,
 }
 
-pub fn insert_log(conn: &Connection, job_id: &str, log: &StoredLog) -> StoreResult<()> {
+pub fn insert_log(conn: &Conn, job_id: &str, log: &StoredLog) -> StoreResult<()> {
     conn.execute(
-        "INSERT OR REPLACE INTO job_logs (artifact_id, job_id, attempt, storage_name, sha256, byte_length, truncated, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        "INSERT INTO job_logs
+           (artifact_id, job_id, attempt, storage_name, sha256, byte_length, truncated, created_at, content)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+         ON CONFLICT (job_id, attempt) DO UPDATE SET
+           artifact_id = excluded.artifact_id, storage_name = excluded.storage_name, sha256 = excluded.sha256,
+           byte_length = excluded.byte_length, truncated = excluded.truncated, created_at = excluded.created_at,
+           content = excluded.content",
         params![
             log.artifact.artifact_id,
             job_id,
@@ -294,37 +291,49 @@ pub fn insert_log(conn: &Connection, job_id: &str, log: &StoredLog) -> StoreResu
             log.sha256,
             log.artifact.byte_length as i64,
             log.artifact.truncated,
-            log.artifact.created_at.0
+            log.artifact.created_at.0,
+            log.inline
         ],
     )?;
     Ok(())
 }
 
-pub fn logs(conn: &Connection, job_id: &str) -> StoreResult<Vec<StoredLog>> {
+/// The bytes of a log kept in the database (`None` for one on disk).
+pub fn log_content(conn: &Conn, artifact_id: &str) -> StoreResult<Option<Vec<u8>>> {
     Ok(conn
-        .prepare_cached(
-            "SELECT artifact_id, attempt, storage_name, sha256, byte_length, truncated, created_at
-               FROM job_logs WHERE job_id = ?1 ORDER BY attempt",
-        )?
-        .query_map([job_id], |r| {
-            Ok(StoredLog {
-                artifact: JobArtifact {
-                    artifact_id: r.get(0)?,
-                    kind: LOG_KIND.into(),
-                    byte_length: r.get::<_, i64>(4)? as u64,
-                    content_type: LOG_CONTENT_TYPE.into(),
-                    created_at: Millis(r.get(6)?),
-                    attempt: r.get(1)?,
-                    truncated: r.get(5)?,
-                },
-                storage_name: r.get(2)?,
-                sha256: r.get(3)?,
-            })
-        })?
-        .collect::<Result<_, _>>()?)
+        .query_row("SELECT content FROM job_logs WHERE artifact_id = ?1", [artifact_id], |r| r.get(0))
+        .optional()?
+        .flatten())
 }
 
-pub fn record_of(conn: &Connection, row: &JobRow) -> StoreResult<JobRecord> {
+pub fn logs(conn: &Conn, job_id: &str) -> StoreResult<Vec<StoredLog>> {
+    Ok(conn
+        .query_map(
+            "SELECT artifact_id, attempt, storage_name, sha256, byte_length, truncated, created_at
+               FROM job_logs WHERE job_id = ?1 ORDER BY attempt",
+            [job_id],
+            |r| {
+                Ok(StoredLog {
+                    artifact: JobArtifact {
+                        artifact_id: r.get(0)?,
+                        kind: LOG_KIND.into(),
+                        byte_length: r.get::<i64>(4)? as u64,
+                        content_type: LOG_CONTENT_TYPE.into(),
+                        created_at: Millis(r.get(6)?),
+                        attempt: r.get(1)?,
+                        truncated: r.get(5)?,
+                    },
+                    storage_name: r.get(2)?,
+                    sha256: r.get(3)?,
+                    inline: None,
+                })
+            },
+        )?
+        .into_iter()
+        .collect())
+}
+
+pub fn record_of(conn: &Conn, row: &JobRow) -> StoreResult<JobRecord> {
     let logs: Vec<JobArtifact> = logs(conn, &row.id)?.into_iter().map(|l| l.artifact).collect();
     Ok(JobRecord::build(RecordParts {
         job_id: &row.id,
@@ -348,23 +357,23 @@ pub struct ListFilter {
 /// Newest first, `limit` records with `seq` below `before`. Returns the
 /// records and the `seq` to continue from when there are more.
 pub fn list(
-    conn: &Connection,
+    conn: &Conn,
     account_id: &str,
     filter: &ListFilter,
     before: Option<i64>,
     limit: usize,
 ) -> StoreResult<(Vec<JobRecord>, Option<i64>)> {
-    let mut sql = String::from("SELECT j.seq, j.id FROM jobs j");
-    if filter.label.is_some() {
-        sql.push_str(" JOIN job_labels l ON l.job_id = j.id AND l.key = ?4 AND l.value = ?5");
-    }
-    sql.push_str(
-        " WHERE j.account_id = ?1 AND j.seq < ?2 AND (?3 IS NULL OR j.phase = ?3) ORDER BY j.seq DESC LIMIT ?6",
-    );
+    // One text for every filter: a filter left out is a NULL parameter
+    // (cast, so PostgreSQL knows its type even when nothing else uses it).
+    let sql = "SELECT j.seq, j.id FROM jobs j
+                WHERE j.account_id = ?1 AND j.seq < ?2 AND (CAST(?3 AS TEXT) IS NULL OR j.phase = ?3)
+                  AND (CAST(?4 AS TEXT) IS NULL
+                       OR EXISTS (SELECT 1 FROM job_labels l WHERE l.job_id = j.id AND l.key = ?4 AND l.value = ?5))
+                ORDER BY j.seq DESC LIMIT ?6";
     let (lk, lv) = filter.label.clone().unzip();
     let ids: Vec<(i64, String)> = conn
-        .prepare_cached(&sql)?
         .query_map(
+            sql,
             params![
                 account_id,
                 before.unwrap_or(i64::MAX),
@@ -375,7 +384,8 @@ pub fn list(
             ],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )?
-        .collect::<Result<_, _>>()?;
+        .into_iter()
+        .collect();
     let more = ids.len() > limit;
     let mut out = Vec::with_capacity(limit);
     let mut last_seq = None;
@@ -389,52 +399,57 @@ pub fn list(
 }
 
 /// Ids of jobs in a phase, in queue order (higher priority first, then older).
-pub fn ids_in_phase(conn: &Connection, phase: JobPhase) -> StoreResult<Vec<String>> {
+pub fn ids_in_phase(conn: &Conn, phase: JobPhase) -> StoreResult<Vec<String>> {
     Ok(conn
-        .prepare_cached("SELECT id FROM jobs WHERE phase = ?1 ORDER BY priority DESC, seq")?
-        .query_map([phase.as_str()], |r| r.get(0))?
-        .collect::<Result<_, _>>()?)
+        .query_map("SELECT id FROM jobs WHERE phase = ?1 ORDER BY priority DESC, seq", [phase.as_str()], |r| r.get(0))?
+        .into_iter()
+        .collect())
 }
 
 /// CPU millicores and memory bytes requested by jobs holding a container.
-pub fn capacity_in_use(conn: &Connection) -> StoreResult<(u64, u64)> {
+pub fn capacity_in_use(conn: &Conn) -> StoreResult<(u64, u64)> {
     let (cpu, mem): (i64, i64) = conn.query_row(
-        "SELECT COALESCE(SUM(cpu_millis), 0), COALESCE(SUM(memory_bytes), 0) FROM jobs
+        "SELECT CAST(COALESCE(SUM(cpu_millis), 0) AS BIGINT), CAST(COALESCE(SUM(memory_bytes), 0) AS BIGINT) FROM jobs
           WHERE phase IN ('PROVISIONING', 'RUNNING')",
-        [],
+        (),
         |r| Ok((r.get(0)?, r.get(1)?)),
     )?;
     Ok((cpu as u64, mem as u64))
 }
 
 /// Jobs whose due time is at or before `now`, earliest first.
-pub fn due_ids(conn: &Connection, now: Millis) -> StoreResult<Vec<String>> {
+pub fn due_ids(conn: &Conn, now: Millis) -> StoreResult<Vec<String>> {
     Ok(conn
-        .prepare_cached("SELECT id FROM jobs WHERE due_at <= ?1 ORDER BY due_at")?
-        .query_map([now.0], |r| r.get(0))?
-        .collect::<Result<_, _>>()?)
+        .query_map("SELECT id FROM jobs WHERE due_at <= ?1 ORDER BY due_at", [now.0], |r| r.get(0))?
+        .into_iter()
+        .collect())
 }
 
 /// The earliest due time after `now`.
-pub fn next_due_after(conn: &Connection, now: Millis) -> StoreResult<Option<Millis>> {
+pub fn next_due_after(conn: &Conn, now: Millis) -> StoreResult<Option<Millis>> {
     let t: Option<i64> = conn.query_row("SELECT MIN(due_at) FROM jobs WHERE due_at > ?1", [now.0], |r| r.get(0))?;
     Ok(t.map(Millis))
 }
 
 /// Writes `due_at` alone: for rows stored before due times were (schema 7).
-pub fn set_due_at(conn: &Connection, id: &str, due_at: Option<Millis>) -> StoreResult<()> {
-    conn.prepare_cached("UPDATE jobs SET due_at = ?2 WHERE id = ?1")?.execute(params![id, due_at.map(|t| t.0)])?;
+pub fn set_due_at(conn: &Conn, id: &str, due_at: Option<Millis>) -> StoreResult<()> {
+    conn.execute("UPDATE jobs SET due_at = ?2 WHERE id = ?1", params![id, due_at.map(|t| t.0)])?;
     Ok(())
 }
 
 /// Jobs that may owe a due time but have none stored: running ones, and
 /// failed ones whose reservation is still open (a replay owed).
-pub fn undated_ids(conn: &Connection) -> StoreResult<Vec<String>> {
+pub fn undated_ids(conn: &Conn) -> StoreResult<Vec<String>> {
+    let open = super::sql::json_text(conn.dialect(), "machine", "reservationOpen");
     Ok(conn
-        .prepare_cached(
-            "SELECT id FROM jobs WHERE due_at IS NULL
-               AND (phase = 'RUNNING' OR (phase = 'FAILED' AND json_extract(machine, '$.reservationOpen') = 1))",
+        .query_map(
+            &format!(
+                "SELECT id FROM jobs WHERE due_at IS NULL
+                   AND (phase = 'RUNNING' OR (phase = 'FAILED' AND {open} = 'true'))"
+            ),
+            (),
+            |r| r.get(0),
         )?
-        .query_map([], |r| r.get(0))?
-        .collect::<Result<_, _>>()?)
+        .into_iter()
+        .collect())
 }

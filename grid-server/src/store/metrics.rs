@@ -1,6 +1,7 @@
 //! What the metrics gauges read from the database at scrape time.
 
-use rusqlite::Connection;
+use super::sql::json_text;
+use super::Conn;
 
 use super::StoreResult;
 
@@ -16,7 +17,7 @@ pub struct Snapshot {
     pub ledger: Vec<(String, i64)>,
 }
 
-pub fn snapshot(conn: &Connection) -> StoreResult<Snapshot> {
+pub fn snapshot(conn: &Conn) -> StoreResult<Snapshot> {
     let (q, active) = super::items::queue_counts(conn)?;
     let queue = vec![
         ("waiting", i64::from(q.wait)),
@@ -25,12 +26,13 @@ pub fn snapshot(conn: &Connection) -> StoreResult<Snapshot> {
         ("active", i64::from(active)),
     ];
     let pairs = |sql: &str| -> StoreResult<Vec<(String, i64)>> {
-        Ok(conn.prepare_cached(sql)?.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?)
+        Ok(conn.query_map(sql, (), |r| Ok((r.get(0)?, r.get(1)?)))?.into_iter().collect())
     };
     let jobs = pairs("SELECT phase, COUNT(*) FROM jobs GROUP BY phase")?;
-    let live = pairs("SELECT json_extract(machine, '$.status'), COUNT(*) FROM sessions WHERE live = 1 GROUP BY 1")?;
+    let status = json_text(conn.dialect(), "machine", "status");
+    let live = pairs(&format!("SELECT {status}, COUNT(*) FROM sessions WHERE live = 1 GROUP BY 1"))?;
     let count = |status: &str| live.iter().find(|(s, _)| s == status).map_or(0, |(_, n)| *n);
     let sessions = vec![("pending", count("pending")), ("running", count("running"))];
-    let ledger = pairs("SELECT kind, COALESCE(SUM(amount), 0) FROM ledger GROUP BY kind")?;
+    let ledger = pairs("SELECT kind, CAST(COALESCE(SUM(amount), 0) AS BIGINT) FROM ledger GROUP BY kind")?;
     Ok(Snapshot { queue, jobs, sessions, ledger })
 }

@@ -1,49 +1,47 @@
-//! The embedded SQLite store: one database file in the data dir, WAL mode,
-//! shared by `serve` and the admin subcommands running as other processes.
+//! The store: every durable record (accounts and the ledger, the capture
+//! queue, jobs, sessions, published files) behind one seam. Store modules
+//! (`accounts`, `items`, `jobs`, `sessions`, `idempotency`, `metrics`) write
+//! their SQL once against `sql::Conn`; `sqlite` (the embedded default: one
+//! file in the data dir) and `postgres` (several nodes on one database) run
+//! it. Nothing outside this module knows which one does.
 //!
 //! All access goes through `Store::read` / `Store::write`, which run the
-//! closure on a blocking thread: one writer connection (SQLite allows one
-//! writer at a time anyway) and a small pool of readers.
+//! closure on a blocking thread, a write in one transaction.
 
 pub mod accounts;
 pub mod idempotency;
 pub mod items;
 pub mod jobs;
 pub mod metrics;
+pub mod postgres;
 pub mod sessions;
+pub mod sql;
+pub mod sqlite;
 
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use grid_core::error::ApiError;
-use rusqlite::{Connection, ErrorCode, OpenFlags};
 
-pub const DB_FILE: &str = "grid.db";
-const SCHEMA_VERSION: i64 = 8;
+pub use sql::{Conn, Optional};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// The database stayed locked past the busy timeout.
+    /// The database stayed locked past the busy timeout, or did not answer.
     #[error("database busy")]
     Busy,
-    #[error("sqlite: {0}")]
-    Sqlite(rusqlite::Error),
+    #[error("database: {0}")]
+    Database(String),
+    /// A query that must answer one row answered none.
+    #[error("no row")]
+    NoRow,
     #[error("not found: {0}")]
     NotFound(String),
     #[error("{0}")]
     Invalid(String),
     #[error("store task failed: {0}")]
     Task(String),
-}
-
-impl From<rusqlite::Error> for StoreError {
-    fn from(e: rusqlite::Error) -> Self {
-        match e.sqlite_error_code() {
-            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => StoreError::Busy,
-            _ => StoreError::Sqlite(e),
-        }
-    }
 }
 
 /// What a caller of the API sees of a store failure: a busy database is the
@@ -80,28 +78,35 @@ pub type StoreResult<T> = Result<T, StoreError>;
 
 #[derive(Clone)]
 pub struct Store {
-    inner: Arc<Inner>,
+    backend: Arc<Backend>,
 }
 
-struct Inner {
-    path: PathBuf,
-    writer: Mutex<Connection>,
-    readers: Mutex<Vec<Connection>>,
-    busy_timeout: Duration,
+enum Backend {
+    Sqlite(sqlite::Sqlite),
+    Postgres(postgres::Postgres),
 }
 
 impl Store {
-    /// Opens (creating if needed) the store in `data_dir`, applying the schema.
+    /// Opens (creating if needed) the SQLite store in `data_dir`, applying the schema.
     pub fn open(data_dir: &Path, busy_timeout: Duration) -> StoreResult<Store> {
-        let path = data_dir.join(DB_FILE);
-        owner_only(data_dir, &path).map_err(|e| {
-            StoreError::Invalid(format!("cannot make data dir {} private to its owner: {e}", data_dir.display()))
-        })?;
-        let writer = connect(&path, busy_timeout)?;
-        migrate(&writer)?;
-        Ok(Store {
-            inner: Arc::new(Inner { path, writer: Mutex::new(writer), readers: Mutex::new(vec![]), busy_timeout }),
-        })
+        Ok(Store { backend: Arc::new(Backend::Sqlite(sqlite::Sqlite::open(data_dir, busy_timeout)?)) })
+    }
+
+    /// Connects to the PostgreSQL store at `url`, creating or migrating its
+    /// schema (several nodes may start at once).
+    pub fn connect(url: &str, busy_timeout: Duration) -> StoreResult<Store> {
+        Ok(Store { backend: Arc::new(Backend::Postgres(postgres::Postgres::open(url, busy_timeout)?)) })
+    }
+
+    /// Whether every published file (capture files, job logs) is kept in
+    /// the database: on PostgreSQL, so any node serves any download and a
+    /// dead node loses none. SQLite keeps small ones inline and the rest
+    /// under the data dir.
+    pub fn files_inline(&self) -> bool {
+        match &*self.backend {
+            Backend::Sqlite(_) => false,
+            Backend::Postgres(_) => true,
+        }
     }
 
     /// Runs `f` in one write transaction on a blocking thread. The
@@ -112,7 +117,7 @@ impl Store {
     where
         R: Send + 'static,
         E: From<StoreError> + Send + 'static,
-        F: FnOnce(&rusqlite::Transaction) -> Result<R, E> + Send + 'static,
+        F: FnOnce(&Conn) -> Result<R, E> + Send + 'static,
     {
         let store = self.clone();
         tokio::task::spawn_blocking(move || store.write_blocking(f))
@@ -121,26 +126,18 @@ impl Store {
     }
 
     /// The same as `write`, for callers already off the async runtime.
-    pub fn write_blocking<R, E: From<StoreError>>(
-        &self,
-        f: impl FnOnce(&rusqlite::Transaction) -> Result<R, E>,
-    ) -> Result<R, E> {
-        let mut conn = self.inner.writer.lock().unwrap_or_else(|p| p.into_inner());
-        // IMMEDIATE takes the write lock up front, so a busy database fails
-        // here (after the busy timeout) instead of half-way through.
-        let tx =
-            conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(|e| E::from(e.into()))?;
-        // Dropping an uncommitted transaction rolls it back.
-        let r = f(&tx)?;
-        tx.commit().map_err(|e| E::from(e.into()))?;
-        Ok(r)
+    pub fn write_blocking<R, E: From<StoreError>>(&self, f: impl FnOnce(&Conn) -> Result<R, E>) -> Result<R, E> {
+        match &*self.backend {
+            Backend::Sqlite(db) => db.write(f),
+            Backend::Postgres(db) => db.write(f),
+        }
     }
 
     /// Runs `f` on a reader connection on a blocking thread.
     pub async fn read<R, F>(&self, f: F) -> StoreResult<R>
     where
         R: Send + 'static,
-        F: FnOnce(&Connection) -> StoreResult<R> + Send + 'static,
+        F: FnOnce(&Conn) -> StoreResult<R> + Send + 'static,
     {
         let store = self.clone();
         tokio::task::spawn_blocking(move || store.read_blocking(f))
@@ -148,99 +145,19 @@ impl Store {
             .map_err(|e| StoreError::Task(e.to_string()))?
     }
 
-    pub fn read_blocking<R>(&self, f: impl FnOnce(&Connection) -> StoreResult<R>) -> StoreResult<R> {
-        let pooled = self.inner.readers.lock().unwrap_or_else(|p| p.into_inner()).pop();
-        let conn = match pooled {
-            Some(c) => c,
-            None => connect(&self.inner.path, self.inner.busy_timeout)?,
-        };
-        let r = f(&conn);
-        let mut readers = self.inner.readers.lock().unwrap_or_else(|p| p.into_inner());
-        if readers.len() < 8 {
-            readers.push(conn);
-        }
-        r
-    }
-}
-
-/// Mode of the data dir: it holds the database (key hashes, the signing
-/// secret) and tenants' files.
-pub const DATA_DIR_MODE: u32 = 0o700;
-/// Mode of the database and its WAL, shared-memory and journal files.
-pub const DB_FILE_MODE: u32 = 0o600;
-
-/// Creates the data dir (and the database file, empty) when absent and sets
-/// their modes with chmod, so the umask does not matter and an existing data
-/// dir is brought back to them on every open. SQLite creates `-wal` and
-/// `-shm` with the database file's mode; ones left by an earlier run are
-/// set here too. Blocking.
-fn owner_only(data_dir: &Path, db: &Path) -> std::io::Result<()> {
-    use std::fs::Permissions;
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
-    std::fs::DirBuilder::new().recursive(true).mode(DATA_DIR_MODE).create(data_dir)?;
-    std::fs::set_permissions(data_dir, Permissions::from_mode(DATA_DIR_MODE))?;
-    std::fs::OpenOptions::new().create(true).append(true).mode(DB_FILE_MODE).open(db)?;
-    for suffix in ["", "-wal", "-shm", "-journal"] {
-        let file = PathBuf::from(format!("{}{suffix}", db.display()));
-        match std::fs::metadata(&file) {
-            Ok(m) if m.permissions().mode() & 0o777 != DB_FILE_MODE => {
-                std::fs::set_permissions(&file, Permissions::from_mode(DB_FILE_MODE))?
-            }
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
+    pub fn read_blocking<R>(&self, f: impl FnOnce(&Conn) -> StoreResult<R>) -> StoreResult<R> {
+        match &*self.backend {
+            Backend::Sqlite(db) => db.read(f),
+            Backend::Postgres(db) => db.read(f),
         }
     }
-    Ok(())
 }
 
-fn connect(path: &Path, busy_timeout: Duration) -> StoreResult<Connection> {
-    let conn = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )?;
-    conn.busy_timeout(busy_timeout)?;
-    // WAL lets readers go on while one writer commits; NORMAL sync is durable
-    // across process crashes (the WAL is fsynced at checkpoints).
-    conn.pragma_update(None, "journal_mode", "WAL")?;
-    conn.pragma_update(None, "synchronous", "NORMAL")?;
-    conn.pragma_update(None, "foreign_keys", "ON")?;
-    Ok(conn)
+pub fn setting(conn: &Conn, key: &str) -> StoreResult<Option<String>> {
+    conn.query_row("SELECT value FROM settings WHERE key = ?1", [key], |r| r.get(0)).optional()
 }
 
-fn migrate(conn: &Connection) -> StoreResult<()> {
-    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-    if version > SCHEMA_VERSION {
-        return Err(StoreError::Invalid(format!(
-            "data dir was written by a newer grid-server (schema {version}, this one knows {SCHEMA_VERSION})"
-        )));
-    }
-    // Each step runs once, in order; a released step is never edited.
-    let steps = [
-        include_str!("schema.sql"),
-        include_str!("schema_v2_jobs.sql"),
-        include_str!("schema_v3_identities.sql"),
-        include_str!("schema_v4_sessions.sql"),
-        include_str!("schema_v5_inline_artifacts.sql"),
-        include_str!("schema_v6_idempotency_keys.sql"),
-        include_str!("schema_v7_due_times.sql"),
-        include_str!("schema_v8_key_rate_limits.sql"),
-    ];
-    for (i, sql) in steps.iter().enumerate() {
-        let step = i as i64 + 1;
-        if version < step {
-            conn.execute_batch(&format!("BEGIN IMMEDIATE; {sql}; PRAGMA user_version = {step}; COMMIT;"))?;
-        }
-    }
-    Ok(())
-}
-
-pub fn setting(conn: &Connection, key: &str) -> StoreResult<Option<String>> {
-    use rusqlite::OptionalExtension;
-    Ok(conn.query_row("SELECT value FROM settings WHERE key = ?1", [key], |r| r.get(0)).optional()?)
-}
-
-pub fn set_setting(conn: &Connection, key: &str, value: &str) -> StoreResult<()> {
+pub fn set_setting(conn: &Conn, key: &str, value: &str) -> StoreResult<()> {
     conn.execute(
         "INSERT INTO settings (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
         (key, value),
@@ -249,8 +166,7 @@ pub fn set_setting(conn: &Connection, key: &str, value: &str) -> StoreResult<()>
 }
 
 /// A setting, created with `init` on first use (e.g. the signing secret).
-pub fn setting_or_init(tx: &rusqlite::Transaction, key: &str, init: impl FnOnce() -> String) -> StoreResult<String> {
-    use rusqlite::OptionalExtension;
+pub fn setting_or_init(tx: &Conn, key: &str, init: impl FnOnce() -> String) -> StoreResult<String> {
     if let Some(v) = tx.query_row("SELECT value FROM settings WHERE key = ?1", [key], |r| r.get(0)).optional()? {
         return Ok(v);
     }
@@ -263,6 +179,7 @@ pub fn setting_or_init(tx: &rusqlite::Transaction, key: &str, init: impl FnOnce(
 mod tests {
     use std::os::unix::fs::PermissionsExt;
 
+    use super::sqlite::{DATA_DIR_MODE, DB_FILE_MODE};
     use super::*;
 
     fn mode(path: &Path) -> u32 {

@@ -1,5 +1,7 @@
 //! Browser sessions: the lease record, its state machine and its money.
 
+use super::sql::{Conn, Optional, Row};
+use crate::params;
 use grid_core::catalog::Profile;
 use grid_core::error::ApiError;
 use grid_core::ids;
@@ -8,7 +10,6 @@ use grid_core::pricing;
 use grid_core::session::{self, Session, TransitionError};
 use grid_core::time::Millis;
 use grid_core::wire::session::{Attestation, NetworkAttestation, SessionSubmission, SessionView};
-use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::accounts::{self, Caller, Entry, ReserveError};
 use super::{to_json, StoreError, StoreResult};
@@ -51,12 +52,6 @@ pub enum SessionError {
     Store(#[from] StoreError),
 }
 
-impl From<rusqlite::Error> for SessionError {
-    fn from(e: rusqlite::Error) -> Self {
-        SessionError::Store(e.into())
-    }
-}
-
 /// What a caller sees of a session error: the machine's refusals (slots,
 /// credit) stand; a transition the machine refuses is on a session that
 /// already ended, which the contract answers `unknown session` ("no such
@@ -81,13 +76,13 @@ impl From<ReserveError> for SessionError {
     }
 }
 
-pub fn live_count(conn: &Connection) -> StoreResult<u32> {
-    Ok(conn.query_row("SELECT COUNT(*) FROM sessions WHERE live = 1", [], |r| r.get(0))?)
+pub fn live_count(conn: &Conn) -> StoreResult<u32> {
+    conn.query_row("SELECT COUNT(*) FROM sessions WHERE live = 1", (), |r| r.get(0))
 }
 
 /// POST /sessions: takes a slot and the reservation, in one transaction.
 pub fn lease(
-    tx: &Connection,
+    tx: &Conn,
     caller: &Caller,
     sub: &SessionSubmission,
     token: &str,
@@ -127,10 +122,8 @@ pub fn lease(
 const COLUMNS: &str = "id, account_id, key_id, profile_id, network_policy, machine, attestation,
      network_attestation, reserved_micros, reservation_day";
 
-fn row(r: &Row) -> rusqlite::Result<SessionRow> {
-    let json_err = |i: usize, e: serde_json::Error| {
-        rusqlite::Error::FromSqlConversionFailure(i, rusqlite::types::Type::Text, Box::new(e))
-    };
+fn row(r: &Row) -> StoreResult<SessionRow> {
+    let json_err = |i: usize, e: serde_json::Error| StoreError::Invalid(format!("column {i}: {e}"));
     let profile: String = r.get(3)?;
     let machine: String = r.get(5)?;
     let att: Option<String> = r.get(6)?;
@@ -149,53 +142,52 @@ fn row(r: &Row) -> rusqlite::Result<SessionRow> {
     })
 }
 
-pub fn load(conn: &Connection, id: &str) -> StoreResult<Option<SessionRow>> {
+pub fn load(conn: &Conn, id: &str) -> StoreResult<Option<SessionRow>> {
     let sql = format!("SELECT {COLUMNS} FROM sessions WHERE id = ?1");
-    Ok(conn.prepare_cached(&sql)?.query_row([id], row).optional()?)
+    conn.query_row(&sql, [id], row).optional()
 }
 
 /// The caller's live sessions, oldest first.
-pub fn live_of(conn: &Connection, account_id: &str) -> StoreResult<Vec<SessionRow>> {
+pub fn live_of(conn: &Conn, account_id: &str) -> StoreResult<Vec<SessionRow>> {
     let sql = format!("SELECT {COLUMNS} FROM sessions WHERE live = 1 AND account_id = ?1 ORDER BY seq");
-    Ok(conn.prepare_cached(&sql)?.query_map([account_id], row)?.collect::<Result<_, _>>()?)
+    Ok(conn.query_map(&sql, [account_id], row)?.into_iter().collect())
 }
 
-pub fn live_ids(conn: &Connection) -> StoreResult<Vec<String>> {
-    Ok(conn
-        .prepare_cached("SELECT id FROM sessions WHERE live = 1")?
-        .query_map([], |r| r.get(0))?
-        .collect::<Result<_, _>>()?)
+pub fn live_ids(conn: &Conn) -> StoreResult<Vec<String>> {
+    Ok(conn.query_map("SELECT id FROM sessions WHERE live = 1", (), |r| r.get(0))?.into_iter().collect())
 }
 
 /// Live sessions due at or before `now`, soonest first.
-pub fn due_ids(conn: &Connection, now: Millis, limit: usize) -> StoreResult<Vec<String>> {
+pub fn due_ids(conn: &Conn, now: Millis, limit: usize) -> StoreResult<Vec<String>> {
     Ok(conn
-        .prepare_cached("SELECT id FROM sessions WHERE due_at <= ?1 ORDER BY due_at LIMIT ?2")?
-        .query_map(params![now.0, limit as i64], |r| r.get(0))?
-        .collect::<Result<_, _>>()?)
+        .query_map(
+            "SELECT id FROM sessions WHERE due_at <= ?1 ORDER BY due_at LIMIT ?2",
+            params![now.0, limit as i64],
+            |r| r.get(0),
+        )?
+        .into_iter()
+        .collect())
 }
 
 /// The earliest due time after `now`.
-pub fn next_due_after(conn: &Connection, now: Millis) -> StoreResult<Option<Millis>> {
+pub fn next_due_after(conn: &Conn, now: Millis) -> StoreResult<Option<Millis>> {
     let at: Option<i64> =
         conn.query_row("SELECT MIN(due_at) FROM sessions WHERE due_at > ?1", [now.0], |r| r.get(0))?;
     Ok(at.map(Millis))
 }
 
 /// Stores the machine, whether it is live and its next due time.
-pub fn save(conn: &Connection, id: &str, machine: &Session) -> StoreResult<()> {
-    conn.prepare_cached("UPDATE sessions SET machine = ?2, live = ?3, due_at = ?4 WHERE id = ?1")?.execute(params![
-        id,
-        to_json(machine)?,
-        machine.is_live(),
-        session::next_due(machine).map(|d| d.at.0)
-    ])?;
+pub fn save(conn: &Conn, id: &str, machine: &Session) -> StoreResult<()> {
+    conn.execute(
+        "UPDATE sessions SET machine = ?2, live = ?3, due_at = ?4 WHERE id = ?1",
+        params![id, to_json(machine)?, machine.is_live(), session::next_due(machine).map(|d| d.at.0)],
+    )?;
     Ok(())
 }
 
 /// The ledger rows of a session's end: `ready_millis` of ready time charged,
 /// the rest of the reservation released.
-pub fn settle(conn: &Connection, r: &SessionRow, ready_millis: i64, now: Millis) -> StoreResult<()> {
+pub fn settle(conn: &Conn, r: &SessionRow, ready_millis: i64, now: Millis) -> StoreResult<()> {
     let used = pricing::session_charge_micros(ready_millis, r.reserved_micros);
     let (charged, released) = ledger::settle(r.reserved_micros, used);
     for (kind, amount) in [(EntryKind::Charge, charged), (EntryKind::Release, released)] {
@@ -215,7 +207,7 @@ pub fn settle(conn: &Connection, r: &SessionRow, ready_millis: i64, now: Millis)
 }
 
 pub fn set_attestation(
-    conn: &Connection,
+    conn: &Conn,
     id: &str,
     attestation: &Attestation,
     network: Option<&NetworkAttestation>,

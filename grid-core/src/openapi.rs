@@ -1,0 +1,1055 @@
+//! The OpenAPI 3.1 document of the API, served at GET /openapi.json.
+//!
+//! Nothing in it is written twice: the paths are the router's own route
+//! table (`routes::Route::ALL`, one operation per route), request bodies
+//! and query parameters are the request schemas (`shapes`), answers are the
+//! answer schemas (`reply_shapes`, held to the wire types by
+//! `tests/reply_shapes.rs`), and every refusal is rendered from its row of
+//! the error table (`ApiError::row`: status, `error` string, extra fields,
+//! `retry-after`). What is written here is which refusals each route can
+//! give (the contract's per-endpoint lists, with the rows docs/ added) and
+//! the prose. docs/openapi.md says what the document leaves out.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Map, Value};
+
+use crate::catalog::ArtifactKind;
+use crate::error::ApiError;
+use crate::idempotency;
+use crate::reply_shapes as replies;
+use crate::routes::{Access, Route};
+use crate::shapes;
+
+/// The OpenAPI version the document is written in.
+pub const OPENAPI_VERSION: &str = "3.1.0";
+
+/// The whole document, for a grid whose public address is `base_url`.
+pub fn document(base_url: &str) -> Value {
+    let mut paths: BTreeMap<&str, Map<String, Value>> = BTreeMap::new();
+    for route in Route::ALL {
+        paths.entry(route.template()).or_default().insert(route.method().to_ascii_lowercase(), operation(route));
+    }
+    json!({
+        "openapi": OPENAPI_VERSION,
+        "info": {
+            "title": "Grid API",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "A remote-browser grid: capture batches, analytical container jobs and leased browser \
+                sessions, metered against the account's credit, and an MCP endpoint exposing the same calls as \
+                tools. Money is in integer micro-euros. Error bodies are `{\"error\": ...}` with the extra fields \
+                each error names."
+        },
+        "servers": [{"url": base_url}],
+        "security": credential(),
+        "tags": TAGS.iter().map(|(name, description)| json!({"name": name, "description": description})).collect::<Vec<_>>(),
+        "paths": paths,
+        "components": {
+            // Answers to requests no operation describes: kept here so a
+            // client knows their bodies too.
+            "responses": {
+                "RouteNotFound": unrouted(&ApiError::RouteNotFound, "A path no route has."),
+                "MethodNotAllowed": unrouted(
+                    &ApiError::MethodNotAllowed,
+                    "A method the path's routes do not have; `Allow` lists those they have. (POST /mcp's other methods answer in JSON-RPC form.)"
+                )
+            },
+            "securitySchemes": {
+                "apiKey": {
+                    "type": "apiKey",
+                    "in": "header",
+                    "name": "x-api-key",
+                    "description": "An API key (`grid_...`)."
+                },
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "An API key, or an access token from the grid's sign-in whose audience is the \
+                        grid's address (`{base_url}/mcp` for POST /mcp)."
+                }
+            }
+        }
+    })
+}
+
+const TAGS: [(&str, &str); 8] = [
+    ("meta", "Health, OAuth protected-resource metadata and this document; no credential."),
+    ("account", "The caller's own account and the grid's state."),
+    ("captures", "Capture batches of 1 to 1,000 URLs; each URL is an item with published files."),
+    ("jobs", "Analytical container jobs (ids start with `cj_`); GET /jobs/{jobId} and retry also take capture items."),
+    ("sessions", "Leased remote browsers, reached over CDP at the lease's `cdpUrl`."),
+    ("mcp", "The grid's calls as MCP tools (stateless Streamable HTTP)."),
+    ("downloads", "Published capture files and a session's downloaded files behind short-lived signed URLs; the signature is the credential."),
+    ("cdp", "A session's DevTools endpoint; the token in the path is the credential."),
+];
+
+/// A response object of the error table's row, for `components.responses`.
+fn unrouted(e: &ApiError, description: &str) -> Value {
+    let row = e.row();
+    json!({
+        "description": format!("{} {}: {description}", row.status, row.error),
+        "content": {"application/json": {"schema": error_schema(e)}}
+    })
+}
+
+/// The security requirement of a credentialed route: an API key in
+/// `x-api-key`, or a bearer token (key or sign-in token).
+fn credential() -> Value {
+    json!([{"apiKey": []}, {"bearer": []}])
+}
+
+/// One operation as the document states it.
+struct Operation {
+    id: &'static str,
+    tag: &'static str,
+    summary: &'static str,
+    description: Option<String>,
+    /// Query and header parameters (path parameters come from the template).
+    parameters: Vec<Value>,
+    /// The JSON request body's schema.
+    body: Option<Value>,
+    /// What the route answers besides the refusals of the error table.
+    answers: Vec<Answer>,
+    /// The refusals of this route beyond those every route of its access
+    /// kind can give (`common_errors`).
+    errors: Vec<ApiError>,
+}
+
+/// One answer: a status, a content type and its schema, and headers.
+struct Answer {
+    status: u16,
+    description: String,
+    content: Option<(&'static str, Value)>,
+    /// Header name, its schema and whether the answer always carries it.
+    headers: Vec<(&'static str, Value, bool)>,
+    /// OpenAPI links: operations the answer's ids lead to.
+    links: Vec<(&'static str, Value)>,
+}
+
+impl Answer {
+    fn json(status: u16, description: &str, schema: Value) -> Answer {
+        Answer {
+            status,
+            description: description.into(),
+            content: Some(("application/json", schema)),
+            headers: vec![],
+            links: vec![],
+        }
+    }
+
+    fn empty(status: u16, description: &str) -> Answer {
+        Answer { status, description: description.into(), content: None, headers: vec![], links: vec![] }
+    }
+
+    fn with_content(status: u16, description: &str, content_type: &'static str, schema: Value) -> Answer {
+        Answer {
+            status,
+            description: description.into(),
+            content: Some((content_type, schema)),
+            headers: vec![],
+            links: vec![],
+        }
+    }
+
+    fn header(mut self, name: &'static str, schema: Value, always: bool) -> Answer {
+        self.headers.push((name, schema, always));
+        self
+    }
+
+    /// A link to `operation_id`, whose `parameter` is the answer's value at
+    /// `pointer` (a JSON pointer into the body); `fixed` are constant
+    /// parameters.
+    fn link(
+        mut self,
+        name: &'static str,
+        operation_id: &str,
+        parameter: &str,
+        pointer: &str,
+        fixed: &[(&str, &str)],
+    ) -> Answer {
+        let mut parameters = serde_json::Map::new();
+        parameters.insert(parameter.into(), json!(format!("$response.body#{pointer}")));
+        for (k, v) in fixed {
+            parameters.insert((*k).into(), json!(v));
+        }
+        self.links.push((name, json!({"operationId": operation_id, "parameters": parameters})));
+        self
+    }
+
+    /// A refusal, from its row of the error table.
+    fn refusal(e: &ApiError) -> Answer {
+        let row = e.row();
+        let description = match e {
+            ApiError::SessionLimitReached { .. } => "session limit reached: ...".into(),
+            _ => row.error.to_string(),
+        };
+        let answer = Answer::json(row.status, &description, error_schema(e));
+        match row.retry_after_secs {
+            Some(_) => answer.header("retry-after", json!({"type": "integer", "minimum": 0}), true),
+            None => answer,
+        }
+    }
+}
+
+/// The schema of a refusal's body: its `error` string and its extra fields,
+/// typed as the row writes them.
+fn error_schema(e: &ApiError) -> Value {
+    let row = e.row();
+    // The one `error` that carries a figure: the contract fixes its start.
+    let error = match e {
+        ApiError::SessionLimitReached { .. } => json!({"type": "string", "pattern": "^session limit reached: "}),
+        _ => json!({"type": "string", "enum": [row.error]}),
+    };
+    let mut properties = Map::new();
+    properties.insert("error".into(), error);
+    let mut required = vec!["error".to_string()];
+    for (field, value) in &row.extra {
+        let schema = match value {
+            Value::Array(_) => json!({"type": "array", "items": {"type": "string"}}),
+            Value::Number(_) => json!({"type": "integer"}),
+            Value::String(_) if *field == "resetsAt" => json!({"type": "string", "format": "date-time"}),
+            Value::String(_) => json!({"type": "string"}),
+            other => json!({"type": json_type(other)}),
+        };
+        properties.insert((*field).into(), schema);
+        required.push((*field).into());
+    }
+    json!({"type": "object", "properties": properties, "required": required})
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// Refusals every route of an access kind can give. Any request whose
+/// declared length is over the bound is refused before it is routed.
+fn common_errors(access: Access) -> Vec<ApiError> {
+    let mut errors = vec![ApiError::BodyTooLarge { limit_bytes: 0 }];
+    match access {
+        Access::Open => {}
+        Access::Credential => errors.extend([
+            ApiError::Unauthorized,
+            ApiError::Forbidden,
+            ApiError::RateLimited { retry_after_secs: 1 },
+            ApiError::AccountingUnavailable,
+            ApiError::Internal,
+        ]),
+        // Its 401 is its own (`mcp_answers`).
+        Access::Mcp => errors.extend([
+            ApiError::Forbidden,
+            ApiError::RateLimited { retry_after_secs: 1 },
+            ApiError::AccountingUnavailable,
+            ApiError::Internal,
+        ]),
+        Access::SessionToken => errors.push(ApiError::UnknownSession),
+        Access::SignedUrl => errors.extend([ApiError::DownloadLinkInvalid, ApiError::Internal]),
+    }
+    errors
+}
+
+/// The refusals a billable call adds: the reservation's.
+fn billing_errors() -> [ApiError; 3] {
+    [
+        ApiError::InsufficientCredit { required_micros: 0, available_micros: 0 },
+        ApiError::DailyCapExceeded { cap_micros: 0, used_micros: 0, required_micros: 0, resets_at: String::new() },
+        ApiError::AccountSuspended,
+    ]
+}
+
+fn detail() -> Vec<String> {
+    vec![]
+}
+
+fn operation(route: Route) -> Value {
+    let op = describe(route);
+    let mut parameters: Vec<Value> = route.parameters().into_iter().map(path_parameter).collect();
+    parameters.extend(op.parameters);
+    let mut answers = op.answers;
+    // A body is read within a time (docs/limits.md).
+    let slow = op.body.is_some().then_some(ApiError::BodyTooSlow { limit_secs: 0 });
+    answers
+        .extend(op.errors.iter().chain(common_errors(route.access()).iter()).chain(slow.iter()).map(Answer::refusal));
+    let mut o = json!({
+        "operationId": op.id,
+        "tags": [op.tag],
+        "summary": op.summary,
+        "responses": responses(answers),
+    });
+    if let Some(d) = op.description {
+        o["description"] = json!(d);
+    }
+    if !parameters.is_empty() {
+        o["parameters"] = json!(parameters);
+    }
+    if let Some(schema) = op.body {
+        o["requestBody"] = json!({"required": true, "content": {"application/json": {"schema": schema}}});
+    }
+    match route.access() {
+        Access::Credential | Access::Mcp => {}
+        // Open, or the credential is in the address itself.
+        Access::Open | Access::SessionToken | Access::SignedUrl => o["security"] = json!([]),
+    }
+    o
+}
+
+/// Answers grouped by status: several answers of one status become one
+/// response whose schema is any of theirs, with the headers they carry (a
+/// header is required when every answer of the status carries it).
+fn responses(answers: Vec<Answer>) -> Value {
+    let mut by_status: BTreeMap<u16, Vec<Answer>> = BTreeMap::new();
+    for a in answers {
+        by_status.entry(a.status).or_default().push(a);
+    }
+    let mut out = Map::new();
+    for (status, group) in by_status {
+        let mut descriptions: Vec<String> = vec![];
+        let mut content: BTreeMap<&str, Vec<Value>> = BTreeMap::new();
+        let mut headers: BTreeMap<&str, (Value, usize)> = BTreeMap::new();
+        let mut links = Map::new();
+        for a in &group {
+            for (name, link) in &a.links {
+                links.insert((*name).into(), link.clone());
+            }
+            if !descriptions.contains(&a.description) {
+                descriptions.push(a.description.clone());
+            }
+            if let Some((media, schema)) = &a.content {
+                let schemas = content.entry(media).or_default();
+                if !schemas.contains(schema) {
+                    schemas.push(schema.clone());
+                }
+            }
+            for (name, schema, always) in &a.headers {
+                let entry = headers.entry(name).or_insert((schema.clone(), 0));
+                if *always {
+                    entry.1 += 1;
+                }
+            }
+        }
+        let mut r = json!({"description": descriptions.join("; ")});
+        if !content.is_empty() {
+            let content: Map<String, Value> = content
+                .into_iter()
+                .map(|(media, mut schemas)| {
+                    let schema = if schemas.len() == 1 { schemas.remove(0) } else { json!({"anyOf": schemas}) };
+                    (media.to_string(), json!({"schema": schema}))
+                })
+                .collect();
+            r["content"] = Value::Object(content);
+        }
+        if !headers.is_empty() {
+            let headers: Map<String, Value> = headers
+                .into_iter()
+                .map(|(name, (schema, always))| {
+                    (name.to_string(), json!({"schema": schema, "required": always == group.len()}))
+                })
+                .collect();
+            r["headers"] = Value::Object(headers);
+        }
+        if !links.is_empty() {
+            r["links"] = Value::Object(links);
+        }
+        out.insert(status.to_string(), r);
+    }
+    Value::Object(out)
+}
+
+fn path_parameter(name: &str) -> Value {
+    let (schema, description) = match name {
+        "jobId" => (json!({"type": "string"}), "A capture item id, or an analytical job id (`cj_...`)."),
+        "batchId" => (json!({"type": "string"}), "The id POST /batches returned."),
+        "sessionId" => (json!({"type": "string"}), "The session's id."),
+        "token" => (json!({"type": "string"}), "The session's access token, as in its `cdpUrl`."),
+        "kind" => (json!({"type": "string", "enum": ArtifactKind::ALL.map(ArtifactKind::as_str)}), "A file kind."),
+        "name" => {
+            (json!({"type": "string"}), "The file's name as the browser saved it, percent-encoded as one segment.")
+        }
+        "targetId" => (json!({"type": "string"}), "A DevTools target id, as discovery lists it."),
+        "browserId" => (json!({"type": "string"}), "Any value: the browser target is the session's one browser."),
+        _ => (json!({"type": "string"}), ""),
+    };
+    json!({"name": name, "in": "path", "required": true, "schema": schema, "description": description})
+}
+
+/// Query parameters from the properties of a parameters schema (`shapes`).
+fn query_parameters(schema: &Value, names: &[&str]) -> Vec<Value> {
+    names
+        .iter()
+        .map(|name| {
+            let mut p = json!({"name": name, "in": "query", "required": false, "schema": schema["properties"][name]});
+            if let Some(d) = schema["properties"][name].get("description") {
+                p["description"] = d.clone();
+            }
+            p
+        })
+        .collect()
+}
+
+fn idempotency_key_header() -> Value {
+    json!({
+        "name": idempotency::HEADER,
+        "in": "header",
+        "required": false,
+        "description": "Makes the submission safe to resend: within 24 h, the same key with the same body is \
+            answered with the first answer (and `Idempotent-Replayed: true`) and does nothing more \
+            (docs/idempotency.md).",
+        // Printable ASCII; HTTP drops spaces at either end of a value.
+        "schema": {
+            "type": "string",
+            "pattern": format!("^[\\x21-\\x7e]([\\x20-\\x7e]{{0,{}}}[\\x21-\\x7e])?$", idempotency::MAX_KEY_CHARS - 2)
+        }
+    })
+}
+
+fn replayed_header(a: Answer) -> Answer {
+    a.header(idempotency::REPLAYED_HEADER, json!({"type": "string", "enum": ["true"]}), false)
+}
+
+/// `x-grid-compute-degraded` on a job record read while job tracking
+/// catches up.
+fn degraded_header(a: Answer) -> Answer {
+    a.header("x-grid-compute-degraded", json!({"type": "string", "enum": ["reconciler-unready"]}), false)
+}
+
+/// The calls a job's record leads to.
+fn job_links(a: Answer) -> Answer {
+    a.link("GetJob", "getJob", "jobId", "/jobId", &[])
+        .link("CancelJob", "cancelJob", "jobId", "/jobId", &[])
+        .link("RetryJob", "retryJob", "jobId", "/jobId", &[])
+        .link("ListJobArtifacts", "listJobArtifacts", "jobId", "/jobId", &[])
+        .link("GetJobLogs", "getJobLogs", "jobId", "/jobId", &[])
+}
+
+fn any_of(schemas: Vec<Value>) -> Value {
+    json!({"anyOf": schemas})
+}
+
+fn describe(route: Route) -> Operation {
+    use Route::*;
+    let op = |id, tag, summary| Operation {
+        id,
+        tag,
+        summary,
+        description: None,
+        parameters: vec![],
+        body: None,
+        answers: vec![],
+        errors: vec![],
+    };
+    match route {
+        Healthz => Operation {
+            description: Some("`{\"status\": \"ok\"}` while the API serves; says nothing of captures, sessions or jobs.".into()),
+            answers: vec![Answer::json(200, "The API serves.", replies::health())],
+            ..op("getHealth", "meta", "Health check")
+        },
+        ProtectedResource => Operation {
+            answers: vec![Answer::json(200, "Protected-resource metadata (RFC 9728).", replies::protected_resource())],
+            ..op("getProtectedResource", "meta", "OAuth protected-resource metadata of the API")
+        },
+        ProtectedResourceMcp => Operation {
+            answers: vec![Answer::json(200, "Protected-resource metadata (RFC 9728).", replies::protected_resource())],
+            ..op("getProtectedResourceMcp", "meta", "OAuth protected-resource metadata of the MCP endpoint")
+        },
+        OpenApi => Operation {
+            answers: vec![Answer::json(200, "An OpenAPI 3.1 document.", json!({"type": "object", "required": ["openapi", "paths"]}))],
+            ..op("getOpenApi", "meta", "This document")
+        },
+        Account => Operation {
+            description: Some("The caller's credit, reserved amount, its key's daily-cap use and a page of the account's ledger, newest first (docs/account.md).".into()),
+            parameters: query_parameters(&shapes::account_query(), &["limit", "cursor", "kind"]),
+            answers: vec![Answer::json(200, "The account's statement.", replies::account_statement())],
+            errors: vec![ApiError::InvalidListQuery { detail: detail() }, ApiError::InvalidListCursor],
+            ..op("getAccount", "account", "The caller's balance and ledger")
+        },
+        GridStatus => Operation {
+            answers: vec![Answer::json(200, "Figures of the whole grid.", replies::grid_status())],
+            ..op("getGridStatus", "account", "Queue, workers and sessions of the grid")
+        },
+        QueueDepth => Operation {
+            answers: vec![Answer::json(200, "Capture items waiting, prioritised, delayed or active.", replies::queue_depth())],
+            ..op("getQueueDepth", "account", "The capture queue's depth")
+        },
+        SubmitBatch => Operation {
+            description: Some("Reserves each item's script price; on 402 and 403 account_suspended nothing is queued. `params` are checked when each item runs (docs/captures.md, docs/browser-captures.md).".into()),
+            parameters: vec![idempotency_key_header()],
+            body: Some(shapes::new_batch()),
+            answers: vec![replayed_header(
+                Answer::json(201, "The batch, one item per URL.", replies::batch_created())
+                    .link("GetBatch", "getBatch", "batchId", "/batchId", &[]),
+            )],
+            errors: [
+                vec![
+                    ApiError::InvalidBatchBody { detail: detail() },
+                    ApiError::InvalidIdempotencyKey { detail: detail() },
+                    ApiError::IdempotencyKeyReused,
+                ],
+                billing_errors().to_vec(),
+            ]
+            .concat(),
+            ..op("submitBatch", "captures", "Submit a capture batch")
+        },
+        GetBatch => Operation {
+            answers: vec![Answer::json(200, "The batch's counts and items, sorted by jobId.", replies::batch_view())
+                .link("GetFirstItem", "getJob", "jobId", "/jobs/0/jobId", &[])
+                .link("RetryFirstItem", "retryJob", "jobId", "/jobs/0/jobId", &[])
+                .link("GetFirstItemMeta", "getArtifactUrl", "jobId", "/jobs/0/jobId", &[("kind", "meta")])],
+            errors: vec![ApiError::UnknownBatch],
+            ..op("getBatch", "captures", "A batch and its items")
+        },
+        SubmitJob => Operation {
+            description: Some("Reserves one attempt's longest cost. An `idempotencyKey` already used with the same body answers 200 with that job and reserves nothing.".into()),
+            body: Some(shapes::new_job()),
+            answers: vec![
+                job_links(degraded_header(Answer::json(202, "The new job (phase ACCEPTED).", replies::job_record()))),
+                job_links(degraded_header(Answer::json(200, "The existing job of this idempotencyKey.", replies::job_record()))),
+            ],
+            errors: [
+                vec![
+                    ApiError::InvalidJobRequest { detail: detail() },
+                    ApiError::InvalidImage { detail: String::new() },
+                    ApiError::IdempotencyConflict,
+                    ApiError::CapabilityNotAvailable { capability: String::new() },
+                    ApiError::compute_unavailable(),
+                ],
+                billing_errors().to_vec(),
+            ]
+            .concat(),
+            ..op("submitJob", "jobs", "Submit an analytical job")
+        },
+        ListJobs => Operation {
+            description: Some("Newest first; capture items are not listed. One label filter may be given as `label.<key>=<value>` (a lower-case key and value), which this document cannot name as a parameter.".into()),
+            parameters: query_parameters(&shapes::job_list_query(), &["limit", "cursor", "phase"]),
+            answers: vec![Answer::json(200, "A page of job records.", replies::job_list())],
+            errors: vec![
+                ApiError::InvalidListQuery { detail: detail() },
+                ApiError::InvalidListCursor,
+                ApiError::compute_unavailable(),
+            ],
+            ..op("listJobs", "jobs", "List analytical jobs")
+        },
+        GetJob => Operation {
+            answers: vec![degraded_header(Answer::json(
+                200,
+                "A capture item, or an analytical job's record.",
+                any_of(vec![replies::capture_item(), replies::job_record()]),
+            ))],
+            errors: vec![ApiError::UnknownJob, ApiError::compute_unavailable()],
+            ..op("getJob", "jobs", "A capture item or an analytical job")
+        },
+        RetryJob => Operation {
+            description: Some("A capture item can be retried only while failed with no published failure record (free). An analytical job in a retryable state gets a new attempt and a new reservation.".into()),
+            answers: vec![degraded_header(Answer::json(
+                200,
+                "The item's new state, or the job's record with a new attempt queued.",
+                any_of(vec![replies::item_retried(), replies::job_record()]),
+            ))],
+            errors: [
+                vec![
+                    ApiError::UnknownJob,
+                    ApiError::OnlyFailedCanBeRetried,
+                    ApiError::PublishedFailureImmutable,
+                    ApiError::ProfileNotSelectable,
+                    ApiError::JobNotRetryable,
+                    ApiError::JobStateConflict,
+                    ApiError::compute_unavailable(),
+                ],
+                billing_errors().to_vec(),
+            ]
+            .concat(),
+            ..op("retryJob", "jobs", "Retry a failed capture item or analytical job")
+        },
+        CancelJob => Operation {
+            description: Some("The job reaches CANCELLED once its container has stopped; a finished job is answered unchanged. A capture item id is an unknown job.".into()),
+            answers: vec![degraded_header(Answer::json(200, "The job's record.", replies::job_record()))],
+            errors: vec![ApiError::UnknownJob, ApiError::JobStateConflict, ApiError::compute_unavailable()],
+            ..op("cancelJob", "jobs", "Cancel an analytical job")
+        },
+        JobArtifacts => Operation {
+            answers: vec![Answer::json(200, "The job's published files.", replies::job_artifacts())],
+            errors: vec![ApiError::UnknownJob, ApiError::compute_unavailable()],
+            ..op("listJobArtifacts", "jobs", "An analytical job's artifacts")
+        },
+        JobLogs => {
+            let attempt = json!({
+                "name": "attempt",
+                "in": "query",
+                "required": false,
+                "description": "An earlier attempt; default the current one.",
+                "schema": {"type": "integer", "minimum": 1, "maximum": u32::MAX}
+            });
+            let text = Answer::with_content(200, "The attempt's stdout and stderr, up to 1 MiB.", "text/plain", json!({"type": "string"}))
+                .header("x-grid-attempt", json!({"type": "string", "pattern": "^[1-9][0-9]*$"}), true)
+                .header("x-grid-artifact-id", json!({"type": "string"}), true)
+                .header("x-grid-logs-truncated", json!({"type": "string", "enum": ["true", "false"]}), true);
+            Operation {
+                description: Some("A log is published once its attempt has ended.".into()),
+                parameters: vec![attempt],
+                answers: vec![text],
+                errors: vec![
+                    ApiError::InvalidLogQuery { detail: detail() },
+                    ApiError::UnknownJob,
+                    ApiError::LogsNotAvailable,
+                    ApiError::compute_unavailable(),
+                ],
+                ..op("getJobLogs", "jobs", "An attempt's log")
+            }
+        }
+        ArtifactUrl => Operation {
+            description: Some("Given once the item's whole file set is published and checked.".into()),
+            answers: vec![Answer::json(200, "A URL that downloads the file without credential for 15 minutes.", replies::artifact_url())],
+            errors: vec![ApiError::BadArtifactKind, ApiError::UnknownJob, ApiError::ArtifactNotPresent],
+            ..op("getArtifactUrl", "captures", "A download URL of a capture item's file")
+        },
+        LeaseSession => Operation {
+            description: Some("Reserves the whole lifetime; the meter runs from the first ready moment. Poll GET /sessions until the attestation is filled, then connect a CDP client to `cdpUrl`.".into()),
+            parameters: vec![idempotency_key_header()],
+            body: Some(shapes::new_session()),
+            answers: vec![replayed_header(
+                Answer::json(201, "The lease (attestation null).", replies::session_lease())
+                    .link("ReleaseSession", "releaseSession", "sessionId", "/sessionId", &[])
+                    .link("ListSessionDownloads", "listSessionDownloads", "sessionId", "/sessionId", &[]),
+            )],
+            errors: [
+                vec![
+                    ApiError::InvalidSessionBody { detail: detail() },
+                    ApiError::InvalidIdempotencyKey { detail: detail() },
+                    ApiError::IdempotencyKeyReused,
+                    ApiError::SessionLimitReached { max_sessions: 0 },
+                    ApiError::SessionsDisabled,
+                ],
+                billing_errors().to_vec(),
+            ]
+            .concat(),
+            ..op("leaseSession", "sessions", "Lease a browser session")
+        },
+        ListSessions => Operation {
+            answers: vec![Answer::json(200, "The caller's live sessions (without cdpUrl).", replies::session_list())
+                .link("ReleaseFirstSession", "releaseSession", "sessionId", "/0/sessionId", &[])],
+            errors: vec![ApiError::SessionsDisabled],
+            ..op("listSessions", "sessions", "The caller's live sessions")
+        },
+        ReleaseSession => Operation {
+            answers: vec![Answer::empty(204, "Released: the cdpUrl stops working and the session is settled.")],
+            errors: vec![ApiError::UnknownSession, ApiError::SessionsDisabled],
+            ..op("releaseSession", "sessions", "Release a session")
+        },
+        SessionDownloads => Operation {
+            description: Some("The files the session's pages downloaded, oldest first, each with a URL that fetches it without credential for 15 minutes; what the grid cancelled or removed over the session's limit; until when the files are kept (null while the session is live, then its end plus the grace). A session past its grace answers 404 unknown session (docs/sessions.md).".into()),
+            answers: vec![Answer::json(200, "The session's downloads.", replies::session_downloads())],
+            errors: vec![ApiError::UnknownSession, ApiError::SessionsDisabled],
+            ..op("listSessionDownloads", "sessions", "A session's downloaded files")
+        },
+        Mcp => Operation {
+            description: Some(
+                "One JSON-RPC 2.0 message per request, answered with one JSON body; no `mcp-session-id` is kept. \
+                 `accept` must list both application/json and text/event-stream, `content-type` must be \
+                 application/json. Handshake-era versions (2024-11-05 to 2025-11-25) and the 2026-07-28 revision \
+                 (its version in `MCP-Protocol-Version` and `params._meta`, `Mcp-Method` and `Mcp-Name` mirrored \
+                 in headers) are both spoken. A tool's own refusals (for example 402 insufficient_credit) arrive \
+                 inside a 200 answer with `isError: true`. GET and DELETE answer 405 (docs/mcp.md)."
+                    .into(),
+            ),
+            body: Some(mcp::message()),
+            answers: mcp::answers(),
+            ..op("mcp", "mcp", "MCP (Streamable HTTP, stateless)")
+        },
+        McpPreflight => Operation {
+            description: Some(
+                "A browser's CORS preflight of POST /mcp; a page's Origin must be one the operator allowed \
+                 (`--mcp-allow-origin`), and then the answer carries the CORS headers (docs/mcp.md)."
+                    .into(),
+            ),
+            answers: vec![
+                Answer::empty(204, "The methods and headers a page may use.")
+                    .header("allow", json!({"type": "string"}), true),
+                Answer::json(403, "a page of an origin the operator did not allow (JSON-RPC error)", mcp::rpc_error()),
+            ],
+            ..op("mcpPreflight", "mcp", "CORS preflight of the MCP endpoint")
+        },
+        Download => Operation {
+            description: Some("The address GET /artifacts/{jobId}/{kind} gave; served with the content type the file was stored with, checked against its SHA-256.".into()),
+            parameters: vec![
+                json!({"name": "expires", "in": "query", "required": true, "schema": {"type": "integer"}, "description": "When the URL stops working (Unix seconds)."}),
+                json!({"name": "sig", "in": "query", "required": true, "schema": {"type": "string"}, "description": "The URL's signature."}),
+            ],
+            answers: vec![Answer::with_content(200, "The file.", "*/*", json!({}))],
+            errors: vec![ApiError::ArtifactNotPresent],
+            ..op("download", "downloads", "Download a published file")
+        },
+        SessionDownload => Operation {
+            description: Some("The address GET /sessions/{sessionId}/downloads gave: the file's exact bytes as an attachment, until the session's grace is over.".into()),
+            parameters: vec![
+                json!({"name": "expires", "in": "query", "required": true, "schema": {"type": "integer"}, "description": "When the URL stops working (Unix seconds)."}),
+                json!({"name": "sig", "in": "query", "required": true, "schema": {"type": "string"}, "description": "The URL's signature."}),
+            ],
+            answers: vec![Answer::with_content(200, "The file.", "application/octet-stream", json!({}))
+                .header("content-disposition", json!({"type": "string"}), true)],
+            errors: vec![ApiError::SessionDownloadNotPresent],
+            ..op("downloadSessionFile", "downloads", "Download a file of a session's downloads")
+        },
+        CdpSocket => cdp::socket(op("cdpConnect", "cdp", "WebSocket to the browser target (the cdpUrl itself)")),
+        CdpBrowserSocket => cdp::socket(op("cdpBrowserSocket", "cdp", "WebSocket to the browser target")),
+        CdpPageSocket => cdp::socket(op("cdpPageSocket", "cdp", "WebSocket to one page")),
+        CdpVersion => Operation {
+            answers: vec![Answer::json(200, "The browser's version, with a webSocketDebuggerUrl through the grid.", cdp::version())],
+            ..op("cdpVersion", "cdp", "DevTools discovery: version")
+        },
+        CdpTargets => Operation {
+            answers: vec![Answer::json(200, "The session's pages.", json!({"type": "array", "items": cdp::target()}))],
+            ..op("cdpTargets", "cdp", "DevTools discovery: targets")
+        },
+        CdpTargetList => Operation {
+            answers: vec![Answer::json(200, "The session's pages.", json!({"type": "array", "items": cdp::target()}))],
+            ..op("cdpTargetList", "cdp", "DevTools discovery: targets")
+        },
+        CdpNewTarget => cdp::new_target(op("cdpNewTarget", "cdp", "Open a page")),
+        CdpNewTargetGet => cdp::new_target(op("cdpNewTargetGet", "cdp", "Open a page (older clients)")),
+        CdpCloseTarget => Operation {
+            answers: vec![Answer::json(200, "The page is closing.", json!({"type": "string"}))],
+            ..op("cdpCloseTarget", "cdp", "Close a page")
+        },
+        CdpActivateTarget => Operation {
+            answers: vec![Answer::json(200, "The page is activated.", json!({"type": "string"}))],
+            ..op("cdpActivateTarget", "cdp", "Bring a page to front")
+        },
+        CdpView => Operation {
+            description: Some("A page that watches the session's page through a CDP screencast over this endpoint; never cached, framed or sent as a referrer.".into()),
+            answers: vec![Answer::with_content(200, "The live view page.", "text/html", json!({"type": "string"}))],
+            ..op("cdpView", "cdp", "Live view of the session")
+        },
+    }
+}
+
+mod cdp {
+    use serde_json::{json, Value};
+
+    use super::{Answer, Operation};
+    use crate::error::ApiError;
+
+    pub(super) fn socket(op: Operation) -> Operation {
+        Operation {
+            description: Some(
+                "A WebSocket upgrade (HTTP/1.1); every command passes the grid's CDP gate. Waits for a pending \
+                 session's browser (up to 30 s)."
+                    .into(),
+            ),
+            answers: vec![Answer::empty(101, "Switching to the WebSocket.")],
+            errors: vec![ApiError::InvalidBody { detail: vec![] }],
+            ..op
+        }
+    }
+
+    pub(super) fn new_target(op: Operation) -> Operation {
+        Operation {
+            description: Some(
+                "The query string is the page's URL (default about:blank), checked by the CDP gate.".into(),
+            ),
+            answers: vec![Answer::json(200, "The new page.", target())],
+            errors: vec![ApiError::InvalidBody { detail: vec![] }],
+            ..op
+        }
+    }
+
+    pub(super) fn version() -> Value {
+        let s = || json!({"type": "string"});
+        json!({
+            "type": "object",
+            "properties": {
+                "Browser": s(), "Protocol-Version": s(), "User-Agent": s(), "V8-Version": s(), "WebKit-Version": s(),
+                "webSocketDebuggerUrl": {"type": "string", "format": "uri"}
+            },
+            "required": ["Browser", "Protocol-Version", "webSocketDebuggerUrl"]
+        })
+    }
+
+    pub(super) fn target() -> Value {
+        let s = || json!({"type": "string"});
+        json!({
+            "type": "object",
+            "properties": {
+                "description": s(), "devtoolsFrontendUrl": s(), "id": s(), "title": s(), "type": s(), "url": s(),
+                "webSocketDebuggerUrl": {"type": "string", "format": "uri"}
+            },
+            "required": ["id", "type", "url", "webSocketDebuggerUrl"]
+        })
+    }
+}
+
+mod mcp {
+    use serde_json::{json, Value};
+
+    use super::Answer;
+    use crate::error::ApiError;
+
+    /// A request's id (MCP's `RequestId`); a response's may also be null
+    /// (after a parse error).
+    fn id() -> Value {
+        json!({"type": ["string", "number"]})
+    }
+
+    fn response_id() -> Value {
+        json!({"type": ["string", "number", "null"]})
+    }
+
+    /// What a client may send: a request or notification, or a response
+    /// to a server request (answered 202 and ignored, whatever it holds: this
+    /// server sends no requests). The server refuses with 400 exactly what
+    /// this schema does not admit.
+    pub(super) fn message() -> Value {
+        let jsonrpc = json!({"type": "string", "enum": ["2.0"]});
+        json!({
+            "oneOf": [
+                {
+                    "type": "object",
+                    "description": "A request (with id) or a notification (without).",
+                    "properties": {
+                        "jsonrpc": jsonrpc,
+                        "id": id(),
+                        "method": {"type": "string", "description": "initialize, ping, server/discover, tools/list, tools/call, notifications/..."},
+                        "params": {"type": "object"}
+                    },
+                    "required": ["jsonrpc", "method"]
+                },
+                {
+                    "type": "object",
+                    "description": "A response to a server request: taken and ignored.",
+                    "properties": {"jsonrpc": jsonrpc},
+                    "required": ["jsonrpc"],
+                    "anyOf": [{"required": ["result"]}, {"required": ["error"]}],
+                    "not": {"required": ["method"]}
+                }
+            ]
+        })
+    }
+
+    fn rpc_error_object() -> Value {
+        json!({
+            "type": "object",
+            "properties": {"code": {"type": "integer"}, "message": {"type": "string"}, "data": {}},
+            "required": ["code", "message"]
+        })
+    }
+
+    /// A JSON-RPC error answer.
+    pub(super) fn rpc_error() -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "jsonrpc": {"type": "string", "enum": ["2.0"]},
+                "id": response_id(),
+                "error": rpc_error_object()
+            },
+            "required": ["jsonrpc", "error"]
+        })
+    }
+
+    fn rpc_answer() -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "jsonrpc": {"type": "string", "enum": ["2.0"]},
+                "id": response_id(),
+                "result": {"type": "object"},
+                "error": rpc_error_object()
+            },
+            "required": ["jsonrpc", "id"],
+            "oneOf": [{"required": ["result"]}, {"required": ["error"]}]
+        })
+    }
+
+    pub(super) fn answers() -> Vec<Answer> {
+        let mut unauthorized = Answer::refusal(&ApiError::Unauthorized);
+        unauthorized.description =
+            "unauthorized: no credential or a refused one; `hint` says what to send, `WWW-Authenticate` points at the protected-resource metadata".into();
+        if let Some((_, schema)) = &mut unauthorized.content {
+            schema["properties"]["hint"] = json!({"type": "string"});
+        }
+        vec![
+            Answer::json(
+                200,
+                "The JSON-RPC answer: a result, or an error (unknown method, invalid params).",
+                rpc_answer(),
+            ),
+            Answer::empty(202, "A notification or a response: accepted, nothing to answer."),
+            Answer::json(
+                400,
+                "JSON-RPC parse error, invalid request, unsupported protocol version or headers not matching the body",
+                rpc_error(),
+            ),
+            unauthorized.header("www-authenticate", json!({"type": "string"}), true),
+            Answer::json(403, "a page of an origin the operator did not allow (JSON-RPC error)", rpc_error()),
+            Answer::json(404, "2026-07-28: an unknown method (JSON-RPC error)", rpc_error()),
+            Answer::json(406, "accept lacks application/json or text/event-stream (JSON-RPC error)", rpc_error()),
+            Answer::json(415, "content-type is not application/json (JSON-RPC error)", rpc_error()),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_route_is_one_operation_and_every_operation_a_route() {
+        let doc = document("https://grid.example");
+        let mut described = vec![];
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, _) in item.as_object().unwrap() {
+                described.push((method.to_ascii_uppercase(), path.clone()));
+            }
+        }
+        let mut routed: Vec<(String, String)> =
+            Route::ALL.iter().map(|r| (r.method().to_string(), r.template().to_string())).collect();
+        described.sort();
+        routed.sort();
+        assert_eq!(described, routed);
+    }
+
+    /// A link names an operation of the document and only its parameters.
+    #[test]
+    fn links_lead_to_operations_and_their_parameters() {
+        let doc = document("http://g");
+        let mut params: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for item in doc["paths"].as_object().unwrap().values() {
+            for op in item.as_object().unwrap().values() {
+                let names = op["parameters"]
+                    .as_array()
+                    .map_or(vec![], |ps| ps.iter().map(|p| p["name"].as_str().unwrap().to_string()).collect());
+                params.insert(op["operationId"].as_str().unwrap().to_string(), names);
+            }
+        }
+        let mut count = 0;
+        for item in doc["paths"].as_object().unwrap().values() {
+            for op in item.as_object().unwrap().values() {
+                for response in op["responses"].as_object().unwrap().values() {
+                    for (name, link) in response.get("links").and_then(Value::as_object).into_iter().flatten() {
+                        let target = link["operationId"].as_str().unwrap();
+                        let names = params.get(target).unwrap_or_else(|| panic!("{name}: no operation {target}"));
+                        for p in link["parameters"].as_object().unwrap().keys() {
+                            assert!(names.contains(p), "{name}: {target} has no parameter {p}");
+                        }
+                        count += 1;
+                    }
+                }
+            }
+        }
+        assert!(count >= 10, "{count} links");
+    }
+
+    #[test]
+    fn the_servers_url_is_the_grids_address() {
+        assert_eq!(document("https://grid.example:8443")["servers"], json!([{"url": "https://grid.example:8443"}]));
+        assert_eq!(document("https://g")["openapi"], "3.1.0");
+    }
+
+    #[test]
+    fn operation_ids_are_unique() {
+        let doc = document("http://g");
+        let mut ids = std::collections::BTreeSet::new();
+        for item in doc["paths"].as_object().unwrap().values() {
+            for op in item.as_object().unwrap().values() {
+                let id = op["operationId"].as_str().unwrap().to_string();
+                assert!(ids.insert(id.clone()), "{id} twice");
+            }
+        }
+    }
+
+    /// Every refusal of the error table is some route's documented answer,
+    /// with its status and `error` string (NotImplemented is no route's; the
+    /// router's own 404 and 405 answer what no route has).
+    #[test]
+    fn every_row_of_the_error_table_is_documented_where_it_can_happen() {
+        let doc = document("http://g");
+        for e in crate::error::every_variant() {
+            let row = e.row();
+            match e {
+                ApiError::NotImplemented { .. } => continue,
+                ApiError::RouteNotFound | ApiError::MethodNotAllowed => {
+                    let all = doc["components"]["responses"].to_string();
+                    assert!(all.contains(&format!("\"{}\"", row.error)), "{} is not in components", row.error);
+                    continue;
+                }
+                _ => {}
+            }
+            let probe = match e {
+                ApiError::SessionLimitReached { .. } => "^session limit reached: ".to_string(),
+                _ => row.error.to_string(),
+            };
+            let found = doc["paths"].as_object().unwrap().values().any(|item| {
+                item.as_object().unwrap().values().any(|op| {
+                    op["responses"]
+                        .get(row.status.to_string())
+                        .is_some_and(|r| r.to_string().contains(&serde_json::to_string(&probe).unwrap()))
+                })
+            });
+            assert!(found, "{} {} is no route's answer", row.status, row.error);
+        }
+    }
+
+    #[test]
+    fn contract_refusals_are_on_their_routes() {
+        let doc = document("http://g");
+        let has = |path: &str, method: &str, status: u16, error: &str| {
+            let r = &doc["paths"][path][method]["responses"][status.to_string()];
+            assert!(r.to_string().contains(&format!("\"{error}\"")), "{method} {path} lacks {status} {error}: {r}");
+        };
+        has("/batches", "post", 400, "invalid batch body");
+        has("/batches", "post", 402, "insufficient_credit");
+        has("/jobs", "post", 422, "CAPABILITY_NOT_AVAILABLE");
+        has("/jobs", "get", 400, "INVALID_LIST_CURSOR");
+        has("/jobs/{jobId}/logs", "get", 404, "LOGS_NOT_AVAILABLE");
+        has("/artifacts/{jobId}/{kind}", "get", 400, "kind must be screenshot|html|body|meta");
+        has("/artifacts/{jobId}/{kind}", "get", 404, "artifact not present");
+        has("/sessions", "post", 503, "sessions disabled");
+        has("/sessions/{sessionId}", "delete", 404, "unknown session");
+        has("/sessions/{sessionId}/downloads", "get", 404, "unknown session");
+        has("/downloads/sessions/{sessionId}/{name}", "get", 404, "download not present");
+        has("/downloads/sessions/{sessionId}/{name}", "get", 404, "download link invalid or expired");
+        has("/grid", "get", 401, "unauthorized");
+        has("/grid", "get", 429, "rate_limited");
+        // The extra fields of a row are required members of its body.
+        let credit = &doc["paths"]["/batches"]["post"]["responses"]["402"]["content"]["application/json"]["schema"];
+        assert!(credit.to_string().contains("\"requiredMicros\""), "{credit}");
+        // COMPUTE_UNAVAILABLE and accounting_unavailable both set retry-after.
+        assert_eq!(doc["paths"]["/jobs"]["post"]["responses"]["503"]["headers"]["retry-after"]["required"], true);
+        // sessions disabled does not.
+        assert_eq!(doc["paths"]["/sessions"]["post"]["responses"]["503"]["headers"]["retry-after"]["required"], false);
+    }
+
+    #[test]
+    fn credentials_are_required_except_where_the_contract_says() {
+        let doc = document("http://g");
+        for route in Route::ALL {
+            let op = &doc["paths"][route.template()][route.method().to_ascii_lowercase()];
+            let open = op.get("security") == Some(&json!([]));
+            assert_eq!(open, !matches!(route.access(), Access::Credential | Access::Mcp), "{route:?}");
+            assert_eq!(op["responses"].get("401").is_some(), !open, "{route:?}");
+        }
+        assert_eq!(doc["security"], json!([{"apiKey": []}, {"bearer": []}]));
+    }
+
+    #[test]
+    fn bodies_and_parameters_are_the_request_schemas() {
+        let doc = document("http://g");
+        let body =
+            |path: &str| doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"].clone();
+        assert_eq!(body("/batches"), shapes::new_batch());
+        assert_eq!(body("/jobs"), shapes::new_job());
+        assert_eq!(body("/sessions"), shapes::new_session());
+        let limit = doc["paths"]["/jobs"]["get"]["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "limit")
+            .unwrap()["schema"]
+            .clone();
+        assert_eq!(limit, shapes::job_list_query()["properties"]["limit"]);
+    }
+}

@@ -1,0 +1,287 @@
+//! The PostgreSQL backend: several grid nodes on one database
+//! (`serve --database-url`, docs/scale-out.md).
+//!
+//! tokio-postgres with deadpool-postgres's pool and per-connection statement
+//! cache. The store's closures are synchronous (one SQL text for both
+//! backends, run on a blocking thread as SQLite's are), so each statement is
+//! driven with `block_on` on a small runtime of the store's own: the
+//! connections' I/O never waits on the server's runtime, and the admin
+//! subcommands, which have none, use the same code.
+//!
+//! Writes keep SQLite's one-writer rule grid-wide: every write transaction
+//! first takes one transaction-scoped advisory lock, so what a transaction
+//! reads and checks (credit before a reservation, the next item in the
+//! queue) cannot change under it, whichever node runs it. That is the first
+//! limit of the design (docs/scale-out.md); reads take no lock.
+
+use std::error::Error;
+use std::future::Future;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::{to_sql_checked, IsNull, ToSql, Type};
+use tokio_postgres::NoTls;
+
+use super::sql::{numbered_placeholders, Conn, Dialect, Row, Sql, Value};
+use super::{StoreError, StoreResult};
+
+/// The advisory lock every write transaction takes (an arbitrary constant:
+/// "grid" in ASCII).
+const WRITE_LOCK: i64 = 0x6772_6964;
+/// The session-level advisory lock held while the schema is migrated, so
+/// nodes starting at once apply each step once.
+const MIGRATE_LOCK: i64 = 0x6772_6964_6d69;
+
+/// Each step runs once, in order; a released step is never edited. The
+/// `schema_version` table holds the number applied.
+const STEPS: [&str; 1] = [include_str!("postgres_schema.sql")];
+
+/// Connections per node. Blocking store calls run on tokio's blocking pool,
+/// so more would only queue inside PostgreSQL; several nodes times this
+/// stays under PostgreSQL's default 100 connections.
+const POOL_SIZE: usize = 16;
+
+pub struct Postgres {
+    runtime: &'static tokio::runtime::Runtime,
+    pool: Pool,
+}
+
+impl Postgres {
+    /// Connects to `url` (a `postgres://` URL or key=value string) and
+    /// brings the schema up to date.
+    pub fn open(url: &str, busy_timeout: Duration) -> StoreResult<Postgres> {
+        let mut config: tokio_postgres::Config =
+            url.parse().map_err(|e| StoreError::Invalid(format!("--database-url is not a PostgreSQL URL: {e}")))?;
+        // Migrations' "already exists, skipping" notices are not news.
+        // A statement waiting on a lock past the busy timeout fails (55P03:
+        // a busy store, as SQLite's busy timeout), and so does one running
+        // past a generous multiple of it: the database did not answer.
+        let ms = busy_timeout.as_millis().max(1);
+        config.options(format!(
+            "-c client_min_messages=warning -c lock_timeout={ms} -c statement_timeout={}",
+            ms.saturating_mul(20).max(30_000)
+        ));
+        config.application_name("grid-server");
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("grid-postgres")
+            .enable_all()
+            .build()
+            .map_err(|e| StoreError::Invalid(format!("cannot start the PostgreSQL runtime: {e}")))?;
+        // The store lives as long as the process; a runtime dropped from
+        // inside another one's context panics, so it is never dropped.
+        let runtime: &'static tokio::runtime::Runtime = Box::leak(Box::new(runtime));
+        let manager = Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+        let pool = Pool::builder(manager)
+            .max_size(POOL_SIZE)
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .wait_timeout(Some(busy_timeout))
+            .create_timeout(Some(busy_timeout.max(Duration::from_secs(5))))
+            .build()
+            .map_err(|e| StoreError::Invalid(format!("PostgreSQL pool: {e}")))?;
+        let store = Postgres { runtime, pool };
+        store.migrate()?;
+        Ok(store)
+    }
+
+    /// Drives `f` on the store's runtime. From a blocking thread (where
+    /// `Store::read`/`write` run closures) that is a plain `block_on`; the
+    /// few calls made on a worker of the server's runtime (the start, the
+    /// first-start account) first tell that runtime the thread will block.
+    fn block_on<F: Future>(&self, f: F) -> F::Output {
+        match tokio::runtime::Handle::try_current() {
+            Ok(_) => tokio::task::block_in_place(|| self.runtime.block_on(f)),
+            Err(_) => self.runtime.block_on(f),
+        }
+    }
+
+    fn client(&self) -> StoreResult<deadpool_postgres::Object> {
+        self.block_on(self.pool.get()).map_err(|e| match e {
+            deadpool_postgres::PoolError::Timeout(_) => StoreError::Busy,
+            deadpool_postgres::PoolError::Backend(e) => e.into(),
+            other => StoreError::Database(other.to_string()),
+        })
+    }
+
+    fn migrate(&self) -> StoreResult<()> {
+        let client = self.client()?;
+        self.block_on(async {
+            client.execute("SELECT pg_advisory_lock($1)", &[&MIGRATE_LOCK]).await?;
+            let applied = async {
+                client.batch_execute("CREATE TABLE IF NOT EXISTS schema_version (version BIGINT NOT NULL)").await?;
+                let version: i64 = match client.query_opt("SELECT version FROM schema_version", &[]).await? {
+                    Some(row) => row.get(0),
+                    None => {
+                        client.execute("INSERT INTO schema_version (version) VALUES (0)", &[]).await?;
+                        0
+                    }
+                };
+                let known = STEPS.len() as i64;
+                if version > known {
+                    return Err(StoreError::Invalid(format!(
+                        "the database was written by a newer grid-server (schema {version}, this one knows {known})"
+                    )));
+                }
+                for (i, sql) in STEPS.iter().enumerate() {
+                    let step = i as i64 + 1;
+                    if version < step {
+                        client
+                            .batch_execute(&format!(
+                                "BEGIN; {sql}; UPDATE schema_version SET version = {step}; COMMIT;"
+                            ))
+                            .await?;
+                    }
+                }
+                Ok(())
+            }
+            .await;
+            client.execute("SELECT pg_advisory_unlock($1)", &[&MIGRATE_LOCK]).await?;
+            applied
+        })
+    }
+
+    /// Runs `f` in one write transaction holding the grid-wide write lock;
+    /// commits only when it returns `Ok`.
+    pub fn write<R, E: From<StoreError>>(&self, f: impl FnOnce(&Conn) -> Result<R, E>) -> Result<R, E> {
+        let mut client = self.client()?;
+        let tx = self.block_on(client.transaction()).map_err(|e| E::from(e.into()))?;
+        self.block_on(tx.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK])).map_err(|e| E::from(e.into()))?;
+        let conn = PgConn { store: self, tx: Tx::Transaction(&tx) };
+        // Dropping an uncommitted transaction rolls it back.
+        let r = f(&conn)?;
+        self.block_on(tx.commit()).map_err(|e| E::from(e.into()))?;
+        Ok(r)
+    }
+
+    pub fn read<R>(&self, f: impl FnOnce(&Conn) -> StoreResult<R>) -> StoreResult<R> {
+        let client = self.client()?;
+        f(&PgConn { store: self, tx: Tx::Client(&client) })
+    }
+}
+
+enum Tx<'a> {
+    Client(&'a deadpool_postgres::Object),
+    Transaction(&'a deadpool_postgres::Transaction<'a>),
+}
+
+struct PgConn<'a> {
+    store: &'a Postgres,
+    tx: Tx<'a>,
+}
+
+fn refs(params: &[Value]) -> Vec<&(dyn ToSql + Sync)> {
+    params.iter().map(|v| v as &(dyn ToSql + Sync)).collect()
+}
+
+impl Sql for PgConn<'_> {
+    fn dialect(&self) -> Dialect {
+        Dialect::Postgres
+    }
+
+    fn execute_values(&self, sql: &str, params: Vec<Value>) -> StoreResult<usize> {
+        let (sql, params) = (numbered_placeholders(sql), refs(&params));
+        let n = self.store.block_on(async {
+            match &self.tx {
+                Tx::Client(c) => c.execute(&c.prepare_cached(&sql).await?, &params).await,
+                Tx::Transaction(t) => t.execute(&t.prepare_cached(&sql).await?, &params).await,
+            }
+        })?;
+        Ok(n as usize)
+    }
+
+    fn query_values(&self, sql: &str, params: Vec<Value>) -> StoreResult<Vec<Row>> {
+        let (sql, params) = (numbered_placeholders(sql), refs(&params));
+        let rows = self.store.block_on(async {
+            match &self.tx {
+                Tx::Client(c) => c.query(&c.prepare_cached(&sql).await?, &params).await,
+                Tx::Transaction(t) => t.query(&t.prepare_cached(&sql).await?, &params).await,
+            }
+        })?;
+        rows.iter().map(row).collect()
+    }
+}
+
+fn row(r: &tokio_postgres::Row) -> StoreResult<Row> {
+    let values = r
+        .columns()
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let ty = c.type_();
+            let v = match *ty {
+                Type::INT8 => r.try_get::<_, Option<i64>>(i)?.map(Value::Int),
+                Type::INT4 => r.try_get::<_, Option<i32>>(i)?.map(|v| Value::Int(v.into())),
+                Type::INT2 => r.try_get::<_, Option<i16>>(i)?.map(|v| Value::Int(v.into())),
+                Type::BOOL => r.try_get::<_, Option<bool>>(i)?.map(|v| Value::Int(v.into())),
+                Type::FLOAT8 => r.try_get::<_, Option<f64>>(i)?.map(Value::Real),
+                Type::FLOAT4 => r.try_get::<_, Option<f32>>(i)?.map(|v| Value::Real(v.into())),
+                Type::BYTEA => r.try_get::<_, Option<Vec<u8>>>(i)?.map(Value::Blob),
+                Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME => {
+                    r.try_get::<_, Option<String>>(i)?.map(Value::Text)
+                }
+                _ => {
+                    return Err(StoreError::Invalid(format!(
+                        "column {} is of type {ty}, which the store does not read (cast it in the query)",
+                        c.name()
+                    )))
+                }
+            };
+            Ok(v.unwrap_or(Value::Null))
+        })
+        .collect::<StoreResult<Vec<_>>>()?;
+    Ok(Row::new(values))
+}
+
+impl From<tokio_postgres::Error> for StoreError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        match e.code() {
+            // A lock not granted within lock_timeout, a query cancelled,
+            // too many connections: the database did not answer in time.
+            Some(c)
+                if [SqlState::LOCK_NOT_AVAILABLE, SqlState::QUERY_CANCELED, SqlState::TOO_MANY_CONNECTIONS]
+                    .contains(c) =>
+            {
+                StoreError::Busy
+            }
+            // A lost connection is a database that did not answer, too.
+            None if e.is_closed() || e.source().is_some_and(|s| s.is::<std::io::Error>()) => StoreError::Busy,
+            // tokio-postgres's Display says only "db error"; the server's
+            // own message is what an operator needs in the log.
+            _ => StoreError::Database(match e.as_db_error() {
+                Some(db) => format!("{} ({}): {}", db.message(), db.code().code(), db.detail().unwrap_or("")),
+                None => format!("{e}: {}", e.source().map(|s| s.to_string()).unwrap_or_default()),
+            }),
+        }
+    }
+}
+
+impl ToSql for Value {
+    fn to_sql(&self, ty: &Type, out: &mut BytesMut) -> Result<IsNull, Box<dyn Error + Sync + Send>> {
+        match self {
+            Value::Null => Ok(IsNull::Yes),
+            Value::Int(i) => match *ty {
+                Type::INT8 => i.to_sql(ty, out),
+                Type::INT4 => i32::try_from(*i)?.to_sql(ty, out),
+                Type::INT2 => i16::try_from(*i)?.to_sql(ty, out),
+                Type::BOOL => (*i != 0).to_sql(ty, out),
+                Type::FLOAT8 => (*i as f64).to_sql(ty, out),
+                Type::TEXT | Type::VARCHAR => i.to_string().to_sql(ty, out),
+                _ => Err(format!("an integer for a parameter of type {ty}").into()),
+            },
+            Value::Real(f) => match *ty {
+                Type::FLOAT4 => (*f as f32).to_sql(ty, out),
+                _ => f.to_sql(ty, out),
+            },
+            Value::Text(s) => s.to_sql(ty, out),
+            Value::Blob(b) => b.to_sql(ty, out),
+        }
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+
+    to_sql_checked!();
+}

@@ -1,0 +1,388 @@
+//! The seam between the store's SQL and the database that runs it.
+//!
+//! Store modules write each statement once against [`Sql`]: placeholders
+//! `?1`..`?N`, integers as `i64` (booleans as 0/1), text as `String`, bytes
+//! as `Vec<u8>`, in the SQL both SQLite and PostgreSQL accept (upserts with
+//! `ON CONFLICT`, sums cast to `BIGINT`, `NULLS FIRST` spelled out).
+//! `sqlite.rs` and `postgres.rs` run it; nothing above this module knows
+//! which one does. The few statements the two dialects cannot share ask
+//! [`Sql::dialect`].
+
+use super::{StoreError, StoreResult};
+
+/// One value crossing the seam, in either direction.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Null,
+    Int(i64),
+    Real(f64),
+    Text(String),
+    Blob(Vec<u8>),
+}
+
+/// The two databases a store can run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    Sqlite,
+    Postgres,
+}
+
+/// A connection or transaction of either backend.
+pub trait Sql {
+    fn dialect(&self) -> Dialect;
+    /// Runs one statement; answers the number of rows it changed.
+    fn execute_values(&self, sql: &str, params: Vec<Value>) -> StoreResult<usize>;
+    /// Runs one query; answers every row.
+    fn query_values(&self, sql: &str, params: Vec<Value>) -> StoreResult<Vec<Row>>;
+}
+
+/// What store functions take: a connection for reads, the open transaction
+/// for writes (`Store::read`, `Store::write`).
+pub type Conn<'a> = dyn Sql + 'a;
+
+impl Conn<'_> {
+    pub fn execute(&self, sql: &str, params: impl Params) -> StoreResult<usize> {
+        self.execute_values(sql, params.values())
+    }
+
+    /// The first row of a query through `f`; `StoreError::NoRow` when there
+    /// is none (see [`Optional`]).
+    pub fn query_row<T>(
+        &self,
+        sql: &str,
+        params: impl Params,
+        f: impl FnOnce(&Row) -> StoreResult<T>,
+    ) -> StoreResult<T> {
+        match self.query_values(sql, params.values())?.first() {
+            Some(row) => f(row),
+            None => Err(StoreError::NoRow),
+        }
+    }
+
+    /// Every row of a query through `f`.
+    pub fn query_map<T>(
+        &self,
+        sql: &str,
+        params: impl Params,
+        f: impl FnMut(&Row) -> StoreResult<T>,
+    ) -> StoreResult<Vec<T>> {
+        self.query_values(sql, params.values())?.iter().map(f).collect()
+    }
+}
+
+/// `query_row(..).optional()`: no row is `None`, other errors stand.
+pub trait Optional<T> {
+    fn optional(self) -> StoreResult<Option<T>>;
+}
+
+impl<T> Optional<T> for StoreResult<T> {
+    fn optional(self) -> StoreResult<Option<T>> {
+        match self {
+            Ok(v) => Ok(Some(v)),
+            Err(StoreError::NoRow) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// One row of a query's answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    values: Vec<Value>,
+}
+
+impl Row {
+    pub fn new(values: Vec<Value>) -> Row {
+        Row { values }
+    }
+
+    /// Column `i` as `T`; a missing column or a value of another type is
+    /// `StoreError::Invalid` naming the column.
+    pub fn get<T: FromValue>(&self, i: usize) -> StoreResult<T> {
+        let v = self.values.get(i).ok_or_else(|| StoreError::Invalid(format!("no column {i}")))?;
+        T::from_value(v).map_err(|e| StoreError::Invalid(format!("column {i}: {e}")))
+    }
+}
+
+/// A Rust value as a parameter.
+pub trait ToValue {
+    fn to_value(&self) -> Value;
+}
+
+/// A column's value as a Rust value.
+pub trait FromValue: Sized {
+    fn from_value(v: &Value) -> Result<Self, String>;
+}
+
+impl ToValue for Value {
+    fn to_value(&self) -> Value {
+        self.clone()
+    }
+}
+
+impl ToValue for i64 {
+    fn to_value(&self) -> Value {
+        Value::Int(*self)
+    }
+}
+
+macro_rules! widen_to_value {
+    ($($t:ty),*) => {$(
+        impl ToValue for $t {
+            fn to_value(&self) -> Value {
+                Value::Int(i64::from(*self))
+            }
+        }
+    )*};
+}
+widen_to_value!(i32, u32, u16, u8, bool);
+
+impl ToValue for u64 {
+    fn to_value(&self) -> Value {
+        Value::Int(i64::try_from(*self).unwrap_or(i64::MAX))
+    }
+}
+
+impl ToValue for usize {
+    fn to_value(&self) -> Value {
+        Value::Int(i64::try_from(*self).unwrap_or(i64::MAX))
+    }
+}
+
+impl ToValue for f64 {
+    fn to_value(&self) -> Value {
+        Value::Real(*self)
+    }
+}
+
+impl ToValue for str {
+    fn to_value(&self) -> Value {
+        Value::Text(self.to_string())
+    }
+}
+
+impl ToValue for String {
+    fn to_value(&self) -> Value {
+        Value::Text(self.clone())
+    }
+}
+
+impl ToValue for [u8] {
+    fn to_value(&self) -> Value {
+        Value::Blob(self.to_vec())
+    }
+}
+
+impl ToValue for Vec<u8> {
+    fn to_value(&self) -> Value {
+        Value::Blob(self.clone())
+    }
+}
+
+impl<T: ToValue + ?Sized> ToValue for &T {
+    fn to_value(&self) -> Value {
+        (**self).to_value()
+    }
+}
+
+impl<T: ToValue> ToValue for Option<T> {
+    fn to_value(&self) -> Value {
+        match self {
+            Some(v) => v.to_value(),
+            None => Value::Null,
+        }
+    }
+}
+
+impl FromValue for Value {
+    fn from_value(v: &Value) -> Result<Self, String> {
+        Ok(v.clone())
+    }
+}
+
+impl FromValue for i64 {
+    fn from_value(v: &Value) -> Result<Self, String> {
+        match v {
+            Value::Int(i) => Ok(*i),
+            other => Err(format!("expected an integer, found {other:?}")),
+        }
+    }
+}
+
+macro_rules! narrow_from_value {
+    ($($t:ty),*) => {$(
+        impl FromValue for $t {
+            fn from_value(v: &Value) -> Result<Self, String> {
+                let i = i64::from_value(v)?;
+                <$t>::try_from(i).map_err(|_| format!("{i} out of range for {}", stringify!($t)))
+            }
+        }
+    )*};
+}
+narrow_from_value!(i32, u32, u16, u8, u64, usize);
+
+impl FromValue for bool {
+    fn from_value(v: &Value) -> Result<Self, String> {
+        Ok(i64::from_value(v)? != 0)
+    }
+}
+
+impl FromValue for f64 {
+    fn from_value(v: &Value) -> Result<Self, String> {
+        match v {
+            Value::Real(f) => Ok(*f),
+            Value::Int(i) => Ok(*i as f64),
+            other => Err(format!("expected a number, found {other:?}")),
+        }
+    }
+}
+
+impl FromValue for String {
+    fn from_value(v: &Value) -> Result<Self, String> {
+        match v {
+            Value::Text(s) => Ok(s.clone()),
+            other => Err(format!("expected text, found {other:?}")),
+        }
+    }
+}
+
+impl FromValue for Vec<u8> {
+    fn from_value(v: &Value) -> Result<Self, String> {
+        match v {
+            Value::Blob(b) => Ok(b.clone()),
+            Value::Text(s) => Ok(s.as_bytes().to_vec()),
+            other => Err(format!("expected bytes, found {other:?}")),
+        }
+    }
+}
+
+impl<T: FromValue> FromValue for Option<T> {
+    fn from_value(v: &Value) -> Result<Self, String> {
+        match v {
+            Value::Null => Ok(None),
+            v => T::from_value(v).map(Some),
+        }
+    }
+}
+
+/// The parameters of one statement: `()`, a tuple, an array, or
+/// [`params!`](crate::params) for a list of mixed types.
+pub trait Params {
+    fn values(self) -> Vec<Value>;
+}
+
+impl Params for () {
+    fn values(self) -> Vec<Value> {
+        vec![]
+    }
+}
+
+impl Params for Vec<Value> {
+    fn values(self) -> Vec<Value> {
+        self
+    }
+}
+
+impl<T: ToValue, const N: usize> Params for [T; N] {
+    fn values(self) -> Vec<Value> {
+        self.iter().map(ToValue::to_value).collect()
+    }
+}
+
+impl<T: ToValue> Params for &[T] {
+    fn values(self) -> Vec<Value> {
+        self.iter().map(ToValue::to_value).collect()
+    }
+}
+
+macro_rules! tuple_params {
+    ($($name:ident $idx:tt),+) => {
+        impl<$($name: ToValue),+> Params for ($($name,)+) {
+            fn values(self) -> Vec<Value> {
+                vec![$(self.$idx.to_value()),+]
+            }
+        }
+    };
+}
+tuple_params!(A 0);
+tuple_params!(A 0, B 1);
+tuple_params!(A 0, B 1, C 2);
+tuple_params!(A 0, B 1, C 2, D 3);
+tuple_params!(A 0, B 1, C 2, D 3, E 4);
+tuple_params!(A 0, B 1, C 2, D 3, E 4, F 5);
+tuple_params!(A 0, B 1, C 2, D 3, E 4, F 5, G 6);
+tuple_params!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7);
+tuple_params!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8);
+tuple_params!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9);
+tuple_params!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10);
+tuple_params!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11);
+
+/// Parameters of mixed types beyond a tuple's reach, as `Vec<Value>`.
+#[macro_export]
+macro_rules! params {
+    ($($v:expr),* $(,)?) => {
+        vec![$($crate::store::sql::ToValue::to_value(&$v)),*]
+    };
+}
+
+/// An expression for the text of a top-level member of a JSON text column
+/// (`true`/`false` for booleans): one of the few things the dialects spell
+/// differently.
+pub fn json_text(dialect: Dialect, column: &str, member: &str) -> String {
+    match dialect {
+        Dialect::Sqlite => format!(
+            "(CASE json_type({column}, '$.{member}') WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' \
+             ELSE json_extract({column}, '$.{member}') END)"
+        ),
+        Dialect::Postgres => format!("(CAST({column} AS JSONB) ->> '{member}')"),
+    }
+}
+
+/// The statement in PostgreSQL's placeholder spelling: `?N` becomes `$N`
+/// outside quoted strings and identifiers.
+pub fn numbered_placeholders(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let mut quote: Option<char> = None;
+    for c in sql.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (None, '\'' | '"') => quote = Some(c),
+            (None, '?') => {
+                out.push('$');
+                continue;
+            }
+            _ => {}
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_are_renumbered_outside_quotes_only() {
+        assert_eq!(
+            numbered_placeholders("SELECT a FROM t WHERE b = ?1 AND c = '?2' AND d = ?12"),
+            "SELECT a FROM t WHERE b = $1 AND c = '?2' AND d = $12"
+        );
+    }
+
+    #[test]
+    fn values_convert_both_ways_and_name_mismatches() {
+        let row = Row::new(vec![Value::Int(3), Value::Null, Value::Text("x".into()), Value::Int(1)]);
+        assert_eq!(row.get::<i64>(0).unwrap(), 3);
+        assert_eq!(row.get::<Option<String>>(1).unwrap(), None);
+        assert_eq!(row.get::<String>(2).unwrap(), "x");
+        assert!(row.get::<bool>(3).unwrap());
+        let wrong = row.get::<i64>(2).unwrap_err().to_string();
+        assert!(wrong.contains("column 2"), "{wrong}");
+        assert!(row.get::<i64>(9).is_err());
+        assert_eq!(
+            (1i64, "a", None::<i64>, true).values(),
+            vec![Value::Int(1), Value::Text("a".into()), Value::Null, Value::Int(1)]
+        );
+    }
+}

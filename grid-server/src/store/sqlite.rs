@@ -1,0 +1,201 @@
+//! The SQLite backend: one database file in the data dir, WAL mode, shared
+//! by `serve` and the admin subcommands running as other processes. One
+//! writer connection (SQLite allows one writer at a time anyway) and a small
+//! pool of readers; every call runs on the caller's (blocking) thread.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rusqlite::types::{ToSqlOutput, ValueRef};
+use rusqlite::{Connection, ErrorCode, OpenFlags};
+
+use super::sql::{Conn, Dialect, Row, Sql, Value};
+use super::{StoreError, StoreResult};
+
+pub const DB_FILE: &str = "grid.db";
+
+pub struct Sqlite {
+    path: PathBuf,
+    writer: Mutex<Connection>,
+    readers: Mutex<Vec<Connection>>,
+    busy_timeout: Duration,
+}
+
+impl Sqlite {
+    /// Opens (creating if needed) the database in `data_dir`, applying the schema.
+    pub fn open(data_dir: &Path, busy_timeout: Duration) -> StoreResult<Sqlite> {
+        let path = data_dir.join(DB_FILE);
+        owner_only(data_dir, &path).map_err(|e| {
+            StoreError::Invalid(format!("cannot make data dir {} private to its owner: {e}", data_dir.display()))
+        })?;
+        let writer = connect(&path, busy_timeout)?;
+        migrate(&writer)?;
+        Ok(Sqlite { path, writer: Mutex::new(writer), readers: Mutex::new(vec![]), busy_timeout })
+    }
+
+    /// Runs `f` in one write transaction; commits only when it returns `Ok`.
+    pub fn write<R, E: From<StoreError>>(&self, f: impl FnOnce(&Conn) -> Result<R, E>) -> Result<R, E> {
+        let mut conn = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        // IMMEDIATE takes the write lock up front, so a busy database fails
+        // here (after the busy timeout) instead of half-way through.
+        let tx =
+            conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(|e| E::from(e.into()))?;
+        // Dropping an uncommitted transaction rolls it back.
+        let r = f(&*tx)?;
+        tx.commit().map_err(|e| E::from(e.into()))?;
+        Ok(r)
+    }
+
+    pub fn read<R>(&self, f: impl FnOnce(&Conn) -> StoreResult<R>) -> StoreResult<R> {
+        let pooled = self.readers.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let conn = match pooled {
+            Some(c) => c,
+            None => connect(&self.path, self.busy_timeout)?,
+        };
+        let r = f(&conn);
+        let mut readers = self.readers.lock().unwrap_or_else(|p| p.into_inner());
+        if readers.len() < 8 {
+            readers.push(conn);
+        }
+        r
+    }
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        match e.sqlite_error_code() {
+            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => StoreError::Busy,
+            _ => StoreError::Database(e.to_string()),
+        }
+    }
+}
+
+impl Sql for Connection {
+    fn dialect(&self) -> Dialect {
+        Dialect::Sqlite
+    }
+
+    fn execute_values(&self, sql: &str, params: Vec<Value>) -> StoreResult<usize> {
+        Ok(self.execute(sql, rusqlite::params_from_iter(params.iter()))?)
+    }
+
+    fn query_values(&self, sql: &str, params: Vec<Value>) -> StoreResult<Vec<Row>> {
+        let mut stmt = self.prepare_cached(sql)?;
+        let columns = stmt.column_count();
+        let mut rows = stmt.query(rusqlite::params_from_iter(params.iter()))?;
+        let mut out = vec![];
+        while let Some(r) = rows.next()? {
+            let values = (0..columns).map(|i| r.get_ref(i).map(value)).collect::<Result<Vec<_>, _>>()?;
+            out.push(Row::new(values));
+        }
+        Ok(out)
+    }
+}
+
+fn value(v: ValueRef) -> Value {
+    match v {
+        ValueRef::Null => Value::Null,
+        ValueRef::Integer(i) => Value::Int(i),
+        ValueRef::Real(f) => Value::Real(f),
+        ValueRef::Text(t) => Value::Text(String::from_utf8_lossy(t).into_owned()),
+        ValueRef::Blob(b) => Value::Blob(b.to_vec()),
+    }
+}
+
+impl rusqlite::ToSql for Value {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::Borrowed(match self {
+            Value::Null => ValueRef::Null,
+            Value::Int(i) => ValueRef::Integer(*i),
+            Value::Real(f) => ValueRef::Real(*f),
+            Value::Text(s) => ValueRef::Text(s.as_bytes()),
+            Value::Blob(b) => ValueRef::Blob(b),
+        }))
+    }
+}
+
+/// Mode of the data dir: it holds the database (key hashes, the signing
+/// secret) and tenants' files.
+pub const DATA_DIR_MODE: u32 = 0o700;
+/// Mode of the database and its WAL, shared-memory and journal files.
+pub const DB_FILE_MODE: u32 = 0o600;
+
+/// Creates the data dir when absent and sets its mode with chmod (the umask
+/// does not matter; an existing one is closed again on every start): it
+/// holds the SQLite database, tenants' files and the TLS key, and on
+/// PostgreSQL a node's scratch and TLS key. Blocking.
+pub fn private_dir(data_dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new().recursive(true).mode(DATA_DIR_MODE).create(data_dir)?;
+    std::fs::set_permissions(data_dir, std::fs::Permissions::from_mode(DATA_DIR_MODE))
+}
+
+/// Creates the data dir (and the database file, empty) when absent and sets
+/// their modes with chmod, so the umask does not matter and an existing data
+/// dir is brought back to them on every open. SQLite creates `-wal` and
+/// `-shm` with the database file's mode; ones left by an earlier run are
+/// set here too. Blocking.
+fn owner_only(data_dir: &Path, db: &Path) -> std::io::Result<()> {
+    use std::fs::Permissions;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    private_dir(data_dir)?;
+    std::fs::OpenOptions::new().create(true).append(true).mode(DB_FILE_MODE).open(db)?;
+    for suffix in ["", "-wal", "-shm", "-journal"] {
+        let file = PathBuf::from(format!("{}{suffix}", db.display()));
+        match std::fs::metadata(&file) {
+            Ok(m) if m.permissions().mode() & 0o777 != DB_FILE_MODE => {
+                std::fs::set_permissions(&file, Permissions::from_mode(DB_FILE_MODE))?
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+fn connect(path: &Path, busy_timeout: Duration) -> StoreResult<Connection> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.busy_timeout(busy_timeout)?;
+    // WAL lets readers go on while one writer commits; NORMAL sync is durable
+    // across process crashes (the WAL is fsynced at checkpoints).
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    Ok(conn)
+}
+
+/// Each step runs once, in order; a released step is never edited. The
+/// database's `user_version` is the number of steps applied.
+const STEPS: [&str; 9] = [
+    include_str!("schema.sql"),
+    include_str!("schema_v2_jobs.sql"),
+    include_str!("schema_v3_identities.sql"),
+    include_str!("schema_v4_sessions.sql"),
+    include_str!("schema_v5_inline_artifacts.sql"),
+    include_str!("schema_v6_idempotency_keys.sql"),
+    include_str!("schema_v7_due_times.sql"),
+    include_str!("schema_v8_key_rate_limits.sql"),
+    include_str!("schema_v9_inline_logs.sql"),
+];
+
+fn migrate(conn: &Connection) -> StoreResult<()> {
+    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    let known = STEPS.len() as i64;
+    if version > known {
+        return Err(StoreError::Invalid(format!(
+            "data dir was written by a newer grid-server (schema {version}, this one knows {known})"
+        )));
+    }
+    for (i, sql) in STEPS.iter().enumerate() {
+        let step = i as i64 + 1;
+        if version < step {
+            conn.execute_batch(&format!("BEGIN IMMEDIATE; {sql}; PRAGMA user_version = {step}; COMMIT;"))?;
+        }
+    }
+    Ok(())
+}
