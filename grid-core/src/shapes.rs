@@ -422,7 +422,7 @@ pub fn new_job() -> Value {
 
 /// The body of POST /sessions (`wire::session::NewSession`).
 pub fn new_session() -> Value {
-    object(
+    let mut schema = object(
         json!({
             "profileId": profile_id(),
             "ttlMinutes": {
@@ -474,12 +474,25 @@ pub fn new_session() -> Value {
             },
             "timezone": {
                 "type": "string",
-                "format": "iana-time-zone",
+                // The list itself, not a format: a client (or a generator
+                // of test requests) knows exactly which names are taken.
+                "enum": crate::time_zones::TIME_ZONES,
                 "description": "The IANA time zone of Date and Intl instead of the profile's, e.g. America/Toronto (one of Chromium's Intl.supportedValuesOf('timeZone'), or UTC)."
             }
         }),
         &[],
-    )
+    );
+    // A mobile viewport only with a profile that takes one: the default
+    // profile is a desktop browser, so such a body names its profile. Not
+    // an `anyOf` at the root (model APIs refuse a tool whose input schema
+    // composes at its top level).
+    let mobile_profiles: Vec<&str> =
+        Profile::ALL.into_iter().filter(|p| *p != Profile::DesktopBrowserNl).map(Profile::as_str).collect();
+    schema["dependentSchemas"] = json!({"viewport": {"anyOf": [
+        {"properties": {"viewport": {"properties": {"mobile": {"const": false}}}}},
+        {"required": ["profileId"], "properties": {"profileId": {"enum": mobile_profiles}}}
+    ]}});
+    schema
 }
 
 /// The parameters of GET /jobs as one object (`label` holds the one

@@ -507,7 +507,7 @@ fn evaluate(schema: &Value, value: &Value) -> Option<bool> {
                 }
                 // A parser's question: the patterns beside them say what a
                 // pattern can.
-                ("uri" | "ipv6-literal" | "iana-time-zone", Some(_)) => sure = false,
+                ("uri" | "ipv6-literal", Some(_)) => sure = false,
                 (other, _) => panic!("format {other} is not checked by this test"),
             },
             "minItems" => keyword!(Some(value.as_array().is_none_or(|a| a.len() as u64 >= v.as_u64().unwrap()))),
@@ -1230,6 +1230,44 @@ fn what_the_schema_cannot_say_it_says_in_words_and_the_validator_refuses() {
     assert!(params::check_item(Script::Capture, p, "https://www.a.example/").is_ok());
     let domain = capture["properties"]["cookies"]["items"]["properties"]["domain"]["description"].as_str().unwrap();
     assert!(domain.contains("the item URL's host or a parent domain"), "{domain}");
+}
+
+/// A session's mobile viewport needs a profile that takes one (the default
+/// is a desktop browser), in the schema and in the validator; its pixels
+/// (a product of three members) are bounded in words only.
+#[test]
+fn a_sessions_mobile_viewport_needs_a_mobile_profile_and_its_pixels_are_bounded_in_words() {
+    let schema = shapes::new_session();
+    for composition in ["oneOf", "anyOf", "allOf", "if"] {
+        assert!(schema.get(composition).is_none(), "no {composition} at the top level (model APIs refuse it)");
+    }
+    let viewport = |mobile: bool| json!({"width": 390, "height": 844, "mobile": mobile});
+    let desktop = Profile::DesktopBrowserNl.as_str();
+    let native = Profile::NativeHeadlessBrowser.as_str();
+    for (body, ok) in [
+        (json!({"viewport": viewport(true)}), false),
+        (json!({"viewport": viewport(true), "profileId": desktop}), false),
+        (json!({"viewport": viewport(true), "profileId": native}), true),
+        (json!({"viewport": viewport(false)}), true),
+        (json!({"viewport": viewport(false), "profileId": desktop}), true),
+        (json!({"viewport": {"width": 390, "height": 844}}), true),
+    ] {
+        assert_eq!(evaluate(&schema, &body), Some(ok), "{body}");
+        match session::validate(&body) {
+            Ok(_) => assert!(ok, "the validator accepted {body}"),
+            Err(ApiError::InvalidSessionBody { detail }) => {
+                assert!(!ok, "the validator refused {body}: {detail:?}");
+                assert!(detail.iter().any(|p| names(p, "viewport.mobile")), "{body}: {detail:?}");
+            }
+            Err(e) => panic!("{body}: {e:?}"),
+        }
+    }
+    let big = json!({"viewport": {"width": 4096, "height": 4096, "deviceScaleFactor": 2}});
+    assert_eq!(evaluate(&schema, &big), Some(true));
+    let Err(ApiError::InvalidSessionBody { detail }) = session::validate(&big) else { panic!("{big} accepted") };
+    assert!(detail.iter().any(|p| names(p, "viewport")), "{detail:?}");
+    let words = schema["properties"]["viewport"]["description"].as_str().unwrap_or_default();
+    assert!(words.contains("width x height x deviceScaleFactor² at most"), "{words}");
 }
 
 /// The evaluator itself, on what the schemas lean on.
