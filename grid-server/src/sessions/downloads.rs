@@ -132,6 +132,35 @@ pub fn listable(name: &str) -> bool {
         && !name.chars().any(|c| c.is_control() || direction(c))
 }
 
+/// Bytes of a folder's files, see [`Folder::usage`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Usage {
+    /// Every regular file, downloads still arriving included.
+    pub all: u64,
+    /// Without the files of downloads in flight.
+    pub settled: u64,
+}
+
+/// How much earlier than a download's start its file's last write may
+/// read: file times come from the kernel's coarse clock.
+const FILE_TIME_SLACK_MS: i64 = 1_000;
+
+/// The bytes of `files` that belong to no download in flight: not a
+/// partial file, nor a file under the final name of a download in
+/// `arriving` written since it began (Chromium renames a finished download
+/// before its `completed` event arrives). An older file of the same name
+/// stays counted: Chromium gives the new download another name.
+fn settled_bytes(files: &[(String, u64, Millis)], arriving: &[(&str, Millis)]) -> u64 {
+    files
+        .iter()
+        .filter(|(name, _, modified)| {
+            !name.ends_with(PARTIAL_SUFFIX)
+                && !arriving.iter().any(|(n, began)| n == name && modified.0 + FILE_TIME_SLACK_MS >= began.0)
+        })
+        .map(|(_, size, _)| size)
+        .sum()
+}
+
 fn millis(secs: i64, nanos: u64) -> Millis {
     Millis(secs.saturating_mul(1000).saturating_add((nanos / 1_000_000) as i64))
 }
@@ -317,10 +346,11 @@ impl Folder {
         Ok(out)
     }
 
-    /// Bytes the folder's regular files take, downloads still arriving
-    /// included.
-    pub fn total_bytes(&self) -> std::io::Result<u64> {
-        Ok(self.regular_files()?.iter().map(|(_, s, _)| s).sum())
+    /// What the folder's files take: all of them, and those of no download
+    /// in `arriving` (name and start of each download in flight).
+    pub fn usage(&self, arriving: &[(&str, Millis)]) -> std::io::Result<Usage> {
+        let files = self.regular_files()?;
+        Ok(Usage { all: files.iter().map(|(_, s, _)| s).sum(), settled: settled_bytes(&files, arriving) })
     }
 
     /// Removes the newest files until the folder's files take at most
@@ -463,6 +493,24 @@ mod tests {
     }
 
     #[test]
+    fn files_of_downloads_in_flight_are_not_settled() {
+        let f = |name: &str, size: u64, at: i64| (name.to_string(), size, Millis(at));
+        let files = [
+            f("old.bin", 100, 1_000),
+            f("first.bin.crdownload", 600, 50_000),
+            f("done.bin", 30, 50_000),
+            f("again.bin", 7, 1_000),
+        ];
+        assert_eq!(settled_bytes(&files, &[]), 137);
+        // done.bin finished (renamed) but its completed event is not in yet;
+        // again.bin is older than the download of that name, which Chromium
+        // writes under another name.
+        assert_eq!(settled_bytes(&files, &[("done.bin", Millis(40_000)), ("again.bin", Millis(40_000))]), 107);
+        // A file time a little behind the download's start is still its own.
+        assert_eq!(settled_bytes(&files, &[("done.bin", Millis(50_500))]), 107);
+    }
+
+    #[test]
     fn only_the_browsers_own_plain_files_are_listed_and_opened() {
         let tmp = tempfile::tempdir().unwrap();
         let (_d, f) = folder(tmp.path());
@@ -515,7 +563,7 @@ mod tests {
             let t = std::time::SystemTime::now() - Duration::from_secs(age);
             File::options().write(true).open(&p).unwrap().set_modified(t).unwrap();
         }
-        assert_eq!(f.total_bytes().unwrap(), 120);
+        assert_eq!(f.usage(&[]).unwrap().all, 120);
         let removed = f.enforce(100, Millis(5)).unwrap();
         assert_eq!(removed.iter().map(|r| r.name.as_str()).collect::<Vec<_>>(), ["new.bin"]);
         let listed: Vec<String> = f.list().unwrap().into_iter().map(|e| e.name).collect();

@@ -70,6 +70,8 @@ pub async fn start(
 /// A download the browser announced.
 struct Download {
     name: String,
+    /// When `downloadWillBegin` arrived.
+    began: grid_core::time::Millis,
     received: u64,
     /// Announced (`Content-Length`); 0 when unknown.
     total: u64,
@@ -119,7 +121,7 @@ impl Keeper {
             "Browser.downloadWillBegin" => {
                 let guid = p["guid"].as_str().unwrap_or_default().to_string();
                 let name = p["suggestedFilename"].as_str().unwrap_or_default().to_string();
-                self.downloads.insert(guid, Download { name, received: 0, total: 0, cancelled: false });
+                self.downloads.insert(guid, Download { name, began: now(), received: 0, total: 0, cancelled: false });
             }
             "Browser.downloadProgress" => self.progress(p),
             _ => {}
@@ -160,10 +162,12 @@ impl Keeper {
         });
     }
 
-    /// A download's progress against the limit. What is on disk already
-    /// counts the bytes written so far of every download (Chromium writes
-    /// a download under its final name or beside it); what the downloads
-    /// in flight announced and have not received yet is still to come.
+    /// A download's progress against the limit. The folder's files count
+    /// as they are on disk, but for those of downloads in flight (their
+    /// partial files, or a finished one whose `completed` event is not in
+    /// yet): each of those counts as its announced size (what it has
+    /// received, when unannounced). Events trail the disk, so a download's
+    /// bytes on disk and its announced size are never both counted.
     fn progress(&mut self, p: &Value) {
         let guid = p["guid"].as_str().unwrap_or_default().to_string();
         let state = p["state"].as_str().unwrap_or_default();
@@ -182,22 +186,29 @@ impl Keeper {
         }
         d.received = received;
         d.total = total;
-        let on_disk = match self.folder.total_bytes() {
-            Ok(b) => b,
+        let arriving: Vec<(&str, grid_core::time::Millis)> =
+            self.downloads.values().map(|d| (d.name.as_str(), d.began)).collect();
+        let usage = match self.folder.usage(&arriving) {
+            Ok(u) => u,
             Err(e) => {
                 tracing::warn!(error = %e, "session downloads unreadable");
                 return;
             }
         };
-        let to_come: u64 =
-            self.downloads.values().filter(|d| !d.cancelled).map(|d| d.total.saturating_sub(d.received)).sum();
+        let on_disk = usage.all;
+        let to_come: u64 = self
+            .downloads
+            .values()
+            .filter(|d| !d.cancelled)
+            .map(|d| if d.total > 0 { d.total } else { d.received })
+            .sum();
         let limit = self.limit_bytes;
         let reason = if on_disk > limit {
             format!("cancelled after {received} bytes: the session's files took {on_disk} bytes, more than its limit of {limit}")
-        } else if on_disk + to_come > limit {
+        } else if usage.settled + to_come > limit {
             format!(
                 "cancelled: with its {total} bytes the session's files would take {} bytes, more than its limit of {limit}",
-                on_disk + to_come
+                usage.settled + to_come
             )
         } else {
             return;
