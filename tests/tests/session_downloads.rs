@@ -257,11 +257,21 @@ async fn links_planted_in_the_download_folder_are_neither_listed_nor_served() {
         std::os::unix::fs::symlink(to, files.join(name)).unwrap();
         std::os::unix::fs::lchown(files.join(name), Some(browser_uid), Some(browser_uid)).unwrap();
     };
-    plant("grid.db", &data.join("grid.db"));
+    // The store's file on SQLite; on PostgreSQL the data dir holds no
+    // database, so a root's file of the data dir instead.
+    let db = server.db_path();
+    let host_file = if db.exists() {
+        db
+    } else {
+        let other = data.join("host-only.bin");
+        std::fs::write(&other, b"host only").unwrap();
+        other
+    };
+    plant("grid.db", &host_file);
     plant("passwd", Path::new("/etc/passwd"));
     plant("secret-symlink.txt", &secret);
     std::fs::hard_link(&secret, files.join("secret-hardlink.txt")).unwrap();
-    std::fs::hard_link(data.join("grid.db"), files.join("db-hardlink")).unwrap();
+    std::fs::hard_link(&host_file, files.join("db-hardlink")).unwrap();
 
     let l = listing(&server, &id).await;
     assert_eq!(names(&l), ["real.txt", "second.txt"], "planted links listed: {l}");
