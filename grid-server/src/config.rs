@@ -7,6 +7,8 @@ use grid_core::item::Backoff;
 
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
+    /// This node's name among the nodes sharing the store (`--node`).
+    pub node: String,
     pub data_dir: PathBuf,
     /// The server's public address, without a trailing slash.
     pub base_url: String,
