@@ -547,9 +547,15 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     if recovered > 0 {
         tracing::warn!(items = recovered, "put items left active by the last run back in the queue");
     }
-    let compute =
-        Compute::new(compute_config, store.clone(), clock.clone(), wake.due.clone(), config.data_dir.join("logs"))
-            .context("building the registry client")?;
+    let compute = Compute::new(
+        compute_config,
+        store.clone(),
+        clock.clone(),
+        wake.due.clone(),
+        config.data_dir.join("logs"),
+        &node.name,
+    )
+    .context("building the registry client")?;
     let app = Arc::new(App {
         limits: http::limits::Limits::new(
             http::limits::RateConfig { per_second: args.rate_limit_per_second, burst: args.rate_limit_burst },

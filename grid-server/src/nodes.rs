@@ -6,7 +6,8 @@
 //! driver: its active capture items go back to the queue (the interrupted
 //! attempt not counted; the fencing token keeps a node that was only paused
 //! from publishing or charging them), its live sessions end as lost at its
-//! last heartbeat. Then its row is removed; a node that finds its own row
+//! last heartbeat, its job attempts end as evicted (free, replayed within
+//! their retries). Then its row is removed; a node that finds its own row
 //! gone was taken for dead and registers again.
 
 use std::sync::Arc;
@@ -90,10 +91,17 @@ async fn take_over(app: &App, config: &NodeConfig) {
             }
         };
         app.sessions.driver.recover(&node, Some(last_heartbeat)).await;
+        let jobs = match app.compute.driver.take_over(&node).await {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::error!(%node, error = %e, "jobs of a dead node not taken over; the next pass tries again");
+                continue;
+            }
+        };
         let name = node.clone();
         if let Err(e) = app.store.write(move |tx| nodes::remove(tx, &name)).await {
             tracing::warn!(%node, error = %e, "dead node not removed; the next pass takes it over again");
         }
-        tracing::warn!(%node, last_heartbeat = %last_heartbeat.to_iso(), items, "took over a dead node's work");
+        tracing::warn!(%node, last_heartbeat = %last_heartbeat.to_iso(), items, jobs, "took over a dead node's work");
     }
 }

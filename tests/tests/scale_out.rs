@@ -209,3 +209,59 @@ async fn a_paused_node_cannot_publish_or_charge_items_taken_over() {
     let log = std::fs::read_to_string(n2.log_path()).unwrap_or_default();
     assert!(log.contains("taken for dead"), "n2 did not register again");
 }
+
+/// A job whose attempt runs on a node that dies is taken over: the attempt
+/// ends as evicted (a platform reason, free) and is replayed within its
+/// retries on a node with an engine; only the replay is charged.
+#[tokio::test]
+async fn a_job_on_a_killed_node_is_replayed_on_another_and_only_the_replay_is_charged() {
+    use grid_tests::jobs::{
+        all_containers, check_compute_env, docker, job_body, job_id, job_ledger, settled_once, submit_job, wait_job,
+        wait_running, ADMITTED, DEFAULT_RESERVATION, JOB_TIMEOUT,
+    };
+    check_compute_env();
+    const LEASE_SECS: u32 = 3;
+    let with_engine = |name: &str, engine: bool| {
+        let mut o = node(name, LEASE_SECS, 2);
+        o.extra_args.extend(["--admit-registry".to_string(), ADMITTED.to_string()]);
+        if !engine {
+            // No engine: this node never provisions a job.
+            o.extra_args.extend(["--docker-host".to_string(), "unix:///nonexistent/docker.sock".to_string()]);
+        }
+        o
+    };
+    let n1 = GridServer::start(with_engine("n1", false));
+    let mut n2 = n1.join(with_engine("n2", true));
+    let mut body = job_body(&["sleep", "4"]);
+    body["retries"] = json!(1);
+    // Submitted through the node with an engine (a node without one answers
+    // 503 COMPUTE_UNAVAILABLE), read through the one without.
+    let id = job_id(&submit_job(&n2, &body).await);
+    wait_running(&n1, &id).await;
+    assert_eq!(n1.query_value(&format!("SELECT node FROM jobs WHERE id = '{id}'")), Some("n2".to_string()));
+    n2.kill9();
+    // The dead node's container dies with its machine.
+    for c in all_containers(&id, 1) {
+        docker(&["rm", "-f", &c]);
+    }
+    let n3 = n1.join(with_engine("n3", true));
+    let (done, _) = wait_job(&n1, &id, JOB_TIMEOUT, |r| r["attempt"] == 2 && r["phase"] == "SUCCEEDED").await;
+    let (a1, a2) = (&done["attempts"][0], &done["attempts"][1]);
+    assert_eq!(a1["termination"], json!({"class": "platform", "exitCode": null, "reason": "PLATFORM_EVICTED"}));
+    assert_eq!(a2["funding"], "replay");
+    assert_eq!(a2["termination"]["reason"], "WORKLOAD_SUCCEEDED", "{done}");
+    assert_eq!(n1.query_value(&format!("SELECT node FROM jobs WHERE id = '{id}'")), Some("n3".to_string()));
+    // One reservation: the evicted attempt free, the replay charged from it.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let ledger = loop {
+        let l = job_ledger(&n1, &id);
+        if l.len() == 3 || Instant::now() >= deadline {
+            break l;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let charge = ledger.iter().find(|e| e.0 == "charge").map(|e| e.1).unwrap_or(-1);
+    assert!(charge > 0, "the replay is charged: {ledger:?}");
+    assert_eq!(ledger, settled_once(&id, DEFAULT_RESERVATION, charge));
+    drop(n3);
+}

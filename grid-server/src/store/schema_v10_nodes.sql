@@ -16,4 +16,8 @@ ALTER TABLE items ADD COLUMN lease_node TEXT;
 ALTER TABLE items ADD COLUMN lease_token INTEGER NOT NULL DEFAULT 0;
 
 -- The node running a session's browser.
-ALTER TABLE sessions ADD COLUMN node TEXT
+ALTER TABLE sessions ADD COLUMN node TEXT;
+
+-- The node whose Docker Engine runs a job's current attempt (set when it is
+-- provisioned there).
+ALTER TABLE jobs ADD COLUMN node TEXT
