@@ -482,12 +482,14 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         name: args.node.clone().unwrap_or_else(nodes::default_name),
         advertise_url: args.advertise_url.clone(),
         lease: Duration::from_secs(args.node_lease_secs),
+        max_sessions: if args.sessions_disabled { 0 } else { args.max_sessions },
     };
     // Registered before anything is recovered: from now on this node's
     // heartbeat tells the others it is alive.
     nodes::register(&store, &node, ids::now()).await.context("registering the node")?;
     let config = ServeConfig {
         node: node.name.clone(),
+        node_lease: node.lease,
         mcp_origins: args.mcp_allow_origin.clone(),
         data_dir: args.data.data_dir.clone(),
         base_url: base_url.clone(),

@@ -27,6 +27,8 @@ pub struct NodeConfig {
     pub advertise_url: Option<String>,
     /// A node whose heartbeat is older than this is dead.
     pub lease: Duration,
+    /// Its session slots (`--max-sessions`).
+    pub max_sessions: u32,
 }
 
 /// The node's name when `--node` is not given: the host's name.
@@ -40,8 +42,8 @@ pub fn default_name() -> String {
 
 /// Registers the node, alive now.
 pub async fn register(store: &Store, config: &NodeConfig, now: Millis) -> Result<(), StoreError> {
-    let (name, url) = (config.name.clone(), config.advertise_url.clone());
-    store.write(move |tx| nodes::register(tx, &name, url.as_deref(), now)).await
+    let (name, url, slots) = (config.name.clone(), config.advertise_url.clone(), config.max_sessions);
+    store.write(move |tx| nodes::register(tx, &name, url.as_deref(), slots, now)).await
 }
 
 /// Beats every third of the lease and takes over dead nodes, until shutdown.

@@ -59,8 +59,14 @@ async fn a_batch_through_one_node_is_run_by_all_three_each_item_once() {
     const N: usize = 1000;
     let target = Target::start();
     let n1 = GridServer::start(node("n1", 15, 8));
+    let slots = n1.get("/grid").await.json["maxSessions"].as_u64().unwrap_or(0);
+    assert!(slots > 0, "a node has session slots");
     let n2 = n1.join(node("n2", 15, 8));
     let n3 = n1.join(node("n3", 15, 8));
+    // GET /grid through any node reports the whole grid.
+    for n in [&n1, &n2, &n3] {
+        assert_eq!(n.get("/grid").await.json["maxSessions"], json!(3 * slots));
+    }
     // Each item takes 30 ms at the target, so the batch outlasts the idle
     // poll of the nodes that did not take the submission.
     let urls: Vec<String> = (0..N).map(|i| target.url(&format!("/slow?ms=30&i={i}"))).collect();

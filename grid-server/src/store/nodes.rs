@@ -23,14 +23,31 @@ pub struct NodeView {
 }
 
 /// Registers a starting node (again, after a restart), alive now.
-pub fn register(conn: &Conn, name: &str, advertise_url: Option<&str>, now: Millis) -> StoreResult<()> {
+pub fn register(
+    conn: &Conn,
+    name: &str,
+    advertise_url: Option<&str>,
+    max_sessions: u32,
+    now: Millis,
+) -> StoreResult<()> {
     conn.execute(
-        "INSERT INTO nodes (name, advertise_url, started_at, heartbeat_at) VALUES (?1, ?2, ?3, ?3)
+        "INSERT INTO nodes (name, advertise_url, started_at, heartbeat_at, max_sessions) VALUES (?1, ?2, ?3, ?3, ?4)
          ON CONFLICT (name) DO UPDATE SET advertise_url = excluded.advertise_url,
-           started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at",
-        (name, advertise_url, now.0),
+           started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at,
+           max_sessions = excluded.max_sessions",
+        (name, advertise_url, now.0, max_sessions),
     )?;
     Ok(())
+}
+
+/// Session slots summed over live nodes (heartbeat at or after
+/// `live_after`), `me` counted whatever its heartbeat says.
+pub fn live_max_sessions(conn: &Conn, me: &str, live_after: Millis) -> StoreResult<u32> {
+    conn.query_row(
+        "SELECT CAST(COALESCE(SUM(max_sessions), 0) AS BIGINT) FROM nodes WHERE heartbeat_at >= ?2 OR name = ?1",
+        (me, live_after.0),
+        |r| r.get(0),
+    )
 }
 
 /// Records that the node is alive at `now`; `false` when it has no row,

@@ -5,7 +5,8 @@ CREATE TABLE IF NOT EXISTS nodes (
     name          TEXT PRIMARY KEY,
     advertise_url TEXT,
     started_at    BIGINT NOT NULL,
-    heartbeat_at  BIGINT NOT NULL
+    heartbeat_at  BIGINT NOT NULL,
+    max_sessions  BIGINT NOT NULL DEFAULT 0
 );
 
 ALTER TABLE items ADD COLUMN IF NOT EXISTS lease_node TEXT;

@@ -6,7 +6,9 @@ CREATE TABLE IF NOT EXISTS nodes (
     name          TEXT PRIMARY KEY,
     advertise_url TEXT,
     started_at    INTEGER NOT NULL,
-    heartbeat_at  INTEGER NOT NULL
+    heartbeat_at  INTEGER NOT NULL,
+    -- its session slots (--max-sessions): GET /grid sums them over live nodes
+    max_sessions  INTEGER NOT NULL DEFAULT 0
 );
 
 -- The node running an active item and the item's fencing token: raised by

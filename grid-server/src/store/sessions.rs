@@ -80,6 +80,11 @@ pub fn live_count(conn: &Conn) -> StoreResult<u32> {
     conn.query_row("SELECT COUNT(*) FROM sessions WHERE live = 1", (), |r| r.get(0))
 }
 
+/// Live sessions whose browser runs on `node` (or on no recorded node).
+pub fn live_count_on(conn: &Conn, node: &str) -> StoreResult<u32> {
+    conn.query_row("SELECT COUNT(*) FROM sessions WHERE live = 1 AND (node = ?1 OR node IS NULL)", [node], |r| r.get(0))
+}
+
 /// POST /sessions: takes a slot and the reservation, in one transaction.
 pub fn lease(
     tx: &Conn,
@@ -90,7 +95,8 @@ pub fn lease(
     node: &str,
     now: Millis,
 ) -> Result<SessionRow, SessionError> {
-    if live_count(tx)? >= max_sessions {
+    // The browser runs on the node that leases: its own slots bound it.
+    if live_count_on(tx, node)? >= max_sessions {
         return Err(TransitionError::Refused(ApiError::SessionLimitReached { max_sessions }).into());
     }
     let id = new_id(ids::SESSION);
