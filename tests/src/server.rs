@@ -233,32 +233,13 @@ impl GridServer {
     /// Spawns `grid-server serve` on a fresh data dir and waits for
     /// first-start and listening.
     pub fn start(opts: ServerOptions) -> GridServer {
-        let bin = grid_server_bin();
-        let root = tempfile::Builder::new().prefix("grid-test-").tempdir().expect("tempdir");
-        let data_dir = root.path().join("data");
-        std::fs::create_dir(&data_dir).expect("create data dir");
-        let log_path = root.path().join("server.log");
         let database = match test_store() {
             TestStore::Postgres(admin_url) => Some(Database::create(&admin_url)),
             TestStore::Sqlite if opts.postgres => Some(Database::create(&cluster_url())),
             TestStore::Sqlite => None,
         };
-        let mut server = GridServer {
-            opts,
-            bin,
-            root,
-            database_url: database.as_ref().map(|d| d.url().to_string()),
-            database,
-            data_dir,
-            log_path,
-            port: 0,
-            child: None,
-            first_start: FirstStart { account_id: String::new(), key_id: String::new(), api_key: String::new() },
-            stdout: None,
-            ca_cert: None,
-            http: http_client(),
-            tail_shown: AtomicBool::new(false),
-        };
+        let database_url = database.as_ref().map(|d| d.url().to_string());
+        let mut server = GridServer::unstarted(opts, grid_server_bin(), database, database_url);
         let mut last_error = String::new();
         for _ in 0..5 {
             server.port = free_port();
@@ -278,32 +259,43 @@ impl GridServer {
         server.fail(&format!("could not start grid-server: {last_error}"))
     }
 
+    /// A server not started yet, with a fresh data dir and log.
+    fn unstarted(
+        opts: ServerOptions,
+        bin: PathBuf,
+        database: Option<Database>,
+        database_url: Option<String>,
+    ) -> GridServer {
+        let root = tempfile::Builder::new().prefix("grid-test-").tempdir().expect("tempdir");
+        let data_dir = root.path().join("data");
+        std::fs::create_dir(&data_dir).expect("create data dir");
+        let log_path = root.path().join("server.log");
+        GridServer {
+            opts,
+            bin,
+            root,
+            database,
+            database_url,
+            data_dir,
+            log_path,
+            port: 0,
+            child: None,
+            first_start: FirstStart { account_id: String::new(), key_id: String::new(), api_key: String::new() },
+            stdout: None,
+            ca_cert: None,
+            http: http_client(),
+            tail_shown: AtomicBool::new(false),
+        }
+    }
+
     /// Starts another node on this server's PostgreSQL database (a data dir
     /// of its own, the same accounts: no first start). `opts.extra_args`
     /// carries its `--node`.
     pub fn join(&self, opts: ServerOptions) -> GridServer {
         let database_url =
             self.database_url.clone().unwrap_or_else(|| self.fail("join: this server is not on PostgreSQL"));
-        let root = tempfile::Builder::new().prefix("grid-test-").tempdir().expect("tempdir");
-        let data_dir = root.path().join("data");
-        std::fs::create_dir(&data_dir).expect("create data dir");
-        let log_path = root.path().join("server.log");
-        let mut server = GridServer {
-            opts,
-            bin: self.bin.clone(),
-            root,
-            database: None,
-            database_url: Some(database_url),
-            data_dir,
-            log_path,
-            port: 0,
-            child: None,
-            first_start: self.first_start.clone(),
-            stdout: None,
-            ca_cert: None,
-            http: http_client(),
-            tail_shown: AtomicBool::new(false),
-        };
+        let mut server = GridServer::unstarted(opts, self.bin.clone(), None, Some(database_url));
+        server.first_start = self.first_start.clone();
         let mut last_error = String::new();
         for _ in 0..5 {
             server.port = free_port();

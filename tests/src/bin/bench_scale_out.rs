@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use grid_tests::bench::positive;
 use grid_tests::server::{GridServer, ServerOptions};
 use grid_tests::target::Target;
 
@@ -21,36 +22,6 @@ struct Config {
     items: usize,
     workers: u32,
     timeout: Duration,
-}
-
-fn parse_args() -> Config {
-    let mut config = Config { items: 5000, workers: 16, timeout: Duration::from_secs(600) };
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        let mut value = || -> u64 {
-            let v = args.next().unwrap_or_else(|| usage(&format!("{arg} needs a value")));
-            v.parse().unwrap_or_else(|e| usage(&format!("{arg} {v}: {e}")))
-        };
-        match arg.as_str() {
-            "--items" => config.items = value() as usize,
-            "--workers" => config.workers = value() as u32,
-            "--timeout-secs" => config.timeout = Duration::from_secs(value()),
-            "-h" | "--help" => usage(""),
-            other => usage(&format!("unknown argument {other}")),
-        }
-    }
-    if config.items == 0 || config.workers == 0 {
-        usage("--items and --workers must be positive");
-    }
-    config
-}
-
-fn usage(problem: &str) -> ! {
-    if !problem.is_empty() {
-        eprintln!("bench_scale_out: {problem}");
-    }
-    eprintln!("usage: bench_scale_out [--items N] [--workers W] [--timeout-secs S]");
-    std::process::exit(2)
 }
 
 /// User + system CPU time of a process, in clock ticks (utime and stime of
@@ -142,7 +113,15 @@ async fn run(label: &'static str, nodes: usize, postgres: bool, urls: &[String],
 
 #[tokio::main]
 async fn main() {
-    let config = parse_args();
+    let flags = grid_tests::bench::parse(
+        "bench_scale_out",
+        &[positive("--items", 5000), positive("--workers", 16), positive("--timeout-secs", 600)],
+    );
+    let config = Config {
+        items: flags.get("--items") as usize,
+        workers: flags.get("--workers") as u32,
+        timeout: Duration::from_secs(flags.get("--timeout-secs")),
+    };
     let target = Target::start();
     let urls: Vec<String> = (0..config.items).map(|n| target.url(&format!("/page/{n}"))).collect();
     eprintln!("bench: {} fetch items, {} workers per node", config.items, config.workers);
