@@ -52,6 +52,8 @@ pg_env="$(bash scripts/postgres-env.sh)"
 pg_dir="$(printf '%s\n' "$pg_env" | sed -n 's/^GRID_PG_DIR=//p')"
 pg_url="$(printf '%s\n' "$pg_env" | sed -n 's/^GRID_TEST_DATABASE_URL=//p')"
 trap 'bash scripts/postgres-env.sh stop "$pg_dir"' EXIT
+# Multi-node tests (tests/tests/scale_out.rs) need the cluster in both passes.
+export GRID_TEST_DATABASE_URL="$pg_url"
 # The MCP tests drive the server with the official Python MCP SDK's client,
 # in both protocol eras (the high-level Client with connect modes, mcp >= 2).
 if ! python3 -c "from mcp import Client; import mcp.client.streamable_http" >/dev/null 2>&1; then
@@ -129,9 +131,10 @@ if cargo nextest --version >/dev/null 2>&1; then
     say "running tests on SQLite: cargo nextest run --workspace --no-fail-fast $*"
     cargo nextest run --workspace --no-fail-fast "$@" || tests_status=$?
     # The black-box suite again, every server on a database of its own in
-    # the cluster. Left out: tidy (no server) and the one test of SQLite's
-    # own file format (WAL mode of grid.db).
-    pg_filter='package(grid-tests) and kind(test) and not binary(tidy) and not test(store_is_grid_db_in_wal_mode)'
+    # the cluster. Left out: tidy (no server), the one test of SQLite's own
+    # file format (WAL mode of grid.db) and scale_out, which is on
+    # PostgreSQL in either pass.
+    pg_filter='package(grid-tests) and kind(test) and not binary(tidy) and not binary(scale_out) and not test(store_is_grid_db_in_wal_mode)'
     say "running the black-box tests on PostgreSQL ($pg_url): cargo nextest run --workspace --no-fail-fast -E '$pg_filter' $*"
     GRID_TEST_STORE=postgres GRID_TEST_DATABASE_URL="$pg_url" \
         cargo nextest run --workspace --no-fail-fast -E "$pg_filter" "$@" || tests_status=$?

@@ -7,6 +7,10 @@ use grid_core::item::Backoff;
 
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
+    /// This node's name among the nodes sharing the store (`--node`).
+    pub node: String,
+    /// A node whose heartbeat is older than this is dead (`--node-lease-secs`).
+    pub node_lease: std::time::Duration,
     pub data_dir: PathBuf,
     /// The server's public address, without a trailing slash.
     pub base_url: String,

@@ -14,6 +14,7 @@ mod egress;
 mod http;
 mod ids;
 mod metrics;
+mod nodes;
 mod sessions;
 mod settlement;
 mod signing;
@@ -61,6 +62,21 @@ enum Command {
     /// Link sign-in identities (OpenID issuer + subject) to accounts.
     #[command(subcommand)]
     Identity(IdentityCommand),
+    /// The nodes sharing the store (docs/scale-out.md).
+    #[command(subcommand)]
+    Node(NodeCommand),
+}
+
+#[derive(Subcommand)]
+enum NodeCommand {
+    /// Every node: name, advertised address, last heartbeat, live or dead, what it holds.
+    List {
+        #[command(flatten)]
+        data: DataDir,
+        /// A node whose heartbeat is older than this is dead (as serve's --node-lease-secs).
+        #[arg(long, default_value_t = 15)]
+        node_lease_secs: u64,
+    },
 }
 
 #[derive(Subcommand)]
@@ -123,6 +139,15 @@ struct ServeArgs {
     /// Address to listen on (port 0 picks a free port; the chosen address is printed).
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
+    /// This node's name, unique among the nodes sharing the store (default: the host's name).
+    #[arg(long)]
+    node: Option<String>,
+    /// Where the other nodes reach this one (node-to-node traffic; docs/scale-out.md).
+    #[arg(long, value_name = "URL")]
+    advertise_url: Option<String>,
+    /// A node whose heartbeat is older than this is dead and its work is taken over.
+    #[arg(long, default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..))]
+    node_lease_secs: u64,
     #[command(flatten)]
     data: DataDir,
     /// Requests per second one credential (an API key, or a sign-in token's account) may make,
@@ -399,6 +424,9 @@ fn main() -> anyhow::Result<()> {
                 admin::identity_unlink(&data.open(admin::BUSY_TIMEOUT)?, &issuer, &subject)
             }
         },
+        Command::Node(NodeCommand::List { data, node_lease_secs }) => {
+            admin::node_list(&data.open(admin::BUSY_TIMEOUT)?, Duration::from_secs(node_lease_secs))
+        }
     }?;
     println!("{out}");
     Ok(())
@@ -458,7 +486,18 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     if tls.is_some() && base_url.starts_with("http://") {
         tracing::warn!(%base_url, "the server speaks HTTPS but --base-url is http://: cdpUrl and download URLs will not reach it");
     }
+    let node = nodes::NodeConfig {
+        name: args.node.clone().unwrap_or_else(nodes::default_name),
+        advertise_url: args.advertise_url.clone(),
+        lease: Duration::from_secs(args.node_lease_secs),
+        max_sessions: if args.sessions_disabled { 0 } else { args.max_sessions },
+    };
+    // Registered before anything is recovered: from now on this node's
+    // heartbeat tells the others it is alive.
+    nodes::register(&store, &node, ids::now()).await.context("registering the node")?;
     let config = ServeConfig {
+        node: node.name.clone(),
+        node_lease: node.lease,
         mcp_origins: args.mcp_allow_origin.clone(),
         data_dir: args.data.data_dir.clone(),
         base_url: base_url.clone(),
@@ -512,15 +551,26 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         store.write(|tx| store::setting_or_init(tx, "download_signing_secret", || ids::random_hex(32))).await?;
     let clock: Arc<dyn clock::Clock> = Arc::new(clock::SystemClock);
     let wake = capture::driver::Wake::default();
-    let items =
-        Arc::new(capture::driver::ItemDriver::start(store.clone(), clock.clone(), config.backoff, wake.clone()));
+    let items = Arc::new(capture::driver::ItemDriver::start(
+        store.clone(),
+        clock.clone(),
+        config.backoff,
+        wake.clone(),
+        &node.name,
+    ));
     let recovered = items.recover().await?;
     if recovered > 0 {
         tracing::warn!(items = recovered, "put items left active by the last run back in the queue");
     }
-    let compute =
-        Compute::new(compute_config, store.clone(), clock.clone(), wake.due.clone(), config.data_dir.join("logs"))
-            .context("building the registry client")?;
+    let compute = Compute::new(
+        compute_config,
+        store.clone(),
+        clock.clone(),
+        wake.due.clone(),
+        config.data_dir.join("logs"),
+        &node.name,
+    )
+    .context("building the registry client")?;
     let app = Arc::new(App {
         limits: http::limits::Limits::new(
             http::limits::RateConfig { per_second: args.rate_limit_per_second, burst: args.rate_limit_burst },
@@ -557,6 +607,7 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut workers = capture::spawn_workers(app.clone(), stop_rx.clone()).context("building the fetch client")?;
     let settlement = tokio::spawn(settlement::run(app.clone(), stop_rx.clone()));
+    tokio::spawn(nodes::run(app.clone(), node.clone(), stop_rx.clone()));
     tokio::spawn(compute::health(app.clone(), stop_rx.clone()));
     tokio::spawn(compute::scheduler(app.compute.driver.clone(), stop_rx.clone()));
     let stop_signal = shutdown_signal().context("installing the SIGTERM handler")?;

@@ -9,6 +9,7 @@
 //! --bins` first (scripts/test.sh does), or point GRID_SERVER_BIN and
 //! GRID_CLI_BIN at them.
 
+pub mod bench;
 pub mod bins;
 pub mod cdp;
 pub mod cli;

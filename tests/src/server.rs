@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use crate::bins::{grid_server_bin, scrub_env};
 use crate::http::{http_client, http_client_trusting, Resp};
-use crate::store::{test_store, Database, TestStore};
+use crate::store::{cluster_url, test_store, Database, TestStore};
 
 /// How long to wait for `{"event":"listening"}` after spawning.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
@@ -51,6 +51,9 @@ pub struct ServerOptions {
     pub max_open_files: Option<u64>,
     /// Whether the server speaks HTTPS; plain HTTP by default.
     pub tls: Tls,
+    /// On PostgreSQL whatever the run's store (multi-node tests): needs
+    /// `GRID_TEST_DATABASE_URL`.
+    pub postgres: bool,
 }
 
 /// How the server speaks HTTPS. With TLS on, `base_url()` is
@@ -82,6 +85,7 @@ impl Default for ServerOptions {
             umask: None,
             max_open_files: None,
             tls: Tls::Off,
+            postgres: false,
         }
     }
 }
@@ -148,8 +152,11 @@ pub struct GridServer {
     /// Holds the data dir and the log; removed on drop.
     root: tempfile::TempDir,
     /// The server's own PostgreSQL database when the run is on PostgreSQL
-    /// (`store::test_store`); dropped after the server.
+    /// (`store::test_store`) or the server asked for it; dropped after the
+    /// server. Nodes that joined another's database hold none.
     database: Option<Database>,
+    /// The PostgreSQL database the server runs on, its own or another node's.
+    database_url: Option<String>,
     data_dir: PathBuf,
     log_path: PathBuf,
     port: u16,
@@ -234,30 +241,13 @@ impl GridServer {
     /// Spawns `grid-server serve` on a fresh data dir and waits for
     /// first-start and listening.
     pub fn start(opts: ServerOptions) -> GridServer {
-        let bin = grid_server_bin();
-        let root = tempfile::Builder::new().prefix("grid-test-").tempdir().expect("tempdir");
-        let data_dir = root.path().join("data");
-        std::fs::create_dir(&data_dir).expect("create data dir");
-        let log_path = root.path().join("server.log");
         let database = match test_store() {
-            TestStore::Sqlite => None,
             TestStore::Postgres(admin_url) => Some(Database::create(&admin_url)),
+            TestStore::Sqlite if opts.postgres => Some(Database::create(&cluster_url())),
+            TestStore::Sqlite => None,
         };
-        let mut server = GridServer {
-            opts,
-            bin,
-            root,
-            database,
-            data_dir,
-            log_path,
-            port: 0,
-            child: None,
-            first_start: FirstStart { account_id: String::new(), key_id: String::new(), api_key: String::new() },
-            stdout: None,
-            ca_cert: None,
-            http: http_client(),
-            tail_shown: AtomicBool::new(false),
-        };
+        let database_url = database.as_ref().map(|d| d.url().to_string());
+        let mut server = GridServer::unstarted(opts, grid_server_bin(), database, database_url);
         let mut last_error = String::new();
         for _ in 0..5 {
             server.port = free_port();
@@ -275,6 +265,55 @@ impl GridServer {
             }
         }
         server.fail(&format!("could not start grid-server: {last_error}"))
+    }
+
+    /// A server not started yet, with a fresh data dir and log.
+    fn unstarted(
+        opts: ServerOptions,
+        bin: PathBuf,
+        database: Option<Database>,
+        database_url: Option<String>,
+    ) -> GridServer {
+        let root = tempfile::Builder::new().prefix("grid-test-").tempdir().expect("tempdir");
+        let data_dir = root.path().join("data");
+        std::fs::create_dir(&data_dir).expect("create data dir");
+        let log_path = root.path().join("server.log");
+        GridServer {
+            opts,
+            bin,
+            root,
+            database,
+            database_url,
+            data_dir,
+            log_path,
+            port: 0,
+            child: None,
+            first_start: FirstStart { account_id: String::new(), key_id: String::new(), api_key: String::new() },
+            stdout: None,
+            ca_cert: None,
+            http: http_client(),
+            tail_shown: AtomicBool::new(false),
+        }
+    }
+
+    /// Starts another node on this server's PostgreSQL database (a data dir
+    /// of its own, the same accounts: no first start). `opts.extra_args`
+    /// carries its `--node`.
+    pub fn join(&self, opts: ServerOptions) -> GridServer {
+        let database_url =
+            self.database_url.clone().unwrap_or_else(|| self.fail("join: this server is not on PostgreSQL"));
+        let mut server = GridServer::unstarted(opts, self.bin.clone(), None, Some(database_url));
+        server.first_start = self.first_start.clone();
+        let mut last_error = String::new();
+        for _ in 0..5 {
+            server.port = free_port();
+            match server.spawn(false) {
+                Ok(_) => return server,
+                Err(StartError::AddrInUse) => last_error = format!("port {} in use", server.port),
+                Err(StartError::Other(e)) => server.fail(&e),
+            }
+        }
+        server.fail(&format!("could not start another node: {last_error}"))
     }
 
     /// Spawns serve on the current data dir and port; returns the first-start
@@ -420,8 +459,8 @@ impl GridServer {
     /// server's own database on PostgreSQL (as `GRID_DATABASE_URL`, which
     /// `--database-url` reads), else grid.db in `--data-dir`.
     fn store_env(&self, cmd: &mut Command) {
-        if let Some(db) = &self.database {
-            cmd.env("GRID_DATABASE_URL", db.url());
+        if let Some(url) = &self.database_url {
+            cmd.env("GRID_DATABASE_URL", url);
         }
     }
 
@@ -691,7 +730,7 @@ impl GridServer {
     /// grid.db opened read-only beside the running server (waiting up to
     /// 10 s for its writer).
     pub fn read_db(&self) -> rusqlite::Connection {
-        if self.database.is_some() {
+        if self.database_url.is_some() {
             self.fail(
                 "read_db reads grid.db: this test is SQLite-only (scripts/test.sh leaves it out of the PostgreSQL run)",
             );

@@ -29,6 +29,19 @@ pub fn test_store() -> TestStore {
     }
 }
 
+/// The run's PostgreSQL cluster (its admin URL), for tests that need one
+/// whatever the run's store (several nodes on one database); panics saying
+/// what is missing.
+pub fn cluster_url() -> String {
+    match std::env::var("GRID_TEST_DATABASE_URL") {
+        Ok(url) if !url.is_empty() => url,
+        _ => panic!(
+            "this test needs PostgreSQL: GRID_TEST_DATABASE_URL is not set (start a cluster with \
+             scripts/postgres-env.sh, as scripts/test.sh does, and export the URL it prints)"
+        ),
+    }
+}
+
 /// Whether this run's servers are on PostgreSQL.
 pub fn on_postgres() -> bool {
     matches!(test_store(), TestStore::Postgres(_))

@@ -1,7 +1,5 @@
 //! Health, grid status and OAuth protected-resource metadata.
 
-use std::sync::atomic::Ordering;
-
 use grid_core::error::ApiError;
 use grid_core::wire::grid::{GridStatus, Health, ProtectedResource, QueueDepth, SCOPES_SUPPORTED};
 
@@ -27,16 +25,19 @@ pub fn protected_resource(app: &App, mcp: bool) -> Reply {
 }
 
 pub async fn grid_status(app: &App) -> Result<Reply, ApiError> {
-    let (queue, _active) = app.store.read(items::queue_counts).await?;
-    Ok(Reply::json(
-        200,
-        &GridStatus {
-            queue,
-            workers: app.busy_workers.load(Ordering::Relaxed),
-            sessions: app.store.read(crate::store::sessions::live_count).await?,
-            max_sessions: app.config.max_sessions,
-        },
-    ))
+    // The whole grid: every node's busy workers (each holds one active
+    // item), every live session, and the slots of every live node.
+    let (me, live_after) =
+        (app.config.node.clone(), app.clock.now().plus_ms(-(app.config.node_lease.as_millis() as i64)));
+    let (queue, active, sessions, max_sessions) = app
+        .store
+        .read(move |c| {
+            let (queue, active) = items::queue_counts(c)?;
+            let sessions = crate::store::sessions::live_count(c)?;
+            Ok((queue, active, sessions, crate::store::nodes::live_max_sessions(c, &me, live_after)?))
+        })
+        .await?;
+    Ok(Reply::json(200, &GridStatus { queue, workers: active, sessions, max_sessions }))
 }
 
 pub async fn queue_depth(app: &App) -> Result<Reply, ApiError> {

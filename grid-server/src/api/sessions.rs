@@ -36,13 +36,13 @@ pub async fn lease(
     let key = idempotency_key.map(|k| idempotency::Key::new(k, "POST /sessions", &body));
     let token = random_hex(32);
     let (c, s, t, max) = (caller.clone(), sub.clone(), token.clone(), app.sessions.config.max_sessions);
-    let base_url = app.config.base_url.clone();
+    let (base_url, node) = (app.config.base_url.clone(), app.config.node.clone());
     let outcome = app
         .store
         .write(move |tx| -> Result<_, SessionError> {
             let now = now();
             idempotency::once(tx, &c.account_id, key.as_ref(), now, |tx| {
-                let row = store::lease(tx, &c, &s, &t, max, now)?;
+                let row = store::lease(tx, &c, &s, &t, max, &node, now)?;
                 let lease = SessionLease {
                     cdp_url: format!("{base_url}/cdp/{}/{t}", row.id),
                     session_id: row.id.clone(),

@@ -15,11 +15,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::store::Conn;
+use crate::store::{Conn, Optional};
 use futures_util::future::BoxFuture;
 use grid_core::catalog::Profile;
 use grid_core::error::ApiError;
-use grid_core::item::{self, Backoff, Effect, Event, Failure, Outcome, Settlement, TransitionError};
+use grid_core::item::{self, Backoff, Effect, Event, Failure, ItemState, Outcome, Settlement, TransitionError};
 use grid_core::time::Millis;
 use grid_core::wire::item::ItemRetried;
 use serde_json::json;
@@ -66,6 +66,8 @@ impl AttemptEnd {
 }
 
 pub struct ItemDriver {
+    /// This node's name: the holder of the items it claims.
+    node: Arc<str>,
     commits: Commits,
     store: Store,
     clock: Arc<dyn Clock>,
@@ -75,26 +77,32 @@ pub struct ItemDriver {
 
 impl ItemDriver {
     /// Starts the group commit the driver's transactions travel through.
-    pub fn start(store: Store, clock: Arc<dyn Clock>, backoff: Backoff, wake: Wake) -> ItemDriver {
-        ItemDriver { commits: Commits::start(store.clone()), store, clock, backoff, wake }
+    pub fn start(store: Store, clock: Arc<dyn Clock>, backoff: Backoff, wake: Wake, node: &str) -> ItemDriver {
+        ItemDriver { node: node.into(), commits: Commits::start(store.clone()), store, clock, backoff, wake }
     }
 
     /// Claims the next item in queue order (making due delayed items
     /// claimable first, so they keep their place in the queue).
     pub async fn claim(&self) -> Result<Option<ItemRow>, ItemError> {
-        self.transact(claim_next).await
+        let node = self.node.clone();
+        self.transact(move |tx, now, backoff, after| claim_next(tx, &node, now, backoff, after)).await
     }
 
     /// Ends an attempt. Retries while the database is busy (an admin command
     /// may hold it for a moment) and gives up after about a minute: the item
     /// then stays active and is recovered on the next start.
-    pub async fn finish(&self, id: &str, end: AttemptEnd) -> Result<Outcome, ItemError> {
+    ///
+    /// `lease_token` is the one the claim got: a claim taken over since
+    /// (`ItemError::LeaseLost`) stores nothing.
+    pub async fn finish(&self, id: &str, lease_token: i64, end: AttemptEnd) -> Result<Outcome, ItemError> {
         let end = Arc::new(end);
         let mut delay = Duration::from_millis(50);
         let mut tries = 0;
         loop {
             let (id, end) = (id.to_string(), end.clone());
-            let result = self.transact(move |tx, now, backoff, after| finish(tx, &id, &end, now, backoff, after)).await;
+            let result = self
+                .transact(move |tx, now, backoff, after| finish(tx, &id, lease_token, &end, now, backoff, after))
+                .await;
             tries += 1;
             match result {
                 Err(ItemError::Store(e)) if tries < 12 => {
@@ -118,7 +126,15 @@ impl ItemDriver {
     /// Puts every item left active (by a stopped server, or by workers cut
     /// short at shutdown) back in the queue without counting the attempt.
     pub async fn recover(&self) -> Result<usize, ItemError> {
-        self.transact(recover_active).await
+        let node = self.node.clone();
+        self.recover_node(&node).await
+    }
+
+    /// Puts the items `node` was running back in the queue, uncounted: this
+    /// node's own at its start, a dead node's when it is taken over.
+    pub async fn recover_node(&self, node: &str) -> Result<usize, ItemError> {
+        let node = node.to_string();
+        self.transact(move |tx, now, backoff, after| recover_active(tx, &node, now, backoff, after)).await
     }
 
     /// Makes delayed items due by `now` claimable; answers the next due time.
@@ -266,26 +282,42 @@ fn wake_due(tx: &Conn, now: Millis, backoff: Backoff, after: &mut After) -> Resu
     Ok(due.len())
 }
 
-fn claim_next(tx: &Conn, now: Millis, backoff: Backoff, after: &mut After) -> Result<Option<ItemRow>, ItemError> {
+fn claim_next(
+    tx: &Conn,
+    node: &str,
+    now: Millis,
+    backoff: Backoff,
+    after: &mut After,
+) -> Result<Option<ItemRow>, ItemError> {
     wake_due(tx, now, backoff, after)?;
     let Some(id) = items::next_in_queue(tx)? else { return Ok(None) };
     let (row, outcome) = step(tx, &id, Event::Claim, &[], now, backoff, after)?;
-    Ok(Some(ItemRow { item: outcome.item, ..row }))
+    let lease_token = items::take_lease(tx, &id, node)?;
+    Ok(Some(ItemRow { item: outcome.item, lease_token, ..row }))
 }
 
+/// Ends an attempt, under the fence: only the claim that still holds the
+/// item (same token, still active) may store its end.
 fn finish(
     tx: &Conn,
     id: &str,
+    lease_token: i64,
     end: &AttemptEnd,
     now: Millis,
     backoff: Backoff,
     after: &mut After,
 ) -> Result<Outcome, ItemError> {
+    let held: Option<(String, i64)> = tx
+        .query_row("SELECT state, lease_token FROM items WHERE id = ?1", [id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    if held != Some((ItemState::Active.as_str().to_string(), lease_token)) {
+        return Err(ItemError::LeaseLost(id.to_string()));
+    }
     step(tx, id, end.event(), end.files(), now, backoff, after).map(|(_, outcome)| outcome)
 }
 
-fn recover_active(tx: &Conn, now: Millis, backoff: Backoff, after: &mut After) -> Result<usize, ItemError> {
-    let ids = items::active_ids(tx)?;
+fn recover_active(tx: &Conn, node: &str, now: Millis, backoff: Backoff, after: &mut After) -> Result<usize, ItemError> {
+    let ids = items::active_ids(tx, node)?;
     for id in &ids {
         step(tx, id, Event::Recover, &[], now, backoff, after)?;
     }
@@ -332,7 +364,7 @@ mod tests {
         let (dir, store) = store();
         let clock = Arc::new(VirtualClock::at(T));
         let wake = Wake::default();
-        let driver = ItemDriver::start(store.clone(), clock.clone(), B, wake.clone());
+        let driver = ItemDriver::start(store.clone(), clock.clone(), B, wake.clone(), "n1");
         Grid { _dir: dir, store, clock, wake, driver }
     }
 
@@ -377,7 +409,7 @@ mod tests {
         submit(&g.store, &c, 1, None).unwrap();
         let row = g.driver.claim().await.unwrap().unwrap();
         g.clock.advance(250);
-        let o = g.driver.finish(&row.id, transient()).await.unwrap();
+        let o = g.driver.finish(&row.id, row.lease_token, transient()).await.unwrap();
         let due = T.plus_ms(250 + 1_000);
         assert_eq!((o.item.state, o.item.run_at), (ItemState::Delayed, Some(due)));
         assert!(g.wake.due.notified().now_or_never().is_some(), "the due loop learns of the new due time");
@@ -409,7 +441,7 @@ mod tests {
         let c = caller(&g.store, 10_000, None);
         submit(&g.store, &c, 1, None).unwrap();
         let first = g.driver.claim().await.unwrap().unwrap();
-        g.driver.finish(&first.id, transient()).await.unwrap();
+        g.driver.finish(&first.id, first.lease_token, transient()).await.unwrap();
         submit(&g.store, &c, 1, None).unwrap();
         g.clock.advance(B.base_ms);
         let next = g.driver.claim().await.unwrap().unwrap();
@@ -424,7 +456,11 @@ mod tests {
         let row = g.driver.claim().await.unwrap().unwrap();
         g.clock.advance(40);
         let reason = "params.timeoutMs: must be at most 60000";
-        let o = g.driver.finish(&row.id, AttemptEnd::Failed(Failure::Terminal(reason.into()))).await.unwrap();
+        let o = g
+            .driver
+            .finish(&row.id, row.lease_token, AttemptEnd::Failed(Failure::Terminal(reason.into())))
+            .await
+            .unwrap();
         assert_eq!(o.item.state, ItemState::Failed);
         assert!(o.item.failure_published);
 
@@ -468,7 +504,7 @@ mod tests {
         for _ in 0..item::MAX_ATTEMPTS {
             g.clock.advance(60_000);
             let row = g.driver.claim().await.unwrap().unwrap();
-            o = Some(g.driver.finish(&row.id, transient()).await.unwrap());
+            o = Some(g.driver.finish(&row.id, row.lease_token, transient()).await.unwrap());
         }
         let o = o.unwrap();
         let id = {
@@ -501,7 +537,7 @@ mod tests {
         let c = caller(&g.store, 10_000, None);
         submit(&g.store, &c, 1, None).unwrap();
         let row = g.driver.claim().await.unwrap().unwrap();
-        let o = g.driver.finish(&row.id, AttemptEnd::Succeeded(family(&row.id))).await.unwrap();
+        let o = g.driver.finish(&row.id, row.lease_token, AttemptEnd::Succeeded(family(&row.id))).await.unwrap();
         assert_eq!(o.item.state, ItemState::Completed);
         let published = g.published(&row.id).await;
         let kinds: Vec<&str> = published.iter().map(|(k, _)| k.as_str()).collect();
@@ -509,9 +545,11 @@ mod tests {
         assert_eq!(published[0].1.as_deref(), Some(&b"hello"[..]));
         assert_eq!(g.settlement_due(&row.id).await.as_deref(), Some("charge"));
 
-        // The same end reported again is refused and changes nothing.
-        let refused = g.driver.finish(&row.id, AttemptEnd::Succeeded(family(&row.id))).await.unwrap_err();
-        assert!(matches!(refused, ItemError::Transition(TransitionError::NotAllowed { .. })), "{refused:?}");
+        // The same end reported again is refused (the claim ended with the
+        // attempt, so the fence stops it) and changes nothing.
+        let refused =
+            g.driver.finish(&row.id, row.lease_token, AttemptEnd::Succeeded(family(&row.id))).await.unwrap_err();
+        assert!(matches!(refused, ItemError::LeaseLost(_)), "{refused:?}");
         assert_eq!(g.published(&row.id).await.len(), 2);
 
         assert_eq!(g.settle().await, 1);
@@ -532,8 +570,8 @@ mod tests {
         let mut twice = family(&row.id);
         twice.push(twice[0].clone());
         let end = AttemptEnd::Succeeded(twice);
-        let id = row.id.clone();
-        let failing = g.driver.commits.run(move |tx| finish(tx, &id, &end, T, B, &mut After::default()));
+        let (id, token) = (row.id.clone(), row.lease_token);
+        let failing = g.driver.commits.run(move |tx| finish(tx, &id, token, &end, T, B, &mut After::default()));
         let (failed, claimed) = tokio::join!(failing, g.driver.claim());
         assert!(matches!(failed, Err(ItemError::Store(StoreError::Database(_)))), "{failed:?}");
         assert!(claimed.unwrap().is_some(), "the other request of the group committed");
@@ -555,6 +593,53 @@ mod tests {
         let again = g.driver.claim().await.unwrap().unwrap();
         assert_eq!((&again.id, again.item.state, again.item.attempts_made), (&a.id, ItemState::Active, 0));
         assert_eq!(g.item(&a.id).await.priority, Some(9));
+    }
+
+    /// Fencing: a node taken for dead has its items recovered and claimed
+    /// again by another; when the first one's attempt ends after all, its
+    /// end is refused: nothing published, no state change, nothing owed.
+    /// Only the live claim's end counts, once.
+    #[tokio::test]
+    async fn an_attempt_whose_claim_was_taken_over_stores_nothing() {
+        let g = grid();
+        let c = caller(&g.store, 10_000, None);
+        submit(&g.store, &c, 1, None).unwrap();
+        let first = g.driver.claim().await.unwrap().unwrap();
+        // Node "n1" is taken for dead by another node, which recovers its items.
+        assert_eq!(g.driver.recover_node("n1").await.unwrap(), 1);
+        let second = g.driver.claim().await.unwrap().unwrap();
+        assert_eq!(second.id, first.id);
+        assert!(second.lease_token > first.lease_token);
+        let stale = g.driver.finish(&first.id, first.lease_token, AttemptEnd::Succeeded(family(&first.id))).await;
+        assert!(matches!(stale, Err(ItemError::LeaseLost(_))), "{stale:?}");
+        assert_eq!(g.item(&first.id).await.state, ItemState::Active);
+        assert!(g.published(&first.id).await.is_empty());
+        assert_eq!(g.settlement_due(&first.id).await, None);
+        // A recovered item with no new claim is fenced too.
+        assert_eq!(g.driver.recover_node("n1").await.unwrap(), 1);
+        let late = g.driver.finish(&second.id, second.lease_token, transient()).await;
+        assert!(matches!(late, Err(ItemError::LeaseLost(_))), "{late:?}");
+        let third = g.driver.claim().await.unwrap().unwrap();
+        let o = g.driver.finish(&third.id, third.lease_token, AttemptEnd::Succeeded(family(&third.id))).await.unwrap();
+        assert_eq!((o.item.state, o.item.attempts_made), (ItemState::Completed, 1));
+        assert_eq!(g.settlement_due(&third.id).await.as_deref(), Some("charge"));
+        assert_eq!(g.published(&third.id).await.len(), 2);
+    }
+
+    /// A node recovers its own items only: another node's stay active.
+    #[tokio::test]
+    async fn a_node_recovers_only_the_items_it_holds() {
+        let g = grid();
+        let c = caller(&g.store, 10_000, None);
+        submit(&g.store, &c, 2, None).unwrap();
+        let mine = g.driver.claim().await.unwrap().unwrap();
+        let other = ItemDriver::start(g.store.clone(), g.clock.clone(), B, g.wake.clone(), "n2");
+        let theirs = other.claim().await.unwrap().unwrap();
+        assert_eq!(g.driver.recover().await.unwrap(), 1);
+        assert_eq!(g.item(&mine.id).await.state, ItemState::Waiting);
+        assert_eq!(g.item(&theirs.id).await.state, ItemState::Active);
+        assert_eq!(other.recover().await.unwrap(), 1);
+        assert_eq!(g.item(&theirs.id).await.state, ItemState::Waiting);
     }
 
     #[tokio::test]

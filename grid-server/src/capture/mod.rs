@@ -21,7 +21,7 @@ use tokio::sync::watch;
 use tracing::Instrument;
 
 use crate::app::App;
-use crate::store::items::{ItemRow, PublishedFile};
+use crate::store::items::{ItemError, ItemRow, PublishedFile};
 use driver::AttemptEnd;
 use fetch::Fetcher;
 use files::FileContent;
@@ -97,7 +97,7 @@ async fn run_attempt(app: &Arc<App>, fetcher: &Fetcher, row: ItemRow) {
     };
     let m = crate::metrics::get();
     m.item_seconds.with_label_values(&[row.script.as_str()]).observe(crate::metrics::secs(started.elapsed()));
-    match app.items.finish(&row.id, end).await {
+    match app.items.finish(&row.id, row.lease_token, end).await {
         Ok(o) => {
             m.items_ended.with_label_values(&[row.script.as_str(), o.item.state.as_str()]).inc();
             tracing::info!(
@@ -105,6 +105,9 @@ async fn run_attempt(app: &Arc<App>, fetcher: &Fetcher, row: ItemRow) {
                 reason = o.item.failed_reason.as_deref().unwrap_or(""),
                 "attempt finished"
             )
+        }
+        Err(e @ ItemError::LeaseLost(_)) => {
+            tracing::warn!(error = %e, "attempt end dropped: another node holds the item now")
         }
         Err(e) => tracing::error!(error = %e, "attempt end not stored; the item is recovered on restart"),
     }

@@ -63,6 +63,8 @@ pub struct DriverParts {
     pub capacity: Capacity,
     /// Wakes the due-time loop when a due time is set.
     pub due_wake: Arc<Notify>,
+    /// This node's name: jobs it provisions run on its engine.
+    pub node: Arc<str>,
 }
 
 /// A handle: clones share everything.
@@ -74,6 +76,7 @@ pub struct JobDriver {
     logs_dir: PathBuf,
     capacity: Capacity,
     due_wake: Arc<Notify>,
+    node: Arc<str>,
     scheduler_wake: Arc<Notify>,
     /// Records and the engine's containers agree (set once reconciled).
     reconciled: Arc<AtomicBool>,
@@ -202,6 +205,7 @@ impl JobDriver {
             logs_dir: p.logs_dir,
             capacity: p.capacity,
             due_wake: p.due_wake,
+            node: p.node,
             scheduler_wake: Arc::new(Notify::new()),
             reconciled: Arc::new(AtomicBool::new(false)),
         }
@@ -504,11 +508,11 @@ impl JobDriver {
         if !self.engine.available() || !self.tracking_ready() {
             return Ok(());
         }
-        let (cap, now) = (self.capacity, self.clock.now());
+        let (cap, now, node) = (self.capacity, self.clock.now(), self.node.clone());
         let provisioned = self
             .store
             .write(move |tx| {
-                let (mut cpu, mut mem) = jobs::capacity_in_use(tx)?;
+                let (mut cpu, mut mem) = jobs::capacity_in_use(tx, &node)?;
                 let mut provisioned = vec![];
                 for id in jobs::ids_in_phase(tx, JobPhase::Queued)? {
                     let Some(row) = jobs::load(tx, &id)? else { continue };
@@ -517,6 +521,7 @@ impl JobDriver {
                     }
                     match transition_row(tx, row, Event::Provision, now, None) {
                         Ok((row, effects)) => {
+                            jobs::set_node(tx, &row.id, &node)?;
                             cpu += row.cpu_millis;
                             mem += row.memory_bytes;
                             provisioned.push((row, effects));
@@ -551,7 +556,8 @@ impl JobDriver {
             self.store.write(move |tx| jobs::set_due_at(tx, &id, due)).await?;
         }
         for phase in [JobPhase::Provisioning, JobPhase::Running, JobPhase::Publishing] {
-            for id in self.store.read(move |c| jobs::ids_in_phase(c, phase)).await? {
+            let node = self.node.clone();
+            for id in self.store.read(move |c| jobs::ids_in_phase_on(c, phase, &node)).await? {
                 let row = self.load(&id).await?;
                 let attempt = row.job.attempt_number();
                 let container = find(&id, attempt);
@@ -592,6 +598,24 @@ impl JobDriver {
         Ok(())
     }
 
+    /// Takes over the attempts a dead node's engine was running: each ends
+    /// as evicted (a platform reason, free, replayed within `retries` as an
+    /// eviction is; docs/scale-out.md); one whose log was still to publish
+    /// is published without it (the log was on that node's engine).
+    pub async fn take_over(&self, node: &str) -> Result<usize, JobError> {
+        let dead = node.to_string();
+        let held = self.store.read(move |c| jobs::held_by(c, &dead)).await?;
+        for (id, phase) in &held {
+            let event = match phase.as_str() {
+                "PUBLISHING" => Event::Published { log_available: false },
+                _ => Event::Evicted,
+            };
+            self.step(id, event, self.clock.now()).await?;
+            tracing::warn!(job = %id, %node, "attempt of a dead node ended");
+        }
+        Ok(held.len())
+    }
+
     /// Applies the job's due event at its due time, if it is due by `now`,
     /// in one transaction with the check.
     async fn fire(&self, id: &str, now: Millis) -> Result<(), JobError> {
@@ -624,7 +648,12 @@ impl Due for JobDriver {
             if !self.tracking_ready() {
                 return None;
             }
-            let due = match self.store.read(move |c| jobs::due_ids(c, now)).await {
+            let due = match {
+                let node = self.node.clone();
+                self.store.read(move |c| jobs::due_ids(c, now, &node))
+            }
+            .await
+            {
                 Ok(ids) => ids,
                 Err(e) => {
                     tracing::warn!(error = %e, "due jobs unreadable; trying again");
@@ -636,7 +665,12 @@ impl Due for JobDriver {
                     tracing::warn!(job = %id, error = %e, "due event not applied; trying again");
                 }
             }
-            self.store.read(move |c| jobs::next_due_after(c, now)).await.unwrap_or_else(|e| {
+            {
+                let node = self.node.clone();
+                self.store.read(move |c| jobs::next_due_after(c, now, &node))
+            }
+            .await
+            .unwrap_or_else(|e| {
                 tracing::warn!(error = %e, "next due job unreadable");
                 None
             })
@@ -697,6 +731,20 @@ mod tests {
                 logs_dir: dir.join("logs"),
                 capacity: Capacity { cpu_millis: 4_000, memory_bytes: 8 << 30 },
                 due_wake: Arc::new(Notify::new()),
+                node: "n1".into(),
+            })
+        }
+
+        /// Another node's driver on the same store and engine.
+        fn node_driver(&self, node: &str) -> JobDriver {
+            JobDriver::new(DriverParts {
+                store: self.store.clone(),
+                engine: self.engine.clone(),
+                clock: self.clock.clone(),
+                logs_dir: self._dir.path().join("logs"),
+                capacity: Capacity { cpu_millis: 4_000, memory_bytes: 8 << 30 },
+                due_wake: Arc::new(Notify::new()),
+                node: node.into(),
             })
         }
 
@@ -839,7 +887,14 @@ mod tests {
         // Charged exactly the 60 s up to the deadline: all of the reservation.
         assert_eq!(g.ledger(&id), vec![("reserve".into(), RESERVED_60S), ("charge".into(), RESERVED_60S)]);
         assert_eq!(g.due_at(&id), None);
-        assert!(g.engine.container(&container_name(&id, 1)).unwrap().removed);
+        // The container is removed after the commit that ended the attempt.
+        for _ in 0..2_000 {
+            if g.engine.container(&container_name(&id, 1)).unwrap().removed {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        panic!("the timed-out attempt's container was never removed");
     }
 
     #[tokio::test]
@@ -913,6 +968,28 @@ mod tests {
         assert_eq!(row.job.attempts[0].termination.as_ref().unwrap().reason, TerminationReason::PlatformEvicted);
         assert_eq!(g.due_at(&id), None);
         // The replay holds the same reservation: nothing settled yet.
+        assert_eq!(g.ledger(&id), vec![("reserve".into(), 360)]);
+    }
+
+    /// A dead node's attempt is taken over by another node: evicted (free),
+    /// replayed within its retries; another node's running jobs are not
+    /// this node's to take over, and their deadlines not its to fire.
+    #[tokio::test]
+    async fn a_dead_nodes_attempt_is_evicted_and_replayed_by_the_node_taking_over() {
+        let g = Grid::new();
+        let id = g.running(1).await;
+        let other = g.node_driver("n2");
+        assert_eq!(other.take_over("n3").await.unwrap(), 0);
+        // The deadline is n1's to fire: n2 sees nothing due.
+        assert_eq!(
+            g.store.read(move |c| jobs::due_ids(c, Millis(i64::MAX), "n2")).await.unwrap(),
+            Vec::<String>::new()
+        );
+        g.clock.advance(5_000);
+        assert_eq!(other.take_over("n1").await.unwrap(), 1);
+        let row = g.until(&id, "replayed", |r| r.job.attempt_number() == 2).await;
+        assert_eq!(row.job.phase, JobPhase::Queued);
+        assert_eq!(row.job.attempts[0].termination.as_ref().unwrap().reason, TerminationReason::PlatformEvicted);
         assert_eq!(g.ledger(&id), vec![("reserve".into(), 360)]);
     }
 

@@ -58,6 +58,7 @@ impl Compute {
         clock: Arc<dyn Clock>,
         due_wake: Arc<Notify>,
         logs_dir: PathBuf,
+        node: &str,
     ) -> Result<Compute, reqwest::Error> {
         let docker = Arc::new(DockerEngine::new(config.docker_host.clone()));
         let driver = JobDriver::new(DriverParts {
@@ -67,6 +68,7 @@ impl Compute {
             logs_dir: logs_dir.clone(),
             capacity: Capacity { cpu_millis: config.cpu_millis, memory_bytes: config.memory_bytes },
             due_wake,
+            node: node.into(),
         });
         Ok(Compute { registries: Registries::new(config.admitted.clone())?, config, docker, driver, logs_dir })
     }

@@ -195,10 +195,13 @@ impl SessionDriver {
     /// most one settlement interval before it stopped). A deadline that fell
     /// while it was still alive ends the session as it would have
     /// (`grid_core::session::after_stop`).
-    pub async fn recover(&self, last_alive: Option<Millis>) {
+    ///
+    /// `node`'s sessions: this node's own at its start, a dead node's (with
+    /// its last heartbeat) when it is taken over.
+    pub async fn recover(&self, node: &str, last_alive: Option<Millis>) {
         let now = self.now();
         let alive = last_alive.unwrap_or(now).min(now);
-        for id in self.live_ids().await {
+        for id in self.live_ids(node).await {
             let ended = self
                 .transact(&id, move |tx, row| {
                     let Due { at, event } = session::after_stop(&row.session, alive);
@@ -215,17 +218,18 @@ impl SessionDriver {
     }
 
     /// On shutdown: every live session is lost now, its browser stopped.
-    pub async fn shutdown(&self) {
+    pub async fn shutdown(&self, node: &str) {
         let at = self.now();
-        for id in self.live_ids().await {
+        for id in self.live_ids(node).await {
             if let Err(e) = self.apply(&id, Event::Lose, at).await {
                 tracing::warn!(session = %id, error = %e, "session not ended at shutdown");
             }
         }
     }
 
-    async fn live_ids(&self) -> Vec<String> {
-        self.store.read(store::live_ids).await.unwrap_or_else(|e| {
+    async fn live_ids(&self, node: &str) -> Vec<String> {
+        let node = node.to_string();
+        self.store.read(move |c| store::live_ids(c, &node)).await.unwrap_or_else(|e| {
             tracing::error!(error = %e, "live sessions not read");
             vec![]
         })
@@ -372,7 +376,7 @@ mod tests {
                 network_policy: None,
                 overrides: Default::default(),
             };
-            let row = self.store.write_blocking(|tx| store::lease(tx, &c, &sub, "token", 4, now)).unwrap();
+            let row = self.store.write_blocking(|tx| store::lease(tx, &c, &sub, "token", 4, "n1", now)).unwrap();
             let (_endpoint, ended) = self.driver.browsers().register(&row.id, "hash".into());
             (row.id, ended)
         }
@@ -498,7 +502,7 @@ mod tests {
         }
         // The last run's heartbeat was 70 s in, past the first one's expiry; restarted an hour later.
         w.clock.set(T0.plus_ms(3_600_000));
-        w.driver.recover(Some(T0.plus_ms(70_000))).await;
+        w.driver.recover("n1", Some(T0.plus_ms(70_000))).await;
         assert_eq!(w.row(&expired).session.ended, Some(Ended { cause: EndCause::Expired, at: T0.plus_ms(60_000) }));
         assert_eq!(w.row(&running).session.ended, Some(Ended { cause: EndCause::Lost, at: T0.plus_ms(70_000) }));
         let charged = session_charge_micros(50_000, session_reservation_micros(1))

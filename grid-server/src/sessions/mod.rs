@@ -387,13 +387,13 @@ pub fn refill_warm(app: Arc<App>) {
 /// On start: sessions left live by the last run end (see
 /// `SessionDriver::recover`); `last_alive` is its last settlement heartbeat.
 pub async fn recover(app: &App, last_alive: Option<Millis>) {
-    app.sessions.driver.recover(last_alive).await;
+    app.sessions.driver.recover(&app.config.node, last_alive).await;
 }
 
 /// On shutdown: every live session is lost now, its browser stopped; the
 /// warm browsers are stopped too.
 pub async fn shutdown(app: &App) {
-    app.sessions.driver.shutdown().await;
+    app.sessions.driver.shutdown(&app.config.node).await;
     let warm: Vec<Warm> =
         app.sessions.warm.lock().unwrap_or_else(|p| p.into_inner()).drain().flat_map(|(_, w)| w).collect();
     for w in warm {

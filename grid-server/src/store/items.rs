@@ -35,6 +35,9 @@ pub struct ItemRow {
     pub profile: Profile,
     pub params: Map<String, Value>,
     pub item: Item,
+    /// The item's fencing token: raised by every claim; an attempt's end is
+    /// stored only under the token its claim got (`ItemError::LeaseLost`).
+    pub lease_token: i64,
 }
 
 /// A file written to the artifact store and checked, ready to publish.
@@ -129,7 +132,7 @@ pub fn batch_view(conn: &Conn, account_id: &str, batch_id: &str) -> StoreResult<
 }
 
 const ITEM_COLUMNS: &str = "i.id, i.batch_id, i.account_id, i.url, i.script, i.profile_id, b.params,
-     i.state, i.priority, i.attempts_made, i.failed_reason, i.failure_published, i.run_at, i.billable";
+     i.state, i.priority, i.attempts_made, i.failed_reason, i.failure_published, i.run_at, i.billable, i.lease_token";
 
 fn item_row(r: &Row) -> StoreResult<ItemRow> {
     let bad = |i: usize, what: &str| StoreError::Invalid(format!("column {i}: bad {what}"));
@@ -154,6 +157,7 @@ fn item_row(r: &Row) -> StoreResult<ItemRow> {
             run_at: r.get::<Option<i64>>(12)?.map(Millis),
             billable: r.get(13)?,
         },
+        lease_token: r.get(14)?,
     })
 }
 
@@ -206,6 +210,11 @@ pub fn insert_files(conn: &Conn, id: &str, files: &[PublishedFile], now: Millis)
 pub enum ItemError {
     #[error(transparent)]
     Transition(#[from] TransitionError),
+    /// The attempt's claim is no longer the item's: the item was taken over
+    /// (its node was taken for dead) and claimed again, or recovered. The
+    /// attempt's end is dropped: it publishes, changes and charges nothing.
+    #[error("the claim on item {0} was taken over")]
+    LeaseLost(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -224,6 +233,7 @@ impl From<ItemError> for ApiError {
                 tracing::error!(error = %other, "unexpected item transition");
                 ApiError::Internal
             }
+            ItemError::LeaseLost(_) => ApiError::Internal,
             ItemError::Store(StoreError::NotFound(_)) => ApiError::UnknownJob,
             ItemError::Store(s) => s.into(),
         }
@@ -265,9 +275,24 @@ pub fn next_wake(conn: &Conn) -> StoreResult<Option<Millis>> {
     Ok(t.map(Millis))
 }
 
-/// Items a worker was running when the server stopped.
-pub fn active_ids(conn: &Conn) -> StoreResult<Vec<String>> {
-    Ok(conn.query_map("SELECT id FROM items WHERE state = 'active'", (), |r| r.get(0))?.into_iter().collect())
+/// Makes `node` the holder of a just-claimed item under a new fencing
+/// token, which it answers.
+pub fn take_lease(conn: &Conn, id: &str, node: &str) -> StoreResult<i64> {
+    conn.query_row(
+        "UPDATE items SET lease_node = ?2, lease_token = lease_token + 1 WHERE id = ?1 RETURNING lease_token",
+        (id, node),
+        |r| r.get(0),
+    )
+}
+
+/// Active items `node` holds (or that no node holds: claimed before nodes
+/// were recorded): those its workers were running when it stopped or died.
+pub fn active_ids(conn: &Conn, node: &str) -> StoreResult<Vec<String>> {
+    conn.query_map(
+        "SELECT id FROM items WHERE state = 'active' AND (lease_node = ?1 OR lease_node IS NULL)",
+        [node],
+        |r| r.get(0),
+    )
 }
 
 pub fn item_view(conn: &Conn, account_id: &str, id: &str) -> StoreResult<Option<CaptureItem>> {

@@ -406,28 +406,64 @@ pub fn ids_in_phase(conn: &Conn, phase: JobPhase) -> StoreResult<Vec<String>> {
         .collect())
 }
 
-/// CPU millicores and memory bytes requested by jobs holding a container.
-pub fn capacity_in_use(conn: &Conn) -> StoreResult<(u64, u64)> {
+/// Jobs in `phase` whose attempt `node` runs (or no recorded node: started
+/// before nodes were recorded), highest priority first, then oldest.
+pub fn ids_in_phase_on(conn: &Conn, phase: JobPhase, node: &str) -> StoreResult<Vec<String>> {
+    conn.query_map(
+        "SELECT id FROM jobs WHERE phase = ?1 AND (node = ?2 OR node IS NULL) ORDER BY priority DESC, seq",
+        (phase.as_str(), node),
+        |r| r.get(0),
+    )
+}
+
+/// Jobs whose attempt `node` holds (a container, or its log to publish).
+pub fn held_by(conn: &Conn, node: &str) -> StoreResult<Vec<(String, String)>> {
+    conn.query_map(
+        "SELECT id, phase FROM jobs WHERE node = ?1 AND phase IN ('PROVISIONING', 'RUNNING', 'PUBLISHING') ORDER BY seq",
+        [node],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )
+}
+
+/// Records the node whose engine runs the job's attempt.
+pub fn set_node(conn: &Conn, id: &str, node: &str) -> StoreResult<()> {
+    conn.execute("UPDATE jobs SET node = ?2 WHERE id = ?1", (id, node))?;
+    Ok(())
+}
+
+/// CPU millicores and memory bytes requested by jobs holding a container
+/// on `node`'s engine.
+pub fn capacity_in_use(conn: &Conn, node: &str) -> StoreResult<(u64, u64)> {
     let (cpu, mem): (i64, i64) = conn.query_row(
         "SELECT CAST(COALESCE(SUM(cpu_millis), 0) AS BIGINT), CAST(COALESCE(SUM(memory_bytes), 0) AS BIGINT) FROM jobs
-          WHERE phase IN ('PROVISIONING', 'RUNNING')",
-        (),
+          WHERE phase IN ('PROVISIONING', 'RUNNING') AND (node = ?1 OR node IS NULL)",
+        [node],
         |r| Ok((r.get(0)?, r.get(1)?)),
     )?;
     Ok((cpu as u64, mem as u64))
 }
 
-/// Jobs whose due time is at or before `now`, earliest first.
-pub fn due_ids(conn: &Conn, now: Millis) -> StoreResult<Vec<String>> {
-    Ok(conn
-        .query_map("SELECT id FROM jobs WHERE due_at <= ?1 ORDER BY due_at", [now.0], |r| r.get(0))?
-        .into_iter()
-        .collect())
+/// Which due times a node fires: a running attempt's deadline only on the
+/// node whose engine runs it (the kill goes to that engine); a replay
+/// anywhere.
+const DUE_ON_NODE: &str = "(node = ?2 OR node IS NULL OR phase NOT IN ('PROVISIONING', 'RUNNING', 'PUBLISHING'))";
+
+/// Jobs due at or before `now` that `node` fires, earliest first.
+pub fn due_ids(conn: &Conn, now: Millis, node: &str) -> StoreResult<Vec<String>> {
+    conn.query_map(
+        &format!("SELECT id FROM jobs WHERE due_at <= ?1 AND {DUE_ON_NODE} ORDER BY due_at"),
+        (now.0, node),
+        |r| r.get(0),
+    )
 }
 
-/// The earliest due time after `now`.
-pub fn next_due_after(conn: &Conn, now: Millis) -> StoreResult<Option<Millis>> {
-    let t: Option<i64> = conn.query_row("SELECT MIN(due_at) FROM jobs WHERE due_at > ?1", [now.0], |r| r.get(0))?;
+/// The earliest due time after `now` that `node` fires.
+pub fn next_due_after(conn: &Conn, now: Millis, node: &str) -> StoreResult<Option<Millis>> {
+    let t: Option<i64> = conn.query_row(
+        &format!("SELECT MIN(due_at) FROM jobs WHERE due_at > ?1 AND {DUE_ON_NODE}"),
+        (now.0, node),
+        |r| r.get(0),
+    )?;
     Ok(t.map(Millis))
 }
 

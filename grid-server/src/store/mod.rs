@@ -13,6 +13,7 @@ pub mod idempotency;
 pub mod items;
 pub mod jobs;
 pub mod metrics;
+pub mod nodes;
 pub mod postgres;
 pub mod sessions;
 pub mod sql;

@@ -80,6 +80,11 @@ pub fn live_count(conn: &Conn) -> StoreResult<u32> {
     conn.query_row("SELECT COUNT(*) FROM sessions WHERE live = 1", (), |r| r.get(0))
 }
 
+/// Live sessions whose browser runs on `node` (or on no recorded node).
+pub fn live_count_on(conn: &Conn, node: &str) -> StoreResult<u32> {
+    conn.query_row("SELECT COUNT(*) FROM sessions WHERE live = 1 AND (node = ?1 OR node IS NULL)", [node], |r| r.get(0))
+}
+
 /// POST /sessions: takes a slot and the reservation, in one transaction.
 pub fn lease(
     tx: &Conn,
@@ -87,9 +92,11 @@ pub fn lease(
     sub: &SessionSubmission,
     token: &str,
     max_sessions: u32,
+    node: &str,
     now: Millis,
 ) -> Result<SessionRow, SessionError> {
-    if live_count(tx)? >= max_sessions {
+    // The browser runs on the node that leases: its own slots bound it.
+    if live_count_on(tx, node)? >= max_sessions {
         return Err(TransitionError::Refused(ApiError::SessionLimitReached { max_sessions }).into());
     }
     let id = new_id(ids::SESSION);
@@ -100,8 +107,8 @@ pub fn lease(
     // never runs is still lost on time.
     tx.execute(
         "INSERT INTO sessions (id, account_id, key_id, profile_id, network_policy, token_sha256, machine,
-                               reserved_micros, reservation_day, created_at, due_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                               reserved_micros, reservation_day, created_at, due_at, node)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
         params![
             id,
             caller.account_id,
@@ -113,7 +120,8 @@ pub fn lease(
             reserve,
             now.utc_day(),
             now.0,
-            session::next_due(&machine).map(|d| d.at.0)
+            session::next_due(&machine).map(|d| d.at.0),
+            node
         ],
     )?;
     Ok(load(tx, &id)?.ok_or_else(|| StoreError::Invalid(format!("session {id} not found right after its insert")))?)
@@ -153,8 +161,10 @@ pub fn live_of(conn: &Conn, account_id: &str) -> StoreResult<Vec<SessionRow>> {
     Ok(conn.query_map(&sql, [account_id], row)?.into_iter().collect())
 }
 
-pub fn live_ids(conn: &Conn) -> StoreResult<Vec<String>> {
-    Ok(conn.query_map("SELECT id FROM sessions WHERE live = 1", (), |r| r.get(0))?.into_iter().collect())
+/// Live sessions whose browser runs on `node` (or on no recorded node:
+/// leased before nodes were recorded).
+pub fn live_ids(conn: &Conn, node: &str) -> StoreResult<Vec<String>> {
+    conn.query_map("SELECT id FROM sessions WHERE live = 1 AND (node = ?1 OR node IS NULL)", [node], |r| r.get(0))
 }
 
 /// Live sessions due at or before `now`, soonest first.

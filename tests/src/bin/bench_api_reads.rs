@@ -31,6 +31,7 @@ use hyper::{Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::json;
 
+use grid_tests::bench::positive;
 use grid_tests::jobs::{check_compute_env, compute_options, job_id, sh_job, submit_job, wait_finished};
 use grid_tests::server::GridServer;
 
@@ -38,36 +39,6 @@ struct Config {
     connections: usize,
     secs: u64,
     rate: u64,
-}
-
-fn parse_args() -> Config {
-    let mut config = Config { connections: 200, secs: 10, rate: 1000 };
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        let mut value = || -> u64 {
-            let v = args.next().unwrap_or_else(|| usage(&format!("{arg} needs a value")));
-            v.parse().unwrap_or_else(|e| usage(&format!("{arg} {v}: {e}")))
-        };
-        match arg.as_str() {
-            "--connections" => config.connections = value() as usize,
-            "--secs" => config.secs = value(),
-            "--rate" => config.rate = value(),
-            "-h" | "--help" => usage(""),
-            other => usage(&format!("unknown argument {other}")),
-        }
-    }
-    if config.connections == 0 || config.secs == 0 || config.rate == 0 {
-        usage("--connections, --secs and --rate must be positive");
-    }
-    config
-}
-
-fn usage(problem: &str) -> ! {
-    if !problem.is_empty() {
-        eprintln!("bench_api_reads: {problem}");
-    }
-    eprintln!("usage: bench_api_reads [--connections C] [--secs S] [--rate R]");
-    std::process::exit(2)
 }
 
 /// A hyper server answering every request with `body` as JSON: the floor a
@@ -176,7 +147,15 @@ async fn load(url: &str, key: Option<&str>, connections: usize, secs: u64, rate:
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
-    let config = parse_args();
+    let flags = grid_tests::bench::parse(
+        "bench_api_reads",
+        &[positive("--connections", 200), positive("--secs", 10), positive("--rate", 1000)],
+    );
+    let config = Config {
+        connections: flags.get("--connections") as usize,
+        secs: flags.get("--secs"),
+        rate: flags.get("--rate"),
+    };
     check_compute_env();
     // The bench measures the read path, not the rate limit (docs/limits.md).
     let mut opts = compute_options();

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
+use grid_tests::bench::positive;
 use grid_tests::http::http_client;
 use grid_tests::server::{GridServer, ServerOptions};
 use grid_tests::target::Target;
@@ -25,39 +26,17 @@ struct Config {
     timeout: Duration,
 }
 
-fn parse_args() -> Config {
-    let mut config = Config { items: 2000, workers: 16, timeout: Duration::from_secs(600) };
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        let mut value = || -> u64 {
-            let v = args.next().unwrap_or_else(|| usage(&format!("{arg} needs a value")));
-            v.parse().unwrap_or_else(|e| usage(&format!("{arg} {v}: {e}")))
-        };
-        match arg.as_str() {
-            "--items" => config.items = value() as usize,
-            "--workers" => config.workers = value() as u32,
-            "--timeout-secs" => config.timeout = Duration::from_secs(value()),
-            "-h" | "--help" => usage(""),
-            other => usage(&format!("unknown argument {other}")),
-        }
-    }
-    if config.items == 0 || config.workers == 0 {
-        usage("--items and --workers must be positive");
-    }
-    config
-}
-
-fn usage(problem: &str) -> ! {
-    if !problem.is_empty() {
-        eprintln!("bench_fetch: {problem}");
-    }
-    eprintln!("usage: bench_fetch [--items N] [--workers W] [--timeout-secs S]");
-    std::process::exit(2)
-}
-
 #[tokio::main]
 async fn main() {
-    let config = parse_args();
+    let flags = grid_tests::bench::parse(
+        "bench_fetch",
+        &[positive("--items", 2000), positive("--workers", 16), positive("--timeout-secs", 600)],
+    );
+    let config = Config {
+        items: flags.get("--items") as usize,
+        workers: flags.get("--workers") as u32,
+        timeout: Duration::from_secs(flags.get("--timeout-secs")),
+    };
     let deadline = Instant::now() + config.timeout;
     let target = Target::start();
     let urls: Vec<String> = (0..config.items).map(|n| target.url(&format!("/page/{n}"))).collect();

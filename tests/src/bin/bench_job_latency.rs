@@ -26,6 +26,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
 
+use grid_tests::bench::{count, positive};
 use grid_tests::jobs::{
     check_compute_env, compute_options, is_finished, job_id, millis, sh_job, submit_job, wait_container_removed, IMAGE,
 };
@@ -34,35 +35,6 @@ use grid_tests::server::GridServer;
 struct Config {
     jobs: usize,
     warmup: usize,
-}
-
-fn parse_args() -> Config {
-    let mut config = Config { jobs: 50, warmup: 2 };
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        let mut value = || -> usize {
-            let v = args.next().unwrap_or_else(|| usage(&format!("{arg} needs a value")));
-            v.parse().unwrap_or_else(|e| usage(&format!("{arg} {v}: {e}")))
-        };
-        match arg.as_str() {
-            "--jobs" => config.jobs = value(),
-            "--warmup" => config.warmup = value(),
-            "-h" | "--help" => usage(""),
-            other => usage(&format!("unknown argument {other}")),
-        }
-    }
-    if config.jobs == 0 {
-        usage("--jobs must be positive");
-    }
-    config
-}
-
-fn usage(problem: &str) -> ! {
-    if !problem.is_empty() {
-        eprintln!("bench_job_latency: {problem}");
-    }
-    eprintln!("usage: bench_job_latency [--jobs N] [--warmup W]");
-    std::process::exit(2)
 }
 
 fn wall_ms() -> i64 {
@@ -144,7 +116,8 @@ fn percentile(sorted: &[i64], p: f64) -> i64 {
 
 #[tokio::main]
 async fn main() {
-    let config = parse_args();
+    let flags = grid_tests::bench::parse("bench_job_latency", &[positive("--jobs", 50), count("--warmup", 2)]);
+    let config = Config { jobs: flags.get("--jobs") as usize, warmup: flags.get("--warmup") as usize };
     check_compute_env();
     let server = GridServer::start(compute_options());
     eprintln!(

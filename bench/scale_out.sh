@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Scale-out (issue 10): fetch items/s of 1 node on SQLite, 1 node on
+# PostgreSQL and 3 nodes on one PostgreSQL database, same machine, same run,
+# with the CPU per item of the grid's processes and of PostgreSQL.
+#
+#   bench/scale_out.sh [ITEMS]        # default 5000
+#
+# Env: WORKERS per node (default 16), BENCH_TIMEOUT_SECS per run (default
+# 600). Starts a throwaway PostgreSQL cluster (scripts/postgres-env.sh) and
+# stops it at the end. Only 127.0.0.1 is contacted.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+items="${1:-5000}"
+workers="${WORKERS:-16}"
+timeout="${BENCH_TIMEOUT_SECS:-600}"
+
+. bench/common.sh
+build_release
+
+pg_env="$(bash scripts/postgres-env.sh)"
+pg_dir="$(printf '%s\n' "$pg_env" | sed -n 's/^GRID_PG_DIR=//p')"
+trap 'bash scripts/postgres-env.sh stop "$pg_dir"' EXIT
+export GRID_TEST_DATABASE_URL="$(printf '%s\n' "$pg_env" | sed -n 's/^GRID_TEST_DATABASE_URL=//p')"
+
+echo "==> bench: $items fetch items, $workers workers per node, timeout ${timeout}s per run"
+timeout --signal=TERM "$((3 * timeout + 60))" \
+    "$target_dir/release/bench_scale_out" --items "$items" --workers "$workers" --timeout-secs "$timeout"

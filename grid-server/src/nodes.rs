@@ -1,0 +1,109 @@
+//! This node among the nodes sharing one store (docs/scale-out.md): its
+//! heartbeat, and the takeover of nodes whose heartbeat stopped.
+//!
+//! A node is dead when its heartbeat is older than the lease. Whichever
+//! live node sees that first takes its work over, each part through its
+//! driver: its active capture items go back to the queue (the interrupted
+//! attempt not counted; the fencing token keeps a node that was only paused
+//! from publishing or charging them), its live sessions end as lost at its
+//! last heartbeat, its job attempts end as evicted (free, replayed within
+//! their retries). Then its row is removed; a node that finds its own row
+//! gone was taken for dead and registers again.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use grid_core::time::Millis;
+use tokio::sync::watch;
+
+use crate::app::App;
+use crate::store::{nodes, Store, StoreError};
+
+/// How this node takes part in the grid.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub name: String,
+    /// Where the other nodes reach this one.
+    pub advertise_url: Option<String>,
+    /// A node whose heartbeat is older than this is dead.
+    pub lease: Duration,
+    /// Its session slots (`--max-sessions`).
+    pub max_sessions: u32,
+}
+
+/// The node's name when `--node` is not given: the host's name.
+pub fn default_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "local".to_string())
+}
+
+/// Registers the node, alive now.
+pub async fn register(store: &Store, config: &NodeConfig, now: Millis) -> Result<(), StoreError> {
+    let (name, url, slots) = (config.name.clone(), config.advertise_url.clone(), config.max_sessions);
+    store.write(move |tx| nodes::register(tx, &name, url.as_deref(), slots, now)).await
+}
+
+/// Beats every third of the lease and takes over dead nodes, until shutdown.
+pub async fn run(app: Arc<App>, config: NodeConfig, mut shutdown: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval((config.lease / 3).max(Duration::from_millis(100)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        beat(&app, &config).await;
+        take_over(&app, &config).await;
+    }
+}
+
+async fn beat(app: &App, config: &NodeConfig) {
+    let (name, now) = (config.name.clone(), app.clock.now());
+    match app.store.write(move |tx| nodes::heartbeat(tx, &name, now)).await {
+        Ok(true) => {}
+        Ok(false) => {
+            tracing::warn!(node = %config.name, "this node was taken for dead and its work taken over; registering again");
+            if let Err(e) = register(&app.store, config, now).await {
+                tracing::error!(error = %e, "node not registered again");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "heartbeat not written; the next one tries again"),
+    }
+}
+
+async fn take_over(app: &App, config: &NodeConfig) {
+    let before = app.clock.now().plus_ms(-(config.lease.as_millis() as i64));
+    let me = config.name.clone();
+    let dead = match app.store.read(move |c| nodes::dead(c, &me, before)).await {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::warn!(error = %e, "dead nodes not read");
+            return;
+        }
+    };
+    for (node, last_heartbeat) in dead {
+        let items = match app.items.recover_node(&node).await {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::error!(%node, error = %e, "items of a dead node not taken over; the next pass tries again");
+                continue;
+            }
+        };
+        app.sessions.driver.recover(&node, Some(last_heartbeat)).await;
+        let jobs = match app.compute.driver.take_over(&node).await {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::error!(%node, error = %e, "jobs of a dead node not taken over; the next pass tries again");
+                continue;
+            }
+        };
+        let name = node.clone();
+        if let Err(e) = app.store.write(move |tx| nodes::remove(tx, &name)).await {
+            tracing::warn!(%node, error = %e, "dead node not removed; the next pass takes it over again");
+        }
+        tracing::warn!(%node, last_heartbeat = %last_heartbeat.to_iso(), items, jobs, "took over a dead node's work");
+    }
+}

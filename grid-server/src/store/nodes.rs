@@ -1,0 +1,95 @@
+//! The nodes of a grid sharing one store: each node's row is its
+//! heartbeat (docs/scale-out.md).
+
+use grid_core::time::Millis;
+
+use super::sql::Conn;
+use super::StoreResult;
+
+/// A node as `grid-server node list` shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeView {
+    pub name: String,
+    pub advertise_url: Option<String>,
+    pub started_at: Millis,
+    pub heartbeat_at: Millis,
+    /// Whether its heartbeat is within the lease.
+    pub live: bool,
+    /// Capture items it is running.
+    pub active_items: i64,
+    /// Live sessions whose browser it runs.
+    pub live_sessions: i64,
+}
+
+/// Registers a starting node (again, after a restart), alive now.
+pub fn register(
+    conn: &Conn,
+    name: &str,
+    advertise_url: Option<&str>,
+    max_sessions: u32,
+    now: Millis,
+) -> StoreResult<()> {
+    conn.execute(
+        "INSERT INTO nodes (name, advertise_url, started_at, heartbeat_at, max_sessions) VALUES (?1, ?2, ?3, ?3, ?4)
+         ON CONFLICT (name) DO UPDATE SET advertise_url = excluded.advertise_url,
+           started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at,
+           max_sessions = excluded.max_sessions",
+        (name, advertise_url, now.0, max_sessions),
+    )?;
+    Ok(())
+}
+
+/// Session slots summed over live nodes (heartbeat at or after
+/// `live_after`), `me` counted whatever its heartbeat says.
+pub fn live_max_sessions(conn: &Conn, me: &str, live_after: Millis) -> StoreResult<u32> {
+    conn.query_row(
+        "SELECT CAST(COALESCE(SUM(max_sessions), 0) AS BIGINT) FROM nodes WHERE heartbeat_at >= ?2 OR name = ?1",
+        (me, live_after.0),
+        |r| r.get(0),
+    )
+}
+
+/// Records that the node is alive at `now`; `false` when it has no row,
+/// i.e. another node took it for dead and took its work over.
+pub fn heartbeat(conn: &Conn, name: &str, now: Millis) -> StoreResult<bool> {
+    Ok(conn.execute("UPDATE nodes SET heartbeat_at = ?2 WHERE name = ?1", (name, now.0))? == 1)
+}
+
+/// Other nodes whose heartbeat is older than `before`, with that heartbeat.
+pub fn dead(conn: &Conn, me: &str, before: Millis) -> StoreResult<Vec<(String, Millis)>> {
+    conn.query_map(
+        "SELECT name, heartbeat_at FROM nodes WHERE heartbeat_at < ?2 AND name <> ?1 ORDER BY name",
+        (me, before.0),
+        |r| Ok((r.get(0)?, Millis(r.get(1)?))),
+    )
+}
+
+/// Forgets a node whose work was taken over.
+pub fn remove(conn: &Conn, name: &str) -> StoreResult<()> {
+    conn.execute("DELETE FROM nodes WHERE name = ?1", [name])?;
+    Ok(())
+}
+
+/// Every node known, live ones (heartbeat at or after `live_after`) marked.
+pub fn list(conn: &Conn, live_after: Millis) -> StoreResult<Vec<NodeView>> {
+    conn.query_map(
+        "SELECT n.name, n.advertise_url, n.started_at, n.heartbeat_at,
+                (SELECT COUNT(*) FROM items i WHERE i.state = 'active' AND i.lease_node = n.name),
+                (SELECT COUNT(*) FROM sessions s WHERE s.live = 1 AND s.node = n.name)
+           FROM nodes n ORDER BY n.name",
+        (),
+        |r| {
+            let heartbeat_at = Millis(r.get(3)?);
+            Ok(NodeView {
+                name: r.get(0)?,
+                advertise_url: r.get(1)?,
+                started_at: Millis(r.get(2)?),
+                heartbeat_at,
+                live: heartbeat_at >= live_after,
+                active_items: r.get(4)?,
+                live_sessions: r.get(5)?,
+            })
+        },
+    )
+}

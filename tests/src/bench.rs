@@ -1,0 +1,60 @@
+//! The command line of the bench binaries: `--name N` flags, each a whole
+//! number with a default; `-h` prints the usage. One parser, so each bench
+//! states its flags and nothing else.
+
+use std::collections::BTreeMap;
+
+/// A flag: its name (with the dashes), its default, and whether 0 is allowed.
+pub struct Flag {
+    pub name: &'static str,
+    pub default: u64,
+    pub may_be_zero: bool,
+}
+
+/// A flag that must be positive.
+pub const fn positive(name: &'static str, default: u64) -> Flag {
+    Flag { name, default, may_be_zero: false }
+}
+
+/// A flag that may be 0.
+pub const fn count(name: &'static str, default: u64) -> Flag {
+    Flag { name, default, may_be_zero: true }
+}
+
+/// The parsed flags.
+pub struct Flags(BTreeMap<&'static str, u64>);
+
+impl Flags {
+    /// The value of a declared flag.
+    pub fn get(&self, name: &str) -> u64 {
+        self.0.get(name).copied().unwrap_or_else(|| panic!("bench flag {name} is not declared"))
+    }
+}
+
+/// Parses the process's arguments against `flags`; exits 2 with the usage
+/// on an unknown flag, a missing or bad value, or a 0 where none may be.
+pub fn parse(bin: &str, flags: &[Flag]) -> Flags {
+    let usage = |problem: &str| -> ! {
+        if !problem.is_empty() {
+            eprintln!("{bin}: {problem}");
+        }
+        let all: Vec<String> = flags.iter().map(|f| format!("[{} N (default {})]", f.name, f.default)).collect();
+        eprintln!("usage: {bin} {}", all.join(" "));
+        std::process::exit(2)
+    };
+    let mut values: BTreeMap<&'static str, u64> = flags.iter().map(|f| (f.name, f.default)).collect();
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        if arg == "-h" || arg == "--help" {
+            usage("");
+        }
+        let Some(flag) = flags.iter().find(|f| f.name == arg) else { usage(&format!("unknown argument {arg}")) };
+        let v = args.next().unwrap_or_else(|| usage(&format!("{arg} needs a value")));
+        let n: u64 = v.parse().unwrap_or_else(|e| usage(&format!("{arg} {v}: {e}")));
+        if n == 0 && !flag.may_be_zero {
+            usage(&format!("{arg} must be positive"));
+        }
+        values.insert(flag.name, n);
+    }
+    Flags(values)
+}
