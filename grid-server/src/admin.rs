@@ -89,6 +89,6 @@ pub fn identity_unlink(store: &Store, issuer: &str, subject: &str) -> StoreResul
 
 /// The nodes sharing the store, live or dead by `lease`: `{"nodes": [...]}`.
 pub fn node_list(store: &Store, lease: Duration) -> StoreResult<Value> {
-    let live_after = now().plus_ms(-(lease.as_millis() as i64));
+    let live_after = crate::store::nodes::live_after(now(), lease);
     store.read_blocking(|c| Ok(json!({ "nodes": view(crate::store::nodes::list(c, live_after)?)? })))
 }

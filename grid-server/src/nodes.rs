@@ -75,7 +75,7 @@ async fn beat(app: &App, config: &NodeConfig) {
 }
 
 async fn take_over(app: &App, config: &NodeConfig) {
-    let before = app.clock.now().plus_ms(-(config.lease.as_millis() as i64));
+    let before = nodes::live_after(app.clock.now(), config.lease);
     let me = config.name.clone();
     let dead = match app.store.read(move |c| nodes::dead(c, &me, before)).await {
         Ok(d) => d,

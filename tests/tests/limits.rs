@@ -83,6 +83,25 @@ async fn one_key_over_its_rate_gets_429_with_retry_after_and_another_key_is_unaf
 /// stops reading) on a raw connection; answers the status line and body the
 /// server sent. A client that keeps writing after the answer would see its
 /// write fail; what matters is the answer.
+/// What the server answers on `s`: read until the connection ends, or a
+/// head and a JSON body (our error answers) are in, or `wait` passes
+/// without a byte.
+fn read_answer(s: &mut TcpStream, wait: Duration) -> String {
+    s.set_read_timeout(Some(wait)).expect("timeout");
+    let mut answer = vec![];
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = s.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        answer.extend_from_slice(&buf[..n]);
+        if answer.windows(4).any(|w| w == b"\r\n\r\n") && answer.ends_with(b"}") {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
 fn raw_exchange(addr: &str, head: String, body: Option<Vec<u8>>) -> String {
     let mut s = TcpStream::connect(addr).expect("connect");
     s.write_all(head.as_bytes()).expect("head");
@@ -100,19 +119,7 @@ fn raw_exchange(addr: &str, head: String, body: Option<Vec<u8>>) -> String {
             let _ = w.write_all(b"0\r\n\r\n");
         });
     }
-    s.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
-    let mut answer = vec![];
-    let mut buf = [0u8; 4096];
-    while let Ok(n) = s.read(&mut buf) {
-        if n == 0 {
-            break;
-        }
-        answer.extend_from_slice(&buf[..n]);
-        if answer.windows(4).any(|w| w == b"\r\n\r\n") && answer.ends_with(b"}") {
-            break;
-        }
-    }
-    String::from_utf8_lossy(&answer).into_owned()
+    read_answer(&mut s, Duration::from_secs(30))
 }
 
 #[tokio::test]
@@ -364,21 +371,10 @@ fn trickle_body(addr: &str, head: String, body: Vec<u8>) -> String {
             }
         }
     });
-    s.set_read_timeout(Some(Duration::from_secs(60))).expect("timeout");
-    let mut answer = vec![];
-    let mut buf = [0u8; 4096];
-    while let Ok(n) = s.read(&mut buf) {
-        if n == 0 {
-            break;
-        }
-        answer.extend_from_slice(&buf[..n]);
-        if answer.windows(4).any(|w| w == b"\r\n\r\n") && answer.ends_with(b"}") {
-            break;
-        }
-    }
+    let answer = read_answer(&mut s, Duration::from_secs(60));
     stop.store(true, Ordering::SeqCst);
     let _ = writer.join();
-    String::from_utf8_lossy(&answer).into_owned()
+    answer
 }
 
 #[tokio::test]

@@ -28,7 +28,7 @@ pub async fn grid_status(app: &App) -> Result<Reply, ApiError> {
     // The whole grid: every node's busy workers (each holds one active
     // item), every live session, and the slots of every live node.
     let (me, live_after) =
-        (app.config.node.clone(), app.clock.now().plus_ms(-(app.config.node_lease.as_millis() as i64)));
+        (app.config.node.clone(), crate::store::nodes::live_after(app.clock.now(), app.config.node_lease));
     let (queue, active, sessions, max_sessions) = app
         .store
         .read(move |c| {

@@ -15,7 +15,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::store::{Conn, Optional};
+use crate::store::Conn;
 use futures_util::future::BoxFuture;
 use grid_core::catalog::Profile;
 use grid_core::error::ApiError;
@@ -224,10 +224,23 @@ fn step(
     after: &mut After,
 ) -> Result<(ItemRow, Outcome), ItemError> {
     let row = items::load_item(tx, id)?.ok_or_else(|| StoreError::NotFound(format!("item {id}")))?;
+    step_row(tx, row, event, files, now, backoff, after)
+}
+
+/// `step` for a row the caller already loaded in this transaction.
+fn step_row(
+    tx: &Conn,
+    row: ItemRow,
+    event: Event,
+    files: &[PublishedFile],
+    now: Millis,
+    backoff: Backoff,
+    after: &mut After,
+) -> Result<(ItemRow, Outcome), ItemError> {
     let outcome = item::apply(&row.item, event, now, backoff)?;
     let mut owed = None;
     execute(tx, &row, files, &outcome.effects, now, &mut owed, after)?;
-    items::save_item(tx, id, &outcome.item, owed, now)?;
+    items::save_item(tx, &row.id, &outcome.item, owed, now)?;
     Ok((row, outcome))
 }
 
@@ -307,13 +320,11 @@ fn finish(
     backoff: Backoff,
     after: &mut After,
 ) -> Result<Outcome, ItemError> {
-    let held: Option<(String, i64)> = tx
-        .query_row("SELECT state, lease_token FROM items WHERE id = ?1", [id], |r| Ok((r.get(0)?, r.get(1)?)))
-        .optional()?;
-    if held != Some((ItemState::Active.as_str().to_string(), lease_token)) {
+    let row = items::load_item(tx, id)?.ok_or_else(|| StoreError::NotFound(format!("item {id}")))?;
+    if row.item.state != ItemState::Active || row.lease_token != lease_token {
         return Err(ItemError::LeaseLost(id.to_string()));
     }
-    step(tx, id, end.event(), end.files(), now, backoff, after).map(|(_, outcome)| outcome)
+    step_row(tx, row, end.event(), end.files(), now, backoff, after).map(|(_, outcome)| outcome)
 }
 
 fn recover_active(tx: &Conn, node: &str, now: Millis, backoff: Backoff, after: &mut After) -> Result<usize, ItemError> {
@@ -337,7 +348,7 @@ fn retry(
         .ok_or(TransitionError::Refused(ApiError::UnknownJob))?;
     // Every profile the grid has ever offered is still selectable today.
     let profile_selectable = Profile::ALL.contains(&row.profile);
-    let (_, outcome) = step(tx, id, Event::Retry { profile_selectable }, &[], now, backoff, after)?;
+    let (_, outcome) = step_row(tx, row, Event::Retry { profile_selectable }, &[], now, backoff, after)?;
     Ok(ItemRetried { job_id: id.to_string(), state: outcome.item.state })
 }
 

@@ -6,6 +6,11 @@ use grid_core::time::Millis;
 use super::sql::Conn;
 use super::StoreResult;
 
+/// The oldest heartbeat of a live node at `now`: older is dead.
+pub fn live_after(now: Millis, lease: std::time::Duration) -> Millis {
+    now.plus_ms(-i64::try_from(lease.as_millis()).unwrap_or(i64::MAX))
+}
+
 /// A node as `grid-server node list` shows it.
 #[derive(Debug, Clone, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
