@@ -27,6 +27,8 @@ pub struct App {
     pub tokens: crate::tokens::TokenVerifier,
     pub compute: Compute,
     pub sessions: crate::sessions::Sessions,
+    /// Calls to the other nodes, and the credential they share.
+    pub peers: Arc<crate::peers::Peers>,
     /// The capture item driver: every item state change goes through it.
     pub items: Arc<crate::capture::driver::ItemDriver>,
     /// Woken when items become claimable, so idle workers start at once.

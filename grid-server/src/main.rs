@@ -15,6 +15,7 @@ mod http;
 mod ids;
 mod metrics;
 mod nodes;
+mod peers;
 mod sessions;
 mod settlement;
 mod signing;
@@ -492,6 +493,9 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         lease: Duration::from_secs(args.node_lease_secs),
         max_sessions: if args.sessions_disabled { 0 } else { args.max_sessions },
     };
+    // How long this node was known alive before this start: what its last
+    // run left live ends as of then.
+    let last_heartbeat = nodes::last_heartbeat(&store, &node).await.context("reading the node's last heartbeat")?;
     // Registered before anything is recovered: from now on this node's
     // heartbeat tells the others it is alive.
     nodes::register(&store, &node, ids::now()).await.context("registering the node")?;
@@ -534,7 +538,6 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     }
     let session_config = sessions::SessionConfig {
         chromium: args.chromium.clone(),
-        max_sessions: args.max_sessions,
         disabled: args.sessions_disabled,
         warm: args.warm_sessions,
         egress: egress::EgressPolicy { treat_as_public: args.session_treat_as_public.clone() },
@@ -549,6 +552,7 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     };
     let secret =
         store.write(|tx| store::setting_or_init(tx, "download_signing_secret", || ids::random_hex(32))).await?;
+    let peers = Arc::new(peers::Peers::load(store.clone()).await.context("reading the nodes' credential")?);
     let clock: Arc<dyn clock::Clock> = Arc::new(clock::SystemClock);
     let wake = capture::driver::Wake::default();
     let items = Arc::new(capture::driver::ItemDriver::start(
@@ -569,6 +573,7 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         wake.due.clone(),
         config.data_dir.join("logs"),
         &node.name,
+        peers.clone(),
     )
     .context("building the registry client")?;
     let app = Arc::new(App {
@@ -582,7 +587,8 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
                 max_connections_per_peer: args.max_connections_per_peer as usize,
             },
         ),
-        sessions: sessions::Sessions::new(session_config, store.clone(), clock.clone()),
+        sessions: sessions::Sessions::new(session_config, store.clone(), clock.clone(), &node.name, peers.clone()),
+        peers,
         clock,
         due_wake: wake.due,
         queue_ready: wake.queue,
@@ -597,13 +603,17 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         browsers: browser_pool(&config),
         config,
     });
-    // Read before the settlement pass starts: its first heartbeat is now.
-    let last_alive = app
+    // The node's own last heartbeat; a data dir from before nodes were
+    // recorded has the settlement pass's (read before the pass starts: its
+    // first heartbeat is now). Another node's passes move the latter, so
+    // the node's own comes first.
+    let settled_at = app
         .store
         .read(|c| store::setting(c, settlement::HEARTBEAT))
         .await?
         .and_then(|v| v.parse().ok())
         .map(grid_core::time::Millis);
+    let last_alive = last_heartbeat.or(settled_at);
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut workers = capture::spawn_workers(app.clone(), stop_rx.clone()).context("building the fetch client")?;
     let settlement = tokio::spawn(settlement::run(app.clone(), stop_rx.clone()));

@@ -9,6 +9,10 @@
 //! last heartbeat, its job attempts end as evicted (free, replayed within
 //! their retries). Then its row is removed; a node that finds its own row
 //! gone was taken for dead and registers again.
+//!
+//! Each heartbeat also brings what runs here in line with what other nodes
+//! decided for it (a session released or a job cancelled through another
+//! node), in case their call (`peers.rs`) did not arrive.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,7 +61,20 @@ pub async fn run(app: Arc<App>, config: NodeConfig, mut shutdown: watch::Receive
         }
         beat(&app, &config).await;
         take_over(&app, &config).await;
+        // What another node decided for work running here, should its
+        // call not have arrived.
+        crate::sessions::reconcile(&app).await;
+        if let Err(e) = app.compute.driver.stop_recorded().await {
+            tracing::warn!(error = %e, "recorded job stops not checked; the next heartbeat tries again");
+        }
     }
+}
+
+/// This node's last heartbeat before it registers again (a restart): how
+/// long it is known to have been alive.
+pub async fn last_heartbeat(store: &Store, config: &NodeConfig) -> Result<Option<Millis>, StoreError> {
+    let name = config.name.clone();
+    store.read(move |c| nodes::heartbeat_of(c, &name)).await
 }
 
 async fn beat(app: &App, config: &NodeConfig) {

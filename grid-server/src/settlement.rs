@@ -2,6 +2,8 @@
 //! ledger entries (charges and releases). Settling is idempotent: the ledger's
 //! unique index admits one charge or release per item, so a pass interrupted
 //! by a crash is simply run again.
+//!
+//! On a grid of several nodes one node runs the passes (`leads`).
 
 use std::sync::Arc;
 
@@ -9,7 +11,7 @@ use tokio::sync::watch;
 
 use crate::app::App;
 use crate::ids::now;
-use crate::store::items;
+use crate::store::{items, nodes};
 
 const BATCH: usize = 2_000;
 /// Setting holding the time of the last pass: how long the server was
@@ -24,10 +26,27 @@ pub async fn run(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
             _ = tick.tick() => {}
             _ = shutdown.changed() => {}
         }
-        pass(&app).await;
+        if leads(&app).await {
+            pass(&app).await;
+        }
         if *shutdown.borrow() {
             return;
         }
+    }
+}
+
+/// Whether this node runs the settlement passes: of the live nodes, the
+/// one whose name sorts first (one node, on SQLite: this one). A pass is
+/// idempotent and each batch is one write transaction, so two nodes that
+/// briefly both believe they lead (one just died, or just came back) only
+/// repeat reads; the leader's death hands the passes on within the node
+/// lease.
+async fn leads(app: &App) -> bool {
+    let (me, live_after) = (app.config.node.clone(), nodes::live_after(app.clock.now(), app.config.node_lease));
+    match app.store.read(move |c| nodes::leader(c, &me, live_after)).await {
+        Ok(leader) => leader == app.config.node,
+        // Settling twice is harmless; not settling is not.
+        Err(_) => true,
     }
 }
 

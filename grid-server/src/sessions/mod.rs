@@ -46,8 +46,9 @@ use crate::browser::sandbox::SandboxConfig;
 use crate::clock::Clock;
 use crate::egress::{self, EgressPolicy, Policy};
 use crate::ids::{now, sha256_hex};
-use crate::store::sessions::SessionError;
-use crate::store::Store;
+use crate::peers::Peers;
+use crate::store::sessions::{SessionError, SessionRow};
+use crate::store::{Store, StoreError};
 use downloads::{DownloadConfig, Downloads, Folder};
 use driver::SessionDriver;
 use launch::{BrowserBuild, LaunchManifest};
@@ -55,7 +56,6 @@ use launch::{BrowserBuild, LaunchManifest};
 #[derive(Debug, Clone)]
 pub struct SessionConfig {
     pub chromium: PathBuf,
-    pub max_sessions: u32,
     pub disabled: bool,
     /// Browsers kept started per profile (without network policy), so a
     /// lease does not wait for a launch.
@@ -107,11 +107,11 @@ struct Warm {
 }
 
 impl Sessions {
-    pub fn new(config: SessionConfig, store: Store, clock: Arc<dyn Clock>) -> Sessions {
+    pub fn new(config: SessionConfig, store: Store, clock: Arc<dyn Clock>, node: &str, peers: Arc<Peers>) -> Sessions {
         Sessions {
             downloads: Arc::new(Downloads::new(&config.data_dir, config.downloads)),
             config,
-            driver: Arc::new(SessionDriver::new(store, clock)),
+            driver: Arc::new(SessionDriver::new(store, clock, node, peers)),
             build: OnceLock::new(),
             warm: Mutex::new(HashMap::new()),
         }
@@ -158,8 +158,12 @@ fn policy(config: &SessionConfig, public_web_only: bool) -> (Arc<dyn Policy>, &'
 /// ends (its browser lost, a launch or an attestation that failed, an error
 /// on the way, a panic), its session does not outlive it: the driver ends it
 /// as lost at once unless something else ended it first.
+///
+/// A session already running here is left alone: whoever asks first (its
+/// lease on this node, a sync from the node that leased it, this node's
+/// reconciliation) starts it, once.
 pub fn spawn(app: Arc<App>, id: String, token_sha256: String, sub: SessionSubmission) {
-    let (endpoint, ended) = app.sessions.driver.browsers().register(&id, token_sha256);
+    let Some((endpoint, ended)) = app.sessions.driver.browsers().register(&id, token_sha256) else { return };
     let span = tracing::info_span!("session", id = %id);
     tokio::spawn(
         async move {
@@ -173,6 +177,43 @@ pub fn spawn(app: Arc<App>, id: String, token_sha256: String, sub: SessionSubmis
         }
         .instrument(span),
     );
+}
+
+/// Starts the browser of a session placed on this node by another node's
+/// lease, from its record.
+fn spawn_placed(app: &Arc<App>, row: SessionRow) {
+    let sub = row.submission.clone().unwrap_or_else(|| SessionSubmission {
+        profile: row.profile,
+        ttl_minutes: 0,
+        network_policy: row.network_policy.clone(),
+        overrides: Default::default(),
+    });
+    tracing::info!(session = %row.id, "starting a session leased through another node");
+    spawn(app.clone(), row.id, row.token_sha256, sub);
+}
+
+/// POST /internal/sessions/{id}/sync: the session brought in line with its
+/// record on this node (started if it was placed here, stopped if it
+/// ended elsewhere).
+pub async fn sync(app: &Arc<App>, id: &str) -> Result<(), StoreError> {
+    if let Some(row) = app.sessions.driver.sync_one(id).await? {
+        spawn_placed(app, row);
+    }
+    Ok(())
+}
+
+/// Every heartbeat: this node's browsers brought in line with the records,
+/// so a sync that never arrived (the other node died, the call failed) is
+/// made up for within a third of the node lease.
+pub async fn reconcile(app: &Arc<App>) {
+    match app.sessions.driver.reconcile().await {
+        Ok(to_start) => {
+            for row in to_start {
+                spawn_placed(app, row);
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "sessions not reconciled; the next heartbeat tries again"),
+    }
 }
 
 /// A browser started and attested for a session.

@@ -425,6 +425,14 @@ pub fn held_by(conn: &Conn, node: &str) -> StoreResult<Vec<(String, String)>> {
     )
 }
 
+/// The node whose engine runs (or last ran) the job's attempt.
+pub fn node_of(conn: &Conn, id: &str) -> StoreResult<Option<String>> {
+    Ok(conn
+        .query_row("SELECT node FROM jobs WHERE id = ?1", [id], |r| r.get::<Option<String>>(0))
+        .optional()?
+        .flatten())
+}
+
 /// Records the node whose engine runs the job's attempt.
 pub fn set_node(conn: &Conn, id: &str, node: &str) -> StoreResult<()> {
     conn.execute("UPDATE jobs SET node = ?2 WHERE id = ?1", (id, node))?;

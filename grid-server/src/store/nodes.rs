@@ -55,6 +55,24 @@ pub fn live_max_sessions(conn: &Conn, me: &str, live_after: Millis) -> StoreResu
     )
 }
 
+/// The live node (heartbeat at or after `live_after`; `me` always counts
+/// while it has a row) whose name sorts first: the one that runs the grid's settlement passes.
+pub fn leader(conn: &Conn, me: &str, live_after: Millis) -> StoreResult<String> {
+    let first: Option<String> = conn.query_row(
+        "SELECT MIN(name) FROM nodes WHERE heartbeat_at >= ?2 OR name = ?1",
+        (me, live_after.0),
+        |r| r.get(0),
+    )?;
+    // Ordered by the database, so every node sees the same first name.
+    Ok(first.unwrap_or_else(|| me.to_string()))
+}
+
+/// The node's last heartbeat, if it has a row.
+pub fn heartbeat_of(conn: &Conn, name: &str) -> StoreResult<Option<Millis>> {
+    use super::sql::Optional;
+    Ok(conn.query_row("SELECT heartbeat_at FROM nodes WHERE name = ?1", [name], |r| r.get(0)).optional()?.map(Millis))
+}
+
 /// Records that the node is alive at `now`; `false` when it has no row,
 /// i.e. another node took it for dead and took its work over.
 pub fn heartbeat(conn: &Conn, name: &str, now: Millis) -> StoreResult<bool> {
@@ -97,4 +115,14 @@ pub fn list(conn: &Conn, live_after: Millis) -> StoreResult<Vec<NodeView>> {
             })
         },
     )
+}
+
+/// Where the other nodes reach `node` (`--advertise-url`), if it is known
+/// and advertises an address.
+pub fn advertise_url(conn: &Conn, node: &str) -> StoreResult<Option<String>> {
+    use super::sql::Optional;
+    Ok(conn
+        .query_row("SELECT advertise_url FROM nodes WHERE name = ?1", [node], |r| r.get::<Option<String>>(0))
+        .optional()?
+        .flatten())
 }

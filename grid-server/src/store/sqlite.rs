@@ -171,7 +171,7 @@ fn connect(path: &Path, busy_timeout: Duration) -> StoreResult<Connection> {
 
 /// Each step runs once, in order; a released step is never edited. The
 /// database's `user_version` is the number of steps applied.
-const STEPS: [&str; 10] = [
+const STEPS: [&str; 11] = [
     include_str!("schema.sql"),
     include_str!("schema_v2_jobs.sql"),
     include_str!("schema_v3_identities.sql"),
@@ -182,6 +182,7 @@ const STEPS: [&str; 10] = [
     include_str!("schema_v8_key_rate_limits.sql"),
     include_str!("schema_v9_inline_logs.sql"),
     include_str!("schema_v10_nodes.sql"),
+    include_str!("schema_v11_session_submissions.sql"),
 ];
 
 fn migrate(conn: &Connection) -> StoreResult<()> {
