@@ -143,7 +143,10 @@ struct ServeArgs {
     /// This node's name, unique among the nodes sharing the store (default: the host's name).
     #[arg(long)]
     node: Option<String>,
-    /// Where the other nodes reach this one (node-to-node traffic; docs/scale-out.md).
+    /// Where the other nodes reach this one (node-to-node traffic: sessions
+    /// whose browser runs here; docs/scale-out.md). An http:// address on a
+    /// private network. Default: http://{the bound address} when --listen
+    /// names one address and TLS is off; none otherwise.
     #[arg(long, value_name = "URL")]
     advertise_url: Option<String>,
     /// A node whose heartbeat is older than this is dead and its work is taken over.
@@ -487,9 +490,21 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     if tls.is_some() && base_url.starts_with("http://") {
         tracing::warn!(%base_url, "the server speaks HTTPS but --base-url is http://: cdpUrl and download URLs will not reach it");
     }
+    if let Some(u) = &args.advertise_url {
+        let ok = url::Url::parse(u).is_ok_and(|p| p.scheme() == "http" && p.host_str().is_some());
+        anyhow::ensure!(
+            ok,
+            "--advertise-url {u}: expected http://HOST:PORT, where the other nodes reach this one over a private network \
+             (node-to-node TLS is not supported yet)"
+        );
+    }
     let node = nodes::NodeConfig {
         name: args.node.clone().unwrap_or_else(nodes::default_name),
-        advertise_url: args.advertise_url.clone(),
+        advertise_url: args
+            .advertise_url
+            .clone()
+            .map(|u| u.trim_end_matches('/').to_string())
+            .or_else(|| (tls.is_none() && !addr.ip().is_unspecified()).then(|| format!("http://{addr}"))),
         lease: Duration::from_secs(args.node_lease_secs),
         max_sessions: if args.sessions_disabled { 0 } else { args.max_sessions },
     };

@@ -63,9 +63,8 @@ pub struct Peers {
 impl Peers {
     /// Reads (or creates) the credential the nodes share.
     pub async fn load(store: Store) -> Result<Peers, StoreError> {
-        let credential = store
-            .write(|tx| store::setting_or_init(tx, CREDENTIAL_SETTING, || crate::ids::random_hex(32)))
-            .await?;
+        let credential =
+            store.write(|tx| store::setting_or_init(tx, CREDENTIAL_SETTING, || crate::ids::random_hex(32))).await?;
         Ok(Peers::new(store, credential))
     }
 

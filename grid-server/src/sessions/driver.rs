@@ -451,7 +451,12 @@ mod tests {
                 network_policy: None,
                 overrides: Default::default(),
             };
-            let row = self.store.write_blocking(|tx| store::lease(tx, &c, &sub, "token", store::Placement { me: "n1", live_after: now }, now)).unwrap();
+            let row = self
+                .store
+                .write_blocking(|tx| {
+                    store::lease(tx, &c, &sub, "token", store::Placement { me: "n1", live_after: now }, now)
+                })
+                .unwrap();
             let (_endpoint, ended) = self.driver.browsers().register(&row.id, "hash".into()).unwrap();
             (row.id, ended)
         }

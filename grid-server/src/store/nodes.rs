@@ -58,11 +58,10 @@ pub fn live_max_sessions(conn: &Conn, me: &str, live_after: Millis) -> StoreResu
 /// The live node (heartbeat at or after `live_after`; `me` always counts
 /// while it has a row) whose name sorts first: the one that runs the grid's settlement passes.
 pub fn leader(conn: &Conn, me: &str, live_after: Millis) -> StoreResult<String> {
-    let first: Option<String> = conn.query_row(
-        "SELECT MIN(name) FROM nodes WHERE heartbeat_at >= ?2 OR name = ?1",
-        (me, live_after.0),
-        |r| r.get(0),
-    )?;
+    let first: Option<String> =
+        conn.query_row("SELECT MIN(name) FROM nodes WHERE heartbeat_at >= ?2 OR name = ?1", (me, live_after.0), |r| {
+            r.get(0)
+        })?;
     // Ordered by the database, so every node sees the same first name.
     Ok(first.unwrap_or_else(|| me.to_string()))
 }
