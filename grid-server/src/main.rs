@@ -618,17 +618,13 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         browsers: browser_pool(&config),
         config,
     });
-    // The node's own last heartbeat; a data dir from before nodes were
-    // recorded has the settlement pass's (read before the pass starts: its
-    // first heartbeat is now). Another node's passes move the latter, so
-    // the node's own comes first.
-    let settled_at = app
-        .store
-        .read(|c| store::setting(c, settlement::HEARTBEAT))
-        .await?
-        .and_then(|v| v.parse().ok())
-        .map(grid_core::time::Millis);
-    let last_alive = last_heartbeat.or(settled_at);
+    // The last moment this node is known alive: the later of its node
+    // heartbeat and its own last settlement pass (read before the pass
+    // starts: its first heartbeat is now). Another node's passes say
+    // nothing of this one.
+    let me = app.config.node.clone();
+    let settled_at = app.store.read(move |c| settlement::last_pass_of(c, &me)).await?;
+    let last_alive = last_heartbeat.max(settled_at);
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut workers = capture::spawn_workers(app.clone(), stop_rx.clone()).context("building the fetch client")?;
     let settlement = tokio::spawn(settlement::run(app.clone(), stop_rx.clone()));

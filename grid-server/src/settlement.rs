@@ -17,6 +17,23 @@ const BATCH: usize = 2_000;
 /// Setting holding the time of the last pass: how long the server was
 /// known to be alive, should it stop without warning.
 pub const HEARTBEAT: &str = "settlement_heartbeat";
+/// Setting naming the node that wrote `HEARTBEAT`: it tells only that node
+/// how long it was alive.
+pub const HEARTBEAT_NODE: &str = "settlement_heartbeat_node";
+
+/// The last moment `node` is known to have been alive by its settlement
+/// passes: `HEARTBEAT` when `node` wrote it (or nobody is named: a data dir
+/// from before nodes).
+pub fn last_pass_of(
+    conn: &crate::store::Conn,
+    node: &str,
+) -> crate::store::StoreResult<Option<grid_core::time::Millis>> {
+    let writer = crate::store::setting(conn, HEARTBEAT_NODE)?;
+    if writer.is_some_and(|w| w != node) {
+        return Ok(None);
+    }
+    Ok(crate::store::setting(conn, HEARTBEAT)?.and_then(|v| v.parse().ok()).map(grid_core::time::Millis))
+}
 
 pub async fn run(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(app.config.settlement_interval);
@@ -58,7 +75,12 @@ pub async fn pass(app: &App) {
 }
 
 async fn pass_once(app: &App) {
-    if let Err(e) = app.store.write(|tx| crate::store::set_setting(tx, HEARTBEAT, &now().0.to_string())).await {
+    let me = app.config.node.clone();
+    let beat = move |tx: &crate::store::Conn| {
+        crate::store::set_setting(tx, HEARTBEAT, &now().0.to_string())?;
+        crate::store::set_setting(tx, HEARTBEAT_NODE, &me)
+    };
+    if let Err(e) = app.store.write(beat).await {
         tracing::warn!(error = %e, "heartbeat not stored");
     }
     loop {

@@ -599,8 +599,9 @@ async fn expiry_fires_after_the_task_that_set_it_is_gone() {
 /// What a restart does with a session its killed server left live, once
 /// `expiresAt` has passed: the browser died with the server, so the session
 /// did not run to `expiresAt`; it is lost at the last moment the server is
-/// known to have been alive (its last settlement heartbeat) and charged to
-/// that moment, before the restarted server listens (docs/sessions.md).
+/// known to have been alive (the later of its last settlement pass and its
+/// node heartbeat) and charged to that moment, before the restarted server
+/// listens (docs/sessions.md).
 #[tokio::test]
 async fn session_of_a_killed_server_is_lost_at_its_last_heartbeat_after_expires_at() {
     let mut server = GridServer::start(ServerOptions::default());
@@ -612,10 +613,15 @@ async fn session_of_a_killed_server_is_lost_at_its_last_heartbeat_after_expires_
     // A settlement pass (1 s apart here) after the ready moment.
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     server.kill9();
-    let heartbeat: i64 = server
+    let settled: i64 = server
         .query_value("SELECT value FROM settings WHERE key = 'settlement_heartbeat'")
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| server.fail("no heartbeat in settings"));
+    let node: i64 = server
+        .query_value("SELECT heartbeat_at FROM nodes")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| server.fail("no node heartbeat"));
+    let heartbeat = settled.max(node);
     assert!(heartbeat < expires, "heartbeat {heartbeat} not before expiresAt {expires}");
 
     sleep_until_wall(expires + 1_000).await;
