@@ -498,6 +498,8 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
              (node-to-node TLS is not supported yet)"
         );
     }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    let compute_cpu_millis = args.compute.compute_cpu_millis.unwrap_or(cores * 1000);
     let node = nodes::NodeConfig {
         name: args.node.clone().unwrap_or_else(nodes::default_name),
         advertise_url: args
@@ -506,7 +508,11 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
             .map(|u| u.trim_end_matches('/').to_string())
             .or_else(|| (tls.is_none() && !addr.ip().is_unspecified()).then(|| format!("http://{addr}"))),
         lease: Duration::from_secs(args.node_lease_secs),
-        max_sessions: if args.sessions_disabled { 0 } else { args.max_sessions },
+        offer: store::nodes::Offer {
+            sessions: if args.sessions_disabled { 0 } else { args.max_sessions },
+            cpu_millis: compute_cpu_millis,
+            memory_bytes: args.compute.compute_memory_bytes,
+        },
     };
     // How long this node was known alive before this start: what its last
     // run left live ends as of then.
@@ -538,11 +544,10 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
             disk_mib: args.sandbox.browser_disk_mib,
         },
     };
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
     let compute_config = ComputeConfig {
         docker_host: args.compute.docker_host,
         admitted: args.compute.admitted,
-        cpu_millis: args.compute.compute_cpu_millis.unwrap_or(cores * 1000),
+        cpu_millis: compute_cpu_millis,
         memory_bytes: args.compute.compute_memory_bytes,
         public_https: args.compute.enable_public_https,
     };
@@ -628,7 +633,6 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut workers = capture::spawn_workers(app.clone(), stop_rx.clone()).context("building the fetch client")?;
     let settlement = tokio::spawn(settlement::run(app.clone(), stop_rx.clone()));
-    tokio::spawn(nodes::run(app.clone(), node.clone(), stop_rx.clone()));
     tokio::spawn(compute::health(app.clone(), stop_rx.clone()));
     tokio::spawn(compute::scheduler(app.compute.driver.clone(), stop_rx.clone()));
     let stop_signal = shutdown_signal().context("installing the SIGTERM handler")?;
@@ -640,6 +644,9 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     // Before the due loop: what the last run left live ends as of its last
     // heartbeat, not as of now.
     sessions::recover(&app, last_alive).await;
+    // After recovery: its first beat reconciles this node's sessions, and
+    // those the last run left must be ended first, not started again.
+    tokio::spawn(nodes::run(app.clone(), node.clone(), stop_rx.clone()));
     // Every driver with durable due times fires them here.
     let download_sweep = sessions::downloads::Sweep::new(app.sessions.downloads.clone(), app.store.clone());
     let due_drivers: Vec<Arc<dyn due::Due>> = vec![

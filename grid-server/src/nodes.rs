@@ -31,8 +31,8 @@ pub struct NodeConfig {
     pub advertise_url: Option<String>,
     /// A node whose heartbeat is older than this is dead.
     pub lease: Duration,
-    /// Its session slots (`--max-sessions`).
-    pub max_sessions: u32,
+    /// What it offers: session slots and engine capacity.
+    pub offer: nodes::Offer,
 }
 
 /// The node's name when `--node` is not given: the host's name.
@@ -46,8 +46,8 @@ pub fn default_name() -> String {
 
 /// Registers the node, alive now.
 pub async fn register(store: &Store, config: &NodeConfig, now: Millis) -> Result<(), StoreError> {
-    let (name, url, slots) = (config.name.clone(), config.advertise_url.clone(), config.max_sessions);
-    store.write(move |tx| nodes::register(tx, &name, url.as_deref(), slots, now)).await
+    let (name, url, offer) = (config.name.clone(), config.advertise_url.clone(), config.offer);
+    store.write(move |tx| nodes::register(tx, &name, url.as_deref(), offer, now)).await
 }
 
 /// Beats every third of the lease and takes over dead nodes, until shutdown.

@@ -435,7 +435,17 @@ mod tests {
                 Ok::<_, StoreError>(Caller { account_id: id, key_id: Some(k.key_id), ..Default::default() })
             })
             .unwrap();
-        store.write_blocking(|tx| crate::store::nodes::register(tx, "n1", None, 4, T0)).unwrap();
+        store
+            .write_blocking(|tx| {
+                crate::store::nodes::register(
+                    tx,
+                    "n1",
+                    None,
+                    crate::store::nodes::Offer { sessions: 4, ..Default::default() },
+                    T0,
+                )
+            })
+            .unwrap();
         let peers = Arc::new(Peers::new(store.clone(), "credential".into()));
         let driver = SessionDriver::new(store.clone(), clock.clone(), "n1", peers);
         World { _dir: dir, store, clock, driver, caller }

@@ -27,22 +27,63 @@ pub struct NodeView {
     pub live_sessions: i64,
 }
 
+/// What a node offers the grid.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Offer {
+    /// Session slots (`--max-sessions`; 0 with sessions disabled).
+    pub sessions: u32,
+    /// Its Docker Engine's capacity for analytical jobs.
+    pub cpu_millis: u64,
+    pub memory_bytes: u64,
+}
+
 /// Registers a starting node (again, after a restart), alive now.
-pub fn register(
-    conn: &Conn,
-    name: &str,
-    advertise_url: Option<&str>,
-    max_sessions: u32,
-    now: Millis,
-) -> StoreResult<()> {
+pub fn register(conn: &Conn, name: &str, advertise_url: Option<&str>, offer: Offer, now: Millis) -> StoreResult<()> {
     conn.execute(
-        "INSERT INTO nodes (name, advertise_url, started_at, heartbeat_at, max_sessions) VALUES (?1, ?2, ?3, ?3, ?4)
+        "INSERT INTO nodes (name, advertise_url, started_at, heartbeat_at, max_sessions, compute_cpu_millis,
+                            compute_memory_bytes)
+         VALUES (?1, ?2, ?3, ?3, ?4, ?5, ?6)
          ON CONFLICT (name) DO UPDATE SET advertise_url = excluded.advertise_url,
            started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at,
-           max_sessions = excluded.max_sessions",
-        (name, advertise_url, now.0, max_sessions),
+           max_sessions = excluded.max_sessions, compute_cpu_millis = excluded.compute_cpu_millis,
+           compute_memory_bytes = excluded.compute_memory_bytes",
+        crate::params![
+            name,
+            advertise_url,
+            now.0,
+            offer.sessions,
+            i64::try_from(offer.cpu_millis).unwrap_or(i64::MAX),
+            i64::try_from(offer.memory_bytes).unwrap_or(i64::MAX)
+        ],
     )?;
     Ok(())
+}
+
+/// Whether some live node's engine (heartbeat at or after `live_after`;
+/// `me` always counts) could hold a job requesting `cpu_millis` and
+/// `memory_bytes`; when none could, the largest capacities offered, for the
+/// refusal's detail.
+pub fn job_fits(
+    conn: &Conn,
+    me: &str,
+    live_after: Millis,
+    cpu_millis: u64,
+    memory_bytes: u64,
+) -> StoreResult<Result<(), (u64, u64)>> {
+    let (fits, cpu, memory): (i64, Option<i64>, Option<i64>) = conn.query_row(
+        "SELECT COUNT(CASE WHEN compute_cpu_millis >= ?3 AND compute_memory_bytes >= ?4 THEN 1 END),
+                MAX(compute_cpu_millis), MAX(compute_memory_bytes)
+           FROM nodes WHERE heartbeat_at >= ?2 OR name = ?1",
+        crate::params![
+            me,
+            live_after.0,
+            i64::try_from(cpu_millis).unwrap_or(i64::MAX),
+            i64::try_from(memory_bytes).unwrap_or(i64::MAX)
+        ],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )?;
+    let largest = |v: Option<i64>| v.and_then(|v| u64::try_from(v).ok()).unwrap_or(0);
+    Ok(if fits > 0 { Ok(()) } else { Err((largest(cpu), largest(memory))) })
 }
 
 /// Session slots summed over live nodes (heartbeat at or after

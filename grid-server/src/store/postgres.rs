@@ -39,7 +39,7 @@ const MIGRATE_LOCK: i64 = 0x6772_6964_6d69;
 const STEPS: [&str; 3] = [
     include_str!("postgres_schema.sql"),
     include_str!("postgres_v2_nodes.sql"),
-    include_str!("postgres_v3_session_submissions.sql"),
+    include_str!("postgres_v3_placement.sql"),
 ];
 
 /// Connections per node. Blocking store calls run on tokio's blocking pool,

@@ -182,7 +182,7 @@ const STEPS: [&str; 11] = [
     include_str!("schema_v8_key_rate_limits.sql"),
     include_str!("schema_v9_inline_logs.sql"),
     include_str!("schema_v10_nodes.sql"),
-    include_str!("schema_v11_session_submissions.sql"),
+    include_str!("schema_v11_placement.sql"),
 ];
 
 fn migrate(conn: &Connection) -> StoreResult<()> {
