@@ -402,6 +402,15 @@ async fn a_job_cancelled_through_another_node_is_stopped_on_the_engine_running_i
     let id = job_id(&submit_job(&n2, &job_body(&["sleep", "60"])).await);
     wait_running(&n1, &id).await;
     assert_eq!(n1.query_value(&format!("SELECT node FROM jobs WHERE id = '{id}'")), Some("n2".to_string()));
+    // The operator's view says which node runs it.
+    let list = n1.admin(&["node", "list"]);
+    let held: Vec<(String, i64)> = list["nodes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|n| (n["name"].as_str().unwrap_or_default().to_string(), n["runningJobs"].as_i64().unwrap_or(-1)))
+        .collect();
+    assert_eq!(held, [("n1".to_string(), 0), ("n2".to_string(), 1)], "{list}");
     let c = n1.post(&format!("/jobs/{id}/cancel"), &json!({})).await;
     assert_eq!((c.status, &c.json["cancelRequested"]), (200, &json!(true)), "{c}");
     let done = wait_finished(&n1, &id).await;

@@ -25,6 +25,8 @@ pub struct NodeView {
     pub active_items: i64,
     /// Live sessions whose browser it runs.
     pub live_sessions: i64,
+    /// Job attempts its engine runs (provisioning, running or publishing).
+    pub running_jobs: i64,
 }
 
 /// What a node offers the grid.
@@ -139,7 +141,9 @@ pub fn list(conn: &Conn, live_after: Millis) -> StoreResult<Vec<NodeView>> {
     conn.query_map(
         "SELECT n.name, n.advertise_url, n.started_at, n.heartbeat_at,
                 (SELECT COUNT(*) FROM items i WHERE i.state = 'active' AND i.lease_node = n.name),
-                (SELECT COUNT(*) FROM sessions s WHERE s.live = 1 AND s.node = n.name)
+                (SELECT COUNT(*) FROM sessions s WHERE s.live = 1 AND s.node = n.name),
+                (SELECT COUNT(*) FROM jobs j WHERE j.node = n.name
+                    AND j.phase IN ('PROVISIONING', 'RUNNING', 'PUBLISHING'))
            FROM nodes n ORDER BY n.name",
         (),
         |r| {
@@ -152,6 +156,7 @@ pub fn list(conn: &Conn, live_after: Millis) -> StoreResult<Vec<NodeView>> {
                 live: heartbeat_at >= live_after,
                 active_items: r.get(4)?,
                 live_sessions: r.get(5)?,
+                running_jobs: r.get(6)?,
             })
         },
     )
