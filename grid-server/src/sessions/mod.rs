@@ -99,11 +99,13 @@ pub struct Sessions {
     warm: Mutex<HashMap<Profile, Vec<Warm>>>,
 }
 
-/// A browser started ahead of a lease, with its download folder.
+/// A browser started ahead of a lease, set up (its downloads go to its
+/// folder, under the keeper) and attested: a lease it serves only adopts
+/// its folder and stores it running.
 struct Warm {
     browser: BrowserProcess,
     folder_name: String,
-    folder: Folder,
+    attestation: Attestation,
 }
 
 impl Sessions {
@@ -275,34 +277,50 @@ async fn start(app: &App, id: &str, sub: &SessionSubmission) -> Result<Started, 
     let manifest = LaunchManifest::new(sub.profile, &build, network, &sub.overrides);
     let downloads = &app.sessions.downloads;
     let warm = if public_web_only || !sub.overrides.is_empty() { None } else { app.sessions.take_warm(sub.profile) };
-    let (browser, folder) = match warm {
-        Some(w) => {
-            downloads.adopt(&w.folder_name, id).map_err(|e| format!("download folder not adopted: {e}"))?;
-            (w.browser, w.folder)
+    if let Some(w) = warm {
+        // Set up and attested before the lease: ready as soon as its folder
+        // is the session's.
+        if let Err(e) = downloads.adopt(&w.folder_name, id) {
+            w.browser.stop();
+            downloads.discard_warm(&w.folder_name);
+            return Err(format!("download folder not adopted: {e}"));
         }
-        None => {
-            let folder = downloads.create(id).map_err(|e| format!("download folder not created: {e}"))?;
-            let browser = launch::start(&app.sessions.config.sandbox, &build, &manifest, policy, folder.files())
-                .await
-                .map_err(|e| format!("browser did not start: {e}"))?;
-            (browser, folder)
-        }
-    };
+        let ready_at = app.sessions.driver.now();
+        return Ok(Started { browser: w.browser, ready_at, attestation: w.attestation, network: None });
+    }
+    let folder = downloads.create(id).map_err(|e| format!("download folder not created: {e}"))?;
+    let browser = launch::start(&app.sessions.config.sandbox, &build, &manifest, policy, folder.files())
+        .await
+        .map_err(|e| format!("browser did not start: {e}"))?;
     let ready_at = app.sessions.driver.now();
-    let limit = downloads.config.limit_bytes;
-    let facts = tokio::time::timeout(ATTEST_TIMEOUT, async {
-        keeper::start(&browser.cdp, Arc::new(folder), limit, sub.overrides.viewport)
-            .await
-            .map_err(|e| format!("setting the browser up: {e}"))?;
-        attest(&browser, &build, &manifest, sub.profile, public_web_only, &app.sessions.config.probe_url).await
-    })
-    .await
-    .unwrap_or_else(|_| Err(format!("no answer within {ATTEST_TIMEOUT:?}")));
-    let (attestation, network) = facts.map_err(|e| format!("attestation failed: {e}"))?;
+    let (attestation, network) = prepare(app, &browser, folder, &build, &manifest, sub, public_web_only).await?;
     if network.as_ref().is_some_and(|n| n.probes.iter().any(|p| p.outcome != "refused")) {
         return Err("network policy not enforced: the probe was reached".into());
     }
     Ok(Started { browser, ready_at, attestation, network })
+}
+
+/// Sets a started browser up (its downloads go to `folder`, its pages get
+/// the session's viewport) and attests it, within `ATTEST_TIMEOUT`.
+async fn prepare(
+    app: &App,
+    browser: &BrowserProcess,
+    folder: Folder,
+    build: &BrowserBuild,
+    manifest: &LaunchManifest,
+    sub: &SessionSubmission,
+    public_web_only: bool,
+) -> Result<(Attestation, Option<NetworkAttestation>), String> {
+    let limit = app.sessions.downloads.config.limit_bytes;
+    let facts = tokio::time::timeout(ATTEST_TIMEOUT, async {
+        keeper::start(&browser.cdp, Arc::new(folder), limit, sub.overrides.viewport)
+            .await
+            .map_err(|e| format!("setting the browser up: {e}"))?;
+        attest(browser, build, manifest, sub.profile, public_web_only, &app.sessions.config.probe_url).await
+    })
+    .await
+    .unwrap_or_else(|_| Err(format!("no answer within {ATTEST_TIMEOUT:?}")));
+    facts.map_err(|e| format!("attestation failed: {e}"))
 }
 
 /// Longest reading a fresh browser's attestation may take.
@@ -405,18 +423,34 @@ pub fn refill_warm(app: Arc<App>) {
                         break;
                     }
                 };
-                match launch::start(&app.sessions.config.sandbox, &build, &manifest, policy, folder.files()).await {
-                    Ok(browser) => app
+                let browser =
+                    match launch::start(&app.sessions.config.sandbox, &build, &manifest, policy, folder.files()).await {
+                        Ok(b) => b,
+                        Err(e) => {
+                            downloads.discard_warm(&folder_name);
+                            tracing::warn!(error = %e, "warm browser did not start");
+                            break;
+                        }
+                    };
+                let sub = SessionSubmission {
+                    profile,
+                    ttl_minutes: 0,
+                    network_policy: None,
+                    overrides: SessionOverrides::default(),
+                };
+                match prepare(&app, &browser, folder, &build, &manifest, &sub, false).await {
+                    Ok((attestation, _)) => app
                         .sessions
                         .warm
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
                         .entry(profile)
                         .or_default()
-                        .push(Warm { browser, folder_name, folder }),
+                        .push(Warm { browser, folder_name, attestation }),
                     Err(e) => {
+                        browser.stop();
                         downloads.discard_warm(&folder_name);
-                        tracing::warn!(error = %e, "warm browser did not start");
+                        tracing::warn!(error = %e, "warm browser not set up");
                         break;
                     }
                 }
