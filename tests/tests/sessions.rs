@@ -639,3 +639,33 @@ async fn session_of_a_killed_server_is_lost_at_its_last_heartbeat_after_expires_
         "{acc}"
     );
 }
+
+/// A lease served by a warm browser: the browser was set up and attested
+/// when it was started (its `attestedAt` is before the lease), the session
+/// runs with the profile's attestation, and a CDP client drives it to a
+/// local page through the cdpUrl.
+#[tokio::test]
+async fn a_warm_browser_serves_a_lease_already_attested() {
+    let target = Target::start();
+    let server = GridServer::start(ServerOptions { warm_sessions: Some(1), ..ServerOptions::default() });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(server.log_path())
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.contains("warm browser ready") && l.contains("desktop-browser-nl/v2"))
+    {
+        assert!(Instant::now() < deadline, "no warm browser within 60 s:\n{}", server.log_tail(30));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let lease = lease(&server, json!({"ttlMinutes": 5})).await;
+    let id = lease["sessionId"].as_str().unwrap();
+    let (view, _) = wait_running(&server, id).await;
+    assert_attestation(&view, "desktop-browser-nl/v2", "nl-NL", "Europe/Amsterdam", (1366, 768));
+    let created = iso_ms(&view["createdAt"]);
+    assert!(iso_ms(&view["attestation"]["attestedAt"]) < created, "not attested ahead of the lease: {view}");
+    let mut cdp = sessions::connect(&server, lease["cdpUrl"].as_str().unwrap()).await;
+    let (_, page) = cdp.open_page(&target.url("/page/3")).await.unwrap_or_else(|e| server.fail(&e));
+    let title = cdp.evaluate(&page, "document.title").await.unwrap_or_else(|e| server.fail(&e));
+    assert_eq!(title, json!("page 3"));
+    sessions::release(&server, id).await;
+}

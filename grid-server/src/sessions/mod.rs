@@ -439,14 +439,16 @@ pub fn refill_warm(app: Arc<App>) {
                     overrides: SessionOverrides::default(),
                 };
                 match prepare(&app, &browser, folder, &build, &manifest, &sub, false).await {
-                    Ok((attestation, _)) => app
-                        .sessions
-                        .warm
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .entry(profile)
-                        .or_default()
-                        .push(Warm { browser, folder_name, attestation }),
+                    Ok((attestation, _)) => {
+                        tracing::info!(profile = profile.as_str(), pid = browser.pid, "warm browser ready");
+                        app.sessions
+                            .warm
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .entry(profile)
+                            .or_default()
+                            .push(Warm { browser, folder_name, attestation })
+                    }
                     Err(e) => {
                         browser.stop();
                         downloads.discard_warm(&folder_name);
