@@ -583,6 +583,7 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
             },
         ),
         sessions: sessions::Sessions::new(session_config, store.clone(), clock.clone()),
+        keys: http::auth::KeyCache::new(store.clone(), clock.clone()),
         clock,
         due_wake: wake.due,
         queue_ready: wake.queue,
