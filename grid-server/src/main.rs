@@ -609,6 +609,7 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         ),
         sessions: sessions::Sessions::new(session_config, store.clone(), clock.clone(), &node.name, peers.clone()),
         peers,
+        keys: http::auth::KeyCache::new(store.clone(), clock.clone()),
         clock,
         due_wake: wake.due,
         queue_ready: wake.queue,

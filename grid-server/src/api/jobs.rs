@@ -110,8 +110,14 @@ pub async fn submit(app: &App, caller: &Caller, body: Value) -> Result<Reply, Ap
 }
 
 pub async fn get(app: &App, caller: &Caller, id: &str) -> Result<Reply, ApiError> {
-    let row = owned(app, caller, id).await?;
-    record(app, row, 200).await
+    let (account, id) = (caller.account_id.clone(), id.to_string());
+    let r = app
+        .store
+        .read(move |c| jobs::owned_record(c, &account, &id))
+        .await
+        .map_err(JobError::from)?
+        .ok_or(ApiError::UnknownJob)?;
+    Ok(with_degraded(app, Reply::json(200, &r)))
 }
 
 pub async fn list(app: &App, caller: &Caller, query: &[(String, String)]) -> Result<Reply, ApiError> {

@@ -1,7 +1,7 @@
 //! The HTTP API: a hyper 1 server (HTTP/1.1 and HTTP/2, optionally over
 //! TLS: `tls.rs`) and one router.
 
-mod auth;
+pub mod auth;
 mod cdp;
 mod downloads;
 mod forward;
@@ -173,8 +173,8 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> Resp {
     let route = route_label(&path);
     m.http_requests.with_label_values(&[route, method.as_str(), resp.status().as_str()]).inc();
     m.http_seconds.with_label_values(&[route]).observe(crate::metrics::secs(elapsed));
-    let path = loggable_path(&path);
-    tracing::debug!(%method, %path, status = resp.status().as_u16(), ms = elapsed.as_millis() as u64, "request");
+    // Fields are only evaluated when the debug log is on.
+    tracing::debug!(%method, path = %loggable_path(&path), status = resp.status().as_u16(), ms = elapsed.as_millis() as u64, "request");
     resp
 }
 
@@ -347,7 +347,7 @@ async fn wrong_method(
 /// what to use instead of a bare "not found". These paths are no routes:
 /// they answer only "no".
 fn no_sign_in(app: &App, method: &Method, path: &str) -> Option<Resp> {
-    if app.config.auth_url.is_some() {
+    if app.config.auth_url.is_some() || !(path.starts_with("/.well-known/") || path.starts_with("/register")) {
         return None;
     }
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();

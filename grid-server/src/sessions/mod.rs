@@ -423,15 +423,22 @@ pub fn refill_warm(app: Arc<App>) {
                         break;
                     }
                 };
-                let browser =
-                    match launch::start(&app.sessions.config.sandbox, &build, &manifest, policy, folder.files()).await {
-                        Ok(b) => b,
-                        Err(e) => {
-                            downloads.discard_warm(&folder_name);
-                            tracing::warn!(error = %e, "warm browser did not start");
-                            break;
-                        }
-                    };
+                let browser = match launch::start(
+                    &app.sessions.config.sandbox,
+                    &build,
+                    &manifest,
+                    policy,
+                    folder.files(),
+                )
+                .await
+                {
+                    Ok(b) => b,
+                    Err(e) => {
+                        downloads.discard_warm(&folder_name);
+                        tracing::warn!(error = %e, "warm browser did not start");
+                        break;
+                    }
+                };
                 let sub = SessionSubmission {
                     profile,
                     ttl_minutes: 0,

@@ -214,11 +214,57 @@ fn job_row(r: &Row) -> StoreResult<JobRow> {
 pub fn load(conn: &Conn, id: &str) -> StoreResult<Option<JobRow>> {
     let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1");
     let Some(mut row) = conn.query_row(&sql, [id], job_row).optional()? else { return Ok(None) };
-    row.labels = conn
+    row.labels = labels(conn, id)?;
+    Ok(Some(row))
+}
+
+fn labels(conn: &Conn, id: &str) -> StoreResult<BTreeMap<String, String>> {
+    Ok(conn
         .query_map("SELECT key, value FROM job_labels WHERE job_id = ?1", [id], |r| Ok((r.get(0)?, r.get(1)?)))?
         .into_iter()
-        .collect();
-    Ok(Some(row))
+        .collect())
+}
+
+/// The record of a job of this account, `None` when there is no such job
+/// or it is another account's (whose jobs do not exist): GET /jobs/{id}'s
+/// one read. Only what the record shows is read (not the stored request,
+/// which `load` parses).
+pub fn owned_record(conn: &Conn, account_id: &str, id: &str) -> StoreResult<Option<JobRecord>> {
+    let found = conn
+        .query_row(
+            "SELECT account_id, image_digest, priority, machine, executors, created_at FROM jobs WHERE id = ?1",
+            [id],
+            |r| {
+                Ok((
+                    r.get::<String>(0)?,
+                    r.get::<String>(1)?,
+                    r.get::<u32>(2)?,
+                    r.get::<String>(3)?,
+                    r.get::<String>(4)?,
+                    r.get::<i64>(5)?,
+                ))
+            },
+        )
+        .optional()?;
+    let Some((owner, image_digest, priority, machine, executors, created_at)) = found else { return Ok(None) };
+    if owner != account_id {
+        return Ok(None);
+    }
+    let bad = |what: &str, e: serde_json::Error| StoreError::Invalid(format!("{what} of job {id}: {e}"));
+    let job: Job = serde_json::from_str(&machine).map_err(|e| bad("machine", e))?;
+    let executors: BTreeMap<u32, Executor> = serde_json::from_str(&executors).map_err(|e| bad("executors", e))?;
+    let labels = labels(conn, id)?;
+    let logs: Vec<JobArtifact> = logs(conn, id)?.into_iter().map(|l| l.artifact).collect();
+    Ok(Some(JobRecord::build(RecordParts {
+        job_id: id,
+        image_digest: &image_digest,
+        job: &job,
+        executors: &executors,
+        logs: &logs,
+        labels: &labels,
+        priority,
+        created_at: Millis(created_at),
+    })))
 }
 
 /// A job of this account, or `None` (another account's jobs do not exist).
