@@ -16,8 +16,11 @@
 //!   connections for S seconds: p50/p99 latency at that rate (what a client
 //!   sees when the server is not saturated).
 //!
-//! Prints both sides and the ratio grid/bare, then one JSON line with the
-//! figures. Needs scripts/compute-env.sh to have run (the job needs the
+//! Prints both sides and the ratio grid/bare, the CPU each side spent per
+//! request of its closed loop (from /proc: the grid server plus the bench's
+//! client against the bench process alone, whose handler and client share
+//! it), which holds on a busy machine where requests/s do not, then one JSON
+//! line with the figures. Needs scripts/compute-env.sh to have run (the job needs the
 //! registry and the engine). Only 127.0.0.1 is contacted.
 
 use std::convert::Infallible;
@@ -66,6 +69,42 @@ async fn bare_server(body: Bytes) -> SocketAddr {
         }
     });
     addr
+}
+
+/// CPU time (user + system) a process has used so far, from
+/// `/proc/{pid}/stat`: the figure that holds on a busy machine, where
+/// requests/s move with whatever else runs.
+fn cpu_time(pid: &str) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name, which may hold spaces but ends with ')'.
+    let fields: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, rest)| rest).split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    // utime and stime are fields 14 and 15 of stat(5); `fields` starts at 3.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Duration::from_micros((ticks(11) + ticks(12)) * 1_000_000 / hz)
+}
+
+/// CPU per request of a saturated run: `server` (the grid's process, none
+/// for the bare handler, which runs inside the bench) and the bench process
+/// (its client, and for the bare side the handler too).
+struct Cpu {
+    server: Duration,
+    bench: Duration,
+}
+
+async fn measured(server_pid: Option<u32>, run: impl std::future::Future<Output = Run>) -> (Run, Cpu) {
+    let server = || server_pid.map_or(Duration::ZERO, |p| cpu_time(&p.to_string()));
+    let (s0, b0) = (server(), cpu_time("self"));
+    let run = run.await;
+    let cpu = Cpu { server: server() - s0, bench: cpu_time("self") - b0 };
+    (run, cpu)
+}
+
+impl Cpu {
+    fn per_request_us(&self, run: &Run) -> (f64, f64) {
+        let n = run.requests.max(1) as f64;
+        (self.server.as_micros() as f64 / n, self.bench.as_micros() as f64 / n)
+    }
 }
 
 struct Run {
@@ -184,8 +223,8 @@ async fn main() {
     );
 
     let (c, s, r) = (config.connections, config.secs, config.rate);
-    let mut grid = load(&grid_url, Some(server.api_key()), c, s, None).await;
-    let mut bare = load(&bare_url, None, c, s, None).await;
+    let (mut grid, grid_cpu) = measured(server.pid(), load(&grid_url, Some(server.api_key()), c, s, None)).await;
+    let (mut bare, bare_cpu) = measured(None, load(&bare_url, None, c, s, None)).await;
     let mut grid_paced = load(&grid_url, Some(server.api_key()), c, s, Some(r)).await;
     let mut bare_paced = load(&bare_url, None, c, s, Some(r)).await;
 
@@ -208,9 +247,17 @@ async fn main() {
         "ratio grid/bare requests/s: {ratio:.2}x (goal >= 0.5x); grid p99 at {r}/s: {:.2} ms (goal < 5 ms)",
         grid_paced.percentile_ms(0.99)
     );
+    let (grid_server_us, grid_client_us) = grid_cpu.per_request_us(&grid);
+    let (_, bare_us) = bare_cpu.per_request_us(&bare);
+    let cpu_ratio = bare_us / (grid_server_us + grid_client_us);
+    println!(
+        "CPU per request: grid {:.0} µs (server {grid_server_us:.0} + client {grid_client_us:.0}), bare {bare_us:.0} µs (handler and client): ratio {cpu_ratio:.2}x",
+        grid_server_us + grid_client_us
+    );
     println!(
         "{}",
         json!({
+            "cpuPerRequestUs": {"gridServer": grid_server_us, "gridClient": grid_client_us, "bare": bare_us, "ratio": cpu_ratio},
             "bench": "api_reads",
             "bodyBytes": body.len(),
             "connections": c,
