@@ -52,7 +52,7 @@ pub async fn batch(app: &App, caller: &Caller, id: &str) -> Result<Reply, ApiErr
 
 pub async fn item(app: &App, caller: &Caller, id: &str) -> Result<Reply, ApiError> {
     let (account, id) = (caller.account_id.clone(), id.to_string());
-    let view = app.store.read(move |c| items::item_view(c, &account, &id)).await?;
+    let view = app.store.lookup(move |c| items::item_view(c, &account, &id)).await?;
     view.map(|v| Reply::json(200, &v)).ok_or(ApiError::UnknownJob)
 }
 

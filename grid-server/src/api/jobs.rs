@@ -31,14 +31,14 @@ fn with_degraded(app: &App, r: Reply) -> Reply {
 async fn owned(app: &App, caller: &Caller, id: &str) -> Result<JobRow, ApiError> {
     let (account, id) = (caller.account_id.clone(), id.to_string());
     app.store
-        .read(move |c| jobs::load_owned(c, &account, &id))
+        .lookup(move |c| jobs::load_owned(c, &account, &id))
         .await
         .map_err(JobError::from)?
         .ok_or(ApiError::UnknownJob)
 }
 
 async fn record(app: &App, row: JobRow, status: u16) -> Result<Reply, ApiError> {
-    let r = app.store.read(move |c| jobs::record_of(c, &row)).await.map_err(JobError::from)?;
+    let r = app.store.lookup(move |c| jobs::record_of(c, &row)).await.map_err(JobError::from)?;
     Ok(with_degraded(app, Reply::json(status, &r)))
 }
 
@@ -113,7 +113,7 @@ pub async fn get(app: &App, caller: &Caller, id: &str) -> Result<Reply, ApiError
     let (account, id) = (caller.account_id.clone(), id.to_string());
     let r = app
         .store
-        .read(move |c| jobs::owned_record(c, &account, &id))
+        .lookup(move |c| jobs::owned_record(c, &account, &id))
         .await
         .map_err(JobError::from)?
         .ok_or(ApiError::UnknownJob)?;

@@ -109,7 +109,7 @@ pub fn kept_until(row: &store::SessionRow, grace: std::time::Duration) -> Option
 pub async fn downloads(app: &App, caller: &Caller, id: &str) -> Result<Reply, ApiError> {
     enabled(app)?;
     let session_id = id.to_string();
-    let row = app.store.read(move |c| store::load(c, &session_id)).await?;
+    let row = app.store.lookup(move |c| store::load(c, &session_id)).await?;
     let row = row.filter(|r| r.account_id == caller.account_id).ok_or(ApiError::UnknownSession)?;
     let config = app.sessions.downloads.config;
     let kept_until = kept_until(&row, config.grace);

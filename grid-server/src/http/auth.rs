@@ -154,7 +154,7 @@ impl KeyCache {
         #[cfg(test)]
         self.shared.lookups.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let h = hash.clone();
-        let found = self.store.read(move |c| accounts::caller_for_key_hash(c, &h)).await?;
+        let found = self.store.lookup(move |c| accounts::caller_for_key_hash(c, &h)).await?;
         if let Some(caller) = &found {
             let mut entries = lock(&self.shared.entries);
             // Kept only under the generation read before the lookup: if it
@@ -212,7 +212,7 @@ async fn read_generations(store: Store, shared: Arc<Shared>) {
             std::mem::take(&mut reads.waiting)
         };
         // Starts after every request taken above arrived.
-        let read = store.read(|c: &Conn| accounts::credentials_generation(c)).await.map_err(|e| match e {
+        let read = store.lookup(|c: &Conn| accounts::credentials_generation(c)).await.map_err(|e| match e {
             StoreError::Busy => Failed::Busy,
             other => {
                 tracing::error!(error = %other, "credentials generation unreadable");

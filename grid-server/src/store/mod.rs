@@ -155,6 +155,26 @@ impl Store {
         self.readers.run(move || read_on(&backend, f)).await
     }
 
+    /// Runs `f`, a read of a few rows found through a key (a record by its
+    /// id, a key's caller, a setting), in one read transaction. On SQLite it
+    /// runs on the calling thread: a WAL read of a few cached pages costs a
+    /// few microseconds, less than handing it to a reader thread and back
+    /// (two thread wake-ups, the largest cost of an API read, docs/limits.md),
+    /// and blocks the async worker no longer than rendering its answer does.
+    /// On PostgreSQL every read is a network round trip, so it goes to the
+    /// reader threads like any other. Reads of many rows (lists, files,
+    /// counts) use `read`.
+    pub async fn lookup<R, F>(&self, f: F) -> StoreResult<R>
+    where
+        R: Send + 'static,
+        F: FnOnce(&Conn) -> StoreResult<R> + Send + 'static,
+    {
+        match &*self.backend {
+            Backend::Sqlite(db) => db.read(f),
+            Backend::Postgres(_) => self.read(f).await,
+        }
+    }
+
     pub fn read_blocking<R>(&self, f: impl FnOnce(&Conn) -> StoreResult<R>) -> StoreResult<R> {
         read_on(&self.backend, f)
     }
@@ -214,6 +234,23 @@ mod tests {
         assert_eq!(store.read_blocking(|c| setting(c, "first")).unwrap(), None);
         store.write_blocking(|tx| set_setting(tx, "first", "written")).unwrap();
         assert_eq!(store.read_blocking(|c| setting(c, "first")).unwrap().as_deref(), Some("written"));
+    }
+
+    /// A lookup on SQLite is read on the caller's thread (no hand-off), in
+    /// a snapshot that sees every write committed before it started; a
+    /// read still goes to a reader thread.
+    #[tokio::test]
+    async fn sqlite_lookups_run_on_the_calling_thread_and_see_committed_writes() {
+        let root = tempfile::tempdir().unwrap();
+        let store = Store::open(root.path(), Duration::from_secs(1)).unwrap();
+        store.write_blocking(|tx| set_setting(tx, "k", "v1")).unwrap();
+        let caller = std::thread::current().id();
+        let (seen, thread) = store.lookup(|c| Ok((setting(c, "k")?, std::thread::current().id()))).await.unwrap();
+        assert_eq!((seen.as_deref(), thread), (Some("v1"), caller));
+        store.write_blocking(|tx| set_setting(tx, "k", "v2")).unwrap();
+        assert_eq!(store.lookup(|c| setting(c, "k")).await.unwrap().as_deref(), Some("v2"));
+        let elsewhere = store.read(|_| Ok(std::thread::current().id())).await.unwrap();
+        assert_ne!(elsewhere, caller, "a read runs on a reader thread");
     }
 
     /// Areas used to map store errors each on their own (a busy store was
