@@ -19,7 +19,7 @@ use crate::store::Conn;
 use futures_util::future::BoxFuture;
 use grid_core::catalog::Profile;
 use grid_core::error::ApiError;
-use grid_core::item::{self, Backoff, Effect, Event, Failure, ItemState, Outcome, Settlement, TransitionError};
+use grid_core::item::{self, Backoff, Effect, Event, Failure, Outcome, Settlement, TransitionError};
 use grid_core::time::Millis;
 use grid_core::wire::item::ItemRetried;
 use serde_json::json;
@@ -83,26 +83,40 @@ impl ItemDriver {
 
     /// Claims the next item in queue order (making due delayed items
     /// claimable first, so they keep their place in the queue).
+    #[cfg(test)]
     pub async fn claim(&self) -> Result<Option<ItemRow>, ItemError> {
-        let node = self.node.clone();
-        self.transact(move |tx, now, backoff, after| claim_next(tx, &node, now, backoff, after)).await
+        Ok(self.claim_batch(1, usize::MAX).await?.pop())
     }
 
-    /// Ends an attempt. Retries while the database is busy (an admin command
-    /// may hold it for a moment) and gives up after about a minute: the item
-    /// then stays active and is recovered on the next start.
+    /// Claims up to `limit` items from the head of the queue, in queue order
+    /// and in one transaction (making due delayed items claimable first).
+    /// At most `browser_limit` of them need the browser pool: the claim stops
+    /// before the first one beyond it, so this node takes a prefix of the
+    /// queue and never claims more browser items than it can start.
     ///
-    /// `lease_token` is the one the claim got: a claim taken over since
+    /// Every item goes through the machine and gets a fencing token of its
+    /// own (`items::take_lease`), exactly as if claimed alone.
+    pub async fn claim_batch(&self, limit: usize, browser_limit: usize) -> Result<Vec<ItemRow>, ItemError> {
+        let node = self.node.clone();
+        self.transact(move |tx, now, backoff, after| claim_batch(tx, &node, limit, browser_limit, now, backoff, after))
+            .await
+    }
+
+    /// Ends an attempt of the item `claim` (as its claim answered it).
+    /// Retries while the database is busy (an admin command may hold it for
+    /// a moment) and gives up after about a minute: the item then stays
+    /// active and is recovered on the next start.
+    ///
+    /// Stored only under the claim's fencing token: a claim taken over since
     /// (`ItemError::LeaseLost`) stores nothing.
-    pub async fn finish(&self, id: &str, lease_token: i64, end: AttemptEnd) -> Result<Outcome, ItemError> {
+    pub async fn finish(&self, claim: &Arc<ItemRow>, end: AttemptEnd) -> Result<Outcome, ItemError> {
         let end = Arc::new(end);
         let mut delay = Duration::from_millis(50);
         let mut tries = 0;
         loop {
-            let (id, end) = (id.to_string(), end.clone());
-            let result = self
-                .transact(move |tx, now, backoff, after| finish(tx, &id, lease_token, &end, now, backoff, after))
-                .await;
+            let (claim, end) = (claim.clone(), end.clone());
+            let result =
+                self.transact(move |tx, now, backoff, after| finish(tx, &claim, &end, now, backoff, after)).await;
             tries += 1;
             match result {
                 Err(ItemError::Store(e)) if tries < 12 => {
@@ -159,11 +173,12 @@ impl ItemDriver {
     }
 
     /// Runs `work` as one transaction at the clock's time, then wakes whoever
-    /// its effects asked for.
+    /// its effects asked for. `work` may run twice (a group that is run
+    /// again request by request, `commits.rs`): it writes only through `tx`.
     async fn transact<T, F>(&self, work: F) -> Result<T, ItemError>
     where
         T: Send + 'static,
-        F: FnOnce(&Conn, Millis, Backoff, &mut After) -> Result<T, ItemError> + Send + 'static,
+        F: Fn(&Conn, Millis, Backoff, &mut After) -> Result<T, ItemError> + Send + 'static,
     {
         let (clock, backoff) = (self.clock.clone(), self.backoff);
         let (value, after) = self
@@ -238,10 +253,19 @@ fn step_row(
     after: &mut After,
 ) -> Result<(ItemRow, Outcome), ItemError> {
     let outcome = item::apply(&row.item, event, now, backoff)?;
-    let mut owed = None;
-    execute(tx, &row, files, &outcome.effects, now, &mut owed, after)?;
-    items::save_item(tx, &row.id, &outcome.item, owed, now)?;
+    execute(tx, &row, files, &outcome.effects, now, after)?;
+    items::save_item(tx, &row.id, &outcome.item, owed(&outcome.effects), now)?;
     Ok((row, outcome))
+}
+
+/// The settlement the machine made due, if any: saved with the item's state,
+/// in the same UPDATE (one statement less per finished item on the fetch hot
+/// path).
+fn owed(effects: &[Effect]) -> Option<Settlement> {
+    effects.iter().find_map(|e| match e {
+        Effect::Settle(s) => Some(*s),
+        _ => None,
+    })
 }
 
 /// Carries out what the machine asked for. No `_` arm: a new effect does not
@@ -252,7 +276,6 @@ fn execute(
     files: &[PublishedFile],
     effects: &[Effect],
     now: Millis,
-    owed: &mut Option<Settlement>,
     after: &mut After,
 ) -> Result<(), ItemError> {
     for effect in effects {
@@ -262,9 +285,8 @@ fn execute(
                 let record = files::inline(&row.id, failure_record(row, *attempt, reason, now));
                 items::insert_files(tx, &row.id, &[record], now)?
             }
-            // Written with the item's state, in the same UPDATE: one
-            // statement less per finished item on the fetch hot path.
-            Effect::Settle(settlement) => *owed = Some(*settlement),
+            // Saved with the item's state (`owed`), by whoever saves it.
+            Effect::Settle(_) => {}
             // `run_at` is saved with the item; the due loop must learn of it.
             Effect::Requeue { run_at: _ } => after.due = true,
             Effect::Enqueue => after.queue = true,
@@ -295,36 +317,67 @@ fn wake_due(tx: &Conn, now: Millis, backoff: Backoff, after: &mut After) -> Resu
     Ok(due.len())
 }
 
-fn claim_next(
+fn claim_batch(
     tx: &Conn,
     node: &str,
+    limit: usize,
+    browser_limit: usize,
     now: Millis,
     backoff: Backoff,
     after: &mut After,
-) -> Result<Option<ItemRow>, ItemError> {
+) -> Result<Vec<ItemRow>, ItemError> {
     wake_due(tx, now, backoff, after)?;
-    let Some(id) = items::next_in_queue(tx)? else { return Ok(None) };
-    let (row, outcome) = step(tx, &id, Event::Claim, &[], now, backoff, after)?;
-    let lease_token = items::take_lease(tx, &id, node)?;
-    Ok(Some(ItemRow { item: outcome.item, lease_token, ..row }))
+    let mut claimed = Vec::new();
+    let mut browsers = 0;
+    for row in items::queue_head(tx, limit)? {
+        if row.script.needs_browser() {
+            if browsers == browser_limit {
+                break;
+            }
+            browsers += 1;
+        }
+        let outcome = item::apply(&row.item, Event::Claim, now, backoff)?;
+        execute(tx, &row, &[], &outcome.effects, now, after)?;
+        claimed.push((row, outcome));
+    }
+    // Saved in runs of items the machine left in the same state (usually
+    // the whole batch), each run in a few statements.
+    let mut tokens = Vec::with_capacity(claimed.len());
+    let mut rest = &claimed[..];
+    while let Some((_, first)) = rest.first() {
+        let same = |(_, o): &&(ItemRow, Outcome)| o.item == first.item && owed(&o.effects) == owed(&first.effects);
+        let (run, tail) = rest.split_at(rest.iter().take_while(same).count());
+        let leases: Vec<(&str, i64)> = run.iter().map(|(row, _)| (row.id.as_str(), row.lease_token)).collect();
+        tokens.extend(items::take_lease(tx, &leases, &first.item, owed(&first.effects), node, now)?);
+        rest = tail;
+    }
+    let rows = claimed
+        .into_iter()
+        .zip(tokens)
+        .map(|((row, outcome), lease_token)| ItemRow { item: outcome.item, lease_token, ..row })
+        .collect();
+    Ok(rows)
 }
 
 /// Ends an attempt, under the fence: only the claim that still holds the
-/// item (same token, still active) may store its end.
+/// item (same token, still active) may store its end. The machine steps
+/// from the item as `claim` stored it; `items::save_end` writes the step
+/// only if the stored row is still that one, and nothing else is written
+/// before it.
 fn finish(
     tx: &Conn,
-    id: &str,
-    lease_token: i64,
+    claim: &ItemRow,
     end: &AttemptEnd,
     now: Millis,
     backoff: Backoff,
     after: &mut After,
 ) -> Result<Outcome, ItemError> {
-    let row = items::load_item(tx, id)?.ok_or_else(|| StoreError::NotFound(format!("item {id}")))?;
-    if row.item.state != ItemState::Active || row.lease_token != lease_token {
-        return Err(ItemError::LeaseLost(id.to_string()));
+    let outcome = item::apply(&claim.item, end.event(), now, backoff)?;
+    if !items::save_end(tx, &claim.id, claim.lease_token, &outcome.item, owed(&outcome.effects), now)? {
+        return Err(ItemError::LeaseLost(claim.id.clone()));
     }
-    step_row(tx, row, end.event(), end.files(), now, backoff, after).map(|(_, outcome)| outcome)
+    execute(tx, claim, end.files(), &outcome.effects, now, after)?;
+    Ok(outcome)
 }
 
 fn recover_active(tx: &Conn, node: &str, now: Millis, backoff: Backoff, after: &mut After) -> Result<usize, ItemError> {
@@ -418,9 +471,9 @@ mod tests {
         let g = grid();
         let c = caller(&g.store, 10_000, None);
         submit(&g.store, &c, 1, None).unwrap();
-        let row = g.driver.claim().await.unwrap().unwrap();
+        let row = Arc::new(g.driver.claim().await.unwrap().unwrap());
         g.clock.advance(250);
-        let o = g.driver.finish(&row.id, row.lease_token, transient()).await.unwrap();
+        let o = g.driver.finish(&row, transient()).await.unwrap();
         let due = T.plus_ms(250 + 1_000);
         assert_eq!((o.item.state, o.item.run_at), (ItemState::Delayed, Some(due)));
         assert!(g.wake.due.notified().now_or_never().is_some(), "the due loop learns of the new due time");
@@ -439,8 +492,8 @@ mod tests {
         assert_eq!(g.driver.fire_due(due).await, None, "nothing else is due");
         assert!(ready.now_or_never().is_some(), "idle workers are woken");
         assert_eq!(g.item(&row.id).await.state, ItemState::Waiting);
-        let again = g.driver.claim().await.unwrap().unwrap();
-        assert_eq!((again.id, again.item.attempts_made), (row.id, 1));
+        let again = Arc::new(g.driver.claim().await.unwrap().unwrap());
+        assert_eq!((&again.id, again.item.attempts_made), (&row.id, 1));
     }
 
     /// Claim order is unchanged by the due loop: a claim makes due items
@@ -451,11 +504,11 @@ mod tests {
         let g = grid();
         let c = caller(&g.store, 10_000, None);
         submit(&g.store, &c, 1, None).unwrap();
-        let first = g.driver.claim().await.unwrap().unwrap();
-        g.driver.finish(&first.id, first.lease_token, transient()).await.unwrap();
+        let first = Arc::new(g.driver.claim().await.unwrap().unwrap());
+        g.driver.finish(&first, transient()).await.unwrap();
         submit(&g.store, &c, 1, None).unwrap();
         g.clock.advance(B.base_ms);
-        let next = g.driver.claim().await.unwrap().unwrap();
+        let next = Arc::new(g.driver.claim().await.unwrap().unwrap());
         assert_eq!(next.id, first.id);
     }
 
@@ -464,14 +517,10 @@ mod tests {
         let g = grid();
         let c = caller(&g.store, 10_000, None);
         submit(&g.store, &c, 1, None).unwrap();
-        let row = g.driver.claim().await.unwrap().unwrap();
+        let row = Arc::new(g.driver.claim().await.unwrap().unwrap());
         g.clock.advance(40);
         let reason = "params.timeoutMs: must be at most 60000";
-        let o = g
-            .driver
-            .finish(&row.id, row.lease_token, AttemptEnd::Failed(Failure::Terminal(reason.into())))
-            .await
-            .unwrap();
+        let o = g.driver.finish(&row, AttemptEnd::Failed(Failure::Terminal(reason.into()))).await.unwrap();
         assert_eq!(o.item.state, ItemState::Failed);
         assert!(o.item.failure_published);
 
@@ -514,8 +563,8 @@ mod tests {
         let mut o = None;
         for _ in 0..item::MAX_ATTEMPTS {
             g.clock.advance(60_000);
-            let row = g.driver.claim().await.unwrap().unwrap();
-            o = Some(g.driver.finish(&row.id, row.lease_token, transient()).await.unwrap());
+            let row = Arc::new(g.driver.claim().await.unwrap().unwrap());
+            o = Some(g.driver.finish(&row, transient()).await.unwrap());
         }
         let o = o.unwrap();
         let id = {
@@ -547,8 +596,8 @@ mod tests {
         let g = grid();
         let c = caller(&g.store, 10_000, None);
         submit(&g.store, &c, 1, None).unwrap();
-        let row = g.driver.claim().await.unwrap().unwrap();
-        let o = g.driver.finish(&row.id, row.lease_token, AttemptEnd::Succeeded(family(&row.id))).await.unwrap();
+        let row = Arc::new(g.driver.claim().await.unwrap().unwrap());
+        let o = g.driver.finish(&row, AttemptEnd::Succeeded(family(&row.id))).await.unwrap();
         assert_eq!(o.item.state, ItemState::Completed);
         let published = g.published(&row.id).await;
         let kinds: Vec<&str> = published.iter().map(|(k, _)| k.as_str()).collect();
@@ -558,8 +607,7 @@ mod tests {
 
         // The same end reported again is refused (the claim ended with the
         // attempt, so the fence stops it) and changes nothing.
-        let refused =
-            g.driver.finish(&row.id, row.lease_token, AttemptEnd::Succeeded(family(&row.id))).await.unwrap_err();
+        let refused = g.driver.finish(&row, AttemptEnd::Succeeded(family(&row.id))).await.unwrap_err();
         assert!(matches!(refused, ItemError::LeaseLost(_)), "{refused:?}");
         assert_eq!(g.published(&row.id).await.len(), 2);
 
@@ -570,19 +618,19 @@ mod tests {
     }
 
     /// Requests sharing a group transaction each run in a savepoint: one
-    /// that fails half-way (its state saved, its second file refused) leaves
+    /// that fails half-way (its state saved, then its files refused) leaves
     /// nothing, and the other still commits.
     #[tokio::test]
     async fn a_request_failing_half_way_rolls_back_alone_in_its_group() {
         let g = grid();
         let c = caller(&g.store, 10_000, None);
         submit(&g.store, &c, 2, None).unwrap();
-        let row = g.driver.claim().await.unwrap().unwrap();
+        let row = Arc::new(g.driver.claim().await.unwrap().unwrap());
         let mut twice = family(&row.id);
         twice.push(twice[0].clone());
         let end = AttemptEnd::Succeeded(twice);
-        let (id, token) = (row.id.clone(), row.lease_token);
-        let failing = g.driver.commits.run(move |tx| finish(tx, &id, token, &end, T, B, &mut After::default()));
+        let claim = row.clone();
+        let failing = g.driver.commits.run(move |tx| finish(tx, &claim, &end, T, B, &mut After::default()));
         let (failed, claimed) = tokio::join!(failing, g.driver.claim());
         assert!(matches!(failed, Err(ItemError::Store(StoreError::Database(_)))), "{failed:?}");
         assert!(claimed.unwrap().is_some(), "the other request of the group committed");
@@ -596,12 +644,12 @@ mod tests {
         let g = grid();
         let c = caller(&g.store, 10_000, None);
         submit(&g.store, &c, 3, Some(9)).unwrap();
-        let a = g.driver.claim().await.unwrap().unwrap();
-        g.driver.claim().await.unwrap().unwrap();
+        let a = Arc::new(g.driver.claim().await.unwrap().unwrap());
+        Arc::new(g.driver.claim().await.unwrap().unwrap());
         let ready = g.wake.queue.notified();
         assert_eq!(g.driver.recover().await.unwrap(), 2);
         assert!(ready.now_or_never().is_some());
-        let again = g.driver.claim().await.unwrap().unwrap();
+        let again = Arc::new(g.driver.claim().await.unwrap().unwrap());
         assert_eq!((&again.id, again.item.state, again.item.attempts_made), (&a.id, ItemState::Active, 0));
         assert_eq!(g.item(&a.id).await.priority, Some(9));
     }
@@ -615,23 +663,23 @@ mod tests {
         let g = grid();
         let c = caller(&g.store, 10_000, None);
         submit(&g.store, &c, 1, None).unwrap();
-        let first = g.driver.claim().await.unwrap().unwrap();
+        let first = Arc::new(g.driver.claim().await.unwrap().unwrap());
         // Node "n1" is taken for dead by another node, which recovers its items.
         assert_eq!(g.driver.recover_node("n1").await.unwrap(), 1);
-        let second = g.driver.claim().await.unwrap().unwrap();
+        let second = Arc::new(g.driver.claim().await.unwrap().unwrap());
         assert_eq!(second.id, first.id);
         assert!(second.lease_token > first.lease_token);
-        let stale = g.driver.finish(&first.id, first.lease_token, AttemptEnd::Succeeded(family(&first.id))).await;
+        let stale = g.driver.finish(&first, AttemptEnd::Succeeded(family(&first.id))).await;
         assert!(matches!(stale, Err(ItemError::LeaseLost(_))), "{stale:?}");
         assert_eq!(g.item(&first.id).await.state, ItemState::Active);
         assert!(g.published(&first.id).await.is_empty());
         assert_eq!(g.settlement_due(&first.id).await, None);
         // A recovered item with no new claim is fenced too.
         assert_eq!(g.driver.recover_node("n1").await.unwrap(), 1);
-        let late = g.driver.finish(&second.id, second.lease_token, transient()).await;
+        let late = g.driver.finish(&second, transient()).await;
         assert!(matches!(late, Err(ItemError::LeaseLost(_))), "{late:?}");
-        let third = g.driver.claim().await.unwrap().unwrap();
-        let o = g.driver.finish(&third.id, third.lease_token, AttemptEnd::Succeeded(family(&third.id))).await.unwrap();
+        let third = Arc::new(g.driver.claim().await.unwrap().unwrap());
+        let o = g.driver.finish(&third, AttemptEnd::Succeeded(family(&third.id))).await.unwrap();
         assert_eq!((o.item.state, o.item.attempts_made), (ItemState::Completed, 1));
         assert_eq!(g.settlement_due(&third.id).await.as_deref(), Some("charge"));
         assert_eq!(g.published(&third.id).await.len(), 2);
@@ -643,9 +691,9 @@ mod tests {
         let g = grid();
         let c = caller(&g.store, 10_000, None);
         submit(&g.store, &c, 2, None).unwrap();
-        let mine = g.driver.claim().await.unwrap().unwrap();
+        let mine = Arc::new(g.driver.claim().await.unwrap().unwrap());
         let other = ItemDriver::start(g.store.clone(), g.clock.clone(), B, g.wake.clone(), "n2");
-        let theirs = other.claim().await.unwrap().unwrap();
+        let theirs = Arc::new(other.claim().await.unwrap().unwrap());
         assert_eq!(g.driver.recover().await.unwrap(), 1);
         assert_eq!(g.item(&mine.id).await.state, ItemState::Waiting);
         assert_eq!(g.item(&theirs.id).await.state, ItemState::Active);

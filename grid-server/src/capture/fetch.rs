@@ -28,7 +28,13 @@ pub struct Fetcher {
 impl Fetcher {
     /// Fails only if reqwest cannot build a client (its TLS backend); the
     /// server then does not start.
-    pub fn new(allow_private: bool) -> Result<Fetcher, reqwest::Error> {
+    ///
+    /// Connections are pooled per host (reqwest's pool is keyed by scheme,
+    /// host and port), and as many are kept open to one host as workers
+    /// may fetch from it at once (`max_workers`): at internet latency the
+    /// pool's concurrency is the rate, and a connection set up again per
+    /// item costs a round trip or two (and a TLS handshake).
+    pub fn new(allow_private: bool, max_workers: usize) -> Result<Fetcher, reqwest::Error> {
         let policy = reqwest::redirect::Policy::custom(move |attempt| {
             if attempt.previous().len() >= MAX_REDIRECTS {
                 return attempt.error(format!("more than {MAX_REDIRECTS} redirects"));
@@ -49,7 +55,7 @@ impl Fetcher {
             .user_agent(USER_AGENT)
             .redirect(policy)
             .connect_timeout(Duration::from_secs(10))
-            .pool_max_idle_per_host(32);
+            .pool_max_idle_per_host(max_workers.max(1));
         if !allow_private {
             builder = builder.dns_resolver(std::sync::Arc::new(PublicOnlyResolver));
         }

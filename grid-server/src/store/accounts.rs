@@ -340,10 +340,36 @@ impl<'a> Entry<'a> {
 /// Appends one ledger entry. A settlement that already exists is not written
 /// again (the unique index makes settling idempotent).
 pub fn append(conn: &Conn, e: &Entry, now: Millis) -> StoreResult<()> {
-    conn.execute(
-        "INSERT INTO ledger (account_id, key_id, kind, amount, subject, reservation_day, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT DO NOTHING",
-        (e.account_id, e.key_id, e.kind.as_str(), e.amount, e.subject, e.reservation_day, now.0),
-    )?;
+    append_all(conn, std::slice::from_ref(e), now)
+}
+
+/// Appends ledger entries in one statement, as `append` does each (the
+/// settlement pass writes many at once).
+pub fn append_all(conn: &Conn, entries: &[Entry], now: Millis) -> StoreResult<()> {
+    if entries.is_empty() {
+        return Ok(());
+    }
+    let mut sql = String::from(
+        "INSERT INTO ledger (account_id, key_id, kind, amount, subject, reservation_day, created_at) VALUES ",
+    );
+    let mut values = Vec::with_capacity(entries.len() * 7);
+    for (i, e) in entries.iter().enumerate() {
+        let n = i * 7;
+        if i > 0 {
+            sql.push_str(", ");
+        }
+        sql.push_str(&format!("(?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{})", n + 1, n + 2, n + 3, n + 4, n + 5, n + 6, n + 7));
+        values.extend(crate::params![
+            e.account_id,
+            e.key_id,
+            e.kind.as_str(),
+            e.amount,
+            e.subject,
+            e.reservation_day,
+            now.0
+        ]);
+    }
+    sql.push_str(" ON CONFLICT DO NOTHING");
+    conn.execute(&sql, values)?;
     Ok(())
 }

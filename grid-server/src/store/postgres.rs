@@ -36,7 +36,11 @@ const MIGRATE_LOCK: i64 = 0x6772_6964_6d69;
 
 /// Each step runs once, in order; a released step is never edited. The
 /// `schema_version` table holds the number applied.
-const STEPS: [&str; 2] = [include_str!("postgres_schema.sql"), include_str!("postgres_v2_nodes.sql")];
+const STEPS: [&str; 3] = [
+    include_str!("postgres_schema.sql"),
+    include_str!("postgres_v2_nodes.sql"),
+    include_str!("postgres_v3_queue_indexes.sql"),
+];
 
 /// Connections per node. Blocking store calls run on tokio's blocking pool,
 /// so more would only queue inside PostgreSQL; several nodes times this
