@@ -411,7 +411,7 @@ mod tests {
     use crate::clock::VirtualClock;
     use crate::store::items::tests::{balance, caller, store, submit, T};
     use futures_util::FutureExt;
-    use grid_core::catalog::ArtifactKind;
+    use grid_core::catalog::{ArtifactKind, Script};
     use grid_core::item::{Item, ItemState};
 
     const B: Backoff = Backoff { base_ms: 1_000 };
@@ -715,5 +715,157 @@ mod tests {
         let priorities: Vec<Option<u32>> = order.iter().map(|o| o.1).collect();
         assert_eq!(priorities, vec![None, None, Some(2), Some(5)]);
         assert_eq!(order[0].0, plain.batch_id);
+    }
+
+    /// A batch claim takes the head of the queue in the contract's order
+    /// (unprioritised first, then lower priority, then age), each item
+    /// through the machine and under a token of its own; a due delayed item
+    /// keeps its place. Over several claim statements' worth of items (the
+    /// leases are written in chunks) every item is taken once.
+    #[tokio::test]
+    async fn a_batch_claim_takes_the_queue_head_in_order_each_item_under_its_own_token() {
+        let g = grid();
+        let c = caller(&g.store, 10_000_000, None);
+        let low = submit(&g.store, &c, 2, Some(7)).unwrap();
+        let high = submit(&g.store, &c, 2, Some(3)).unwrap();
+        let plain = submit(&g.store, &c, 300, None).unwrap();
+        let batch_of = |rows: &[ItemRow]| rows.iter().map(|r| r.batch_id.clone()).collect::<Vec<_>>();
+
+        let first = g.driver.claim_batch(3, usize::MAX).await.unwrap();
+        assert_eq!(batch_of(&first), vec![plain.batch_id.clone(); 3]);
+        // The rest of the unprioritised batch and the two prioritised ones.
+        let rest = g.driver.claim_batch(1_000, usize::MAX).await.unwrap();
+        assert_eq!(rest.len(), 297 + 4);
+        let mut expected = vec![plain.batch_id.clone(); 297];
+        expected.extend([high.batch_id.clone(), high.batch_id.clone(), low.batch_id.clone(), low.batch_id.clone()]);
+        assert_eq!(batch_of(&rest), expected);
+        let all: Vec<&ItemRow> = first.iter().chain(&rest).collect();
+        // Item ids sort in submission order within a batch: age order.
+        assert!(all[..300].windows(2).all(|w| w[0].id < w[1].id));
+        for row in &all {
+            assert_eq!((row.item.state, row.lease_token), (ItemState::Active, 1), "{}", row.id);
+            let stored = g.store.read({
+                let id = row.id.clone();
+                move |c| items::load_item(c, &id)
+            });
+            let stored = stored.await.unwrap().unwrap();
+            assert_eq!((stored.item.state, stored.lease_token), (ItemState::Active, 1));
+        }
+        assert!(g.driver.claim_batch(10, usize::MAX).await.unwrap().is_empty());
+
+        // A delayed item, once due, is claimed before younger waiting ones.
+        let retried = Arc::new(first[0].clone());
+        g.driver.finish(&retried, transient()).await.unwrap();
+        submit(&g.store, &c, 2, None).unwrap();
+        g.clock.advance(B.base_ms);
+        let next = g.driver.claim_batch(2, usize::MAX).await.unwrap();
+        assert_eq!(next[0].id, retried.id);
+        assert_eq!((next[0].item.attempts_made, next[0].lease_token), (1, 2));
+        assert_ne!(next[1].id, retried.id);
+    }
+
+    /// A batch claim stops before the first browser item beyond its room,
+    /// so the node takes a prefix of the queue and no more browser items
+    /// than it can start.
+    #[tokio::test]
+    async fn a_batch_claim_stops_before_a_browser_item_beyond_its_room() {
+        let g = grid();
+        let c = caller(&g.store, 10_000_000, None);
+        for script in [Script::Fetch, Script::Capture, Script::Fetch, Script::Capture, Script::Fetch] {
+            submit_script(&g.store, &c, script);
+        }
+        let scripts = |rows: &[ItemRow]| rows.iter().map(|r| r.script).collect::<Vec<_>>();
+        let claimed = g.driver.claim_batch(10, 1).await.unwrap();
+        assert_eq!(scripts(&claimed), [Script::Fetch, Script::Capture, Script::Fetch]);
+        let none = g.driver.claim_batch(10, 0).await.unwrap();
+        assert!(none.is_empty(), "the head is a browser item and there is no room");
+        let claimed = g.driver.claim_batch(10, 1).await.unwrap();
+        assert_eq!(scripts(&claimed), [Script::Capture, Script::Fetch]);
+    }
+
+    fn submit_script(store: &Store, c: &crate::store::accounts::Caller, script: Script) {
+        let sub = grid_core::wire::batch::BatchSubmission {
+            urls: vec!["http://t/x".into()],
+            script,
+            profile: Profile::DEFAULT,
+            params: serde_json::Map::new(),
+            priority: None,
+        };
+        let c = c.clone();
+        store.write_blocking(move |tx| items::submit_batch(tx, &c, &sub, T)).unwrap();
+    }
+
+    /// Fencing per item in a batch: after a takeover, each stale end of a
+    /// batch claim is refused on its own, and the new claims' ends count,
+    /// each once.
+    #[tokio::test]
+    async fn each_item_of_a_batch_claim_is_fenced_by_its_own_token() {
+        let g = grid();
+        let c = caller(&g.store, 10_000, None);
+        submit(&g.store, &c, 3, None).unwrap();
+        let stale: Vec<Arc<ItemRow>> =
+            g.driver.claim_batch(3, usize::MAX).await.unwrap().into_iter().map(Arc::new).collect();
+        assert_eq!(g.driver.recover_node("n1").await.unwrap(), 3);
+        let live: Vec<Arc<ItemRow>> =
+            g.driver.claim_batch(2, usize::MAX).await.unwrap().into_iter().map(Arc::new).collect();
+        assert_eq!(live.iter().map(|r| r.lease_token).collect::<Vec<_>>(), [2, 2]);
+        for row in &stale {
+            let refused = g.driver.finish(row, AttemptEnd::Succeeded(family(&row.id))).await;
+            assert!(matches!(refused, Err(ItemError::LeaseLost(_))), "{refused:?}");
+        }
+        // The third item, recovered and not claimed again, is fenced too.
+        assert_eq!(g.item(&stale[2].id).await.state, ItemState::Waiting);
+        for row in &live {
+            let o = g.driver.finish(row, AttemptEnd::Succeeded(family(&row.id))).await.unwrap();
+            assert_eq!(o.item.state, ItemState::Completed);
+            assert_eq!(g.published(&row.id).await.len(), 2);
+        }
+        assert_eq!(g.settle().await, 2);
+        let bal = balance(&g.store, &c);
+        assert_eq!((bal.credit_micros, bal.reserved_micros), (10_000 - 2 * 120, 120));
+    }
+
+    /// Ends published together (one group transaction, no savepoints) each
+    /// complete their item once and owe one charge; one failing end in the
+    /// group (its files refused) leaves nothing while the others commit once.
+    #[tokio::test]
+    async fn ends_stored_in_one_group_each_owe_exactly_one_charge() {
+        let g = grid();
+        let c = caller(&g.store, 100_000, None);
+        submit(&g.store, &c, 20, None).unwrap();
+        let rows: Vec<Arc<ItemRow>> =
+            g.driver.claim_batch(20, usize::MAX).await.unwrap().into_iter().map(Arc::new).collect();
+        let (bad, good) = rows.split_first().unwrap();
+        let mut twice = family(&bad.id);
+        twice.push(twice[0].clone());
+        let ends = good.iter().map(|row| g.driver.finish(row, AttemptEnd::Succeeded(family(&row.id))));
+        let (claim, end) = (bad.clone(), AttemptEnd::Succeeded(twice));
+        let failing = g.driver.commits.run(move |tx| finish(tx, &claim, &end, T, B, &mut After::default()));
+        let (done, failed) = tokio::join!(futures_util::future::join_all(ends), failing);
+        assert!(matches!(failed, Err(ItemError::Store(StoreError::Database(_)))), "{failed:?}");
+        assert!(done.iter().all(|o| o.as_ref().is_ok_and(|o| o.item.state == ItemState::Completed)));
+        assert_eq!(g.item(&bad.id).await.state, ItemState::Active);
+        assert!(g.published(&bad.id).await.is_empty());
+        for row in good {
+            assert_eq!(g.published(&row.id).await.len(), 2, "{}", row.id);
+            assert_eq!(g.settlement_due(&row.id).await.as_deref(), Some("charge"));
+        }
+        assert_eq!(g.settle().await, 19);
+        assert_eq!(g.settle().await, 0);
+        let charges: Vec<(String, i64)> = g
+            .store
+            .read(|c| {
+                c.query_map("SELECT subject, amount FROM ledger WHERE kind = 'charge'", (), |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
+            })
+            .await
+            .unwrap();
+        assert_eq!(charges.len(), 19);
+        assert!(charges.iter().all(|(_, amount)| *amount == Script::Fetch.price_micros()));
+        let mut subjects: Vec<&str> = charges.iter().map(|(s, _)| s.as_str()).collect();
+        subjects.sort();
+        subjects.dedup();
+        assert_eq!(subjects.len(), 19, "one charge per item");
     }
 }

@@ -134,8 +134,11 @@ async fn dispatch(app: Arc<App>, fetcher: Arc<Fetcher>, mut shutdown: watch::Rec
     let mut claiming: Option<Claiming> = None;
     let mut claim_micros: u64 = 0;
     // Whether the last claim found fewer items than it asked for: then the
-    // next waits for a wake-up (registered before that claim) or the poll.
+    // next waits for a wake-up or the poll. A wake-up while a claim is in
+    // flight may be for items that claim did not see: it is kept for when
+    // the claim answers.
     let mut drained = false;
+    let mut woken_while_claiming = false;
     let ready_on = app.queue_ready.clone();
     let mut ready = Box::pin(ready_on.clone().notified_owned());
     loop {
@@ -171,7 +174,7 @@ async fn dispatch(app: Arc<App>, fetcher: Arc<Fetcher>, mut shutdown: watch::Rec
                 claim_micros = if claim_micros == 0 { micros } else { (claim_micros * 7 + micros) / 8 };
                 match rows {
                     Ok(rows) => {
-                        drained = rows.len() < want;
+                        drained = rows.len() < want && !std::mem::take(&mut woken_while_claiming);
                         claimed.extend(rows.into_iter().map(Arc::new));
                     }
                     Err(e) => {
@@ -182,10 +185,13 @@ async fn dispatch(app: Arc<App>, fetcher: Arc<Fetcher>, mut shutdown: watch::Rec
             }
             _ = &mut ready => {
                 drained = false;
+                woken_while_claiming = claiming.is_some();
                 ready = Box::pin(ready_on.clone().notified_owned());
             }
             _ = workers.freed.notified() => {}
-            _ = tokio::time::sleep(IDLE_POLL) => drained = false,
+            // Only a drained queue needs looking at again unasked: otherwise
+            // a claim in flight or a worker that frees wakes the loop.
+            _ = tokio::time::sleep(IDLE_POLL), if drained => drained = false,
             _ = shutdown.changed() => {}
         }
     }
@@ -214,7 +220,7 @@ fn ahead(max: usize, claim_micros: u64, attempt_micros: u64) -> usize {
     if attempt_micros == 0 {
         return 0;
     }
-    let finishing = (2 * max as u64).saturating_mul(claim_micros).div_ceil(attempt_micros);
+    let finishing = (2 * max as u64).saturating_mul(claim_micros) / attempt_micros;
     usize::try_from(finishing).unwrap_or(usize::MAX).min(AHEAD_MAX)
 }
 
@@ -289,9 +295,12 @@ mod tests {
 
     #[test]
     fn claims_ahead_only_what_workers_finish_while_a_claim_is_in_flight() {
-        // Unknown attempt time: nothing ahead.
+        // Unknown attempt time: nothing ahead; attempts far longer than a
+        // claim: nothing either.
         assert_eq!(ahead(16, 2_000, 0), 0);
-        // 200 ms attempts, 2 ms claims: 1,000 workers finish 10 meanwhile.
+        assert_eq!(ahead(4, 2_000, 1_500_000), 0);
+        // 200 ms attempts, 2 ms claims: 1,000 workers finish 10 meanwhile;
+        // twice that is claimed ahead.
         assert_eq!(ahead(1_000, 2_000, 200_000), 20);
         // Attempts shorter than a claim: several claims' worth, up to AHEAD_MAX.
         assert_eq!(ahead(16, 2_000, 400), 160);

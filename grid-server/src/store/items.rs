@@ -140,16 +140,21 @@ macro_rules! item_columns {
 }
 
 fn item_row(r: &Row) -> StoreResult<ItemRow> {
+    item_row_owned(r.clone())
+}
+
+/// `item_row` for a row the caller gives up: its text moves into the item.
+fn item_row_owned(mut r: Row) -> StoreResult<ItemRow> {
     let bad = |i: usize, what: &str| StoreError::Invalid(format!("column {i}: bad {what}"));
-    let script: String = r.get(4)?;
-    let profile: String = r.get(5)?;
-    let params: String = r.get(6)?;
-    let state: String = r.get(7)?;
+    let script: String = r.take(4)?;
+    let profile: String = r.take(5)?;
+    let params: String = r.take(6)?;
+    let state: String = r.take(7)?;
     Ok(ItemRow {
-        id: r.get(0)?,
-        batch_id: r.get(1)?,
-        account_id: r.get(2)?,
-        url: r.get(3)?,
+        id: r.take(0)?,
+        batch_id: r.take(1)?,
+        account_id: r.take(2)?,
+        url: r.take(3)?,
         script: Script::parse(&script).ok_or_else(|| bad(4, "script"))?,
         profile: Profile::parse(&profile).ok_or_else(|| bad(5, "profile"))?,
         params: serde_json::from_str(&params).map_err(|_| bad(6, "params"))?,
@@ -157,7 +162,7 @@ fn item_row(r: &Row) -> StoreResult<ItemRow> {
             state: ItemState::parse(&state).ok_or_else(|| bad(7, "state"))?,
             priority: r.get(8)?,
             attempts_made: r.get(9)?,
-            failed_reason: r.get(10)?,
+            failed_reason: r.take(10)?,
             failure_published: r.get(11)?,
             run_at: r.get::<Option<i64>>(12)?.map(Millis),
             billable: r.get(13)?,
@@ -380,16 +385,16 @@ const QUEUE_HEAD: &str = concat!(
 
 /// Up to `limit` items at the head of the queue, in the contract's order:
 /// items without a priority first, then lower priority, then age.
-/// Reads up to the next power of two of `limit` rows (so a few statements
+/// Reads `limit` rounded up to a multiple of 16 (so a few dozen statements
 /// serve every limit) and answers the first `limit`.
 pub fn queue_head(conn: &Conn, limit: usize) -> StoreResult<Vec<ItemRow>> {
-    let mut head = conn.query_map(&queue_head_sql(limit), (), item_row)?;
-    head.truncate(limit);
-    Ok(head)
+    let rows = conn.query_values(&queue_head_sql(limit), vec![])?;
+    rows.into_iter().take(limit).map(item_row_owned).collect()
 }
 
 fn queue_head_sql(limit: usize) -> String {
-    QUEUE_HEAD.replace("LIMIT_N", &limit.max(1).next_power_of_two().to_string())
+    let rounded = if limit <= 16 { limit.max(1) } else { limit.next_multiple_of(16) };
+    QUEUE_HEAD.replace("LIMIT_N", &rounded.to_string())
 }
 
 /// Delayed items whose backoff has passed by `now` (a range of `items_delayed`).
@@ -706,6 +711,45 @@ pub(crate) mod tests {
         .unwrap();
         let bal = balance(&s, &c);
         assert_eq!((bal.credit_micros, bal.reserved_micros), (10_000 - 120, 0));
+    }
+
+    /// The pass writes its entries in chunks of several statements' worth:
+    /// each item still gets exactly one entry, at its price.
+    #[test]
+    fn settlement_in_chunks_writes_one_entry_per_item() {
+        let (_d, s) = store();
+        let c = caller(&s, 1_000_000, None);
+        let n = 2 * SETTLE_CHUNK + 7;
+        submit(&s, &c, n, None).unwrap();
+        s.write_blocking(|tx| {
+            let ids: Vec<String> = tx.query_map("SELECT id FROM items", (), |r| r.get(0))?;
+            for (i, id) in ids.iter().enumerate() {
+                let mut row = load_item(tx, id)?.unwrap();
+                let owed = if i % 3 == 0 { Settlement::Release } else { Settlement::Charge };
+                row.item.billable = false;
+                save_item(tx, id, &row.item, Some(owed), T)?;
+            }
+            Ok::<_, StoreError>(())
+        })
+        .unwrap();
+        assert_eq!(s.write_blocking(|tx| settle_due(tx, T, n - 5)).unwrap(), n - 5);
+        assert_eq!(s.write_blocking(|tx| settle_due(tx, T, n)).unwrap(), 5);
+        assert_eq!(s.write_blocking(|tx| settle_due(tx, T, n)).unwrap(), 0);
+        let per_item: Vec<(String, i64, i64)> = s
+            .read_blocking(|conn| {
+                conn.query_map(
+                    "SELECT subject, CAST(COUNT(*) AS BIGINT), CAST(SUM(amount) AS BIGINT) FROM ledger
+                      WHERE kind IN ('charge', 'release') GROUP BY subject",
+                    (),
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                )
+            })
+            .unwrap();
+        assert_eq!(per_item.len(), n);
+        assert!(per_item.iter().all(|(_, entries, amount)| (*entries, *amount) == (1, 120)), "{per_item:?}");
+        let bal = balance(&s, &c);
+        let released = n.div_ceil(3) as i64;
+        assert_eq!((bal.credit_micros, bal.reserved_micros), (1_000_000 - 120 * (n as i64 - released), 0));
     }
 
     #[test]
