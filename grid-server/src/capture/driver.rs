@@ -12,6 +12,8 @@
 //! due time: the due loop (`crate::due`) calls `fire_due`, which makes due
 //! items claimable and wakes idle workers, whichever process set it.
 
+use std::borrow::Cow;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,11 +21,11 @@ use crate::store::Conn;
 use futures_util::future::BoxFuture;
 use grid_core::catalog::Profile;
 use grid_core::error::ApiError;
-use grid_core::item::{self, Backoff, Effect, Event, Failure, Outcome, Settlement, TransitionError};
+use grid_core::item::{self, Backoff, Effect, Event, Failure, Item, Outcome, Settlement, TransitionError};
 use grid_core::time::Millis;
 use grid_core::wire::item::ItemRetried;
 use serde_json::json;
-use tokio::sync::Notify;
+use tokio::sync::{mpsc, oneshot, Notify};
 
 use super::commits::Commits;
 use super::files::{self, FileContent};
@@ -73,12 +75,28 @@ pub struct ItemDriver {
     clock: Arc<dyn Clock>,
     backoff: Backoff,
     wake: Wake,
+    /// Ends of attempts for the publisher (`publish`).
+    ends: mpsc::UnboundedSender<EndRequest>,
 }
 
+/// An attempt's end waiting to be stored, and who waits for the answer.
+struct EndRequest {
+    claim: Arc<ItemRow>,
+    end: Arc<AttemptEnd>,
+    reply: oneshot::Sender<Result<Outcome, ItemError>>,
+}
+
+/// Most attempt ends stored in one step of the publisher.
+const MAX_ENDS: usize = 512;
+
 impl ItemDriver {
-    /// Starts the group commit the driver's transactions travel through.
+    /// Starts the group commit the driver's transactions travel through,
+    /// and the publisher of attempts' ends.
     pub fn start(store: Store, clock: Arc<dyn Clock>, backoff: Backoff, wake: Wake, node: &str) -> ItemDriver {
-        ItemDriver { node: node.into(), commits: Commits::start(store.clone()), store, clock, backoff, wake }
+        let commits = Commits::start(store.clone());
+        let (ends, pending) = mpsc::unbounded_channel();
+        tokio::spawn(publish(commits.clone(), clock.clone(), backoff, wake.clone(), pending));
+        ItemDriver { node: node.into(), commits, store, clock, backoff, wake, ends }
     }
 
     /// Claims the next item in queue order (making due delayed items
@@ -109,14 +127,20 @@ impl ItemDriver {
     ///
     /// Stored only under the claim's fencing token: a claim taken over since
     /// (`ItemError::LeaseLost`) stores nothing.
+    ///
+    /// Ends waiting at the same moment are stored together, in one step of
+    /// the publisher (`finish_all`): many items per statement.
     pub async fn finish(&self, claim: &Arc<ItemRow>, end: AttemptEnd) -> Result<Outcome, ItemError> {
         let end = Arc::new(end);
         let mut delay = Duration::from_millis(50);
         let mut tries = 0;
         loop {
-            let (claim, end) = (claim.clone(), end.clone());
-            let result =
-                self.transact(move |tx, now, backoff, after| finish(tx, &claim, &end, now, backoff, after)).await;
+            let (reply, answer) = oneshot::channel();
+            let request = EndRequest { claim: claim.clone(), end: end.clone(), reply };
+            let result = match self.ends.send(request) {
+                Ok(()) => answer.await.unwrap_or_else(|_| Err(publisher_stopped())),
+                Err(_) => Err(publisher_stopped()),
+            };
             tries += 1;
             match result {
                 Err(ItemError::Store(e)) if tries < 12 => {
@@ -194,6 +218,77 @@ impl ItemDriver {
     }
 }
 
+fn publisher_stopped() -> ItemError {
+    ItemError::Store(StoreError::Task("the publisher of attempt ends has stopped".into()))
+}
+
+/// The publisher: stores the ends of attempts that wait at the same moment
+/// as one request of the group commit (`finish_all`), then answers each.
+/// Should that request fail as a whole (a database error), every end of it
+/// is stored alone, each in a request of its own, so only a faulty end
+/// fails.
+async fn publish(
+    commits: Commits,
+    clock: Arc<dyn Clock>,
+    backoff: Backoff,
+    wake: Wake,
+    mut pending: mpsc::UnboundedReceiver<EndRequest>,
+) {
+    while let Some(first) = pending.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < MAX_ENDS {
+            match pending.try_recv() {
+                Ok(r) => batch.push(r),
+                Err(_) => break,
+            }
+        }
+        let ends: Arc<Vec<(Arc<ItemRow>, Arc<AttemptEnd>)>> =
+            Arc::new(batch.iter().map(|r| (r.claim.clone(), r.end.clone())).collect());
+        let (together, at) = (ends.clone(), clock.clone());
+        let stored = commits
+            .run(move |tx| {
+                let mut after = After::default();
+                let answers = finish_all(tx, &together, at.now(), backoff, &mut after)?;
+                Ok((answers, after))
+            })
+            .await;
+        match stored {
+            Ok((answers, after)) => {
+                wake.signal(&after);
+                for (request, answer) in batch.into_iter().zip(answers) {
+                    let _ = request.reply.send(answer);
+                }
+            }
+            Err(e) if batch.len() == 1 => {
+                if let Some(request) = batch.pop() {
+                    let _ = request.reply.send(Err(e));
+                }
+            }
+            Err(_) => {
+                let alone = batch.into_iter().map(|request| {
+                    let (commits, clock, wake) = (commits.clone(), clock.clone(), wake.clone());
+                    async move {
+                        let (claim, end) = (request.claim.clone(), request.end.clone());
+                        let stored = commits
+                            .run(move |tx| {
+                                let mut after = After::default();
+                                let outcome = finish(tx, &claim, &end, clock.now(), backoff, &mut after)?;
+                                Ok((outcome, after))
+                            })
+                            .await;
+                        let answer = stored.map(|(outcome, after)| {
+                            wake.signal(&after);
+                            outcome
+                        });
+                        let _ = request.reply.send(answer);
+                    }
+                });
+                futures_util::future::join_all(alone).await;
+            }
+        }
+    }
+}
+
 impl Due for ItemDriver {
     fn fire_due(&self, now: Millis) -> BoxFuture<'_, Option<Millis>> {
         Box::pin(async move {
@@ -253,7 +348,9 @@ fn step_row(
     after: &mut After,
 ) -> Result<(ItemRow, Outcome), ItemError> {
     let outcome = item::apply(&row.item, event, now, backoff)?;
-    execute(tx, &row, files, &outcome.effects, now, after)?;
+    let mut publish = Publish::new();
+    execute(&row, files, &outcome.effects, now, after, &mut publish);
+    items::insert_files(tx, &publish, now)?;
     items::save_item(tx, &row.id, &outcome.item, owed(&outcome.effects), now)?;
     Ok((row, outcome))
 }
@@ -268,22 +365,28 @@ fn owed(effects: &[Effect]) -> Option<Settlement> {
     })
 }
 
+/// Files a transaction publishes, by item: gathered by `execute`, written
+/// by its caller in one statement with the others of the transaction.
+type Publish<'a> = Vec<(&'a str, Cow<'a, PublishedFile>)>;
+
 /// Carries out what the machine asked for. No `_` arm: a new effect does not
-/// compile until it is executed here.
-fn execute(
-    tx: &Conn,
-    row: &ItemRow,
-    files: &[PublishedFile],
+/// compile until it is executed here. What it asks of the database is
+/// gathered in `publish` (files) or saved with the item's state (`owed`,
+/// `run_at`) by the caller, in the same transaction.
+fn execute<'a>(
+    row: &'a ItemRow,
+    files: &'a [PublishedFile],
     effects: &[Effect],
     now: Millis,
     after: &mut After,
-) -> Result<(), ItemError> {
+    publish: &mut Publish<'a>,
+) {
     for effect in effects {
         match effect {
-            Effect::PublishFiles => items::insert_files(tx, &row.id, files, now)?,
+            Effect::PublishFiles => publish.extend(files.iter().map(|f| (row.id.as_str(), Cow::Borrowed(f)))),
             Effect::PublishFailureRecord { attempt, reason } => {
                 let record = files::inline(&row.id, failure_record(row, *attempt, reason, now));
-                items::insert_files(tx, &row.id, &[record], now)?
+                publish.push((row.id.as_str(), Cow::Owned(record)));
             }
             // Saved with the item's state (`owed`), by whoever saves it.
             Effect::Settle(_) => {}
@@ -292,7 +395,6 @@ fn execute(
             Effect::Enqueue => after.queue = true,
         }
     }
-    Ok(())
 }
 
 /// The meta file of a failed item (docs/captures.md). Small, so it is kept
@@ -337,7 +439,9 @@ fn claim_batch(
             browsers += 1;
         }
         let outcome = item::apply(&row.item, Event::Claim, now, backoff)?;
-        execute(tx, &row, &[], &outcome.effects, now, after)?;
+        let mut publish = Publish::new();
+        execute(&row, &[], &outcome.effects, now, after, &mut publish);
+        items::insert_files(tx, &publish, now)?;
         claimed.push((row, outcome));
     }
     // Saved in runs of items the machine left in the same state (usually
@@ -373,11 +477,68 @@ fn finish(
     after: &mut After,
 ) -> Result<Outcome, ItemError> {
     let outcome = item::apply(&claim.item, end.event(), now, backoff)?;
-    if !items::save_end(tx, &claim.id, claim.lease_token, &outcome.item, owed(&outcome.effects), now)? {
+    let ids = [claim.id.as_str()];
+    if items::save_ends(tx, &ids, claim.lease_token, &outcome.item, owed(&outcome.effects), now)? != 1 {
         return Err(ItemError::LeaseLost(claim.id.clone()));
     }
-    execute(tx, claim, end.files(), &outcome.effects, now, after)?;
+    let mut publish = Publish::new();
+    execute(claim, end.files(), &outcome.effects, now, after, &mut publish);
+    items::insert_files(tx, &publish, now)?;
     Ok(outcome)
+}
+
+/// The ends of many attempts in one step: each through the machine from its
+/// claim, the fences of all read at once, the states saved a run of alike
+/// items per statement (fenced again in it), every file in one statement.
+/// Each end answers on its own: a refused transition or a lost claim writes
+/// nothing for that end and does not stop the others. Only a database
+/// failure fails the whole step (the caller then stores each end alone).
+fn finish_all(
+    tx: &Conn,
+    ends: &[(Arc<ItemRow>, Arc<AttemptEnd>)],
+    now: Millis,
+    backoff: Backoff,
+    after: &mut After,
+) -> Result<Vec<Result<Outcome, ItemError>>, ItemError> {
+    let mut answers: Vec<Result<Outcome, ItemError>> =
+        ends.iter().map(|(claim, end)| Ok(item::apply(&claim.item, end.event(), now, backoff)?)).collect();
+    let ids: Vec<&str> =
+        ends.iter().zip(&answers).filter(|(_, a)| a.is_ok()).map(|((c, _), _)| c.id.as_str()).collect();
+    let held: HashMap<String, i64> = items::active_leases(tx, &ids)?.into_iter().collect();
+    for ((claim, _), answer) in ends.iter().zip(answers.iter_mut()) {
+        if answer.is_ok() && held.get(&claim.id) != Some(&claim.lease_token) {
+            *answer = Err(ItemError::LeaseLost(claim.id.clone()));
+        }
+    }
+    // Runs of ends the machine left alike under the same token: usually
+    // the whole group (completed, charge owed, first claim).
+    let mut stored: Vec<(&ItemRow, &AttemptEnd, &Outcome)> = ends
+        .iter()
+        .zip(&answers)
+        .filter_map(|((claim, end), answer)| answer.as_ref().ok().map(|o| (&**claim, &**end, o)))
+        .collect();
+    fn key<'a>(&(claim, _, o): &(&ItemRow, &AttemptEnd, &'a Outcome)) -> (i64, &'a Item, Option<Settlement>) {
+        (claim.lease_token, &o.item, owed(&o.effects))
+    }
+    stored.sort_by_key(|e| (e.0.lease_token, e.2.item.state.as_str(), e.2.item.attempts_made));
+    let mut rest = &stored[..];
+    while let Some(first) = rest.first() {
+        let (run, tail) = rest.split_at(rest.iter().take_while(|e| key(e) == key(first)).count());
+        let ids: Vec<&str> = run.iter().map(|(claim, _, _)| claim.id.as_str()).collect();
+        let (token, item, owed) = key(first);
+        if items::save_ends(tx, &ids, token, item, owed, now)? != ids.len() {
+            // The fences were read in this transaction: a claim cannot have
+            // changed since. Fail the step; each end is then stored alone.
+            return Err(StoreError::Invalid("an item changed under its end".into()).into());
+        }
+        rest = tail;
+    }
+    let mut publish = Publish::new();
+    for (claim, end, outcome) in &stored {
+        execute(claim, end.files(), &outcome.effects, now, after, &mut publish);
+    }
+    items::insert_files(tx, &publish, now)?;
+    Ok(answers)
 }
 
 fn recover_active(tx: &Conn, node: &str, now: Millis, backoff: Backoff, after: &mut After) -> Result<usize, ItemError> {
@@ -825,9 +986,10 @@ mod tests {
         assert_eq!((bal.credit_micros, bal.reserved_micros), (10_000 - 2 * 120, 120));
     }
 
-    /// Ends published together (one group transaction, no savepoints) each
-    /// complete their item once and owe one charge; one failing end in the
-    /// group (its files refused) leaves nothing while the others commit once.
+    /// Ends published together (one step of the publisher) each complete
+    /// their item once and owe one charge; one failing end among them (its
+    /// files refused) fails the step, after which each is stored alone: the
+    /// faulty one leaves nothing while the others commit, once.
     #[tokio::test]
     async fn ends_stored_in_one_group_each_owe_exactly_one_charge() {
         let g = grid();
@@ -838,12 +1000,16 @@ mod tests {
         let (bad, good) = rows.split_first().unwrap();
         let mut twice = family(&bad.id);
         twice.push(twice[0].clone());
+        // The faulty end is sent first; the test's runtime runs one task at
+        // a time, so every end waits for the publisher at once. The faulty
+        // one keeps being tried again (as any end that meets a database
+        // error) until it is dropped.
+        let mut failing = Box::pin(g.driver.finish(bad, AttemptEnd::Succeeded(twice)));
+        assert!(failing.as_mut().now_or_never().is_none());
         let ends = good.iter().map(|row| g.driver.finish(row, AttemptEnd::Succeeded(family(&row.id))));
-        let (claim, end) = (bad.clone(), AttemptEnd::Succeeded(twice));
-        let failing = g.driver.commits.run(move |tx| finish(tx, &claim, &end, T, B, &mut After::default()));
-        let (done, failed) = tokio::join!(futures_util::future::join_all(ends), failing);
-        assert!(matches!(failed, Err(ItemError::Store(StoreError::Database(_)))), "{failed:?}");
-        assert!(done.iter().all(|o| o.as_ref().is_ok_and(|o| o.item.state == ItemState::Completed)));
+        let done = futures_util::future::join_all(ends).await;
+        assert!(done.iter().all(|o| o.as_ref().is_ok_and(|o| o.item.state == ItemState::Completed)), "{done:?}");
+        drop(failing);
         assert_eq!(g.item(&bad.id).await.state, ItemState::Active);
         assert!(g.published(&bad.id).await.is_empty());
         for row in good {

@@ -4,6 +4,7 @@
 //! through the item driver (`capture/driver.rs`): it loads the item here,
 //! asks `grid_core::item::apply` and saves the result and its effects here.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use super::sql::{Conn, Optional, Row, ToValue};
@@ -214,17 +215,13 @@ pub fn take_lease(
     node: &str,
     now: Millis,
 ) -> StoreResult<Vec<i64>> {
-    let mut rest = claims;
-    while !rest.is_empty() {
-        // Chunks of a few fixed sizes, so a few statements serve every batch.
-        let n = [128, 32, 8, 1].into_iter().find(|&n| n <= rest.len()).unwrap_or(1);
-        let (chunk, tail) = rest.split_at(n);
-        let ids = (10..10 + n).map(|i| format!("?{i}")).collect::<Vec<_>>().join(", ");
+    for chunk in chunks(claims) {
         let sql = format!(
             "UPDATE items SET state = ?1, attempts_made = ?2, failed_reason = ?3, failure_published = ?4, run_at = ?5,
                               billable = ?6, settlement_due = COALESCE(?7, settlement_due), updated_at = ?8,
                               lease_node = ?9, lease_token = lease_token + 1
-              WHERE id IN ({ids})"
+              WHERE id IN ({})",
+            placeholders(10, chunk.len())
         );
         let mut values = params![
             it.state.as_str(),
@@ -238,38 +235,40 @@ pub fn take_lease(
             node
         ];
         values.extend(chunk.iter().map(|(id, _)| id.to_value()));
-        if conn.execute(&sql, values)? != n {
+        if conn.execute(&sql, values)? != chunk.len() {
             return Err(StoreError::Invalid("an item changed under its claim".into()));
         }
-        rest = tail;
     }
     Ok(claims.iter().map(|(_, token)| token + 1).collect())
 }
 
-/// Stores how an attempt ended, under its claim's fence: only while the
-/// item is still active under `lease_token` (the token its claim got).
-/// Answers whether it was stored; `false` means the claim was taken over
-/// (the item recovered, perhaps claimed again) and nothing was written.
+/// Stores how attempts ended, under their claims' fence: for the items
+/// `ids` still active under `lease_token` (the token their claims got), the
+/// machine state `it` they all share. Answers how many were stored; an item
+/// whose claim was taken over (recovered, perhaps claimed again) is not.
 ///
-/// The fence and the write are one statement, so no other transaction can
-/// come between the check and the change; and since only a claim (which
-/// raises the token) or a recovery (which ends `active`) writes an active
-/// item, a row that passes the fence is the row its claim stored.
-pub fn save_end(
+/// The fence and the write are one statement per chunk of ids, so no other
+/// transaction can come between the check and the change; and since only a
+/// claim (which raises the token) or a recovery (which ends `active`)
+/// writes an active item, a row that passes the fence is the row its claim
+/// stored.
+pub fn save_ends(
     conn: &Conn,
-    id: &str,
+    ids: &[&str],
     lease_token: i64,
     it: &Item,
     owed: Option<Settlement>,
     now: Millis,
-) -> StoreResult<bool> {
-    let changed = conn.execute(
-        "UPDATE items SET state = ?3, attempts_made = ?4, failed_reason = ?5, failure_published = ?6, run_at = ?7,
-                          billable = ?8, settlement_due = COALESCE(?9, settlement_due), updated_at = ?10
-          WHERE id = ?1 AND lease_token = ?2 AND state = 'active'",
-        params![
-            id,
-            lease_token,
+) -> StoreResult<usize> {
+    let mut stored = 0;
+    for chunk in chunks(ids) {
+        let sql = format!(
+            "UPDATE items SET state = ?1, attempts_made = ?2, failed_reason = ?3, failure_published = ?4, run_at = ?5,
+                              billable = ?6, settlement_due = COALESCE(?7, settlement_due), updated_at = ?8
+              WHERE state = 'active' AND lease_token = ?9 AND id IN ({})",
+            placeholders(10, chunk.len())
+        );
+        let mut values = params![
             it.state.as_str(),
             it.attempts_made,
             it.failed_reason,
@@ -277,50 +276,69 @@ pub fn save_end(
             it.run_at.map(|t| t.0),
             it.billable,
             owed.map(Settlement::as_str),
-            now.0
-        ],
-    )?;
-    Ok(changed == 1)
+            now.0,
+            lease_token
+        ];
+        values.extend(chunk.iter().map(|id| id.to_value()));
+        stored += conn.execute(&sql, values)?;
+    }
+    Ok(stored)
 }
 
-/// Publishes a checked file family of an item, in one statement.
-pub fn insert_files(conn: &Conn, id: &str, files: &[PublishedFile], now: Millis) -> StoreResult<()> {
-    if files.is_empty() {
-        return Ok(());
+/// The fencing tokens of those of `ids` that are active, by id.
+pub fn active_leases(conn: &Conn, ids: &[&str]) -> StoreResult<Vec<(String, i64)>> {
+    let mut held = Vec::with_capacity(ids.len());
+    for chunk in chunks(ids) {
+        let sql = format!(
+            "SELECT id, lease_token FROM items WHERE state = 'active' AND id IN ({})",
+            placeholders(1, chunk.len())
+        );
+        held.extend(conn.query_map(&sql, chunk, |r| Ok((r.get(0)?, r.get(1)?)))?);
     }
-    let mut sql = String::from(
-        "INSERT INTO artifacts (item_id, kind, storage_name, sha256, byte_length, content_type, content, created_at)
-         VALUES ",
-    );
-    let mut values = Vec::with_capacity(files.len() * 8);
-    for (i, f) in files.iter().enumerate() {
-        let n = i * 8;
-        if i > 0 {
-            sql.push_str(", ");
+    Ok(held)
+}
+
+/// `?first, ?first+1, ...`: `n` numbered placeholders.
+fn placeholders(first: usize, n: usize) -> String {
+    (first..first + n).map(|i| format!("?{i}")).collect::<Vec<_>>().join(", ")
+}
+
+/// `items` in chunks of a few fixed sizes (128, 32, 8, 1), so that a few
+/// statements, each prepared once, serve lists of any length.
+fn chunks<T>(items: &[T]) -> impl Iterator<Item = &[T]> {
+    let mut rest = items;
+    std::iter::from_fn(move || {
+        let n = [128, 32, 8, 1].into_iter().find(|&n| n <= rest.len())?;
+        let (chunk, tail) = rest.split_at(n);
+        rest = tail;
+        Some(chunk)
+    })
+}
+
+/// Publishes checked files, each with its item's id: those of many items
+/// in a few statements (multi-row inserts in chunks).
+pub fn insert_files(conn: &Conn, files: &[(&str, Cow<PublishedFile>)], now: Millis) -> StoreResult<()> {
+    for chunk in chunks(files) {
+        let rows = (0..chunk.len()).map(|i| format!("({})", placeholders(i * 8 + 1, 8))).collect::<Vec<_>>().join(", ");
+        let sql = format!(
+            "INSERT INTO artifacts (item_id, kind, storage_name, sha256, byte_length, content_type, content, created_at)
+             VALUES {rows}"
+        );
+        let mut values = Vec::with_capacity(chunk.len() * 8);
+        for (id, f) in chunk {
+            values.extend(params![
+                id,
+                f.kind.as_str(),
+                f.storage_name,
+                f.sha256,
+                f.byte_length,
+                f.content_type,
+                f.inline,
+                now.0
+            ]);
         }
-        sql.push_str(&format!(
-            "(?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{})",
-            n + 1,
-            n + 2,
-            n + 3,
-            n + 4,
-            n + 5,
-            n + 6,
-            n + 7,
-            n + 8
-        ));
-        values.extend(params![
-            id,
-            f.kind.as_str(),
-            f.storage_name,
-            f.sha256,
-            f.byte_length,
-            f.content_type,
-            f.inline,
-            now.0
-        ]);
+        conn.execute(&sql, values)?;
     }
-    conn.execute(&sql, values)?;
     Ok(())
 }
 
