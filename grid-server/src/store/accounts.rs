@@ -1,6 +1,8 @@
 //! Accounts, API keys and the credit ledger.
 
-use super::sql::{Conn, Optional};
+use std::sync::OnceLock;
+
+use super::sql::{chunk_sql, chunks, placeholders, Conn, Optional};
 use grid_core::error::ApiError;
 use grid_core::ids;
 use grid_core::ledger::{Balance, DailyUse, EntryKind};
@@ -346,30 +348,28 @@ pub fn append(conn: &Conn, e: &Entry, now: Millis) -> StoreResult<()> {
 /// Appends ledger entries in one statement, as `append` does each (the
 /// settlement pass writes many at once).
 pub fn append_all(conn: &Conn, entries: &[Entry], now: Millis) -> StoreResult<()> {
-    if entries.is_empty() {
-        return Ok(());
-    }
-    let mut sql = String::from(
-        "INSERT INTO ledger (account_id, key_id, kind, amount, subject, reservation_day, created_at) VALUES ",
-    );
-    let mut values = Vec::with_capacity(entries.len() * 7);
-    for (i, e) in entries.iter().enumerate() {
-        let n = i * 7;
-        if i > 0 {
-            sql.push_str(", ");
+    static SQL: OnceLock<[String; 4]> = OnceLock::new();
+    for chunk in chunks(entries) {
+        let sql = chunk_sql(&SQL, chunk.len(), |n| {
+            let rows = (0..n).map(|i| format!("({})", placeholders(i * 7 + 1, 7))).collect::<Vec<_>>().join(", ");
+            format!(
+                "INSERT INTO ledger (account_id, key_id, kind, amount, subject, reservation_day, created_at)
+                 VALUES {rows} ON CONFLICT DO NOTHING"
+            )
+        });
+        let mut values = Vec::with_capacity(chunk.len() * 7);
+        for e in chunk {
+            values.extend(crate::params![
+                e.account_id,
+                e.key_id,
+                e.kind.as_str(),
+                e.amount,
+                e.subject,
+                e.reservation_day,
+                now.0
+            ]);
         }
-        sql.push_str(&format!("(?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{})", n + 1, n + 2, n + 3, n + 4, n + 5, n + 6, n + 7));
-        values.extend(crate::params![
-            e.account_id,
-            e.key_id,
-            e.kind.as_str(),
-            e.amount,
-            e.subject,
-            e.reservation_day,
-            now.0
-        ]);
+        conn.execute(sql, values)?;
     }
-    sql.push_str(" ON CONFLICT DO NOTHING");
-    conn.execute(&sql, values)?;
     Ok(())
 }

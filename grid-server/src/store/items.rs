@@ -6,8 +6,9 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
-use super::sql::{Conn, Optional, Row, ToValue};
+use super::sql::{chunk_sql, chunks, placeholders, Conn, Optional, Row, ToValue};
 use crate::params;
 use grid_core::catalog::{ArtifactKind, Profile, Script};
 use grid_core::error::ApiError;
@@ -215,14 +216,17 @@ pub fn take_lease(
     node: &str,
     now: Millis,
 ) -> StoreResult<Vec<i64>> {
+    static SQL: OnceLock<[String; 4]> = OnceLock::new();
     for chunk in chunks(claims) {
-        let sql = format!(
-            "UPDATE items SET state = ?1, attempts_made = ?2, failed_reason = ?3, failure_published = ?4, run_at = ?5,
-                              billable = ?6, settlement_due = COALESCE(?7, settlement_due), updated_at = ?8,
-                              lease_node = ?9, lease_token = lease_token + 1
-              WHERE id IN ({})",
-            placeholders(10, chunk.len())
-        );
+        let sql = chunk_sql(&SQL, chunk.len(), |n| {
+            format!(
+                "UPDATE items SET state = ?1, attempts_made = ?2, failed_reason = ?3, failure_published = ?4, run_at = ?5,
+                                  billable = ?6, settlement_due = COALESCE(?7, settlement_due), updated_at = ?8,
+                                  lease_node = ?9, lease_token = lease_token + 1
+                  WHERE id IN ({})",
+                placeholders(10, n)
+            )
+        });
         let mut values = params![
             it.state.as_str(),
             it.attempts_made,
@@ -235,7 +239,7 @@ pub fn take_lease(
             node
         ];
         values.extend(chunk.iter().map(|(id, _)| id.to_value()));
-        if conn.execute(&sql, values)? != chunk.len() {
+        if conn.execute(sql, values)? != chunk.len() {
             return Err(StoreError::Invalid("an item changed under its claim".into()));
         }
     }
@@ -260,14 +264,17 @@ pub fn save_ends(
     owed: Option<Settlement>,
     now: Millis,
 ) -> StoreResult<usize> {
+    static SQL: OnceLock<[String; 4]> = OnceLock::new();
     let mut stored = 0;
     for chunk in chunks(ids) {
-        let sql = format!(
-            "UPDATE items SET state = ?1, attempts_made = ?2, failed_reason = ?3, failure_published = ?4, run_at = ?5,
-                              billable = ?6, settlement_due = COALESCE(?7, settlement_due), updated_at = ?8
-              WHERE state = 'active' AND lease_token = ?9 AND id IN ({})",
-            placeholders(10, chunk.len())
-        );
+        let sql = chunk_sql(&SQL, chunk.len(), |n| {
+            format!(
+                "UPDATE items SET state = ?1, attempts_made = ?2, failed_reason = ?3, failure_published = ?4, run_at = ?5,
+                                  billable = ?6, settlement_due = COALESCE(?7, settlement_due), updated_at = ?8
+                  WHERE state = 'active' AND lease_token = ?9 AND id IN ({})",
+                placeholders(10, n)
+            )
+        });
         let mut values = params![
             it.state.as_str(),
             it.attempts_made,
@@ -280,50 +287,36 @@ pub fn save_ends(
             lease_token
         ];
         values.extend(chunk.iter().map(|id| id.to_value()));
-        stored += conn.execute(&sql, values)?;
+        stored += conn.execute(sql, values)?;
     }
     Ok(stored)
 }
 
 /// The fencing tokens of those of `ids` that are active, by id.
 pub fn active_leases(conn: &Conn, ids: &[&str]) -> StoreResult<Vec<(String, i64)>> {
+    static SQL: OnceLock<[String; 4]> = OnceLock::new();
     let mut held = Vec::with_capacity(ids.len());
     for chunk in chunks(ids) {
-        let sql = format!(
-            "SELECT id, lease_token FROM items WHERE state = 'active' AND id IN ({})",
-            placeholders(1, chunk.len())
-        );
-        held.extend(conn.query_map(&sql, chunk, |r| Ok((r.get(0)?, r.get(1)?)))?);
+        let sql = chunk_sql(&SQL, chunk.len(), |n| {
+            format!("SELECT id, lease_token FROM items WHERE state = 'active' AND id IN ({})", placeholders(1, n))
+        });
+        held.extend(conn.query_map(sql, chunk, |r| Ok((r.get(0)?, r.get(1)?)))?);
     }
     Ok(held)
-}
-
-/// `?first, ?first+1, ...`: `n` numbered placeholders.
-fn placeholders(first: usize, n: usize) -> String {
-    (first..first + n).map(|i| format!("?{i}")).collect::<Vec<_>>().join(", ")
-}
-
-/// `items` in chunks of a few fixed sizes (128, 32, 8, 1), so that a few
-/// statements, each prepared once, serve lists of any length.
-fn chunks<T>(items: &[T]) -> impl Iterator<Item = &[T]> {
-    let mut rest = items;
-    std::iter::from_fn(move || {
-        let n = [128, 32, 8, 1].into_iter().find(|&n| n <= rest.len())?;
-        let (chunk, tail) = rest.split_at(n);
-        rest = tail;
-        Some(chunk)
-    })
 }
 
 /// Publishes checked files, each with its item's id: those of many items
 /// in a few statements (multi-row inserts in chunks).
 pub fn insert_files(conn: &Conn, files: &[(&str, Cow<PublishedFile>)], now: Millis) -> StoreResult<()> {
+    static SQL: OnceLock<[String; 4]> = OnceLock::new();
     for chunk in chunks(files) {
-        let rows = (0..chunk.len()).map(|i| format!("({})", placeholders(i * 8 + 1, 8))).collect::<Vec<_>>().join(", ");
-        let sql = format!(
-            "INSERT INTO artifacts (item_id, kind, storage_name, sha256, byte_length, content_type, content, created_at)
-             VALUES {rows}"
-        );
+        let sql = chunk_sql(&SQL, chunk.len(), |n| {
+            let rows = (0..n).map(|i| format!("({})", placeholders(i * 8 + 1, 8))).collect::<Vec<_>>().join(", ");
+            format!(
+                "INSERT INTO artifacts (item_id, kind, storage_name, sha256, byte_length, content_type, content, created_at)
+                 VALUES {rows}"
+            )
+        });
         let mut values = Vec::with_capacity(chunk.len() * 8);
         for (id, f) in chunk {
             values.extend(params![
@@ -337,7 +330,7 @@ pub fn insert_files(conn: &Conn, files: &[(&str, Cow<PublishedFile>)], now: Mill
                 now.0
             ]);
         }
-        conn.execute(&sql, values)?;
+        conn.execute(sql, values)?;
     }
     Ok(())
 }
@@ -554,8 +547,8 @@ pub fn queue_counts(conn: &Conn) -> StoreResult<(QueueCounts, u32)> {
 
 /// The settlement pass: writes the ledger entry every finished item owes and
 /// clears the debt, in one transaction. Returns how many items it settled.
-/// Entries are written `SETTLE_CHUNK` at a time (two statements per chunk,
-/// not two per item).
+/// Entries are written up to 128 at a time (two statements per chunk, not
+/// two per item).
 pub fn settle_due(conn: &Conn, now: Millis, limit: usize) -> StoreResult<usize> {
     let due: Vec<(String, String, Option<String>, String, i64, i64)> = conn.query_map(
         "SELECT id, account_id, key_id, settlement_due, price_micros, reservation_day
@@ -563,7 +556,8 @@ pub fn settle_due(conn: &Conn, now: Millis, limit: usize) -> StoreResult<usize> 
         [limit as i64],
         |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)),
     )?;
-    for chunk in due.chunks(SETTLE_CHUNK) {
+    static CLEAR: OnceLock<[String; 4]> = OnceLock::new();
+    for chunk in chunks(&due) {
         let entries: Vec<Entry> = chunk
             .iter()
             .map(|(id, account_id, key_id, due, price, day)| Entry {
@@ -579,16 +573,13 @@ pub fn settle_due(conn: &Conn, now: Millis, limit: usize) -> StoreResult<usize> 
             })
             .collect();
         accounts::append_all(conn, &entries, now)?;
-        let ids = (1..=chunk.len()).map(|i| format!("?{i}")).collect::<Vec<_>>().join(", ");
-        let sql = format!("UPDATE items SET settlement_due = NULL WHERE id IN ({ids})");
-        conn.execute(&sql, chunk.iter().map(|d| d.0.as_str()).collect::<Vec<_>>().as_slice())?;
+        let sql = chunk_sql(&CLEAR, chunk.len(), |n| {
+            format!("UPDATE items SET settlement_due = NULL WHERE id IN ({})", placeholders(1, n))
+        });
+        conn.execute(sql, chunk.iter().map(|d| d.0.as_str()).collect::<Vec<_>>().as_slice())?;
     }
     Ok(due.len())
 }
-
-/// Settlements written per statement: 7 parameters each, well within both
-/// databases' bounds on a statement's parameters.
-const SETTLE_CHUNK: usize = 128;
 
 /// Fixtures shared with the item driver's tests: a temp-dir store, accounts
 /// and batches.
@@ -737,7 +728,7 @@ pub(crate) mod tests {
     fn settlement_in_chunks_writes_one_entry_per_item() {
         let (_d, s) = store();
         let c = caller(&s, 1_000_000, None);
-        let n = 2 * SETTLE_CHUNK + 7;
+        let n = 2 * 128 + 7;
         submit(&s, &c, n, None).unwrap();
         s.write_blocking(|tx| {
             let ids: Vec<String> = tx.query_map("SELECT id FROM items", (), |r| r.get(0))?;

@@ -8,6 +8,8 @@
 //! which one does. The few statements the two dialects cannot share ask
 //! [`Sql::dialect`].
 
+use std::sync::OnceLock;
+
 use super::{StoreError, StoreResult};
 
 /// One value crossing the seam, in either direction.
@@ -384,9 +386,48 @@ pub fn numbered_placeholders(sql: &str) -> String {
     out
 }
 
+/// `?first, ?first+1, ...`: `n` numbered placeholders.
+pub fn placeholders(first: usize, n: usize) -> String {
+    (first..first + n).map(|i| format!("?{i}")).collect::<Vec<_>>().join(", ")
+}
+
+/// The sizes `chunks` cuts lists into.
+pub const CHUNKS: [usize; 4] = [128, 32, 8, 1];
+
+/// `items` in chunks of a few fixed sizes (`CHUNKS`), so that a few
+/// statements, each prepared once, serve lists of any length.
+pub fn chunks<T>(items: &[T]) -> impl Iterator<Item = &[T]> {
+    let mut rest = items;
+    std::iter::from_fn(move || {
+        let n = CHUNKS.into_iter().find(|&n| n <= rest.len())?;
+        let (chunk, tail) = rest.split_at(n);
+        rest = tail;
+        Some(chunk)
+    })
+}
+
+/// The text of a statement for a chunk of `n` items (`n` one of `CHUNKS`),
+/// built once per process: a chunk of 128 files is a thousand placeholders.
+pub fn chunk_sql(texts: &'static OnceLock<[String; 4]>, n: usize, build: fn(usize) -> String) -> &'static str {
+    let texts = texts.get_or_init(|| CHUNKS.map(build));
+    let i = CHUNKS.iter().position(|&c| c == n).unwrap_or(CHUNKS.len() - 1);
+    &texts[i]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn chunks_cover_a_list_in_the_fixed_sizes_and_in_order() {
+        let items: Vec<usize> = (0..301).collect();
+        let sizes: Vec<usize> = chunks(&items).map(<[usize]>::len).collect();
+        assert_eq!(sizes, [128, 128, 32, 8, 1, 1, 1, 1, 1]);
+        assert_eq!(chunks(&items).flatten().copied().collect::<Vec<_>>(), items);
+        assert_eq!(chunks::<u8>(&[]).count(), 0);
+        static TEXTS: OnceLock<[String; 4]> = OnceLock::new();
+        assert_eq!(chunk_sql(&TEXTS, 8, |n| placeholders(3, n)), "?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10");
+    }
 
     #[test]
     fn placeholders_are_renumbered_outside_quotes_only() {
