@@ -4,7 +4,7 @@
 //!     bench_fetch [--items N] [--workers W] [--delay-ms D] [--grid-workers G] [--timeout-secs S]
 //!
 //! Starts a local target and `grid-server serve --allow-private-networks
-//! --workers G` (G defaults to W; GRID_SERVER_BIN, else target/debug/grid-server;
+//! --max-workers G` (G defaults to W; GRID_SERVER_BIN, else target/debug/grid-server;
 //! the bench scripts point it at the release build), submits N fetch URLs
 //! in batches of 1,000 and times them until every batch is done. Then
 //! fetches the same N URLs with reqwest, W at a time. Prints both rates and
