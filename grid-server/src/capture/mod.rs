@@ -26,7 +26,7 @@ pub mod guard;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -65,6 +65,9 @@ pub struct Workers {
     claimed: AtomicUsize,
     /// Set once a worker is free again.
     freed: Notify,
+    /// Whether the worker freed last ran a browser item: a claim that
+    /// stopped at a browser item for want of room may go on now.
+    browser_freed: AtomicBool,
     /// Recent attempts' duration in microseconds (a moving average).
     attempt_micros: AtomicU64,
 }
@@ -109,6 +112,7 @@ impl Drop for Slot {
         self.workers.busy.fetch_sub(1, Ordering::Relaxed);
         if self.browser {
             self.workers.browsers.fetch_sub(1, Ordering::Relaxed);
+            self.workers.browser_freed.store(true, Ordering::Relaxed);
         }
         self.workers.freed.notify_one();
     }
@@ -188,7 +192,11 @@ async fn dispatch(app: Arc<App>, fetcher: Arc<Fetcher>, mut shutdown: watch::Rec
                 woken_while_claiming = claiming.is_some();
                 ready = Box::pin(ready_on.clone().notified_owned());
             }
-            _ = workers.freed.notified() => {}
+            _ = workers.freed.notified() => {
+                if workers.browser_freed.swap(false, Ordering::Relaxed) {
+                    drained = false;
+                }
+            }
             // Only a drained queue needs looking at again unasked: otherwise
             // a claim in flight or a worker that frees wakes the loop.
             _ = tokio::time::sleep(IDLE_POLL), if drained => drained = false,
