@@ -66,13 +66,20 @@ pub fn document(base_url: &str) -> Value {
                     "scheme": "bearer",
                     "description": "An API key, or an access token from the grid's sign-in whose audience is the \
                         grid's address (`{base_url}/mcp` for POST /mcp)."
+                },
+                "nodeCredential": {
+                    "type": "apiKey",
+                    "in": "header",
+                    "name": "x-grid-node-credential",
+                    "description": "The credential the grid's nodes share through the database; calls between \
+                        nodes only (docs/scale-out.md)."
                 }
             }
         }
     })
 }
 
-const TAGS: [(&str, &str); 8] = [
+const TAGS: [(&str, &str); 9] = [
     ("meta", "Health, OAuth protected-resource metadata and this document; no credential."),
     ("account", "The caller's own account and the grid's state."),
     ("captures", "Capture batches of 1 to 1,000 URLs; each URL is an item with published files."),
@@ -81,6 +88,7 @@ const TAGS: [(&str, &str); 8] = [
     ("mcp", "The grid's calls as MCP tools (stateless Streamable HTTP)."),
     ("downloads", "Published capture files and a session's downloaded files behind short-lived signed URLs; the signature is the credential."),
     ("cdp", "A session's DevTools endpoint; the token in the path is the credential."),
+    ("internal", "Calls between the grid's nodes, with the credential they share; not for clients."),
 ];
 
 /// A response object of the error table's row, for `components.responses`.
@@ -250,6 +258,8 @@ fn common_errors(access: Access) -> Vec<ApiError> {
         ]),
         Access::SessionToken => errors.push(ApiError::UnknownSession),
         Access::SignedUrl => errors.extend([ApiError::DownloadLinkInvalid, ApiError::Internal]),
+        // Without the nodes' credential the route is not there.
+        Access::Node => errors.extend([ApiError::RouteNotFound, ApiError::Internal]),
     }
     errors
 }
@@ -295,6 +305,7 @@ fn operation(route: Route) -> Value {
         Access::Credential | Access::Mcp => {}
         // Open, or the credential is in the address itself.
         Access::Open | Access::SessionToken | Access::SignedUrl => o["security"] = json!([]),
+        Access::Node => o["security"] = json!([{"nodeCredential": []}]),
     }
     o
 }
@@ -694,6 +705,16 @@ fn describe(route: Route) -> Operation {
             errors: vec![ApiError::SessionDownloadNotPresent],
             ..op("downloadSessionFile", "downloads", "Download a file of a session's downloads")
         },
+        NodeSessionSync => Operation {
+            description: Some("Asks the node running the session's browser to bring it in line with its record: start a session another node leased for it, stop one another node ended.".into()),
+            answers: vec![Answer::empty(204, "In line with the record.")],
+            ..op("nodeSessionSync", "internal", "Bring a session's browser in line with its record")
+        },
+        NodeJobSync => Operation {
+            description: Some("Asks the node whose engine runs the job's attempt to bring its container in line with the record: stop one another node cancelled.".into()),
+            answers: vec![Answer::empty(204, "In line with the record.")],
+            ..op("nodeJobSync", "internal", "Bring a job's container in line with its record")
+        },
         CdpSocket => cdp::socket(op("cdpConnect", "cdp", "WebSocket to the browser target (the cdpUrl itself)")),
         CdpBrowserSocket => cdp::socket(op("cdpBrowserSocket", "cdp", "WebSocket to the browser target")),
         CdpPageSocket => cdp::socket(op("cdpPageSocket", "cdp", "WebSocket to one page")),
@@ -1028,6 +1049,12 @@ mod tests {
         let doc = document("http://g");
         for route in Route::ALL {
             let op = &doc["paths"][route.template()][route.method().to_ascii_lowercase()];
+            if route.access() == Access::Node {
+                assert_eq!(op["security"], json!([{"nodeCredential": []}]), "{route:?}");
+                assert!(op["responses"].get("404").is_some(), "{route:?}");
+                assert!(op["responses"].get("401").is_none(), "{route:?}");
+                continue;
+            }
             let open = op.get("security") == Some(&json!([]));
             assert_eq!(open, !matches!(route.access(), Access::Credential | Access::Mcp), "{route:?}");
             assert_eq!(op["responses"].get("401").is_some(), !open, "{route:?}");

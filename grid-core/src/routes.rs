@@ -62,6 +62,13 @@ pub enum Route {
     CdpView,
     CdpBrowserSocket,
     CdpPageSocket,
+    /// Node to node (docs/scale-out.md): the node running a session's
+    /// browser brings it in line with its record (starts a session another
+    /// node leased for it, stops one another node ended).
+    NodeSessionSync,
+    /// Node to node: the node running a job's attempt brings its container
+    /// in line with the record (stops one another node cancelled).
+    NodeJobSync,
 }
 
 /// What a route takes as its credential.
@@ -79,10 +86,13 @@ pub enum Access {
     SessionToken,
     /// The signature in the query string.
     SignedUrl,
+    /// The credential the grid's nodes share through the store
+    /// (`x-grid-node-credential`); no API key or token reaches these.
+    Node,
 }
 
 impl Route {
-    pub const ALL: [Route; 36] = [
+    pub const ALL: [Route; 38] = [
         Route::Healthz,
         Route::ProtectedResource,
         Route::ProtectedResourceMcp,
@@ -119,13 +129,17 @@ impl Route {
         Route::CdpView,
         Route::CdpBrowserSocket,
         Route::CdpPageSocket,
+        Route::NodeSessionSync,
+        Route::NodeJobSync,
     ];
 
     /// The HTTP method, upper case.
     pub fn method(self) -> &'static str {
         use Route::*;
         match self {
-            SubmitBatch | SubmitJob | RetryJob | CancelJob | LeaseSession | Mcp => "POST",
+            SubmitBatch | SubmitJob | RetryJob | CancelJob | LeaseSession | Mcp | NodeSessionSync | NodeJobSync => {
+                "POST"
+            }
             ReleaseSession => "DELETE",
             CdpNewTarget => "PUT",
             McpPreflight => "OPTIONS",
@@ -175,6 +189,8 @@ impl Route {
             CdpView => "/cdp/{sessionId}/{token}/view",
             CdpBrowserSocket => "/cdp/{sessionId}/{token}/devtools/browser/{browserId}",
             CdpPageSocket => "/cdp/{sessionId}/{token}/devtools/page/{targetId}",
+            NodeSessionSync => "/internal/sessions/{sessionId}/sync",
+            NodeJobSync => "/internal/jobs/{jobId}/sync",
         }
     }
 
@@ -190,6 +206,7 @@ impl Route {
             Download | SessionDownload => Access::SignedUrl,
             CdpSocket | CdpVersion | CdpTargets | CdpTargetList | CdpNewTarget | CdpNewTargetGet | CdpCloseTarget
             | CdpActivateTarget | CdpView | CdpBrowserSocket | CdpPageSocket => Access::SessionToken,
+            NodeSessionSync | NodeJobSync => Access::Node,
         }
     }
 
@@ -331,7 +348,9 @@ mod tests {
                 | Route::CdpActivateTarget
                 | Route::CdpView
                 | Route::CdpBrowserSocket
-                | Route::CdpPageSocket => {}
+                | Route::CdpPageSocket
+                | Route::NodeSessionSync
+                | Route::NodeJobSync => {}
             }
         }
         let routes: std::collections::BTreeSet<Route> = Route::ALL.into_iter().collect();

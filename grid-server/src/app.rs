@@ -15,6 +15,8 @@ use crate::store::Store;
 pub struct App {
     /// Requests per credential, connection and body bounds (http/limits.rs).
     pub limits: crate::http::limits::Limits,
+    /// API keys that checked out, kept so a request need not look its key up.
+    pub keys: crate::http::auth::KeyCache,
     /// The clock drivers read (the system clock here; a virtual one in tests).
     pub clock: Arc<dyn crate::clock::Clock>,
     /// Wakes the due-time loop (`due.rs`) when a driver set a due time sooner
@@ -26,6 +28,8 @@ pub struct App {
     pub tokens: crate::tokens::TokenVerifier,
     pub compute: Compute,
     pub sessions: crate::sessions::Sessions,
+    /// Calls to the other nodes, and the credential they share.
+    pub peers: Arc<crate::peers::Peers>,
     /// The capture item driver: every item state change goes through it.
     pub items: Arc<crate::capture::driver::ItemDriver>,
     /// Woken when items become claimable, so idle workers start at once.

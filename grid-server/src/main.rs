@@ -15,6 +15,7 @@ mod http;
 mod ids;
 mod metrics;
 mod nodes;
+mod peers;
 mod sessions;
 mod settlement;
 mod signing;
@@ -141,7 +142,10 @@ struct ServeArgs {
     /// This node's name, unique among the nodes sharing the store (default: the host's name).
     #[arg(long)]
     node: Option<String>,
-    /// Where the other nodes reach this one (node-to-node traffic; docs/scale-out.md).
+    /// Where the other nodes reach this one (node-to-node traffic: sessions
+    /// whose browser runs here; docs/scale-out.md). An http:// address on a
+    /// private network. Default: http://{the bound address} when --listen
+    /// names one address and TLS is off; none otherwise.
     #[arg(long, value_name = "URL")]
     advertise_url: Option<String>,
     /// A node whose heartbeat is older than this is dead and its work is taken over.
@@ -486,12 +490,33 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     if tls.is_some() && base_url.starts_with("http://") {
         tracing::warn!(%base_url, "the server speaks HTTPS but --base-url is http://: cdpUrl and download URLs will not reach it");
     }
+    if let Some(u) = &args.advertise_url {
+        let ok = url::Url::parse(u).is_ok_and(|p| p.scheme() == "http" && p.host_str().is_some());
+        anyhow::ensure!(
+            ok,
+            "--advertise-url {u}: expected http://HOST:PORT, where the other nodes reach this one over a private network \
+             (node-to-node TLS is not supported yet)"
+        );
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    let compute_cpu_millis = args.compute.compute_cpu_millis.unwrap_or(cores * 1000);
     let node = nodes::NodeConfig {
         name: args.node.clone().unwrap_or_else(nodes::default_name),
-        advertise_url: args.advertise_url.clone(),
+        advertise_url: args
+            .advertise_url
+            .clone()
+            .map(|u| u.trim_end_matches('/').to_string())
+            .or_else(|| (tls.is_none() && !addr.ip().is_unspecified()).then(|| format!("http://{addr}"))),
         lease: Duration::from_secs(args.node_lease_secs),
-        max_sessions: if args.sessions_disabled { 0 } else { args.max_sessions },
+        offer: store::nodes::Offer {
+            sessions: if args.sessions_disabled { 0 } else { args.max_sessions },
+            cpu_millis: compute_cpu_millis,
+            memory_bytes: args.compute.compute_memory_bytes,
+        },
     };
+    // How long this node was known alive before this start: what its last
+    // run left live ends as of then.
+    let last_heartbeat = nodes::last_heartbeat(&store, &node).await.context("reading the node's last heartbeat")?;
     // Registered before anything is recovered: from now on this node's
     // heartbeat tells the others it is alive.
     nodes::register(&store, &node, ids::now()).await.context("registering the node")?;
@@ -519,11 +544,10 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
             disk_mib: args.sandbox.browser_disk_mib,
         },
     };
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
     let compute_config = ComputeConfig {
         docker_host: args.compute.docker_host,
         admitted: args.compute.admitted,
-        cpu_millis: args.compute.compute_cpu_millis.unwrap_or(cores * 1000),
+        cpu_millis: compute_cpu_millis,
         memory_bytes: args.compute.compute_memory_bytes,
         public_https: args.compute.enable_public_https,
     };
@@ -534,7 +558,6 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     }
     let session_config = sessions::SessionConfig {
         chromium: args.chromium.clone(),
-        max_sessions: args.max_sessions,
         disabled: args.sessions_disabled,
         warm: args.warm_sessions,
         egress: egress::EgressPolicy { treat_as_public: args.session_treat_as_public.clone() },
@@ -549,6 +572,7 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     };
     let secret =
         store.write(|tx| store::setting_or_init(tx, "download_signing_secret", || ids::random_hex(32))).await?;
+    let peers = Arc::new(peers::Peers::load(store.clone()).await.context("reading the nodes' credential")?);
     let clock: Arc<dyn clock::Clock> = Arc::new(clock::SystemClock);
     let wake = capture::driver::Wake::default();
     let items = Arc::new(capture::driver::ItemDriver::start(
@@ -569,6 +593,7 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         wake.due.clone(),
         config.data_dir.join("logs"),
         &node.name,
+        peers.clone(),
     )
     .context("building the registry client")?;
     let app = Arc::new(App {
@@ -582,7 +607,9 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
                 max_connections_per_peer: args.max_connections_per_peer as usize,
             },
         ),
-        sessions: sessions::Sessions::new(session_config, store.clone(), clock.clone()),
+        sessions: sessions::Sessions::new(session_config, store.clone(), clock.clone(), &node.name, peers.clone()),
+        peers,
+        keys: http::auth::KeyCache::new(store.clone(), clock.clone()),
         clock,
         due_wake: wake.due,
         queue_ready: wake.queue,
@@ -597,17 +624,16 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         browsers: browser_pool(&config),
         config,
     });
-    // Read before the settlement pass starts: its first heartbeat is now.
-    let last_alive = app
-        .store
-        .read(|c| store::setting(c, settlement::HEARTBEAT))
-        .await?
-        .and_then(|v| v.parse().ok())
-        .map(grid_core::time::Millis);
+    // The last moment this node is known alive: the later of its node
+    // heartbeat and its own last settlement pass (read before the pass
+    // starts: its first heartbeat is now). Another node's passes say
+    // nothing of this one.
+    let me = app.config.node.clone();
+    let settled_at = app.store.read(move |c| settlement::last_pass_of(c, &me)).await?;
+    let last_alive = last_heartbeat.max(settled_at);
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut workers = capture::spawn_workers(app.clone(), stop_rx.clone()).context("building the fetch client")?;
     let settlement = tokio::spawn(settlement::run(app.clone(), stop_rx.clone()));
-    tokio::spawn(nodes::run(app.clone(), node.clone(), stop_rx.clone()));
     tokio::spawn(compute::health(app.clone(), stop_rx.clone()));
     tokio::spawn(compute::scheduler(app.compute.driver.clone(), stop_rx.clone()));
     let stop_signal = shutdown_signal().context("installing the SIGTERM handler")?;
@@ -619,6 +645,9 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     // Before the due loop: what the last run left live ends as of its last
     // heartbeat, not as of now.
     sessions::recover(&app, last_alive).await;
+    // After recovery: its first beat reconciles this node's sessions, and
+    // those the last run left must be ended first, not started again.
+    tokio::spawn(nodes::run(app.clone(), node.clone(), stop_rx.clone()));
     // Every driver with durable due times fires them here.
     let download_sweep = sessions::downloads::Sweep::new(app.sessions.downloads.clone(), app.store.clone());
     let due_drivers: Vec<Arc<dyn due::Due>> = vec![

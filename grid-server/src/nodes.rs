@@ -9,6 +9,10 @@
 //! last heartbeat, its job attempts end as evicted (free, replayed within
 //! their retries). Then its row is removed; a node that finds its own row
 //! gone was taken for dead and registers again.
+//!
+//! Each heartbeat also brings what runs here in line with what other nodes
+//! decided for it (a session released or a job cancelled through another
+//! node), in case their call (`peers.rs`) did not arrive.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,8 +31,8 @@ pub struct NodeConfig {
     pub advertise_url: Option<String>,
     /// A node whose heartbeat is older than this is dead.
     pub lease: Duration,
-    /// Its session slots (`--max-sessions`).
-    pub max_sessions: u32,
+    /// What it offers: session slots and engine capacity.
+    pub offer: nodes::Offer,
 }
 
 /// The node's name when `--node` is not given: the host's name.
@@ -42,8 +46,8 @@ pub fn default_name() -> String {
 
 /// Registers the node, alive now.
 pub async fn register(store: &Store, config: &NodeConfig, now: Millis) -> Result<(), StoreError> {
-    let (name, url, slots) = (config.name.clone(), config.advertise_url.clone(), config.max_sessions);
-    store.write(move |tx| nodes::register(tx, &name, url.as_deref(), slots, now)).await
+    let (name, url, offer) = (config.name.clone(), config.advertise_url.clone(), config.offer);
+    store.write(move |tx| nodes::register(tx, &name, url.as_deref(), offer, now)).await
 }
 
 /// Beats every third of the lease and takes over dead nodes, until shutdown.
@@ -57,7 +61,20 @@ pub async fn run(app: Arc<App>, config: NodeConfig, mut shutdown: watch::Receive
         }
         beat(&app, &config).await;
         take_over(&app, &config).await;
+        // What another node decided for work running here, should its
+        // call not have arrived.
+        crate::sessions::reconcile(&app).await;
+        if let Err(e) = app.compute.driver.stop_recorded().await {
+            tracing::warn!(error = %e, "recorded job stops not checked; the next heartbeat tries again");
+        }
     }
+}
+
+/// This node's last heartbeat before it registers again (a restart): how
+/// long it is known to have been alive.
+pub async fn last_heartbeat(store: &Store, config: &NodeConfig) -> Result<Option<Millis>, StoreError> {
+    let name = config.name.clone();
+    store.read(move |c| nodes::heartbeat_of(c, &name)).await
 }
 
 async fn beat(app: &App, config: &NodeConfig) {

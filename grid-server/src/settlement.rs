@@ -2,6 +2,8 @@
 //! ledger entries (charges and releases). Settling is idempotent: the ledger's
 //! unique index admits one charge or release per item, so a pass interrupted
 //! by a crash is simply run again.
+//!
+//! On a grid of several nodes one node runs the passes (`leads`).
 
 use std::sync::Arc;
 
@@ -9,12 +11,29 @@ use tokio::sync::watch;
 
 use crate::app::App;
 use crate::ids::now;
-use crate::store::items;
+use crate::store::{items, nodes};
 
 const BATCH: usize = 2_000;
 /// Setting holding the time of the last pass: how long the server was
 /// known to be alive, should it stop without warning.
 pub const HEARTBEAT: &str = "settlement_heartbeat";
+/// Setting naming the node that wrote `HEARTBEAT`: it tells only that node
+/// how long it was alive.
+pub const HEARTBEAT_NODE: &str = "settlement_heartbeat_node";
+
+/// The last moment `node` is known to have been alive by its settlement
+/// passes: `HEARTBEAT` when `node` wrote it (or nobody is named: a data dir
+/// from before nodes).
+pub fn last_pass_of(
+    conn: &crate::store::Conn,
+    node: &str,
+) -> crate::store::StoreResult<Option<grid_core::time::Millis>> {
+    let writer = crate::store::setting(conn, HEARTBEAT_NODE)?;
+    if writer.is_some_and(|w| w != node) {
+        return Ok(None);
+    }
+    Ok(crate::store::setting(conn, HEARTBEAT)?.and_then(|v| v.parse().ok()).map(grid_core::time::Millis))
+}
 
 pub async fn run(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(app.config.settlement_interval);
@@ -24,10 +43,27 @@ pub async fn run(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
             _ = tick.tick() => {}
             _ = shutdown.changed() => {}
         }
-        pass(&app).await;
+        if leads(&app).await {
+            pass(&app).await;
+        }
         if *shutdown.borrow() {
             return;
         }
+    }
+}
+
+/// Whether this node runs the settlement passes: of the live nodes, the
+/// one whose name sorts first (one node, on SQLite: this one). A pass is
+/// idempotent and each batch is one write transaction, so two nodes that
+/// briefly both believe they lead (one just died, or just came back) only
+/// repeat reads; the leader's death hands the passes on within the node
+/// lease.
+async fn leads(app: &App) -> bool {
+    let (me, live_after) = (app.config.node.clone(), nodes::live_after(app.clock.now(), app.config.node_lease));
+    match app.store.read(move |c| nodes::leader(c, &me, live_after)).await {
+        Ok(leader) => leader == app.config.node,
+        // Settling twice is harmless; not settling is not.
+        Err(_) => true,
     }
 }
 
@@ -39,7 +75,12 @@ pub async fn pass(app: &App) {
 }
 
 async fn pass_once(app: &App) {
-    if let Err(e) = app.store.write(|tx| crate::store::set_setting(tx, HEARTBEAT, &now().0.to_string())).await {
+    let me = app.config.node.clone();
+    let beat = move |tx: &crate::store::Conn| {
+        crate::store::set_setting(tx, HEARTBEAT, &now().0.to_string())?;
+        crate::store::set_setting(tx, HEARTBEAT_NODE, &me)
+    };
+    if let Err(e) = app.store.write(beat).await {
         tracing::warn!(error = %e, "heartbeat not stored");
     }
     loop {

@@ -2,13 +2,16 @@
 //! until GET /sessions says running, connect a CDP client through the
 //! cdpUrl, DELETE to release.
 
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::bins::workspace_root;
 use crate::cdp::{self, Cdp};
 use crate::http::Resp;
 use crate::server::GridServer;
+use crate::target::Target;
 
 /// Longest a lease may stay pending (a cold Chromium start plus attestation
 /// on a busy 2-core machine).
@@ -96,5 +99,29 @@ pub async fn release(server: &GridServer, id: &str) {
     let r = release_as(server, server.api_key(), id).await;
     if r.status != 204 {
         server.fail(&format!("DELETE /sessions/{id}: expected 204, got {r}"));
+    }
+}
+
+/// Puppeteer opens each `/download-page/{name}?n={bytes}` of `target` in the
+/// session and clicks its link.
+pub async fn click_downloads(server: &GridServer, target: &Target, cdp_url: &str, files: &[(&str, usize)]) {
+    let dir = workspace_root().join("tests/clients");
+    assert!(
+        dir.join("node_modules/puppeteer-core").is_dir(),
+        "Puppeteer is missing from {}: scripts/test.sh installs it (npm install there)",
+        dir.display()
+    );
+    let mut cmd = Command::new("node");
+    cmd.arg("session_downloads.js").arg(cdp_url).current_dir(dir);
+    for (name, bytes) in files {
+        cmd.arg(target.url(&format!("/download-page/{name}?n={bytes}")));
+    }
+    let out = tokio::task::spawn_blocking(move || cmd.output())
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| server.fail(&format!("node did not run: {e}")));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        server.fail(&format!("Puppeteer failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
     }
 }

@@ -952,3 +952,25 @@ async fn job_deadline_passed_while_the_server_was_down_ends_timed_out_at_the_dea
         "the reservation is the deadline's price and all of it is charged"
     );
 }
+
+/// A request no node's engine can hold is refused 400 naming the resource,
+/// nothing reserved; but credit comes first: an account that cannot afford
+/// the (contract-valid) body hears 402, whatever its size.
+#[tokio::test]
+async fn a_request_larger_than_every_node_is_400_but_credit_is_checked_first() {
+    check_compute_env();
+    let mut opts = compute_options();
+    opts.extra_args.extend(["--compute-cpu-millis".to_string(), "500".to_string()]);
+    let server = GridServer::start(opts);
+    let mut body = job_body(&["true"]);
+    body["resources"]["cpu"] = json!({"request": "1000m", "limit": "1000m"});
+    let r = post_job_as(&server, server.api_key(), &body).await;
+    assert_error(&r, 400, "INVALID_JOB_REQUEST");
+    assert_eq!(r.json["detail"], json!(["resources.cpu.request: more than the grid's capacity of 500m"]), "{r}");
+    assert_eq!(server.account_show(server.account_id())["reservedMicros"], json!(0));
+    assert_eq!(server.query_value("SELECT COUNT(*) FROM jobs"), Some("0".into()));
+
+    let (_, poor) = server.create_account("poor", 1);
+    body["idempotencyKey"] = json!(unique_key("poor"));
+    assert_error(&post_job_as(&server, &poor, &body).await, 402, "insufficient_credit");
+}

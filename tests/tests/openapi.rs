@@ -50,9 +50,17 @@ fn concrete(template: &str) -> String {
 }
 
 async fn send(server: &GridServer, method: &str, path: &str) -> Resp {
+    send_with(server, method, path, None).await
+}
+
+/// `send`, with the nodes' credential (`x-grid-node-credential`) when given.
+async fn send_with(server: &GridServer, method: &str, path: &str, node_credential: Option<&str>) -> Resp {
     let method = Method::from_bytes(method.as_bytes()).expect("method");
     let url = format!("{}{path}", server.base_url());
     let mut req = server.http().request(method.clone(), &url).header("x-api-key", server.api_key());
+    if let Some(c) = node_credential {
+        req = req.header("x-grid-node-credential", c);
+    }
     if path == "/mcp" {
         req = req.header("accept", ACCEPT_BOTH);
     }
@@ -176,9 +184,19 @@ async fn every_documented_operation_is_routed_and_nothing_else_is() {
     let doc = document(&server).await;
     let ops = operations(&doc);
     assert!(ops.len() >= 30, "{ops:?}");
+    // Node-to-node routes answer only the credential the nodes share (kept
+    // in the store); an API key gets the router's 404, as documented.
+    let node_credential = server
+        .query_value("SELECT value FROM settings WHERE key = 'node_credential'")
+        .unwrap_or_else(|| server.fail("no node credential in the store"));
     for (method, template) in &ops {
         let path = concrete(template);
-        let r = send(&server, method, &path).await;
+        let op = &doc["paths"][template][method.to_ascii_lowercase()];
+        let for_nodes = op["security"] == json!([{"nodeCredential": []}]);
+        if for_nodes {
+            assert_error(&send(&server, method, &path).await, 404, "not found");
+        }
+        let r = send_with(&server, method, &path, for_nodes.then_some(node_credential.as_str())).await;
         let routers_own = (r.status == 404 && r.error() == "not found") || r.status == 405;
         assert!(!routers_own, "{method} {template} (as {path}) is documented but not routed: {r}");
         let documented = &doc["paths"][template][method.to_ascii_lowercase()]["responses"];

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use grid_core::catalog::Script;
 use grid_tests::server::{GridServer, ServerOptions};
 use grid_tests::target::Target;
-use serde_json::json;
+use serde_json::{json, Value};
 
 /// Credit of the first account: every test's items many times over.
 const CREDIT: i64 = 50_000_000;
@@ -216,6 +216,17 @@ async fn a_paused_node_cannot_publish_or_charge_items_taken_over() {
     assert!(log.contains("taken for dead"), "n2 did not register again");
 }
 
+/// A node whose engine admits the test registry, or (`engine` false) one
+/// without an engine, which never provisions a job.
+fn with_engine(name: &str, lease_secs: u32, engine: bool) -> ServerOptions {
+    let mut o = node(name, lease_secs, 2);
+    o.extra_args.extend(["--admit-registry".to_string(), grid_tests::jobs::ADMITTED.to_string()]);
+    if !engine {
+        o.extra_args.extend(["--docker-host".to_string(), "unix:///nonexistent/docker.sock".to_string()]);
+    }
+    o
+}
+
 /// A job whose attempt runs on a node that dies is taken over: the attempt
 /// ends as evicted (a platform reason, free) and is replayed within its
 /// retries on a node with an engine; only the replay is charged.
@@ -223,19 +234,10 @@ async fn a_paused_node_cannot_publish_or_charge_items_taken_over() {
 async fn a_job_on_a_killed_node_is_replayed_on_another_and_only_the_replay_is_charged() {
     use grid_tests::jobs::{
         all_containers, check_compute_env, docker, job_body, job_id, job_ledger, settled_once, submit_job, wait_job,
-        wait_running, ADMITTED, DEFAULT_RESERVATION, JOB_TIMEOUT,
+        wait_running, DEFAULT_RESERVATION, JOB_TIMEOUT,
     };
     check_compute_env();
-    const LEASE_SECS: u32 = 3;
-    let with_engine = |name: &str, engine: bool| {
-        let mut o = node(name, LEASE_SECS, 2);
-        o.extra_args.extend(["--admit-registry".to_string(), ADMITTED.to_string()]);
-        if !engine {
-            // No engine: this node never provisions a job.
-            o.extra_args.extend(["--docker-host".to_string(), "unix:///nonexistent/docker.sock".to_string()]);
-        }
-        o
-    };
+    let with_engine = |name: &str, engine: bool| with_engine(name, 3, engine);
     let n1 = GridServer::start(with_engine("n1", false));
     let mut n2 = n1.join(with_engine("n2", true));
     let mut body = job_body(&["sleep", "4"]);
@@ -270,4 +272,197 @@ async fn a_job_on_a_killed_node_is_replayed_on_another_and_only_the_replay_is_ch
     assert!(charge > 0, "the replay is charged: {ledger:?}");
     assert_eq!(ledger, settled_once(&id, DEFAULT_RESERVATION, charge));
     drop(n3);
+}
+
+/// A node's slots for the session tests: one, so leases spill over.
+fn one_slot(name: &str, lease_secs: u32) -> ServerOptions {
+    let mut o = node(name, lease_secs, 1);
+    o.extra_args.extend(["--max-sessions".to_string(), "1".to_string()]);
+    o
+}
+
+/// The node whose browser runs the session.
+fn session_node(server: &GridServer, id: &str) -> Option<String> {
+    server.query_value(&format!("SELECT node FROM sessions WHERE id = '{id}'"))
+}
+
+/// Sessions across nodes: a lease through one node runs where a slot is
+/// free; its cdpUrl (discovery and WebSocket, Puppeteer too) and its
+/// downloads work through every node; a release through any node cuts
+/// every connection; 409 only when every live node is full; a session on a
+/// killed node ends as lost, settled to its reservation.
+#[tokio::test]
+async fn sessions_are_leased_driven_and_released_through_any_node() {
+    use grid_tests::cdp as cdp_client;
+    use grid_tests::http::assert_error;
+    use grid_tests::sessions::{click_downloads, connect, lease_as, release, wait_running_as};
+    use grid_tests::target::pattern_bytes;
+
+    const LEASE_SECS: u32 = 3;
+    let target = Target::start();
+    let n1 = GridServer::start(one_slot("n1", LEASE_SECS));
+    let mut n2 = n1.join(one_slot("n2", LEASE_SECS));
+    let n3 = n1.join(one_slot("n3", LEASE_SECS));
+    let key = n1.api_key().to_string();
+    assert_eq!(n2.get("/grid").await.json["maxSessions"], json!(3));
+    let through = |url: &str, from: &GridServer, to: &GridServer| url.replacen(&from.base_url(), &to.base_url(), 1);
+
+    // A: leased through n1, which has a slot: its browser runs on n1.
+    let a = lease_as(&n1, &key, json!({"ttlMinutes": 10})).await;
+    assert_eq!(session_node(&n1, &a.id).as_deref(), Some("n1"));
+    wait_running_as(&n2, &key, &a.id).await;
+    // Driven through n2: discovery answers point back through n2, and a
+    // real CDP client (Puppeteer) clicks a download there.
+    let a_via_n2 = through(&a.cdp_url, &n1, &n2);
+    let ws = cdp_client::ws_url(n2.http(), &a_via_n2).await.unwrap_or_else(|e| n2.fail(&e));
+    assert!(ws.starts_with(&format!("ws://127.0.0.1:{}/cdp/{}/", n2.port(), a.id)), "{ws}");
+    click_downloads(&n2, &target, &a_via_n2, &[("report.csv", 1500)]).await;
+    // Its download is listed and served through n3 (the file is on n1).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let listed = loop {
+        let r = n3.get(&format!("/sessions/{}/downloads", a.id)).await;
+        assert_eq!(r.status, 200, "{r}");
+        if r.json["downloads"][0]["sizeBytes"] == json!(1500) {
+            break r.json;
+        }
+        assert!(Instant::now() < deadline, "the download was not listed through n3: {r}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let url = listed["downloads"][0]["url"].as_str().unwrap_or_default().to_string();
+    let file_via_n3 = through(&url, &n1, &n3);
+    assert!(file_via_n3.starts_with(&n3.base_url()), "{file_via_n3}");
+    let got = n3.http().get(&file_via_n3).send().await.unwrap();
+    assert_eq!(got.status(), 200);
+    assert_eq!(got.bytes().await.unwrap().to_vec(), pattern_bytes(1500));
+    // A CDP connection to A through n2 stays open for the release below.
+    let mut a_conn = connect(&n2, &a_via_n2).await;
+    a_conn.call("Browser.getVersion", json!({}), None).await.unwrap_or_else(|e| n2.fail(&e));
+
+    // B: n1 is full, so B runs on n2 (the most free slots, then the name);
+    // its cdpUrl as leased (n1's address) reaches it through n1.
+    let b = lease_as(&n1, &key, json!({"ttlMinutes": 10})).await;
+    assert_eq!(session_node(&n1, &b.id).as_deref(), Some("n2"));
+    wait_running_as(&n3, &key, &b.id).await;
+    let mut b_conn = connect(&n1, &b.cdp_url).await;
+    let (_, page) = b_conn.blank_page(None).await.unwrap_or_else(|e| n1.fail(&e));
+    assert_eq!(b_conn.evaluate(&page, "6 * 7").await.unwrap_or_else(|e| n1.fail(&e)), json!(42));
+    // C: through n2 (full): on n3. Then every node is full: 409 grid-wide.
+    let c = lease_as(&n2, &key, json!({"ttlMinutes": 10})).await;
+    assert_eq!(session_node(&n1, &c.id).as_deref(), Some("n3"));
+    for n in [&n1, &n2, &n3] {
+        let r = n.post("/sessions", &json!({"ttlMinutes": 10})).await;
+        assert_error(&r, 409, "session limit reached: all 3 session slots are taken");
+    }
+
+    // Released through n3: the connection through n2 to n1's browser is cut
+    // by the time the release answers (a grace for the close to travel).
+    release(&n3, &a.id).await;
+    assert!(a_conn.closes_within(Duration::from_secs(5)).await, "the release through n3 did not cut A's connection");
+    let r = n2.get(&format!("{}/json/version", a_via_n2.replacen(&n2.base_url(), "", 1))).await;
+    assert_error(&r, 404, "unknown session");
+    // n1's slot is free again: the next lease through n3 (full) runs there.
+    let d = lease_as(&n3, &key, json!({"ttlMinutes": 10})).await;
+    assert_eq!(session_node(&n1, &d.id).as_deref(), Some("n1"));
+
+    // n2 dies with B's browser: B ends as lost within the 60 s, its
+    // connection through n1 is cut, and its reservation is settled.
+    n2.kill9();
+    let killed = Instant::now();
+    assert!(b_conn.closes_within(Duration::from_secs(10)).await, "B's connection outlived its node");
+    loop {
+        let live: Vec<Value> = n1.get("/sessions").await.json.as_array().cloned().unwrap_or_default();
+        if !live.iter().any(|s| s["sessionId"] == json!(b.id)) {
+            break;
+        }
+        assert!(killed.elapsed() < Duration::from_secs(60), "B still live {:?} after its node died", killed.elapsed());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let reserved = n1.query_value(&format!("SELECT reserved_micros FROM sessions WHERE id = '{}'", b.id));
+    let settled = n1.query_value(&format!(
+        "SELECT CAST(SUM(amount) AS BIGINT) FROM ledger WHERE subject = '{}' AND kind IN ('charge', 'release')",
+        b.id
+    ));
+    assert_eq!(settled, reserved, "B's reservation is charged and released exactly");
+    let machine = n1.query_value(&format!("SELECT machine FROM sessions WHERE id = '{}'", b.id)).unwrap_or_default();
+    assert!(machine.contains("\"lost\""), "B ended as lost: {machine}");
+    drop((c, d, n3));
+}
+
+/// A cancel through a node other than the one whose engine runs the job's
+/// attempt stops the container there, at once: the job ends CANCELLED by
+/// the kill, not at its deadline.
+#[tokio::test]
+async fn a_job_cancelled_through_another_node_is_stopped_on_the_engine_running_it() {
+    use grid_tests::jobs::{
+        check_compute_env, job_body, job_id, submit_job, wait_container_removed, wait_finished, wait_running,
+    };
+    check_compute_env();
+    let n1 = GridServer::start(with_engine("n1", 15, false));
+    let n2 = n1.join(with_engine("n2", 15, true));
+    let id = job_id(&submit_job(&n2, &job_body(&["sleep", "60"])).await);
+    wait_running(&n1, &id).await;
+    assert_eq!(n1.query_value(&format!("SELECT node FROM jobs WHERE id = '{id}'")), Some("n2".to_string()));
+    // The operator's view says which node runs it.
+    let list = n1.admin(&["node", "list"]);
+    let held: Vec<(String, i64)> = list["nodes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|n| (n["name"].as_str().unwrap_or_default().to_string(), n["runningJobs"].as_i64().unwrap_or(-1)))
+        .collect();
+    assert_eq!(held, [("n1".to_string(), 0), ("n2".to_string(), 1)], "{list}");
+    let c = n1.post(&format!("/jobs/{id}/cancel"), &json!({})).await;
+    assert_eq!((c.status, &c.json["cancelRequested"]), (200, &json!(true)), "{c}");
+    let done = wait_finished(&n1, &id).await;
+    assert_eq!(done["phase"], "CANCELLED", "{done}");
+    assert_eq!(done["termination"], json!({"class": "cancelled", "exitCode": 137, "reason": "CANCELLED"}), "{done}");
+    let run = grid_tests::jobs::run_millis(&done["attempts"][0]);
+    assert!(run < 20_000, "the cancel through n1 did not stop n2's container: it ran {run} ms");
+    wait_container_removed(&n2, &id, 1).await;
+}
+
+/// A 100-URL capture batch through one node is run by the browsers of all
+/// three, every item once (one attempt, one charge, its screenshot
+/// published and served through any node).
+#[tokio::test]
+async fn a_capture_batch_through_one_node_is_run_by_all_three() {
+    const N: usize = 100;
+    let target = Target::start();
+    let capture_node = |name: &str| {
+        let mut o = node(name, 15, 2);
+        o.extra_args.extend(["--browsers".to_string(), "1".to_string()]);
+        o
+    };
+    let n1 = GridServer::start(capture_node("n1"));
+    let n2 = n1.join(capture_node("n2"));
+    let n3 = n1.join(capture_node("n3"));
+    let urls: Vec<String> = (0..N).map(|i| target.url(&format!("/page/{i}"))).collect();
+    let batch = n1.submit_as(n1.api_key(), &json!({"urls": urls, "script": "capture"})).await;
+    let done = n1.wait_batch_done(&batch, Duration::from_secs(600)).await;
+    assert_eq!(done["counts"]["completed"], json!(N), "{}", done["counts"]);
+    let by_node = items_by_node(&n1, &batch);
+    assert_eq!(by_node.values().sum::<i64>(), N as i64, "{by_node:?}");
+    for name in ["n1", "n2", "n3"] {
+        assert!(by_node.get(name).copied().unwrap_or(0) > 0, "{name} ran no capture: {by_node:?}");
+    }
+    for i in 0..N {
+        assert_eq!(target.hits(&format!("/page/{i}")), 1, "/page/{i} loaded other than once");
+    }
+    assert_eq!(
+        n1.query_value(&format!("SELECT COUNT(*) FROM items WHERE batch_id = '{batch}' AND attempts_made <> 1")),
+        Some("0".into())
+    );
+    let price = Script::Capture.price_micros();
+    n1.wait_settled(n1.account_id(), CREDIT - price * N as i64, Duration::from_secs(60)).await;
+    assert_eq!(settlements(&n1, &batch), (N as i64, 0, N as i64));
+    // A screenshot an item ran on n2 published, served through n3.
+    let on_n2 = n1
+        .query_value(&format!("SELECT id FROM items WHERE batch_id = '{batch}' AND lease_node = 'n2' LIMIT 1"))
+        .unwrap_or_else(|| n1.fail("no item of n2"));
+    let url = n3.artifact_url(&on_n2, "screenshot").await;
+    assert!(url.starts_with(&n3.base_url()), "{url}");
+    let png = n3.http().get(&url).send().await.unwrap_or_else(|e| n3.fail(&format!("GET {url}: {e}")));
+    assert_eq!(png.status(), 200);
+    assert!(png.bytes().await.unwrap().starts_with(b"\x89PNG"), "not a PNG");
+    drop(n2);
 }

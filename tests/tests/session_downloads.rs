@@ -11,13 +11,11 @@
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use grid_tests::bins::workspace_root;
 use grid_tests::http::assert_error;
 use grid_tests::server::{GridServer, ServerOptions};
-use grid_tests::sessions::{lease_as, release, wait_running_as};
+use grid_tests::sessions::{click_downloads, lease_as, release, wait_running_as};
 use grid_tests::target::{pattern_bytes, Target};
 use serde_json::{json, Value};
 
@@ -35,30 +33,6 @@ async fn running_session(server: &GridServer) -> (String, String) {
     let lease = lease_as(server, server.api_key(), json!({"ttlMinutes": 10})).await;
     wait_running_as(server, server.api_key(), &lease.id).await;
     (lease.id, lease.cdp_url)
-}
-
-/// Puppeteer opens each `/download-page/{name}?n={bytes}` of `target` in the
-/// session and clicks its link.
-async fn click_downloads(server: &GridServer, target: &Target, cdp_url: &str, files: &[(&str, usize)]) {
-    let dir = workspace_root().join("tests/clients");
-    assert!(
-        dir.join("node_modules/puppeteer-core").is_dir(),
-        "Puppeteer is missing from {}: scripts/test.sh installs it (npm install there)",
-        dir.display()
-    );
-    let mut cmd = Command::new("node");
-    cmd.arg("session_downloads.js").arg(cdp_url).current_dir(dir);
-    for (name, bytes) in files {
-        cmd.arg(target.url(&format!("/download-page/{name}?n={bytes}")));
-    }
-    let out = tokio::task::spawn_blocking(move || cmd.output())
-        .await
-        .unwrap()
-        .unwrap_or_else(|e| server.fail(&format!("node did not run: {e}")));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() {
-        server.fail(&format!("Puppeteer failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
-    }
 }
 
 /// GET /sessions/{id}/downloads with `key`, asserting 200.

@@ -599,8 +599,9 @@ async fn expiry_fires_after_the_task_that_set_it_is_gone() {
 /// What a restart does with a session its killed server left live, once
 /// `expiresAt` has passed: the browser died with the server, so the session
 /// did not run to `expiresAt`; it is lost at the last moment the server is
-/// known to have been alive (its last settlement heartbeat) and charged to
-/// that moment, before the restarted server listens (docs/sessions.md).
+/// known to have been alive (the later of its last settlement pass and its
+/// node heartbeat) and charged to that moment, before the restarted server
+/// listens (docs/sessions.md).
 #[tokio::test]
 async fn session_of_a_killed_server_is_lost_at_its_last_heartbeat_after_expires_at() {
     let mut server = GridServer::start(ServerOptions::default());
@@ -612,10 +613,15 @@ async fn session_of_a_killed_server_is_lost_at_its_last_heartbeat_after_expires_
     // A settlement pass (1 s apart here) after the ready moment.
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     server.kill9();
-    let heartbeat: i64 = server
+    let settled: i64 = server
         .query_value("SELECT value FROM settings WHERE key = 'settlement_heartbeat'")
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| server.fail("no heartbeat in settings"));
+    let node: i64 = server
+        .query_value("SELECT heartbeat_at FROM nodes")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| server.fail("no node heartbeat"));
+    let heartbeat = settled.max(node);
     assert!(heartbeat < expires, "heartbeat {heartbeat} not before expiresAt {expires}");
 
     sleep_until_wall(expires + 1_000).await;
@@ -632,4 +638,34 @@ async fn session_of_a_killed_server_is_lost_at_its_last_heartbeat_after_expires_
         session_charge(heartbeat - ready_at),
         "{acc}"
     );
+}
+
+/// A lease served by a warm browser: the browser was set up and attested
+/// when it was started (its `attestedAt` is before the lease), the session
+/// runs with the profile's attestation, and a CDP client drives it to a
+/// local page through the cdpUrl.
+#[tokio::test]
+async fn a_warm_browser_serves_a_lease_already_attested() {
+    let target = Target::start();
+    let server = GridServer::start(ServerOptions { warm_sessions: Some(1), ..ServerOptions::default() });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(server.log_path())
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.contains("warm browser ready") && l.contains("desktop-browser-nl/v2"))
+    {
+        assert!(Instant::now() < deadline, "no warm browser within 60 s:\n{}", server.log_tail(30));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let lease = lease(&server, json!({"ttlMinutes": 5})).await;
+    let id = lease["sessionId"].as_str().unwrap();
+    let (view, _) = wait_running(&server, id).await;
+    assert_attestation(&view, "desktop-browser-nl/v2", "nl-NL", "Europe/Amsterdam", (1366, 768));
+    let created = iso_ms(&view["createdAt"]);
+    assert!(iso_ms(&view["attestation"]["attestedAt"]) < created, "not attested ahead of the lease: {view}");
+    let mut cdp = sessions::connect(&server, lease["cdpUrl"].as_str().unwrap()).await;
+    let (_, page) = cdp.open_page(&target.url("/page/3")).await.unwrap_or_else(|e| server.fail(&e));
+    let title = cdp.evaluate(&page, "document.title").await.unwrap_or_else(|e| server.fail(&e));
+    assert_eq!(title, json!("page 3"));
+    sessions::release(&server, id).await;
 }

@@ -14,6 +14,8 @@ use crate::compute::registry::ResolveError;
 use crate::ids::now;
 use crate::store::accounts::Caller;
 use crate::store::jobs::{self, JobError, JobRow, ListFilter};
+use crate::store::nodes;
+use grid_core::job::TransitionError;
 
 /// Header set while job tracking has not caught up with the engine.
 const DEGRADED: &str = "x-grid-compute-degraded";
@@ -45,17 +47,28 @@ pub async fn submit(app: &App, caller: &Caller, body: Value) -> Result<Reply, Ap
     if sub.network_profile == NetworkProfile::PublicHttps && !app.compute.config.public_https {
         return Err(ApiError::CapabilityNotAvailable { capability: "networkProfile:public-https".into() });
     }
-    let cfg = &app.compute.config;
-    let mut too_big = vec![];
-    if sub.resources.cpu_millis.request > cfg.cpu_millis {
-        too_big.push(format!("resources.cpu.request: more than the grid's capacity of {}m", cfg.cpu_millis));
-    }
-    if sub.resources.memory_bytes.request > cfg.memory_bytes {
-        too_big.push(format!("resources.memory.request: more than the grid's capacity of {} bytes", cfg.memory_bytes));
-    }
-    if !too_big.is_empty() {
-        return Err(ApiError::InvalidJobRequest { detail: too_big });
-    }
+    // Larger than every live node's engine: refused, but only after the
+    // credit check (below), so a body the account cannot afford is 402
+    // whatever its size.
+    let (me, live_after) = (app.config.node.clone(), nodes::live_after(now(), app.config.node_lease));
+    let (cpu, memory) = (sub.resources.cpu_millis.request, sub.resources.memory_bytes.request);
+    let fits =
+        app.store.read(move |c| nodes::job_fits(c, &me, live_after, cpu, memory)).await.map_err(JobError::from)?;
+    let too_big = fits.err().map(|(max_cpu, max_memory)| {
+        let mut detail = vec![];
+        if cpu > max_cpu {
+            detail.push(format!("resources.cpu.request: more than the grid's capacity of {max_cpu}m"));
+        }
+        if memory > max_memory {
+            detail.push(format!("resources.memory.request: more than the grid's capacity of {max_memory} bytes"));
+        }
+        if detail.is_empty() {
+            detail.push(format!(
+                "resources: no node has both {cpu}m of CPU and {memory} bytes of memory (the largest offer {max_cpu}m and {max_memory} bytes)"
+            ));
+        }
+        ApiError::InvalidJobRequest { detail }
+    });
     // An idempotent resend is answered from the store, whatever the engine
     // or registry are doing.
     let (account, key, hash) = (caller.account_id.clone(), sub.idempotency_key.clone(), jobs::body_hash(&sub));
@@ -76,7 +89,19 @@ pub async fn submit(app: &App, caller: &Caller, body: Value) -> Result<Reply, Ap
         }
     })?;
     let caller = caller.clone();
-    let (row, created) = app.store.write(move |tx| jobs::submit(tx, &caller, &sub, &body, &digest, now())).await?;
+    let (row, created) = app
+        .store
+        .write(move |tx| {
+            let (row, created) = jobs::submit(tx, &caller, &sub, &body, &digest, now())?;
+            // The reservation succeeded (the account can afford it); a
+            // request no node can hold is refused now, the reservation
+            // rolled back with the insert.
+            match too_big {
+                Some(refusal) if created => Err(JobError::Transition(TransitionError::Refused(refusal))),
+                _ => Ok((row, created)),
+            }
+        })
+        .await?;
     if created {
         tracing::info!(job = %row.id, "job accepted");
         app.compute.driver.wake_scheduler();
@@ -85,8 +110,14 @@ pub async fn submit(app: &App, caller: &Caller, body: Value) -> Result<Reply, Ap
 }
 
 pub async fn get(app: &App, caller: &Caller, id: &str) -> Result<Reply, ApiError> {
-    let row = owned(app, caller, id).await?;
-    record(app, row, 200).await
+    let (account, id) = (caller.account_id.clone(), id.to_string());
+    let r = app
+        .store
+        .read(move |c| jobs::owned_record(c, &account, &id))
+        .await
+        .map_err(JobError::from)?
+        .ok_or(ApiError::UnknownJob)?;
+    Ok(with_degraded(app, Reply::json(200, &r)))
 }
 
 pub async fn list(app: &App, caller: &Caller, query: &[(String, String)]) -> Result<Reply, ApiError> {

@@ -38,6 +38,7 @@ use crate::capture::files;
 use crate::clock::Clock;
 use crate::due::Due;
 use crate::ids::new_id;
+use crate::peers::{Peers, Subject};
 use crate::store::accounts::{self, Caller, Entry};
 use crate::store::jobs::{self, JobError, JobRow, StoredLog};
 use crate::store::{Store, StoreError, StoreResult};
@@ -65,6 +66,9 @@ pub struct DriverParts {
     pub due_wake: Arc<Notify>,
     /// This node's name: jobs it provisions run on its engine.
     pub node: Arc<str>,
+    /// The other nodes: a stop for an attempt another node's engine runs
+    /// is sent there.
+    pub peers: Arc<Peers>,
 }
 
 /// A handle: clones share everything.
@@ -77,6 +81,7 @@ pub struct JobDriver {
     capacity: Capacity,
     due_wake: Arc<Notify>,
     node: Arc<str>,
+    peers: Arc<Peers>,
     scheduler_wake: Arc<Notify>,
     /// Records and the engine's containers agree (set once reconciled).
     reconciled: Arc<AtomicBool>,
@@ -206,6 +211,7 @@ impl JobDriver {
             capacity: p.capacity,
             due_wake: p.due_wake,
             node: p.node,
+            peers: p.peers,
             scheduler_wake: Arc::new(Notify::new()),
             reconciled: Arc::new(AtomicBool::new(false)),
         }
@@ -289,7 +295,7 @@ impl JobDriver {
                     // Written in the transaction that decided them.
                     Effect::Reserve { .. } | Effect::Settle { .. } => {}
                     Effect::StartContainer { attempt } => self.spawn_attempt(&row.id, attempt, None),
-                    Effect::StopContainer { attempt } => self.stop_container(row, attempt).await,
+                    Effect::StopContainer { attempt } => self.stop_where_it_runs(row, attempt).await,
                     Effect::PublishLog { attempt } => self.publish(row, attempt).await,
                     Effect::ReplayDue => match self.step(&row.id, Event::Replay, self.clock.now()).await {
                         Ok(_) => tracing::info!(job = %row.id, "evicted attempt replayed"),
@@ -300,6 +306,52 @@ impl JobDriver {
                 }
             }
         })
+    }
+
+    /// Stops the attempt on the engine that runs it: this node's, or the
+    /// node's that provisioned it, which is asked and answers once it sent
+    /// the stop. A node that cannot be asked finds the recorded stop itself
+    /// (`stop_recorded`, every heartbeat).
+    async fn stop_where_it_runs(&self, row: &JobRow, attempt: u32) {
+        let jid = row.id.clone();
+        match self.store.read(move |c| jobs::node_of(c, &jid)).await {
+            Ok(Some(node)) if *node != *self.node => {
+                if let Err(e) = self.peers.sync(&node, Subject::Job(&row.id)).await {
+                    tracing::warn!(job = %row.id, %node, error = %e, "the attempt's node was not told of the stop; it stops the container at its next heartbeat");
+                }
+            }
+            _ => self.stop_container(row, attempt).await,
+        }
+    }
+
+    /// POST /internal/jobs/{id}/sync: if the job's attempt runs on this
+    /// node's engine and a stop is recorded for it, the container is stopped.
+    pub async fn sync(&self, id: &str) -> Result<(), StoreError> {
+        let row = self.load(id).await?;
+        let jid = id.to_string();
+        let node = self.store.read(move |c| jobs::node_of(c, &jid)).await?;
+        let attempt = row.job.current_attempt();
+        let stop = matches!(row.job.phase, JobPhase::Provisioning | JobPhase::Running)
+            && attempt.is_some_and(|a| a.stopping.is_some())
+            && node.as_deref().is_none_or(|n| n == &*self.node);
+        if stop {
+            self.stop_container(&row, row.job.attempt_number()).await;
+        }
+        Ok(())
+    }
+
+    /// Every heartbeat: stops recorded (a cancel through another node whose
+    /// call did not arrive) are sent to this node's engine.
+    pub async fn stop_recorded(&self) -> Result<(), StoreError> {
+        let node = self.node.clone();
+        let running = self.store.read(move |c| jobs::ids_in_phase_on(c, JobPhase::Running, &node)).await?;
+        for id in running {
+            let row = self.load(&id).await?;
+            if row.job.current_attempt().is_some_and(|a| a.stopping.is_some()) {
+                self.stop_container(&row, row.job.attempt_number()).await;
+            }
+        }
+        Ok(())
     }
 
     /// Kills the attempt's container by the name recorded for it, whoever
@@ -732,6 +784,7 @@ mod tests {
                 capacity: Capacity { cpu_millis: 4_000, memory_bytes: 8 << 30 },
                 due_wake: Arc::new(Notify::new()),
                 node: "n1".into(),
+                peers: Arc::new(Peers::new(store.clone(), "credential".into())),
             })
         }
 
@@ -745,6 +798,7 @@ mod tests {
                 capacity: Capacity { cpu_millis: 4_000, memory_bytes: 8 << 30 },
                 due_wake: Arc::new(Notify::new()),
                 node: node.into(),
+                peers: Arc::new(Peers::new(self.store.clone(), "credential".into())),
             })
         }
 

@@ -59,6 +59,7 @@ impl Compute {
         due_wake: Arc<Notify>,
         logs_dir: PathBuf,
         node: &str,
+        peers: Arc<crate::peers::Peers>,
     ) -> Result<Compute, reqwest::Error> {
         let docker = Arc::new(DockerEngine::new(config.docker_host.clone()));
         let driver = JobDriver::new(DriverParts {
@@ -69,6 +70,7 @@ impl Compute {
             capacity: Capacity { cpu_millis: config.cpu_millis, memory_bytes: config.memory_bytes },
             due_wake,
             node: node.into(),
+            peers,
         });
         Ok(Compute { registries: Registries::new(config.admitted.clone())?, config, docker, driver, logs_dir })
     }

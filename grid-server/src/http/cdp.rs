@@ -16,6 +16,7 @@
 //!   endpoint (same token); discovery's `devtoolsFrontendUrl` points at it.
 //! - Every connection closes when the session ends.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
@@ -31,10 +32,12 @@ use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
+use super::forward;
 use super::respond::{self, Resp};
 use crate::app::App;
 use crate::browser::cdp::ClientLink;
-use crate::sessions::{gate, token_hash, Endpoint, Live};
+use crate::sessions::{self, gate, token_hash, Endpoint, Live};
+use crate::store::sessions as store;
 
 /// How long a connection to a still-starting session waits for its browser.
 const READY_WAIT: Duration = Duration::from_secs(30);
@@ -44,21 +47,28 @@ const DISCOVERY_TIMEOUT: Duration = Duration::from_secs(10);
 /// One request to a session's endpoint: `route` is one of the router's CDP
 /// routes, `params` its path parameters (session id, token, then the target
 /// or browser id where the route has one).
-pub async fn handle(app: &App, route: Route, params: &[String], req: Request<Incoming>) -> Result<Resp, ApiError> {
+pub async fn handle(app: &Arc<App>, route: Route, params: &[String], req: Request<Incoming>) -> Result<Resp, ApiError> {
     let (id, token) = match params {
         [id, token, ..] => (id.as_str(), token.as_str()),
         _ => return Err(ApiError::UnknownSession),
     };
     let target = params.get(2).cloned();
-    let live = app.sessions.live(id).ok_or(ApiError::UnknownSession)?;
+    let live = match app.sessions.live(id) {
+        Some(live) => live,
+        None => match locate(app, id, token, req.headers()).await? {
+            Located::Here(live) => live,
+            Located::At(node) => return forward::forward(app, &node, req, ApiError::UnknownSession).await,
+        },
+    };
     // Compared as hashes of equal length; the token itself is never stored.
     if token_hash(token) != live.token_sha256 {
         return Err(ApiError::UnknownSession);
     }
+    let public_base = forward::public_base(app, req.headers());
     let is_upgrade =
         req.headers().get(UPGRADE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
     let socket = match route {
-        Route::CdpView => return Ok(view_page(&app.config.base_url)),
+        Route::CdpView => return Ok(view_page(&public_base)),
         Route::CdpSocket | Route::CdpBrowserSocket => Some(None),
         Route::CdpPageSocket => Some(target.clone()),
         _ => None,
@@ -72,13 +82,45 @@ pub async fn handle(app: &App, route: Route, params: &[String], req: Request<Inc
     if let Some(page) = socket {
         return upgrade(endpoint, page, req, live).await;
     }
-    let public = format!("{}/cdp/{id}/{token}", app.config.base_url);
+    let public = format!("{public_base}/cdp/{id}/{token}");
     let query = req.uri().query().map(str::to_string);
     let answer =
         tokio::time::timeout(DISCOVERY_TIMEOUT, discovery(&endpoint, id, route, target.as_deref(), query, &public))
             .await
             .map_err(|_| ApiError::UnknownSession)??;
     Ok(respond::bytes(StatusCode::OK, "application/json; charset=UTF-8", answer.to_string().into_bytes()))
+}
+
+/// Where a session this node holds no browser for is served.
+enum Located {
+    /// Here after all: placed on this node and started just now (its
+    /// lease came through another node whose call has not arrived yet).
+    Here(Live),
+    /// On the node at this advertised address.
+    At(String),
+}
+
+/// Finds the browser of a session this node holds none for. Unknown,
+/// ended, a wrong token, a node without an address, or a request another
+/// node already forwarded (never passed on twice): unknown session.
+async fn locate(app: &Arc<App>, id: &str, token: &str, headers: &hyper::HeaderMap) -> Result<Located, ApiError> {
+    let sid = id.to_string();
+    let route = app.store.read(move |c| store::route(c, &sid)).await?.ok_or(ApiError::UnknownSession)?;
+    if !route.live || token_hash(token) != route.token_sha256 {
+        return Err(ApiError::UnknownSession);
+    }
+    match route.node {
+        Some(node) if node != app.config.node => {
+            if forward::from_peer(app, headers) {
+                return Err(ApiError::UnknownSession);
+            }
+            route.advertise_url.map(Located::At).ok_or(ApiError::UnknownSession)
+        }
+        _ => {
+            sessions::sync(app, id).await?;
+            app.sessions.live(id).map(Located::Here).ok_or(ApiError::UnknownSession)
+        }
+    }
 }
 
 /// The live-view page (assets/view.html). Its address carries the

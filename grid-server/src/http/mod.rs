@@ -1,9 +1,10 @@
 //! The HTTP API: a hyper 1 server (HTTP/1.1 and HTTP/2, optionally over
 //! TLS: `tls.rs`) and one router.
 
-mod auth;
+pub mod auth;
 mod cdp;
 mod downloads;
+mod forward;
 pub mod limits;
 mod mcp;
 mod mcp_tools;
@@ -172,8 +173,8 @@ async fn route(app: &Arc<App>, req: Request<Incoming>) -> Resp {
     let route = route_label(&path);
     m.http_requests.with_label_values(&[route, method.as_str(), resp.status().as_str()]).inc();
     m.http_seconds.with_label_values(&[route]).observe(crate::metrics::secs(elapsed));
-    let path = loggable_path(&path);
-    tracing::debug!(%method, %path, status = resp.status().as_u16(), ms = elapsed.as_millis() as u64, "request");
+    // Fields are only evaluated when the debug log is on.
+    tracing::debug!(%method, path = %loggable_path(&path), status = resp.status().as_u16(), ms = elapsed.as_millis() as u64, "request");
     resp
 }
 
@@ -230,7 +231,21 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiErr
         // challenge; Origin comes first); the others carry theirs in the URL
         // or need none.
         Access::Mcp | Access::Open | Access::SessionToken | Access::SignedUrl => None,
+        // Not there for anyone but the grid's nodes.
+        Access::Node if forward::from_peer(app, req.headers()) => None,
+        Access::Node => return Err(ApiError::RouteNotFound),
     };
+    // A session's files live on the node that ran its browser.
+    if matches!(route, Route::SessionDownloads | Route::SessionDownload) {
+        let session = params.first().map(String::as_str).unwrap_or_default();
+        if let Some(to) = forward::session_elsewhere(app, session, req.headers()).await {
+            let unreachable = match route {
+                Route::SessionDownload => ApiError::SessionDownloadNotPresent,
+                _ => ApiError::UnknownSession,
+            };
+            return forward::forward(app, &to, req, unreachable).await;
+        }
+    }
     // Path parameters, in the template's order.
     let p = |i: usize| params.get(i).cloned().unwrap_or_default();
     let query = || pairs(req.uri().query());
@@ -253,6 +268,17 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiErr
         | Route::CdpView
         | Route::CdpBrowserSocket
         | Route::CdpPageSocket => return cdp::handle(app, route, &params, req).await,
+        Route::NodeSessionSync => {
+            crate::sessions::sync(app, &p(0)).await?;
+            return Ok(respond::reply(api::Reply::no_content()));
+        }
+        Route::NodeJobSync => {
+            match app.compute.driver.sync(&p(0)).await {
+                Ok(()) | Err(crate::store::StoreError::NotFound(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+            return Ok(respond::reply(api::Reply::no_content()));
+        }
         Route::Account => Call::Account(query()),
         Route::GridStatus => Call::GridStatus,
         Route::QueueDepth => Call::QueueDepth,
@@ -321,7 +347,7 @@ async fn wrong_method(
 /// what to use instead of a bare "not found". These paths are no routes:
 /// they answer only "no".
 fn no_sign_in(app: &App, method: &Method, path: &str) -> Option<Resp> {
-    if app.config.auth_url.is_some() {
+    if app.config.auth_url.is_some() || !(path.starts_with("/.well-known/") || path.starts_with("/register")) {
         return None;
     }
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();

@@ -22,13 +22,14 @@ use std::time::Duration;
 use crate::store::Conn;
 use futures_util::future::BoxFuture;
 use grid_core::error::ApiError;
-use grid_core::session::{self, Due, Effect, Event, TransitionError};
+use grid_core::session::{self, Due, Effect, Event, SessionStatus, TransitionError};
 use grid_core::time::Millis;
 use grid_core::wire::session::{Attestation, NetworkAttestation};
 use tokio::sync::watch;
 
 use super::{Endpoint, Live};
 use crate::clock::Clock;
+use crate::peers::{Peers, Subject};
 use crate::store::sessions::{self as store, SessionError, SessionRow};
 use crate::store::{Store, StoreError};
 
@@ -55,12 +56,23 @@ struct Handle {
 impl Browsers {
     /// A session's browser from its lease on: the sender publishes the
     /// browser once running; the receiver turns true when it must stop.
-    pub fn register(&self, id: &str, token_sha256: String) -> (watch::Sender<Option<Endpoint>>, watch::Receiver<bool>) {
+    /// `None` when the session's browser is already registered here: one
+    /// session task per session, whoever asks to start it (its lease on
+    /// this node, a sync from the node that leased it, reconciliation).
+    pub fn register(
+        &self,
+        id: &str,
+        token_sha256: String,
+    ) -> Option<(watch::Sender<Option<Endpoint>>, watch::Receiver<bool>)> {
+        let mut map = self.map();
+        if map.contains_key(id) {
+            return None;
+        }
         let (endpoint, endpoint_rx) = watch::channel(None);
         let (end, ended) = watch::channel(false);
         let handle = Handle { live: Live { token_sha256, endpoint: endpoint_rx, ended: ended.clone() }, end };
-        self.map().insert(id.to_string(), handle);
-        (endpoint, ended)
+        map.insert(id.to_string(), handle);
+        Some((endpoint, ended))
     }
 
     pub fn live(&self, id: &str) -> Option<Live> {
@@ -69,6 +81,11 @@ impl Browsers {
 
     fn holds(&self, id: &str) -> bool {
         self.map().contains_key(id)
+    }
+
+    /// The sessions whose browsers run here now.
+    fn held(&self) -> Vec<String> {
+        self.map().keys().cloned().collect()
     }
 
     /// Stops the session's browser: the session task, which owns the
@@ -102,11 +119,15 @@ pub struct SessionDriver {
     store: Store,
     clock: Arc<dyn Clock>,
     browsers: Browsers,
+    /// This node: the browsers of sessions placed on it run here; another
+    /// node's are stopped by asking that node.
+    node: Arc<str>,
+    peers: Arc<Peers>,
 }
 
 impl SessionDriver {
-    pub fn new(store: Store, clock: Arc<dyn Clock>) -> SessionDriver {
-        SessionDriver { store, clock, browsers: Browsers::default() }
+    pub fn new(store: Store, clock: Arc<dyn Clock>, node: &str, peers: Arc<Peers>) -> SessionDriver {
+        SessionDriver { store, clock, browsers: Browsers::default(), node: node.into(), peers }
     }
 
     pub fn now(&self) -> Millis {
@@ -249,7 +270,7 @@ impl SessionDriver {
                 f(tx, row)
             })
             .await?;
-        self.execute(id, &stepped.effects);
+        self.execute(&stepped.row, &stepped.effects).await;
         if stepped.effects.iter().any(|e| matches!(e, Effect::Settle { .. })) {
             if let Some(end) = stepped.row.session.ended {
                 crate::metrics::get().sessions_ended.with_label_values(&[end.cause.as_str()]).inc();
@@ -259,14 +280,66 @@ impl SessionDriver {
     }
 
     /// The one executor of the session machine's effects.
-    fn execute(&self, id: &str, effects: &[Effect]) {
+    async fn execute(&self, row: &SessionRow, effects: &[Effect]) {
         for effect in effects {
             match effect {
-                Effect::StopBrowser => self.browsers.stop(id),
+                Effect::StopBrowser => self.stop_browser(row).await,
                 // Written by `step`, in the transaction that ended the session.
                 Effect::Settle { .. } => {}
             }
         }
+    }
+
+    /// Stops an ended session's browser where it runs: here, or on the node
+    /// it was placed on, which is asked and answers once it stopped it (so
+    /// a release through any node has cut every connection when it answers).
+    /// A node that cannot be asked finds the end itself when it reconciles
+    /// (`reconcile`, every heartbeat).
+    async fn stop_browser(&self, row: &SessionRow) {
+        match row.node.as_deref() {
+            Some(node) if node != &*self.node && !self.browsers.holds(&row.id) => {
+                if let Err(e) = self.peers.sync(node, Subject::Session(&row.id)).await {
+                    tracing::warn!(session = %row.id, %node, error = %e, "the browser's node was not told of the end; it stops the browser when it reconciles");
+                }
+            }
+            _ => self.browsers.stop(&row.id),
+        }
+    }
+
+    /// Brings this node's browsers in line with the records: a browser whose
+    /// session ended (through another node) is stopped; a session placed
+    /// here that has no browser yet is answered with the rows to start
+    /// (pending: leased through another node). A live session placed here
+    /// whose task is gone cannot happen (the task's exit ends it), so only
+    /// pending ones are started.
+    pub async fn reconcile(&self) -> Result<Vec<SessionRow>, StoreError> {
+        // Held before the read: a browser registered after it may belong to
+        // a lease the read did not see yet, and must not be stopped for it.
+        let held = self.browsers.held();
+        let node = self.node.to_string();
+        let live = self.store.read(move |c| store::live_on(c, &node)).await?;
+        for id in held.iter().filter(|id| !live.iter().any(|r| &r.id == *id)) {
+            tracing::info!(session = %id, "session ended elsewhere; stopping its browser");
+            self.browsers.stop(id);
+        }
+        Ok(live
+            .into_iter()
+            .filter(|r| r.session.status == SessionStatus::Pending && !self.browsers.holds(&r.id))
+            .collect())
+    }
+
+    /// One session brought in line with its record (a sync from another
+    /// node): its browser stopped if it ended, the row answered if it is
+    /// placed here and still to start.
+    pub async fn sync_one(&self, id: &str) -> Result<Option<SessionRow>, StoreError> {
+        let sid = id.to_string();
+        let Some(row) = self.store.read(move |c| store::load(c, &sid)).await? else { return Ok(None) };
+        if !row.session.is_live() {
+            self.browsers.stop(id);
+            return Ok(None);
+        }
+        let here = row.node.as_deref() == Some(&*self.node);
+        Ok((here && row.session.status == SessionStatus::Pending && !self.browsers.holds(id)).then_some(row))
     }
 
     /// Fires one due session: its due event at its due time.
@@ -362,7 +435,19 @@ mod tests {
                 Ok::<_, StoreError>(Caller { account_id: id, key_id: Some(k.key_id), ..Default::default() })
             })
             .unwrap();
-        let driver = SessionDriver::new(store.clone(), clock.clone());
+        store
+            .write_blocking(|tx| {
+                crate::store::nodes::register(
+                    tx,
+                    "n1",
+                    None,
+                    crate::store::nodes::Offer { sessions: 4, ..Default::default() },
+                    T0,
+                )
+            })
+            .unwrap();
+        let peers = Arc::new(Peers::new(store.clone(), "credential".into()));
+        let driver = SessionDriver::new(store.clone(), clock.clone(), "n1", peers);
         World { _dir: dir, store, clock, driver, caller }
     }
 
@@ -376,8 +461,13 @@ mod tests {
                 network_policy: None,
                 overrides: Default::default(),
             };
-            let row = self.store.write_blocking(|tx| store::lease(tx, &c, &sub, "token", 4, "n1", now)).unwrap();
-            let (_endpoint, ended) = self.driver.browsers().register(&row.id, "hash".into());
+            let row = self
+                .store
+                .write_blocking(|tx| {
+                    store::lease(tx, &c, &sub, "token", store::Placement { me: "n1", live_after: now }, now)
+                })
+                .unwrap();
+            let (_endpoint, ended) = self.driver.browsers().register(&row.id, "hash".into()).unwrap();
             (row.id, ended)
         }
 

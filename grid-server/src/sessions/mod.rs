@@ -46,8 +46,9 @@ use crate::browser::sandbox::SandboxConfig;
 use crate::clock::Clock;
 use crate::egress::{self, EgressPolicy, Policy};
 use crate::ids::{now, sha256_hex};
-use crate::store::sessions::SessionError;
-use crate::store::Store;
+use crate::peers::Peers;
+use crate::store::sessions::{SessionError, SessionRow};
+use crate::store::{Store, StoreError};
 use downloads::{DownloadConfig, Downloads, Folder};
 use driver::SessionDriver;
 use launch::{BrowserBuild, LaunchManifest};
@@ -55,7 +56,6 @@ use launch::{BrowserBuild, LaunchManifest};
 #[derive(Debug, Clone)]
 pub struct SessionConfig {
     pub chromium: PathBuf,
-    pub max_sessions: u32,
     pub disabled: bool,
     /// Browsers kept started per profile (without network policy), so a
     /// lease does not wait for a launch.
@@ -99,19 +99,21 @@ pub struct Sessions {
     warm: Mutex<HashMap<Profile, Vec<Warm>>>,
 }
 
-/// A browser started ahead of a lease, with its download folder.
+/// A browser started ahead of a lease, set up (its downloads go to its
+/// folder, under the keeper) and attested: a lease it serves only adopts
+/// its folder and stores it running.
 struct Warm {
     browser: BrowserProcess,
     folder_name: String,
-    folder: Folder,
+    attestation: Attestation,
 }
 
 impl Sessions {
-    pub fn new(config: SessionConfig, store: Store, clock: Arc<dyn Clock>) -> Sessions {
+    pub fn new(config: SessionConfig, store: Store, clock: Arc<dyn Clock>, node: &str, peers: Arc<Peers>) -> Sessions {
         Sessions {
             downloads: Arc::new(Downloads::new(&config.data_dir, config.downloads)),
             config,
-            driver: Arc::new(SessionDriver::new(store, clock)),
+            driver: Arc::new(SessionDriver::new(store, clock, node, peers)),
             build: OnceLock::new(),
             warm: Mutex::new(HashMap::new()),
         }
@@ -158,8 +160,12 @@ fn policy(config: &SessionConfig, public_web_only: bool) -> (Arc<dyn Policy>, &'
 /// ends (its browser lost, a launch or an attestation that failed, an error
 /// on the way, a panic), its session does not outlive it: the driver ends it
 /// as lost at once unless something else ended it first.
+///
+/// A session already running here is left alone: whoever asks first (its
+/// lease on this node, a sync from the node that leased it, this node's
+/// reconciliation) starts it, once.
 pub fn spawn(app: Arc<App>, id: String, token_sha256: String, sub: SessionSubmission) {
-    let (endpoint, ended) = app.sessions.driver.browsers().register(&id, token_sha256);
+    let Some((endpoint, ended)) = app.sessions.driver.browsers().register(&id, token_sha256) else { return };
     let span = tracing::info_span!("session", id = %id);
     tokio::spawn(
         async move {
@@ -173,6 +179,43 @@ pub fn spawn(app: Arc<App>, id: String, token_sha256: String, sub: SessionSubmis
         }
         .instrument(span),
     );
+}
+
+/// Starts the browser of a session placed on this node by another node's
+/// lease, from its record.
+fn spawn_placed(app: &Arc<App>, row: SessionRow) {
+    let sub = row.submission.clone().unwrap_or_else(|| SessionSubmission {
+        profile: row.profile,
+        ttl_minutes: 0,
+        network_policy: row.network_policy.clone(),
+        overrides: Default::default(),
+    });
+    tracing::info!(session = %row.id, "starting a session leased through another node");
+    spawn(app.clone(), row.id, row.token_sha256, sub);
+}
+
+/// POST /internal/sessions/{id}/sync: the session brought in line with its
+/// record on this node (started if it was placed here, stopped if it
+/// ended elsewhere).
+pub async fn sync(app: &Arc<App>, id: &str) -> Result<(), StoreError> {
+    if let Some(row) = app.sessions.driver.sync_one(id).await? {
+        spawn_placed(app, row);
+    }
+    Ok(())
+}
+
+/// Every heartbeat: this node's browsers brought in line with the records,
+/// so a sync that never arrived (the other node died, the call failed) is
+/// made up for within a third of the node lease.
+pub async fn reconcile(app: &Arc<App>) {
+    match app.sessions.driver.reconcile().await {
+        Ok(to_start) => {
+            for row in to_start {
+                spawn_placed(app, row);
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "sessions not reconciled; the next heartbeat tries again"),
+    }
 }
 
 /// A browser started and attested for a session.
@@ -234,34 +277,50 @@ async fn start(app: &App, id: &str, sub: &SessionSubmission) -> Result<Started, 
     let manifest = LaunchManifest::new(sub.profile, &build, network, &sub.overrides);
     let downloads = &app.sessions.downloads;
     let warm = if public_web_only || !sub.overrides.is_empty() { None } else { app.sessions.take_warm(sub.profile) };
-    let (browser, folder) = match warm {
-        Some(w) => {
-            downloads.adopt(&w.folder_name, id).map_err(|e| format!("download folder not adopted: {e}"))?;
-            (w.browser, w.folder)
+    if let Some(w) = warm {
+        // Set up and attested before the lease: ready as soon as its folder
+        // is the session's.
+        if let Err(e) = downloads.adopt(&w.folder_name, id) {
+            w.browser.stop();
+            downloads.discard_warm(&w.folder_name);
+            return Err(format!("download folder not adopted: {e}"));
         }
-        None => {
-            let folder = downloads.create(id).map_err(|e| format!("download folder not created: {e}"))?;
-            let browser = launch::start(&app.sessions.config.sandbox, &build, &manifest, policy, folder.files())
-                .await
-                .map_err(|e| format!("browser did not start: {e}"))?;
-            (browser, folder)
-        }
-    };
+        let ready_at = app.sessions.driver.now();
+        return Ok(Started { browser: w.browser, ready_at, attestation: w.attestation, network: None });
+    }
+    let folder = downloads.create(id).map_err(|e| format!("download folder not created: {e}"))?;
+    let browser = launch::start(&app.sessions.config.sandbox, &build, &manifest, policy, folder.files())
+        .await
+        .map_err(|e| format!("browser did not start: {e}"))?;
     let ready_at = app.sessions.driver.now();
-    let limit = downloads.config.limit_bytes;
-    let facts = tokio::time::timeout(ATTEST_TIMEOUT, async {
-        keeper::start(&browser.cdp, Arc::new(folder), limit, sub.overrides.viewport)
-            .await
-            .map_err(|e| format!("setting the browser up: {e}"))?;
-        attest(&browser, &build, &manifest, sub.profile, public_web_only, &app.sessions.config.probe_url).await
-    })
-    .await
-    .unwrap_or_else(|_| Err(format!("no answer within {ATTEST_TIMEOUT:?}")));
-    let (attestation, network) = facts.map_err(|e| format!("attestation failed: {e}"))?;
+    let (attestation, network) = prepare(app, &browser, folder, &build, &manifest, sub, public_web_only).await?;
     if network.as_ref().is_some_and(|n| n.probes.iter().any(|p| p.outcome != "refused")) {
         return Err("network policy not enforced: the probe was reached".into());
     }
     Ok(Started { browser, ready_at, attestation, network })
+}
+
+/// Sets a started browser up (its downloads go to `folder`, its pages get
+/// the session's viewport) and attests it, within `ATTEST_TIMEOUT`.
+async fn prepare(
+    app: &App,
+    browser: &BrowserProcess,
+    folder: Folder,
+    build: &BrowserBuild,
+    manifest: &LaunchManifest,
+    sub: &SessionSubmission,
+    public_web_only: bool,
+) -> Result<(Attestation, Option<NetworkAttestation>), String> {
+    let limit = app.sessions.downloads.config.limit_bytes;
+    let facts = tokio::time::timeout(ATTEST_TIMEOUT, async {
+        keeper::start(&browser.cdp, Arc::new(folder), limit, sub.overrides.viewport)
+            .await
+            .map_err(|e| format!("setting the browser up: {e}"))?;
+        attest(browser, build, manifest, sub.profile, public_web_only, &app.sessions.config.probe_url).await
+    })
+    .await
+    .unwrap_or_else(|_| Err(format!("no answer within {ATTEST_TIMEOUT:?}")));
+    facts.map_err(|e| format!("attestation failed: {e}"))
 }
 
 /// Longest reading a fresh browser's attestation may take.
@@ -364,18 +423,43 @@ pub fn refill_warm(app: Arc<App>) {
                         break;
                     }
                 };
-                match launch::start(&app.sessions.config.sandbox, &build, &manifest, policy, folder.files()).await {
-                    Ok(browser) => app
-                        .sessions
-                        .warm
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .entry(profile)
-                        .or_default()
-                        .push(Warm { browser, folder_name, folder }),
+                let browser = match launch::start(
+                    &app.sessions.config.sandbox,
+                    &build,
+                    &manifest,
+                    policy,
+                    folder.files(),
+                )
+                .await
+                {
+                    Ok(b) => b,
                     Err(e) => {
                         downloads.discard_warm(&folder_name);
                         tracing::warn!(error = %e, "warm browser did not start");
+                        break;
+                    }
+                };
+                let sub = SessionSubmission {
+                    profile,
+                    ttl_minutes: 0,
+                    network_policy: None,
+                    overrides: SessionOverrides::default(),
+                };
+                match prepare(&app, &browser, folder, &build, &manifest, &sub, false).await {
+                    Ok((attestation, _)) => {
+                        tracing::info!(profile = profile.as_str(), pid = browser.pid, "warm browser ready");
+                        app.sessions
+                            .warm
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .entry(profile)
+                            .or_default()
+                            .push(Warm { browser, folder_name, attestation })
+                    }
+                    Err(e) => {
+                        browser.stop();
+                        downloads.discard_warm(&folder_name);
+                        tracing::warn!(error = %e, "warm browser not set up");
                         break;
                     }
                 }

@@ -136,7 +136,7 @@ pub fn set_suspended(conn: &Conn, account_id: &str, suspended: bool) -> StoreRes
     if n == 0 {
         return Err(StoreError::NotFound(format!("account {account_id}")));
     }
-    Ok(())
+    credentials_changed(conn)
 }
 
 pub fn add_credit(conn: &Conn, account_id: &str, micros: i64, now: Millis) -> StoreResult<()> {
@@ -168,16 +168,7 @@ pub fn create_key(
         "INSERT INTO api_keys
            (id, account_id, secret_sha256, daily_cap_micros, internal, rate_per_second, rate_burst, created_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        (
-            &key_id,
-            account_id,
-            sha256_hex(api_key.as_bytes()),
-            daily_cap_micros,
-            internal,
-            rate.per_second,
-            rate.burst,
-            now.0,
-        ),
+        (&key_id, account_id, key_hash(&api_key), daily_cap_micros, internal, rate.per_second, rate.burst, now.0),
     )?;
     Ok(NewKey {
         key_id,
@@ -195,20 +186,43 @@ pub fn revoke_key(conn: &Conn, key_id: &str, now: Millis) -> StoreResult<()> {
     if n == 0 {
         return Err(StoreError::NotFound(format!("key {key_id}")));
     }
-    Ok(())
+    credentials_changed(conn)
 }
 
-/// The caller behind an API key, if the key exists and is not revoked, and
-/// its account is not suspended (an internal key of a suspended account
-/// still identifies, marked `suspended_internal`). Unknown, revoked and
-/// suspended look alike to the caller (401), so nothing here tells them apart.
-pub fn caller_for_key(conn: &Conn, api_key: &str) -> StoreResult<Option<Caller>> {
+/// The setting whose value changes with every change that can refuse a key
+/// that was accepted before (a revocation, a suspension or its end).
+const CREDENTIALS_GENERATION: &str = "credentials_generation";
+
+/// Marks, in the transaction that makes it, a change to what a checked key
+/// may do: servers holding checked keys in memory (`http::auth::KeyCache`)
+/// read the generation on every request and drop what they hold when it
+/// differs, whichever process or node made the change.
+fn credentials_changed(conn: &Conn) -> StoreResult<()> {
+    super::set_setting(conn, CREDENTIALS_GENERATION, &random_hex(8))
+}
+
+/// The current credentials generation (empty before the first change).
+pub fn credentials_generation(conn: &Conn) -> StoreResult<String> {
+    Ok(super::setting(conn, CREDENTIALS_GENERATION)?.unwrap_or_default())
+}
+
+/// What is stored of a key: its SHA-256, in hex.
+pub fn key_hash(api_key: &str) -> String {
+    sha256_hex(api_key.as_bytes())
+}
+
+/// The caller behind the API key of this hash (`key_hash`), if the key
+/// exists and is not revoked, and its account is not suspended (an internal
+/// key of a suspended account still identifies, marked `suspended_internal`).
+/// Unknown, revoked and suspended look alike to the caller (401), so nothing
+/// here tells them apart.
+pub fn caller_for_key_hash(conn: &Conn, hash: &str) -> StoreResult<Option<Caller>> {
     let found = conn
         .query_row(
             "SELECT k.id, k.account_id, k.daily_cap_micros, k.internal, a.suspended, k.rate_per_second, k.rate_burst
                FROM api_keys k JOIN accounts a ON a.id = k.account_id
               WHERE k.secret_sha256 = ?1 AND k.revoked_at IS NULL",
-            [sha256_hex(api_key.as_bytes())],
+            [hash],
             |r| {
                 let caller = Caller {
                     key_id: Some(r.get(0)?),

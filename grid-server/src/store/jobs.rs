@@ -214,11 +214,91 @@ fn job_row(r: &Row) -> StoreResult<JobRow> {
 pub fn load(conn: &Conn, id: &str) -> StoreResult<Option<JobRow>> {
     let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1");
     let Some(mut row) = conn.query_row(&sql, [id], job_row).optional()? else { return Ok(None) };
-    row.labels = conn
+    row.labels = labels(conn, id)?;
+    Ok(Some(row))
+}
+
+fn labels(conn: &Conn, id: &str) -> StoreResult<BTreeMap<String, String>> {
+    Ok(conn
         .query_map("SELECT key, value FROM job_labels WHERE job_id = ?1", [id], |r| Ok((r.get(0)?, r.get(1)?)))?
         .into_iter()
-        .collect();
-    Ok(Some(row))
+        .collect())
+}
+
+/// The record of a job of this account, `None` when there is no such job
+/// or it is another account's (whose jobs do not exist): GET /jobs/{id}'s
+/// one statement. The job row, its labels and its logs come as rows of one
+/// query, each part filtered by the account in SQL; only what the record
+/// shows is read (not the stored request, which `load` parses).
+pub fn owned_record(conn: &Conn, account_id: &str, id: &str) -> StoreResult<Option<JobRecord>> {
+    enum Part {
+        Job { image_digest: String, machine: String, executors: String, priority: u32, created_at: i64 },
+        Label(String, String),
+        Log(JobArtifact),
+    }
+    let parts = conn.query_map(
+        // Every NULL typed: PostgreSQL types a UNION's columns pair by
+        // pair, and two untyped NULLs would make text of a number column.
+        "SELECT 0, j.image_digest, j.machine, j.executors, j.priority, j.created_at,
+                CAST(NULL AS BIGINT), CAST(NULL AS BIGINT)
+           FROM jobs j WHERE j.id = ?1 AND j.account_id = ?2
+         UNION ALL
+         SELECT 1, l.key, l.value, CAST(NULL AS TEXT), CAST(NULL AS BIGINT), CAST(NULL AS BIGINT),
+                CAST(NULL AS BIGINT), CAST(NULL AS BIGINT)
+           FROM job_labels l JOIN jobs j ON j.id = l.job_id WHERE l.job_id = ?1 AND j.account_id = ?2
+         UNION ALL
+         SELECT 2, g.artifact_id, CAST(NULL AS TEXT), CAST(NULL AS TEXT), g.attempt, g.byte_length, g.created_at,
+                g.truncated
+           FROM job_logs g JOIN jobs j ON j.id = g.job_id WHERE g.job_id = ?1 AND j.account_id = ?2",
+        (id, account_id),
+        |r| {
+            Ok(match r.get::<i64>(0)? {
+                0 => Part::Job {
+                    image_digest: r.get(1)?,
+                    machine: r.get(2)?,
+                    executors: r.get(3)?,
+                    priority: r.get(4)?,
+                    created_at: r.get(5)?,
+                },
+                1 => Part::Label(r.get(1)?, r.get(2)?),
+                _ => Part::Log(JobArtifact {
+                    artifact_id: r.get(1)?,
+                    kind: LOG_KIND.into(),
+                    byte_length: r.get::<i64>(5)? as u64,
+                    content_type: LOG_CONTENT_TYPE.into(),
+                    created_at: Millis(r.get(6)?),
+                    attempt: r.get(4)?,
+                    truncated: r.get(7)?,
+                }),
+            })
+        },
+    )?;
+    let (mut job_row, mut labels, mut logs) = (None, BTreeMap::new(), vec![]);
+    for part in parts {
+        match part {
+            Part::Job { image_digest, machine, executors, priority, created_at } => {
+                job_row = Some((image_digest, machine, executors, priority, created_at))
+            }
+            Part::Label(k, v) => {
+                labels.insert(k, v);
+            }
+            Part::Log(artifact) => logs.push(artifact),
+        }
+    }
+    let Some((image_digest, machine, executors, priority, created_at)) = job_row else { return Ok(None) };
+    let bad = |what: &str, e: serde_json::Error| StoreError::Invalid(format!("{what} of job {id}: {e}"));
+    let job: Job = serde_json::from_str(&machine).map_err(|e| bad("machine", e))?;
+    let executors: BTreeMap<u32, Executor> = serde_json::from_str(&executors).map_err(|e| bad("executors", e))?;
+    Ok(Some(JobRecord::build(RecordParts {
+        job_id: id,
+        image_digest: &image_digest,
+        job: &job,
+        executors: &executors,
+        logs: &logs,
+        labels: &labels,
+        priority,
+        created_at: Millis(created_at),
+    })))
 }
 
 /// A job of this account, or `None` (another account's jobs do not exist).
@@ -425,6 +505,14 @@ pub fn held_by(conn: &Conn, node: &str) -> StoreResult<Vec<(String, String)>> {
     )
 }
 
+/// The node whose engine runs (or last ran) the job's attempt.
+pub fn node_of(conn: &Conn, id: &str) -> StoreResult<Option<String>> {
+    Ok(conn
+        .query_row("SELECT node FROM jobs WHERE id = ?1", [id], |r| r.get::<Option<String>>(0))
+        .optional()?
+        .flatten())
+}
+
 /// Records the node whose engine runs the job's attempt.
 pub fn set_node(conn: &Conn, id: &str, node: &str) -> StoreResult<()> {
     conn.execute("UPDATE jobs SET node = ?2 WHERE id = ?1", (id, node))?;
@@ -488,4 +576,79 @@ pub fn undated_ids(conn: &Conn) -> StoreResult<Vec<String>> {
         )?
         .into_iter()
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::store::Store;
+
+    const T0: Millis = Millis(1_700_000_000_000);
+
+    /// GET /jobs/{id}'s one statement answers what the driver's load and
+    /// `record_of` build, labels, executors and logs included, and nothing
+    /// for another account.
+    #[test]
+    fn the_owned_record_is_the_loaded_records_and_only_for_its_account() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path(), Duration::from_secs(5)).unwrap();
+        let body = json!({
+            "image": "127.0.0.1:5000/tools/busybox:1",
+            "command": ["true"],
+            "resources": {
+                "cpu": {"request": "500m", "limit": "500m"},
+                "memory": {"request": "256Mi", "limit": "256Mi"},
+                "ephemeralStorage": {"request": "256Mi", "limit": "256Mi"},
+            },
+            "runningDeadlineSeconds": 60,
+            "capabilities": {"networkProfile": "none"},
+            "env": {},
+            "labels": {"team": "blue", "run": "7"},
+            "idempotencyKey": "k1",
+        });
+        let sub = grid_core::validate::job::validate(&body).unwrap();
+        let (owner, other, id) = store
+            .write_blocking(|tx| {
+                let owner = accounts::create_account(tx, "owner", 10_000_000, T0)?;
+                let other = accounts::create_account(tx, "other", 10_000_000, T0)?;
+                let caller = Caller { account_id: owner.clone(), ..Default::default() };
+                let (row, _) = submit(tx, &caller, &sub, &body, "127.0.0.1:5000/tools/busybox@sha256:ab", T0)?;
+                let executor = Executor {
+                    engine: "docker".into(),
+                    container_name: format!("grid-{}-1", row.id),
+                    container_id: Some("c1".into()),
+                };
+                set_executor(tx, &row.id, 1, executor, T0)?;
+                for attempt in [2, 1] {
+                    let log = StoredLog {
+                        artifact: JobArtifact {
+                            artifact_id: format!("ja_{attempt}"),
+                            kind: LOG_KIND.into(),
+                            byte_length: 10 * u64::from(attempt),
+                            content_type: LOG_CONTENT_TYPE.into(),
+                            created_at: Millis(T0.0 + i64::from(attempt)),
+                            attempt,
+                            truncated: attempt == 2,
+                        },
+                        storage_name: format!("db:{}/attempt-{attempt}", row.id),
+                        sha256: "00".into(),
+                        inline: Some(vec![b'x'; 10 * attempt as usize]),
+                    };
+                    insert_log(tx, &row.id, &log)?;
+                }
+                Ok::<_, JobError>((owner, other, row.id))
+            })
+            .unwrap();
+        let expected = store.read_blocking(|c| record_of(c, &load(c, &id)?.unwrap())).unwrap();
+        assert_eq!(expected.labels.len(), 2);
+        assert_eq!(expected.artifacts.len(), 2);
+        let got = store.read_blocking(|c| owned_record(c, &owner, &id)).unwrap();
+        assert_eq!(got, Some(expected));
+        assert_eq!(store.read_blocking(|c| owned_record(c, &other, &id)).unwrap(), None);
+        assert_eq!(store.read_blocking(|c| owned_record(c, &owner, "cj_none")).unwrap(), None);
+    }
 }

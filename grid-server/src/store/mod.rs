@@ -6,7 +6,8 @@
 //! it. Nothing outside this module knows which one does.
 //!
 //! All access goes through `Store::read` / `Store::write`, which run the
-//! closure on a blocking thread, a write in one transaction.
+//! closure off the async runtime (a read on the store's reader threads, a
+//! write on a blocking thread, in one transaction).
 
 pub mod accounts;
 pub mod idempotency;
@@ -15,6 +16,7 @@ pub mod jobs;
 pub mod metrics;
 pub mod nodes;
 pub mod postgres;
+mod readers;
 pub mod sessions;
 pub mod sql;
 pub mod sqlite;
@@ -80,6 +82,10 @@ pub type StoreResult<T> = Result<T, StoreError>;
 #[derive(Clone)]
 pub struct Store {
     backend: Arc<Backend>,
+    /// The threads reads run on, one per connection reads may hold at
+    /// once: hundreds of concurrent requests queue here instead of each
+    /// taking a thread and opening a connection of its own.
+    readers: Arc<readers::Readers>,
 }
 
 enum Backend {
@@ -90,13 +96,17 @@ enum Backend {
 impl Store {
     /// Opens (creating if needed) the SQLite store in `data_dir`, applying the schema.
     pub fn open(data_dir: &Path, busy_timeout: Duration) -> StoreResult<Store> {
-        Ok(Store { backend: Arc::new(Backend::Sqlite(sqlite::Sqlite::open(data_dir, busy_timeout)?)) })
+        Ok(Store::new(Backend::Sqlite(sqlite::Sqlite::open(data_dir, busy_timeout)?), sqlite::READERS))
     }
 
     /// Connects to the PostgreSQL store at `url`, creating or migrating its
     /// schema (several nodes may start at once).
     pub fn connect(url: &str, busy_timeout: Duration) -> StoreResult<Store> {
-        Ok(Store { backend: Arc::new(Backend::Postgres(postgres::Postgres::open(url, busy_timeout)?)) })
+        Ok(Store::new(Backend::Postgres(postgres::Postgres::open(url, busy_timeout)?), postgres::READERS))
+    }
+
+    fn new(backend: Backend, readers: usize) -> Store {
+        Store { backend: Arc::new(backend), readers: Arc::new(readers::Readers::new(readers)) }
     }
 
     /// Whether every published file (capture files, job logs) is kept in
@@ -134,23 +144,26 @@ impl Store {
         }
     }
 
-    /// Runs `f` on a reader connection on a blocking thread.
+    /// Runs `f` on a reader connection, on one of the store's reader
+    /// threads (`readers.rs`).
     pub async fn read<R, F>(&self, f: F) -> StoreResult<R>
     where
         R: Send + 'static,
         F: FnOnce(&Conn) -> StoreResult<R> + Send + 'static,
     {
-        let store = self.clone();
-        tokio::task::spawn_blocking(move || store.read_blocking(f))
-            .await
-            .map_err(|e| StoreError::Task(e.to_string()))?
+        let backend = self.backend.clone();
+        self.readers.run(move || read_on(&backend, f)).await
     }
 
     pub fn read_blocking<R>(&self, f: impl FnOnce(&Conn) -> StoreResult<R>) -> StoreResult<R> {
-        match &*self.backend {
-            Backend::Sqlite(db) => db.read(f),
-            Backend::Postgres(db) => db.read(f),
-        }
+        read_on(&self.backend, f)
+    }
+}
+
+fn read_on<R>(backend: &Backend, f: impl FnOnce(&Conn) -> StoreResult<R>) -> StoreResult<R> {
+    match backend {
+        Backend::Sqlite(db) => db.read(f),
+        Backend::Postgres(db) => db.read(f),
     }
 }
 

@@ -25,24 +25,67 @@ pub struct NodeView {
     pub active_items: i64,
     /// Live sessions whose browser it runs.
     pub live_sessions: i64,
+    /// Job attempts its engine runs (provisioning, running or publishing).
+    pub running_jobs: i64,
+}
+
+/// What a node offers the grid.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Offer {
+    /// Session slots (`--max-sessions`; 0 with sessions disabled).
+    pub sessions: u32,
+    /// Its Docker Engine's capacity for analytical jobs.
+    pub cpu_millis: u64,
+    pub memory_bytes: u64,
 }
 
 /// Registers a starting node (again, after a restart), alive now.
-pub fn register(
-    conn: &Conn,
-    name: &str,
-    advertise_url: Option<&str>,
-    max_sessions: u32,
-    now: Millis,
-) -> StoreResult<()> {
+pub fn register(conn: &Conn, name: &str, advertise_url: Option<&str>, offer: Offer, now: Millis) -> StoreResult<()> {
     conn.execute(
-        "INSERT INTO nodes (name, advertise_url, started_at, heartbeat_at, max_sessions) VALUES (?1, ?2, ?3, ?3, ?4)
+        "INSERT INTO nodes (name, advertise_url, started_at, heartbeat_at, max_sessions, compute_cpu_millis,
+                            compute_memory_bytes)
+         VALUES (?1, ?2, ?3, ?3, ?4, ?5, ?6)
          ON CONFLICT (name) DO UPDATE SET advertise_url = excluded.advertise_url,
            started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at,
-           max_sessions = excluded.max_sessions",
-        (name, advertise_url, now.0, max_sessions),
+           max_sessions = excluded.max_sessions, compute_cpu_millis = excluded.compute_cpu_millis,
+           compute_memory_bytes = excluded.compute_memory_bytes",
+        crate::params![
+            name,
+            advertise_url,
+            now.0,
+            offer.sessions,
+            i64::try_from(offer.cpu_millis).unwrap_or(i64::MAX),
+            i64::try_from(offer.memory_bytes).unwrap_or(i64::MAX)
+        ],
     )?;
     Ok(())
+}
+
+/// Whether some live node's engine (heartbeat at or after `live_after`;
+/// `me` always counts) could hold a job requesting `cpu_millis` and
+/// `memory_bytes`; when none could, the largest capacities offered, for the
+/// refusal's detail.
+pub fn job_fits(
+    conn: &Conn,
+    me: &str,
+    live_after: Millis,
+    cpu_millis: u64,
+    memory_bytes: u64,
+) -> StoreResult<Result<(), (u64, u64)>> {
+    let (fits, cpu, memory): (i64, Option<i64>, Option<i64>) = conn.query_row(
+        "SELECT COUNT(CASE WHEN compute_cpu_millis >= ?3 AND compute_memory_bytes >= ?4 THEN 1 END),
+                MAX(compute_cpu_millis), MAX(compute_memory_bytes)
+           FROM nodes WHERE heartbeat_at >= ?2 OR name = ?1",
+        crate::params![
+            me,
+            live_after.0,
+            i64::try_from(cpu_millis).unwrap_or(i64::MAX),
+            i64::try_from(memory_bytes).unwrap_or(i64::MAX)
+        ],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )?;
+    let largest = |v: Option<i64>| v.and_then(|v| u64::try_from(v).ok()).unwrap_or(0);
+    Ok(if fits > 0 { Ok(()) } else { Err((largest(cpu), largest(memory))) })
 }
 
 /// Session slots summed over live nodes (heartbeat at or after
@@ -53,6 +96,23 @@ pub fn live_max_sessions(conn: &Conn, me: &str, live_after: Millis) -> StoreResu
         (me, live_after.0),
         |r| r.get(0),
     )
+}
+
+/// The live node (heartbeat at or after `live_after`; `me` always counts
+/// while it has a row) whose name sorts first: the one that runs the grid's settlement passes.
+pub fn leader(conn: &Conn, me: &str, live_after: Millis) -> StoreResult<String> {
+    let first: Option<String> =
+        conn.query_row("SELECT MIN(name) FROM nodes WHERE heartbeat_at >= ?2 OR name = ?1", (me, live_after.0), |r| {
+            r.get(0)
+        })?;
+    // Ordered by the database, so every node sees the same first name.
+    Ok(first.unwrap_or_else(|| me.to_string()))
+}
+
+/// The node's last heartbeat, if it has a row.
+pub fn heartbeat_of(conn: &Conn, name: &str) -> StoreResult<Option<Millis>> {
+    use super::sql::Optional;
+    Ok(conn.query_row("SELECT heartbeat_at FROM nodes WHERE name = ?1", [name], |r| r.get(0)).optional()?.map(Millis))
 }
 
 /// Records that the node is alive at `now`; `false` when it has no row,
@@ -81,7 +141,9 @@ pub fn list(conn: &Conn, live_after: Millis) -> StoreResult<Vec<NodeView>> {
     conn.query_map(
         "SELECT n.name, n.advertise_url, n.started_at, n.heartbeat_at,
                 (SELECT COUNT(*) FROM items i WHERE i.state = 'active' AND i.lease_node = n.name),
-                (SELECT COUNT(*) FROM sessions s WHERE s.live = 1 AND s.node = n.name)
+                (SELECT COUNT(*) FROM sessions s WHERE s.live = 1 AND s.node = n.name),
+                (SELECT COUNT(*) FROM jobs j WHERE j.node = n.name
+                    AND j.phase IN ('PROVISIONING', 'RUNNING', 'PUBLISHING'))
            FROM nodes n ORDER BY n.name",
         (),
         |r| {
@@ -94,7 +156,18 @@ pub fn list(conn: &Conn, live_after: Millis) -> StoreResult<Vec<NodeView>> {
                 live: heartbeat_at >= live_after,
                 active_items: r.get(4)?,
                 live_sessions: r.get(5)?,
+                running_jobs: r.get(6)?,
             })
         },
     )
+}
+
+/// Where the other nodes reach `node` (`--advertise-url`), if it is known
+/// and advertises an address.
+pub fn advertise_url(conn: &Conn, node: &str) -> StoreResult<Option<String>> {
+    use super::sql::Optional;
+    Ok(conn
+        .query_row("SELECT advertise_url FROM nodes WHERE name = ?1", [node], |r| r.get::<Option<String>>(0))
+        .optional()?
+        .flatten())
 }

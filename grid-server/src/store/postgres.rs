@@ -36,16 +36,21 @@ const MIGRATE_LOCK: i64 = 0x6772_6964_6d69;
 
 /// Each step runs once, in order; a released step is never edited. The
 /// `schema_version` table holds the number applied.
-const STEPS: [&str; 3] = [
+const STEPS: [&str; 4] = [
     include_str!("postgres_schema.sql"),
     include_str!("postgres_v2_nodes.sql"),
-    include_str!("postgres_v3_queue_indexes.sql"),
+    include_str!("postgres_v3_placement.sql"),
+    include_str!("postgres_v4_queue_indexes.sql"),
 ];
 
-/// Connections per node. Blocking store calls run on tokio's blocking pool,
-/// so more would only queue inside PostgreSQL; several nodes times this
+/// Connections per node. Store calls run on blocking threads (reads on the
+/// store's reader threads, writes on tokio's blocking pool), so more would
+/// only queue inside PostgreSQL; several nodes times this
 /// stays under PostgreSQL's default 100 connections.
 const POOL_SIZE: usize = 16;
+/// Reader threads of `Store::read` (reads in flight at once): most of the
+/// pool, leaving connections for writers.
+pub const READERS: usize = 12;
 
 pub struct Postgres {
     runtime: &'static tokio::runtime::Runtime,

@@ -9,7 +9,7 @@ use grid_core::ledger::{self, EntryKind};
 use grid_core::pricing;
 use grid_core::session::{self, Session, TransitionError};
 use grid_core::time::Millis;
-use grid_core::wire::session::{Attestation, NetworkAttestation, SessionSubmission, SessionView};
+use grid_core::wire::session::{Attestation, NetworkAttestation, SessionOverrides, SessionSubmission, SessionView};
 
 use super::accounts::{self, Caller, Entry, ReserveError};
 use super::{to_json, StoreError, StoreResult};
@@ -27,6 +27,13 @@ pub struct SessionRow {
     pub network_attestation: Option<NetworkAttestation>,
     pub reserved_micros: i64,
     pub reservation_day: i64,
+    /// The node running its browser (none: leased before nodes were recorded).
+    pub node: Option<String>,
+    /// SHA-256 of the token in its cdpUrl.
+    pub token_sha256: String,
+    /// What the lease asked for; `None` for sessions leased before it was
+    /// stored (they were started by the node that leased them).
+    pub submission: Option<SessionSubmission>,
 }
 
 impl SessionRow {
@@ -81,24 +88,50 @@ pub fn live_count(conn: &Conn) -> StoreResult<u32> {
 }
 
 /// Live sessions whose browser runs on `node` (or on no recorded node).
-pub fn live_count_on(conn: &Conn, node: &str) -> StoreResult<u32> {
-    conn.query_row("SELECT COUNT(*) FROM sessions WHERE live = 1 AND (node = ?1 OR node IS NULL)", [node], |r| r.get(0))
+/// Where a lease may run its browser: on `me` while it has a free slot,
+/// else on the live node (heartbeat at or after `live_after`, reachable at
+/// an advertised address) with the most free slots.
+#[derive(Debug, Clone, Copy)]
+pub struct Placement<'a> {
+    pub me: &'a str,
+    pub live_after: Millis,
 }
 
-/// POST /sessions: takes a slot and the reservation, in one transaction.
+/// The node a new session's browser runs on, or `None` when every live
+/// node's slots are taken. A session leased before nodes were recorded
+/// counts against `me`.
+pub fn place(conn: &Conn, p: Placement<'_>) -> StoreResult<Option<String>> {
+    conn.query_row(
+        "SELECT name FROM (
+           SELECT n.name,
+                  n.max_sessions - (SELECT COUNT(*) FROM sessions s
+                                     WHERE s.live = 1 AND (s.node = n.name OR (s.node IS NULL AND n.name = ?1))) AS free,
+                  CASE WHEN n.name = ?1 THEN 0 ELSE 1 END AS other
+             FROM nodes n
+            WHERE n.name = ?1 OR (n.heartbeat_at >= ?2 AND n.advertise_url IS NOT NULL)
+         ) AS candidates
+         WHERE free > 0 ORDER BY other, free DESC, name LIMIT 1",
+        (p.me, p.live_after.0),
+        |r| r.get(0),
+    )
+    .optional()
+}
+
+/// POST /sessions: takes a slot somewhere in the grid (`place`) and the
+/// reservation, in one transaction. The row names the node whose browser
+/// serves it.
 pub fn lease(
     tx: &Conn,
     caller: &Caller,
     sub: &SessionSubmission,
     token: &str,
-    max_sessions: u32,
-    node: &str,
+    placement: Placement<'_>,
     now: Millis,
 ) -> Result<SessionRow, SessionError> {
-    // The browser runs on the node that leases: its own slots bound it.
-    if live_count_on(tx, node)? >= max_sessions {
+    let Some(node) = place(tx, placement)? else {
+        let max_sessions = super::nodes::live_max_sessions(tx, placement.me, placement.live_after)?;
         return Err(TransitionError::Refused(ApiError::SessionLimitReached { max_sessions }).into());
-    }
+    };
     let id = new_id(ids::SESSION);
     let reserve = pricing::session_reservation_micros(sub.ttl_minutes);
     accounts::reserve(tx, caller, reserve, &id, now)?;
@@ -107,8 +140,8 @@ pub fn lease(
     // never runs is still lost on time.
     tx.execute(
         "INSERT INTO sessions (id, account_id, key_id, profile_id, network_policy, token_sha256, machine,
-                               reserved_micros, reservation_day, created_at, due_at, node)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                               reserved_micros, reservation_day, created_at, due_at, node, submission)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
         params![
             id,
             caller.account_id,
@@ -121,14 +154,76 @@ pub fn lease(
             now.utc_day(),
             now.0,
             session::next_due(&machine).map(|d| d.at.0),
-            node
+            node,
+            to_json(&StoredSubmission::of(sub))?
         ],
     )?;
     Ok(load(tx, &id)?.ok_or_else(|| StoreError::Invalid(format!("session {id} not found right after its insert")))?)
 }
 
+/// How to reach a session's browser: its token's hash, whether it is live,
+/// the node running it and that node's advertised address (none when the
+/// node is gone or advertises none).
+#[derive(Debug, Clone)]
+pub struct Route {
+    pub token_sha256: String,
+    pub live: bool,
+    pub node: Option<String>,
+    pub advertise_url: Option<String>,
+}
+
+pub fn route(conn: &Conn, id: &str) -> StoreResult<Option<Route>> {
+    conn.query_row(
+        "SELECT s.token_sha256, s.live, s.node, n.advertise_url
+           FROM sessions s LEFT JOIN nodes n ON n.name = s.node WHERE s.id = ?1",
+        [id],
+        |r| {
+            let live: i64 = r.get(1)?;
+            Ok(Route { token_sha256: r.get(0)?, live: live == 1, node: r.get(2)?, advertise_url: r.get(3)? })
+        },
+    )
+    .optional()
+}
+
+/// Live sessions whose browser runs on `node`, as the node reconciles
+/// what it runs with the records.
+pub fn live_on(conn: &Conn, node: &str) -> StoreResult<Vec<SessionRow>> {
+    let sql = format!("SELECT {COLUMNS} FROM sessions WHERE live = 1 AND node = ?1 ORDER BY seq");
+    conn.query_map(&sql, [node], row)
+}
+
+/// The `submission` column: a lease's validated submission as JSON.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct StoredSubmission {
+    profile: String,
+    ttl_minutes: u32,
+    network_policy: Option<String>,
+    overrides: SessionOverrides,
+}
+
+impl StoredSubmission {
+    fn of(sub: &SessionSubmission) -> StoredSubmission {
+        StoredSubmission {
+            profile: sub.profile.as_str().to_string(),
+            ttl_minutes: sub.ttl_minutes,
+            network_policy: sub.network_policy.clone(),
+            overrides: sub.overrides.clone(),
+        }
+    }
+
+    fn into_submission(self) -> SessionSubmission {
+        SessionSubmission {
+            profile: Profile::parse(&self.profile).unwrap_or(Profile::DEFAULT),
+            ttl_minutes: self.ttl_minutes,
+            network_policy: self.network_policy,
+            overrides: self.overrides,
+        }
+    }
+}
+
 const COLUMNS: &str = "id, account_id, key_id, profile_id, network_policy, machine, attestation,
-     network_attestation, reserved_micros, reservation_day";
+     network_attestation, reserved_micros, reservation_day, node, token_sha256, submission";
 
 fn row(r: &Row) -> StoreResult<SessionRow> {
     let json_err = |i: usize, e: serde_json::Error| StoreError::Invalid(format!("column {i}: {e}"));
@@ -136,6 +231,7 @@ fn row(r: &Row) -> StoreResult<SessionRow> {
     let machine: String = r.get(5)?;
     let att: Option<String> = r.get(6)?;
     let net: Option<String> = r.get(7)?;
+    let submission: Option<String> = r.get(12)?;
     Ok(SessionRow {
         id: r.get(0)?,
         account_id: r.get(1)?,
@@ -147,6 +243,13 @@ fn row(r: &Row) -> StoreResult<SessionRow> {
         network_attestation: net.map(|a| serde_json::from_str(&a)).transpose().map_err(|e| json_err(7, e))?,
         reserved_micros: r.get(8)?,
         reservation_day: r.get(9)?,
+        node: r.get(10)?,
+        token_sha256: r.get(11)?,
+        submission: submission
+            .map(|s| serde_json::from_str::<StoredSubmission>(&s))
+            .transpose()
+            .map_err(|e| json_err(12, e))?
+            .map(StoredSubmission::into_submission),
     })
 }
 

@@ -15,6 +15,13 @@ use super::{StoreError, StoreResult};
 
 pub const DB_FILE: &str = "grid.db";
 
+/// Reader connections kept open (WAL lets them read while the writer
+/// commits), and the reader threads `Store::read` runs reads on. Each
+/// connection keeps its parsed schema and prepared statements, so a read
+/// costs only its queries; opening one per read parsed the whole schema
+/// each time.
+pub const READERS: usize = 4;
+
 pub struct Sqlite {
     path: PathBuf,
     writer: Mutex<Connection>,
@@ -53,13 +60,33 @@ impl Sqlite {
             Some(c) => c,
             None => connect(&self.path, self.busy_timeout)?,
         };
-        let r = f(&conn);
+        let r = read_snapshot(&conn, f);
+        // One left inside a transaction (its end failed) is not reused.
+        if !conn.is_autocommit() {
+            return r;
+        }
         let mut readers = self.readers.lock().unwrap_or_else(|p| p.into_inner());
-        if readers.len() < 8 {
+        // Callers reading on threads of their own (`read_blocking`) may
+        // hold some beyond the reader threads': keep a few spare for them.
+        if readers.len() < 2 * READERS {
             readers.push(conn);
         }
         r
     }
+}
+
+/// Runs `f` in one read transaction: its queries see one snapshot, and the
+/// WAL's read lock (a lock and an unlock of the `-shm` file each) is taken
+/// once for all of them rather than once per query.
+fn read_snapshot<R>(conn: &Connection, f: impl FnOnce(&Conn) -> StoreResult<R>) -> StoreResult<R> {
+    conn.prepare_cached("BEGIN")?.execute([])?;
+    let r = f(conn);
+    // Ending a read transaction writes nothing: what `f` read stands even
+    // if this fails (the caller then drops the connection).
+    if let Err(e) = conn.prepare_cached("ROLLBACK").and_then(|mut end| end.execute([])) {
+        tracing::warn!(error = %e, "ending a read transaction failed");
+    }
+    r
 }
 
 impl From<rusqlite::Error> for StoreError {
@@ -179,7 +206,7 @@ fn connect(path: &Path, busy_timeout: Duration) -> StoreResult<Connection> {
 
 /// Each step runs once, in order; a released step is never edited. The
 /// database's `user_version` is the number of steps applied.
-const STEPS: [&str; 11] = [
+const STEPS: [&str; 12] = [
     include_str!("schema.sql"),
     include_str!("schema_v2_jobs.sql"),
     include_str!("schema_v3_identities.sql"),
@@ -190,7 +217,8 @@ const STEPS: [&str; 11] = [
     include_str!("schema_v8_key_rate_limits.sql"),
     include_str!("schema_v9_inline_logs.sql"),
     include_str!("schema_v10_nodes.sql"),
-    include_str!("schema_v11_queue_indexes.sql"),
+    include_str!("schema_v11_placement.sql"),
+    include_str!("schema_v12_queue_indexes.sql"),
 ];
 
 fn migrate(conn: &Connection) -> StoreResult<()> {

@@ -9,8 +9,9 @@
 //! `native-headless-browser/v2` (800x600, Browserless's default viewport).
 //! Browserless: the same N URLs, B*P requests at a time (start it with
 //! `bash ../shared/peers/browserless.sh`, CONC=B*P). While each side runs,
-//! the summed RSS of all `chromium` processes is sampled every 100 ms; the
-//! peak is printed.
+//! the summed RSS and PSS of all `chromium` processes are sampled every
+//! 100 ms; the peaks are printed (PSS is what the machine pays: RSS counts
+//! the pages Chromium's processes share once per process).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -65,11 +66,28 @@ fn usage(problem: &str) -> ! {
     std::process::exit(2)
 }
 
-/// Summed VmRSS (bytes) of every process whose name starts with "chromium"
-/// (browser, zygotes, renderers, GPU and utility processes).
-fn chromium_rss() -> u64 {
-    let mut total = 0;
-    let Ok(dir) = std::fs::read_dir("/proc") else { return 0 };
+/// Memory of every process whose name starts with "chromium" (browser,
+/// zygotes, renderers, GPU and utility processes), in bytes: summed VmRSS,
+/// which counts the pages the processes share (Chromium's own code, the
+/// zygote's heap) once per process, and summed PSS (`smaps_rollup`), which
+/// divides each shared page among the processes sharing it, so the sum is
+/// what the machine pays.
+#[derive(Debug, Clone, Copy, Default)]
+struct Memory {
+    rss: u64,
+    pss: u64,
+}
+
+fn chromium_memory() -> Memory {
+    let mut total = Memory::default();
+    let Ok(dir) = std::fs::read_dir("/proc") else { return total };
+    let kb_of = |text: &str, field: &str| -> u64 {
+        text.lines()
+            .find(|l| l.starts_with(field))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
     for entry in dir.flatten() {
         if !entry.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
             continue;
@@ -79,29 +97,32 @@ fn chromium_rss() -> u64 {
         if !name.starts_with("chromium") {
             continue;
         }
-        let kb: u64 = status
-            .lines()
-            .find(|l| l.starts_with("VmRSS:"))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        total += kb * 1024;
+        total.rss += kb_of(&status, "VmRSS:") * 1024;
+        let rollup = std::fs::read_to_string(entry.path().join("smaps_rollup")).unwrap_or_default();
+        total.pss += kb_of(&rollup, "Pss:") * 1024;
     }
     total
 }
 
-/// Samples `chromium_rss` until the returned flag is set; the peak lands in the counter.
-fn sample_peak() -> (Arc<AtomicBool>, Arc<AtomicU64>) {
+/// Samples `chromium_memory` until the returned flag is set; the peaks
+/// (RSS, PSS) land in the counters.
+fn sample_peak() -> (Arc<AtomicBool>, Arc<[AtomicU64; 2]>) {
     let stop = Arc::new(AtomicBool::new(false));
-    let peak = Arc::new(AtomicU64::new(0));
+    let peak = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
     let (s, p) = (stop.clone(), peak.clone());
     std::thread::spawn(move || {
         while !s.load(Ordering::Relaxed) {
-            p.fetch_max(chromium_rss(), Ordering::Relaxed);
+            let m = chromium_memory();
+            p[0].fetch_max(m.rss, Ordering::Relaxed);
+            p[1].fetch_max(m.pss, Ordering::Relaxed);
             std::thread::sleep(Duration::from_millis(100));
         }
     });
     (stop, peak)
+}
+
+fn peak_of(peak: &[AtomicU64; 2]) -> Memory {
+    Memory { rss: peak[0].load(Ordering::Relaxed), pss: peak[1].load(Ordering::Relaxed) }
 }
 
 fn mib(bytes: u64) -> f64 {
@@ -146,18 +167,20 @@ async fn main() {
     let done = server.wait_batch_done(&batch, deadline.saturating_duration_since(Instant::now())).await;
     let grid_secs = started.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
-    let grid_peak = peak.load(Ordering::Relaxed);
+    let grid_peak = peak_of(&peak);
     let grid_ok = done["counts"]["completed"].as_u64().unwrap_or(0);
     let grid_rate = grid_ok as f64 * 60.0 / grid_secs;
     println!(
-        "grid:        {grid_ok}/{} screenshots in {grid_secs:.1} s = {grid_rate:.0}/min, peak chromium RSS {:.0} MiB",
+        "grid:        {grid_ok}/{} screenshots in {grid_secs:.1} s = {grid_rate:.0}/min, peak chromium RSS {:.0} MiB, PSS {:.0} MiB ({:.0} MiB per concurrent capture)",
         c.items,
-        mib(grid_peak)
+        mib(grid_peak.rss),
+        mib(grid_peak.pss),
+        mib(grid_peak.pss) / concurrency as f64
     );
     drop(server);
     // Let the grid's browsers exit before measuring the peer's.
     let quiet = Instant::now() + Duration::from_secs(10);
-    while chromium_rss() > 0 && Instant::now() < quiet {
+    while chromium_memory().rss > 0 && Instant::now() < quiet {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
@@ -206,22 +229,25 @@ async fn main() {
     }
     let peer_secs = started.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
-    let peer_peak = peak.load(Ordering::Relaxed);
+    let peer_peak = peak_of(&peak);
     let peer_ok = ok.load(Ordering::Relaxed);
     let peer_rate = peer_ok as f64 * 60.0 / peer_secs;
     println!(
-        "browserless: {peer_ok}/{} screenshots in {peer_secs:.1} s = {peer_rate:.0}/min, peak chromium RSS {:.0} MiB ({concurrency} concurrent)",
+        "browserless: {peer_ok}/{} screenshots in {peer_secs:.1} s = {peer_rate:.0}/min, peak chromium RSS {:.0} MiB, PSS {:.0} MiB ({:.0} MiB per concurrent capture; {concurrency} concurrent)",
         c.items,
-        mib(peer_peak)
+        mib(peer_peak.rss),
+        mib(peer_peak.pss),
+        mib(peer_peak.pss) / concurrency as f64
     );
     println!("ratio grid/browserless: {:.2}", grid_rate / peer_rate);
     println!(
         "{}",
         json!({
             "items": c.items, "browsers": c.browsers, "pagesPerBrowser": c.pages, "concurrency": concurrency,
-            "gridSeconds": grid_secs, "gridCompleted": grid_ok, "gridPerMinute": grid_rate, "gridPeakChromiumRssMiB": mib(grid_peak),
+            "gridSeconds": grid_secs, "gridCompleted": grid_ok, "gridPerMinute": grid_rate, "gridPeakChromiumRssMiB": mib(grid_peak.rss), "gridPeakChromiumPssMiB": mib(grid_peak.pss),
             "browserlessSeconds": peer_secs, "browserlessOk": peer_ok, "browserlessPerMinute": peer_rate,
-            "browserlessPeakChromiumRssMiB": mib(peer_peak), "ratio": grid_rate / peer_rate,
+            "browserlessPeakChromiumRssMiB": mib(peer_peak.rss), "browserlessPeakChromiumPssMiB": mib(peer_peak.pss),
+            "ratio": grid_rate / peer_rate,
         })
     );
 }

@@ -228,10 +228,7 @@ fn push(side: &mut Result<Vec<f64>, String>, sample: Result<f64, String>) {
 /// the three sides see the same machine load; the pause after each round
 /// lets the grid's warm pool refill, as between a lessee's leases.
 async fn run_rounds(cfg: &Config) -> Runs {
-    let server = GridServer::start(ServerOptions {
-        extra_args: vec!["--warm-sessions".into(), cfg.warm.to_string()],
-        ..ServerOptions::default()
-    });
+    let server = GridServer::start(ServerOptions { warm_sessions: Some(cfg.warm), ..ServerOptions::default() });
     let http = http_client();
     // Let the warm pool fill (both profiles) before the first lease.
     tokio::time::sleep(Duration::from_secs(2 * u64::from(cfg.warm)) + cfg.gap).await;

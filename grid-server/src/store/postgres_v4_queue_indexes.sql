@@ -1,5 +1,5 @@
--- Step 3: the queue's indexes hold only the items each finds (SQLite's
--- schema_v11_queue_indexes.sql says why).
+-- Step 4: the queue's indexes hold only the items each finds (SQLite's
+-- schema_v12_queue_indexes.sql says why).
 
 DROP INDEX IF EXISTS items_queue;
 DROP INDEX IF EXISTS items_delayed;

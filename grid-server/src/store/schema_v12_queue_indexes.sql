@@ -1,4 +1,4 @@
--- Migration 11: the queue's indexes hold only the items each finds. The
+-- Migration 12: the queue's indexes hold only the items each finds. The
 -- indexes on (state, priority, seq) and (state, run_at) held every item, so
 -- each claim and each attempt's end moved two entries in each of them (out
 -- of one state's range, into another's); partial indexes per state are
