@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fetch throughput: the grid (release build, --workers 16) against a plain
+# Fetch throughput: the grid (release build, --max-workers 16) against a plain
 # reqwest loop of the same concurrency over the same local URLs.
 #
 #   bench/fetch_throughput.sh [ITEMS]        # default 20000 (20 batches of 1,000)

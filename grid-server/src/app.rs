@@ -2,7 +2,6 @@
 //! by `main` and shared. Transports (`http`) and workers reach what they need
 //! through it; no subsystem depends on a transport.
 
-use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 
 use tokio::sync::Notify;
@@ -35,8 +34,8 @@ pub struct App {
     pub items: Arc<crate::capture::driver::ItemDriver>,
     /// Woken when items become claimable, so idle workers start at once.
     pub queue_ready: Arc<Notify>,
-    /// Workers running an item right now.
-    pub busy_workers: AtomicU32,
+    /// This node's capture workers (busy, claimed ahead) for the metrics.
+    pub workers: Arc<crate::capture::Workers>,
     pub artifacts_dir: std::path::PathBuf,
     /// The browser pool of the browser scripts; `None` with `--browsers 0`
     /// or without a Chromium executable.

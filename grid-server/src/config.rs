@@ -19,8 +19,9 @@ pub struct ServeConfig {
     pub settlement_interval: Duration,
     /// Lets captures reach loopback, private and link-local addresses.
     pub allow_private_networks: bool,
-    /// Capture workers: how many items run at once.
-    pub workers: usize,
+    /// The ceiling of this node's capture workers (`--max-workers`): how
+    /// many items may run at once. Workers start on demand up to it.
+    pub max_workers: usize,
     pub backoff: Backoff,
     /// How long a credential check may wait for the database.
     pub accounting_timeout: Duration,

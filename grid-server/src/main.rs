@@ -25,7 +25,6 @@ mod tokens;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -197,9 +196,10 @@ struct ServeArgs {
     /// Let captures reach loopback, private and link-local addresses.
     #[arg(long)]
     allow_private_networks: bool,
-    /// Capture items run at once.
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=512))]
-    workers: u64,
+    /// Most capture items this node runs at once: workers start as the queue grows, up to this,
+    /// and end when idle (docs/captures.md). `--workers` is the old name.
+    #[arg(long, visible_alias = "workers", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    max_workers: u64,
     /// Wait before a failed item's second attempt; doubled before the third.
     #[arg(long, default_value_t = 2_000)]
     retry_backoff_ms: u64,
@@ -533,7 +533,7 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         auth_url: args.auth_url,
         settlement_interval: Duration::from_secs(args.settlement_interval_secs),
         allow_private_networks: args.allow_private_networks,
-        workers: args.workers as usize,
+        max_workers: args.max_workers as usize,
         backoff: Backoff { base_ms: args.retry_backoff_ms as i64 },
         accounting_timeout,
         shutdown_grace: Duration::from_secs(args.shutdown_grace_secs),
@@ -623,7 +623,7 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         compute,
         tokens: tokens::TokenVerifier::new(config.auth_url.clone(), args.jwks_url.clone())
             .context("building the JWKS client")?,
-        busy_workers: AtomicU32::new(0),
+        workers: Default::default(),
         artifacts_dir: config.data_dir.join("artifacts"),
         browsers: browser_pool(&config),
         config,

@@ -43,6 +43,7 @@ pub struct Metrics {
     jobs: IntGaugeVec,
     sessions: IntGaugeVec,
     pool_pages: IntGaugeVec,
+    capture_workers: IntGaugeVec,
     ledger_micros: IntGaugeVec,
 }
 
@@ -133,6 +134,13 @@ impl Metrics {
             jobs: gauge(&r, "jobs", "Analytical jobs by phase.", &["phase"]),
             sessions: gauge(&r, "sessions", "Live browser sessions by status, and the slots.", &["status"]),
             pool_pages: gauge(&r, "browser_pool_pages", "Capture page slots of the browser pool.", &["state"]),
+            capture_workers: gauge(
+                &r,
+                "capture_workers",
+                "This node's capture workers: busy (running an attempt), claimed (items claimed for the next free \
+                 worker), max (the ceiling, --max-workers).",
+                &["state"],
+            ),
             ledger_micros: gauge(
                 &r,
                 "ledger_micros",
@@ -174,6 +182,9 @@ pub async fn render(app: &App) -> String {
         }
     }
     m.sessions.with_label_values(&["max"]).set(i64::from(app.config.max_sessions));
+    m.capture_workers.with_label_values(&["busy"]).set(app.workers.busy() as i64);
+    m.capture_workers.with_label_values(&["claimed"]).set(app.workers.claimed() as i64);
+    m.capture_workers.with_label_values(&["max"]).set(app.config.max_workers as i64);
     if let Some(pool) = &app.browsers {
         let (busy, capacity) = pool.pages();
         m.pool_pages.with_label_values(&["busy"]).set(busy as i64);

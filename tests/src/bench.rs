@@ -58,3 +58,24 @@ pub fn parse(bin: &str, flags: &[Flag]) -> Flags {
     }
     Flags(values)
 }
+
+/// User + system CPU time of a process, in clock ticks (utime and stime of
+/// /proc/PID/stat); 0 when it is gone.
+pub fn cpu_ticks(pid: u32) -> u64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0 };
+    // Fields after the command (which may hold spaces) start after ") ".
+    let Some(rest) = stat.rsplit_once(") ").map(|(_, r)| r) else { return 0 };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    f.get(11).and_then(|u| u.parse::<u64>().ok()).unwrap_or(0)
+        + f.get(12).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0)
+}
+
+pub fn ticks_per_second() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as f64
+    } else {
+        100.0
+    }
+}

@@ -1,10 +1,18 @@
 //! Group commit for the capture queue: the transport of the item driver's
 //! transactions (`driver.rs`). Requests that arrive while a transaction is
-//! in flight are gathered and written together in the next one, each inside
-//! its own savepoint, so a failing request leaves no trace and the others
-//! still commit. With many workers this turns two write transactions per
-//! item into a few per batch of items. What a request does is the driver's
-//! business; this module only runs it and answers once the group committed.
+//! in flight are gathered and written together in the next one. With many
+//! workers this turns two write transactions per item into a few per batch
+//! of items. What a request does is the driver's business; this module only
+//! runs it and answers once the group committed.
+//!
+//! A failing request leaves no trace and the others still commit: a group
+//! is first run as one plain transaction; if any request fails, that
+//! transaction is rolled back and the group is run again with each request
+//! in a savepoint of its own. Savepoints for every request cost SQLite a
+//! copy of each page a request touches (its statement journal), which is
+//! why they are kept for the rare group that needs them.
+
+use std::time::{Duration, Instant};
 
 use crate::store::Conn;
 use tokio::sync::{mpsc, oneshot};
@@ -14,6 +22,12 @@ use crate::store::{Store, StoreError};
 
 /// Most requests written in one transaction.
 const MAX_GROUP: usize = 256;
+/// Least time between the starts of two group transactions. A commit costs
+/// about the same for one request as for fifty (it writes every page the
+/// group touched, and SQLite checkpoints by pages written), so under load
+/// waiting this long for a group to fill costs a request at most this much
+/// latency and saves most of the commits.
+const PACE: Duration = Duration::from_millis(1);
 
 #[derive(Clone)]
 pub struct Commits {
@@ -27,16 +41,17 @@ impl Commits {
         Commits { tx }
     }
 
-    /// Runs `work` in the next group transaction, in a savepoint of its own:
-    /// an `Err` rolls back what it wrote and nothing else. Answers once the
-    /// group has committed (or failed as a whole).
+    /// Runs `work` in the next group transaction: an `Err` rolls back what
+    /// it wrote and nothing else. Answers once the group has committed (or
+    /// failed as a whole). `work` may run twice (see the module's note), so
+    /// it writes only through `tx`.
     pub async fn run<T, F>(&self, work: F) -> Result<T, ItemError>
     where
         T: Send + 'static,
-        F: FnOnce(&Conn) -> Result<T, ItemError> + Send + 'static,
+        F: Fn(&Conn) -> Result<T, ItemError> + Send + 'static,
     {
         let (reply, answer) = oneshot::channel();
-        let request = Pending { work: Some(work), done: None, reply };
+        let request = Pending { work, done: None, reply };
         self.tx.send(Box::new(request)).map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())?
     }
@@ -48,14 +63,15 @@ fn stopped() -> ItemError {
 
 /// One request of a group, its result type erased.
 trait Request: Send {
-    /// Runs inside the group's transaction and keeps the result.
-    fn run(&mut self, tx: &Conn);
+    /// Runs inside the group's transaction and keeps the result; in a
+    /// savepoint of its own when `alone`. Answers whether it succeeded.
+    fn run(&mut self, tx: &Conn, alone: bool) -> bool;
     /// Sends the kept result once the group committed, or `failed`.
     fn answer(self: Box<Self>, failed: Option<ItemError>);
 }
 
 struct Pending<T, F> {
-    work: Option<F>,
+    work: F,
     done: Option<Result<T, ItemError>>,
     reply: oneshot::Sender<Result<T, ItemError>>,
 }
@@ -63,12 +79,13 @@ struct Pending<T, F> {
 impl<T, F> Request for Pending<T, F>
 where
     T: Send,
-    F: FnOnce(&Conn) -> Result<T, ItemError> + Send,
+    F: Fn(&Conn) -> Result<T, ItemError> + Send,
 {
-    fn run(&mut self, tx: &Conn) {
-        if let Some(work) = self.work.take() {
-            self.done = Some(in_savepoint(tx, work));
-        }
+    fn run(&mut self, tx: &Conn, alone: bool) -> bool {
+        let done = if alone { in_savepoint(tx, &self.work) } else { (self.work)(tx) };
+        let ok = done.is_ok();
+        self.done = Some(done);
+        ok
     }
 
     fn answer(self: Box<Self>, failed: Option<ItemError>) {
@@ -80,7 +97,7 @@ where
     }
 }
 
-fn in_savepoint<T>(tx: &Conn, work: impl FnOnce(&Conn) -> Result<T, ItemError>) -> Result<T, ItemError> {
+fn in_savepoint<T>(tx: &Conn, work: impl Fn(&Conn) -> Result<T, ItemError>) -> Result<T, ItemError> {
     tx.execute("SAVEPOINT request", ())?;
     let done = work(tx);
     let end: &[&str] = if done.is_ok() { &["RELEASE request"] } else { &["ROLLBACK TO request", "RELEASE request"] };
@@ -90,8 +107,26 @@ fn in_savepoint<T>(tx: &Conn, work: impl FnOnce(&Conn) -> Result<T, ItemError>) 
     done
 }
 
+/// Why a group's plain transaction was not committed.
+enum Plain {
+    Store(StoreError),
+    /// A request failed: the group runs again, each request in a savepoint.
+    RequestFailed,
+}
+
+impl From<StoreError> for Plain {
+    fn from(e: StoreError) -> Self {
+        Plain::Store(e)
+    }
+}
+
 async fn run(store: Store, mut rx: mpsc::UnboundedReceiver<Box<dyn Request>>) {
+    let mut last: Option<Instant> = None;
     while let Some(first) = rx.recv().await {
+        if let Some(wait) = last.and_then(|t| PACE.checked_sub(t.elapsed())) {
+            tokio::time::sleep(wait).await;
+        }
+        last = Some(Instant::now());
         let mut group = vec![first];
         while group.len() < MAX_GROUP {
             match rx.try_recv() {
@@ -105,12 +140,23 @@ async fn run(store: Store, mut rx: mpsc::UnboundedReceiver<Box<dyn Request>>) {
         // callers see the commit task as stopped.
         let store = store.clone();
         let written = tokio::task::spawn_blocking(move || {
-            let committed = store.write_blocking(|tx| {
-                for request in group.iter_mut() {
-                    request.run(tx);
-                }
-                Ok::<_, StoreError>(())
+            let plain = store.write_blocking(|tx| match group.iter_mut().all(|r| r.run(tx, false)) {
+                true => Ok(()),
+                false => Err(Plain::RequestFailed),
             });
+            let committed = match plain {
+                Ok(()) => Ok(()),
+                Err(Plain::Store(e)) => Err(e),
+                // Alone in its group, the failed request's rollback was the
+                // whole transaction's: its answer stands as it is.
+                Err(Plain::RequestFailed) if group.len() == 1 => Ok(()),
+                Err(Plain::RequestFailed) => store.write_blocking(|tx| {
+                    for request in group.iter_mut() {
+                        request.run(tx, true);
+                    }
+                    Ok::<_, StoreError>(())
+                }),
+            };
             (group, committed)
         })
         .await;

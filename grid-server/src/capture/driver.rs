@@ -12,6 +12,8 @@
 //! due time: the due loop (`crate::due`) calls `fire_due`, which makes due
 //! items claimable and wakes idle workers, whichever process set it.
 
+use std::borrow::Cow;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,11 +21,11 @@ use crate::store::Conn;
 use futures_util::future::BoxFuture;
 use grid_core::catalog::Profile;
 use grid_core::error::ApiError;
-use grid_core::item::{self, Backoff, Effect, Event, Failure, ItemState, Outcome, Settlement, TransitionError};
+use grid_core::item::{self, Backoff, Effect, Event, Failure, Item, Outcome, Settlement, TransitionError};
 use grid_core::time::Millis;
 use grid_core::wire::item::ItemRetried;
 use serde_json::json;
-use tokio::sync::Notify;
+use tokio::sync::{mpsc, oneshot, Notify};
 
 use super::commits::Commits;
 use super::files::{self, FileContent};
@@ -73,36 +75,72 @@ pub struct ItemDriver {
     clock: Arc<dyn Clock>,
     backoff: Backoff,
     wake: Wake,
+    /// Ends of attempts for the publisher (`publish`).
+    ends: mpsc::UnboundedSender<EndRequest>,
 }
 
+/// An attempt's end waiting to be stored, and who waits for the answer.
+struct EndRequest {
+    claim: Arc<ItemRow>,
+    end: Arc<AttemptEnd>,
+    reply: oneshot::Sender<Result<Outcome, ItemError>>,
+}
+
+/// Most attempt ends stored in one step of the publisher.
+const MAX_ENDS: usize = 512;
+
 impl ItemDriver {
-    /// Starts the group commit the driver's transactions travel through.
+    /// Starts the group commit the driver's transactions travel through,
+    /// and the publisher of attempts' ends.
     pub fn start(store: Store, clock: Arc<dyn Clock>, backoff: Backoff, wake: Wake, node: &str) -> ItemDriver {
-        ItemDriver { node: node.into(), commits: Commits::start(store.clone()), store, clock, backoff, wake }
+        let commits = Commits::start(store.clone());
+        let (ends, pending) = mpsc::unbounded_channel();
+        tokio::spawn(publish(commits.clone(), clock.clone(), backoff, wake.clone(), pending));
+        ItemDriver { node: node.into(), commits, store, clock, backoff, wake, ends }
     }
 
     /// Claims the next item in queue order (making due delayed items
     /// claimable first, so they keep their place in the queue).
+    #[cfg(test)]
     pub async fn claim(&self) -> Result<Option<ItemRow>, ItemError> {
-        let node = self.node.clone();
-        self.transact(move |tx, now, backoff, after| claim_next(tx, &node, now, backoff, after)).await
+        Ok(self.claim_batch(1, usize::MAX).await?.pop())
     }
 
-    /// Ends an attempt. Retries while the database is busy (an admin command
-    /// may hold it for a moment) and gives up after about a minute: the item
-    /// then stays active and is recovered on the next start.
+    /// Claims up to `limit` items from the head of the queue, in queue order
+    /// and in one transaction (making due delayed items claimable first).
+    /// At most `browser_limit` of them need the browser pool: the claim stops
+    /// before the first one beyond it, so this node takes a prefix of the
+    /// queue and never claims more browser items than it can start.
     ///
-    /// `lease_token` is the one the claim got: a claim taken over since
+    /// Every item goes through the machine and gets a fencing token of its
+    /// own (`items::take_lease`), exactly as if claimed alone.
+    pub async fn claim_batch(&self, limit: usize, browser_limit: usize) -> Result<Vec<ItemRow>, ItemError> {
+        let node = self.node.clone();
+        self.transact(move |tx, now, backoff, after| claim_batch(tx, &node, limit, browser_limit, now, backoff, after))
+            .await
+    }
+
+    /// Ends an attempt of the item `claim` (as its claim answered it).
+    /// Retries while the database is busy (an admin command may hold it for
+    /// a moment) and gives up after about a minute: the item then stays
+    /// active and is recovered on the next start.
+    ///
+    /// Stored only under the claim's fencing token: a claim taken over since
     /// (`ItemError::LeaseLost`) stores nothing.
-    pub async fn finish(&self, id: &str, lease_token: i64, end: AttemptEnd) -> Result<Outcome, ItemError> {
+    ///
+    /// Ends waiting at the same moment are stored together, in one step of
+    /// the publisher (`finish_all`): many items per statement.
+    pub async fn finish(&self, claim: &Arc<ItemRow>, end: AttemptEnd) -> Result<Outcome, ItemError> {
         let end = Arc::new(end);
         let mut delay = Duration::from_millis(50);
         let mut tries = 0;
         loop {
-            let (id, end) = (id.to_string(), end.clone());
-            let result = self
-                .transact(move |tx, now, backoff, after| finish(tx, &id, lease_token, &end, now, backoff, after))
-                .await;
+            let (reply, answer) = oneshot::channel();
+            let request = EndRequest { claim: claim.clone(), end: end.clone(), reply };
+            let result = match self.ends.send(request) {
+                Ok(()) => answer.await.unwrap_or_else(|_| Err(publisher_stopped())),
+                Err(_) => Err(publisher_stopped()),
+            };
             tries += 1;
             match result {
                 Err(ItemError::Store(e)) if tries < 12 => {
@@ -159,11 +197,12 @@ impl ItemDriver {
     }
 
     /// Runs `work` as one transaction at the clock's time, then wakes whoever
-    /// its effects asked for.
+    /// its effects asked for. `work` may run twice (a group that is run
+    /// again request by request, `commits.rs`): it writes only through `tx`.
     async fn transact<T, F>(&self, work: F) -> Result<T, ItemError>
     where
         T: Send + 'static,
-        F: FnOnce(&Conn, Millis, Backoff, &mut After) -> Result<T, ItemError> + Send + 'static,
+        F: Fn(&Conn, Millis, Backoff, &mut After) -> Result<T, ItemError> + Send + 'static,
     {
         let (clock, backoff) = (self.clock.clone(), self.backoff);
         let (value, after) = self
@@ -176,6 +215,77 @@ impl ItemDriver {
             .await?;
         self.wake.signal(&after);
         Ok(value)
+    }
+}
+
+fn publisher_stopped() -> ItemError {
+    ItemError::Store(StoreError::Task("the publisher of attempt ends has stopped".into()))
+}
+
+/// The publisher: stores the ends of attempts that wait at the same moment
+/// as one request of the group commit (`finish_all`), then answers each.
+/// Should that request fail as a whole (a database error), every end of it
+/// is stored alone, each in a request of its own, so only a faulty end
+/// fails.
+async fn publish(
+    commits: Commits,
+    clock: Arc<dyn Clock>,
+    backoff: Backoff,
+    wake: Wake,
+    mut pending: mpsc::UnboundedReceiver<EndRequest>,
+) {
+    while let Some(first) = pending.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < MAX_ENDS {
+            match pending.try_recv() {
+                Ok(r) => batch.push(r),
+                Err(_) => break,
+            }
+        }
+        let ends: Arc<Vec<(Arc<ItemRow>, Arc<AttemptEnd>)>> =
+            Arc::new(batch.iter().map(|r| (r.claim.clone(), r.end.clone())).collect());
+        let (together, at) = (ends.clone(), clock.clone());
+        let stored = commits
+            .run(move |tx| {
+                let mut after = After::default();
+                let answers = finish_all(tx, &together, at.now(), backoff, &mut after)?;
+                Ok((answers, after))
+            })
+            .await;
+        match stored {
+            Ok((answers, after)) => {
+                wake.signal(&after);
+                for (request, answer) in batch.into_iter().zip(answers) {
+                    let _ = request.reply.send(answer);
+                }
+            }
+            Err(e) if batch.len() == 1 => {
+                if let Some(request) = batch.pop() {
+                    let _ = request.reply.send(Err(e));
+                }
+            }
+            Err(_) => {
+                let alone = batch.into_iter().map(|request| {
+                    let (commits, clock, wake) = (commits.clone(), clock.clone(), wake.clone());
+                    async move {
+                        let (claim, end) = (request.claim.clone(), request.end.clone());
+                        let stored = commits
+                            .run(move |tx| {
+                                let mut after = After::default();
+                                let outcome = finish(tx, &claim, &end, clock.now(), backoff, &mut after)?;
+                                Ok((outcome, after))
+                            })
+                            .await;
+                        let answer = stored.map(|(outcome, after)| {
+                            wake.signal(&after);
+                            outcome
+                        });
+                        let _ = request.reply.send(answer);
+                    }
+                });
+                futures_util::future::join_all(alone).await;
+            }
+        }
     }
 }
 
@@ -238,39 +348,53 @@ fn step_row(
     after: &mut After,
 ) -> Result<(ItemRow, Outcome), ItemError> {
     let outcome = item::apply(&row.item, event, now, backoff)?;
-    let mut owed = None;
-    execute(tx, &row, files, &outcome.effects, now, &mut owed, after)?;
-    items::save_item(tx, &row.id, &outcome.item, owed, now)?;
+    let mut publish = Publish::new();
+    execute(&row, files, &outcome.effects, now, after, &mut publish);
+    items::insert_files(tx, &publish, now)?;
+    items::save_item(tx, &row.id, &outcome.item, owed(&outcome.effects), now)?;
     Ok((row, outcome))
 }
 
+/// The settlement the machine made due, if any: saved with the item's state,
+/// in the same UPDATE (one statement less per finished item on the fetch hot
+/// path).
+fn owed(effects: &[Effect]) -> Option<Settlement> {
+    effects.iter().find_map(|e| match e {
+        Effect::Settle(s) => Some(*s),
+        _ => None,
+    })
+}
+
+/// Files a transaction publishes, by item: gathered by `execute`, written
+/// by its caller in one statement with the others of the transaction.
+type Publish<'a> = Vec<(&'a str, Cow<'a, PublishedFile>)>;
+
 /// Carries out what the machine asked for. No `_` arm: a new effect does not
-/// compile until it is executed here.
-fn execute(
-    tx: &Conn,
-    row: &ItemRow,
-    files: &[PublishedFile],
+/// compile until it is executed here. What it asks of the database is
+/// gathered in `publish` (files) or saved with the item's state (`owed`,
+/// `run_at`) by the caller, in the same transaction.
+fn execute<'a>(
+    row: &'a ItemRow,
+    files: &'a [PublishedFile],
     effects: &[Effect],
     now: Millis,
-    owed: &mut Option<Settlement>,
     after: &mut After,
-) -> Result<(), ItemError> {
+    publish: &mut Publish<'a>,
+) {
     for effect in effects {
         match effect {
-            Effect::PublishFiles => items::insert_files(tx, &row.id, files, now)?,
+            Effect::PublishFiles => publish.extend(files.iter().map(|f| (row.id.as_str(), Cow::Borrowed(f)))),
             Effect::PublishFailureRecord { attempt, reason } => {
                 let record = files::inline(&row.id, failure_record(row, *attempt, reason, now));
-                items::insert_files(tx, &row.id, &[record], now)?
+                publish.push((row.id.as_str(), Cow::Owned(record)));
             }
-            // Written with the item's state, in the same UPDATE: one
-            // statement less per finished item on the fetch hot path.
-            Effect::Settle(settlement) => *owed = Some(*settlement),
+            // Saved with the item's state (`owed`), by whoever saves it.
+            Effect::Settle(_) => {}
             // `run_at` is saved with the item; the due loop must learn of it.
             Effect::Requeue { run_at: _ } => after.due = true,
             Effect::Enqueue => after.queue = true,
         }
     }
-    Ok(())
 }
 
 /// The meta file of a failed item (docs/captures.md). Small, so it is kept
@@ -295,36 +419,126 @@ fn wake_due(tx: &Conn, now: Millis, backoff: Backoff, after: &mut After) -> Resu
     Ok(due.len())
 }
 
-fn claim_next(
+fn claim_batch(
     tx: &Conn,
     node: &str,
+    limit: usize,
+    browser_limit: usize,
     now: Millis,
     backoff: Backoff,
     after: &mut After,
-) -> Result<Option<ItemRow>, ItemError> {
+) -> Result<Vec<ItemRow>, ItemError> {
     wake_due(tx, now, backoff, after)?;
-    let Some(id) = items::next_in_queue(tx)? else { return Ok(None) };
-    let (row, outcome) = step(tx, &id, Event::Claim, &[], now, backoff, after)?;
-    let lease_token = items::take_lease(tx, &id, node)?;
-    Ok(Some(ItemRow { item: outcome.item, lease_token, ..row }))
+    let mut claimed = Vec::new();
+    let mut browsers = 0;
+    for row in items::queue_head(tx, limit)? {
+        if row.script.needs_browser() {
+            if browsers == browser_limit {
+                break;
+            }
+            browsers += 1;
+        }
+        let outcome = item::apply(&row.item, Event::Claim, now, backoff)?;
+        let mut publish = Publish::new();
+        execute(&row, &[], &outcome.effects, now, after, &mut publish);
+        items::insert_files(tx, &publish, now)?;
+        claimed.push((row, outcome));
+    }
+    // Saved in runs of items the machine left in the same state (usually
+    // the whole batch), each run in a few statements.
+    let mut tokens = Vec::with_capacity(claimed.len());
+    let mut rest = &claimed[..];
+    while let Some((_, first)) = rest.first() {
+        let same = |(_, o): &&(ItemRow, Outcome)| o.item == first.item && owed(&o.effects) == owed(&first.effects);
+        let (run, tail) = rest.split_at(rest.iter().take_while(same).count());
+        let leases: Vec<(&str, i64)> = run.iter().map(|(row, _)| (row.id.as_str(), row.lease_token)).collect();
+        tokens.extend(items::take_lease(tx, &leases, &first.item, owed(&first.effects), node, now)?);
+        rest = tail;
+    }
+    let rows = claimed
+        .into_iter()
+        .zip(tokens)
+        .map(|((row, outcome), lease_token)| ItemRow { item: outcome.item, lease_token, ..row })
+        .collect();
+    Ok(rows)
 }
 
 /// Ends an attempt, under the fence: only the claim that still holds the
-/// item (same token, still active) may store its end.
+/// item (same token, still active) may store its end. The machine steps
+/// from the item as `claim` stored it; `items::save_end` writes the step
+/// only if the stored row is still that one, and nothing else is written
+/// before it.
 fn finish(
     tx: &Conn,
-    id: &str,
-    lease_token: i64,
+    claim: &ItemRow,
     end: &AttemptEnd,
     now: Millis,
     backoff: Backoff,
     after: &mut After,
 ) -> Result<Outcome, ItemError> {
-    let row = items::load_item(tx, id)?.ok_or_else(|| StoreError::NotFound(format!("item {id}")))?;
-    if row.item.state != ItemState::Active || row.lease_token != lease_token {
-        return Err(ItemError::LeaseLost(id.to_string()));
+    let outcome = item::apply(&claim.item, end.event(), now, backoff)?;
+    let ids = [claim.id.as_str()];
+    if items::save_ends(tx, &ids, claim.lease_token, &outcome.item, owed(&outcome.effects), now)? != 1 {
+        return Err(ItemError::LeaseLost(claim.id.clone()));
     }
-    step_row(tx, row, end.event(), end.files(), now, backoff, after).map(|(_, outcome)| outcome)
+    let mut publish = Publish::new();
+    execute(claim, end.files(), &outcome.effects, now, after, &mut publish);
+    items::insert_files(tx, &publish, now)?;
+    Ok(outcome)
+}
+
+/// The ends of many attempts in one step: each through the machine from its
+/// claim, the fences of all read at once, the states saved a run of alike
+/// items per statement (fenced again in it), every file in one statement.
+/// Each end answers on its own: a refused transition or a lost claim writes
+/// nothing for that end and does not stop the others. Only a database
+/// failure fails the whole step (the caller then stores each end alone).
+fn finish_all(
+    tx: &Conn,
+    ends: &[(Arc<ItemRow>, Arc<AttemptEnd>)],
+    now: Millis,
+    backoff: Backoff,
+    after: &mut After,
+) -> Result<Vec<Result<Outcome, ItemError>>, ItemError> {
+    let mut answers: Vec<Result<Outcome, ItemError>> =
+        ends.iter().map(|(claim, end)| Ok(item::apply(&claim.item, end.event(), now, backoff)?)).collect();
+    let ids: Vec<&str> =
+        ends.iter().zip(&answers).filter(|(_, a)| a.is_ok()).map(|((c, _), _)| c.id.as_str()).collect();
+    let held: HashMap<String, i64> = items::active_leases(tx, &ids)?.into_iter().collect();
+    for ((claim, _), answer) in ends.iter().zip(answers.iter_mut()) {
+        if answer.is_ok() && held.get(&claim.id) != Some(&claim.lease_token) {
+            *answer = Err(ItemError::LeaseLost(claim.id.clone()));
+        }
+    }
+    // Runs of ends the machine left alike under the same token: usually
+    // the whole group (completed, charge owed, first claim).
+    let mut stored: Vec<(&ItemRow, &AttemptEnd, &Outcome)> = ends
+        .iter()
+        .zip(&answers)
+        .filter_map(|((claim, end), answer)| answer.as_ref().ok().map(|o| (&**claim, &**end, o)))
+        .collect();
+    fn key<'a>(&(claim, _, o): &(&ItemRow, &AttemptEnd, &'a Outcome)) -> (i64, &'a Item, Option<Settlement>) {
+        (claim.lease_token, &o.item, owed(&o.effects))
+    }
+    stored.sort_by_key(|e| (e.0.lease_token, e.2.item.state.as_str(), e.2.item.attempts_made));
+    let mut rest = &stored[..];
+    while let Some(first) = rest.first() {
+        let (run, tail) = rest.split_at(rest.iter().take_while(|e| key(e) == key(first)).count());
+        let ids: Vec<&str> = run.iter().map(|(claim, _, _)| claim.id.as_str()).collect();
+        let (token, item, owed) = key(first);
+        if items::save_ends(tx, &ids, token, item, owed, now)? != ids.len() {
+            // The fences were read in this transaction: a claim cannot have
+            // changed since. Fail the step; each end is then stored alone.
+            return Err(StoreError::Invalid("an item changed under its end".into()).into());
+        }
+        rest = tail;
+    }
+    let mut publish = Publish::new();
+    for (claim, end, outcome) in &stored {
+        execute(claim, end.files(), &outcome.effects, now, after, &mut publish);
+    }
+    items::insert_files(tx, &publish, now)?;
+    Ok(answers)
 }
 
 fn recover_active(tx: &Conn, node: &str, now: Millis, backoff: Backoff, after: &mut After) -> Result<usize, ItemError> {
@@ -358,7 +572,7 @@ mod tests {
     use crate::clock::VirtualClock;
     use crate::store::items::tests::{balance, caller, store, submit, T};
     use futures_util::FutureExt;
-    use grid_core::catalog::ArtifactKind;
+    use grid_core::catalog::{ArtifactKind, Script};
     use grid_core::item::{Item, ItemState};
 
     const B: Backoff = Backoff { base_ms: 1_000 };
@@ -418,9 +632,9 @@ mod tests {
         let g = grid();
         let c = caller(&g.store, 10_000, None);
         submit(&g.store, &c, 1, None).unwrap();
-        let row = g.driver.claim().await.unwrap().unwrap();
+        let row = Arc::new(g.driver.claim().await.unwrap().unwrap());
         g.clock.advance(250);
-        let o = g.driver.finish(&row.id, row.lease_token, transient()).await.unwrap();
+        let o = g.driver.finish(&row, transient()).await.unwrap();
         let due = T.plus_ms(250 + 1_000);
         assert_eq!((o.item.state, o.item.run_at), (ItemState::Delayed, Some(due)));
         assert!(g.wake.due.notified().now_or_never().is_some(), "the due loop learns of the new due time");
@@ -439,8 +653,8 @@ mod tests {
         assert_eq!(g.driver.fire_due(due).await, None, "nothing else is due");
         assert!(ready.now_or_never().is_some(), "idle workers are woken");
         assert_eq!(g.item(&row.id).await.state, ItemState::Waiting);
-        let again = g.driver.claim().await.unwrap().unwrap();
-        assert_eq!((again.id, again.item.attempts_made), (row.id, 1));
+        let again = Arc::new(g.driver.claim().await.unwrap().unwrap());
+        assert_eq!((&again.id, again.item.attempts_made), (&row.id, 1));
     }
 
     /// Claim order is unchanged by the due loop: a claim makes due items
@@ -451,11 +665,11 @@ mod tests {
         let g = grid();
         let c = caller(&g.store, 10_000, None);
         submit(&g.store, &c, 1, None).unwrap();
-        let first = g.driver.claim().await.unwrap().unwrap();
-        g.driver.finish(&first.id, first.lease_token, transient()).await.unwrap();
+        let first = Arc::new(g.driver.claim().await.unwrap().unwrap());
+        g.driver.finish(&first, transient()).await.unwrap();
         submit(&g.store, &c, 1, None).unwrap();
         g.clock.advance(B.base_ms);
-        let next = g.driver.claim().await.unwrap().unwrap();
+        let next = Arc::new(g.driver.claim().await.unwrap().unwrap());
         assert_eq!(next.id, first.id);
     }
 
@@ -464,14 +678,10 @@ mod tests {
         let g = grid();
         let c = caller(&g.store, 10_000, None);
         submit(&g.store, &c, 1, None).unwrap();
-        let row = g.driver.claim().await.unwrap().unwrap();
+        let row = Arc::new(g.driver.claim().await.unwrap().unwrap());
         g.clock.advance(40);
         let reason = "params.timeoutMs: must be at most 60000";
-        let o = g
-            .driver
-            .finish(&row.id, row.lease_token, AttemptEnd::Failed(Failure::Terminal(reason.into())))
-            .await
-            .unwrap();
+        let o = g.driver.finish(&row, AttemptEnd::Failed(Failure::Terminal(reason.into()))).await.unwrap();
         assert_eq!(o.item.state, ItemState::Failed);
         assert!(o.item.failure_published);
 
@@ -514,8 +724,8 @@ mod tests {
         let mut o = None;
         for _ in 0..item::MAX_ATTEMPTS {
             g.clock.advance(60_000);
-            let row = g.driver.claim().await.unwrap().unwrap();
-            o = Some(g.driver.finish(&row.id, row.lease_token, transient()).await.unwrap());
+            let row = Arc::new(g.driver.claim().await.unwrap().unwrap());
+            o = Some(g.driver.finish(&row, transient()).await.unwrap());
         }
         let o = o.unwrap();
         let id = {
@@ -547,8 +757,8 @@ mod tests {
         let g = grid();
         let c = caller(&g.store, 10_000, None);
         submit(&g.store, &c, 1, None).unwrap();
-        let row = g.driver.claim().await.unwrap().unwrap();
-        let o = g.driver.finish(&row.id, row.lease_token, AttemptEnd::Succeeded(family(&row.id))).await.unwrap();
+        let row = Arc::new(g.driver.claim().await.unwrap().unwrap());
+        let o = g.driver.finish(&row, AttemptEnd::Succeeded(family(&row.id))).await.unwrap();
         assert_eq!(o.item.state, ItemState::Completed);
         let published = g.published(&row.id).await;
         let kinds: Vec<&str> = published.iter().map(|(k, _)| k.as_str()).collect();
@@ -558,8 +768,7 @@ mod tests {
 
         // The same end reported again is refused (the claim ended with the
         // attempt, so the fence stops it) and changes nothing.
-        let refused =
-            g.driver.finish(&row.id, row.lease_token, AttemptEnd::Succeeded(family(&row.id))).await.unwrap_err();
+        let refused = g.driver.finish(&row, AttemptEnd::Succeeded(family(&row.id))).await.unwrap_err();
         assert!(matches!(refused, ItemError::LeaseLost(_)), "{refused:?}");
         assert_eq!(g.published(&row.id).await.len(), 2);
 
@@ -570,19 +779,19 @@ mod tests {
     }
 
     /// Requests sharing a group transaction each run in a savepoint: one
-    /// that fails half-way (its state saved, its second file refused) leaves
+    /// that fails half-way (its state saved, then its files refused) leaves
     /// nothing, and the other still commits.
     #[tokio::test]
     async fn a_request_failing_half_way_rolls_back_alone_in_its_group() {
         let g = grid();
         let c = caller(&g.store, 10_000, None);
         submit(&g.store, &c, 2, None).unwrap();
-        let row = g.driver.claim().await.unwrap().unwrap();
+        let row = Arc::new(g.driver.claim().await.unwrap().unwrap());
         let mut twice = family(&row.id);
         twice.push(twice[0].clone());
         let end = AttemptEnd::Succeeded(twice);
-        let (id, token) = (row.id.clone(), row.lease_token);
-        let failing = g.driver.commits.run(move |tx| finish(tx, &id, token, &end, T, B, &mut After::default()));
+        let claim = row.clone();
+        let failing = g.driver.commits.run(move |tx| finish(tx, &claim, &end, T, B, &mut After::default()));
         let (failed, claimed) = tokio::join!(failing, g.driver.claim());
         assert!(matches!(failed, Err(ItemError::Store(StoreError::Database(_)))), "{failed:?}");
         assert!(claimed.unwrap().is_some(), "the other request of the group committed");
@@ -596,12 +805,12 @@ mod tests {
         let g = grid();
         let c = caller(&g.store, 10_000, None);
         submit(&g.store, &c, 3, Some(9)).unwrap();
-        let a = g.driver.claim().await.unwrap().unwrap();
-        g.driver.claim().await.unwrap().unwrap();
+        let a = Arc::new(g.driver.claim().await.unwrap().unwrap());
+        Arc::new(g.driver.claim().await.unwrap().unwrap());
         let ready = g.wake.queue.notified();
         assert_eq!(g.driver.recover().await.unwrap(), 2);
         assert!(ready.now_or_never().is_some());
-        let again = g.driver.claim().await.unwrap().unwrap();
+        let again = Arc::new(g.driver.claim().await.unwrap().unwrap());
         assert_eq!((&again.id, again.item.state, again.item.attempts_made), (&a.id, ItemState::Active, 0));
         assert_eq!(g.item(&a.id).await.priority, Some(9));
     }
@@ -615,23 +824,23 @@ mod tests {
         let g = grid();
         let c = caller(&g.store, 10_000, None);
         submit(&g.store, &c, 1, None).unwrap();
-        let first = g.driver.claim().await.unwrap().unwrap();
+        let first = Arc::new(g.driver.claim().await.unwrap().unwrap());
         // Node "n1" is taken for dead by another node, which recovers its items.
         assert_eq!(g.driver.recover_node("n1").await.unwrap(), 1);
-        let second = g.driver.claim().await.unwrap().unwrap();
+        let second = Arc::new(g.driver.claim().await.unwrap().unwrap());
         assert_eq!(second.id, first.id);
         assert!(second.lease_token > first.lease_token);
-        let stale = g.driver.finish(&first.id, first.lease_token, AttemptEnd::Succeeded(family(&first.id))).await;
+        let stale = g.driver.finish(&first, AttemptEnd::Succeeded(family(&first.id))).await;
         assert!(matches!(stale, Err(ItemError::LeaseLost(_))), "{stale:?}");
         assert_eq!(g.item(&first.id).await.state, ItemState::Active);
         assert!(g.published(&first.id).await.is_empty());
         assert_eq!(g.settlement_due(&first.id).await, None);
         // A recovered item with no new claim is fenced too.
         assert_eq!(g.driver.recover_node("n1").await.unwrap(), 1);
-        let late = g.driver.finish(&second.id, second.lease_token, transient()).await;
+        let late = g.driver.finish(&second, transient()).await;
         assert!(matches!(late, Err(ItemError::LeaseLost(_))), "{late:?}");
-        let third = g.driver.claim().await.unwrap().unwrap();
-        let o = g.driver.finish(&third.id, third.lease_token, AttemptEnd::Succeeded(family(&third.id))).await.unwrap();
+        let third = Arc::new(g.driver.claim().await.unwrap().unwrap());
+        let o = g.driver.finish(&third, AttemptEnd::Succeeded(family(&third.id))).await.unwrap();
         assert_eq!((o.item.state, o.item.attempts_made), (ItemState::Completed, 1));
         assert_eq!(g.settlement_due(&third.id).await.as_deref(), Some("charge"));
         assert_eq!(g.published(&third.id).await.len(), 2);
@@ -643,9 +852,9 @@ mod tests {
         let g = grid();
         let c = caller(&g.store, 10_000, None);
         submit(&g.store, &c, 2, None).unwrap();
-        let mine = g.driver.claim().await.unwrap().unwrap();
+        let mine = Arc::new(g.driver.claim().await.unwrap().unwrap());
         let other = ItemDriver::start(g.store.clone(), g.clock.clone(), B, g.wake.clone(), "n2");
-        let theirs = other.claim().await.unwrap().unwrap();
+        let theirs = Arc::new(other.claim().await.unwrap().unwrap());
         assert_eq!(g.driver.recover().await.unwrap(), 1);
         assert_eq!(g.item(&mine.id).await.state, ItemState::Waiting);
         assert_eq!(g.item(&theirs.id).await.state, ItemState::Active);
@@ -667,5 +876,162 @@ mod tests {
         let priorities: Vec<Option<u32>> = order.iter().map(|o| o.1).collect();
         assert_eq!(priorities, vec![None, None, Some(2), Some(5)]);
         assert_eq!(order[0].0, plain.batch_id);
+    }
+
+    /// A batch claim takes the head of the queue in the contract's order
+    /// (unprioritised first, then lower priority, then age), each item
+    /// through the machine and under a token of its own; a due delayed item
+    /// keeps its place. Over several claim statements' worth of items (the
+    /// leases are written in chunks) every item is taken once.
+    #[tokio::test]
+    async fn a_batch_claim_takes_the_queue_head_in_order_each_item_under_its_own_token() {
+        let g = grid();
+        let c = caller(&g.store, 10_000_000, None);
+        let low = submit(&g.store, &c, 2, Some(7)).unwrap();
+        let high = submit(&g.store, &c, 2, Some(3)).unwrap();
+        let plain = submit(&g.store, &c, 300, None).unwrap();
+        let batch_of = |rows: &[ItemRow]| rows.iter().map(|r| r.batch_id.clone()).collect::<Vec<_>>();
+
+        let first = g.driver.claim_batch(3, usize::MAX).await.unwrap();
+        assert_eq!(batch_of(&first), vec![plain.batch_id.clone(); 3]);
+        // The rest of the unprioritised batch and the two prioritised ones.
+        let rest = g.driver.claim_batch(1_000, usize::MAX).await.unwrap();
+        assert_eq!(rest.len(), 297 + 4);
+        let mut expected = vec![plain.batch_id.clone(); 297];
+        expected.extend([high.batch_id.clone(), high.batch_id.clone(), low.batch_id.clone(), low.batch_id.clone()]);
+        assert_eq!(batch_of(&rest), expected);
+        let all: Vec<&ItemRow> = first.iter().chain(&rest).collect();
+        // Item ids sort in submission order within a batch: age order.
+        assert!(all[..300].windows(2).all(|w| w[0].id < w[1].id));
+        for row in &all {
+            assert_eq!((row.item.state, row.lease_token), (ItemState::Active, 1), "{}", row.id);
+            let stored = g.store.read({
+                let id = row.id.clone();
+                move |c| items::load_item(c, &id)
+            });
+            let stored = stored.await.unwrap().unwrap();
+            assert_eq!((stored.item.state, stored.lease_token), (ItemState::Active, 1));
+        }
+        assert!(g.driver.claim_batch(10, usize::MAX).await.unwrap().is_empty());
+
+        // A delayed item, once due, is claimed before younger waiting ones.
+        let retried = Arc::new(first[0].clone());
+        g.driver.finish(&retried, transient()).await.unwrap();
+        submit(&g.store, &c, 2, None).unwrap();
+        g.clock.advance(B.base_ms);
+        let next = g.driver.claim_batch(2, usize::MAX).await.unwrap();
+        assert_eq!(next[0].id, retried.id);
+        assert_eq!((next[0].item.attempts_made, next[0].lease_token), (1, 2));
+        assert_ne!(next[1].id, retried.id);
+    }
+
+    /// A batch claim stops before the first browser item beyond its room,
+    /// so the node takes a prefix of the queue and no more browser items
+    /// than it can start.
+    #[tokio::test]
+    async fn a_batch_claim_stops_before_a_browser_item_beyond_its_room() {
+        let g = grid();
+        let c = caller(&g.store, 10_000_000, None);
+        for script in [Script::Fetch, Script::Capture, Script::Fetch, Script::Capture, Script::Fetch] {
+            submit_script(&g.store, &c, script);
+        }
+        let scripts = |rows: &[ItemRow]| rows.iter().map(|r| r.script).collect::<Vec<_>>();
+        let claimed = g.driver.claim_batch(10, 1).await.unwrap();
+        assert_eq!(scripts(&claimed), [Script::Fetch, Script::Capture, Script::Fetch]);
+        let none = g.driver.claim_batch(10, 0).await.unwrap();
+        assert!(none.is_empty(), "the head is a browser item and there is no room");
+        let claimed = g.driver.claim_batch(10, 1).await.unwrap();
+        assert_eq!(scripts(&claimed), [Script::Capture, Script::Fetch]);
+    }
+
+    fn submit_script(store: &Store, c: &crate::store::accounts::Caller, script: Script) {
+        let sub = grid_core::wire::batch::BatchSubmission {
+            urls: vec!["http://t/x".into()],
+            script,
+            profile: Profile::DEFAULT,
+            params: serde_json::Map::new(),
+            priority: None,
+        };
+        let c = c.clone();
+        store.write_blocking(move |tx| items::submit_batch(tx, &c, &sub, T)).unwrap();
+    }
+
+    /// Fencing per item in a batch: after a takeover, each stale end of a
+    /// batch claim is refused on its own, and the new claims' ends count,
+    /// each once.
+    #[tokio::test]
+    async fn each_item_of_a_batch_claim_is_fenced_by_its_own_token() {
+        let g = grid();
+        let c = caller(&g.store, 10_000, None);
+        submit(&g.store, &c, 3, None).unwrap();
+        let stale: Vec<Arc<ItemRow>> =
+            g.driver.claim_batch(3, usize::MAX).await.unwrap().into_iter().map(Arc::new).collect();
+        assert_eq!(g.driver.recover_node("n1").await.unwrap(), 3);
+        let live: Vec<Arc<ItemRow>> =
+            g.driver.claim_batch(2, usize::MAX).await.unwrap().into_iter().map(Arc::new).collect();
+        assert_eq!(live.iter().map(|r| r.lease_token).collect::<Vec<_>>(), [2, 2]);
+        for row in &stale {
+            let refused = g.driver.finish(row, AttemptEnd::Succeeded(family(&row.id))).await;
+            assert!(matches!(refused, Err(ItemError::LeaseLost(_))), "{refused:?}");
+        }
+        // The third item, recovered and not claimed again, is fenced too.
+        assert_eq!(g.item(&stale[2].id).await.state, ItemState::Waiting);
+        for row in &live {
+            let o = g.driver.finish(row, AttemptEnd::Succeeded(family(&row.id))).await.unwrap();
+            assert_eq!(o.item.state, ItemState::Completed);
+            assert_eq!(g.published(&row.id).await.len(), 2);
+        }
+        assert_eq!(g.settle().await, 2);
+        let bal = balance(&g.store, &c);
+        assert_eq!((bal.credit_micros, bal.reserved_micros), (10_000 - 2 * 120, 120));
+    }
+
+    /// Ends published together (one step of the publisher) each complete
+    /// their item once and owe one charge; one failing end among them (its
+    /// files refused) fails the step, after which each is stored alone: the
+    /// faulty one leaves nothing while the others commit, once.
+    #[tokio::test]
+    async fn ends_stored_in_one_group_each_owe_exactly_one_charge() {
+        let g = grid();
+        let c = caller(&g.store, 100_000, None);
+        submit(&g.store, &c, 20, None).unwrap();
+        let rows: Vec<Arc<ItemRow>> =
+            g.driver.claim_batch(20, usize::MAX).await.unwrap().into_iter().map(Arc::new).collect();
+        let (bad, good) = rows.split_first().unwrap();
+        let mut twice = family(&bad.id);
+        twice.push(twice[0].clone());
+        // The faulty end is sent first; the test's runtime runs one task at
+        // a time, so every end waits for the publisher at once. The faulty
+        // one keeps being tried again (as any end that meets a database
+        // error) until it is dropped.
+        let mut failing = Box::pin(g.driver.finish(bad, AttemptEnd::Succeeded(twice)));
+        assert!(failing.as_mut().now_or_never().is_none());
+        let ends = good.iter().map(|row| g.driver.finish(row, AttemptEnd::Succeeded(family(&row.id))));
+        let done = futures_util::future::join_all(ends).await;
+        assert!(done.iter().all(|o| o.as_ref().is_ok_and(|o| o.item.state == ItemState::Completed)), "{done:?}");
+        drop(failing);
+        assert_eq!(g.item(&bad.id).await.state, ItemState::Active);
+        assert!(g.published(&bad.id).await.is_empty());
+        for row in good {
+            assert_eq!(g.published(&row.id).await.len(), 2, "{}", row.id);
+            assert_eq!(g.settlement_due(&row.id).await.as_deref(), Some("charge"));
+        }
+        assert_eq!(g.settle().await, 19);
+        assert_eq!(g.settle().await, 0);
+        let charges: Vec<(String, i64)> = g
+            .store
+            .read(|c| {
+                c.query_map("SELECT subject, amount FROM ledger WHERE kind = 'charge'", (), |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
+            })
+            .await
+            .unwrap();
+        assert_eq!(charges.len(), 19);
+        assert!(charges.iter().all(|(_, amount)| *amount == Script::Fetch.price_micros()));
+        let mut subjects: Vec<&str> = charges.iter().map(|(s, _)| s.as_str()).collect();
+        subjects.sort();
+        subjects.dedup();
+        assert_eq!(subjects.len(), 19, "one charge per item");
     }
 }

@@ -1,10 +1,21 @@
-//! The capture runner: a bounded pool of workers that claim items from the
-//! durable queue, run their script and report how the attempt ended.
+//! The capture runner: an elastic pool of workers that run claimed items'
+//! scripts and report how each attempt ended.
+//!
+//! One dispatcher per node claims items from the durable queue in batches
+//! (many items per transaction, in queue order) and starts a worker for
+//! each while fewer than `--max-workers` run: the pool grows with the queue
+//! up to that ceiling, and a worker ends with its attempt, so an idle node
+//! runs none. To keep fast items from waiting on the next claim's
+//! transaction, the dispatcher claims items ahead of its free workers:
+//! about as many as its workers finish while one claim is in flight, at
+//! most `AHEAD_MAX` (slow items, which need none, get next to none). Browser items are claimed only while the browser pool
+//! has a free page for them.
 //!
 //! **Invariant:** a worker changes an item only through the item driver
 //! (`driver.rs`), which publishes files in the same transaction as the state
-//! change. An item whose worker dies mid-attempt stays `active` in the store
-//! and is put back in the queue on the next start (`ItemDriver::recover`).
+//! change. An item whose worker dies mid-attempt, or that was claimed and
+//! not started when the server stopped, stays `active` in the store and is
+//! put back in the queue on the next start (`ItemDriver::recover`).
 
 pub mod commits;
 pub mod driver;
@@ -12,12 +23,16 @@ pub mod fetch;
 pub mod files;
 pub mod guard;
 
-use std::sync::atomic::Ordering;
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use grid_core::item::Failure;
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use crate::app::App;
@@ -26,57 +41,205 @@ use driver::AttemptEnd;
 use fetch::Fetcher;
 use files::FileContent;
 
-/// Longest an idle worker sleeps before looking at the queue again (the
-/// driver wakes it sooner when items become claimable).
+/// How long the dispatcher waits before looking at a queue it found empty
+/// again (the driver wakes it sooner when items become claimable).
 const IDLE_POLL: Duration = Duration::from_millis(500);
+/// Most items one claim takes: one transaction, which on PostgreSQL holds
+/// the grid-wide write lock while it runs.
+const CLAIM_MAX: usize = 1024;
+/// Most items a node claims beyond its free workers.
+const AHEAD_MAX: usize = 256;
+/// A family this small is checked on the runtime's thread; a larger one (or
+/// one with a file for the disk) on the blocking pool.
+const CHECK_ON_RUNTIME_BYTES: usize = 64 * 1024;
 
-pub fn spawn_workers(
-    app: Arc<App>,
-    shutdown: watch::Receiver<bool>,
-) -> Result<tokio::task::JoinSet<()>, reqwest::Error> {
-    let fetcher = Arc::new(Fetcher::new(app.config.allow_private_networks)?);
-    let mut set = tokio::task::JoinSet::new();
-    for n in 0..app.config.workers {
-        set.spawn(worker(n, app.clone(), fetcher.clone(), shutdown.clone()));
+/// This node's workers, as the dispatcher, its workers and the metrics
+/// see them.
+#[derive(Default)]
+pub struct Workers {
+    /// Workers running an attempt now.
+    busy: AtomicUsize,
+    /// Of them, those running a browser script.
+    browsers: AtomicUsize,
+    /// Items claimed and not yet started.
+    claimed: AtomicUsize,
+    /// Set once a worker is free again.
+    freed: Notify,
+    /// Whether the worker freed last ran a browser item: a claim that
+    /// stopped at a browser item for want of room may go on now.
+    browser_freed: AtomicBool,
+    /// Recent attempts' duration in microseconds (a moving average).
+    attempt_micros: AtomicU64,
+}
+
+impl Workers {
+    /// Workers running an attempt now.
+    pub fn busy(&self) -> usize {
+        self.busy.load(Ordering::Relaxed)
     }
+
+    /// Items this node has claimed that wait for a free worker.
+    pub fn claimed(&self) -> usize {
+        self.claimed.load(Ordering::Relaxed)
+    }
+
+    fn take(self: &Arc<Self>, browser: bool) -> Slot {
+        self.busy.fetch_add(1, Ordering::Relaxed);
+        if browser {
+            self.browsers.fetch_add(1, Ordering::Relaxed);
+        }
+        Slot { workers: self.clone(), browser }
+    }
+
+    fn observe(&self, attempt: Duration) {
+        let micros = attempt.as_micros().min(u128::from(u32::MAX)) as u64;
+        // Racy between workers, which only blurs a figure used as a hint.
+        let old = self.attempt_micros.load(Ordering::Relaxed);
+        let new = if old == 0 { micros.max(1) } else { (old * 7 + micros) / 8 };
+        self.attempt_micros.store(new.max(1), Ordering::Relaxed);
+    }
+}
+
+/// A worker's place in the pool, given back when dropped (the attempt
+/// ended, or its task was cut short).
+struct Slot {
+    workers: Arc<Workers>,
+    browser: bool,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.workers.busy.fetch_sub(1, Ordering::Relaxed);
+        if self.browser {
+            self.workers.browsers.fetch_sub(1, Ordering::Relaxed);
+            self.workers.browser_freed.store(true, Ordering::Relaxed);
+        }
+        self.workers.freed.notify_one();
+    }
+}
+
+/// Starts the dispatcher. The returned set ends once the pool stopped after
+/// `shutdown` and its running attempts ended; aborting it cuts them short.
+pub fn spawn_workers(app: Arc<App>, shutdown: watch::Receiver<bool>) -> Result<JoinSet<()>, reqwest::Error> {
+    let fetcher = Arc::new(Fetcher::new(app.config.allow_private_networks, app.config.max_workers)?);
+    let mut set = JoinSet::new();
+    set.spawn(dispatch(app, fetcher, shutdown));
     Ok(set)
 }
 
-async fn worker(n: usize, app: Arc<App>, fetcher: Arc<Fetcher>, mut shutdown: watch::Receiver<bool>) {
+type Claiming = Pin<Box<dyn Future<Output = (usize, Duration, Result<Vec<ItemRow>, ItemError>)> + Send>>;
+
+async fn dispatch(app: Arc<App>, fetcher: Arc<Fetcher>, mut shutdown: watch::Receiver<bool>) {
+    let max = app.config.max_workers.max(1);
+    let browser_max = app.browsers.as_ref().map_or(usize::MAX, |pool| pool.pages().1);
+    let workers = app.workers.clone();
+    let mut running = JoinSet::new();
+    let mut claimed: VecDeque<Arc<ItemRow>> = VecDeque::new();
+    let mut claiming: Option<Claiming> = None;
+    let mut claim_micros: u64 = 0;
+    // Whether the last claim found fewer items than it asked for: then the
+    // next waits for a wake-up or the poll. A wake-up while a claim is in
+    // flight may be for items that claim did not see: it is kept for when
+    // the claim answers.
+    let mut drained = false;
+    let mut woken_while_claiming = false;
+    let ready_on = app.queue_ready.clone();
+    let mut ready = Box::pin(ready_on.clone().notified_owned());
     loop {
+        while running.try_join_next().is_some() {}
         if *shutdown.borrow() {
-            return;
+            break;
         }
-        // Register interest before looking, so items that become claimable
-        // between the look and the wait (a submission, a retry, a delayed
-        // item fired by the due loop) still wake this worker.
-        let ready = app.queue_ready.notified();
-        match app.items.claim().await {
-            Ok(Some(row)) => {
-                app.busy_workers.fetch_add(1, Ordering::Relaxed);
-                run_item(&app, &fetcher, row).await;
-                app.busy_workers.fetch_sub(1, Ordering::Relaxed);
-                continue;
+        while workers.busy() < max {
+            let Some(row) = claimed.pop_front() else { break };
+            let slot = workers.take(row.script.needs_browser());
+            running.spawn(run_item(app.clone(), fetcher.clone(), row, slot));
+        }
+        workers.claimed.store(claimed.len(), Ordering::Relaxed);
+        if claiming.is_none() && !drained {
+            let ahead = ahead(max, claim_micros, workers.attempt_micros.load(Ordering::Relaxed));
+            let want = (max + ahead).saturating_sub(workers.busy() + claimed.len()).min(CLAIM_MAX);
+            if want > 0 {
+                let claimed_browsers = claimed.iter().filter(|r| r.script.needs_browser()).count();
+                let browser_room =
+                    browser_max.saturating_sub(workers.browsers.load(Ordering::Relaxed) + claimed_browsers);
+                let items = app.items.clone();
+                claiming = Some(Box::pin(async move {
+                    let started = Instant::now();
+                    let rows = items.claim_batch(want, browser_room).await;
+                    (want, started.elapsed(), rows)
+                }));
             }
-            Ok(None) => {}
-            Err(e) => tracing::warn!(worker = n, error = %e, "claim failed"),
         }
         tokio::select! {
-            _ = ready => {}
-            _ = tokio::time::sleep(IDLE_POLL) => {}
+            (want, took, rows) = in_flight(&mut claiming) => {
+                claiming = None;
+                let micros = took.as_micros().min(u128::from(u32::MAX)) as u64;
+                claim_micros = if claim_micros == 0 { micros } else { (claim_micros * 7 + micros) / 8 };
+                match rows {
+                    Ok(rows) => {
+                        drained = rows.len() < want && !std::mem::take(&mut woken_while_claiming);
+                        claimed.extend(rows.into_iter().map(Arc::new));
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "claim failed; trying again shortly");
+                        drained = true;
+                    }
+                }
+            }
+            _ = &mut ready => {
+                drained = false;
+                woken_while_claiming = claiming.is_some();
+                ready = Box::pin(ready_on.clone().notified_owned());
+            }
+            _ = workers.freed.notified() => {
+                if workers.browser_freed.swap(false, Ordering::Relaxed) {
+                    drained = false;
+                }
+            }
+            // Only a drained queue needs looking at again unasked: otherwise
+            // a claim in flight or a worker that frees wakes the loop.
+            _ = tokio::time::sleep(IDLE_POLL), if drained => drained = false,
             _ = shutdown.changed() => {}
         }
     }
+    // Claimed items not started stay active, held by this node: the
+    // recovery after shutdown puts them back in the queue, uncounted. A
+    // claim still in flight commits before that recovery (both travel
+    // through the same group commit, in order).
+    workers.claimed.store(0, Ordering::Relaxed);
+    drop(claimed);
+    while running.join_next().await.is_some() {}
 }
 
-async fn run_item(app: &Arc<App>, fetcher: &Fetcher, row: ItemRow) {
+/// The claim in flight, or never.
+async fn in_flight(claiming: &mut Option<Claiming>) -> (usize, Duration, Result<Vec<ItemRow>, ItemError>) {
+    match claiming {
+        Some(claim) => claim.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Items to claim beyond the free workers: twice as many as the workers
+/// finish while one claim is in flight (so none waits for the next claim
+/// when one takes longer than the last), at most `AHEAD_MAX`. None until
+/// attempts were timed.
+fn ahead(max: usize, claim_micros: u64, attempt_micros: u64) -> usize {
+    if attempt_micros == 0 {
+        return 0;
+    }
+    let finishing = (2 * max as u64).saturating_mul(claim_micros) / attempt_micros;
+    usize::try_from(finishing).unwrap_or(usize::MAX).min(AHEAD_MAX)
+}
+
+async fn run_item(app: Arc<App>, fetcher: Arc<Fetcher>, row: Arc<ItemRow>, slot: Slot) {
     let span =
         tracing::info_span!("item", id = %row.id, script = row.script.as_str(), attempt = row.item.attempts_made + 1);
-    run_attempt(app, fetcher, row).instrument(span).await
+    run_attempt(app, fetcher, row, slot).instrument(span).await
 }
 
-async fn run_attempt(app: &Arc<App>, fetcher: &Fetcher, row: ItemRow) {
-    let started = std::time::Instant::now();
+async fn run_attempt(app: Arc<App>, fetcher: Arc<Fetcher>, row: Arc<ItemRow>, slot: Slot) {
+    let started = Instant::now();
     let result = if row.script.needs_browser() {
         match &app.browsers {
             Some(pool) => crate::browser::scripts::run(pool, &row).await,
@@ -89,15 +252,20 @@ async fn run_attempt(app: &Arc<App>, fetcher: &Fetcher, row: ItemRow) {
         fetcher.run(&row).await
     };
     let end = match result {
-        Ok(files) => match write_files(app, &row.id, files).await {
+        Ok(files) => match write_files(&app, &row.id, files).await {
             Ok(stored) => AttemptEnd::Succeeded(stored),
             Err(e) => AttemptEnd::Failed(Failure::Transient(format!("storing files failed: {e}"))),
         },
         Err(failure) => AttemptEnd::Failed(failure),
     };
+    let took = started.elapsed();
+    // The worker is free once its files are stored and checked: the next
+    // item starts while this end travels to the database.
+    drop(slot);
+    app.workers.observe(took);
     let m = crate::metrics::get();
-    m.item_seconds.with_label_values(&[row.script.as_str()]).observe(crate::metrics::secs(started.elapsed()));
-    match app.items.finish(&row.id, row.lease_token, end).await {
+    m.item_seconds.with_label_values(&[row.script.as_str()]).observe(crate::metrics::secs(took));
+    match app.items.finish(&row, end).await {
         Ok(o) => {
             m.items_ended.with_label_values(&[row.script.as_str(), o.item.state.as_str()]).inc();
             tracing::info!(
@@ -114,11 +282,36 @@ async fn run_attempt(app: &Arc<App>, fetcher: &Fetcher, row: ItemRow) {
 }
 
 /// Writes and checks an attempt's files; the driver publishes them if the
-/// item machine says so.
+/// item machine says so. A small family kept in the database is checked
+/// here, without a hop to the blocking pool.
 async fn write_files(app: &App, item_id: &str, files: Vec<FileContent>) -> std::io::Result<Vec<PublishedFile>> {
-    let root = app.artifacts_dir.clone();
-    let (id, all_inline) = (item_id.to_string(), app.store.files_inline());
+    let all_inline = app.store.files_inline();
+    let bytes: usize = files.iter().map(|f| f.bytes.len()).sum();
+    let stays_inline = all_inline || files.iter().all(|f| f.bytes.len() <= files::INLINE_MAX_BYTES);
+    if stays_inline && bytes <= CHECK_ON_RUNTIME_BYTES {
+        return Ok(files.into_iter().map(|f| files::inline(item_id, f)).collect());
+    }
+    let (root, id) = (app.artifacts_dir.clone(), item_id.to_string());
     tokio::task::spawn_blocking(move || files::write_family(&root, &id, files, all_inline))
         .await
         .map_err(std::io::Error::other)?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claims_ahead_only_what_workers_finish_while_a_claim_is_in_flight() {
+        // Unknown attempt time: nothing ahead; attempts far longer than a
+        // claim: nothing either.
+        assert_eq!(ahead(16, 2_000, 0), 0);
+        assert_eq!(ahead(4, 2_000, 1_500_000), 0);
+        // 200 ms attempts, 2 ms claims: 1,000 workers finish 10 meanwhile;
+        // twice that is claimed ahead.
+        assert_eq!(ahead(1_000, 2_000, 200_000), 20);
+        // Attempts shorter than a claim: several claims' worth, up to AHEAD_MAX.
+        assert_eq!(ahead(16, 2_000, 400), 160);
+        assert_eq!(ahead(1_000, 2_000, 200), AHEAD_MAX);
+    }
 }

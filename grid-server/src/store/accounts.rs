@@ -1,6 +1,8 @@
 //! Accounts, API keys and the credit ledger.
 
-use super::sql::{Conn, Optional};
+use std::sync::OnceLock;
+
+use super::sql::{chunk_sql, chunks, placeholders, Conn, Optional};
 use grid_core::error::ApiError;
 use grid_core::ids;
 use grid_core::ledger::{Balance, DailyUse, EntryKind};
@@ -354,10 +356,34 @@ impl<'a> Entry<'a> {
 /// Appends one ledger entry. A settlement that already exists is not written
 /// again (the unique index makes settling idempotent).
 pub fn append(conn: &Conn, e: &Entry, now: Millis) -> StoreResult<()> {
-    conn.execute(
-        "INSERT INTO ledger (account_id, key_id, kind, amount, subject, reservation_day, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT DO NOTHING",
-        (e.account_id, e.key_id, e.kind.as_str(), e.amount, e.subject, e.reservation_day, now.0),
-    )?;
+    append_all(conn, std::slice::from_ref(e), now)
+}
+
+/// Appends ledger entries in one statement, as `append` does each (the
+/// settlement pass writes many at once).
+pub fn append_all(conn: &Conn, entries: &[Entry], now: Millis) -> StoreResult<()> {
+    static SQL: OnceLock<[String; 4]> = OnceLock::new();
+    for chunk in chunks(entries) {
+        let sql = chunk_sql(&SQL, chunk.len(), |n| {
+            let rows = (0..n).map(|i| format!("({})", placeholders(i * 7 + 1, 7))).collect::<Vec<_>>().join(", ");
+            format!(
+                "INSERT INTO ledger (account_id, key_id, kind, amount, subject, reservation_day, created_at)
+                 VALUES {rows} ON CONFLICT DO NOTHING"
+            )
+        });
+        let mut values = Vec::with_capacity(chunk.len() * 7);
+        for e in chunk {
+            values.extend(crate::params![
+                e.account_id,
+                e.key_id,
+                e.kind.as_str(),
+                e.amount,
+                e.subject,
+                e.reservation_day,
+                now.0
+            ]);
+        }
+        conn.execute(sql, values)?;
+    }
     Ok(())
 }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use grid_tests::bench::positive;
+use grid_tests::bench::{cpu_ticks, positive, ticks_per_second};
 use grid_tests::server::{GridServer, ServerOptions};
 use grid_tests::target::Target;
 
@@ -24,33 +24,12 @@ struct Config {
     timeout: Duration,
 }
 
-/// User + system CPU time of a process, in clock ticks (utime and stime of
-/// /proc/PID/stat); 0 when it is gone.
-fn cpu_ticks(pid: u32) -> u64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return 0 };
-    // Fields after the command (which may hold spaces) start after ") ".
-    let Some(rest) = stat.rsplit_once(") ").map(|(_, r)| r) else { return 0 };
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    f.get(11).and_then(|u| u.parse::<u64>().ok()).unwrap_or(0)
-        + f.get(12).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0)
-}
-
 /// Every PostgreSQL process (its backends do the store's work).
 fn postgres_pids() -> Vec<u32> {
     let Ok(dir) = std::fs::read_dir("/proc") else { return vec![] };
     dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "postgres"))
         .collect()
-}
-
-fn ticks_per_second() -> f64 {
-    // SAFETY: sysconf has no preconditions.
-    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if t > 0 {
-        t as f64
-    } else {
-        100.0
-    }
 }
 
 struct Run {
