@@ -44,8 +44,11 @@ pub struct NewViewport {
     pub mobile: Option<bool>,
 }
 
-/// A session body that passed validation, defaults applied.
-#[derive(Debug, Clone, PartialEq)]
+/// A session body that passed validation, defaults applied. Stored as JSON
+/// with the lease (the `submission` column of `sessions`): a change to its
+/// shape must still read the rows already stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct SessionSubmission {
     pub profile: Profile,
     pub ttl_minutes: u32,
