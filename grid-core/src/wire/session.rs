@@ -57,6 +57,17 @@ pub struct SessionSubmission {
     pub overrides: SessionOverrides,
 }
 
+impl SessionSubmission {
+    /// A submission that asks for nothing but `profile`: no network policy,
+    /// no overrides, and no TTL (only a lease reads it; a browser's set-up
+    /// does not). Warm browsers are prepared from it, and a session leased
+    /// before submissions were stored starts from it (with its recorded
+    /// network policy).
+    pub fn default_for(profile: Profile) -> SessionSubmission {
+        SessionSubmission { profile, ttl_minutes: 0, network_policy: None, overrides: SessionOverrides::default() }
+    }
+}
+
 /// What a session asked for instead of its profile's; each `None` keeps the
 /// profile's. Echoed in the attestation as asked.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
