@@ -3,8 +3,10 @@
 //! states its flags and nothing else.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 /// A flag: its name (with the dashes), its default, and whether 0 is allowed.
+#[derive(Clone, Copy)]
 pub struct Flag {
     pub name: &'static str,
     pub default: u64,
@@ -57,6 +59,32 @@ pub fn parse(bin: &str, flags: &[Flag]) -> Flags {
         values.insert(flag.name, n);
     }
     Flags(values)
+}
+
+/// The flags of a fetch bench (bench_fetch, bench_scale_out): how many
+/// items, how many workers, and how long it waits before it fails.
+pub struct FetchConfig {
+    pub items: usize,
+    pub workers: u32,
+    pub timeout: Duration,
+}
+
+impl FetchConfig {
+    /// Parses `--items` (default `items`), `--workers` (16), the bench's own
+    /// `extra` flags and `--timeout-secs` (600), in that order in the usage;
+    /// the parsed flags are returned too, for the `extra` ones.
+    pub fn parse(bin: &str, items: u64, extra: &[Flag]) -> (FetchConfig, Flags) {
+        let mut flags = vec![positive("--items", items), positive("--workers", 16)];
+        flags.extend_from_slice(extra);
+        flags.push(positive("--timeout-secs", 600));
+        let flags = parse(bin, &flags);
+        let config = FetchConfig {
+            items: flags.get("--items") as usize,
+            workers: flags.get("--workers") as u32,
+            timeout: Duration::from_secs(flags.get("--timeout-secs")),
+        };
+        (config, flags)
+    }
 }
 
 /// User + system CPU time of a process, in clock ticks (utime and stime of

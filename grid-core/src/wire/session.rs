@@ -44,14 +44,28 @@ pub struct NewViewport {
     pub mobile: Option<bool>,
 }
 
-/// A session body that passed validation, defaults applied.
-#[derive(Debug, Clone, PartialEq)]
+/// A session body that passed validation, defaults applied. Stored as JSON
+/// with the lease (the `submission` column of `sessions`): a change to its
+/// shape must still read the rows already stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct SessionSubmission {
     pub profile: Profile,
     pub ttl_minutes: u32,
     /// The requested network policy (`public-web-only/v1`), or none.
     pub network_policy: Option<String>,
     pub overrides: SessionOverrides,
+}
+
+impl SessionSubmission {
+    /// A submission that asks for nothing but `profile`: no network policy,
+    /// no overrides, and no TTL (only a lease reads it; a browser's set-up
+    /// does not). Warm browsers are prepared from it, and a session leased
+    /// before submissions were stored starts from it (with its recorded
+    /// network policy).
+    pub fn default_for(profile: Profile) -> SessionSubmission {
+        SessionSubmission { profile, ttl_minutes: 0, network_policy: None, overrides: SessionOverrides::default() }
+    }
 }
 
 /// What a session asked for instead of its profile's; each `None` keeps the

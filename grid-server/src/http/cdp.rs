@@ -32,12 +32,11 @@ use tokio_tungstenite::tungstenite::protocol::Role;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
-use super::forward;
+use super::forward::{self, Served};
 use super::respond::{self, Resp};
 use crate::app::App;
 use crate::browser::cdp::ClientLink;
 use crate::sessions::{self, gate, token_hash, Endpoint, Live};
-use crate::store::sessions as store;
 
 /// How long a connection to a still-starting session waits for its browser.
 const READY_WAIT: Duration = Duration::from_secs(30);
@@ -104,19 +103,14 @@ enum Located {
 /// ended, a wrong token, a node without an address, or a request another
 /// node already forwarded (never passed on twice): unknown session.
 async fn locate(app: &Arc<App>, id: &str, token: &str, headers: &hyper::HeaderMap) -> Result<Located, ApiError> {
-    let sid = id.to_string();
-    let route = app.store.read(move |c| store::route(c, &sid)).await?.ok_or(ApiError::UnknownSession)?;
-    if !route.live || token_hash(token) != route.token_sha256 {
+    let found = forward::locate(app, id, headers).await?.ok_or(ApiError::UnknownSession)?;
+    if !found.live || token_hash(token) != found.token_sha256 {
         return Err(ApiError::UnknownSession);
     }
-    match route.node {
-        Some(node) if node != app.config.node => {
-            if forward::from_peer(app, headers) {
-                return Err(ApiError::UnknownSession);
-            }
-            route.advertise_url.map(Located::At).ok_or(ApiError::UnknownSession)
-        }
-        _ => {
+    match found.served {
+        Served::At(node) => Ok(Located::At(node)),
+        Served::Unreachable => Err(ApiError::UnknownSession),
+        Served::Here => {
             sessions::sync(app, id).await?;
             app.sessions.live(id).map(Located::Here).ok_or(ApiError::UnknownSession)
         }

@@ -26,6 +26,7 @@ use super::respond::Resp;
 use crate::app::App;
 use crate::peers::{CREDENTIAL_HEADER, FORWARDED_BASE_HEADER};
 use crate::store::sessions as store;
+use crate::store::StoreError;
 
 /// Headers of one hop only (RFC 9110 7.6.1), never passed on, but for an
 /// upgrade's `connection` and `upgrade`.
@@ -50,19 +51,46 @@ pub fn public_base(app: &App, headers: &HeaderMap) -> String {
     }
 }
 
-/// Where the session's requests go when its browser runs on another node:
-/// that node's advertised address. `None`: it runs here, the request is
-/// already a forwarded one, the session is unknown, or its node advertises
-/// no address (answered from what this node holds).
-pub async fn session_elsewhere(app: &App, session_id: &str, headers: &HeaderMap) -> Option<String> {
-    if from_peer(app, headers) {
-        return None;
-    }
+/// Where a session's browser, and the files its pages downloaded, are
+/// served, as this request may reach them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Served {
+    /// On this node: placed here, or leased before nodes were recorded.
+    Here,
+    /// On the node at this advertised address.
+    At(String),
+    /// On another node this request is not passed to: it advertises no
+    /// address, or the request is already a forwarded one (never passed on
+    /// twice).
+    Unreachable,
+}
+
+/// A session's record as the transports need it: where it is served,
+/// whether it is live and its token's hash. Each caller decides what an
+/// ended session or a token it does not check means for it.
+#[derive(Debug, Clone)]
+pub struct Whereabouts {
+    pub served: Served,
+    pub live: bool,
+    pub token_sha256: String,
+}
+
+/// Where `session_id` is served, from its record; `None` for an unknown
+/// session.
+pub async fn locate(app: &App, session_id: &str, headers: &HeaderMap) -> Result<Option<Whereabouts>, StoreError> {
     let id = session_id.to_string();
-    let route = app.store.read(move |c| store::route(c, &id)).await.ok()??;
-    match route.node {
-        Some(node) if node != app.config.node => route.advertise_url,
-        _ => None,
+    let Some(route) = app.store.read(move |c| store::route(c, &id)).await? else { return Ok(None) };
+    let served = served(&route, &app.config.node, from_peer(app, headers));
+    Ok(Some(Whereabouts { served, live: route.live, token_sha256: route.token_sha256 }))
+}
+
+fn served(route: &store::Route, this_node: &str, forwarded: bool) -> Served {
+    match &route.node {
+        Some(node) if node != this_node => match &route.advertise_url {
+            Some(url) if !forwarded => Served::At(url.clone()),
+            _ => Served::Unreachable,
+        },
+        _ => Served::Here,
     }
 }
 
@@ -155,6 +183,22 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_session_is_passed_on_only_to_another_node_with_an_address_and_only_once() {
+        let route = |node: Option<&str>, url: Option<&str>| store::Route {
+            token_sha256: "h".into(),
+            live: true,
+            node: node.map(str::to_string),
+            advertise_url: url.map(str::to_string),
+        };
+        let there = route(Some("n2"), Some("http://n2:8080"));
+        assert_eq!(served(&there, "n1", false), Served::At("http://n2:8080".into()));
+        assert_eq!(served(&there, "n1", true), Served::Unreachable);
+        assert_eq!(served(&route(Some("n2"), None), "n1", false), Served::Unreachable);
+        assert_eq!(served(&route(Some("n1"), Some("http://n1:8080")), "n1", false), Served::Here);
+        assert_eq!(served(&route(None, None), "n1", true), Served::Here);
+    }
 
     #[test]
     fn hop_by_hop_headers_stay_on_their_hop() {

@@ -238,7 +238,9 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiErr
     // A session's files live on the node that ran its browser.
     if matches!(route, Route::SessionDownloads | Route::SessionDownload) {
         let session = params.first().map(String::as_str).unwrap_or_default();
-        if let Some(to) = forward::session_elsewhere(app, session, req.headers()).await {
+        // Unknown here, or unreadable: answered from what this node holds.
+        let located = forward::locate(app, session, req.headers()).await.ok().flatten();
+        if let Some(forward::Whereabouts { served: forward::Served::At(to), .. }) = located {
             let unreachable = match route {
                 Route::SessionDownload => ApiError::SessionDownloadNotPresent,
                 _ => ApiError::UnknownSession,

@@ -185,10 +185,8 @@ pub fn spawn(app: Arc<App>, id: String, token_sha256: String, sub: SessionSubmis
 /// lease, from its record.
 fn spawn_placed(app: &Arc<App>, row: SessionRow) {
     let sub = row.submission.clone().unwrap_or_else(|| SessionSubmission {
-        profile: row.profile,
-        ttl_minutes: 0,
         network_policy: row.network_policy.clone(),
-        overrides: Default::default(),
+        ..SessionSubmission::default_for(row.profile)
     });
     tracing::info!(session = %row.id, "starting a session leased through another node");
     spawn(app.clone(), row.id, row.token_sha256, sub);
@@ -439,12 +437,7 @@ pub fn refill_warm(app: Arc<App>) {
                         break;
                     }
                 };
-                let sub = SessionSubmission {
-                    profile,
-                    ttl_minutes: 0,
-                    network_policy: None,
-                    overrides: SessionOverrides::default(),
-                };
+                let sub = SessionSubmission::default_for(profile);
                 match prepare(&app, &browser, folder, &build, &manifest, &sub, false).await {
                     Ok((attestation, _)) => {
                         tracing::info!(profile = profile.as_str(), pid = browser.pid, "warm browser ready");

@@ -9,7 +9,7 @@ use grid_core::ledger::{self, EntryKind};
 use grid_core::pricing;
 use grid_core::session::{self, Session, TransitionError};
 use grid_core::time::Millis;
-use grid_core::wire::session::{Attestation, NetworkAttestation, SessionOverrides, SessionSubmission, SessionView};
+use grid_core::wire::session::{Attestation, NetworkAttestation, SessionSubmission, SessionView};
 
 use super::accounts::{self, Caller, Entry, ReserveError};
 use super::{to_json, StoreError, StoreResult};
@@ -155,7 +155,7 @@ pub fn lease(
             now.0,
             session::next_due(&machine).map(|d| d.at.0),
             node,
-            to_json(&StoredSubmission::of(sub))?
+            to_json(sub)?
         ],
     )?;
     Ok(load(tx, &id)?.ok_or_else(|| StoreError::Invalid(format!("session {id} not found right after its insert")))?)
@@ -192,36 +192,6 @@ pub fn live_on(conn: &Conn, node: &str) -> StoreResult<Vec<SessionRow>> {
     conn.query_map(&sql, [node], row)
 }
 
-/// The `submission` column: a lease's validated submission as JSON.
-#[derive(serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct StoredSubmission {
-    profile: String,
-    ttl_minutes: u32,
-    network_policy: Option<String>,
-    overrides: SessionOverrides,
-}
-
-impl StoredSubmission {
-    fn of(sub: &SessionSubmission) -> StoredSubmission {
-        StoredSubmission {
-            profile: sub.profile.as_str().to_string(),
-            ttl_minutes: sub.ttl_minutes,
-            network_policy: sub.network_policy.clone(),
-            overrides: sub.overrides.clone(),
-        }
-    }
-
-    fn into_submission(self) -> SessionSubmission {
-        SessionSubmission {
-            profile: Profile::parse(&self.profile).unwrap_or(Profile::DEFAULT),
-            ttl_minutes: self.ttl_minutes,
-            network_policy: self.network_policy,
-            overrides: self.overrides,
-        }
-    }
-}
-
 const COLUMNS: &str = "id, account_id, key_id, profile_id, network_policy, machine, attestation,
      network_attestation, reserved_micros, reservation_day, node, token_sha256, submission";
 
@@ -245,11 +215,7 @@ fn row(r: &Row) -> StoreResult<SessionRow> {
         reservation_day: r.get(9)?,
         node: r.get(10)?,
         token_sha256: r.get(11)?,
-        submission: submission
-            .map(|s| serde_json::from_str::<StoredSubmission>(&s))
-            .transpose()
-            .map_err(|e| json_err(12, e))?
-            .map(StoredSubmission::into_submission),
+        submission: submission.map(|s| serde_json::from_str(&s)).transpose().map_err(|e| json_err(12, e))?,
     })
 }
 
@@ -330,4 +296,55 @@ pub fn set_attestation(
         params![id, to_json(attestation)?, network.map(to_json).transpose()?],
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use grid_core::wire::session::{SessionOverrides, Viewport};
+
+    /// The `submission` column as leases have written it since it was
+    /// added: rows already stored must still read back, and new rows keep
+    /// the same shape.
+    #[test]
+    fn stored_submissions_keep_their_shape() {
+        let bare = r#"{"profile":"desktop-browser-nl/v2","ttlMinutes":30,"networkPolicy":null,"overrides":{"viewport":null,"userAgent":null,"locale":null,"timezone":null}}"#;
+        let full = r#"{"profile":"native-headless-browser/v2","ttlMinutes":240,"networkPolicy":"public-web-only/v1","overrides":{"viewport":{"width":390,"height":844,"deviceScaleFactor":3.0,"mobile":true},"userAgent":"UA/1","locale":"fr-CA","timezone":"America/Toronto"}}"#;
+        let cases = [
+            (
+                bare,
+                SessionSubmission {
+                    profile: Profile::DesktopBrowserNl,
+                    ttl_minutes: 30,
+                    network_policy: None,
+                    overrides: SessionOverrides::default(),
+                },
+            ),
+            (
+                full,
+                SessionSubmission {
+                    profile: Profile::NativeHeadlessBrowser,
+                    ttl_minutes: 240,
+                    network_policy: Some("public-web-only/v1".into()),
+                    overrides: SessionOverrides {
+                        viewport: Some(Viewport { width: 390, height: 844, device_scale_factor: 3.0, mobile: true }),
+                        user_agent: Some("UA/1".into()),
+                        locale: Some("fr-CA".into()),
+                        timezone: Some("America/Toronto".into()),
+                    },
+                },
+            ),
+        ];
+        for (stored, sub) in cases {
+            assert_eq!(serde_json::from_str::<SessionSubmission>(stored).unwrap(), sub);
+            assert_eq!(to_json(&sub).unwrap(), stored);
+        }
+    }
+
+    #[test]
+    fn a_stored_submission_naming_an_unknown_profile_is_refused_by_name() {
+        let stored = r#"{"profile":"desktop-browser-nl/v1","ttlMinutes":30,"networkPolicy":null,"overrides":{"viewport":null,"userAgent":null,"locale":null,"timezone":null}}"#;
+        let e = serde_json::from_str::<SessionSubmission>(stored).unwrap_err();
+        assert!(e.to_string().contains("desktop-browser-nl/v1"), "{e}");
+    }
 }

@@ -24,56 +24,34 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use grid_tests::bench::{count, cpu_ticks, positive, ticks_per_second};
+use grid_tests::bench::{count, cpu_ticks, ticks_per_second, FetchConfig};
 use grid_tests::http::http_client;
 use grid_tests::server::{GridServer, ServerOptions};
 use grid_tests::target::Target;
-
-struct Config {
-    items: usize,
-    workers: u32,
-    grid_workers: u32,
-    delay_ms: u64,
-    timeout: Duration,
-}
 
 /// Items per POST /batches.
 const BATCH: usize = 1000;
 
 #[tokio::main]
 async fn main() {
-    let flags = grid_tests::bench::parse(
-        "bench_fetch",
-        &[
-            positive("--items", 2000),
-            positive("--workers", 16),
-            count("--grid-workers", 0),
-            count("--delay-ms", 0),
-            positive("--timeout-secs", 600),
-        ],
-    );
-    let workers = flags.get("--workers") as u32;
-    let config = Config {
-        items: flags.get("--items") as usize,
-        workers,
-        grid_workers: match flags.get("--grid-workers") as u32 {
-            0 => workers,
-            g => g,
-        },
-        delay_ms: flags.get("--delay-ms"),
-        timeout: Duration::from_secs(flags.get("--timeout-secs")),
+    let (config, flags) =
+        FetchConfig::parse("bench_fetch", 2000, &[count("--grid-workers", 0), count("--delay-ms", 0)]);
+    let grid_workers = match flags.get("--grid-workers") as u32 {
+        0 => config.workers,
+        g => g,
     };
+    let delay_ms = flags.get("--delay-ms");
     let deadline = Instant::now() + config.timeout;
     let target = Target::start();
     let urls: Vec<String> = (0..config.items)
-        .map(|n| match config.delay_ms {
+        .map(|n| match delay_ms {
             0 => target.url(&format!("/page/{n}")),
             d => target.url(&format!("/slow?ms={d}&n={n}")),
         })
         .collect();
 
     let server = GridServer::start(ServerOptions {
-        workers: Some(config.grid_workers),
+        workers: Some(grid_workers),
         initial_credit_micros: Some(1_000_000_000),
         ..Default::default()
     });
@@ -81,8 +59,8 @@ async fn main() {
         "bench: grid-server on {}, {} items, {} workers, target delay {} ms",
         server.base_url(),
         config.items,
-        config.grid_workers,
-        config.delay_ms
+        grid_workers,
+        delay_ms
     );
 
     let me = std::process::id();
@@ -128,7 +106,7 @@ async fn main() {
         grid_rate,
         completed,
         failed,
-        config.grid_workers
+        grid_workers
     );
     println!("grid:     every batch submitted after {:.2} s", submitted.as_secs_f64());
     println!("grid:     CPU per item {grid_cpu:.0} µs in grid-server, {bench_cpu:.0} µs in the target and bench");
@@ -184,8 +162,8 @@ async fn main() {
         json!({
             "items": config.items,
             "workers": config.workers,
-            "gridWorkers": config.grid_workers,
-            "delayMs": config.delay_ms,
+            "gridWorkers": grid_workers,
+            "delayMs": delay_ms,
             "gridSeconds": grid_elapsed.as_secs_f64(),
             "gridSubmittedSeconds": submitted.as_secs_f64(),
             "gridItemsPerSecond": grid_rate,

@@ -14,15 +14,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use grid_tests::bench::{cpu_ticks, positive, ticks_per_second};
+use grid_tests::bench::{cpu_ticks, ticks_per_second, FetchConfig};
 use grid_tests::server::{GridServer, ServerOptions};
 use grid_tests::target::Target;
-
-struct Config {
-    items: usize,
-    workers: u32,
-    timeout: Duration,
-}
 
 /// Every PostgreSQL process (its backends do the store's work).
 fn postgres_pids() -> Vec<u32> {
@@ -40,7 +34,7 @@ struct Run {
     db_cpu_us_per_item: f64,
 }
 
-async fn run(label: &'static str, nodes: usize, postgres: bool, urls: &[String], config: &Config) -> Run {
+async fn run(label: &'static str, nodes: usize, postgres: bool, urls: &[String], config: &FetchConfig) -> Run {
     let opts = |name: String| ServerOptions {
         postgres,
         workers: Some(config.workers),
@@ -92,15 +86,7 @@ async fn run(label: &'static str, nodes: usize, postgres: bool, urls: &[String],
 
 #[tokio::main]
 async fn main() {
-    let flags = grid_tests::bench::parse(
-        "bench_scale_out",
-        &[positive("--items", 5000), positive("--workers", 16), positive("--timeout-secs", 600)],
-    );
-    let config = Config {
-        items: flags.get("--items") as usize,
-        workers: flags.get("--workers") as u32,
-        timeout: Duration::from_secs(flags.get("--timeout-secs")),
-    };
+    let (config, _) = FetchConfig::parse("bench_scale_out", 5000, &[]);
     let target = Target::start();
     let urls: Vec<String> = (0..config.items).map(|n| target.url(&format!("/page/{n}"))).collect();
     eprintln!("bench: {} fetch items, {} workers per node", config.items, config.workers);
