@@ -182,23 +182,31 @@ pub fn load_item(conn: &Conn, id: &str) -> StoreResult<Option<ItemRow>> {
 /// Stores an item's machine state and, when a transition made one due, the
 /// settlement it owes (for the settlement pass, `settle_due`).
 pub fn save_item(conn: &Conn, id: &str, it: &Item, owed: Option<Settlement>, now: Millis) -> StoreResult<()> {
-    conn.execute(
-        "UPDATE items SET state = ?2, attempts_made = ?3, failed_reason = ?4, failure_published = ?5, run_at = ?6,
-                          billable = ?7, settlement_due = COALESCE(?8, settlement_due), updated_at = ?9
-          WHERE id = ?1",
-        params![
-            id,
-            it.state.as_str(),
-            it.attempts_made,
-            it.failed_reason,
-            it.failure_published,
-            it.run_at.map(|t| t.0),
-            it.billable,
-            owed.map(Settlement::as_str),
-            now.0
-        ],
-    )?;
+    static SQL: OnceLock<String> = OnceLock::new();
+    let sql = SQL.get_or_init(|| format!("UPDATE items SET {MACHINE_COLUMNS} WHERE id = ?9"));
+    let mut values = machine_values(it, owed, now);
+    values.push(id.to_value());
+    conn.execute(sql, values)?;
     Ok(())
+}
+
+/// The columns the item machine owns, as assignments of `?1` to `?8` in the
+/// order of [`machine_values`]: a single save, claims and ends write them
+/// alike. A settlement already owed is never unset by a later step.
+const MACHINE_COLUMNS: &str = "state = ?1, attempts_made = ?2, failed_reason = ?3, failure_published = ?4, \
+                               run_at = ?5, billable = ?6, settlement_due = COALESCE(?7, settlement_due), updated_at = ?8";
+
+fn machine_values(it: &Item, owed: Option<Settlement>, now: Millis) -> Vec<super::sql::Value> {
+    params![
+        it.state.as_str(),
+        it.attempts_made,
+        it.failed_reason,
+        it.failure_published,
+        it.run_at.map(|t| t.0),
+        it.billable,
+        owed.map(Settlement::as_str),
+        now.0
+    ]
 }
 
 /// Stores claims: for each `(id, token)` of `claims` (`token` the item's
@@ -220,24 +228,12 @@ pub fn take_lease(
     for chunk in chunks(claims) {
         let sql = chunk_sql(&SQL, chunk.len(), |n| {
             format!(
-                "UPDATE items SET state = ?1, attempts_made = ?2, failed_reason = ?3, failure_published = ?4, run_at = ?5,
-                                  billable = ?6, settlement_due = COALESCE(?7, settlement_due), updated_at = ?8,
-                                  lease_node = ?9, lease_token = lease_token + 1
-                  WHERE id IN ({})",
+                "UPDATE items SET {MACHINE_COLUMNS}, lease_node = ?9, lease_token = lease_token + 1 WHERE id IN ({})",
                 placeholders(10, n)
             )
         });
-        let mut values = params![
-            it.state.as_str(),
-            it.attempts_made,
-            it.failed_reason,
-            it.failure_published,
-            it.run_at.map(|t| t.0),
-            it.billable,
-            owed.map(Settlement::as_str),
-            now.0,
-            node
-        ];
+        let mut values = machine_values(it, owed, now);
+        values.push(node.to_value());
         values.extend(chunk.iter().map(|(id, _)| id.to_value()));
         if conn.execute(sql, values)? != chunk.len() {
             return Err(StoreError::Invalid("an item changed under its claim".into()));
@@ -269,23 +265,12 @@ pub fn save_ends(
     for chunk in chunks(ids) {
         let sql = chunk_sql(&SQL, chunk.len(), |n| {
             format!(
-                "UPDATE items SET state = ?1, attempts_made = ?2, failed_reason = ?3, failure_published = ?4, run_at = ?5,
-                                  billable = ?6, settlement_due = COALESCE(?7, settlement_due), updated_at = ?8
-                  WHERE state = 'active' AND lease_token = ?9 AND id IN ({})",
+                "UPDATE items SET {MACHINE_COLUMNS} WHERE state = 'active' AND lease_token = ?9 AND id IN ({})",
                 placeholders(10, n)
             )
         });
-        let mut values = params![
-            it.state.as_str(),
-            it.attempts_made,
-            it.failed_reason,
-            it.failure_published,
-            it.run_at.map(|t| t.0),
-            it.billable,
-            owed.map(Settlement::as_str),
-            now.0,
-            lease_token
-        ];
+        let mut values = machine_values(it, owed, now);
+        values.push(lease_token.to_value());
         values.extend(chunk.iter().map(|id| id.to_value()));
         stored += conn.execute(sql, values)?;
     }
