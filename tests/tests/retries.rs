@@ -116,8 +116,10 @@ async fn status_429_and_503_are_transient() {
 async fn timeouts_are_transient() {
     let target = Target::start();
     let server = GridServer::start(opts());
+    // A second per attempt, not less: each attempt must reach the target
+    // (three hits) before its timeout, even on a busy machine.
     let item_id =
-        single_item(&server, &json!({"urls": [target.url("/hang")], "script": "fetch", "params": {"timeoutMs": 200}}))
+        single_item(&server, &json!({"urls": [target.url("/hang")], "script": "fetch", "params": {"timeoutMs": 1000}}))
             .await;
     let (item, _) = server.wait_item_final(&item_id, DONE).await;
     assert_eq!(item["state"], json!("failed"), "{item}");
