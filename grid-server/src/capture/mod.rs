@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use grid_core::item::Failure;
+use grid_core::item::{Failure, ItemState};
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
 use tracing::Instrument;
@@ -232,9 +232,14 @@ fn ahead(max: usize, claim_micros: u64, attempt_micros: u64) -> usize {
     usize::try_from(finishing).unwrap_or(usize::MAX).min(AHEAD_MAX)
 }
 
+/// An item's attempt runs in a debug-level span: at tens of thousands of
+/// items a second, a span and a line per attempt at info level cost about a
+/// seventh of the server's CPU per item (docs/operations.md). Completed
+/// attempts log at debug; every other end, and every warning, names its item
+/// itself, so an info-level log still shows what went wrong and where.
 async fn run_item(app: Arc<App>, fetcher: Arc<Fetcher>, row: Arc<ItemRow>, slot: Slot) {
     let span =
-        tracing::info_span!("item", id = %row.id, script = row.script.as_str(), attempt = row.item.attempts_made + 1);
+        tracing::debug_span!("item", id = %row.id, script = row.script.as_str(), attempt = row.item.attempts_made + 1);
     run_attempt(app, fetcher, row, slot).instrument(span).await
 }
 
@@ -267,17 +272,27 @@ async fn run_attempt(app: Arc<App>, fetcher: Arc<Fetcher>, row: Arc<ItemRow>, sl
     m.item_seconds.with_label_values(&[row.script.as_str()]).observe(crate::metrics::secs(took));
     match app.items.finish(&row, end).await {
         Ok(o) => {
-            m.items_ended.with_label_values(&[row.script.as_str(), o.item.state.as_str()]).inc();
-            tracing::info!(
-                state = o.item.state.as_str(),
-                reason = o.item.failed_reason.as_deref().unwrap_or(""),
-                "attempt finished"
-            )
+            let state = o.item.state.as_str();
+            m.items_ended.with_label_values(&[row.script.as_str(), state]).inc();
+            if o.item.state == ItemState::Completed {
+                tracing::debug!(state, "attempt finished")
+            } else {
+                tracing::info!(
+                    id = %row.id,
+                    script = row.script.as_str(),
+                    attempt = row.item.attempts_made + 1,
+                    state,
+                    reason = o.item.failed_reason.as_deref().unwrap_or(""),
+                    "attempt finished"
+                )
+            }
         }
         Err(e @ ItemError::LeaseLost(_)) => {
-            tracing::warn!(error = %e, "attempt end dropped: another node holds the item now")
+            tracing::warn!(id = %row.id, error = %e, "attempt end dropped: another node holds the item now")
         }
-        Err(e) => tracing::error!(error = %e, "attempt end not stored; the item is recovered on restart"),
+        Err(e) => {
+            tracing::error!(id = %row.id, error = %e, "attempt end not stored; the item is recovered on restart")
+        }
     }
 }
 
