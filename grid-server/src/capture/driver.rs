@@ -447,13 +447,13 @@ fn claim_batch(
     // Saved in runs of items the machine left in the same state (usually
     // the whole batch), each run in a few statements.
     let mut tokens = Vec::with_capacity(claimed.len());
-    let mut rest = &claimed[..];
-    while let Some((_, first)) = rest.first() {
-        let same = |(_, o): &&(ItemRow, Outcome)| o.item == first.item && owed(&o.effects) == owed(&first.effects);
-        let (run, tail) = rest.split_at(rest.iter().take_while(same).count());
+    let alike = |(_, a): &(ItemRow, Outcome), (_, b): &(ItemRow, Outcome)| {
+        a.item == b.item && owed(&a.effects) == owed(&b.effects)
+    };
+    for run in claimed.chunk_by(alike) {
+        let first = &run[0].1;
         let leases: Vec<(&str, i64)> = run.iter().map(|(row, _)| (row.id.as_str(), row.lease_token)).collect();
         tokens.extend(items::take_lease(tx, &leases, &first.item, owed(&first.effects), node, now)?);
-        rest = tail;
     }
     let rows = claimed
         .into_iter()
@@ -521,17 +521,14 @@ fn finish_all(
         (claim.lease_token, &o.item, owed(&o.effects))
     }
     stored.sort_by_key(|e| (e.0.lease_token, e.2.item.state.as_str(), e.2.item.attempts_made));
-    let mut rest = &stored[..];
-    while let Some(first) = rest.first() {
-        let (run, tail) = rest.split_at(rest.iter().take_while(|e| key(e) == key(first)).count());
+    for run in stored.chunk_by(|a, b| key(a) == key(b)) {
         let ids: Vec<&str> = run.iter().map(|(claim, _, _)| claim.id.as_str()).collect();
-        let (token, item, owed) = key(first);
+        let (token, item, owed) = key(&run[0]);
         if items::save_ends(tx, &ids, token, item, owed, now)? != ids.len() {
             // The fences were read in this transaction: a claim cannot have
             // changed since. Fail the step; each end is then stored alone.
             return Err(StoreError::Invalid("an item changed under its end".into()).into());
         }
-        rest = tail;
     }
     let mut publish = Publish::new();
     for (claim, end, outcome) in &stored {
