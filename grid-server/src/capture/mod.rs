@@ -92,11 +92,10 @@ impl Workers {
     }
 
     fn observe(&self, attempt: Duration) {
-        let micros = attempt.as_micros().min(u128::from(u32::MAX)) as u64;
         // Racy between workers, which only blurs a figure used as a hint.
         let old = self.attempt_micros.load(Ordering::Relaxed);
-        let new = if old == 0 { micros.max(1) } else { (old * 7 + micros) / 8 };
-        self.attempt_micros.store(new.max(1), Ordering::Relaxed);
+        // Never 0 once timed: 0 means "no attempt timed yet" (`ahead`).
+        self.attempt_micros.store(moving_average(old, attempt).max(1), Ordering::Relaxed);
     }
 }
 
@@ -174,8 +173,7 @@ async fn dispatch(app: Arc<App>, fetcher: Arc<Fetcher>, mut shutdown: watch::Rec
         tokio::select! {
             (want, took, rows) = in_flight(&mut claiming) => {
                 claiming = None;
-                let micros = took.as_micros().min(u128::from(u32::MAX)) as u64;
-                claim_micros = if claim_micros == 0 { micros } else { (claim_micros * 7 + micros) / 8 };
+                claim_micros = moving_average(claim_micros, took);
                 match rows {
                     Ok(rows) => {
                         drained = rows.len() < want && !std::mem::take(&mut woken_while_claiming);
@@ -210,6 +208,17 @@ async fn dispatch(app: Arc<App>, fetcher: Arc<Fetcher>, mut shutdown: watch::Rec
     workers.claimed.store(0, Ordering::Relaxed);
     drop(claimed);
     while running.join_next().await.is_some() {}
+}
+
+/// A duration's moving average in microseconds, `sample` weighing an
+/// eighth; the first sample (`old` 0) stands alone.
+fn moving_average(old: u64, sample: Duration) -> u64 {
+    let micros = sample.as_micros().min(u128::from(u32::MAX)) as u64;
+    if old == 0 {
+        micros
+    } else {
+        (old * 7 + micros) / 8
+    }
 }
 
 /// The claim in flight, or never.
