@@ -96,7 +96,7 @@ impl Fetcher {
             status: x.status,
             url: &row.url,
         };
-        let meta = FileContent::meta_of(&meta);
+        let meta = FileContent::meta(&meta);
         Ok(vec![FileContent { kind: ArtifactKind::Body, content_type: x.content_type, bytes: x.body }, meta])
     }
 
@@ -221,6 +221,6 @@ mod tests {
             "durationMs": 7,
             "attempt": 2,
         });
-        assert_eq!(FileContent::meta_of(&meta).bytes, FileContent::meta(&expected).bytes);
+        assert_eq!(FileContent::meta(&meta).bytes, FileContent::meta(&expected).bytes);
     }
 }

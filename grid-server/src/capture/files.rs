@@ -21,12 +21,9 @@ pub struct FileContent {
 }
 
 impl FileContent {
-    pub fn meta(meta: &serde_json::Value) -> FileContent {
-        FileContent::meta_of(meta)
-    }
-
-    /// A meta file of anything that serializes as a JSON object.
-    pub fn meta_of<T: serde::Serialize>(meta: &T) -> FileContent {
+    /// A meta file of anything that serializes as a JSON object (a JSON
+    /// tree, or a struct written straight from what it describes).
+    pub fn meta<T: serde::Serialize>(meta: &T) -> FileContent {
         FileContent {
             kind: ArtifactKind::Meta,
             content_type: ArtifactKind::Meta.default_content_type().to_string(),
