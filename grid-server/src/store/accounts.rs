@@ -2,7 +2,7 @@
 
 use std::sync::OnceLock;
 
-use super::sql::{chunk_sql, chunks, placeholders, Conn, Optional};
+use super::sql::{chunk_sql, chunks, value_rows, Conn, Optional};
 use grid_core::error::ApiError;
 use grid_core::ids;
 use grid_core::ledger::{Balance, DailyUse, EntryKind};
@@ -365,7 +365,7 @@ pub fn append_all(conn: &Conn, entries: &[Entry], now: Millis) -> StoreResult<()
     static SQL: OnceLock<[String; 4]> = OnceLock::new();
     for chunk in chunks(entries) {
         let sql = chunk_sql(&SQL, chunk.len(), |n| {
-            let rows = (0..n).map(|i| format!("({})", placeholders(i * 7 + 1, 7))).collect::<Vec<_>>().join(", ");
+            let rows = value_rows(n, 7);
             format!(
                 "INSERT INTO ledger (account_id, key_id, kind, amount, subject, reservation_day, created_at)
                  VALUES {rows} ON CONFLICT DO NOTHING"

@@ -8,7 +8,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
-use super::sql::{chunk_sql, chunks, placeholders, Conn, Optional, Row, ToValue};
+use super::sql::{chunk_sql, chunks, placeholders, value_rows, Conn, Optional, Row, ToValue};
 use crate::params;
 use grid_core::catalog::{ArtifactKind, Profile, Script};
 use grid_core::error::ApiError;
@@ -296,7 +296,7 @@ pub fn insert_files(conn: &Conn, files: &[(&str, Cow<PublishedFile>)], now: Mill
     static SQL: OnceLock<[String; 4]> = OnceLock::new();
     for chunk in chunks(files) {
         let sql = chunk_sql(&SQL, chunk.len(), |n| {
-            let rows = (0..n).map(|i| format!("({})", placeholders(i * 8 + 1, 8))).collect::<Vec<_>>().join(", ");
+            let rows = value_rows(n, 8);
             format!(
                 "INSERT INTO artifacts (item_id, kind, storage_name, sha256, byte_length, content_type, content, created_at)
                  VALUES {rows}"

@@ -391,6 +391,12 @@ pub fn placeholders(first: usize, n: usize) -> String {
     (first..first + n).map(|i| format!("?{i}")).collect::<Vec<_>>().join(", ")
 }
 
+/// `(?1, ..., ?width), (?width+1, ...), ...`: the `VALUES` of a multi-row
+/// insert of `n` rows of `width` columns, numbered in row order.
+pub fn value_rows(n: usize, width: usize) -> String {
+    (0..n).map(|i| format!("({})", placeholders(i * width + 1, width))).collect::<Vec<_>>().join(", ")
+}
+
 /// The sizes `chunks` cuts lists into.
 pub const CHUNKS: [usize; 4] = [128, 32, 8, 1];
 
@@ -417,6 +423,12 @@ pub fn chunk_sql(texts: &'static OnceLock<[String; 4]>, n: usize, build: fn(usiz
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn value_rows_number_placeholders_row_by_row() {
+        assert_eq!(value_rows(2, 3), "(?1, ?2, ?3), (?4, ?5, ?6)");
+        assert_eq!(value_rows(1, 1), "(?1)");
+    }
 
     #[test]
     fn chunks_cover_a_list_in_the_fixed_sizes_and_in_order() {
