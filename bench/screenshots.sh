@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Screenshots per minute: the grid's capture script (release build) against
+# Screenshots per minute: the grid's capture script (release build), once per
+# profile (native-headless-browser/v3 on the headless shell, /v2 on the full
+# Chromium), against
 # Browserless's POST /chromium/screenshot, same 200 local pages running a
 # little JavaScript, same concurrency, same run; prints both rates, the
 # ratio and the peak summed RSS of the chromium processes of each side.

@@ -41,6 +41,8 @@ need_pkg curl
 # Browser scripts (capture, render-fetch, browser-fetch) drive Debian's Chromium;
 # util-linux's setpriv ties each browser's life to the server's.
 need_pkg chromium
+# The capture profile native-headless-browser/v3 runs on Chromium's headless shell.
+need_pkg chromium-headless-shell
 need_pkg util-linux
 # Every browser runs in a bubblewrap sandbox of its own (docs/security.md).
 need_pkg bubblewrap

@@ -66,16 +66,26 @@ impl Script {
 pub enum Profile {
     DesktopBrowserNl,
     NativeHeadlessBrowser,
+    /// `native-headless-browser/v3`: Chromium's own headless identity, as
+    /// `/v2`, from Chromium's headless shell instead of the full browser in
+    /// headless mode (docs/browser-captures.md). Captures only.
+    NativeHeadlessShell,
 }
 
 impl Profile {
-    pub const ALL: [Profile; 2] = [Profile::DesktopBrowserNl, Profile::NativeHeadlessBrowser];
+    /// Every profile a capture item may name.
+    pub const ALL: [Profile; 3] =
+        [Profile::DesktopBrowserNl, Profile::NativeHeadlessBrowser, Profile::NativeHeadlessShell];
+    /// The profiles a session may lease: the contract's two. The headless
+    /// shell is a capture engine; a lessee gets the full browser.
+    pub const LEASABLE: [Profile; 2] = [Profile::DesktopBrowserNl, Profile::NativeHeadlessBrowser];
     pub const DEFAULT: Profile = Profile::DesktopBrowserNl;
 
     pub fn as_str(self) -> &'static str {
         match self {
             Profile::DesktopBrowserNl => "desktop-browser-nl/v2",
             Profile::NativeHeadlessBrowser => "native-headless-browser/v2",
+            Profile::NativeHeadlessShell => "native-headless-browser/v3",
         }
     }
 

@@ -53,7 +53,7 @@ pub fn new_batch() -> Value {
                     Script::ALL.map(|s| format!("{} {}", s.as_str(), s.price_micros())).join(", ")
                 )
             },
-            "profileId": profile_id(),
+            "profileId": profile_id(&Profile::ALL),
             "params": {
                 "type": "object",
                 "default": {},
@@ -424,7 +424,7 @@ pub fn new_job() -> Value {
 pub fn new_session() -> Value {
     let mut schema = object(
         json!({
-            "profileId": profile_id(),
+            "profileId": profile_id(&Profile::LEASABLE),
             "ttlMinutes": {
                 "type": "integer",
                 "minimum": session::MIN_TTL_MINUTES,
@@ -487,7 +487,7 @@ pub fn new_session() -> Value {
     // an `anyOf` at the root (model APIs refuse a tool whose input schema
     // composes at its top level).
     let mobile_profiles: Vec<&str> =
-        Profile::ALL.into_iter().filter(|p| *p != Profile::DesktopBrowserNl).map(Profile::as_str).collect();
+        Profile::LEASABLE.into_iter().filter(|p| *p != Profile::DesktopBrowserNl).map(Profile::as_str).collect();
     schema["dependentSchemas"] = json!({"viewport": {"anyOf": [
         {"properties": {"viewport": {"properties": {"mobile": {"const": false}}}}},
         {"required": ["profileId"], "properties": {"profileId": {"enum": mobile_profiles}}}
@@ -534,8 +534,9 @@ fn object(properties: Value, required: &[&str]) -> Value {
     json!({"type": "object", "properties": properties, "required": required, "additionalProperties": false})
 }
 
-fn profile_id() -> Value {
-    json!({"type": "string", "enum": Profile::ALL.map(Profile::as_str), "default": Profile::DEFAULT.as_str()})
+fn profile_id(among: &[Profile]) -> Value {
+    let names: Vec<&str> = among.iter().map(|p| p.as_str()).collect();
+    json!({"type": "string", "enum": names, "default": Profile::DEFAULT.as_str()})
 }
 
 /// A string a process can receive: no NUL character.

@@ -35,6 +35,7 @@ pub struct ServeConfig {
     pub pages_per_browser: usize,
     /// The Chromium executable.
     pub chromium: std::path::PathBuf,
+    pub headless_shell: std::path::PathBuf,
     /// How every browser is sandboxed.
     pub sandbox: crate::browser::sandbox::SandboxConfig,
     /// Browser origins (`scheme://host[:port]`, as `origin` below writes

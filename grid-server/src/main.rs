@@ -244,6 +244,10 @@ struct ServeArgs {
     /// The Chromium executable (Debian package `chromium`).
     #[arg(long, default_value = "/usr/bin/chromium")]
     chromium: PathBuf,
+    /// Chromium's headless shell (Debian package `chromium-headless-shell`), the engine of the
+    /// capture profile native-headless-browser/v3.
+    #[arg(long, default_value = "/usr/bin/chromium-headless-shell")]
+    headless_shell: PathBuf,
     /// A browser origin (scheme://host[:port]) whose pages may call POST /mcp, answered with CORS
     /// headers; repeatable, `*` for any. Requests carrying another Origin are refused 403 (requests
     /// without one, from programs, are not checked). None by default (docs/mcp.md).
@@ -541,6 +545,7 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         browsers: args.browsers as usize,
         pages_per_browser: args.pages_per_browser as usize,
         chromium: args.chromium.clone(),
+        headless_shell: args.headless_shell.clone(),
         sandbox: browser::sandbox::SandboxConfig {
             bwrap: args.sandbox.bwrap.clone(),
             uid_base: args.sandbox.browser_uid_base,
@@ -710,8 +715,12 @@ fn browser_pool(config: &ServeConfig) -> Option<Arc<browser::pool::BrowserPool>>
         tracing::warn!(chromium = %config.chromium.display(), "Chromium not found: browser scripts will fail (install the Debian package chromium)");
         return None;
     }
+    if !config.headless_shell.exists() {
+        tracing::warn!(headless_shell = %config.headless_shell.display(), "Chromium's headless shell not found: items of native-headless-browser/v3 will fail (install the Debian package chromium-headless-shell)");
+    }
     let pool_config = browser::pool::PoolConfig {
         chromium: config.chromium.clone(),
+        headless_shell: config.headless_shell.clone(),
         browsers: config.browsers,
         pages_per_browser: config.pages_per_browser,
         sandbox: config.sandbox.clone(),

@@ -227,7 +227,11 @@ async fn never_finishing_page_times_out_is_delayed_retried_then_failed() {
 async fn capture_png_has_the_profile_viewport_size() {
     let target = Target::start();
     let server = GridServer::start(opts());
-    for (profile, size) in [("desktop-browser-nl/v2", (1366, 768)), ("native-headless-browser/v2", (800, 600))] {
+    for (profile, size) in [
+        ("desktop-browser-nl/v2", (1366, 768)),
+        ("native-headless-browser/v2", (800, 600)),
+        ("native-headless-browser/v3", (800, 600)),
+    ] {
         let (id, item) =
             completed(&server, json!({"urls": [target.url("/js/3")], "script": "capture", "profileId": profile})).await;
         let mut kinds: Vec<&String> = item["artifacts"].as_object().expect("artifacts").keys().collect();
@@ -286,6 +290,69 @@ async fn profile_facts_are_read_from_inside_the_page() {
     let m = meta(&server, &native).await;
     assert_eq!(m["browser"]["userAgent"], f["userAgent"], "{m}");
     assert_ne!(m["profile"]["manifestSha256"], meta(&server, &nl).await["profile"]["manifestSha256"]);
+}
+
+/// `native-headless-browser/v3` runs on Chromium's headless shell, a
+/// browser of its own (never one running `/v2` pages), with `/v2`'s
+/// identity as the shell shows it and every rule of the full browser: the
+/// item's allowedHosts, the refusal of WebSockets at the edge, the private
+/// network guard.
+#[tokio::test]
+async fn the_headless_shell_profile_runs_on_a_shell_of_its_own_under_the_same_rules() {
+    const SHELL: &str = "native-headless-browser/v3";
+    let target = Target::start();
+    let server = GridServer::start(opts());
+    let (v2, _) = completed(
+        &server,
+        json!({"urls": [target.url("/facts")], "script": "render-fetch", "profileId": "native-headless-browser/v2"}),
+    )
+    .await;
+    let (v3, _) =
+        completed(&server, json!({"urls": [target.url("/facts")], "script": "render-fetch", "profileId": SHELL})).await;
+    let (m2, m3) = (meta(&server, &v2).await, meta(&server, &v3).await);
+    let product = m3["browser"]["product"].as_str().unwrap_or("");
+    assert!(product.starts_with("HeadlessChrome/"), "the shell names itself HeadlessChrome: {m3}");
+    assert!(m2["browser"]["product"].as_str().unwrap_or("").starts_with("Chrome/"), "{m2}");
+    assert_ne!(m2["browser"]["instance"], m3["browser"]["instance"], "one browser ran both engines");
+    assert_ne!(m2["profile"]["manifestSha256"], m3["profile"]["manifestSha256"]);
+    assert_eq!(m3["profileId"], json!(SHELL), "{m3}");
+    let f = facts_from(&text(&server, &v3, "html").await);
+    assert_eq!(f["language"], json!("en-US"), "{f}");
+    assert_eq!(f["timeZone"], json!("UTC"), "{f}");
+    assert_eq!((f["innerWidth"].as_u64(), f["innerHeight"].as_u64()), (Some(800), Some(600)), "{f}");
+    let ua = f["userAgent"].as_str().unwrap_or("");
+    let version = product.trim_start_matches("HeadlessChrome/");
+    assert!(ua.contains(&format!("HeadlessChrome/{version} ")), "the shell's own user agent: {ua}");
+    assert_eq!(m3["browser"]["userAgent"], json!(ua), "{m3}");
+
+    // allowedHosts: the image and the script of another host never leave.
+    let other = format!("http://localhost:{}", target.addr().port());
+    let (blocked, _) = completed(
+        &server,
+        json!({"urls": [target.url(&format!("/cross?other={other}"))], "script": "render-fetch", "profileId": SHELL, "params": {"allowedHosts": []}}),
+    )
+    .await;
+    assert_eq!((target.hits("/pixel.png"), target.hits("/cross.js")), (0, 0), "a blocked request reached the target");
+    assert_eq!(meta(&server, &blocked).await["blockedRequests"].as_array().map(Vec::len), Some(2));
+    // WebSockets are refused at the edge.
+    let (port, reached) = counting_listener().await;
+    let ws = format!("ws://localhost:{port}/probe");
+    let (refused, _) = completed(
+        &server,
+        json!({"urls": [target.url(&format!("/websocket?to={ws}"))], "script": "render-fetch", "profileId": SHELL, "params": {"allowedHosts": []}}),
+    )
+    .await;
+    assert!(text(&server, &refused, "html").await.contains("<p id=\"ws\">error</p>"), "the page saw no refusal");
+    assert_eq!(reached.load(Ordering::SeqCst), 0, "the WebSocket reached a host outside allowedHosts");
+
+    // The private network guard.
+    let guarded = GridServer::start(ServerOptions { allow_private_networks: false, ..opts() });
+    let name = format!("http://localhost:{}/page/2", target.addr().port());
+    let id = single_item(&guarded, &json!({"urls": [name], "script": "browser-fetch", "profileId": SHELL})).await;
+    let (item, _) = guarded.wait_item_final(&id, DONE).await;
+    assert_eq!(item["state"], json!("failed"), "{item}");
+    assert!(item["failedReason"].as_str().unwrap_or("").contains("private network"), "{item}");
+    assert_eq!(target.hits("/page/2"), 0, "a refused page reached the target");
 }
 
 #[tokio::test]

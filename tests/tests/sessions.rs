@@ -344,6 +344,8 @@ async fn invalid_session_bodies_are_refused_with_detail() {
     let server = GridServer::start(ServerOptions::default());
     let cases = [
         (json!({"profileId": "no-such-profile/v1"}), "profileId"),
+        // The headless shell's profile is for capture items only.
+        (json!({"profileId": "native-headless-browser/v3"}), "profileId: profile for capture items only"),
         (json!({"ttlMinutes": 0}), "ttlMinutes"),
         (json!({"ttlMinutes": 241}), "ttlMinutes"),
         (json!({"ttlMinutes": 2, "colour": "blue"}), "colour"),

@@ -34,7 +34,7 @@ pub fn validate(body: &Value) -> Result<BatchSubmission, ApiError> {
             None
         }
     };
-    let profile = profile(&mut p, obj, "profileId");
+    let profile = profile(&mut p, obj, "profileId", &Profile::ALL);
     let params = match obj.get("params") {
         None => Some(Map::new()),
         Some(Value::Object(m)) => Some(m.clone()),
@@ -52,13 +52,18 @@ pub fn validate(body: &Value) -> Result<BatchSubmission, ApiError> {
     }
 }
 
-/// A `profileId` field: absent means the default profile.
-pub fn profile(p: &mut Problems, obj: &Map<String, Value>, field: &str) -> Option<Profile> {
+/// A `profileId` field naming one of `among`: absent means the default
+/// profile.
+pub fn profile(p: &mut Problems, obj: &Map<String, Value>, field: &str, among: &[Profile]) -> Option<Profile> {
     match obj.get(field) {
         None => Some(Profile::DEFAULT),
-        Some(Value::String(s)) => Profile::parse(s).or_else(|| {
-            let names: Vec<&str> = Profile::ALL.iter().map(|p| p.as_str()).collect();
-            p.push(field, format!("unknown profile \"{s}\"; one of {}", names.join(", ")));
+        Some(Value::String(s)) => Profile::parse(s).filter(|x| among.contains(x)).or_else(|| {
+            let names: Vec<&str> = among.iter().map(|p| p.as_str()).collect();
+            let what = match Profile::parse(s) {
+                Some(_) => "profile for capture items only",
+                None => "unknown profile",
+            };
+            p.push(field, format!("{what} \"{s}\"; one of {}", names.join(", ")));
             None
         }),
         Some(v) => {

@@ -42,7 +42,7 @@ pub fn validate(body: &Value) -> Result<SessionSubmission, ApiError> {
         return Err(ApiError::InvalidSessionBody { detail: p.into_vec() });
     };
     p.unknown_fields(obj, FIELDS);
-    let profile = profile(&mut p, obj, "profileId");
+    let profile = profile(&mut p, obj, "profileId", &Profile::LEASABLE);
     let ttl = int_in_range(&mut p, obj, "ttlMinutes", MIN_TTL_MINUTES, MAX_TTL_MINUTES);
     let network = network(&mut p, obj);
     let overrides = SessionOverrides {
@@ -304,6 +304,14 @@ mod tests {
         );
         assert_eq!(detail(json!({"network": null})), vec!["network: must be a string, got null"]);
         assert_eq!(detail(json!([])), vec!["body: must be a JSON object, got an array"]);
+    }
+
+    #[test]
+    fn the_capture_only_profile_is_not_leased() {
+        assert_eq!(
+            detail(json!({"profileId": "native-headless-browser/v3"})),
+            vec!["profileId: profile for capture items only \"native-headless-browser/v3\"; one of desktop-browser-nl/v2, native-headless-browser/v2"]
+        );
     }
 
     #[test]

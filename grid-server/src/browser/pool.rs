@@ -9,6 +9,9 @@
 //!   by another account by replacing its browser. So a page of one tenant
 //!   never shares a process (memory, renderer caches, a compromised
 //!   renderer) with another tenant's in-flight items.
+//! - **A browser runs one engine** (`profiles::Engine`: the full Chromium
+//!   or its headless shell), the one of the profile it was started for;
+//!   an idle slot changes engine the way it changes account.
 //! - Each item gets a fresh browser context (`Target.createBrowserContext`,
 //!   the CDP form of an incognito window) that is disposed after the item:
 //!   no cookies, storage, cache or service workers are shared between
@@ -33,7 +36,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use super::hosts::RequestRules;
 use super::process::{self, BrowserProcess};
-use super::profiles::{LAUNCH_ENV, LAUNCH_FLAGS};
+use super::profiles::{Engine, LAUNCH_ENV, LAUNCH_FLAGS};
 use super::sandbox::SandboxConfig;
 
 /// A browser is replaced after serving this many items (Chromium's memory
@@ -46,6 +49,8 @@ pub const RECYCLE_AFTER: Duration = Duration::from_secs(30 * 60);
 pub struct PoolConfig {
     /// The Chromium executable (Debian: /usr/bin/chromium).
     pub chromium: PathBuf,
+    /// Chromium's headless shell (Debian: /usr/bin/chromium-headless-shell).
+    pub headless_shell: PathBuf,
     pub browsers: usize,
     pub pages_per_browser: usize,
     pub sandbox: SandboxConfig,
@@ -58,6 +63,7 @@ pub struct Chromium {
     pub id: String,
     /// The account whose items it runs.
     pub account: String,
+    pub engine: Engine,
     /// The process, its DevTools connection (`process.cdp`) and what it
     /// said of itself at start (`process.version`: product, user agent).
     pub process: BrowserProcess,
@@ -107,8 +113,9 @@ impl Drop for SlotHold {
     }
 }
 
-/// Which account each slot serves and how many items run on it; decided
-/// under one lock so two accounts never take the same idle slot.
+/// Which account (and engine) each slot serves and how many items run on
+/// it; decided under one lock so two accounts never take the same idle
+/// slot.
 struct Assignments {
     slots: Mutex<Vec<SlotUse>>,
     /// Signalled whenever an item ends (a slot may have become idle).
@@ -117,27 +124,29 @@ struct Assignments {
 
 #[derive(Default, Clone)]
 struct SlotUse {
-    account: Option<String>,
+    serves: Option<(String, Engine)>,
     active: usize,
 }
 
 impl Assignments {
-    /// A slot for `account`: the least busy of its own with room, else an
-    /// idle one (taken over).
-    fn take(&self, account: &str, per_browser: usize) -> Option<usize> {
+    /// A slot for `account`'s items on `engine`: the least busy of its own
+    /// with room, else an idle one (taken over).
+    fn take(&self, account: &str, engine: Engine, per_browser: usize) -> Option<usize> {
         let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
         let own = slots
             .iter()
             .enumerate()
-            .filter(|(_, s)| s.account.as_deref() == Some(account) && s.active < per_browser)
+            .filter(|(_, s)| {
+                s.serves.as_ref().is_some_and(|(a, e)| a == account && *e == engine) && s.active < per_browser
+            })
             .min_by_key(|(_, s)| s.active)
             .map(|(i, _)| i);
         // Else a slot never used, else any idle one (taken over).
         let chosen = own
-            .or_else(|| slots.iter().position(|s| s.account.is_none()))
+            .or_else(|| slots.iter().position(|s| s.serves.is_none()))
             .or_else(|| slots.iter().position(|s| s.active == 0))?;
         let slot = &mut slots[chosen];
-        slot.account = Some(account.to_string());
+        slot.serves = Some((account.to_string(), engine));
         slot.active += 1;
         Some(chosen)
     }
@@ -184,16 +193,17 @@ impl BrowserPool {
         }
     }
 
-    /// Waits for a free page permit and a slot `account` may use, then
-    /// hands out its browser, (re)starting it when it is missing, broken,
-    /// due for recycling or started for another account.
-    pub async fn acquire(&self, account: &str) -> Result<Lease, String> {
+    /// Waits for a free page permit and a slot `account` may use for
+    /// `engine`, then hands out its browser, (re)starting it when it is
+    /// missing, broken, due for recycling, or started for another account
+    /// or engine.
+    pub async fn acquire(&self, account: &str, engine: Engine) -> Result<Lease, String> {
         let permit = self.permits.clone().acquire_owned().await.map_err(|_| "browser pool closed".to_string())?;
         let index = loop {
             let freed = self.assignments.freed.notified();
             tokio::pin!(freed);
             freed.as_mut().enable();
-            if let Some(i) = self.assignments.take(account, self.config.pages_per_browser.max(1)) {
+            if let Some(i) = self.assignments.take(account, engine, self.config.pages_per_browser.max(1)) {
                 break i;
             }
             freed.await;
@@ -201,14 +211,16 @@ impl BrowserPool {
         let hold = SlotHold { pool: self.assignments.clone(), slot: index };
         let slot = &self.slots[index];
         let mut current = slot.current.lock().await;
-        let usable = current.as_ref().filter(|c| c.account == account && !c.is_broken() && !c.due_for_recycling());
+        let usable = current
+            .as_ref()
+            .filter(|c| c.account == account && c.engine == engine && !c.is_broken() && !c.due_for_recycling());
         let chromium = if let Some(chromium) = usable {
             chromium.clone()
         } else {
             if let Some(old) = current.take() {
                 if old.is_broken() {
                     old.condemn("found broken");
-                } else if old.account != account {
+                } else if old.account != account || old.engine != engine {
                     // Idle (the slot was free to take over): stop it now.
                     old.process.kill();
                 } else {
@@ -220,7 +232,9 @@ impl BrowserPool {
             let generation = slot.generation.fetch_add(1, Ordering::SeqCst) + 1;
             let id = format!("b{index}.{generation}");
             let fresh = Arc::new(
-                launch(&self.config, id, account).await.map_err(|e| format!("starting Chromium failed: {e}"))?,
+                launch(&self.config, id, account, engine)
+                    .await
+                    .map_err(|e| format!("starting {} failed: {e}", engine.as_str()))?,
             );
             *current = Some(fresh.clone());
             fresh
@@ -230,24 +244,28 @@ impl BrowserPool {
     }
 }
 
-/// Starts one Chromium for `account` with the pool's launch flags
-/// (headless_chrome's defaults, Puppeteer's list, plus the profiles' launch
-/// half) in its sandbox.
-async fn launch(config: &PoolConfig, id: String, account: &str) -> Result<Chromium, String> {
+/// Starts one Chromium of `engine` for `account` with the pool's launch
+/// flags (headless_chrome's defaults, Puppeteer's list, plus the profiles'
+/// launch half) in its sandbox.
+async fn launch(config: &PoolConfig, id: String, account: &str, engine: Engine) -> Result<Chromium, String> {
     let started = Instant::now();
     let flags: Vec<String> = DEFAULT_ARGS.iter().chain(LAUNCH_FLAGS).map(|f| f.to_string()).collect();
     let env: Vec<(String, String)> = LAUNCH_ENV.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     // The grid's ordinary network access; an item's own rules add a proxy
     // of their own in front of this one (page.rs).
     let policy = Arc::new(RequestRules::ordinary(config.allow_private_networks));
-    let process = process::start(&config.sandbox, &config.chromium, &flags, &env, policy, None)
-        .await
-        .map_err(|e| e.to_string())?;
+    let executable = match engine {
+        Engine::Chromium => &config.chromium,
+        Engine::HeadlessShell => &config.headless_shell,
+    };
+    let process =
+        process::start(&config.sandbox, executable, &flags, &env, policy, None).await.map_err(|e| e.to_string())?;
     crate::metrics::get().browser_starts.with_label_values(&["capture"]).inc();
     tracing::info!(browser = %id, pid = process.pid, uid = process.uid(), product = %process.version.product, ms = started.elapsed().as_millis() as u64, "browser started");
     Ok(Chromium {
         id,
         account: account.to_string(),
+        engine,
         process,
         started: Instant::now(),
         served: AtomicU64::new(0),
@@ -259,6 +277,8 @@ async fn launch(config: &PoolConfig, id: String, account: &str) -> Result<Chromi
 mod tests {
     use super::*;
 
+    const C: Engine = Engine::Chromium;
+
     fn slots(n: usize) -> Assignments {
         Assignments { slots: Mutex::new(vec![SlotUse::default(); n]), freed: Notify::new() }
     }
@@ -266,24 +286,35 @@ mod tests {
     #[test]
     fn an_account_fills_its_own_browser_before_taking_another() {
         let a = slots(2);
-        let first = a.take("acc_a", 2).unwrap();
-        assert_eq!(a.take("acc_a", 2), Some(first), "room left on its own browser");
-        let second = a.take("acc_a", 2).unwrap();
+        let first = a.take("acc_a", C, 2).unwrap();
+        assert_eq!(a.take("acc_a", C, 2), Some(first), "room left on its own browser");
+        let second = a.take("acc_a", C, 2).unwrap();
         assert_ne!(second, first, "its browser is full: an unused slot");
-        assert_eq!(a.take("acc_a", 2), Some(second));
-        assert_eq!(a.take("acc_a", 2), None, "every page taken");
+        assert_eq!(a.take("acc_a", C, 2), Some(second));
+        assert_eq!(a.take("acc_a", C, 2), None, "every page taken");
     }
 
     #[test]
     fn accounts_never_share_a_busy_browser_and_an_idle_one_changes_hands() {
         let a = slots(2);
-        let x = a.take("acc_x", 4).unwrap();
-        let y = a.take("acc_y", 4).unwrap();
+        let x = a.take("acc_x", C, 4).unwrap();
+        let y = a.take("acc_y", C, 4).unwrap();
         assert_ne!(x, y, "another account gets the unused slot, not room on acc_x's browser");
-        assert_eq!(a.take("acc_z", 4), None, "both browsers busy with other accounts: acc_z waits");
+        assert_eq!(a.take("acc_z", C, 4), None, "both browsers busy with other accounts: acc_z waits");
         a.release(x);
-        assert_eq!(a.take("acc_z", 4), Some(x), "the idle slot is taken over");
-        assert_eq!(a.take("acc_x", 4), None, "acc_x's old slot now serves acc_z");
-        assert_eq!(a.take("acc_y", 4), Some(y), "acc_y still has room on its own");
+        assert_eq!(a.take("acc_z", C, 4), Some(x), "the idle slot is taken over");
+        assert_eq!(a.take("acc_x", C, 4), None, "acc_x's old slot now serves acc_z");
+        assert_eq!(a.take("acc_y", C, 4), Some(y), "acc_y still has room on its own");
+    }
+
+    #[test]
+    fn an_engine_never_runs_on_a_browser_of_the_other() {
+        let a = slots(2);
+        let full = a.take("acc_a", C, 1).unwrap();
+        let shell = a.take("acc_a", Engine::HeadlessShell, 1).unwrap();
+        assert_ne!(full, shell, "same account, other engine: another browser");
+        assert_eq!(a.take("acc_a", Engine::HeadlessShell, 1), None, "both busy: the shell item waits");
+        a.release(full);
+        assert_eq!(a.take("acc_a", Engine::HeadlessShell, 1), Some(full), "an idle slot changes engine");
     }
 }

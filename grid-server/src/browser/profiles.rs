@@ -1,9 +1,11 @@
 //! The browser profiles as versioned launch manifests.
 //!
-//! One Chromium process serves both profiles. It is launched with the flags
-//! and environment of [`LAUNCH`] (Chromium's own identity: en-US, UTC, new
-//! headless mode); each item's page then gets its profile's overrides
-//! through CDP `Emulation`/`Network` calls before it navigates. The manifest
+//! A profile names its [`Engine`]: the full Chromium serves the `/v2`
+//! profiles, Chromium's headless shell `native-headless-browser/v3`. Every
+//! pooled browser is launched with the flags and environment of
+//! [`LAUNCH_FLAGS`] and [`LAUNCH_ENV`] (Chromium's own identity: en-US,
+//! UTC); each item's page then gets its profile's overrides through CDP
+//! `Emulation`/`Network` calls before it navigates. The manifest
 //! of a profile is both halves; its SHA-256 (over the canonical JSON of
 //! [`manifest_json`]) is recorded in every meta file, so a change to either
 //! half is visible. Changing a manifest's values means a new profile
@@ -51,6 +53,31 @@ pub const LAUNCH_FLAGS: &[&str] = &[
 /// Environment of the Chromium process.
 pub const LAUNCH_ENV: &[(&str, &str)] = &[("TZ", "UTC"), ("LANG", "en_US.UTF-8")];
 
+/// Which Chromium build runs a profile's pages. Both are the same Chromium
+/// release from the same Debian source; a pooled browser runs one engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Engine {
+    /// The full browser (Debian `chromium`) in its headless mode: the
+    /// browser's own layers (tabs, windows, extensions, the PDF viewer)
+    /// without a display.
+    Chromium,
+    /// Chromium's headless shell (Debian `chromium-headless-shell`): the
+    /// same Blink and V8 under a thin embedder without the browser's
+    /// layers, so a fresh context and its renderer cost about a quarter of
+    /// the CPU (docs/performance.md). A page sees no plugins, no PDF viewer,
+    /// no `window.chrome`, and the `HeadlessChrome` brand.
+    HeadlessShell,
+}
+
+impl Engine {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Engine::Chromium => "chromium",
+            Engine::HeadlessShell => "chromium-headless-shell",
+        }
+    }
+}
+
 /// The user agent a page sees.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UserAgent {
@@ -65,6 +92,7 @@ pub enum UserAgent {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Manifest {
     pub profile: Profile,
+    pub engine: Engine,
     pub user_agent: UserAgent,
     /// `Accept-Language` and `navigator.languages`; `None`: Chromium's own
     /// (from `--lang`).
@@ -84,6 +112,7 @@ pub struct Manifest {
 
 pub const DESKTOP_BROWSER_NL_V2: Manifest = Manifest {
     profile: Profile::DesktopBrowserNl,
+    engine: Engine::Chromium,
     user_agent: UserAgent::Desktop,
     accept_language: Some("nl-NL,nl"),
     locale: "nl-NL",
@@ -100,6 +129,7 @@ pub const DESKTOP_BROWSER_NL_V2: Manifest = Manifest {
 /// size between Chromium releases.
 pub const NATIVE_HEADLESS_BROWSER_V2: Manifest = Manifest {
     profile: Profile::NativeHeadlessBrowser,
+    engine: Engine::Chromium,
     user_agent: UserAgent::Native,
     accept_language: None,
     locale: "en-US",
@@ -109,10 +139,19 @@ pub const NATIVE_HEADLESS_BROWSER_V2: Manifest = Manifest {
     emulates_locale: false,
 };
 
+/// `/v2`'s identity (Chromium's own: en-US, UTC, 800x600) from the headless
+/// shell, whose own is what a page sees: its user agent names the full
+/// version (`HeadlessChrome/156.0.8078.79`), its client hints the
+/// `HeadlessChrome` brand, `navigator.languages` is `["en-US"]`
+/// (`Accept-Language: en-US`).
+pub const NATIVE_HEADLESS_BROWSER_V3: Manifest =
+    Manifest { profile: Profile::NativeHeadlessShell, engine: Engine::HeadlessShell, ..NATIVE_HEADLESS_BROWSER_V2 };
+
 pub fn manifest(profile: Profile) -> &'static Manifest {
     match profile {
         Profile::DesktopBrowserNl => &DESKTOP_BROWSER_NL_V2,
         Profile::NativeHeadlessBrowser => &NATIVE_HEADLESS_BROWSER_V2,
+        Profile::NativeHeadlessShell => &NATIVE_HEADLESS_BROWSER_V3,
     }
 }
 
@@ -141,8 +180,8 @@ pub fn manifest_json(m: &Manifest) -> Value {
     json!({
         "profileId": m.profile.as_str(),
         "launch": {
-            "executable": "chromium (Debian package)",
-            "headlessMode": "new",
+            "executable": format!("{} (Debian package)", m.engine.as_str()),
+            "headlessMode": match m.engine { Engine::Chromium => "new", Engine::HeadlessShell => "shell" },
             "flags": LAUNCH_FLAGS,
             "env": LAUNCH_ENV.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
         },
@@ -171,7 +210,8 @@ mod tests {
         for p in Profile::ALL {
             assert_eq!(manifest(p).profile, p);
         }
-        assert_ne!(manifest_sha256(&DESKTOP_BROWSER_NL_V2), manifest_sha256(&NATIVE_HEADLESS_BROWSER_V2));
+        let hashes: std::collections::HashSet<String> = Profile::ALL.map(|p| manifest_sha256(manifest(p))).into();
+        assert_eq!(hashes.len(), Profile::ALL.len(), "every profile's manifest is its own");
         assert_eq!(manifest_sha256(&DESKTOP_BROWSER_NL_V2).len(), 64);
     }
 

@@ -56,7 +56,7 @@ pub async fn run(pool: &Arc<BrowserPool>, row: &ItemRow) -> Result<Vec<FileConte
     };
     let started = Instant::now();
     let fetched_at = now();
-    let lease = pool.acquire(&row.account_id).await.map_err(Failure::Transient)?;
+    let lease = pool.acquire(&row.account_id, m.engine).await.map_err(Failure::Transient)?;
     let chromium = lease.chromium.clone();
     let browser_id = chromium.id.clone();
     let product = chromium.process.version.product.clone();

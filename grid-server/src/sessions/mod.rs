@@ -404,7 +404,7 @@ pub fn refill_warm(app: Arc<App>) {
     }
     tokio::spawn(async move {
         let Ok(build) = app.sessions.build().cloned() else { return };
-        for profile in Profile::ALL {
+        for profile in Profile::LEASABLE {
             loop {
                 let have =
                     app.sessions.warm.lock().unwrap_or_else(|p| p.into_inner()).get(&profile).map_or(0, Vec::len);

@@ -2,11 +2,13 @@
 //! `POST /chromium/screenshot`, same local pages (each runs a little
 //! JavaScript), same concurrency, same run. Everything stays on 127.0.0.1.
 //!
-//!     bench_screenshots [--items N] [--browsers B] [--pages P] [--browserless URL] [--timeout-secs S]
+//!     bench_screenshots [--items N] [--browsers B] [--pages P] [--profiles P1,P2] [--browserless URL] [--timeout-secs S]
 //!
 //! Grid: `grid-server serve --browsers B --pages-per-browser P --workers B*P`,
-//! one capture batch of N `/js/{n}` URLs with profile
-//! `native-headless-browser/v2` (800x600, Browserless's default viewport).
+//! one capture batch of N `/js/{n}` URLs per profile, a fresh server each:
+//! by default `native-headless-browser/v3` (Chromium's headless shell) then
+//! `native-headless-browser/v2` (the full Chromium), both 800x600,
+//! Browserless's default viewport.
 //! Browserless: the same N URLs, B*P requests at a time (start it with
 //! `bash ../shared/peers/browserless.sh`, CONC=B*P). While each side runs,
 //! the summed RSS and PSS of all `chromium` processes are sampled every
@@ -26,6 +28,7 @@ struct Config {
     items: usize,
     browsers: u32,
     pages: u32,
+    profiles: Vec<String>,
     browserless: String,
     timeout: Duration,
 }
@@ -35,6 +38,7 @@ fn parse_args() -> Config {
         items: 200,
         browsers: 2,
         pages: 2,
+        profiles: vec!["native-headless-browser/v3".into(), "native-headless-browser/v2".into()],
         browserless: "http://127.0.0.1:3999".into(),
         timeout: Duration::from_secs(900),
     };
@@ -46,6 +50,7 @@ fn parse_args() -> Config {
             "--items" => c.items = number(value()) as usize,
             "--browsers" => c.browsers = number(value()) as u32,
             "--pages" => c.pages = number(value()) as u32,
+            "--profiles" => c.profiles = value().split(',').map(String::from).collect(),
             "--browserless" => c.browserless = value(),
             "--timeout-secs" => c.timeout = Duration::from_secs(number(value())),
             "-h" | "--help" => usage(""),
@@ -140,51 +145,54 @@ async fn main() {
     let target = Target::start();
     let urls: Vec<String> = (0..c.items).map(|n| target.url(&format!("/js/{n}"))).collect();
 
-    // ----- the grid -----
-    let server = GridServer::start(ServerOptions {
-        workers: Some(concurrency as u32),
-        initial_credit_micros: Some(1_000_000_000),
-        extra_args: vec![
-            "--browsers".into(),
-            c.browsers.to_string(),
-            "--pages-per-browser".into(),
-            c.pages.to_string(),
-        ],
-        ..Default::default()
-    });
-    eprintln!(
-        "bench: grid-server on {}, {} pages, {} browsers x {} pages",
-        server.base_url(),
-        c.items,
-        c.browsers,
-        c.pages
-    );
-    let (stop, peak) = sample_peak();
-    let started = Instant::now();
-    let batch = server
-        .submit_as(
-            server.api_key(),
-            &json!({"urls": urls, "script": "capture", "profileId": "native-headless-browser/v2"}),
-        )
-        .await;
-    let done = server.wait_batch_done(&batch, deadline.saturating_duration_since(Instant::now())).await;
-    let grid_secs = started.elapsed().as_secs_f64();
-    stop.store(true, Ordering::Relaxed);
-    let grid_peak = peak_of(&peak);
-    let grid_ok = done["counts"]["completed"].as_u64().unwrap_or(0);
-    let grid_rate = grid_ok as f64 * 60.0 / grid_secs;
-    println!(
-        "grid:        {grid_ok}/{} screenshots in {grid_secs:.1} s = {grid_rate:.0}/min, peak chromium RSS {:.0} MiB, PSS {:.0} MiB ({:.0} MiB per concurrent capture)",
-        c.items,
-        mib(grid_peak.rss),
-        mib(grid_peak.pss),
-        mib(grid_peak.pss) / concurrency as f64
-    );
-    drop(server);
-    // Let the grid's browsers exit before measuring the peer's.
-    let quiet = Instant::now() + Duration::from_secs(10);
-    while chromium_memory().rss > 0 && Instant::now() < quiet {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    // ----- the grid, once per profile -----
+    let mut grid = Vec::new();
+    for profile in &c.profiles {
+        let server = GridServer::start(ServerOptions {
+            workers: Some(concurrency as u32),
+            initial_credit_micros: Some(1_000_000_000),
+            extra_args: vec![
+                "--browsers".into(),
+                c.browsers.to_string(),
+                "--pages-per-browser".into(),
+                c.pages.to_string(),
+            ],
+            ..Default::default()
+        });
+        eprintln!(
+            "bench: grid-server on {}, {} pages, {} browsers x {} pages, {profile}",
+            server.base_url(),
+            c.items,
+            c.browsers,
+            c.pages
+        );
+        let (stop, peak) = sample_peak();
+        let started = Instant::now();
+        let batch =
+            server.submit_as(server.api_key(), &json!({"urls": urls, "script": "capture", "profileId": profile})).await;
+        let done = server.wait_batch_done(&batch, deadline.saturating_duration_since(Instant::now())).await;
+        let secs = started.elapsed().as_secs_f64();
+        stop.store(true, Ordering::Relaxed);
+        let peak = peak_of(&peak);
+        let ok = done["counts"]["completed"].as_u64().unwrap_or(0);
+        let rate = ok as f64 * 60.0 / secs;
+        println!(
+            "grid {profile}: {ok}/{} screenshots in {secs:.1} s = {rate:.0}/min, peak chromium RSS {:.0} MiB, PSS {:.0} MiB ({:.0} MiB per concurrent capture)",
+            c.items,
+            mib(peak.rss),
+            mib(peak.pss),
+            mib(peak.pss) / concurrency as f64
+        );
+        drop(server);
+        // Let the grid's browsers exit before measuring the next side.
+        let quiet = Instant::now() + Duration::from_secs(10);
+        while chromium_memory().rss > 0 && Instant::now() < quiet {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        grid.push(json!({
+            "profileId": profile, "seconds": secs, "completed": ok, "perMinute": rate,
+            "peakChromiumRssMiB": mib(peak.rss), "peakChromiumPssMiB": mib(peak.pss),
+        }));
     }
 
     // ----- Browserless -----
@@ -242,15 +250,18 @@ async fn main() {
         mib(peer_peak.pss),
         mib(peer_peak.pss) / concurrency as f64
     );
-    println!("ratio grid/browserless: {:.2}", grid_rate / peer_rate);
+    for g in grid.iter_mut() {
+        let ratio = g["perMinute"].as_f64().unwrap_or(0.0) / peer_rate;
+        println!("ratio grid {} / browserless: {ratio:.2}", g["profileId"].as_str().unwrap_or(""));
+        g["ratio"] = json!(ratio);
+    }
     println!(
         "{}",
         json!({
             "items": c.items, "browsers": c.browsers, "pagesPerBrowser": c.pages, "concurrency": concurrency,
-            "gridSeconds": grid_secs, "gridCompleted": grid_ok, "gridPerMinute": grid_rate, "gridPeakChromiumRssMiB": mib(grid_peak.rss), "gridPeakChromiumPssMiB": mib(grid_peak.pss),
+            "grid": grid,
             "browserlessSeconds": peer_secs, "browserlessOk": peer_ok, "browserlessPerMinute": peer_rate,
             "browserlessPeakChromiumRssMiB": mib(peer_peak.rss), "browserlessPeakChromiumPssMiB": mib(peer_peak.pss),
-            "ratio": grid_rate / peer_rate,
         })
     );
 }
