@@ -54,7 +54,8 @@ pub struct SubmitArgs {
     /// Script: capture (default), fetch, browser-fetch or render-fetch.
     #[arg(long)]
     script: Option<String>,
-    /// Browser profile: desktop-browser-nl/v2 (default) or native-headless-browser/v2.
+    /// Browser profile: desktop-browser-nl/v2 (default), native-headless-browser/v2, or
+    /// native-headless-browser/v3 (Chromium's headless shell: about 6x the screenshots per CPU).
     #[arg(long = "profile", value_name = "PROFILE")]
     profile_id: Option<String>,
     /// Priority 1 to 1000000, lower runs sooner; without it, items run before any prioritised item.
