@@ -15,7 +15,8 @@
 //! Every transition returns the effects it asks for (`Effect`); the driver
 //! (`grid-server/src/capture/driver.rs`) executes them and decides nothing
 //! itself. Settlement is decided here and written to the ledger by the
-//! settlement pass: a completed billable item owes its price once, a finally
+//! driver in the transaction that ends the item: a completed billable item
+//! owes its price once, a finally
 //! failed billable item returns its reservation. A manual retry is free: the
 //! item was already released, so it is no longer billable. Only a terminal
 //! failure publishes a failure record: an item that ran out of transient

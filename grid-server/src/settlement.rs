@@ -1,7 +1,9 @@
-//! The settlement pass: every interval, turns what finished work owes into
-//! ledger entries (charges and releases). Settling is idempotent: the ledger's
-//! unique index admits one charge or release per item, so a pass interrupted
-//! by a crash is simply run again.
+//! The settlement pass: every interval, writes the heartbeat and turns the
+//! debts servers before charges at the end left on finished items into
+//! ledger entries (charges and releases); an item ending now is charged or
+//! released by the transaction that ends it (`capture/driver.rs`). Settling
+//! is idempotent: the ledger's unique index admits one charge or release
+//! per item, so a pass interrupted by a crash is simply run again.
 //!
 //! On a grid of several nodes one node runs the passes (`leads`).
 

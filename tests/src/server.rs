@@ -611,6 +611,17 @@ impl GridServer {
         self.admin(&["account", "show", "--account", account_id])
     }
 
+    /// What `key`'s account's reservations took, summed over the `reserve`
+    /// entries of its ledger (GET /account, up to 100 of them): unlike
+    /// `reservedMicros` it does not move when the work ends and is charged or
+    /// released in the same transaction.
+    pub async fn reserved_ever(&self, key: &str) -> i64 {
+        let r = self.get_as(Some(key), "/account?kind=reserve&limit=100").await;
+        let entries = r.json["ledger"].as_array().unwrap_or_else(|| self.fail(&format!("no ledger: {r}")));
+        assert!(r.json["nextCursor"].is_null(), "more than 100 reservations: {r}");
+        entries.iter().map(|e| e["amountMicros"].as_i64().unwrap_or_else(|| self.fail(&format!("{e}")))).sum()
+    }
+
     /// A new account with `credit_micros` and one key: (accountId, apiKey).
     pub fn create_account(&self, name: &str, credit_micros: i64) -> (String, String) {
         let acc = self.admin(&["account", "create", "--name", name, "--credit-micros", &credit_micros.to_string()]);

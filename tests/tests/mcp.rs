@@ -160,9 +160,7 @@ fn assert_tools_described(out: &Value, who: &str) {
 
 #[tokio::test]
 async fn sdk_client_initializes_lists_tools_and_calls_billable_tools_billed_as_their_calls() {
-    // Settlement far away, so every reservation is still held when we look.
-    let opts = ServerOptions { settlement_interval_secs: Some(600), ..Default::default() };
-    let server = GridServer::start(opts);
+    let server = GridServer::start(ServerOptions::default());
     let target = Target::start();
     let urls = vec![target.url("/page/1"), target.url("/page/2")];
     let out = python_client(
@@ -199,9 +197,9 @@ async fn sdk_client_initializes_lists_tools_and_calls_billable_tools_billed_as_t
     let unknown: Value = serde_json::from_str(calls[3]["text"].as_str().unwrap()).unwrap();
     assert_eq!((calls[3]["isError"].clone(), unknown["error"].clone()), (json!(true), json!("unknown job")), "{out}");
 
-    // Billed exactly as POST /batches: two fetch items reserved, nothing else.
-    let account = server.account_show(server.account_id());
-    assert_eq!(account["reservedMicros"], 240, "{account}");
+    // Billed exactly as POST /batches: two fetch items reserved, nothing else
+    // (the items may have been charged since: the ledger's reservations).
+    assert_eq!(server.reserved_ever(server.api_key()).await, 240);
     // And the batch is a real one of this account.
     let batch = server.get(&format!("/batches/{}", created["batchId"].as_str().unwrap())).await;
     assert_eq!((batch.status, batch.json["total"].clone()), (200, json!(2)), "{batch}");
@@ -351,11 +349,12 @@ async fn every_billable_tool_reserves_what_its_call_reserves() {
     assert_eq!(record["phase"], "ACCEPTED", "{record}");
     let retried: Value = serde_json::from_str(calls[2]["text"].as_str().unwrap()).unwrap();
     assert_eq!(retried, json!({"jobId": item, "state": "waiting"}));
-    // Held now: the fetch item's 120 (not yet settled), a 1-minute session
-    // (70,000 µ€/h → 1,167 µ€) and one job attempt (500m + 256Mi for 60 s → 360 µ€).
-    // The retry is free.
+    // Held now: a 1-minute session (70,000 µ€/h → 1,167 µ€) and one job
+    // attempt (500m + 256Mi for 60 s → 360 µ€). The fetch item's 120 was
+    // released when it failed, and the retry is free.
     let account = server.account_show(server.account_id());
-    assert_eq!(account["reservedMicros"], 120 + 1_167 + 360, "{account}");
+    assert_eq!(account["reservedMicros"], 1_167 + 360, "{account}");
+    assert_eq!(server.reserved_ever(server.api_key()).await, 120 + 1_167 + 360);
     // Releasing answers a short JSON text, not an empty one.
     let session_id = lease["sessionId"].as_str().unwrap();
     let out = python_client(&server, server.api_key(), "auto", json!([["release_session", {"sessionId": session_id}]]));
@@ -383,7 +382,7 @@ type Client<'a> = dyn Fn(&str, Value) -> Value + 'a;
 /// as tool errors without structured content.
 #[tokio::test]
 async fn every_sdk_client_lists_described_tools_and_pays_and_is_refused_like_the_http_api() {
-    let opts = ServerOptions { settlement_interval_secs: Some(600), ..Default::default() };
+    let opts = ServerOptions::default();
     let server = GridServer::start(opts);
     let target = Target::start();
     let (poor, poor_key) = server.create_account("poor", 100);
@@ -427,8 +426,7 @@ async fn every_sdk_client_lists_described_tools_and_pays_and_is_refused_like_the
         );
     }
     // One fetch item (120 µ€) per client, reserved exactly as POST /batches.
-    let account = server.account_show(server.account_id());
-    assert_eq!(account["reservedMicros"], 120 * clients.len() as i64, "{account}");
+    assert_eq!(server.reserved_ever(server.api_key()).await, 120 * clients.len() as i64);
     assert_eq!(server.account_show(&poor)["reservedMicros"], 0);
 }
 
@@ -546,7 +544,7 @@ async fn get_capture_names_a_file_too_large_to_inline_with_its_download_url() {
 /// protocol eras.
 #[tokio::test]
 async fn inspector_cli_lists_checks_schemas_calls_and_is_refused() {
-    let opts = ServerOptions { settlement_interval_secs: Some(600), ..Default::default() };
+    let opts = ServerOptions::default();
     let server = GridServer::start(opts);
     let target = Target::start();
     let key = server.api_key().to_string();
@@ -595,7 +593,7 @@ async fn inspector_cli_lists_checks_schemas_calls_and_is_refused() {
         assert_eq!(refused["result"]["isError"], true, "{era}: {refused}");
         assert_eq!(refused["result"]["content"][0]["text"], r#"{"error":"unknown job"}"#, "{era}");
     }
-    assert_eq!(server.account_show(server.account_id())["reservedMicros"], 240);
+    assert_eq!(server.reserved_ever(server.api_key()).await, 240);
 }
 
 /// 2026-07-28 over raw HTTP: server/discover, the headers each request must

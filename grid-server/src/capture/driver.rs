@@ -21,7 +21,7 @@ use crate::store::Conn;
 use futures_util::future::BoxFuture;
 use grid_core::catalog::Profile;
 use grid_core::error::ApiError;
-use grid_core::item::{self, Backoff, Effect, Event, Failure, Item, Outcome, Settlement, TransitionError};
+use grid_core::item::{self, Backoff, Effect, Event, Failure, Item, Outcome, TransitionError};
 use grid_core::time::Millis;
 use grid_core::wire::item::ItemRetried;
 use serde_json::json;
@@ -31,6 +31,7 @@ use super::commits::Commits;
 use super::files::{self, FileContent};
 use crate::clock::Clock;
 use crate::due::Due;
+use crate::store::accounts::{self, Entry};
 use crate::store::items::{self, ItemError, ItemRow, PublishedFile};
 use crate::store::{Store, StoreError};
 
@@ -348,48 +349,52 @@ fn step_row(
     after: &mut After,
 ) -> Result<(ItemRow, Outcome), ItemError> {
     let outcome = item::apply(&row.item, event, now, backoff)?;
-    let mut publish = Publish::new();
-    execute(&row, files, &outcome.effects, now, after, &mut publish);
-    items::insert_files(tx, &publish, now)?;
-    items::save_item(tx, &row.id, &outcome.item, owed(&outcome.effects), now)?;
+    let mut writes = Writes::default();
+    execute(&row, files, &outcome.effects, now, after, &mut writes);
+    writes.store(tx, now)?;
+    items::save_item(tx, &row.id, &outcome.item, now)?;
     Ok((row, outcome))
 }
 
-/// The settlement the machine made due, if any: saved with the item's state,
-/// in the same UPDATE (one statement less per finished item on the fetch hot
-/// path).
-fn owed(effects: &[Effect]) -> Option<Settlement> {
-    effects.iter().find_map(|e| match e {
-        Effect::Settle(s) => Some(*s),
-        _ => None,
-    })
+/// What a transaction's effects write besides the items' states, gathered by
+/// `execute` for many items and written by its caller in a few statements,
+/// in the same transaction: the files it publishes and the ledger entries
+/// its ends owe.
+#[derive(Default)]
+struct Writes<'a> {
+    publish: Vec<(&'a str, Cow<'a, PublishedFile>)>,
+    settle: Vec<Entry<'a>>,
 }
 
-/// Files a transaction publishes, by item: gathered by `execute`, written
-/// by its caller in one statement with the others of the transaction.
-type Publish<'a> = Vec<(&'a str, Cow<'a, PublishedFile>)>;
+impl Writes<'_> {
+    fn store(&self, tx: &Conn, now: Millis) -> Result<(), StoreError> {
+        items::insert_files(tx, &self.publish, now)?;
+        accounts::append_all(tx, &self.settle, now)
+    }
+}
 
 /// Carries out what the machine asked for. No `_` arm: a new effect does not
 /// compile until it is executed here. What it asks of the database is
-/// gathered in `publish` (files) or saved with the item's state (`owed`,
-/// `run_at`) by the caller, in the same transaction.
+/// gathered in `writes` (files, ledger entries) or saved with the item's
+/// state (`run_at`) by the caller, in the same transaction.
 fn execute<'a>(
     row: &'a ItemRow,
     files: &'a [PublishedFile],
     effects: &[Effect],
     now: Millis,
     after: &mut After,
-    publish: &mut Publish<'a>,
+    writes: &mut Writes<'a>,
 ) {
     for effect in effects {
         match effect {
-            Effect::PublishFiles => publish.extend(files.iter().map(|f| (row.id.as_str(), Cow::Borrowed(f)))),
+            Effect::PublishFiles => writes.publish.extend(files.iter().map(|f| (row.id.as_str(), Cow::Borrowed(f)))),
             Effect::PublishFailureRecord { attempt, reason } => {
                 let record = files::inline(&row.id, failure_record(row, *attempt, reason, now));
-                publish.push((row.id.as_str(), Cow::Owned(record)));
+                writes.publish.push((row.id.as_str(), Cow::Owned(record)));
             }
-            // Saved with the item's state (`owed`), by whoever saves it.
-            Effect::Settle(_) => {}
+            // The charge or release, in the transaction that ends the item:
+            // the balance is exact once the end is stored.
+            Effect::Settle(owed) => writes.settle.push(items::settlement(row, *owed)),
             // `run_at` is saved with the item; the due loop must learn of it.
             Effect::Requeue { run_at: _ } => after.due = true,
             Effect::Enqueue => after.queue = true,
@@ -439,21 +444,19 @@ fn claim_batch(
             browsers += 1;
         }
         let outcome = item::apply(&row.item, Event::Claim, now, backoff)?;
-        let mut publish = Publish::new();
-        execute(&row, &[], &outcome.effects, now, after, &mut publish);
-        items::insert_files(tx, &publish, now)?;
+        let mut writes = Writes::default();
+        execute(&row, &[], &outcome.effects, now, after, &mut writes);
+        writes.store(tx, now)?;
         claimed.push((row, outcome));
     }
     // Saved in runs of items the machine left in the same state (usually
     // the whole batch), each run in a few statements.
     let mut tokens = Vec::with_capacity(claimed.len());
-    let alike = |(_, a): &(ItemRow, Outcome), (_, b): &(ItemRow, Outcome)| {
-        a.item == b.item && owed(&a.effects) == owed(&b.effects)
-    };
+    let alike = |(_, a): &(ItemRow, Outcome), (_, b): &(ItemRow, Outcome)| a.item == b.item;
     for run in claimed.chunk_by(alike) {
         let first = &run[0].1;
         let leases: Vec<(&str, i64)> = run.iter().map(|(row, _)| (row.id.as_str(), row.lease_token)).collect();
-        tokens.extend(items::take_lease(tx, &leases, &first.item, owed(&first.effects), node, now)?);
+        tokens.extend(items::take_lease(tx, &leases, &first.item, node, now)?);
     }
     let rows = claimed
         .into_iter()
@@ -478,12 +481,12 @@ fn finish(
 ) -> Result<Outcome, ItemError> {
     let outcome = item::apply(&claim.item, end.event(), now, backoff)?;
     let ids = [claim.id.as_str()];
-    if items::save_ends(tx, &ids, claim.lease_token, &outcome.item, owed(&outcome.effects), now)? != 1 {
+    if items::save_ends(tx, &ids, claim.lease_token, &outcome.item, now)? != 1 {
         return Err(ItemError::LeaseLost(claim.id.clone()));
     }
-    let mut publish = Publish::new();
-    execute(claim, end.files(), &outcome.effects, now, after, &mut publish);
-    items::insert_files(tx, &publish, now)?;
+    let mut writes = Writes::default();
+    execute(claim, end.files(), &outcome.effects, now, after, &mut writes);
+    writes.store(tx, now)?;
     Ok(outcome)
 }
 
@@ -511,30 +514,30 @@ fn finish_all(
         }
     }
     // Runs of ends the machine left alike under the same token: usually
-    // the whole group (completed, charge owed, first claim).
+    // the whole group (completed, first claim).
     let mut stored: Vec<(&ItemRow, &AttemptEnd, &Outcome)> = ends
         .iter()
         .zip(&answers)
         .filter_map(|((claim, end), answer)| answer.as_ref().ok().map(|o| (&**claim, &**end, o)))
         .collect();
-    fn key<'a>(&(claim, _, o): &(&ItemRow, &AttemptEnd, &'a Outcome)) -> (i64, &'a Item, Option<Settlement>) {
-        (claim.lease_token, &o.item, owed(&o.effects))
+    fn key<'a>(&(claim, _, o): &(&ItemRow, &AttemptEnd, &'a Outcome)) -> (i64, &'a Item) {
+        (claim.lease_token, &o.item)
     }
     stored.sort_by_key(|e| (e.0.lease_token, e.2.item.state.as_str(), e.2.item.attempts_made));
     for run in stored.chunk_by(|a, b| key(a) == key(b)) {
         let ids: Vec<&str> = run.iter().map(|(claim, _, _)| claim.id.as_str()).collect();
-        let (token, item, owed) = key(&run[0]);
-        if items::save_ends(tx, &ids, token, item, owed, now)? != ids.len() {
+        let (token, item) = key(&run[0]);
+        if items::save_ends(tx, &ids, token, item, now)? != ids.len() {
             // The fences were read in this transaction: a claim cannot have
             // changed since. Fail the step; each end is then stored alone.
             return Err(StoreError::Invalid("an item changed under its end".into()).into());
         }
     }
-    let mut publish = Publish::new();
+    let mut writes = Writes::default();
     for (claim, end, outcome) in &stored {
-        execute(claim, end.files(), &outcome.effects, now, after, &mut publish);
+        execute(claim, end.files(), &outcome.effects, now, after, &mut writes);
     }
-    items::insert_files(tx, &publish, now)?;
+    writes.store(tx, now)?;
     Ok(answers)
 }
 
@@ -596,10 +599,24 @@ mod tests {
             self.store.read(move |c| items::load_item(c, &id)).await.unwrap().unwrap().item
         }
 
-        async fn settlement_due(&self, id: &str) -> Option<String> {
+        /// The item's settlement in the ledger (`charge` or `release`), if
+        /// any; and that no debt was left for the settlement pass.
+        async fn settled(&self, id: &str) -> Option<String> {
             let id = id.to_string();
-            let q = "SELECT settlement_due FROM items WHERE id = ?1";
-            self.store.read(move |c| c.query_row(q, [id], |r| r.get(0))).await.unwrap()
+            let (kinds, debt): (Vec<String>, Option<String>) = self
+                .store
+                .read(move |c| {
+                    let q = "SELECT kind FROM ledger WHERE subject = ?1 AND kind IN ('charge', 'release')";
+                    let kinds = c.query_map(q, [id.as_str()], |r| r.get(0))?;
+                    let debt =
+                        c.query_row("SELECT settlement_due FROM items WHERE id = ?1", [id.as_str()], |r| r.get(0))?;
+                    Ok::<_, StoreError>((kinds, debt))
+                })
+                .await
+                .unwrap();
+            assert_eq!(debt, None, "a debt left for the settlement pass");
+            assert!(kinds.len() <= 1, "{kinds:?}");
+            kinds.into_iter().next()
         }
 
         /// Published files of an item: kind and inline bytes, by kind.
@@ -635,7 +652,7 @@ mod tests {
         let due = T.plus_ms(250 + 1_000);
         assert_eq!((o.item.state, o.item.run_at), (ItemState::Delayed, Some(due)));
         assert!(g.wake.due.notified().now_or_never().is_some(), "the due loop learns of the new due time");
-        assert_eq!(g.settlement_due(&row.id).await, None);
+        assert_eq!(g.settled(&row.id).await, None);
         assert!(g.published(&row.id).await.is_empty());
 
         // A millisecond early, neither the due loop nor a claim takes it.
@@ -699,8 +716,8 @@ mod tests {
             })
         );
 
-        assert_eq!(g.settlement_due(&row.id).await.as_deref(), Some("release"));
-        assert_eq!(g.settle().await, 1);
+        assert_eq!(g.settled(&row.id).await.as_deref(), Some("release"));
+        assert_eq!(g.settle().await, 0, "released with the end, nothing left for the pass");
         let bal = balance(&g.store, &c);
         assert_eq!((bal.credit_micros, bal.reserved_micros), (10_000, 0));
         // A published failure never changes.
@@ -731,7 +748,7 @@ mod tests {
         };
         assert_eq!((o.item.state, o.item.attempts_made), (ItemState::Failed, item::MAX_ATTEMPTS));
         assert!(g.published(&id).await.is_empty());
-        assert_eq!(g.settlement_due(&id).await.as_deref(), Some("release"));
+        assert_eq!(g.settled(&id).await.as_deref(), Some("release"));
 
         let ready = g.wake.queue.notified();
         let retried = g.driver.retry(&c.account_id, &id).await.unwrap();
@@ -761,15 +778,15 @@ mod tests {
         let kinds: Vec<&str> = published.iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(kinds, ["body", "meta"]);
         assert_eq!(published[0].1.as_deref(), Some(&b"hello"[..]));
-        assert_eq!(g.settlement_due(&row.id).await.as_deref(), Some("charge"));
+        assert_eq!(g.settled(&row.id).await.as_deref(), Some("charge"));
 
         // The same end reported again is refused (the claim ended with the
         // attempt, so the fence stops it) and changes nothing.
         let refused = g.driver.finish(&row, AttemptEnd::Succeeded(family(&row.id))).await.unwrap_err();
         assert!(matches!(refused, ItemError::LeaseLost(_)), "{refused:?}");
         assert_eq!(g.published(&row.id).await.len(), 2);
+        assert_eq!(g.settled(&row.id).await.as_deref(), Some("charge"), "charged once");
 
-        assert_eq!(g.settle().await, 1);
         assert_eq!(g.settle().await, 0);
         let bal = balance(&g.store, &c);
         assert_eq!((bal.credit_micros, bal.reserved_micros), (10_000 - 120, 0));
@@ -794,7 +811,7 @@ mod tests {
         assert!(claimed.unwrap().is_some(), "the other request of the group committed");
         assert_eq!(g.item(&row.id).await.state, ItemState::Active);
         assert!(g.published(&row.id).await.is_empty());
-        assert_eq!(g.settlement_due(&row.id).await, None);
+        assert_eq!(g.settled(&row.id).await, None);
     }
 
     #[tokio::test]
@@ -831,7 +848,7 @@ mod tests {
         assert!(matches!(stale, Err(ItemError::LeaseLost(_))), "{stale:?}");
         assert_eq!(g.item(&first.id).await.state, ItemState::Active);
         assert!(g.published(&first.id).await.is_empty());
-        assert_eq!(g.settlement_due(&first.id).await, None);
+        assert_eq!(g.settled(&first.id).await, None);
         // A recovered item with no new claim is fenced too.
         assert_eq!(g.driver.recover_node("n1").await.unwrap(), 1);
         let late = g.driver.finish(&second, transient()).await;
@@ -839,7 +856,7 @@ mod tests {
         let third = Arc::new(g.driver.claim().await.unwrap().unwrap());
         let o = g.driver.finish(&third, AttemptEnd::Succeeded(family(&third.id))).await.unwrap();
         assert_eq!((o.item.state, o.item.attempts_made), (ItemState::Completed, 1));
-        assert_eq!(g.settlement_due(&third.id).await.as_deref(), Some("charge"));
+        assert_eq!(g.settled(&third.id).await.as_deref(), Some("charge"));
         assert_eq!(g.published(&third.id).await.len(), 2);
     }
 
@@ -978,7 +995,7 @@ mod tests {
             assert_eq!(o.item.state, ItemState::Completed);
             assert_eq!(g.published(&row.id).await.len(), 2);
         }
-        assert_eq!(g.settle().await, 2);
+        assert_eq!(g.settle().await, 0);
         let bal = balance(&g.store, &c);
         assert_eq!((bal.credit_micros, bal.reserved_micros), (10_000 - 2 * 120, 120));
     }
@@ -1011,9 +1028,8 @@ mod tests {
         assert!(g.published(&bad.id).await.is_empty());
         for row in good {
             assert_eq!(g.published(&row.id).await.len(), 2, "{}", row.id);
-            assert_eq!(g.settlement_due(&row.id).await.as_deref(), Some("charge"));
+            assert_eq!(g.settled(&row.id).await.as_deref(), Some("charge"));
         }
-        assert_eq!(g.settle().await, 19);
         assert_eq!(g.settle().await, 0);
         let charges: Vec<(String, i64)> = g
             .store

@@ -40,6 +40,11 @@ pub struct ItemRow {
     /// The item's fencing token: raised by every claim; an attempt's end is
     /// stored only under the token its claim got (`ItemError::LeaseLost`).
     pub lease_token: i64,
+    /// Who pays and how much: the key that submitted it, its price and the
+    /// UTC day of its reservation, for the charge or release its end writes.
+    pub key_id: Option<String>,
+    pub price_micros: i64,
+    pub reservation_day: i64,
 }
 
 /// A file written to the artifact store and checked, ready to publish.
@@ -137,7 +142,8 @@ pub fn batch_view(conn: &Conn, account_id: &str, batch_id: &str) -> StoreResult<
 macro_rules! item_columns {
     () => {
         "i.id, i.batch_id, i.account_id, i.url, i.script, i.profile_id, b.params, i.state, i.priority,
-         i.attempts_made, i.failed_reason, i.failure_published, i.run_at, i.billable, i.lease_token"
+         i.attempts_made, i.failed_reason, i.failure_published, i.run_at, i.billable, i.lease_token,
+         i.key_id, i.price_micros, i.reservation_day"
     };
 }
 
@@ -170,6 +176,9 @@ fn item_row_owned(mut r: Row) -> StoreResult<ItemRow> {
             billable: r.get(13)?,
         },
         lease_token: r.get(14)?,
+        key_id: r.take(15)?,
+        price_micros: r.get(16)?,
+        reservation_day: r.get(17)?,
     })
 }
 
@@ -179,24 +188,23 @@ pub fn load_item(conn: &Conn, id: &str) -> StoreResult<Option<ItemRow>> {
     conn.query_row(SQL, [id], item_row).optional()
 }
 
-/// Stores an item's machine state and, when a transition made one due, the
-/// settlement it owes (for the settlement pass, `settle_due`).
-pub fn save_item(conn: &Conn, id: &str, it: &Item, owed: Option<Settlement>, now: Millis) -> StoreResult<()> {
+/// Stores an item's machine state.
+pub fn save_item(conn: &Conn, id: &str, it: &Item, now: Millis) -> StoreResult<()> {
     static SQL: OnceLock<String> = OnceLock::new();
-    let sql = SQL.get_or_init(|| format!("UPDATE items SET {MACHINE_COLUMNS} WHERE id = ?9"));
-    let mut values = machine_values(it, owed, now);
+    let sql = SQL.get_or_init(|| format!("UPDATE items SET {MACHINE_COLUMNS} WHERE id = ?8"));
+    let mut values = machine_values(it, now);
     values.push(id.to_value());
     conn.execute(sql, values)?;
     Ok(())
 }
 
-/// The columns the item machine owns, as assignments of `?1` to `?8` in the
+/// The columns the item machine owns, as assignments of `?1` to `?7` in the
 /// order of [`machine_values`]: a single save, claims and ends write them
-/// alike. A settlement already owed is never unset by a later step.
+/// alike.
 const MACHINE_COLUMNS: &str = "state = ?1, attempts_made = ?2, failed_reason = ?3, failure_published = ?4, \
-                               run_at = ?5, billable = ?6, settlement_due = COALESCE(?7, settlement_due), updated_at = ?8";
+                               run_at = ?5, billable = ?6, updated_at = ?7";
 
-fn machine_values(it: &Item, owed: Option<Settlement>, now: Millis) -> Vec<super::sql::Value> {
+fn machine_values(it: &Item, now: Millis) -> Vec<super::sql::Value> {
     params![
         it.state.as_str(),
         it.attempts_made,
@@ -204,7 +212,6 @@ fn machine_values(it: &Item, owed: Option<Settlement>, now: Millis) -> Vec<super
         it.failure_published,
         it.run_at.map(|t| t.0),
         it.billable,
-        owed.map(Settlement::as_str),
         now.0
     ]
 }
@@ -216,23 +223,16 @@ fn machine_values(it: &Item, owed: Option<Settlement>, now: Millis) -> Vec<super
 /// claimed alone. A few statements for the whole batch (the ids in chunks),
 /// not one per item: on PostgreSQL each statement is a round trip under
 /// the grid-wide write lock. Answers the new tokens, in order.
-pub fn take_lease(
-    conn: &Conn,
-    claims: &[(&str, i64)],
-    it: &Item,
-    owed: Option<Settlement>,
-    node: &str,
-    now: Millis,
-) -> StoreResult<Vec<i64>> {
+pub fn take_lease(conn: &Conn, claims: &[(&str, i64)], it: &Item, node: &str, now: Millis) -> StoreResult<Vec<i64>> {
     static SQL: OnceLock<[String; 4]> = OnceLock::new();
     for chunk in chunks(claims) {
         let sql = chunk_sql(&SQL, chunk.len(), |n| {
             format!(
-                "UPDATE items SET {MACHINE_COLUMNS}, lease_node = ?9, lease_token = lease_token + 1 WHERE id IN ({})",
-                placeholders(10, n)
+                "UPDATE items SET {MACHINE_COLUMNS}, lease_node = ?8, lease_token = lease_token + 1 WHERE id IN ({})",
+                placeholders(9, n)
             )
         });
-        let mut values = machine_values(it, owed, now);
+        let mut values = machine_values(it, now);
         values.push(node.to_value());
         values.extend(chunk.iter().map(|(id, _)| id.to_value()));
         if conn.execute(sql, values)? != chunk.len() {
@@ -252,24 +252,17 @@ pub fn take_lease(
 /// claim (which raises the token) or a recovery (which ends `active`)
 /// writes an active item, a row that passes the fence is the row its claim
 /// stored.
-pub fn save_ends(
-    conn: &Conn,
-    ids: &[&str],
-    lease_token: i64,
-    it: &Item,
-    owed: Option<Settlement>,
-    now: Millis,
-) -> StoreResult<usize> {
+pub fn save_ends(conn: &Conn, ids: &[&str], lease_token: i64, it: &Item, now: Millis) -> StoreResult<usize> {
     static SQL: OnceLock<[String; 4]> = OnceLock::new();
     let mut stored = 0;
     for chunk in chunks(ids) {
         let sql = chunk_sql(&SQL, chunk.len(), |n| {
             format!(
-                "UPDATE items SET {MACHINE_COLUMNS} WHERE state = 'active' AND lease_token = ?9 AND id IN ({})",
-                placeholders(10, n)
+                "UPDATE items SET {MACHINE_COLUMNS} WHERE state = 'active' AND lease_token = ?8 AND id IN ({})",
+                placeholders(9, n)
             )
         });
-        let mut values = machine_values(it, owed, now);
+        let mut values = machine_values(it, now);
         values.push(lease_token.to_value());
         values.extend(chunk.iter().map(|id| id.to_value()));
         stored += conn.execute(sql, values)?;
@@ -530,10 +523,28 @@ pub fn queue_counts(conn: &Conn) -> StoreResult<(QueueCounts, u32)> {
     Ok((counts, active))
 }
 
-/// The settlement pass: writes the ledger entry every finished item owes and
-/// clears the debt, in one transaction. Returns how many items it settled.
-/// Entries are written up to 128 at a time (two statements per chunk, not
-/// two per item).
+/// The ledger entry a finished item owes: its charge or the release of its
+/// reservation, with the item as its subject (the ledger's unique index
+/// admits one per item). Written by the transaction that ends the item.
+pub fn settlement(row: &ItemRow, owed: Settlement) -> Entry<'_> {
+    Entry {
+        account_id: &row.account_id,
+        key_id: row.key_id.as_deref(),
+        kind: match owed {
+            Settlement::Charge => EntryKind::Charge,
+            Settlement::Release => EntryKind::Release,
+        },
+        amount: row.price_micros,
+        subject: Some(&row.id),
+        reservation_day: Some(row.reservation_day),
+    }
+}
+
+/// The settlement pass, for debts a server before this one left in the
+/// items' `settlement_due` (it wrote the entry in a later pass, not with the
+/// end): writes the ledger entry each owes and clears the debt, in one
+/// transaction. Returns how many items it settled. Entries are written up
+/// to 128 at a time (two statements per chunk, not two per item).
 pub fn settle_due(conn: &Conn, now: Millis, limit: usize) -> StoreResult<usize> {
     let due: Vec<(String, String, Option<String>, String, i64, i64)> = conn.query_map(
         "SELECT id, account_id, key_id, settlement_due, price_micros, reservation_day
@@ -666,6 +677,12 @@ pub(crate) mod tests {
         assert!(matches!(submit(&s, &capped, 1, None), Err(ReserveError::Refused(ApiError::DailyCapExceeded { .. }))));
     }
 
+    /// A debt as a server before charges at the end wrote it, for the pass.
+    fn owe(tx: &Conn, id: &str, owed: Settlement) -> StoreResult<()> {
+        tx.execute("UPDATE items SET settlement_due = ?1 WHERE id = ?2", params![owed.as_str(), id])?;
+        Ok(())
+    }
+
     #[test]
     fn settlement_charges_once_even_when_run_twice() {
         let (_d, s) = store();
@@ -683,7 +700,8 @@ pub(crate) mod tests {
                 let mut row = load_item(tx, &id)?.unwrap();
                 row.item.state = if owed == Settlement::Charge { ItemState::Completed } else { ItemState::Failed };
                 row.item.billable = false;
-                save_item(tx, &id, &row.item, Some(owed), T)?;
+                save_item(tx, &id, &row.item, T)?;
+                owe(tx, &id, owed)?;
             }
             Ok::<_, StoreError>(())
         })
@@ -721,7 +739,8 @@ pub(crate) mod tests {
                 let mut row = load_item(tx, id)?.unwrap();
                 let owed = if i % 3 == 0 { Settlement::Release } else { Settlement::Charge };
                 row.item.billable = false;
-                save_item(tx, id, &row.item, Some(owed), T)?;
+                save_item(tx, id, &row.item, T)?;
+                owe(tx, id, owed)?;
             }
             Ok::<_, StoreError>(())
         })

@@ -14,9 +14,9 @@
 //! they are `/slow?ms=D&n={n}`, answered after D ms: a target at internet
 //! latency, where concurrency rather than CPU bounds the rate.
 //!
-//! Every item must end completed (the bench fails otherwise), and once the
-//! settlement pass has run the ledger must hold exactly one charge per item:
-//! the grid's figure is for durable, checked, metered items.
+//! Every item must end completed (the bench fails otherwise), and the ledger
+//! must hold exactly one charge per item: the grid's figure is for durable,
+//! checked, metered items.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -180,8 +180,9 @@ async fn main() {
     );
 }
 
-/// Waits (outside the timed part) until the settlement pass has written the
-/// items' charges, and checks there is exactly one per item.
+/// Waits (outside the timed part) until the items' charges are in the
+/// ledger (written with their ends), and checks there is exactly one per
+/// item.
 async fn wait_charged(server: &GridServer, items: usize, deadline: Instant) -> usize {
     let sql =
         "SELECT CAST(COUNT(*) AS BIGINT), CAST(COUNT(DISTINCT subject) AS BIGINT) FROM ledger WHERE kind = 'charge'";
