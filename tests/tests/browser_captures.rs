@@ -355,6 +355,59 @@ async fn the_headless_shell_profile_runs_on_a_shell_of_its_own_under_the_same_ru
     assert_eq!(target.hits("/page/2"), 0, "a refused page reached the target");
 }
 
+/// Chromium's own sandbox is on inside the grid's, for both engines: no
+/// process runs with `--no-sandbox`, and every renderer of a page being
+/// loaded runs under a seccomp filter in user, network and pid namespaces
+/// other than its browser's.
+#[tokio::test]
+async fn both_engines_run_their_renderers_in_chromiums_own_sandbox() {
+    use grid_tests::host;
+    let target = Target::start();
+    let server = GridServer::start(ServerOptions { extra_args: vec!["--browsers".into(), "2".into()], ..opts() });
+    for (i, profile) in ["native-headless-browser/v2", "native-headless-browser/v3"].iter().enumerate() {
+        let url = target.url(&format!("/slow?ms=6000&i={i}"));
+        single_item(&server, &json!({"urls": [url], "script": "render-fetch", "profileId": profile})).await;
+    }
+    // Both pages are being loaded once the target has both requests.
+    let deadline = Instant::now() + DONE;
+    while target.hits("/slow") < 2 {
+        assert!(Instant::now() < deadline, "the browsers never requested the pages");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let chromium: Vec<i32> = host::descendants(server.pid().expect("server pid") as i32)
+        .into_iter()
+        .filter(|p| host::is_chromium(*p))
+        .collect();
+    let namespace = |pid: i32, ns: &str| std::fs::read_link(format!("/proc/{pid}/ns/{ns}")).ok();
+    let mut engines_seen = std::collections::BTreeSet::new();
+    // A zygote's children rewrite their command line as one string.
+    let line = |pid: i32| host::cmdline(pid).join(" ");
+    for pid in &chromium {
+        let args = line(*pid);
+        assert!(!args.contains(" --no-sandbox"), "{pid} runs without Chromium's sandbox: {args}");
+        if !args.contains(" --type=renderer") {
+            continue;
+        }
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        assert!(status.lines().any(|l| l == "Seccomp:\t2"), "renderer {pid} has no seccomp filter: {args}");
+        // Its browser: the nearest ancestor that is a Chromium without --type.
+        let mut up = host::parent(*pid);
+        while let Some(p) = up.filter(|p| line(*p).contains(" --type=")) {
+            up = host::parent(p);
+        }
+        let browser = up.expect("a renderer's browser");
+        for ns in ["user", "net", "pid"] {
+            assert_ne!(
+                namespace(*pid, ns),
+                namespace(browser, ns),
+                "renderer {pid} shares its browser's {ns} namespace"
+            );
+        }
+        engines_seen.insert(args.contains("headless-shell"));
+    }
+    assert_eq!(engines_seen.len(), 2, "no renderer of both engines among {chromium:?}");
+}
+
 #[tokio::test]
 async fn page_errors_and_http_errors_are_recorded_in_meta() {
     let target = Target::start();
