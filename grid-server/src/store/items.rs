@@ -527,16 +527,29 @@ pub fn queue_counts(conn: &Conn) -> StoreResult<(QueueCounts, u32)> {
 /// reservation, with the item as its subject (the ledger's unique index
 /// admits one per item). Written by the transaction that ends the item.
 pub fn settlement(row: &ItemRow, owed: Settlement) -> Entry<'_> {
+    item_entry(&row.id, &row.account_id, row.key_id.as_deref(), owed, row.price_micros, row.reservation_day)
+}
+
+/// An item's charge or release, whoever writes it: the end's transaction
+/// ([`settlement`]) or the pass over older debts ([`settle_due`]).
+fn item_entry<'a>(
+    id: &'a str,
+    account_id: &'a str,
+    key_id: Option<&'a str>,
+    owed: Settlement,
+    price_micros: i64,
+    reservation_day: i64,
+) -> Entry<'a> {
     Entry {
-        account_id: &row.account_id,
-        key_id: row.key_id.as_deref(),
+        account_id,
+        key_id,
         kind: match owed {
             Settlement::Charge => EntryKind::Charge,
             Settlement::Release => EntryKind::Release,
         },
-        amount: row.price_micros,
-        subject: Some(&row.id),
-        reservation_day: Some(row.reservation_day),
+        amount: price_micros,
+        subject: Some(id),
+        reservation_day: Some(reservation_day),
     }
 }
 
@@ -556,16 +569,9 @@ pub fn settle_due(conn: &Conn, now: Millis, limit: usize) -> StoreResult<usize> 
     for chunk in chunks(&due) {
         let entries: Vec<Entry> = chunk
             .iter()
-            .map(|(id, account_id, key_id, due, price, day)| Entry {
-                account_id,
-                key_id: key_id.as_deref(),
-                kind: match due.as_str() {
-                    "charge" => EntryKind::Charge,
-                    _ => EntryKind::Release,
-                },
-                amount: *price,
-                subject: Some(id),
-                reservation_day: Some(*day),
+            .map(|(id, account_id, key_id, due, price, day)| {
+                let owed = if due == Settlement::Charge.as_str() { Settlement::Charge } else { Settlement::Release };
+                item_entry(id, account_id, key_id.as_deref(), owed, *price, *day)
             })
             .collect();
         accounts::append_all(conn, &entries, now)?;
