@@ -57,15 +57,15 @@ pub fn validate(body: &Value) -> Result<BatchSubmission, ApiError> {
 pub fn profile(p: &mut Problems, obj: &Map<String, Value>, field: &str, among: &[Profile]) -> Option<Profile> {
     match obj.get(field) {
         None => Some(Profile::DEFAULT),
-        Some(Value::String(s)) => Profile::parse(s).filter(|x| among.contains(x)).or_else(|| {
-            let names: Vec<&str> = among.iter().map(|p| p.as_str()).collect();
-            let what = match Profile::parse(s) {
-                Some(_) => "profile for capture items only",
-                None => "unknown profile",
-            };
-            p.push(field, format!("{what} \"{s}\"; one of {}", names.join(", ")));
-            None
-        }),
+        Some(Value::String(s)) => match Profile::parse(s) {
+            Some(x) if among.contains(&x) => Some(x),
+            known => {
+                let names: Vec<&str> = among.iter().map(|p| p.as_str()).collect();
+                let what = if known.is_some() { "profile for capture items only" } else { "unknown profile" };
+                p.push(field, format!("{what} \"{s}\"; one of {}", names.join(", ")));
+                None
+            }
+        },
         Some(v) => {
             p.push(field, format!("must be a string, got {}", json_type(v)));
             None
