@@ -68,6 +68,11 @@ fn png_size(png: &[u8]) -> (u32, u32) {
     (u32::from_be_bytes(png[16..20].try_into().unwrap()), u32::from_be_bytes(png[20..24].try_into().unwrap()))
 }
 
+/// A completed render-fetch of `/facts` under `profile`: its item id.
+async fn facts_item(server: &GridServer, target: &Target, profile: &str) -> String {
+    completed(server, json!({"urls": [target.url("/facts")], "script": "render-fetch", "profileId": profile})).await.0
+}
+
 /// The JSON the `/facts` page printed into `<pre id="facts">`.
 fn facts_from(html: &str) -> Value {
     let start = html.find("<pre id=\"facts\">").unwrap_or_else(|| panic!("no facts element in {html}")) + 16;
@@ -262,11 +267,7 @@ async fn capture_png_has_the_profile_viewport_size() {
 async fn profile_facts_are_read_from_inside_the_page() {
     let target = Target::start();
     let server = GridServer::start(opts());
-    let (nl, _) = completed(
-        &server,
-        json!({"urls": [target.url("/facts")], "script": "render-fetch", "profileId": "desktop-browser-nl/v2"}),
-    )
-    .await;
+    let nl = facts_item(&server, &target, "desktop-browser-nl/v2").await;
     let f = facts_from(&text(&server, &nl, "html").await);
     assert_eq!(f["language"], json!("nl-NL"), "{f}");
     assert_eq!(f["languages"][0], json!("nl-NL"), "{f}");
@@ -277,11 +278,7 @@ async fn profile_facts_are_read_from_inside_the_page() {
     let ua = f["userAgent"].as_str().unwrap_or("");
     assert!(ua.contains(" Chrome/") && !ua.contains("Headless"), "{ua}");
 
-    let (native, _) = completed(
-        &server,
-        json!({"urls": [target.url("/facts")], "script": "render-fetch", "profileId": "native-headless-browser/v2"}),
-    )
-    .await;
+    let native = facts_item(&server, &target, "native-headless-browser/v2").await;
     let f = facts_from(&text(&server, &native, "html").await);
     assert_eq!(f["language"], json!("en-US"), "{f}");
     assert_eq!(f["timeZone"], json!("UTC"), "{f}");
@@ -302,13 +299,8 @@ async fn the_headless_shell_profile_runs_on_a_shell_of_its_own_under_the_same_ru
     const SHELL: &str = "native-headless-browser/v3";
     let target = Target::start();
     let server = GridServer::start(opts());
-    let (v2, _) = completed(
-        &server,
-        json!({"urls": [target.url("/facts")], "script": "render-fetch", "profileId": "native-headless-browser/v2"}),
-    )
-    .await;
-    let (v3, _) =
-        completed(&server, json!({"urls": [target.url("/facts")], "script": "render-fetch", "profileId": SHELL})).await;
+    let v2 = facts_item(&server, &target, "native-headless-browser/v2").await;
+    let v3 = facts_item(&server, &target, SHELL).await;
     let (m2, m3) = (meta(&server, &v2).await, meta(&server, &v3).await);
     let product = m3["browser"]["product"].as_str().unwrap_or("");
     assert!(product.starts_with("HeadlessChrome/"), "the shell names itself HeadlessChrome: {m3}");
