@@ -201,6 +201,11 @@ fn connect(path: &Path, busy_timeout: Duration) -> StoreResult<Connection> {
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
+    // A statement that may fail halfway inside a larger transaction (a
+    // multi-row insert with a unique index) keeps a journal of its own to
+    // undo just itself; in a file that is a temp file opened, written and
+    // closed per transaction, for bytes nobody reads after a commit.
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
     Ok(conn)
 }
 
