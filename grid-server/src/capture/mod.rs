@@ -256,7 +256,10 @@ async fn run_attempt(app: Arc<App>, fetcher: Arc<Fetcher>, row: Arc<ItemRow>, sl
     let started = Instant::now();
     let result = if row.script.needs_browser() {
         match &app.browsers {
-            Some(pool) => crate::browser::scripts::run(pool, &row).await,
+            // Boxed: a browser script's state machine is about 14 KiB, and
+            // inline it would make every fetch item's task that large too,
+            // copied as the task is spawned and as it finishes.
+            Some(pool) => Box::pin(crate::browser::scripts::run(pool, &row)).await,
             None => Err(Failure::Terminal(format!(
                 "script {} needs the browser pool, which this grid does not run (--browsers 0 or no Chromium)",
                 row.script.as_str()
@@ -324,6 +327,19 @@ async fn write_files(app: &App, item_id: &str, files: Vec<FileContent>) -> std::
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn future_size<A, B, C, D, Fut>(_: impl FnOnce(A, B, C, D) -> Fut) -> usize {
+        std::mem::size_of::<Fut>()
+    }
+
+    /// Every item's task holds `run_item`'s state and is moved as it is
+    /// spawned and as it finishes: a browser script's state (about 14 KiB)
+    /// inlined there made each fetch item's task that large.
+    #[test]
+    fn an_items_task_stays_small() {
+        let size = future_size(run_item);
+        assert!(size <= 2048, "run_item's future is {size} bytes");
+    }
 
     #[test]
     fn claims_ahead_only_what_workers_finish_while_a_claim_is_in_flight() {
