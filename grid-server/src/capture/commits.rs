@@ -12,6 +12,7 @@
 //! copy of each page a request touches (its statement journal), which is
 //! why they are kept for the rare group that needs them.
 
+use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant};
 
 use crate::store::Conn;
@@ -37,7 +38,14 @@ pub struct Commits {
 impl Commits {
     pub fn start(store: Store) -> Commits {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run(store, rx));
+        // A thread of its own rather than a task handing each group to the
+        // blocking pool: the group's transaction is blocking work anyway, and
+        // the hop cost two thread wake-ups per group. It ends once every
+        // `Commits` is dropped.
+        std::thread::Builder::new()
+            .name("grid-commit".into())
+            .spawn(move || run(store, rx))
+            .expect("the commit thread starts");
         Commits { tx }
     }
 
@@ -58,7 +66,7 @@ impl Commits {
 }
 
 fn stopped() -> ItemError {
-    ItemError::Store(StoreError::Task("the commit task has stopped".into()))
+    ItemError::Store(StoreError::Task("the commit thread has stopped".into()))
 }
 
 /// One request of a group, its result type erased.
@@ -120,11 +128,11 @@ impl From<StoreError> for Plain {
     }
 }
 
-async fn run(store: Store, mut rx: mpsc::UnboundedReceiver<Box<dyn Request>>) {
+fn run(store: Store, mut rx: mpsc::UnboundedReceiver<Box<dyn Request>>) {
     let mut last: Option<Instant> = None;
-    while let Some(first) = rx.recv().await {
+    while let Some(first) = rx.blocking_recv() {
         if let Some(wait) = last.and_then(|t| PACE.checked_sub(t.elapsed())) {
-            tokio::time::sleep(wait).await;
+            std::thread::sleep(wait);
         }
         last = Some(Instant::now());
         let mut group = vec![first];
@@ -134,32 +142,13 @@ async fn run(store: Store, mut rx: mpsc::UnboundedReceiver<Box<dyn Request>>) {
                 Err(_) => break,
             }
         }
-        // The group stays owned here (not moved into the transaction), so
-        // every request is answered even when the transaction cannot begin
-        // or commit. A panic on the blocking thread drops the senders: the
-        // callers see the commit task as stopped.
-        let store = store.clone();
-        let written = tokio::task::spawn_blocking(move || {
-            let plain = store.write_blocking(|tx| match group.iter_mut().all(|r| r.run(tx, false)) {
-                true => Ok(()),
-                false => Err(Plain::RequestFailed),
-            });
-            let committed = match plain {
-                Ok(()) => Ok(()),
-                Err(Plain::Store(e)) => Err(e),
-                // Alone in its group, the failed request's rollback was the
-                // whole transaction's: its answer stands as it is.
-                Err(Plain::RequestFailed) if group.len() == 1 => Ok(()),
-                Err(Plain::RequestFailed) => store.write_blocking(|tx| {
-                    for request in group.iter_mut() {
-                        request.run(tx, true);
-                    }
-                    Ok::<_, StoreError>(())
-                }),
-            };
+        // A panic in a request drops the group's senders (its callers see
+        // the commit thread as stopped) and leaves the thread serving the
+        // next groups.
+        let written = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let committed = commit(&store, &mut group);
             (group, committed)
-        })
-        .await;
+        }));
         let Ok((group, committed)) = written else { continue };
         match committed {
             Ok(()) => group.into_iter().for_each(|r| r.answer(None)),
@@ -173,5 +162,29 @@ async fn run(store: Store, mut rx: mpsc::UnboundedReceiver<Box<dyn Request>>) {
                 }
             }
         }
+    }
+}
+
+/// Writes a group: as one plain transaction, or, when a request failed in
+/// it, again with each request in a savepoint of its own. The group stays
+/// the caller's, so every request is answered even when the transaction
+/// cannot begin or commit.
+fn commit(store: &Store, group: &mut [Box<dyn Request>]) -> Result<(), StoreError> {
+    let plain = store.write_blocking(|tx| match group.iter_mut().all(|r| r.run(tx, false)) {
+        true => Ok(()),
+        false => Err(Plain::RequestFailed),
+    });
+    match plain {
+        Ok(()) => Ok(()),
+        Err(Plain::Store(e)) => Err(e),
+        // Alone in its group, the failed request's rollback was the whole
+        // transaction's: its answer stands as it is.
+        Err(Plain::RequestFailed) if group.len() == 1 => Ok(()),
+        Err(Plain::RequestFailed) => store.write_blocking(|tx| {
+            for request in group.iter_mut() {
+                request.run(tx, true);
+            }
+            Ok::<_, StoreError>(())
+        }),
     }
 }
