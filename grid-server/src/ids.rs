@@ -40,14 +40,25 @@ pub fn random_bytes<const N: usize>() -> [u8; N] {
     buf
 }
 
+/// Every file's checksum, twice per fetched item: written through a table
+/// (`hex::encode_to_slice`), where `hex::encode` builds the string a char at
+/// a time.
 pub fn sha256_hex(data: &[u8]) -> String {
     use sha2::{Digest, Sha256};
-    hex::encode(Sha256::digest(data))
+    let mut out = [0u8; 64];
+    hex::encode_to_slice(Sha256::digest(data), &mut out).expect("64 bytes hold a SHA-256 in hex");
+    String::from_utf8(out.to_vec()).expect("hex digits are ASCII")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sha256_hex_is_the_lower_case_digest() {
+        assert_eq!(sha256_hex(b"abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        assert_eq!(sha256_hex(b""), hex::encode(<sha2::Sha256 as sha2::Digest>::digest(b"")));
+    }
 
     #[test]
     fn ordered_ids_sort_in_creation_order() {
