@@ -285,11 +285,17 @@ pub fn balance(conn: &Conn, account_id: &str) -> StoreResult<Balance> {
     Ok(Balance::fold(entries))
 }
 
+/// A key's use of a day: its reservations of that day less what was
+/// released of them. The `kind` filter lets it read `ledger_by_key_day`,
+/// which holds no charges (schema step 13).
+pub(crate) const DAILY_USE: &str =
+    "SELECT CAST(COALESCE(SUM(CASE kind WHEN 'reserve' THEN amount WHEN 'release' THEN -amount ELSE 0 END), 0) AS BIGINT)
+       FROM ledger WHERE key_id = ?1 AND reservation_day = ?2 AND kind IN ('reserve', 'release')";
+
 /// What the key's reservations made on `day` still hold or were charged.
 pub fn daily_use(conn: &Conn, key_id: &str, day: i64) -> StoreResult<DailyUse> {
     let used = conn.query_row(
-        "SELECT CAST(COALESCE(SUM(CASE kind WHEN 'reserve' THEN amount WHEN 'release' THEN -amount ELSE 0 END), 0) AS BIGINT)
-           FROM ledger WHERE key_id = ?1 AND reservation_day = ?2",
+        DAILY_USE,
         (key_id, day),
         |r| r.get(0),
     )?;
