@@ -1,14 +1,17 @@
 //! Fetch throughput of the grid against a plain HTTP client, same URLs, same
 //! concurrency, same run. Everything stays on 127.0.0.1.
 //!
-//!     bench_fetch [--items N] [--workers W] [--delay-ms D] [--grid-workers G] [--timeout-secs S]
+//!     bench_fetch [--items N] [--workers W] [--delay-ms D] [--grid-workers G] [--rounds R] [--timeout-secs S]
 //!
 //! Starts a local target and `grid-server serve --allow-private-networks
 //! --max-workers G` (G defaults to W; GRID_SERVER_BIN, else target/debug/grid-server;
 //! the bench scripts point it at the release build), submits N fetch URLs
 //! in batches of 1,000 and times them until every batch is done. Then
 //! fetches the same N URLs with reqwest, W at a time. Prints both rates and
-//! grid/baseline.
+//! grid/baseline. With R rounds (default 3) it does so R times, alternating,
+//! each grid round on a fresh server, and sums up with the medians: on a
+//! shared machine single runs move by 10 to 20 %, more than most changes
+//! being measured.
 //!
 //! With `--delay-ms 0` the URLs are `/page/{n}` (answered at once); with D > 0
 //! they are `/slow?ms=D&n={n}`, answered after D ms: a target at internet
@@ -24,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use grid_tests::bench::{count, cpu_ticks, ticks_per_second, FetchConfig};
+use grid_tests::bench::{count, cpu_ticks, positive, ticks_per_second, FetchConfig};
 use grid_tests::http::http_client;
 use grid_tests::server::{GridServer, ServerOptions};
 use grid_tests::target::Target;
@@ -32,15 +35,32 @@ use grid_tests::target::Target;
 /// Items per POST /batches.
 const BATCH: usize = 1000;
 
+/// One round's figures.
+struct Round {
+    grid_seconds: f64,
+    submitted_seconds: f64,
+    grid_rate: f64,
+    grid_cpu: f64,
+    bench_cpu: f64,
+    charges: usize,
+    base_seconds: f64,
+    base_rate: f64,
+    base_cpu: f64,
+}
+
 #[tokio::main]
 async fn main() {
-    let (config, flags) =
-        FetchConfig::parse("bench_fetch", 2000, &[count("--grid-workers", 0), count("--delay-ms", 0)]);
+    let (config, flags) = FetchConfig::parse(
+        "bench_fetch",
+        2000,
+        &[count("--grid-workers", 0), count("--delay-ms", 0), positive("--rounds", 3)],
+    );
     let grid_workers = match flags.get("--grid-workers") as u32 {
         0 => config.workers,
         g => g,
     };
     let delay_ms = flags.get("--delay-ms");
+    let rounds = flags.get("--rounds") as usize;
     let deadline = Instant::now() + config.timeout;
     let target = Target::start();
     let urls: Vec<String> = (0..config.items)
@@ -49,20 +69,77 @@ async fn main() {
             d => target.url(&format!("/slow?ms={d}&n={n}")),
         })
         .collect();
+    let urls = Arc::new(urls);
+    eprintln!(
+        "bench: {} items, {} grid workers, {} concurrent in the loop, target delay {} ms, {} rounds",
+        config.items, grid_workers, config.workers, delay_ms, rounds
+    );
 
+    let mut all = Vec::new();
+    for round in 1..=rounds {
+        let r = run_round(&config, grid_workers, &urls, deadline).await;
+        println!(
+            "round {round}: grid {:.1} items/s ({:.0} µs grid-server CPU, {:.0} µs target and bench per item; \
+             every batch submitted after {:.2} s), loop {:.1} items/s ({:.0} µs per item), ratio {:.3}",
+            r.grid_rate,
+            r.grid_cpu,
+            r.bench_cpu,
+            r.submitted_seconds,
+            r.base_rate,
+            r.base_cpu,
+            r.grid_rate / r.base_rate
+        );
+        all.push(r);
+    }
+    let med = |f: &dyn Fn(&Round) -> f64| median(all.iter().map(f).collect());
+    let (grid_rate, base_rate, ratio) = (med(&|r| r.grid_rate), med(&|r| r.base_rate), med(&|r| r.grid_rate / r.base_rate));
+    let (grid_cpu, bench_cpu, base_cpu) = (med(&|r| r.grid_cpu), med(&|r| r.bench_cpu), med(&|r| r.base_cpu));
+    println!(
+        "grid:     {grid_rate:.1} items/s, median of {rounds} ({} completed and charged once each round)",
+        config.items
+    );
+    println!("grid:     CPU per item {grid_cpu:.0} µs in grid-server, {bench_cpu:.0} µs in the target and bench");
+    println!("baseline: {base_rate:.1} items/s (reqwest, {} concurrent), CPU per item {base_cpu:.0} µs", config.workers);
+    println!("ratio grid/baseline: {ratio:.3} (median of the rounds' ratios)");
+    println!(
+        "{}",
+        json!({
+            "items": config.items,
+            "workers": config.workers,
+            "gridWorkers": grid_workers,
+            "delayMs": delay_ms,
+            "rounds": rounds,
+            "gridSeconds": all.iter().map(|r| r.grid_seconds).collect::<Vec<_>>(),
+            "gridSubmittedSeconds": all.iter().map(|r| r.submitted_seconds).collect::<Vec<_>>(),
+            "gridCharges": all.iter().map(|r| r.charges).collect::<Vec<_>>(),
+            "gridItemsPerSecond": grid_rate,
+            "gridCpuMicrosPerItem": grid_cpu,
+            "gridBenchCpuMicrosPerItem": bench_cpu,
+            "baselineSeconds": all.iter().map(|r| r.base_seconds).collect::<Vec<_>>(),
+            "baselineItemsPerSecond": base_rate,
+            "baselineCpuMicrosPerItem": base_cpu,
+            "ratio": ratio,
+            "ratios": all.iter().map(|r| r.grid_rate / r.base_rate).collect::<Vec<_>>(),
+        })
+    );
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// The grid on a fresh server, then the loop, over the same URLs.
+async fn run_round(config: &FetchConfig, grid_workers: u32, urls: &Arc<Vec<String>>, deadline: Instant) -> Round {
     let server = GridServer::start(ServerOptions {
         workers: Some(grid_workers),
         initial_credit_micros: Some(1_000_000_000),
         ..Default::default()
     });
-    eprintln!(
-        "bench: grid-server on {}, {} items, {} workers, target delay {} ms",
-        server.base_url(),
-        config.items,
-        grid_workers,
-        delay_ms
-    );
-
     let me = std::process::id();
     let grid_pid = server.pid().unwrap_or_else(|| server.fail("bench: the grid-server has no pid"));
     let (grid_cpu_before, bench_cpu_before) = (cpu_ticks(grid_pid), cpu_ticks(me));
@@ -99,28 +176,15 @@ async fn main() {
     let per_item = |ticks: u64| ticks as f64 / ticks_per_second() * 1e6 / config.items as f64;
     let grid_cpu = per_item(cpu_ticks(grid_pid).saturating_sub(grid_cpu_before));
     let bench_cpu = per_item(cpu_ticks(me).saturating_sub(bench_cpu_before));
-    println!(
-        "grid:     {} items in {:.2} s = {:.1} items/s ({} completed, {} failed, {} workers)",
-        config.items,
-        grid_elapsed.as_secs_f64(),
-        grid_rate,
-        completed,
-        failed,
-        grid_workers
-    );
-    println!("grid:     every batch submitted after {:.2} s", submitted.as_secs_f64());
-    println!("grid:     CPU per item {grid_cpu:.0} µs in grid-server, {bench_cpu:.0} µs in the target and bench");
-    if failed > 0 {
-        server.fail(&format!("bench: {failed} items failed"));
+    if failed > 0 || completed != config.items as u64 {
+        server.fail(&format!("bench: {completed} of {} items completed, {failed} failed", config.items));
     }
     let charges = wait_charged(&server, config.items, deadline).await;
-    println!("grid:     ledger holds {charges} charges, one per item");
     drop(server);
 
     let client = http_client();
     let next = Arc::new(AtomicUsize::new(0));
     let ok = Arc::new(AtomicUsize::new(0));
-    let urls = Arc::new(urls);
     let base_cpu_before = cpu_ticks(me);
     let base_started = Instant::now();
     let mut tasks = Vec::new();
@@ -147,37 +211,17 @@ async fn main() {
     let base_elapsed = base_started.elapsed();
     let base_rate = config.items as f64 / base_elapsed.as_secs_f64();
     let base_cpu = per_item(cpu_ticks(me).saturating_sub(base_cpu_before));
-    println!(
-        "baseline: {} items in {:.2} s = {:.1} items/s ({} ok, reqwest, {} concurrent)",
-        config.items,
-        base_elapsed.as_secs_f64(),
+    Round {
+        grid_seconds: grid_elapsed.as_secs_f64(),
+        submitted_seconds: submitted.as_secs_f64(),
+        grid_rate,
+        grid_cpu,
+        bench_cpu,
+        charges,
+        base_seconds: base_elapsed.as_secs_f64(),
         base_rate,
-        ok.load(Ordering::Relaxed),
-        config.workers
-    );
-    println!("baseline: CPU per item {base_cpu:.0} µs in the target and the loop");
-    println!("ratio grid/baseline: {:.3}", grid_rate / base_rate);
-    println!(
-        "{}",
-        json!({
-            "items": config.items,
-            "workers": config.workers,
-            "gridWorkers": grid_workers,
-            "delayMs": delay_ms,
-            "gridSeconds": grid_elapsed.as_secs_f64(),
-            "gridSubmittedSeconds": submitted.as_secs_f64(),
-            "gridItemsPerSecond": grid_rate,
-            "gridCompleted": completed,
-            "gridFailed": failed,
-            "gridCharges": charges,
-            "gridCpuMicrosPerItem": grid_cpu,
-            "gridBenchCpuMicrosPerItem": bench_cpu,
-            "baselineCpuMicrosPerItem": base_cpu,
-            "baselineSeconds": base_elapsed.as_secs_f64(),
-            "baselineItemsPerSecond": base_rate,
-            "ratio": grid_rate / base_rate,
-        })
-    );
+        base_cpu,
+    }
 }
 
 /// Waits (outside the timed part) until the items' charges are in the
