@@ -455,7 +455,7 @@ fn claim_batch(
     let alike = |(_, a): &(ItemRow, Outcome), (_, b): &(ItemRow, Outcome)| a.item == b.item;
     for run in claimed.chunk_by(alike) {
         let first = &run[0].1;
-        let leases: Vec<(&str, i64)> = run.iter().map(|(row, _)| (row.id.as_str(), row.lease_token)).collect();
+        let leases: Vec<(i64, i64)> = run.iter().map(|(row, _)| (row.seq, row.lease_token)).collect();
         tokens.extend(items::take_lease(tx, &leases, &first.item, node, now)?);
     }
     let rows = claimed
@@ -480,8 +480,7 @@ fn finish(
     after: &mut After,
 ) -> Result<Outcome, ItemError> {
     let outcome = item::apply(&claim.item, end.event(), now, backoff)?;
-    let ids = [claim.id.as_str()];
-    if items::save_ends(tx, &ids, claim.lease_token, &outcome.item, now)? != 1 {
+    if items::save_ends(tx, &[claim.seq], claim.lease_token, &outcome.item, now)? != 1 {
         return Err(ItemError::LeaseLost(claim.id.clone()));
     }
     let mut writes = Writes::default();
@@ -505,11 +504,10 @@ fn finish_all(
 ) -> Result<Vec<Result<Outcome, ItemError>>, ItemError> {
     let mut answers: Vec<Result<Outcome, ItemError>> =
         ends.iter().map(|(claim, end)| Ok(item::apply(&claim.item, end.event(), now, backoff)?)).collect();
-    let ids: Vec<&str> =
-        ends.iter().zip(&answers).filter(|(_, a)| a.is_ok()).map(|((c, _), _)| c.id.as_str()).collect();
-    let held: HashMap<String, i64> = items::active_leases(tx, &ids)?.into_iter().collect();
+    let seqs: Vec<i64> = ends.iter().zip(&answers).filter(|(_, a)| a.is_ok()).map(|((c, _), _)| c.seq).collect();
+    let held: HashMap<i64, i64> = items::active_leases(tx, &seqs)?.into_iter().collect();
     for ((claim, _), answer) in ends.iter().zip(answers.iter_mut()) {
-        if answer.is_ok() && held.get(&claim.id) != Some(&claim.lease_token) {
+        if answer.is_ok() && held.get(&claim.seq) != Some(&claim.lease_token) {
             *answer = Err(ItemError::LeaseLost(claim.id.clone()));
         }
     }
@@ -525,9 +523,9 @@ fn finish_all(
     }
     stored.sort_by_key(|e| (e.0.lease_token, e.2.item.state.as_str(), e.2.item.attempts_made));
     for run in stored.chunk_by(|a, b| key(a) == key(b)) {
-        let ids: Vec<&str> = run.iter().map(|(claim, _, _)| claim.id.as_str()).collect();
+        let seqs: Vec<i64> = run.iter().map(|(claim, _, _)| claim.seq).collect();
         let (token, item) = key(&run[0]);
-        if items::save_ends(tx, &ids, token, item, now)? != ids.len() {
+        if items::save_ends(tx, &seqs, token, item, now)? != seqs.len() {
             // The fences were read in this transaction: a claim cannot have
             // changed since. Fail the step; each end is then stored alone.
             return Err(StoreError::Invalid("an item changed under its end".into()).into());

@@ -45,6 +45,10 @@ pub struct ItemRow {
     pub key_id: Option<String>,
     pub price_micros: i64,
     pub reservation_day: i64,
+    /// The item's row (`items.seq`, SQLite's rowid): the claim and the end
+    /// find it by this, one seek, where the `id` takes two (its index, then
+    /// the row).
+    pub seq: i64,
 }
 
 /// A file written to the artifact store and checked, ready to publish.
@@ -143,7 +147,7 @@ macro_rules! item_columns {
     () => {
         "i.id, i.batch_id, i.account_id, i.url, i.script, i.profile_id, b.params, i.state, i.priority,
          i.attempts_made, i.failed_reason, i.failure_published, i.run_at, i.billable, i.lease_token,
-         i.key_id, i.price_micros, i.reservation_day"
+         i.key_id, i.price_micros, i.reservation_day, i.seq"
     };
 }
 
@@ -179,6 +183,7 @@ fn item_row_owned(mut r: Row) -> StoreResult<ItemRow> {
         key_id: r.take(15)?,
         price_micros: r.get(16)?,
         reservation_day: r.get(17)?,
+        seq: r.get(18)?,
     })
 }
 
@@ -223,18 +228,18 @@ fn machine_values(it: &Item, now: Millis) -> Vec<super::sql::Value> {
 /// claimed alone. A few statements for the whole batch (the ids in chunks),
 /// not one per item: on PostgreSQL each statement is a round trip under
 /// the grid-wide write lock. Answers the new tokens, in order.
-pub fn take_lease(conn: &Conn, claims: &[(&str, i64)], it: &Item, node: &str, now: Millis) -> StoreResult<Vec<i64>> {
+pub fn take_lease(conn: &Conn, claims: &[(i64, i64)], it: &Item, node: &str, now: Millis) -> StoreResult<Vec<i64>> {
     static SQL: OnceLock<[String; 4]> = OnceLock::new();
     for chunk in chunks(claims) {
         let sql = chunk_sql(&SQL, chunk.len(), |n| {
             format!(
-                "UPDATE items SET {MACHINE_COLUMNS}, lease_node = ?8, lease_token = lease_token + 1 WHERE id IN ({})",
+                "UPDATE items SET {MACHINE_COLUMNS}, lease_node = ?8, lease_token = lease_token + 1 WHERE seq IN ({})",
                 placeholders(9, n)
             )
         });
         let mut values = machine_values(it, now);
         values.push(node.to_value());
-        values.extend(chunk.iter().map(|(id, _)| id.to_value()));
+        values.extend(chunk.iter().map(|(seq, _)| seq.to_value()));
         if conn.execute(sql, values)? != chunk.len() {
             return Err(StoreError::Invalid("an item changed under its claim".into()));
         }
@@ -252,31 +257,31 @@ pub fn take_lease(conn: &Conn, claims: &[(&str, i64)], it: &Item, node: &str, no
 /// claim (which raises the token) or a recovery (which ends `active`)
 /// writes an active item, a row that passes the fence is the row its claim
 /// stored.
-pub fn save_ends(conn: &Conn, ids: &[&str], lease_token: i64, it: &Item, now: Millis) -> StoreResult<usize> {
+pub fn save_ends(conn: &Conn, seqs: &[i64], lease_token: i64, it: &Item, now: Millis) -> StoreResult<usize> {
     static SQL: OnceLock<[String; 4]> = OnceLock::new();
     let mut stored = 0;
-    for chunk in chunks(ids) {
+    for chunk in chunks(seqs) {
         let sql = chunk_sql(&SQL, chunk.len(), |n| {
             format!(
-                "UPDATE items SET {MACHINE_COLUMNS} WHERE state = 'active' AND lease_token = ?8 AND id IN ({})",
+                "UPDATE items SET {MACHINE_COLUMNS} WHERE state = 'active' AND lease_token = ?8 AND seq IN ({})",
                 placeholders(9, n)
             )
         });
         let mut values = machine_values(it, now);
         values.push(lease_token.to_value());
-        values.extend(chunk.iter().map(|id| id.to_value()));
+        values.extend(chunk.iter().map(|seq| seq.to_value()));
         stored += conn.execute(sql, values)?;
     }
     Ok(stored)
 }
 
-/// The fencing tokens of those of `ids` that are active, by id.
-pub fn active_leases(conn: &Conn, ids: &[&str]) -> StoreResult<Vec<(String, i64)>> {
+/// The fencing tokens of those of the items (by `seq`) that are active.
+pub fn active_leases(conn: &Conn, seqs: &[i64]) -> StoreResult<Vec<(i64, i64)>> {
     static SQL: OnceLock<[String; 4]> = OnceLock::new();
-    let mut held = Vec::with_capacity(ids.len());
-    for chunk in chunks(ids) {
+    let mut held = Vec::with_capacity(seqs.len());
+    for chunk in chunks(seqs) {
         let sql = chunk_sql(&SQL, chunk.len(), |n| {
-            format!("SELECT id, lease_token FROM items WHERE state = 'active' AND id IN ({})", placeholders(1, n))
+            format!("SELECT seq, lease_token FROM items WHERE state = 'active' AND seq IN ({})", placeholders(1, n))
         });
         held.extend(conn.query_map(sql, chunk, |r| Ok((r.get(0)?, r.get(1)?)))?);
     }
