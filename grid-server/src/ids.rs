@@ -40,14 +40,18 @@ pub fn random_bytes<const N: usize>() -> [u8; N] {
     buf
 }
 
-/// Every file's checksum, twice per fetched item: written through a table
-/// (`hex::encode_to_slice`), where `hex::encode` builds the string a char at
-/// a time.
+/// Every file's checksum, twice per fetched item: written through a table,
+/// where `hex::encode` builds the string a char at a time through an
+/// iterator.
 pub fn sha256_hex(data: &[u8]) -> String {
     use sha2::{Digest, Sha256};
-    let mut out = [0u8; 64];
-    hex::encode_to_slice(Sha256::digest(data), &mut out).expect("64 bytes hold a SHA-256 in hex");
-    String::from_utf8(out.to_vec()).expect("hex digits are ASCII")
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(64);
+    for b in Sha256::digest(data) {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
+    }
+    out
 }
 
 #[cfg(test)]

@@ -584,13 +584,10 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     let peers = Arc::new(peers::Peers::load(store.clone()).await.context("reading the nodes' credential")?);
     let clock: Arc<dyn clock::Clock> = Arc::new(clock::SystemClock);
     let wake = capture::driver::Wake::default();
-    let items = Arc::new(capture::driver::ItemDriver::start(
-        store.clone(),
-        clock.clone(),
-        config.backoff,
-        wake.clone(),
-        &node.name,
-    ));
+    let items = Arc::new(
+        capture::driver::ItemDriver::start(store.clone(), clock.clone(), config.backoff, wake.clone(), &node.name)
+            .context("starting the commit thread")?,
+    );
     let recovered = items.recover().await?;
     if recovered > 0 {
         tracing::warn!(items = recovered, "put items left active by the last run back in the queue");

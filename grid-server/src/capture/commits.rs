@@ -36,17 +36,16 @@ pub struct Commits {
 }
 
 impl Commits {
-    pub fn start(store: Store) -> Commits {
+    /// Fails only if the thread cannot be started (the process is out of
+    /// threads or memory); the server then does not start.
+    pub fn start(store: Store) -> std::io::Result<Commits> {
         let (tx, rx) = mpsc::unbounded_channel();
         // A thread of its own rather than a task handing each group to the
         // blocking pool: the group's transaction is blocking work anyway, and
         // the hop cost two thread wake-ups per group. It ends once every
         // `Commits` is dropped.
-        std::thread::Builder::new()
-            .name("grid-commit".into())
-            .spawn(move || run(store, rx))
-            .expect("the commit thread starts");
-        Commits { tx }
+        std::thread::Builder::new().name("grid-commit".into()).spawn(move || run(store, rx))?;
+        Ok(Commits { tx })
     }
 
     /// Runs `work` in the next group transaction: an `Err` rolls back what

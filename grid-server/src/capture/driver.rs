@@ -93,11 +93,17 @@ const MAX_ENDS: usize = 512;
 impl ItemDriver {
     /// Starts the group commit the driver's transactions travel through,
     /// and the publisher of attempts' ends.
-    pub fn start(store: Store, clock: Arc<dyn Clock>, backoff: Backoff, wake: Wake, node: &str) -> ItemDriver {
-        let commits = Commits::start(store.clone());
+    pub fn start(
+        store: Store,
+        clock: Arc<dyn Clock>,
+        backoff: Backoff,
+        wake: Wake,
+        node: &str,
+    ) -> std::io::Result<ItemDriver> {
+        let commits = Commits::start(store.clone())?;
         let (ends, pending) = mpsc::unbounded_channel();
         tokio::spawn(publish(commits.clone(), clock.clone(), backoff, wake.clone(), pending));
-        ItemDriver { node: node.into(), commits, store, clock, backoff, wake, ends }
+        Ok(ItemDriver { node: node.into(), commits, store, clock, backoff, wake, ends })
     }
 
     /// Claims the next item in queue order (making due delayed items
@@ -587,7 +593,7 @@ mod tests {
         let (dir, store) = store();
         let clock = Arc::new(VirtualClock::at(T));
         let wake = Wake::default();
-        let driver = ItemDriver::start(store.clone(), clock.clone(), B, wake.clone(), "n1");
+        let driver = ItemDriver::start(store.clone(), clock.clone(), B, wake.clone(), "n1").unwrap();
         Grid { _dir: dir, store, clock, wake, driver }
     }
 
@@ -865,7 +871,7 @@ mod tests {
         let c = caller(&g.store, 10_000, None);
         submit(&g.store, &c, 2, None).unwrap();
         let mine = Arc::new(g.driver.claim().await.unwrap().unwrap());
-        let other = ItemDriver::start(g.store.clone(), g.clock.clone(), B, g.wake.clone(), "n2");
+        let other = ItemDriver::start(g.store.clone(), g.clock.clone(), B, g.wake.clone(), "n2").unwrap();
         let theirs = Arc::new(other.claim().await.unwrap().unwrap());
         assert_eq!(g.driver.recover().await.unwrap(), 1);
         assert_eq!(g.item(&mine.id).await.state, ItemState::Waiting);

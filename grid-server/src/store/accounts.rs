@@ -294,11 +294,7 @@ pub(crate) const DAILY_USE: &str =
 
 /// What the key's reservations made on `day` still hold or were charged.
 pub fn daily_use(conn: &Conn, key_id: &str, day: i64) -> StoreResult<DailyUse> {
-    let used = conn.query_row(
-        DAILY_USE,
-        (key_id, day),
-        |r| r.get(0),
-    )?;
+    let used = conn.query_row(DAILY_USE, (key_id, day), |r| r.get(0))?;
     Ok(DailyUse { used_micros: used })
 }
 

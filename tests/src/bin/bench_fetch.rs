@@ -92,14 +92,18 @@ async fn main() {
         all.push(r);
     }
     let med = |f: &dyn Fn(&Round) -> f64| median(all.iter().map(f).collect());
-    let (grid_rate, base_rate, ratio) = (med(&|r| r.grid_rate), med(&|r| r.base_rate), med(&|r| r.grid_rate / r.base_rate));
+    let (grid_rate, base_rate, ratio) =
+        (med(&|r| r.grid_rate), med(&|r| r.base_rate), med(&|r| r.grid_rate / r.base_rate));
     let (grid_cpu, bench_cpu, base_cpu) = (med(&|r| r.grid_cpu), med(&|r| r.bench_cpu), med(&|r| r.base_cpu));
     println!(
         "grid:     {grid_rate:.1} items/s, median of {rounds} ({} completed and charged once each round)",
         config.items
     );
     println!("grid:     CPU per item {grid_cpu:.0} µs in grid-server, {bench_cpu:.0} µs in the target and bench");
-    println!("baseline: {base_rate:.1} items/s (reqwest, {} concurrent), CPU per item {base_cpu:.0} µs", config.workers);
+    println!(
+        "baseline: {base_rate:.1} items/s (reqwest, {} concurrent), CPU per item {base_cpu:.0} µs",
+        config.workers
+    );
     println!("ratio grid/baseline: {ratio:.3} (median of the rounds' ratios)");
     println!(
         "{}",
