@@ -221,11 +221,11 @@ fn machine_values(it: &Item, now: Millis) -> Vec<super::sql::Value> {
     ]
 }
 
-/// Stores claims: for each `(id, token)` of `claims` (`token` the item's
+/// Stores claims: for each `(seq, token)` of `claims` (`token` the item's
 /// fencing token as this transaction read it), the machine state `it` they
 /// all share (as `save_item`) and `node` as the holder under a new token,
 /// one above `token`: each item's own token is raised by one, as when
-/// claimed alone. A few statements for the whole batch (the ids in chunks),
+/// claimed alone. A few statements for the whole batch (the seqs in chunks),
 /// not one per item: on PostgreSQL each statement is a round trip under
 /// the grid-wide write lock. Answers the new tokens, in order.
 pub fn take_lease(conn: &Conn, claims: &[(i64, i64)], it: &Item, node: &str, now: Millis) -> StoreResult<Vec<i64>> {
@@ -248,11 +248,11 @@ pub fn take_lease(conn: &Conn, claims: &[(i64, i64)], it: &Item, node: &str, now
 }
 
 /// Stores how attempts ended, under their claims' fence: for the items
-/// `ids` still active under `lease_token` (the token their claims got), the
+/// `seqs` still active under `lease_token` (the token their claims got), the
 /// machine state `it` they all share. Answers how many were stored; an item
 /// whose claim was taken over (recovered, perhaps claimed again) is not.
 ///
-/// The fence and the write are one statement per chunk of ids, so no other
+/// The fence and the write are one statement per chunk of seqs, so no other
 /// transaction can come between the check and the change; and since only a
 /// claim (which raises the token) or a recovery (which ends `active`)
 /// writes an active item, a row that passes the fence is the row its claim
