@@ -84,6 +84,14 @@ pub fn account(conn: &Conn, account_id: &str) -> StoreResult<AccountView> {
 /// One page of an account's ledger, newest first: entries with an id below
 /// `before` (all when `None`), of `kind` when given. Answers the entries and,
 /// when more remain, the id to continue before.
+/// A page of an account's ledger, newest first, read through `ledger_pages`
+/// (account, id): as many entries as the page holds, however long the
+/// ledger (schema step 14). A page of one kind skips the other kinds' entries
+/// on its way.
+pub(crate) const LEDGER_PAGE: &str = "SELECT id, kind, amount, subject, key_id, created_at FROM ledger
+     WHERE account_id = ?1 AND id < ?2 AND (CAST(?3 AS TEXT) IS NULL OR kind = ?3)
+     ORDER BY id DESC LIMIT ?4";
+
 pub fn ledger_page(
     conn: &Conn,
     account_id: &str,
@@ -92,9 +100,7 @@ pub fn ledger_page(
     limit: usize,
 ) -> StoreResult<(Vec<grid_core::wire::account::LedgerLine>, Option<i64>)> {
     let rows = conn.query_map(
-        "SELECT id, kind, amount, subject, key_id, created_at FROM ledger
-         WHERE account_id = ?1 AND id < ?2 AND (CAST(?3 AS TEXT) IS NULL OR kind = ?3)
-         ORDER BY id DESC LIMIT ?4",
+        LEDGER_PAGE,
         crate::params![account_id, before.unwrap_or(i64::MAX), kind.map(EntryKind::as_str), limit as i64 + 1],
         |r| {
             Ok((
@@ -271,12 +277,12 @@ pub fn unlink_identity(conn: &Conn, issuer: &str, subject: &str) -> StoreResult<
     Ok(())
 }
 
+/// The account's sums per kind of entry, as `append_all` keeps them: a few
+/// rows, however long the account's ledger.
+pub(crate) const BALANCE: &str = "SELECT kind, amount FROM balances WHERE account_id = ?1";
+
 pub fn balance(conn: &Conn, account_id: &str) -> StoreResult<Balance> {
-    let rows = conn.query_map(
-        "SELECT kind, CAST(COALESCE(SUM(amount), 0) AS BIGINT) FROM ledger WHERE account_id = ?1 GROUP BY kind",
-        [account_id],
-        |r| Ok((r.get::<String>(0)?, r.get::<i64>(1)?)),
-    )?;
+    let rows = conn.query_map(BALANCE, [account_id], |r| Ok((r.get::<String>(0)?, r.get::<i64>(1)?)))?;
     let mut entries = vec![];
     for (kind, sum) in rows {
         let kind = EntryKind::parse(&kind).ok_or_else(|| StoreError::Invalid(format!("ledger kind {kind}")))?;
@@ -362,7 +368,9 @@ pub fn append(conn: &Conn, e: &Entry, now: Millis) -> StoreResult<()> {
 }
 
 /// Appends ledger entries in one statement, as `append` does each (the
-/// settlement pass writes many at once).
+/// settlement pass writes many at once), and adds them to their accounts'
+/// `balances` in the same transaction: one row per account and kind, not
+/// one per entry.
 pub fn append_all(conn: &Conn, entries: &[Entry], now: Millis) -> StoreResult<()> {
     static SQL: OnceLock<[String; 4]> = OnceLock::new();
     for chunk in chunks(entries) {
@@ -385,7 +393,51 @@ pub fn append_all(conn: &Conn, entries: &[Entry], now: Millis) -> StoreResult<()
                 now.0
             ]);
         }
-        conn.execute(sql, values)?;
+        let written = conn.execute(sql, values)?;
+        if written == chunk.len() {
+            add_to_balances(conn, chunk)?;
+        } else {
+            // A settlement already in the ledger was not written again; which
+            // one the statement does not say, so the accounts' sums are taken
+            // again from their ledgers (rare: an end or a pass stored twice).
+            let mut accounts: Vec<&str> = chunk.iter().map(|e| e.account_id).collect();
+            accounts.sort_unstable();
+            accounts.dedup();
+            for account_id in accounts {
+                recount_balance(conn, account_id)?;
+            }
+        }
     }
+    Ok(())
+}
+
+/// Adds entries, all written, to their accounts' sums: one statement per
+/// account and kind among them.
+fn add_to_balances(conn: &Conn, entries: &[Entry]) -> StoreResult<()> {
+    let mut sums: Vec<(&str, EntryKind, i64)> = Vec::new();
+    for e in entries {
+        match sums.iter_mut().find(|(a, k, _)| *a == e.account_id && *k == e.kind) {
+            Some((_, _, sum)) => *sum += e.amount,
+            None => sums.push((e.account_id, e.kind, e.amount)),
+        }
+    }
+    for (account_id, kind, amount) in sums {
+        conn.execute(
+            "INSERT INTO balances (account_id, kind, amount) VALUES (?1, ?2, ?3)
+             ON CONFLICT (account_id, kind) DO UPDATE SET amount = balances.amount + excluded.amount",
+            crate::params![account_id, kind.as_str(), amount],
+        )?;
+    }
+    Ok(())
+}
+
+/// Sets an account's sums from its ledger.
+fn recount_balance(conn: &Conn, account_id: &str) -> StoreResult<()> {
+    conn.execute("DELETE FROM balances WHERE account_id = ?1", [account_id])?;
+    conn.execute(
+        "INSERT INTO balances (account_id, kind, amount)
+         SELECT account_id, kind, CAST(SUM(amount) AS BIGINT) FROM ledger WHERE account_id = ?1 GROUP BY account_id, kind",
+        [account_id],
+    )?;
     Ok(())
 }

@@ -645,7 +645,7 @@ pub(crate) mod tests {
     /// bench/fetch_throughput.sh, 3,900/s with the seek). Nor may the
     /// queue's figures (GET /grid, metrics) read the whole table.
     #[test]
-    fn claiming_counting_and_daily_use_read_the_partial_indexes_instead_of_the_table() {
+    fn claims_counts_and_account_reads_use_their_indexes_instead_of_the_table() {
         let (_dir, store) = store();
         let plan = |sql: String| -> Vec<String> {
             store.read_blocking(|c| c.query_map(&format!("EXPLAIN QUERY PLAN {sql}"), (), |r| r.get(3))).unwrap()
@@ -660,9 +660,21 @@ pub(crate) mod tests {
         // find their rows by rowid, not through the index on `id`.
         assert_eq!(head.iter().filter(|l| l.contains("TEMP B-TREE")).count(), 1, "{head:?}");
         assert!(head.iter().any(|l| l.starts_with("SEARCH i USING INTEGER PRIMARY KEY")), "{head:?}");
-        // A key's daily use reads the index that holds no charges.
+        // A key's daily use reads the index that holds no charges; a ledger
+        // page reads the account's entries newest first, with no sort; a
+        // balance reads the account's sums, never the ledger.
         let daily = plan(crate::store::accounts::DAILY_USE.replace("?1", "'k'").replace("?2", "1"));
         assert!(daily.iter().all(|l| l.contains("ledger_by_key_day")), "{daily:?}");
+        let page = plan(
+            crate::store::accounts::LEDGER_PAGE
+                .replace("?1", "'a'")
+                .replace("?2", "99")
+                .replace("?3", "NULL")
+                .replace("?4", "21"),
+        );
+        assert_eq!(page, vec!["SEARCH ledger USING INDEX ledger_pages (account_id=? AND id<?)".to_string()]);
+        let balance = plan(crate::store::accounts::BALANCE.replace("?1", "'a'"));
+        assert!(balance.iter().all(|l| l.contains("balances") && !l.contains("ledger")), "{balance:?}");
         let counts = plan("SELECT COUNT(*) FROM items WHERE state = 'active'".into());
         assert!(counts.iter().all(|l| l.contains("items_active")), "{counts:?}");
         let due = plan("SELECT id FROM items WHERE state = 'delayed' AND run_at <= 5".into());
@@ -676,6 +688,48 @@ pub(crate) mod tests {
     pub(crate) fn balance(store: &Store, c: &Caller) -> grid_core::ledger::Balance {
         let id = c.account_id.clone();
         store.read_blocking(move |conn| accounts::balance(conn, &id)).unwrap()
+    }
+
+    /// The balances `append_all` keeps are the ledger's sums per account and
+    /// kind: entries of several accounts and kinds in one statement, and a
+    /// settlement written twice (ignored by the ledger, so not added twice).
+    #[test]
+    fn balances_are_the_ledgers_sums_even_when_a_settlement_is_written_twice() {
+        let (_d, s) = store();
+        let (a, b) = (caller(&s, 10_000, None), caller(&s, 5_000, None));
+        let (ka, kb) = (a.key_id.as_deref(), b.key_id.as_deref());
+        fn entry<'a>(
+            account_id: &'a str,
+            key_id: Option<&'a str>,
+            kind: EntryKind,
+            amount: i64,
+            subject: &'a str,
+        ) -> accounts::Entry<'a> {
+            accounts::Entry { account_id, key_id, kind, amount, subject: Some(subject), reservation_day: Some(1) }
+        }
+        let (ida, idb) = (a.account_id.as_str(), b.account_id.as_str());
+        let first = [
+            entry(ida, ka, EntryKind::Reserve, 300, "bt_a"),
+            entry(idb, kb, EntryKind::Reserve, 200, "bt_b"),
+            entry(ida, ka, EntryKind::Charge, 120, "it_1"),
+            entry(ida, ka, EntryKind::Charge, 120, "it_2"),
+            entry(idb, kb, EntryKind::Release, 200, "it_3"),
+        ];
+        s.write_blocking(|tx| accounts::append_all(tx, &first, T)).unwrap();
+        // it_2's charge again, beside a new release: the charge is not written twice.
+        let again = [entry(ida, ka, EntryKind::Charge, 120, "it_2"), entry(ida, ka, EntryKind::Release, 60, "it_4")];
+        s.write_blocking(|tx| accounts::append_all(tx, &again, T)).unwrap();
+        let sums = |table: &str| -> Vec<(String, String, i64)> {
+            let sql = match table {
+                "ledger" => "SELECT account_id, kind, CAST(SUM(amount) AS BIGINT) FROM ledger GROUP BY account_id, kind ORDER BY 1, 2",
+                _ => "SELECT account_id, kind, amount FROM balances ORDER BY 1, 2",
+            };
+            s.read_blocking(|c| c.query_map(sql, (), |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))).unwrap()
+        };
+        assert_eq!(sums("balances"), sums("ledger"));
+        // 10,000 credited, 240 charged, 300 reserved less 60 released, 120 of it charged.
+        assert_eq!((balance(&s, &a).credit_micros, balance(&s, &a).reserved_micros), (10_000 - 240, 300 - 60 - 240));
+        assert_eq!((balance(&s, &b).credit_micros, balance(&s, &b).reserved_micros), (5_000, 0));
     }
 
     #[test]

@@ -33,6 +33,6 @@ pub fn snapshot(conn: &Conn) -> StoreResult<Snapshot> {
     let live = pairs(&format!("SELECT {status}, COUNT(*) FROM sessions WHERE live = 1 GROUP BY 1"))?;
     let count = |status: &str| live.iter().find(|(s, _)| s == status).map_or(0, |(_, n)| *n);
     let sessions = vec![("pending", count("pending")), ("running", count("running"))];
-    let ledger = pairs("SELECT kind, CAST(COALESCE(SUM(amount), 0) AS BIGINT) FROM ledger GROUP BY kind")?;
+    let ledger = pairs("SELECT kind, CAST(COALESCE(SUM(amount), 0) AS BIGINT) FROM balances GROUP BY kind")?;
     Ok(Snapshot { queue, jobs, sessions, ledger })
 }

@@ -211,7 +211,7 @@ fn connect(path: &Path, busy_timeout: Duration) -> StoreResult<Connection> {
 
 /// Each step runs once, in order; a released step is never edited. The
 /// database's `user_version` is the number of steps applied.
-const STEPS: [&str; 13] = [
+const STEPS: [&str; 14] = [
     include_str!("schema.sql"),
     include_str!("schema_v2_jobs.sql"),
     include_str!("schema_v3_identities.sql"),
@@ -225,6 +225,7 @@ const STEPS: [&str; 13] = [
     include_str!("schema_v11_placement.sql"),
     include_str!("schema_v12_queue_indexes.sql"),
     include_str!("schema_v13_daily_use_index.sql"),
+    include_str!("schema_v14_balances.sql"),
 ];
 
 fn migrate(conn: &Connection) -> StoreResult<()> {
