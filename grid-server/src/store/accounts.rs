@@ -81,9 +81,6 @@ pub fn account(conn: &Conn, account_id: &str) -> StoreResult<AccountView> {
     })
 }
 
-/// One page of an account's ledger, newest first: entries with an id below
-/// `before` (all when `None`), of `kind` when given. Answers the entries and,
-/// when more remain, the id to continue before.
 /// A page of an account's ledger, newest first, read through `ledger_pages`
 /// (account, id): as many entries as the page holds, however long the
 /// ledger (schema step 14). A page of one kind skips the other kinds' entries
@@ -92,6 +89,9 @@ pub(crate) const LEDGER_PAGE: &str = "SELECT id, kind, amount, subject, key_id, 
      WHERE account_id = ?1 AND id < ?2 AND (CAST(?3 AS TEXT) IS NULL OR kind = ?3)
      ORDER BY id DESC LIMIT ?4";
 
+/// One page of an account's ledger, newest first: entries with an id below
+/// `before` (all when `None`), of `kind` when given. Answers the entries and,
+/// when more remain, the id to continue before.
 pub fn ledger_page(
     conn: &Conn,
     account_id: &str,

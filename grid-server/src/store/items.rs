@@ -719,15 +719,15 @@ pub(crate) mod tests {
         // it_2's charge again, beside a new release: the charge is not written twice.
         let again = [entry(ida, ka, EntryKind::Charge, 120, "it_2"), entry(ida, ka, EntryKind::Release, 60, "it_4")];
         s.write_blocking(|tx| accounts::append_all(tx, &again, T)).unwrap();
-        let sums = |table: &str| -> Vec<(String, String, i64)> {
-            let sql = match table {
-                "ledger" => "SELECT account_id, kind, CAST(SUM(amount) AS BIGINT) FROM ledger GROUP BY account_id, kind ORDER BY 1, 2",
-                _ => "SELECT account_id, kind, amount FROM balances ORDER BY 1, 2",
-            };
+        let sums = |sql: &str| -> Vec<(String, String, i64)> {
             s.read_blocking(|c| c.query_map(sql, (), |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))).unwrap()
         };
-        assert_eq!(sums("balances"), sums("ledger"));
-        // 10,000 credited, 240 charged, 300 reserved less 60 released, 120 of it charged.
+        assert_eq!(
+            sums("SELECT account_id, kind, amount FROM balances ORDER BY 1, 2"),
+            sums("SELECT account_id, kind, CAST(SUM(amount) AS BIGINT) FROM ledger GROUP BY account_id, kind ORDER BY 1, 2")
+        );
+        // a: 10,000 credited, 240 charged; 300 reserved, less the 240 charged
+        // and 60 released. b: 200 reserved and released.
         assert_eq!((balance(&s, &a).credit_micros, balance(&s, &a).reserved_micros), (10_000 - 240, 300 - 60 - 240));
         assert_eq!((balance(&s, &b).credit_micros, balance(&s, &b).reserved_micros), (5_000, 0));
     }
