@@ -10,6 +10,7 @@
 //! write on a blocking thread, in one transaction).
 
 pub mod accounts;
+mod checkpoints;
 pub mod idempotency;
 pub mod items;
 pub mod jobs;

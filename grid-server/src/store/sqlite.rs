@@ -4,12 +4,13 @@
 //! pool of readers; every call runs on the caller's (blocking) thread.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 
+use super::checkpoints::{self, Checkpointer, Thresholds};
 use super::sql::{Conn, Dialect, Row, Sql, Value};
 use super::{StoreError, StoreResult};
 
@@ -24,7 +25,9 @@ pub const READERS: usize = 4;
 
 pub struct Sqlite {
     path: PathBuf,
-    writer: Mutex<Connection>,
+    writer: Arc<Mutex<Connection>>,
+    /// Copies the WAL into the database file beside the writer.
+    checkpoints: Checkpointer,
     readers: Mutex<Vec<Connection>>,
     busy_timeout: Duration,
 }
@@ -32,13 +35,21 @@ pub struct Sqlite {
 impl Sqlite {
     /// Opens (creating if needed) the database in `data_dir`, applying the schema.
     pub fn open(data_dir: &Path, busy_timeout: Duration) -> StoreResult<Sqlite> {
+        Sqlite::open_with(data_dir, busy_timeout, Thresholds::DEFAULT)
+    }
+
+    /// `open`, with checkpoints at other sizes of the WAL (tests).
+    pub(super) fn open_with(data_dir: &Path, busy_timeout: Duration, at: Thresholds) -> StoreResult<Sqlite> {
         let path = data_dir.join(DB_FILE);
         owner_only(data_dir, &path).map_err(|e| {
             StoreError::Invalid(format!("cannot make data dir {} private to its owner: {e}", data_dir.display()))
         })?;
         let writer = connect(&path, busy_timeout)?;
         migrate(&writer)?;
-        Ok(Sqlite { path, writer: Mutex::new(writer), readers: Mutex::new(vec![]), busy_timeout })
+        checkpoints::hook(&writer);
+        let writer = Arc::new(Mutex::new(writer));
+        let checkpoints = Checkpointer::start(&path, busy_timeout, at)?;
+        Ok(Sqlite { path, writer, checkpoints, readers: Mutex::new(vec![]), busy_timeout })
     }
 
     /// Runs `f` in one write transaction; commits only when it returns `Ok`.
@@ -51,6 +62,10 @@ impl Sqlite {
         // Dropping an uncommitted transaction rolls it back.
         let r = f(&*tx)?;
         tx.commit().map_err(|e| E::from(e.into()))?;
+        let frames = checkpoints::frames_of_last_commit();
+        if frames > 0 {
+            self.checkpoints.committed(&conn, frames);
+        }
         Ok(r)
     }
 
@@ -188,7 +203,7 @@ fn owner_only(data_dir: &Path, db: &Path) -> std::io::Result<()> {
 /// than the store's distinct statements).
 const STATEMENT_CACHE: usize = 256;
 
-fn connect(path: &Path, busy_timeout: Duration) -> StoreResult<Connection> {
+pub(super) fn connect(path: &Path, busy_timeout: Duration) -> StoreResult<Connection> {
     let conn = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
