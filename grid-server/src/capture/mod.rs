@@ -7,8 +7,8 @@
 //! up to that ceiling, and a worker ends with its attempt, so an idle node
 //! runs none. To keep fast items from waiting on the next claim's
 //! transaction, the dispatcher claims items ahead of its free workers:
-//! about as many as its workers finish while one claim is in flight, at
-//! most `AHEAD_MAX` (slow items, which need none, get next to none). Browser items are claimed only while the browser pool
+//! about twice as many as its workers finish while one of the recent
+//! slower claims is in flight, at most `AHEAD_MAX` (slow items, which need none, get next to none). Browser items are claimed only while the browser pool
 //! has a free page for them.
 //!
 //! **Invariant:** a worker changes an item only through the item driver
@@ -173,7 +173,7 @@ async fn dispatch(app: Arc<App>, fetcher: Arc<Fetcher>, mut shutdown: watch::Rec
         tokio::select! {
             (want, took, rows) = in_flight(&mut claiming) => {
                 claiming = None;
-                claim_micros = moving_average(claim_micros, took);
+                claim_micros = recent_peak(claim_micros, took);
                 match rows {
                     Ok(rows) => {
                         drained = rows.len() < want && !std::mem::take(&mut woken_while_claiming);
@@ -221,6 +221,21 @@ fn moving_average(old: u64, sample: Duration) -> u64 {
     }
 }
 
+/// Claims' recent duration in microseconds for `ahead`: a longer claim
+/// counts at once, shorter ones bring it down by an eighth each. A claim
+/// now and then takes several times the usual (it waits behind a
+/// submission's transaction, or the writer's share of a checkpoint);
+/// sized on the average, the items claimed ahead ran out during such a
+/// claim and every worker waited for it.
+fn recent_peak(old: u64, sample: Duration) -> u64 {
+    let micros = sample.as_micros().min(u128::from(u32::MAX)) as u64;
+    if micros >= old {
+        micros
+    } else {
+        (old * 7 + micros) / 8
+    }
+}
+
 /// The claim in flight, or never.
 async fn in_flight(claiming: &mut Option<Claiming>) -> (usize, Duration, Result<Vec<ItemRow>, ItemError>) {
     match claiming {
@@ -230,9 +245,9 @@ async fn in_flight(claiming: &mut Option<Claiming>) -> (usize, Duration, Result<
 }
 
 /// Items to claim beyond the free workers: twice as many as the workers
-/// finish while one claim is in flight (so none waits for the next claim
-/// when one takes longer than the last), at most `AHEAD_MAX`. None until
-/// attempts were timed.
+/// finish while one claim is in flight (`claim_micros`, the recent slower
+/// claims' duration: so none waits for the next claim when one takes longer
+/// than the last), at most `AHEAD_MAX`. None until attempts were timed.
 fn ahead(max: usize, claim_micros: u64, attempt_micros: u64) -> usize {
     if attempt_micros == 0 {
         return 0;
@@ -339,6 +354,21 @@ mod tests {
     fn an_items_task_stays_small() {
         let size = future_size(run_item);
         assert!(size <= 2048, "run_item's future is {size} bytes");
+    }
+
+    #[test]
+    fn a_slow_claim_counts_at_once_and_fades_over_the_next_ones() {
+        let ms = Duration::from_millis;
+        let mut peak = recent_peak(0, ms(1));
+        assert_eq!(peak, 1_000);
+        peak = recent_peak(peak, ms(6));
+        assert_eq!(peak, 6_000);
+        peak = recent_peak(peak, ms(1));
+        assert_eq!(peak, (6_000 * 7 + 1_000) / 8);
+        for _ in 0..60 {
+            peak = recent_peak(peak, ms(1));
+        }
+        assert!(peak < 1_010, "{peak}");
     }
 
     #[test]
