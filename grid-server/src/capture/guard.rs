@@ -2,10 +2,13 @@
 //! after DNS resolution (so a public name pointing at 127.0.0.1 is refused)
 //! and again on every redirect. `--allow-private-networks` lifts it.
 
+use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use grid_core::netaddr::is_public;
-use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+use hyper_util::client::legacy::connect::dns::Name;
 use url::Url;
 
 /// The error a refused destination surfaces as, found again by walking the
@@ -14,22 +17,42 @@ use url::Url;
 #[error("destination refused: {0} is not a public address (the grid does not fetch from private networks)")]
 pub struct DestinationRefused(pub String);
 
-/// A resolver that drops non-public addresses and fails when none is left.
-pub struct PublicOnlyResolver;
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-impl Resolve for PublicOnlyResolver {
-    fn resolve(&self, name: Name) -> Resolving {
-        let host = name.as_str().to_string();
-        Box::pin(async move {
-            let all: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            let public: Vec<SocketAddr> = all.iter().copied().filter(|a| is_public(a.ip())).collect();
-            if public.is_empty() && !all.is_empty() {
-                let shown = all.iter().map(|a| a.ip().to_string()).collect::<Vec<_>>().join(", ");
-                return Err(Box::new(DestinationRefused(format!("{host} ({shown})"))) as _);
-            }
-            Ok(Box::new(public.into_iter()) as Addrs)
-        })
+/// The fetch client's resolver: the system's, dropping non-public
+/// addresses (and failing when none is left) unless private networks are
+/// allowed. Literal IP hosts never reach it (`check_literal_host`).
+#[derive(Debug, Clone, Copy)]
+pub struct Resolver {
+    pub public_only: bool,
+}
+
+impl tower_service::Service<Name> for Resolver {
+    type Response = std::vec::IntoIter<SocketAddr>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
     }
+
+    fn call(&mut self, name: Name) -> Self::Future {
+        let (host, public_only) = (name.as_str().to_string(), self.public_only);
+        Box::pin(async move { resolve(&host, public_only).await.map(Vec::into_iter) })
+    }
+}
+
+async fn resolve(host: &str, public_only: bool) -> Result<Vec<SocketAddr>, BoxError> {
+    let all: Vec<SocketAddr> = tokio::net::lookup_host((host, 0)).await?.collect();
+    if !public_only {
+        return Ok(all);
+    }
+    let public: Vec<SocketAddr> = all.iter().copied().filter(|a| is_public(a.ip())).collect();
+    if public.is_empty() && !all.is_empty() {
+        let shown = all.iter().map(|a| a.ip().to_string()).collect::<Vec<_>>().join(", ");
+        return Err(Box::new(DestinationRefused(format!("{host} ({shown})"))));
+    }
+    Ok(public)
 }
 
 /// Refuses a URL whose host is a literal non-public IP (such hosts never
@@ -73,7 +96,8 @@ mod tests {
 
     #[tokio::test]
     async fn resolver_refuses_names_that_resolve_to_loopback() {
-        let err = PublicOnlyResolver.resolve("localhost".parse().unwrap()).await.err().expect("refused");
+        let err = resolve("localhost", true).await.expect_err("refused");
         assert!(refused_in(err.as_ref()).is_some(), "{err}");
+        assert!(!resolve("localhost", false).await.unwrap().is_empty());
     }
 }

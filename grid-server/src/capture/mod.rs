@@ -119,7 +119,7 @@ impl Drop for Slot {
 
 /// Starts the dispatcher. The returned set ends once the pool stopped after
 /// `shutdown` and its running attempts ended; aborting it cuts them short.
-pub fn spawn_workers(app: Arc<App>, shutdown: watch::Receiver<bool>) -> Result<JoinSet<()>, reqwest::Error> {
+pub fn spawn_workers(app: Arc<App>, shutdown: watch::Receiver<bool>) -> Result<JoinSet<()>, rustls::Error> {
     let fetcher = Arc::new(Fetcher::new(app.config.allow_private_networks, app.config.max_workers)?);
     let mut set = JoinSet::new();
     set.spawn(dispatch(app, fetcher, shutdown));
