@@ -9,9 +9,9 @@ use bytes::Bytes;
 use grid_core::catalog::ArtifactKind;
 use grid_core::item::Failure;
 use grid_core::validate::params;
+use http::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, LOCATION, USER_AGENT as USER_AGENT_HEADER};
+use http::StatusCode;
 use http_body_util::{BodyExt, Empty};
-use hyper::header::{HeaderValue, ACCEPT, CONTENT_TYPE, LOCATION, USER_AGENT as USER_AGENT_HEADER};
-use hyper::StatusCode;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -114,12 +114,16 @@ impl Fetcher {
     async fn exchange(&self, mut url: Url) -> Result<Exchange, Failure> {
         let mut redirects = 0;
         let resp = loop {
-            let uri: hyper::Uri = url.as_str().parse().map_err(|e| Failure::Terminal(format!("url: {e}")))?;
-            let mut request = hyper::Request::new(Empty::new());
+            let credentials = take_credentials(&mut url);
+            let uri: http::Uri = url.as_str().parse().map_err(|e| Failure::Terminal(format!("url: {e}")))?;
+            let mut request = http::Request::new(Empty::new());
             *request.uri_mut() = uri;
             let headers = request.headers_mut();
             headers.insert(USER_AGENT_HEADER, self.user_agent.clone());
             headers.insert(ACCEPT, HeaderValue::from_static("*/*"));
+            if let Some(credentials) = credentials {
+                headers.insert(AUTHORIZATION, credentials);
+            }
             let resp = self.client.request(request).await.map_err(classify)?;
             let Some(next) = redirect_to(resp.status(), resp.headers().get(LOCATION), &url) else { break resp };
             if redirects == MAX_REDIRECTS {
@@ -153,6 +157,25 @@ impl Fetcher {
     }
 }
 
+/// Takes a URL's credentials (`http://user:pass@host/`) out of it, as the
+/// `Authorization: Basic` header they stand for (what browsers and curl
+/// send): they never reach the request line or the published `finalUrl`.
+fn take_credentials(url: &mut Url) -> Option<HeaderValue> {
+    use base64::Engine;
+    if url.username().is_empty() && url.password().is_none() {
+        return None;
+    }
+    let decode = |s: &str| percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned();
+    let pair = format!("{}:{}", decode(url.username()), url.password().map(decode).unwrap_or_default());
+    // Only a URL that cannot have credentials refuses these (not http(s)).
+    let _ = url.set_username("");
+    let _ = url.set_password(None);
+    let mut value =
+        HeaderValue::from_str(&format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(pair))).ok()?;
+    value.set_sensitive(true);
+    Some(value)
+}
+
 /// Where an answer redirects to: the statuses browsers follow (301, 302,
 /// 303, 307, 308) with a `Location` that resolves against `from` to an
 /// http or https URL. Any other answer, a redirect without a usable
@@ -168,7 +191,7 @@ struct Exchange {
     status: u16,
     final_url: Url,
     content_type: String,
-    headers: hyper::HeaderMap,
+    headers: http::HeaderMap,
     body: Vec<u8>,
 }
 
@@ -216,6 +239,20 @@ fn source_chain(e: &(dyn std::error::Error + 'static)) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn credentials_in_a_url_become_a_basic_authorization() {
+        let mut url = Url::parse("http://us%20er:p%40ss@t.test:8080/a?b").unwrap();
+        let header = take_credentials(&mut url).unwrap();
+        // base64("us er:p@ss")
+        assert_eq!(header.to_str().unwrap(), "Basic dXMgZXI6cEBzcw==");
+        assert!(header.is_sensitive());
+        assert_eq!(url.as_str(), "http://t.test:8080/a?b");
+        let mut bare = Url::parse("http://t.test/").unwrap();
+        assert!(take_credentials(&mut bare).is_none());
+        let mut user_only = Url::parse("http://u@t.test/").unwrap();
+        assert_eq!(take_credentials(&mut user_only).unwrap().to_str().unwrap(), "Basic dTo=");
+    }
 
     #[test]
     fn redirects_followed_are_the_ones_browsers_follow_to_http_urls() {
