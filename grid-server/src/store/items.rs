@@ -93,26 +93,40 @@ pub fn submit_batch(
         ],
     )?;
     let state = ItemState::queued(sub.priority);
-    for (id, url) in ordered_ids(ids::ITEM, sub.urls.len()).iter().zip(&sub.urls) {
-        tx.execute(
-            "INSERT INTO items (id, batch_id, account_id, key_id, url, script, profile_id, priority, price_micros,
-                                reservation_day, state, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-            params![
-                id,
-                batch_id,
-                caller.account_id,
-                caller.key_id,
-                url,
-                sub.script.as_str(),
-                sub.profile.as_str(),
-                sub.priority,
-                price,
-                now.utc_day(),
-                state.as_str(),
-                now.0
-            ],
-        )?;
+    let ids = ordered_ids(ids::ITEM, sub.urls.len());
+    let rows: Vec<(&String, &String)> = ids.iter().zip(&sub.urls).collect();
+    static SQL: OnceLock<[String; 4]> = OnceLock::new();
+    // Many rows per statement, in the batch's order (their `seq` is the
+    // queue's order); what every row shares is bound once, as ?1 to ?10.
+    for chunk in chunks(&rows) {
+        let sql = chunk_sql(&SQL, chunk.len(), |n| {
+            let rows = (0..n)
+                .map(|i| format!("(?{}, ?{}, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)", 11 + 2 * i, 12 + 2 * i))
+                .collect::<Vec<_>>()
+                .join(", ");
+            format!(
+                "INSERT INTO items (id, url, batch_id, account_id, key_id, script, profile_id, priority, price_micros,
+                                    reservation_day, state, updated_at)
+                 VALUES {rows}"
+            )
+        });
+        let mut values = params![
+            batch_id,
+            caller.account_id,
+            caller.key_id,
+            sub.script.as_str(),
+            sub.profile.as_str(),
+            sub.priority,
+            price,
+            now.utc_day(),
+            state.as_str(),
+            now.0
+        ];
+        values.reserve(2 * chunk.len());
+        for (id, url) in chunk {
+            values.extend(params![id, url]);
+        }
+        tx.execute(sql, values)?;
     }
     Ok(BatchCreated { batch_id, job_count: sub.urls.len() as u32 })
 }
