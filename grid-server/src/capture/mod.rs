@@ -8,8 +8,9 @@
 //! runs none. To keep fast items from waiting on the next claim's
 //! transaction, the dispatcher claims items ahead of its free workers:
 //! about twice as many as its workers finish while one of the recent
-//! slower claims is in flight, at most `AHEAD_MAX` (slow items, which need none, get next to none). Browser items are claimed only while the browser pool
-//! has a free page for them.
+//! slower claims is in flight, at most `AHEAD_MAX` (slow items, which need
+//! none, get next to none). Browser items are claimed only while the
+//! browser pool has a free page for them.
 //!
 //! **Invariant:** a worker changes an item only through the item driver
 //! (`driver.rs`), which publishes files in the same transaction as the state

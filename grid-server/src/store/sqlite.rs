@@ -4,7 +4,7 @@
 //! pool of readers; every call runs on the caller's (blocking) thread.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use rusqlite::types::{ToSqlOutput, ValueRef};
@@ -25,7 +25,7 @@ pub const READERS: usize = 4;
 
 pub struct Sqlite {
     path: PathBuf,
-    writer: Arc<Mutex<Connection>>,
+    writer: Mutex<Connection>,
     /// Copies the WAL into the database file beside the writer.
     checkpoints: Checkpointer,
     readers: Mutex<Vec<Connection>>,
@@ -47,7 +47,7 @@ impl Sqlite {
         let writer = connect(&path, busy_timeout)?;
         migrate(&writer)?;
         checkpoints::hook(&writer);
-        let writer = Arc::new(Mutex::new(writer));
+        let writer = Mutex::new(writer);
         let checkpoints = Checkpointer::start(&path, busy_timeout, at)?;
         Ok(Sqlite { path, writer, checkpoints, readers: Mutex::new(vec![]), busy_timeout })
     }
