@@ -90,14 +90,16 @@ pub struct Store {
 }
 
 enum Backend {
-    Sqlite(sqlite::Sqlite),
+    // Boxed: its connections and the checkpoint thread's handle make it
+    // several times the size of the PostgreSQL pool's handle.
+    Sqlite(Box<sqlite::Sqlite>),
     Postgres(postgres::Postgres),
 }
 
 impl Store {
     /// Opens (creating if needed) the SQLite store in `data_dir`, applying the schema.
     pub fn open(data_dir: &Path, busy_timeout: Duration) -> StoreResult<Store> {
-        Ok(Store::new(Backend::Sqlite(sqlite::Sqlite::open(data_dir, busy_timeout)?), sqlite::READERS))
+        Ok(Store::new(Backend::Sqlite(Box::new(sqlite::Sqlite::open(data_dir, busy_timeout)?)), sqlite::READERS))
     }
 
     /// Connects to the PostgreSQL store at `url`, creating or migrating its
