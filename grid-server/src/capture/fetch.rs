@@ -39,7 +39,6 @@ type Connector = hyper_rustls::HttpsConnector<HttpConnector<Resolver>>;
 pub struct Fetcher {
     client: Client<Connector, Empty<Bytes>>,
     allow_private: bool,
-    user_agent: HeaderValue,
 }
 
 impl Fetcher {
@@ -70,7 +69,7 @@ impl Fetcher {
             .pool_max_idle_per_host(max_workers.max(1))
             .pool_idle_timeout(Duration::from_secs(90))
             .build(connector);
-        Ok(Fetcher { client, allow_private, user_agent: HeaderValue::from_static(USER_AGENT) })
+        Ok(Fetcher { client, allow_private })
     }
 
     pub async fn run(&self, row: &ItemRow) -> Result<Vec<FileContent>, Failure> {
@@ -88,14 +87,13 @@ impl Fetcher {
         if x.status >= 500 || x.status == 429 {
             return Err(Failure::Transient(format!("target answered HTTP {}", x.status)));
         }
-        let final_url = x.final_url.as_str();
         let meta = Meta {
             attempt: row.item.attempts_made + 1,
             byte_length: x.body.len(),
             content_type: &x.content_type,
             duration_ms: started.elapsed().as_millis() as u64,
             fetched_at: fetched_at.to_iso(),
-            final_url,
+            final_url: x.final_url.as_str(),
             // One value per name, the last one received (as a JSON object).
             headers: x.headers.iter().map(|(k, v)| (k.as_str(), String::from_utf8_lossy(v.as_bytes()))).collect(),
             outcome: "success",
@@ -119,12 +117,12 @@ impl Fetcher {
             let mut request = http::Request::new(Empty::new());
             *request.uri_mut() = uri;
             let headers = request.headers_mut();
-            headers.insert(USER_AGENT_HEADER, self.user_agent.clone());
+            headers.insert(USER_AGENT_HEADER, HeaderValue::from_static(USER_AGENT));
             headers.insert(ACCEPT, HeaderValue::from_static("*/*"));
             if let Some(credentials) = credentials {
                 headers.insert(AUTHORIZATION, credentials);
             }
-            let resp = self.client.request(request).await.map_err(classify)?;
+            let resp = self.client.request(request).await.map_err(|e| classify(&e))?;
             let Some(next) = redirect_to(resp.status(), resp.headers().get(LOCATION), &url) else { break resp };
             if redirects == MAX_REDIRECTS {
                 return Err(Failure::Terminal(format!("redirect refused: more than {MAX_REDIRECTS} redirects")));
@@ -145,7 +143,7 @@ impl Fetcher {
             .to_string();
         let mut bytes = Vec::new();
         while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|e| Failure::Transient(format!("request failed: {}", source_chain(&e))))?;
+            let frame = frame.map_err(|e| classify(&e))?;
             if let Ok(chunk) = frame.into_data() {
                 if bytes.len() + chunk.len() > MAX_BODY_BYTES {
                     return Err(Failure::Terminal(format!("body larger than {} MiB", MAX_BODY_BYTES / (1024 * 1024))));
@@ -217,12 +215,13 @@ struct Meta<'a> {
 }
 
 /// Whether trying again can help: refused destinations cannot; refused
-/// connections, timeouts and broken streams can.
-fn classify(e: hyper_util::client::legacy::Error) -> Failure {
-    if let Some(refused) = guard::refused_in(&e) {
+/// connections, timeouts and broken streams (a request's error or its
+/// body's) can.
+fn classify(e: &(dyn std::error::Error + 'static)) -> Failure {
+    if let Some(refused) = guard::refused_in(e) {
         return Failure::Terminal(refused.to_string());
     }
-    Failure::Transient(format!("request failed: {}", source_chain(&e)))
+    Failure::Transient(format!("request failed: {}", source_chain(e)))
 }
 
 fn source_chain(e: &(dyn std::error::Error + 'static)) -> String {

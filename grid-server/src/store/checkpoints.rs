@@ -35,8 +35,8 @@ use super::StoreResult;
 pub struct Thresholds {
     /// Pages written between two passes.
     pub pass: u32,
-    /// The WAL's size at which a pass also catches up with the writer held
-    /// off, so the WAL starts over.
+    /// The WAL's size at which, once a pass found it, the writer's next
+    /// commit copies what that pass left, so the WAL starts over.
     pub restart: u32,
     /// The WAL's size past which the writer checkpoints itself.
     pub limit: u32,
@@ -198,6 +198,12 @@ mod tests {
     use crate::store::sql::Row;
     use crate::store::sqlite::{Sqlite, DB_FILE};
 
+    /// The WAL file's length in pages: the most it ever held (SQLite reuses
+    /// the file from its start rather than shrinking it).
+    fn wal_pages(dir: &tempfile::TempDir) -> u64 {
+        std::fs::metadata(dir.path().join(format!("{DB_FILE}-wal"))).unwrap().len() / (4096 + 24)
+    }
+
     /// Steady commits, as the capture queue's: the WAL starts over again
     /// and again instead of growing with everything written. Without the
     /// writer catching up after a pass it would hold every page written,
@@ -213,9 +219,8 @@ mod tests {
         for _ in 0..4_000 {
             db.write(|c| c.execute("INSERT INTO t VALUES (zeroblob(3 * 4000))", ())).unwrap();
         }
-        let frame = 4096 + 24;
-        let wal_pages = std::fs::metadata(dir.path().join(format!("{DB_FILE}-wal"))).unwrap().len() / frame;
-        assert!(wal_pages < 6_000, "the WAL grew to {wal_pages} pages");
+        let pages = wal_pages(&dir);
+        assert!(pages < 6_000, "the WAL grew to {pages} pages");
         let rows = db.read(|c| c.query_row("SELECT count(*) FROM t", (), |r: &Row| r.get::<i64>(0))).unwrap();
         assert_eq!(rows, 4_000);
     }
@@ -232,8 +237,8 @@ mod tests {
         for _ in 0..1_500 {
             db.write(|c| c.execute("INSERT INTO t VALUES (zeroblob(4000))", ())).unwrap();
         }
-        let wal_pages = std::fs::metadata(dir.path().join(format!("{DB_FILE}-wal"))).unwrap().len() / (4096 + 24);
-        assert!(wal_pages >= 1_500, "the WAL holds {wal_pages} pages");
+        let pages = wal_pages(&dir);
+        assert!(pages >= 1_500, "the WAL holds {pages} pages");
     }
 
     /// With the thread never asked, the writer still bounds the WAL: past
@@ -247,7 +252,7 @@ mod tests {
         for _ in 0..1_000 {
             db.write(|c| c.execute("INSERT INTO t VALUES (zeroblob(4000))", ())).unwrap();
         }
-        let wal_pages = std::fs::metadata(dir.path().join(format!("{DB_FILE}-wal"))).unwrap().len() / (4096 + 24);
-        assert!(wal_pages <= 110, "the WAL grew to {wal_pages} pages");
+        let pages = wal_pages(&dir);
+        assert!(pages <= 110, "the WAL grew to {pages} pages");
     }
 }

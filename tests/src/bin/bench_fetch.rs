@@ -213,6 +213,10 @@ async fn run_round(config: &FetchConfig, grid_workers: u32, urls: &Arc<Vec<Strin
         t.await.expect("baseline task");
     }
     let base_elapsed = base_started.elapsed();
+    // The loop's rate counts only items it fetched whole, as the grid's
+    // counts only completed ones.
+    let fetched = ok.load(Ordering::Relaxed);
+    assert_eq!(fetched, config.items, "bench: the loop fetched {fetched} of {} items", config.items);
     let base_rate = config.items as f64 / base_elapsed.as_secs_f64();
     let base_cpu = per_item(cpu_ticks(me).saturating_sub(base_cpu_before));
     Round {
