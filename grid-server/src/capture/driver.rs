@@ -14,6 +14,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,7 +26,9 @@ use grid_core::item::{self, Backoff, Effect, Event, Failure, Item, Outcome, Tran
 use grid_core::time::Millis;
 use grid_core::wire::item::ItemRetried;
 use serde_json::json;
-use tokio::sync::{mpsc, oneshot, Notify};
+#[cfg(test)]
+use tokio::sync::oneshot;
+use tokio::sync::{mpsc, Notify};
 
 use super::commits::Commits;
 use super::files::{self, FileContent};
@@ -78,17 +81,90 @@ pub struct ItemDriver {
     wake: Wake,
     /// Ends of attempts for the publisher (`publish`).
     ends: mpsc::UnboundedSender<EndRequest>,
+    /// Reported ends (`end`) not stored yet.
+    unstored: Arc<Unstored>,
 }
 
-/// An attempt's end waiting to be stored, and who waits for the answer.
+/// An attempt's end waiting to be stored, and who learns how it was.
 struct EndRequest {
     claim: Arc<ItemRow>,
     end: Arc<AttemptEnd>,
-    reply: oneshot::Sender<Result<Outcome, ItemError>>,
+    reply: Reply,
+    /// Times it met a database error so far.
+    tries: u32,
+}
+
+enum Reply {
+    /// A test waiting on `finish`.
+    #[cfg(test)]
+    Caller(oneshot::Sender<Result<Outcome, ItemError>>),
+    /// Nobody waits: the worker went on to its next item, and the publisher
+    /// reports the end (`super::report_end`). The guard counts it unstored
+    /// until then.
+    Report(UnstoredEnd),
+}
+
+impl EndRequest {
+    fn answer(self, answer: Result<Outcome, ItemError>) {
+        match self.reply {
+            #[cfg(test)]
+            Reply::Caller(reply) => {
+                let _ = reply.send(answer);
+            }
+            Reply::Report(_unstored) => super::report_end(&self.claim, &answer),
+        }
+    }
+
+    /// Whether anybody still wants the answer.
+    fn wanted(&self) -> bool {
+        match &self.reply {
+            #[cfg(test)]
+            Reply::Caller(reply) => !reply.is_closed(),
+            Reply::Report(_) => true,
+        }
+    }
+}
+
+/// Ends reported and not stored yet, so that a stopping pool can wait for
+/// them (`ItemDriver::ends_stored`).
+#[derive(Default)]
+struct Unstored {
+    count: AtomicUsize,
+    none: Notify,
+}
+
+/// One end counted in `Unstored` until dropped (answered, or dropped with a
+/// stopped publisher).
+struct UnstoredEnd(Arc<Unstored>);
+
+impl UnstoredEnd {
+    fn new(unstored: &Arc<Unstored>) -> UnstoredEnd {
+        unstored.count.fetch_add(1, Ordering::SeqCst);
+        UnstoredEnd(unstored.clone())
+    }
+}
+
+impl Drop for UnstoredEnd {
+    fn drop(&mut self) {
+        if self.0.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.none.notify_waiters();
+        }
+    }
 }
 
 /// Most attempt ends stored in one step of the publisher.
 const MAX_ENDS: usize = 512;
+/// Times an end is tried on a database that fails (busy: an admin command
+/// holds it; or an I/O error) before it is given up: about a minute in
+/// all. A given-up end leaves its item active, recovered on the next start.
+const END_TRIES: u32 = 12;
+
+/// How long an end waits before its `tries`th try again: from 50 ms,
+/// doubling, at most 8 s.
+fn retry_delay(tries: u32) -> Duration {
+    let doublings = tries.saturating_sub(1).min(16);
+    Duration::from_millis(50u64 << doublings).min(Duration::from_secs(8))
+}
 
 impl ItemDriver {
     /// Starts the group commit the driver's transactions travel through,
@@ -102,8 +178,16 @@ impl ItemDriver {
     ) -> std::io::Result<ItemDriver> {
         let commits = Commits::start(store.clone())?;
         let (ends, pending) = mpsc::unbounded_channel();
-        tokio::spawn(publish(commits.clone(), clock.clone(), backoff, wake.clone(), pending));
-        Ok(ItemDriver { node: node.into(), commits, store, clock, backoff, wake, ends })
+        let publisher = Publisher {
+            commits: commits.clone(),
+            clock: clock.clone(),
+            backoff,
+            wake: wake.clone(),
+            again: ends.downgrade(),
+        };
+        tokio::spawn(publish(publisher, pending));
+        let unstored = Arc::default();
+        Ok(ItemDriver { node: node.into(), commits, store, clock, backoff, wake, ends, unstored })
     }
 
     /// Claims the next item in queue order (making due delayed items
@@ -127,38 +211,45 @@ impl ItemDriver {
             .await
     }
 
-    /// Ends an attempt of the item `claim` (as its claim answered it).
-    /// Retries while the database is busy (an admin command may hold it for
-    /// a moment) and gives up after about a minute: the item then stays
-    /// active and is recovered on the next start.
+    /// Ends an attempt of the item `claim` (as its claim answered it); the
+    /// worker goes on to its next item at once, and the publisher reports
+    /// how the end was stored (`super::report_end`). Tried again while the
+    /// database fails (busy: an admin command may hold it for a moment),
+    /// given up after about a minute: the item then stays active and is
+    /// recovered on the next start.
     ///
     /// Stored only under the claim's fencing token: a claim taken over since
     /// (`ItemError::LeaseLost`) stores nothing.
     ///
     /// Ends waiting at the same moment are stored together, in one step of
     /// the publisher (`finish_all`): many items per statement.
+    pub fn end(&self, claim: Arc<ItemRow>, end: AttemptEnd) {
+        self.send(claim, end, Reply::Report(UnstoredEnd::new(&self.unstored)));
+    }
+
+    /// `end`, answering how it was stored.
+    #[cfg(test)]
     pub async fn finish(&self, claim: &Arc<ItemRow>, end: AttemptEnd) -> Result<Outcome, ItemError> {
-        let end = Arc::new(end);
-        let mut delay = Duration::from_millis(50);
-        let mut tries = 0;
+        let (reply, answer) = oneshot::channel();
+        self.send(claim.clone(), end, Reply::Caller(reply));
+        answer.await.unwrap_or_else(|_| Err(publisher_stopped()))
+    }
+
+    /// Waits until every end given to `end` was stored or given up.
+    pub async fn ends_stored(&self) {
         loop {
-            let (reply, answer) = oneshot::channel();
-            let request = EndRequest { claim: claim.clone(), end: end.clone(), reply };
-            let result = match self.ends.send(request) {
-                Ok(()) => answer.await.unwrap_or_else(|_| Err(publisher_stopped())),
-                Err(_) => Err(publisher_stopped()),
-            };
-            tries += 1;
-            match result {
-                Err(ItemError::Store(e)) if tries < 12 => {
-                    if !matches!(e, StoreError::Busy) {
-                        tracing::warn!(error = %e, "storing attempt end failed; trying again");
-                    }
-                }
-                done => return done,
+            let none = self.unstored.none.notified();
+            if self.unstored.count.load(Ordering::SeqCst) == 0 {
+                return;
             }
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_secs(8));
+            none.await;
+        }
+    }
+
+    fn send(&self, claim: Arc<ItemRow>, end: AttemptEnd, reply: Reply) {
+        let request = EndRequest { claim, end: Arc::new(end), reply, tries: 0 };
+        if let Err(mpsc::error::SendError(request)) = self.ends.send(request) {
+            request.answer(Err(publisher_stopped()));
         }
     }
 
@@ -229,18 +320,23 @@ fn publisher_stopped() -> ItemError {
     ItemError::Store(StoreError::Task("the publisher of attempt ends has stopped".into()))
 }
 
-/// The publisher: stores the ends of attempts that wait at the same moment
-/// as one request of the group commit (`finish_all`), then answers each.
-/// Should that request fail as a whole (a database error), every end of it
-/// is stored alone, each in a request of its own, so only a faulty end
-/// fails.
-async fn publish(
+/// What the publisher needs: the group commit, and a way to send an end
+/// again (weak, so that the publisher ends with the driver).
+struct Publisher {
     commits: Commits,
     clock: Arc<dyn Clock>,
     backoff: Backoff,
     wake: Wake,
-    mut pending: mpsc::UnboundedReceiver<EndRequest>,
-) {
+    again: mpsc::WeakUnboundedSender<EndRequest>,
+}
+
+/// The publisher: stores the ends of attempts that wait at the same moment
+/// as one request of the group commit (`finish_all`), then answers each.
+/// Should that request fail as a whole (a database error), every end of it
+/// is stored alone, each in a request of its own, so only a faulty end
+/// fails; an end that met a database error is tried again later.
+async fn publish(publisher: Publisher, mut pending: mpsc::UnboundedReceiver<EndRequest>) {
+    let Publisher { commits, clock, backoff, wake, .. } = &publisher;
     while let Some(first) = pending.recv().await {
         let mut batch = vec![first];
         while batch.len() < MAX_ENDS {
@@ -251,7 +347,7 @@ async fn publish(
         }
         let ends: Arc<Vec<(Arc<ItemRow>, Arc<AttemptEnd>)>> =
             Arc::new(batch.iter().map(|r| (r.claim.clone(), r.end.clone())).collect());
-        let (together, at) = (ends.clone(), clock.clone());
+        let (together, at, backoff) = (ends.clone(), clock.clone(), *backoff);
         let stored = commits
             .run(move |tx| {
                 let mut after = After::default();
@@ -263,17 +359,17 @@ async fn publish(
             Ok((answers, after)) => {
                 wake.signal(&after);
                 for (request, answer) in batch.into_iter().zip(answers) {
-                    let _ = request.reply.send(answer);
+                    publisher.answer(request, answer);
                 }
             }
             Err(e) if batch.len() == 1 => {
                 if let Some(request) = batch.pop() {
-                    let _ = request.reply.send(Err(e));
+                    publisher.answer(request, Err(e));
                 }
             }
             Err(_) => {
                 let alone = batch.into_iter().map(|request| {
-                    let (commits, clock, wake) = (commits.clone(), clock.clone(), wake.clone());
+                    let (clock, publisher) = (clock.clone(), &publisher);
                     async move {
                         let (claim, end) = (request.claim.clone(), request.end.clone());
                         let stored = commits
@@ -287,12 +383,39 @@ async fn publish(
                             wake.signal(&after);
                             outcome
                         });
-                        let _ = request.reply.send(answer);
+                        publisher.answer(request, answer);
                     }
                 });
                 futures_util::future::join_all(alone).await;
             }
         }
+    }
+}
+
+impl Publisher {
+    /// Answers an end, or sends it again after a while if it met a
+    /// database error and is still wanted.
+    fn answer(&self, mut request: EndRequest, answer: Result<Outcome, ItemError>) {
+        let Err(ItemError::Store(e)) = &answer else { return request.answer(answer) };
+        request.tries += 1;
+        if request.tries >= END_TRIES || !request.wanted() {
+            return request.answer(answer);
+        }
+        if !matches!(e, StoreError::Busy) {
+            tracing::warn!(id = %request.claim.id, error = %e, "storing attempt end failed; trying again");
+        }
+        let (again, delay) = (self.again.clone(), retry_delay(request.tries));
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            match again.upgrade() {
+                Some(again) => {
+                    if let Err(mpsc::error::SendError(request)) = again.send(request) {
+                        request.answer(Err(publisher_stopped()));
+                    }
+                }
+                None => request.answer(Err(publisher_stopped())),
+            }
+        });
     }
 }
 

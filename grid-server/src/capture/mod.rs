@@ -2,15 +2,18 @@
 //! scripts and report how each attempt ended.
 //!
 //! One dispatcher per node claims items from the durable queue in batches
-//! (many items per transaction, in queue order) and starts a worker for
-//! each while fewer than `--max-workers` run: the pool grows with the queue
-//! up to that ceiling, and a worker ends with its attempt, so an idle node
-//! runs none. To keep fast items from waiting on the next claim's
-//! transaction, the dispatcher claims items ahead of its free workers:
-//! about twice as many as its workers finish while one of the recent
-//! slower claims is in flight, at most `AHEAD_MAX` (slow items, which need
-//! none, get next to none). Browser items are claimed only while the
-//! browser pool has a free page for them.
+//! (many items per transaction, in queue order) into the pool's queue, and
+//! starts a worker for each while fewer than `--max-workers` run: the pool
+//! grows with the queue up to that ceiling. A worker takes the next claimed
+//! item as soon as its attempt ended (its end goes to the publisher, which
+//! stores it while the worker runs the next one) and ends once none is
+//! left, so an idle node runs none. To keep fast items from waiting on the
+//! next claim's transaction, the dispatcher claims items ahead of its free
+//! workers: about twice as many as its workers finish while one of the
+//! recent slower claims is in flight, at most `AHEAD_MAX` (slow items,
+//! which need none, get next to none); a worker wakes it when it leaves
+//! that few. Browser items are claimed only while the browser pool has a
+//! free page for them.
 //!
 //! **Invariant:** a worker changes an item only through the item driver
 //! (`driver.rs`), which publishes files in the same transaction as the state
@@ -28,10 +31,10 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use grid_core::item::{Failure, ItemState};
+use grid_core::item::{Failure, ItemState, Outcome};
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
 use tracing::Instrument;
@@ -62,15 +65,30 @@ pub struct Workers {
     busy: AtomicUsize,
     /// Of them, those running a browser script.
     browsers: AtomicUsize,
-    /// Items claimed and not yet started.
-    claimed: AtomicUsize,
-    /// Set once a worker is free again.
+    /// Claimed items not started yet, and the workers that take them.
+    queue: Mutex<Queue>,
+    /// Set when the dispatcher should look again: a worker ended, a browser
+    /// item ended, or the claimed items run low while no claim is in flight.
     freed: Notify,
     /// Whether the worker freed last ran a browser item: a claim that
     /// stopped at a browser item for want of room may go on now.
     browser_freed: AtomicBool,
+    /// Whether a claim is in flight (its answer wakes the dispatcher anyway).
+    claiming: AtomicBool,
+    /// A worker that leaves no more than this many claimed items wakes the
+    /// dispatcher (the items it keeps claimed ahead).
+    low: AtomicUsize,
     /// Recent attempts' duration in microseconds (a moving average).
     attempt_micros: AtomicU64,
+}
+
+#[derive(Default)]
+struct Queue {
+    rows: VecDeque<Arc<ItemRow>>,
+    /// Workers alive: running an attempt, or about to take the next item.
+    workers: usize,
+    /// Set at shutdown: workers take no more items.
+    stopping: bool,
 }
 
 impl Workers {
@@ -81,7 +99,55 @@ impl Workers {
 
     /// Items this node has claimed that wait for a free worker.
     pub fn claimed(&self) -> usize {
-        self.claimed.load(Ordering::Relaxed)
+        self.queue().rows.len()
+    }
+
+    /// A poisoned lock only means a worker panicked holding it; every change
+    /// under it is a push, a pop or a count.
+    fn queue(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Adds claimed items to the queue; answers the items to start new
+    /// workers with (one each, while fewer than `max` are alive).
+    fn hand_out(&self, rows: Vec<ItemRow>, max: usize) -> Vec<Arc<ItemRow>> {
+        let mut q = self.queue();
+        q.rows.extend(rows.into_iter().map(Arc::new));
+        let start = max.saturating_sub(q.workers).min(q.rows.len());
+        q.workers += start;
+        q.rows.drain(..start).collect()
+    }
+
+    /// The next item for a worker whose attempt ended; `None` ends the
+    /// worker (nothing claimed, or shutting down).
+    fn next(&self) -> Option<Arc<ItemRow>> {
+        let mut q = self.queue();
+        if let Some(row) = q.rows.pop_front().filter(|_| !q.stopping) {
+            let left = q.rows.len();
+            drop(q);
+            if left <= self.low.load(Ordering::SeqCst) && !self.claiming.load(Ordering::SeqCst) {
+                self.freed.notify_one();
+            }
+            return Some(row);
+        }
+        q.workers -= 1;
+        drop(q);
+        self.freed.notify_one();
+        None
+    }
+
+    /// Workers alive and the items waiting for them.
+    fn load(&self) -> (usize, usize) {
+        let q = self.queue();
+        (q.workers, q.rows.len())
+    }
+
+    /// Stops handing out items; those claimed and not started are dropped
+    /// (they stay active in the store, recovered on the next start).
+    fn stop(&self) {
+        let mut q = self.queue();
+        q.stopping = true;
+        q.rows.clear();
     }
 
     fn take(self: &Arc<Self>, browser: bool) -> Slot {
@@ -113,8 +179,8 @@ impl Drop for Slot {
         if self.browser {
             self.workers.browsers.fetch_sub(1, Ordering::Relaxed);
             self.workers.browser_freed.store(true, Ordering::Relaxed);
+            self.workers.freed.notify_one();
         }
-        self.workers.freed.notify_one();
     }
 }
 
@@ -134,7 +200,6 @@ async fn dispatch(app: Arc<App>, fetcher: Arc<Fetcher>, mut shutdown: watch::Rec
     let browser_max = app.browsers.as_ref().map_or(usize::MAX, |pool| pool.pages().1);
     let workers = app.workers.clone();
     let mut running = JoinSet::new();
-    let mut claimed: VecDeque<Arc<ItemRow>> = VecDeque::new();
     let mut claiming: Option<Claiming> = None;
     let mut claim_micros: u64 = 0;
     // Whether the last claim found fewer items than it asked for: then the
@@ -150,20 +215,17 @@ async fn dispatch(app: Arc<App>, fetcher: Arc<Fetcher>, mut shutdown: watch::Rec
         if *shutdown.borrow() {
             break;
         }
-        while workers.busy() < max {
-            let Some(row) = claimed.pop_front() else { break };
-            let slot = workers.take(row.script.needs_browser());
-            running.spawn(run_item(app.clone(), fetcher.clone(), row, slot));
-        }
-        workers.claimed.store(claimed.len(), Ordering::Relaxed);
+        let (alive, waiting) = workers.load();
         if claiming.is_none() && !drained {
             let ahead = ahead(max, claim_micros, workers.attempt_micros.load(Ordering::Relaxed));
-            let want = (max + ahead).saturating_sub(workers.busy() + claimed.len()).min(CLAIM_MAX);
+            workers.low.store(ahead, Ordering::SeqCst);
+            let want = (max + ahead).saturating_sub(alive + waiting).min(CLAIM_MAX);
             if want > 0 {
-                let claimed_browsers = claimed.iter().filter(|r| r.script.needs_browser()).count();
+                let claimed_browsers = workers.queue().rows.iter().filter(|r| r.script.needs_browser()).count();
                 let browser_room =
                     browser_max.saturating_sub(workers.browsers.load(Ordering::Relaxed) + claimed_browsers);
                 let items = app.items.clone();
+                workers.claiming.store(true, Ordering::SeqCst);
                 claiming = Some(Box::pin(async move {
                     let started = Instant::now();
                     let rows = items.claim_batch(want, browser_room).await;
@@ -174,11 +236,14 @@ async fn dispatch(app: Arc<App>, fetcher: Arc<Fetcher>, mut shutdown: watch::Rec
         tokio::select! {
             (want, took, rows) = in_flight(&mut claiming) => {
                 claiming = None;
+                workers.claiming.store(false, Ordering::SeqCst);
                 claim_micros = recent_peak(claim_micros, took);
                 match rows {
                     Ok(rows) => {
                         drained = rows.len() < want && !std::mem::take(&mut woken_while_claiming);
-                        claimed.extend(rows.into_iter().map(Arc::new));
+                        for row in workers.hand_out(rows, max) {
+                            running.spawn(work(app.clone(), fetcher.clone(), row));
+                        }
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "claim failed; trying again shortly");
@@ -206,9 +271,24 @@ async fn dispatch(app: Arc<App>, fetcher: Arc<Fetcher>, mut shutdown: watch::Rec
     // recovery after shutdown puts them back in the queue, uncounted. A
     // claim still in flight commits before that recovery (both travel
     // through the same group commit, in order).
-    workers.claimed.store(0, Ordering::Relaxed);
-    drop(claimed);
+    workers.stop();
     while running.join_next().await.is_some() {}
+    // The workers' last ends, stored before the pool counts as stopped.
+    app.items.ends_stored().await;
+}
+
+/// A worker: runs items one after another, from the one it was started
+/// with, while the dispatcher keeps the queue filled.
+async fn work(app: Arc<App>, fetcher: Arc<Fetcher>, first: Arc<ItemRow>) {
+    let mut row = first;
+    loop {
+        let slot = app.workers.take(row.script.needs_browser());
+        run_item(&app, &fetcher, row, slot).await;
+        match app.workers.next() {
+            Some(next) => row = next,
+            None => return,
+        }
+    }
 }
 
 /// A duration's moving average in microseconds, `sample` weighing an
@@ -262,13 +342,13 @@ fn ahead(max: usize, claim_micros: u64, attempt_micros: u64) -> usize {
 /// seventh of the server's CPU per item (docs/operations.md). Completed
 /// attempts log at debug; every other end, and every warning, names its item
 /// itself, so an info-level log still shows what went wrong and where.
-async fn run_item(app: Arc<App>, fetcher: Arc<Fetcher>, row: Arc<ItemRow>, slot: Slot) {
+async fn run_item(app: &App, fetcher: &Fetcher, row: Arc<ItemRow>, slot: Slot) {
     let span =
         tracing::debug_span!("item", id = %row.id, script = row.script.as_str(), attempt = row.item.attempts_made + 1);
     run_attempt(app, fetcher, row, slot).instrument(span).await
 }
 
-async fn run_attempt(app: Arc<App>, fetcher: Arc<Fetcher>, row: Arc<ItemRow>, slot: Slot) {
+async fn run_attempt(app: &App, fetcher: &Fetcher, row: Arc<ItemRow>, slot: Slot) {
     let started = Instant::now();
     let result = if row.script.needs_browser() {
         match &app.browsers {
@@ -285,25 +365,30 @@ async fn run_attempt(app: Arc<App>, fetcher: Arc<Fetcher>, row: Arc<ItemRow>, sl
         fetcher.run(&row).await
     };
     let end = match result {
-        Ok(files) => match write_files(&app, &row.id, files).await {
+        Ok(files) => match write_files(app, &row.id, files).await {
             Ok(stored) => AttemptEnd::Succeeded(stored),
             Err(e) => AttemptEnd::Failed(Failure::Transient(format!("storing files failed: {e}"))),
         },
         Err(failure) => AttemptEnd::Failed(failure),
     };
     let took = started.elapsed();
-    // The worker is free once its files are stored and checked: the next
-    // item starts while this end travels to the database.
+    // The worker is free once its files are stored and checked: it takes
+    // the next item while this end travels to the database.
     drop(slot);
     app.workers.observe(took);
-    let m = crate::metrics::get();
-    m.item_seconds.with_label_values(&[row.script.as_str()]).observe(crate::metrics::secs(took));
-    match app.items.finish(&row, end).await {
+    crate::metrics::get().item_seconds.with_label_values(&[row.script.as_str()]).observe(crate::metrics::secs(took));
+    app.items.end(row, end);
+}
+
+/// How an attempt's end was stored, in the metrics and the log; called by
+/// the item driver's publisher once it was (`ItemDriver::end`).
+fn report_end(row: &ItemRow, stored: &Result<Outcome, ItemError>) {
+    match stored {
         Ok(o) => {
             let state = o.item.state.as_str();
-            m.items_ended.with_label_values(&[row.script.as_str(), state]).inc();
+            crate::metrics::get().items_ended.with_label_values(&[row.script.as_str(), state]).inc();
             if o.item.state == ItemState::Completed {
-                tracing::debug!(state, "attempt finished")
+                tracing::debug!(id = %row.id, state, "attempt finished")
             } else {
                 tracing::info!(
                     id = %row.id,
@@ -344,17 +429,17 @@ async fn write_files(app: &App, item_id: &str, files: Vec<FileContent>) -> std::
 mod tests {
     use super::*;
 
-    fn future_size<A, B, C, D, Fut>(_: impl FnOnce(A, B, C, D) -> Fut) -> usize {
+    fn future_size<A, B, C, Fut>(_: impl FnOnce(A, B, C) -> Fut) -> usize {
         std::mem::size_of::<Fut>()
     }
 
-    /// Every item's task holds `run_item`'s state and is moved as it is
+    /// A worker's task holds `run_item`'s state and is moved as it is
     /// spawned and as it finishes: a browser script's state (about 14 KiB)
-    /// inlined there made each fetch item's task that large.
+    /// inlined there made each fetch worker's task that large.
     #[test]
-    fn an_items_task_stays_small() {
-        let size = future_size(run_item);
-        assert!(size <= 2048, "run_item's future is {size} bytes");
+    fn a_workers_task_stays_small() {
+        let size = future_size(work);
+        assert!(size <= 2048, "a worker's future is {size} bytes");
     }
 
     #[test]
