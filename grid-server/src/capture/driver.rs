@@ -919,6 +919,40 @@ mod tests {
         assert_eq!((bal.credit_micros, bal.reserved_micros), (10_000 - 120, 0));
     }
 
+    /// Ends handed over without waiting (as workers do) are each stored
+    /// once, and `ends_stored` answers only after the last of them; an end
+    /// whose claim was taken over is reported and stores nothing.
+    #[tokio::test]
+    async fn ends_handed_over_are_all_stored_before_ends_stored_answers() {
+        let g = grid();
+        let c = caller(&g.store, 100_000, None);
+        submit(&g.store, &c, 30, None).unwrap();
+        let rows: Vec<Arc<ItemRow>> =
+            g.driver.claim_batch(30, usize::MAX).await.unwrap().into_iter().map(Arc::new).collect();
+        for row in &rows {
+            g.driver.end(row.clone(), AttemptEnd::Succeeded(family(&row.id)));
+        }
+        // The first item's end again: its fence refuses it.
+        g.driver.end(rows[0].clone(), AttemptEnd::Succeeded(family(&rows[0].id)));
+        g.driver.ends_stored().await;
+        assert_eq!(g.driver.unstored.count.load(Ordering::SeqCst), 0);
+        for row in &rows {
+            assert_eq!(g.item(&row.id).await.state, ItemState::Completed, "{}", row.id);
+            assert_eq!(g.published(&row.id).await.len(), 2, "{}", row.id);
+            assert_eq!(g.settled(&row.id).await.as_deref(), Some("charge"), "{}", row.id);
+        }
+        // Nothing handed over: answers at once.
+        g.driver.ends_stored().await;
+    }
+
+    #[test]
+    fn an_end_that_meets_a_failing_database_waits_50_ms_doubling_to_8_s() {
+        let delays: Vec<u64> = (1..END_TRIES).map(|t| retry_delay(t).as_millis() as u64).collect();
+        assert_eq!(delays, [50, 100, 200, 400, 800, 1_600, 3_200, 6_400, 8_000, 8_000, 8_000]);
+        let total: u64 = delays.iter().sum();
+        assert!((30_000..90_000).contains(&total), "about a minute in all: {total} ms");
+    }
+
     /// Requests sharing a group transaction each run in a savepoint: one
     /// that fails half-way (its state saved, then its files refused) leaves
     /// nothing, and the other still commits.
