@@ -721,6 +721,12 @@ mod tests {
     }
 
     impl Grid {
+        /// Claims up to `n` items, none held back for the browser pool, as
+        /// the workers hold them.
+        async fn claim_batch(&self, n: usize) -> Vec<Arc<ItemRow>> {
+            self.driver.claim_batch(n, usize::MAX).await.unwrap().into_iter().map(Arc::new).collect()
+        }
+
         async fn item(&self, id: &str) -> Item {
             let id = id.to_string();
             self.store.read(move |c| items::load_item(c, &id)).await.unwrap().unwrap().item
@@ -927,8 +933,7 @@ mod tests {
         let g = grid();
         let c = caller(&g.store, 100_000, None);
         submit(&g.store, &c, 30, None).unwrap();
-        let rows: Vec<Arc<ItemRow>> =
-            g.driver.claim_batch(30, usize::MAX).await.unwrap().into_iter().map(Arc::new).collect();
+        let rows = g.claim_batch(30).await;
         for row in &rows {
             g.driver.end(row.clone(), AttemptEnd::Succeeded(family(&row.id)));
         }
@@ -1139,11 +1144,9 @@ mod tests {
         let g = grid();
         let c = caller(&g.store, 10_000, None);
         submit(&g.store, &c, 3, None).unwrap();
-        let stale: Vec<Arc<ItemRow>> =
-            g.driver.claim_batch(3, usize::MAX).await.unwrap().into_iter().map(Arc::new).collect();
+        let stale = g.claim_batch(3).await;
         assert_eq!(g.driver.recover_node("n1").await.unwrap(), 3);
-        let live: Vec<Arc<ItemRow>> =
-            g.driver.claim_batch(2, usize::MAX).await.unwrap().into_iter().map(Arc::new).collect();
+        let live = g.claim_batch(2).await;
         assert_eq!(live.iter().map(|r| r.lease_token).collect::<Vec<_>>(), [2, 2]);
         for row in &stale {
             let refused = g.driver.finish(row, AttemptEnd::Succeeded(family(&row.id))).await;
@@ -1170,8 +1173,7 @@ mod tests {
         let g = grid();
         let c = caller(&g.store, 100_000, None);
         submit(&g.store, &c, 20, None).unwrap();
-        let rows: Vec<Arc<ItemRow>> =
-            g.driver.claim_batch(20, usize::MAX).await.unwrap().into_iter().map(Arc::new).collect();
+        let rows = g.claim_batch(20).await;
         let (bad, good) = rows.split_first().unwrap();
         let mut twice = family(&bad.id);
         twice.push(twice[0].clone());
