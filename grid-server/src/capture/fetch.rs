@@ -75,9 +75,6 @@ impl Fetcher {
     pub async fn run(&self, row: &ItemRow) -> Result<Vec<FileContent>, Failure> {
         let p = params::fetch(&row.params).map_err(Failure::Terminal)?;
         let url = Url::parse(&row.url).map_err(|e| Failure::Terminal(format!("url: {e}")))?;
-        if !self.allow_private {
-            guard::check_literal_host(&url).map_err(|r| Failure::Terminal(r.to_string()))?;
-        }
         let started = Instant::now();
         let fetched_at = now();
         let x = match tokio::time::timeout(Duration::from_millis(p.timeout_ms), self.exchange(url)).await {
@@ -108,10 +105,14 @@ impl Fetcher {
     }
 
     /// GETs `url`, following up to `MAX_REDIRECTS` redirects, and reads the
-    /// body of the last answer.
+    /// body of the last answer. Every URL asked, the first and each
+    /// redirect's, passes the guard's literal-host check first.
     async fn exchange(&self, mut url: Url) -> Result<Exchange, Failure> {
         let mut redirects = 0;
         let resp = loop {
+            if !self.allow_private {
+                guard::check_literal_host(&url).map_err(|r| Failure::Terminal(r.to_string()))?;
+            }
             let credentials = take_credentials(&mut url);
             let uri: http::Uri = url.as_str().parse().map_err(|e| Failure::Terminal(format!("url: {e}")))?;
             let mut request = http::Request::new(Empty::new());
@@ -126,9 +127,6 @@ impl Fetcher {
             let Some(next) = redirect_to(resp.status(), resp.headers().get(LOCATION), &url) else { break resp };
             if redirects == MAX_REDIRECTS {
                 return Err(Failure::Terminal(format!("redirect refused: more than {MAX_REDIRECTS} redirects")));
-            }
-            if !self.allow_private {
-                guard::check_literal_host(&next).map_err(|r| Failure::Terminal(r.to_string()))?;
             }
             redirects += 1;
             url = next;
