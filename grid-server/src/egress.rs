@@ -16,19 +16,29 @@
 //!
 //! A refused plain-HTTP request gets a 403 carrying [`REFUSED_HEADER`]; a
 //! refused CONNECT gets the same 403, which Chromium reports as a failed
-//! tunnel.
+//! tunnel. Its text names the rule that refused and what it found:
+//! `refused by <rule>: <why>`, the rule being the policy's
+//! ([`Policy::address_rule`], e.g. `the grid's network policy
+//! public-web-only/v1`) or a host rule's (`the item's allowedHosts`), and an
+//! address's why the row of `grid_core::netaddr`'s special-purpose table it
+//! falls in (`10.0.0.5 is not a public address: private-use (10.0.0.0/8,
+//! RFC 1918)`).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
-use grid_core::netaddr::is_public;
+use grid_core::netaddr::{self, Special};
 use ipnet::IpNet;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 const MAX_HEAD: usize = 32 * 1024;
-/// Opening words of the page a refused request gets.
+/// How refusals name `public-web-only/v1`.
+pub const PUBLIC_WEB_ONLY_RULE: &str = "the grid's network policy public-web-only/v1";
+/// Opening words of the page a request refused under `public-web-only/v1`
+/// gets (the session's network attestation looks for them). Other policies'
+/// refusals open `refused by ` and their own rule's name.
 pub const REFUSAL_TEXT: &str = "refused by the grid's network policy public-web-only/v1";
 /// Response header of a refusal (value `refused`), so a browser script can
 /// tell the proxy's answer from the target's.
@@ -40,8 +50,21 @@ const KEPT_DECISIONS: usize = 200;
 /// resolved (it connects only to allowed ones).
 pub trait Policy: Send + Sync + 'static {
     /// Why `host` (lower case, IPv6 in brackets) is refused, if it is.
-    fn refuse_host(&self, host: &str) -> Option<String>;
-    fn allows_ip(&self, ip: IpAddr) -> bool;
+    fn refuse_host(&self, host: &str) -> Option<HostRefusal>;
+    /// The special-purpose row of an address the policy refuses; `None`:
+    /// the proxy may connect to it.
+    fn refuse_ip(&self, ip: IpAddr) -> Option<Special>;
+    /// How refusals name the rule [`Policy::refuse_ip`] applies.
+    fn address_rule(&self) -> &'static str;
+}
+
+/// A host refused by a policy's host rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostRefusal {
+    /// The rule, as refusals name it (`the item's allowedHosts`).
+    pub rule: &'static str,
+    /// Why, in the words capture meta uses for `blockedRequests`.
+    pub reason: String,
 }
 
 /// `public-web-only/v1`: any host, public addresses only. Tests on a closed
@@ -53,12 +76,19 @@ pub struct EgressPolicy {
 }
 
 impl Policy for EgressPolicy {
-    fn refuse_host(&self, _host: &str) -> Option<String> {
+    fn refuse_host(&self, _host: &str) -> Option<HostRefusal> {
         None
     }
 
-    fn allows_ip(&self, ip: IpAddr) -> bool {
-        is_public(ip) || self.treat_as_public.iter().any(|n| n.contains(&ip))
+    fn refuse_ip(&self, ip: IpAddr) -> Option<Special> {
+        if self.treat_as_public.iter().any(|n| n.contains(&ip)) {
+            return None;
+        }
+        netaddr::special_purpose(ip)
+    }
+
+    fn address_rule(&self) -> &'static str {
+        PUBLIC_WEB_ONLY_RULE
     }
 }
 
@@ -151,7 +181,7 @@ async fn serve(mut client: TcpStream, policy: &dyn Policy, decisions: &Mutex<Vec
         (h, p, String::new())
     } else {
         let Ok(url) = url::Url::parse(target) else {
-            return refuse(&mut client, "the proxy takes absolute http URLs and CONNECT").await;
+            return refuse(&mut client, "the grid's egress proxy", "it takes absolute http URLs and CONNECT").await;
         };
         let path = match url.query() {
             Some(q) => format!("{}?{q}", url.path()),
@@ -164,10 +194,10 @@ async fn serve(mut client: TcpStream, policy: &dyn Policy, decisions: &Mutex<Vec
         )
     };
     let host_key = host_key(&host);
-    if let Some(why) = policy.refuse_host(&host_key) {
-        let detail = format!("refused: {host_key}: {why}");
-        record(decisions, Decision { host: host.clone(), allowed: false, detail: detail.clone(), reason: why });
-        return refuse(&mut client, &detail).await;
+    if let Some(HostRefusal { rule, reason }) = policy.refuse_host(&host_key) {
+        let why = format!("{host_key}: {reason}");
+        record(decisions, Decision { host: host.clone(), allowed: false, detail: format!("refused: {why}"), reason });
+        return refuse(&mut client, rule, &why).await;
     }
     let addrs: Vec<SocketAddr> = match host.parse::<IpAddr>() {
         Ok(ip) => vec![SocketAddr::new(ip, port)],
@@ -179,13 +209,20 @@ async fn serve(mut client: TcpStream, policy: &dyn Policy, decisions: &Mutex<Vec
         record(decisions, Decision { host: host.clone(), allowed: true, detail, reason: String::new() });
         return bad_gateway(&mut client, &format!("{host} does not resolve")).await;
     }
-    let allowed: Vec<SocketAddr> = addrs.iter().copied().filter(|a| policy.allows_ip(a.ip())).collect();
+    let mut refused: Vec<(IpAddr, Special)> = vec![];
+    let mut allowed: Vec<SocketAddr> = vec![];
+    for a in &addrs {
+        match policy.refuse_ip(a.ip()) {
+            Some(special) => refused.push((a.ip(), special)),
+            None => allowed.push(*a),
+        }
+    }
     if allowed.is_empty() {
-        let shown = addrs.iter().map(|a| a.ip().to_string()).collect::<Vec<_>>().join(", ");
-        let detail = format!("refused: {host} resolves to non-public {shown}");
-        let reason = format!("private network: {host} resolves to non-public {shown}");
-        record(decisions, Decision { host: host.clone(), allowed: false, detail: detail.clone(), reason });
-        return refuse(&mut client, &detail).await;
+        refused.dedup_by_key(|(ip, _)| *ip);
+        let why = netaddr::not_public(&host, &refused);
+        let (detail, reason) = (format!("refused: {why}"), format!("private network: {why}"));
+        record(decisions, Decision { host: host.clone(), allowed: false, detail, reason });
+        return refuse(&mut client, policy.address_rule(), &why).await;
     }
     let mut upstream = match TcpStream::connect(&allowed[..]).await {
         Ok(s) => s,
@@ -264,14 +301,20 @@ fn split_host_port(target: &str, default_port: u16) -> (String, u16) {
     }
 }
 
-async fn refuse(client: &mut TcpStream, why: &str) -> std::io::Result<()> {
-    let body = format!("{REFUSAL_TEXT}: {why}\n");
+/// The proxy's 403: `refused by {rule}: {why}`.
+async fn refuse(client: &mut TcpStream, rule: &str, why: &str) -> std::io::Result<()> {
+    let body = format!("{}\n", refusal_text(rule, why));
     let head = format!(
         "HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\n{REFUSED_HEADER}: refused\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
     client.write_all(head.as_bytes()).await?;
     client.write_all(body.as_bytes()).await
+}
+
+/// The text of a refusal page.
+fn refusal_text(rule: &str, why: &str) -> String {
+    format!("refused by {rule}: {why}")
 }
 
 async fn bad_gateway(client: &mut TcpStream, why: &str) -> std::io::Result<()> {
@@ -284,20 +327,39 @@ async fn bad_gateway(client: &mut TcpStream, why: &str) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::browser::hosts::RequestRules;
     use tokio::io::AsyncReadExt;
 
     async fn start(policy: Arc<dyn Policy>) -> EgressProxy {
         EgressProxy::serve(TcpListener::bind("127.0.0.1:0").await.unwrap(), policy).unwrap()
     }
 
+    /// What the proxy answers a request written in full.
+    async fn ask(proxy: &EgressProxy, request: &str) -> String {
+        let mut s = TcpStream::connect(("127.0.0.1", proxy.port)).await.unwrap();
+        s.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).await.unwrap();
+        answer
+    }
+
     #[test]
     fn treat_as_public_widens_only_the_named_ranges() {
         let p = EgressPolicy { treat_as_public: vec!["127.0.0.1/32".parse().unwrap()] };
-        assert!(p.allows_ip("127.0.0.1".parse().unwrap()));
-        assert!(!p.allows_ip("127.0.0.2".parse().unwrap()));
-        assert!(!p.allows_ip("169.254.169.254".parse().unwrap()));
-        assert!(p.allows_ip("93.184.216.34".parse().unwrap()));
-        assert!(!EgressPolicy::default().allows_ip("127.0.0.1".parse().unwrap()));
+        let allows = |p: &EgressPolicy, ip: &str| p.refuse_ip(ip.parse().unwrap()).is_none();
+        assert!(allows(&p, "127.0.0.1"));
+        assert!(!allows(&p, "127.0.0.2"));
+        assert!(!allows(&p, "169.254.169.254"));
+        assert!(allows(&p, "93.184.216.34"));
+        assert!(!allows(&EgressPolicy::default(), "127.0.0.1"));
+        assert!(!allows(&EgressPolicy::default(), "::ffff:0:7f00:1"));
+        assert!(allows(&EgressPolicy::default(), "2002:808:808::1"));
+    }
+
+    #[test]
+    fn a_public_web_only_refusal_opens_with_the_text_the_attestation_looks_for() {
+        assert!(refusal_text(EgressPolicy::default().address_rule(), "x").starts_with(REFUSAL_TEXT));
+        assert!(!refusal_text(RequestRules::ordinary(false).address_rule(), "x").contains("public-web-only"));
     }
 
     #[test]
@@ -308,28 +370,61 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn private_destinations_are_refused_and_recorded() {
+    async fn private_destinations_are_refused_and_recorded_naming_policy_and_address_rule() {
         let proxy = start(Arc::new(EgressPolicy::default())).await;
-        let mut s = TcpStream::connect(("127.0.0.1", proxy.port)).await.unwrap();
-        s.write_all(b"GET http://169.254.169.254/latest HTTP/1.1\r\nHost: 169.254.169.254\r\n\r\n").await.unwrap();
-        let mut answer = String::new();
-        s.read_to_string(&mut answer).await.unwrap();
+        let answer = ask(&proxy, "GET http://169.254.169.254/latest HTTP/1.1\r\nHost: 169.254.169.254\r\n\r\n").await;
         assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
         assert!(answer.contains(&format!("{REFUSED_HEADER}: refused")), "{answer}");
+        let why = "169.254.169.254 is not a public address: link-local (169.254.0.0/16, RFC 3927)";
+        assert!(answer.ends_with(&format!("\r\n\r\n{REFUSAL_TEXT}: {why}\n")), "{answer}");
         let d = proxy.decision_for("169.254.169.254").expect("recorded");
-        assert!(!d.allowed && d.detail.contains("non-public"), "{d:?}");
+        assert!(!d.allowed, "{d:?}");
+        assert_eq!((d.detail, d.reason), (format!("refused: {why}"), format!("private network: {why}")));
+
+        // A name is refused with every address it resolved to.
+        let answer = ask(&proxy, "CONNECT localhost:443 HTTP/1.1\r\n\r\n").await;
+        assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+        assert!(answer.contains(&format!("{REFUSAL_TEXT}: localhost is not a public address: ")), "{answer}");
+        assert!(answer.contains("127.0.0.1 is loopback (127.0.0.0/8, RFC 1122)"), "{answer}");
+    }
+
+    #[tokio::test]
+    async fn ipv6_spellings_of_private_ipv4_are_refused_by_their_embedded_address() {
+        let proxy = start(Arc::new(EgressPolicy::default())).await;
+        for (target, why) in [
+            ("[::ffff:0:7f00:1]:80", "IPv4-translated (::ffff:0:0:0/96, RFC 2765) embedding 127.0.0.1: loopback"),
+            ("[2002:a00:1::1]:443", "6to4 (2002::/16, RFC 3056) embedding 10.0.0.1: private-use (10.0.0.0/8"),
+            ("[64:ff9b::a9fe:a9fe]:80", "NAT64 well-known prefix (64:ff9b::/96, RFC 6052) embedding 169.254.169.254"),
+        ] {
+            let answer = ask(&proxy, &format!("CONNECT {target} HTTP/1.1\r\n\r\n")).await;
+            assert!(answer.starts_with("HTTP/1.1 403") && answer.contains(why), "{target}: {answer}");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_grid_s_ordinary_access_names_itself_not_public_web_only() {
+        let proxy = start(Arc::new(RequestRules::ordinary(false))).await;
+        let answer = ask(&proxy, "GET http://10.0.0.5/ HTTP/1.1\r\nHost: 10.0.0.5\r\n\r\n").await;
+        let shown = "refused by the grid's ordinary network access (its private-network guard): \
+                     10.0.0.5 is not a public address: private-use (10.0.0.0/8, RFC 1918)";
+        assert!(answer.starts_with("HTTP/1.1 403") && answer.contains(shown), "{answer}");
+        assert!(!answer.contains("public-web-only"), "{answer}");
     }
 
     /// Refuses every host but one, whatever its address.
     struct OnlyHost(&'static str);
 
     impl Policy for OnlyHost {
-        fn refuse_host(&self, host: &str) -> Option<String> {
-            (host != self.0).then(|| "is not allowed".to_string())
+        fn refuse_host(&self, host: &str) -> Option<HostRefusal> {
+            (host != self.0).then(|| HostRefusal { rule: "the test's host rule", reason: "is not allowed".into() })
         }
 
-        fn allows_ip(&self, _ip: IpAddr) -> bool {
-            true
+        fn refuse_ip(&self, _ip: IpAddr) -> Option<Special> {
+            None
+        }
+
+        fn address_rule(&self) -> &'static str {
+            "no address rule"
         }
     }
 
@@ -343,6 +438,7 @@ mod tests {
         let mut answer = String::new();
         s.read_to_string(&mut answer).await.unwrap();
         assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+        assert!(answer.ends_with("refused by the test's host rule: localhost: is not allowed\n"), "{answer}");
         let d = proxy.decision_for("LocalHost").expect("recorded");
         assert!(!d.allowed && d.detail.contains("localhost: is not allowed") && d.reason == "is not allowed", "{d:?}");
 

@@ -14,17 +14,22 @@
 
 use std::net::IpAddr;
 
-use grid_core::netaddr::is_public;
+use grid_core::netaddr::{self, Special};
 
-use crate::egress::Policy;
+use crate::egress::{HostRefusal, Policy};
 use url::Url;
+
+/// How the proxy's refusals name the `allowedHosts` rule.
+const ALLOWED_HOSTS_RULE: &str = "the item's allowedHosts";
 
 /// Why a request was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
     /// The host is neither the item URL's host nor in `allowedHosts`.
     HostNotAllowed,
-    /// The host is, or resolves to, a non-public address.
+    /// The host is, or resolves to, a non-public address: which, and the
+    /// row of the special-purpose address table it falls in
+    /// (`grid_core::netaddr::not_public`).
     PrivateNetwork(String),
 }
 
@@ -90,12 +95,24 @@ impl RequestRules {
 /// opens (WebSockets included, which CDP request interception never sees),
 /// on the addresses the proxy itself resolved.
 impl Policy for RequestRules {
-    fn refuse_host(&self, host: &str) -> Option<String> {
-        (!self.host_allowed(host)).then(|| Refusal::HostNotAllowed.reason())
+    fn refuse_host(&self, host: &str) -> Option<HostRefusal> {
+        (!self.host_allowed(host))
+            .then(|| HostRefusal { rule: ALLOWED_HOSTS_RULE, reason: Refusal::HostNotAllowed.reason() })
     }
 
-    fn allows_ip(&self, ip: IpAddr) -> bool {
-        !self.guard_private || is_public(ip)
+    fn refuse_ip(&self, ip: IpAddr) -> Option<Special> {
+        if self.guard_private {
+            netaddr::special_purpose(ip)
+        } else {
+            None
+        }
+    }
+
+    fn address_rule(&self) -> &'static str {
+        match self.allowed_hosts {
+            None => "the grid's ordinary network access (its private-network guard)",
+            Some(_) => "the grid's private-network guard",
+        }
     }
 }
 
@@ -121,23 +138,30 @@ pub fn host_matches(pattern: &str, host: &str) -> bool {
 }
 
 /// Refuses a literal non-public IP, or a name of which any address is not
-/// public (Chromium may connect to any of them). A name that does not
-/// resolve is let through: the browser's own lookup then fails the same way.
+/// public (Chromium may connect to any of them), naming each such address's
+/// row of the special-purpose table. A name that does not resolve is let
+/// through: the browser's own lookup then fails the same way.
 pub async fn check_public(url: &Url) -> Result<(), Refusal> {
     let port = url.port_or_known_default().unwrap_or(80);
-    let ips: Vec<IpAddr> = match url.host() {
-        Some(url::Host::Ipv4(v4)) => vec![v4.into()],
-        Some(url::Host::Ipv6(v6)) => vec![v6.into()],
+    let (host, ips): (String, Vec<IpAddr>) = match url.host() {
+        Some(url::Host::Ipv4(v4)) => (v4.to_string(), vec![v4.into()]),
+        Some(url::Host::Ipv6(v6)) => (v6.to_string(), vec![v6.into()]),
         Some(url::Host::Domain(name)) => match tokio::net::lookup_host((name, port)).await {
-            Ok(addrs) => addrs.map(|a| a.ip()).collect(),
-            Err(_) => vec![],
+            Ok(addrs) => (name.to_string(), addrs.map(|a| a.ip()).collect()),
+            Err(_) => (name.to_string(), vec![]),
         },
-        None => vec![],
+        None => (String::new(), vec![]),
     };
-    match ips.iter().find(|ip| !is_public(**ip)) {
-        Some(ip) => Err(Refusal::PrivateNetwork(format!("{} is not a public address", ip))),
-        None => Ok(()),
+    let mut found: Vec<(IpAddr, Special)> = vec![];
+    for ip in ips {
+        if let Some(special) = netaddr::special_purpose(ip).filter(|_| !found.iter().any(|(f, _)| *f == ip)) {
+            found.push((ip, special));
+        }
     }
+    if found.is_empty() {
+        return Ok(());
+    }
+    Err(Refusal::PrivateNetwork(netaddr::not_public(&host, &found)))
 }
 
 #[cfg(test)]
@@ -179,6 +203,44 @@ mod tests {
         assert!(matches!(r.check("http://localhost:1/").await, Err(Refusal::PrivateNetwork(_))));
         assert!(matches!(r.check("ws://10.0.0.1/socket").await, Err(Refusal::PrivateNetwork(_))));
         assert_eq!(r.check("http://93.184.216.34/").await, Ok(()));
+        assert_eq!(r.check("http://[2002:808:808::1]/").await, Ok(()));
+    }
+
+    #[tokio::test]
+    async fn private_network_reasons_name_the_address_rule() {
+        let r = RequestRules::ordinary(false);
+        let reason = |url: &'static str| {
+            let r = r.clone();
+            async move { r.check(url).await.map_err(|e| e.reason()).expect_err(url) }
+        };
+        assert_eq!(
+            reason("http://10.0.0.5/").await,
+            "private network: 10.0.0.5 is not a public address: private-use (10.0.0.0/8, RFC 1918)"
+        );
+        assert_eq!(
+            reason("http://[::ffff:7f00:1]/").await,
+            "private network: ::ffff:127.0.0.1 is not a public address: \
+             IPv4-mapped (::ffff:0:0/96, RFC 4291) embedding 127.0.0.1: loopback (127.0.0.0/8, RFC 1122)"
+        );
+        for url in ["http://[::7f00:1]/", "http://[2002:7f00:1::]/", "http://[2001:0:4136:e378:8000:63bf:80ff:fffe]/"] {
+            assert!(reason(url).await.contains("embedding"), "{url}");
+        }
+        let named = reason("http://localhost:1/").await;
+        assert!(named.starts_with("private network: localhost is not a public address: "), "{named}");
+        assert!(named.contains("is loopback"), "{named}");
+    }
+
+    #[test]
+    fn the_proxy_names_allowed_hosts_and_the_private_network_guard() {
+        let r = rules("a.example", &[], true);
+        assert_eq!(
+            r.refuse_host("b.example"),
+            Some(HostRefusal { rule: "the item's allowedHosts", reason: "host not in allowedHosts".into() })
+        );
+        assert_eq!(r.refuse_host("a.example"), None);
+        assert_eq!(r.address_rule(), "the grid's private-network guard");
+        assert_eq!(r.refuse_ip("10.0.0.1".parse().unwrap()).map(|s| s.name()), Some("private-use"));
+        assert_eq!(rules("a.example", &[], false).refuse_ip("10.0.0.1".parse().unwrap()), None);
     }
 
     #[test]

@@ -1,20 +1,26 @@
-//! Keeps captures off loopback, private and link-local networks: checked
-//! after DNS resolution (so a public name pointing at 127.0.0.1 is refused)
-//! and again on every redirect. `--allow-private-networks` lifts it.
+//! Keeps captures off loopback, private and link-local networks (every
+//! non-public address of `grid_core::netaddr`'s special-purpose table):
+//! checked after DNS resolution (so a public name pointing at 127.0.0.1 is
+//! refused) and again on every redirect. `--allow-private-networks` lifts it.
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use grid_core::netaddr::is_public;
+use grid_core::netaddr::{self, Special};
 use hyper_util::client::legacy::connect::dns::Name;
 use url::Url;
 
 /// The error a refused destination surfaces as, found again by walking the
-/// request error's sources.
+/// request error's sources. It holds the destination and the rule that
+/// applied (`grid_core::netaddr::not_public`): `127.0.0.1 is not a public
+/// address: loopback (127.0.0.0/8, RFC 1122)`.
 #[derive(Debug, thiserror::Error)]
-#[error("destination refused: {0} is not a public address (the grid does not fetch from private networks)")]
+#[error(
+    "destination refused: {0}; the grid does not fetch from private networks unless started with \
+     --allow-private-networks"
+)]
 pub struct DestinationRefused(pub String);
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -47,10 +53,17 @@ async fn resolve(host: &str, public_only: bool) -> Result<Vec<SocketAddr>, BoxEr
     if !public_only {
         return Ok(all);
     }
-    let public: Vec<SocketAddr> = all.iter().copied().filter(|a| is_public(a.ip())).collect();
-    if public.is_empty() && !all.is_empty() {
-        let shown = all.iter().map(|a| a.ip().to_string()).collect::<Vec<_>>().join(", ");
-        return Err(Box::new(DestinationRefused(format!("{host} ({shown})"))));
+    let mut public: Vec<SocketAddr> = vec![];
+    let mut refused: Vec<(IpAddr, Special)> = vec![];
+    for a in &all {
+        match netaddr::special_purpose(a.ip()) {
+            Some(special) if !refused.iter().any(|(ip, _)| *ip == a.ip()) => refused.push((a.ip(), special)),
+            Some(_) => {}
+            None => public.push(*a),
+        }
+    }
+    if public.is_empty() && !refused.is_empty() {
+        return Err(Box::new(DestinationRefused(netaddr::not_public(host, &refused))));
     }
     Ok(public)
 }
@@ -63,9 +76,9 @@ pub fn check_literal_host(url: &Url) -> Result<(), DestinationRefused> {
         Some(url::Host::Ipv6(v6)) => Some(v6.into()),
         _ => None,
     };
-    match ip {
-        Some(ip) if !is_public(ip) => Err(DestinationRefused(ip.to_string())),
-        _ => Ok(()),
+    match ip.and_then(|ip| Some((ip, netaddr::special_purpose(ip)?))) {
+        Some((ip, special)) => Err(DestinationRefused(netaddr::not_public(&ip.to_string(), &[(ip, special)]))),
+        None => Ok(()),
     }
 }
 
@@ -91,13 +104,34 @@ mod tests {
             assert!(check_literal_host(&Url::parse(u).unwrap()).is_err(), "{u}");
         }
         assert!(check_literal_host(&Url::parse("http://93.184.216.34/").unwrap()).is_ok());
+        assert!(check_literal_host(&Url::parse("http://[2606:4700::1111]/").unwrap()).is_ok());
         assert!(check_literal_host(&Url::parse("http://example.test/").unwrap()).is_ok());
+    }
+
+    #[test]
+    fn a_refusal_names_the_address_rule_and_the_flag_that_lifts_the_guard() {
+        let refused = |u: &str| check_literal_host(&Url::parse(u).unwrap()).expect_err(u).to_string();
+        assert_eq!(
+            refused("http://127.0.0.1:8080/"),
+            "destination refused: 127.0.0.1 is not a public address: loopback (127.0.0.0/8, RFC 1122); \
+             the grid does not fetch from private networks unless started with --allow-private-networks"
+        );
+        assert!(refused("http://[2002:7f00:1::]/").starts_with(
+            "destination refused: 2002:7f00:1:: is not a public address: \
+             6to4 (2002::/16, RFC 3056) embedding 127.0.0.1: loopback (127.0.0.0/8, RFC 1122);"
+        ));
+        for u in ["http://[::ffff:0:7f00:1]/", "http://[::7f00:1]/", "http://[64:ff9b::a00:1]/"] {
+            assert!(refused(u).contains("embedding"), "{u}");
+        }
     }
 
     #[tokio::test]
     async fn resolver_refuses_names_that_resolve_to_loopback() {
         let err = resolve("localhost", true).await.expect_err("refused");
         assert!(refused_in(err.as_ref()).is_some(), "{err}");
+        let text = err.to_string();
+        assert!(text.starts_with("destination refused: localhost is not a public address: "), "{text}");
+        assert!(text.contains("127.0.0.1 is loopback (127.0.0.0/8, RFC 1122)"), "{text}");
         assert!(!resolve("localhost", false).await.unwrap().is_empty());
     }
 }
