@@ -902,6 +902,116 @@ async fn the_engine_log_of_a_container_is_capped_within_its_ephemeral_storage() 
     wait_container_removed(&server, &id, 1).await;
 }
 
+// ----- containment -----
+
+/// `Name:\tA\tB…` of a /proc/PID/status: the fields after the name.
+fn status_fields<'a>(status: &'a str, name: &str) -> Vec<&'a str> {
+    let prefix = format!("{name}:");
+    let line = status
+        .lines()
+        .find(|l| l.starts_with(&prefix))
+        .unwrap_or_else(|| panic!("no {name}: line in /proc/PID/status:\n{status}"));
+    line[prefix.len()..].split_whitespace().collect()
+}
+
+/// `docker inspect --format FORMAT container`, trimmed; panics on failure.
+fn inspect(container: &str, format: &str) -> String {
+    let out = docker(&["inspect", "--format", format, container]);
+    assert!(out.status.success(), "docker inspect {container}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A job container runs as the Kubernetes "restricted" Pod Security Standard
+/// asks: seen from the host, its process is not root (uid and gid, all four
+/// fields), holds no capability, cannot gain privileges, runs under the
+/// engine's seccomp filter when the engine has one; its root filesystem is
+/// read-only. Before: uid 0 on the host, the default capability set less
+/// three, a writable root.
+#[tokio::test]
+async fn a_job_container_runs_as_non_root_with_no_capabilities_on_a_read_only_root() {
+    let server = start_compute_server();
+    let id = job_id(&submit_job(&server, &job_body(&["sleep", "60"])).await);
+    wait_running(&server, &id).await;
+    let containers = running_containers(&id, 1);
+    assert_eq!(containers.len(), 1, "container grid-{id}-1 not running: {containers:?}");
+    let container = &containers[0];
+
+    // The container's first process (the job's `sleep`), as the host's kernel sees it.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let pid = loop {
+        let pid = inspect(container, "{{.State.Pid}}");
+        match pid.parse::<u32>() {
+            Ok(p) if p > 0 => break p,
+            _ if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(50)).await,
+            _ => server.fail(&format!("container {container} of job {id} has no process (State.Pid {pid})")),
+        }
+    };
+    let path = format!("/proc/{pid}/status");
+    let status = std::fs::read_to_string(&path).unwrap_or_else(|e| server.fail(&format!("read {path}: {e}")));
+    assert_eq!(status_fields(&status, "Name"), ["sleep"], "State.Pid is not the job's process:\n{status}");
+    for name in ["Uid", "Gid"] {
+        let ids = status_fields(&status, name);
+        assert_eq!(ids.len(), 4, "{name}: real, effective, saved, filesystem:\n{status}");
+        assert!(ids.iter().all(|i| *i != "0"), "the job's process runs with {name} {ids:?} on the host (0 is root)");
+    }
+    for name in ["CapEff", "CapPrm", "CapBnd", "CapAmb"] {
+        assert_eq!(status_fields(&status, name), ["0000000000000000"], "{name}: every capability dropped:\n{status}");
+    }
+    assert_eq!(status_fields(&status, "NoNewPrivs"), ["1"], "no privilege escalation:\n{status}");
+    let engine_security = docker(&["info", "--format", "{{json .SecurityOptions}}"]);
+    assert!(engine_security.status.success(), "docker info: {}", String::from_utf8_lossy(&engine_security.stderr));
+    if String::from_utf8_lossy(&engine_security.stdout).contains("name=seccomp") {
+        assert_eq!(status_fields(&status, "Seccomp"), ["2"], "the engine's seccomp filter applies:\n{status}");
+    }
+
+    let host = inspect(container, "{{json .HostConfig.ReadonlyRootfs}} {{json .HostConfig.SecurityOpt}}");
+    assert_eq!(host, r#"true ["no-new-privileges:true"]"#, "ReadonlyRootfs and SecurityOpt (no profile unconfined)");
+    let tmpfs = inspect(container, "{{json .HostConfig.Tmpfs}}");
+    let tmpfs: Value = serde_json::from_str(&tmpfs).unwrap_or_else(|e| panic!("HostConfig.Tmpfs {tmpfs}: {e}"));
+    // 256Mi of ephemeral storage less the engine log's 32 MiB share.
+    assert_eq!(tmpfs, json!({"/tmp": format!("rw,exec,nosuid,nodev,size={},mode=1777", 224 * MI)}), "HostConfig.Tmpfs");
+
+    let c = server.post(&format!("/jobs/{id}/cancel"), &json!({})).await;
+    assert_eq!(c.status, 200, "{c}");
+    assert_eq!(wait_finished(&server, &id).await["phase"], "CANCELLED");
+}
+
+/// The only place a job writes is its `/tmp`, bounded by its ephemeral
+/// storage less the engine log's share: writing there works (as the job's
+/// non-root user), writing to `/` fails with the kernel's "Read-only file
+/// system" in the job's log, and `/tmp` ends at its size ("No space left on
+/// device"). Before: `/` was writable.
+#[tokio::test]
+async fn a_job_writes_only_to_its_tmp_which_its_ephemeral_storage_bounds() {
+    let server = start_compute_server();
+    let tmp = job_id(&submit_job(&server, &sh_job("echo data > /tmp/f && cat /tmp/f && id -u")).await);
+    let root = job_id(&submit_job(&server, &job_body(&["touch", "/x"])).await);
+    // 256Mi of storage: a /tmp of 224 MiB (the log keeps 32 MiB); memory to spare for its pages.
+    let mut full = sh_job("dd if=/dev/zero of=/tmp/big bs=1M count=300; echo \"exit $?\"; du -m /tmp/big");
+    full["resources"]["memory"] = json!({"request": "512Mi", "limit": "512Mi"});
+    let full = job_id(&submit_job(&server, &full).await);
+
+    let done = wait_finished(&server, &tmp).await;
+    let log = logs(&server, &tmp, "").await;
+    assert_eq!(done["phase"], "SUCCEEDED", "writing to /tmp must work; log {log}: {done}");
+    let (data, uid) = log.text.split_once('\n').unwrap_or_else(|| panic!("log of {tmp}: {log}"));
+    assert_eq!(data, "data", "{log}");
+    assert_ne!(uid.trim(), "0", "the job runs as root: {log}");
+
+    let done = wait_finished(&server, &root).await;
+    assert_eq!(done["phase"], "FAILED", "writing to / must fail: {done}");
+    assert_eq!(done["termination"], json!({"class": "workload", "exitCode": 1, "reason": "WORKLOAD_FAILED"}));
+    let log = logs(&server, &root, "").await;
+    assert_eq!(log.status, 200, "{log}");
+    assert!(log.text.contains("Read-only file system"), "the log says why: {log}");
+
+    let done = wait_finished(&server, &full).await;
+    let log = logs(&server, &full, "").await;
+    assert_eq!(done["phase"], "SUCCEEDED", "log {log}: {done}");
+    assert!(log.text.contains("No space left on device"), "/tmp ends at its size: {log}");
+    assert!(log.text.contains("exit 1\n") && log.text.contains("224\t/tmp/big"), "224 MiB written, no more: {log}");
+}
+
 // ----- regressions -----
 
 /// Regression: the running deadline was an in-memory sleep of the task

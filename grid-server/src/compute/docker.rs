@@ -14,7 +14,7 @@ use bollard::Docker;
 use futures_util::future::BoxFuture;
 use futures_util::StreamExt;
 use grid_core::time::Millis;
-use grid_core::wire::job::NetworkProfile;
+use grid_core::wire::job::{JobSubmission, NetworkProfile};
 
 use super::engine::{ContainerSpec, ContainerState, Engine, EngineError, GridContainer};
 
@@ -107,8 +107,8 @@ impl Engine for DockerEngine {
         )
     }
 
-    fn inspect<'a>(&'a self, container: &'a str, size: bool) -> BoxFuture<'a, Result<ContainerState, EngineError>> {
-        Box::pin(async move { counted("inspect", async { inspect(&self.client()?, container, size).await }.await) })
+    fn inspect<'a>(&'a self, container: &'a str) -> BoxFuture<'a, Result<ContainerState, EngineError>> {
+        Box::pin(async move { counted("inspect", async { inspect(&self.client()?, container).await }.await) })
     }
 
     fn wait<'a>(&'a self, container: &'a str) -> BoxFuture<'a, Result<(), EngineError>> {
@@ -181,7 +181,7 @@ async fn pull(docker: &Docker, image: &str) -> Result<(), EngineError> {
 /// host by the `json-file` driver) may take this much of the job's
 /// ephemeral storage: an eighth of its limit, at most 64 MiB. It is kept in
 /// `ENGINE_LOG_FILES` files of equal size; the oldest output is dropped
-/// first. The writable layer gets the rest (see `layer_limit`).
+/// first. The container's `/tmp` gets the rest (see `scratch_limit`).
 pub fn engine_log_budget(ephemeral_storage_limit: u64) -> u64 {
     (ephemeral_storage_limit / 8).min(64 * 1024 * 1024)
 }
@@ -189,10 +189,10 @@ pub fn engine_log_budget(ephemeral_storage_limit: u64) -> u64 {
 /// Files of the engine's log of a container (the current one and one rotated).
 pub const ENGINE_LOG_FILES: u64 = 2;
 
-/// What the container's writable layer may hold before the attempt is
-/// evicted: the ephemeral storage limit less the engine's log budget, so
-/// that layer and log together stay within the limit.
-pub fn layer_limit(ephemeral_storage_limit: u64) -> u64 {
+/// The size of the container's `/tmp`, its only writable place: the
+/// ephemeral storage limit less the engine's log budget, so that scratch
+/// and log together stay within the limit.
+pub fn scratch_limit(ephemeral_storage_limit: u64) -> u64 {
     ephemeral_storage_limit - engine_log_budget(ephemeral_storage_limit)
 }
 
@@ -207,13 +207,31 @@ fn log_config(ephemeral_storage_limit: u64) -> HostConfigLogConfig {
     }
 }
 
-async fn create(docker: &Docker, spec: &ContainerSpec<'_>) -> Result<String, EngineError> {
-    let r = spec.request;
-    let mut labels: HashMap<String, String> =
-        r.labels.iter().map(|(k, v)| (format!("grid.label.{k}"), v.clone())).collect();
-    labels.insert(JOB_LABEL.into(), spec.job_id.into());
-    labels.insert(ATTEMPT_LABEL.into(), spec.attempt.to_string());
-    let host = HostConfig {
+/// The user every job container runs as, whatever its image says: the
+/// conventional `nobody:nogroup`, never root on the host (the grid does not
+/// own the engine's configuration, so it cannot count on user-namespace
+/// remapping; docs/jobs.md).
+pub const JOB_USER: &str = "65534:65534";
+
+/// Where a job may write: a tmpfs at `/tmp`, sticky and writable by any uid,
+/// bounded by `scratch_limit`. Its pages count against the container's
+/// memory limit, as all tmpfs pages do. `exec` is kept (the engine's
+/// default is `noexec`): programs a job unpacks and runs from its scratch
+/// ran before the root filesystem was read-only, and still do.
+fn scratch_mount(ephemeral_storage_limit: u64) -> HashMap<String, String> {
+    let size = scratch_limit(ephemeral_storage_limit);
+    HashMap::from([("/tmp".to_string(), format!("rw,exec,nosuid,nodev,size={size},mode=1777"))])
+}
+
+/// The container's limits and confinement. What a job container may do is
+/// the Kubernetes "restricted" Pod Security Standard's: it runs as
+/// `JOB_USER`, with no capability at all, gains no privilege through exec
+/// (setuid files, file capabilities), and its root filesystem is read-only,
+/// `/tmp` its only writable place. The engine's default seccomp and AppArmor
+/// profiles apply: nothing here names a profile, so none is weakened.
+fn host_config(r: &JobSubmission) -> HostConfig {
+    let storage = r.resources.ephemeral_storage_bytes.limit;
+    HostConfig {
         memory: Some(r.resources.memory_bytes.limit as i64),
         // No swap: the memory limit is the whole budget, so an overrun is an OOM kill.
         memory_swap: Some(r.resources.memory_bytes.limit as i64),
@@ -223,20 +241,31 @@ async fn create(docker: &Docker, spec: &ContainerSpec<'_>) -> Result<String, Eng
             NetworkProfile::PublicHttps => "bridge".into(),
         }),
         pids_limit: Some(4_096),
-        cap_drop: Some(vec!["NET_RAW".into(), "MKNOD".into(), "AUDIT_WRITE".into()]),
-        security_opt: Some(vec!["no-new-privileges".into()]),
-        log_config: Some(log_config(r.resources.ephemeral_storage_bytes.limit)),
+        cap_drop: Some(vec!["ALL".into()]),
+        security_opt: Some(vec!["no-new-privileges:true".into()]),
+        readonly_rootfs: Some(true),
+        tmpfs: Some(scratch_mount(storage)),
+        log_config: Some(log_config(storage)),
         ..Default::default()
-    };
+    }
+}
+
+async fn create(docker: &Docker, spec: &ContainerSpec<'_>) -> Result<String, EngineError> {
+    let r = spec.request;
+    let mut labels: HashMap<String, String> =
+        r.labels.iter().map(|(k, v)| (format!("grid.label.{k}"), v.clone())).collect();
+    labels.insert(JOB_LABEL.into(), spec.job_id.into());
+    labels.insert(ATTEMPT_LABEL.into(), spec.attempt.to_string());
     let body = ContainerCreateBody {
         image: Some(spec.image.into()),
+        user: Some(JOB_USER.into()),
         entrypoint: Some(r.command.clone()),
         cmd: Some(r.args.clone()),
         env: Some(r.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
         labels: Some(labels),
         attach_stdout: Some(true),
         attach_stderr: Some(true),
-        host_config: Some(host),
+        host_config: Some(host_config(r)),
         ..Default::default()
     };
     let opts = CreateContainerOptions { name: Some(spec.name.into()), ..Default::default() };
@@ -266,15 +295,14 @@ fn docker_time(s: Option<&String>) -> Option<Millis> {
     Millis::parse_iso(s)
 }
 
-async fn inspect(docker: &Docker, id: &str, size: bool) -> Result<ContainerState, EngineError> {
-    let c = docker.inspect_container(id, Some(InspectContainerOptions { size })).await?;
+async fn inspect(docker: &Docker, id: &str) -> Result<ContainerState, EngineError> {
+    let c = docker.inspect_container(id, None::<InspectContainerOptions>).await?;
     let st = c.state.unwrap_or_default();
     Ok(ContainerState {
         exit_code: st.exit_code.unwrap_or(-1) as i32,
         oom_killed: st.oom_killed.unwrap_or(false),
         started_at: docker_time(st.started_at.as_ref()),
         finished_at: docker_time(st.finished_at.as_ref()),
-        size_rw: c.size_rw,
     })
 }
 
@@ -348,10 +376,10 @@ mod tests {
     #[test]
     fn the_engine_log_takes_an_eighth_of_ephemeral_storage_up_to_64_mib() {
         assert_eq!(engine_log_budget(256 * MI), 32 * MI);
-        assert_eq!(layer_limit(256 * MI), 224 * MI);
+        assert_eq!(scratch_limit(256 * MI), 224 * MI);
         assert_eq!(engine_log_budget(512 * MI), 64 * MI);
         assert_eq!(engine_log_budget(32 * 1024 * MI), 64 * MI);
-        assert_eq!(layer_limit(32 * 1024 * MI), 32 * 1024 * MI - 64 * MI);
+        assert_eq!(scratch_limit(32 * 1024 * MI), 32 * 1024 * MI - 64 * MI);
     }
 
     #[test]
@@ -361,5 +389,40 @@ mod tests {
         let config = c.config.unwrap();
         assert_eq!(config["max-size"], (16 * MI).to_string());
         assert_eq!(config["max-file"], "2");
+    }
+
+    #[test]
+    fn a_job_container_is_confined_as_the_restricted_pod_security_standard_asks() {
+        let body = serde_json::json!({
+            "image": "127.0.0.1:5000/tools/busybox:1",
+            "command": ["true"],
+            "resources": {
+                "cpu": {"request": "500m", "limit": "500m"},
+                "memory": {"request": "256Mi", "limit": "256Mi"},
+                "ephemeralStorage": {"request": "256Mi", "limit": "256Mi"},
+            },
+            "runningDeadlineSeconds": 60,
+            "capabilities": {"networkProfile": "none"},
+            "env": {},
+            "labels": {},
+            "idempotencyKey": "k",
+        });
+        let h = host_config(&grid_core::validate::job::validate(&body).unwrap());
+        assert_eq!(h.cap_drop, Some(vec!["ALL".to_string()]));
+        assert_eq!(h.cap_add, None);
+        assert_eq!(h.privileged, None);
+        assert_eq!(h.security_opt, Some(vec!["no-new-privileges:true".to_string()]));
+        assert_eq!(h.readonly_rootfs, Some(true));
+        // The scratch is what the engine's log leaves of the storage: 256Mi - 32Mi.
+        let tmpfs = h.tmpfs.unwrap();
+        assert_eq!(tmpfs.len(), 1);
+        assert_eq!(tmpfs["/tmp"], format!("rw,exec,nosuid,nodev,size={},mode=1777", 224 * MI));
+        // Unchanged: limits, network, pids, log.
+        assert_eq!((h.memory, h.memory_swap), (Some(256 * MI as i64), Some(256 * MI as i64)));
+        assert_eq!(h.nano_cpus, Some(500_000_000));
+        assert_eq!(h.network_mode.as_deref(), Some("none"));
+        assert_eq!(h.pids_limit, Some(4_096));
+        assert_eq!(h.log_config.and_then(|c| c.typ).as_deref(), Some("json-file"));
+        assert_eq!(JOB_USER, "65534:65534");
     }
 }

@@ -18,7 +18,6 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::store::Conn;
 use futures_util::future::BoxFuture;
@@ -32,7 +31,6 @@ use grid_core::wire::job_record::{Executor, JobArtifact, LOG_CONTENT_TYPE, LOG_K
 use tokio::sync::Notify;
 use tracing::Instrument;
 
-use super::docker;
 use super::engine::{ContainerSpec, Engine, EngineError};
 use crate::capture::files;
 use crate::clock::Clock;
@@ -45,8 +43,6 @@ use crate::store::{Store, StoreError, StoreResult};
 
 /// Logs are cut at 1 MiB.
 pub const LOG_CAP: usize = 1024 * 1024;
-/// How often a running container's writable layer is measured.
-const STORAGE_POLL: Duration = Duration::from_secs(2);
 
 /// What the grid gives analytical jobs at once.
 #[derive(Debug, Clone, Copy)]
@@ -489,49 +485,30 @@ impl JobDriver {
             return Ok(None);
         }
         self.engine.start(&container).await?;
-        let started_at = self.engine.inspect(&container, false).await?.started_at.unwrap_or_else(|| self.clock.now());
+        let started_at = self.engine.inspect(&container).await?.started_at.unwrap_or_else(|| self.clock.now());
         // A stop asked for since the check above comes back as an effect here.
         self.step(id, Event::ContainerStarted, started_at).await?;
         tracing::info!(%container, "container started");
         Ok(Some(container))
     }
 
-    /// Waits for a running container to exit, and evicts it when its
-    /// writable layer outgrows its ephemeral storage limit. Stops the grid
-    /// asks for (deadline, cancel) are the executor's, not this task's: this
-    /// only tells them from kills it did not ask for.
+    /// Waits for a running container to exit. Stops the grid asks for
+    /// (deadline, cancel) are the executor's, not this task's: this only
+    /// tells them from kills it did not ask for. Ephemeral storage needs no
+    /// watching: the container's root filesystem is read-only and its one
+    /// writable place, `/tmp`, is a tmpfs the kernel bounds (`docker.rs`).
     async fn supervise(&self, id: &str, attempt: u32, container: &str) -> Result<Ended, AttemptError> {
-        let row = self.load(id).await?;
-        // The engine's log of the container counts against ephemeral storage too.
-        let storage_limit = docker::layer_limit(row.submission()?.resources.ephemeral_storage_bytes.limit) as i64;
-        if stop_recorded(&row, attempt) {
+        if stop_recorded(&self.load(id).await?, attempt) {
             // A stop recorded when its kill could not reach the container
             // (no engine, or before a restart).
             self.engine.kill(container).await?;
         }
-        let mut over_storage = false;
-        let exited = self.engine.wait(container);
-        tokio::pin!(exited);
-        let mut poll = tokio::time::interval(STORAGE_POLL);
-        loop {
-            tokio::select! {
-                r = &mut exited => { r?; break; }
-                _ = poll.tick(), if !over_storage => {
-                    if let Ok(state) = self.engine.inspect(container, true).await {
-                        if state.size_rw.is_some_and(|s| s > storage_limit) {
-                            tracing::warn!(size = state.size_rw, limit = storage_limit, "ephemeral storage over its limit; evicting");
-                            over_storage = true;
-                            self.engine.kill(container).await?;
-                        }
-                    }
-                }
-            }
-        }
-        let state = self.engine.inspect(container, false).await?;
+        self.engine.wait(container).await?;
+        let state = self.engine.inspect(container).await?;
         // A stop is recorded before its kill is sent, so a kill the grid sent
         // is known here.
         let row = self.load(id).await?;
-        let stopped_by_grid = over_storage || stop_recorded(&row, attempt);
+        let stopped_by_grid = stop_recorded(&row, attempt);
         // The engine can report a FinishedAt a millisecond before the StartedAt
         // of a container that exits at once; the end never precedes the start.
         let started = row.job.attempts.get(attempt as usize - 1).and_then(|a| a.started_at);
@@ -539,7 +516,7 @@ impl JobDriver {
         // A kill the grid did not ask for (exit by SIGKILL or SIGTERM without an
         // OOM kill) is the container lost for a grid-side cause.
         let killed_from_outside = !stopped_by_grid && !state.oom_killed && matches!(state.exit_code, 137 | 143);
-        let event = if over_storage || killed_from_outside {
+        let event = if killed_from_outside {
             Event::Evicted
         } else {
             Event::ContainerExited { exit_code: state.exit_code, oom_killed: state.oom_killed }
@@ -617,7 +594,7 @@ impl JobDriver {
                 match (phase, container) {
                     // Publishes whatever output the engine still has.
                     (JobPhase::Publishing, _) => self.publish(&row, attempt).await,
-                    (JobPhase::Provisioning, Some(c)) => match self.engine.inspect(&c, false).await?.started_at {
+                    (JobPhase::Provisioning, Some(c)) => match self.engine.inspect(&c).await?.started_at {
                         Some(t) => {
                             self.step(&id, Event::ContainerStarted, t).await?;
                             self.spawn_attempt(&id, attempt, Some(c));
@@ -732,6 +709,8 @@ impl Due for JobDriver {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use crate::clock::VirtualClock;
     use crate::compute::engine::fake::FakeEngine;

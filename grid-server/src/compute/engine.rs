@@ -31,8 +31,6 @@ pub struct ContainerState {
     pub oom_killed: bool,
     pub started_at: Option<Millis>,
     pub finished_at: Option<Millis>,
-    /// Bytes written to the container's own layer, when asked for.
-    pub size_rw: Option<i64>,
 }
 
 /// A container the grid started, running or not, found by its labels.
@@ -53,7 +51,7 @@ pub trait Engine: Send + Sync + 'static {
     /// earlier run of the attempt); answers its id.
     fn create<'a>(&'a self, spec: &'a ContainerSpec<'a>) -> BoxFuture<'a, Result<String, EngineError>>;
     fn start<'a>(&'a self, container: &'a str) -> BoxFuture<'a, Result<(), EngineError>>;
-    fn inspect<'a>(&'a self, container: &'a str, size: bool) -> BoxFuture<'a, Result<ContainerState, EngineError>>;
+    fn inspect<'a>(&'a self, container: &'a str) -> BoxFuture<'a, Result<ContainerState, EngineError>>;
     /// Waits until the container is no longer running.
     fn wait<'a>(&'a self, container: &'a str) -> BoxFuture<'a, Result<(), EngineError>>;
     /// SIGKILL; a container already stopped is not an error.
@@ -216,11 +214,7 @@ pub mod fake {
             })
         }
 
-        fn inspect<'a>(
-            &'a self,
-            container: &'a str,
-            _size: bool,
-        ) -> BoxFuture<'a, Result<ContainerState, EngineError>> {
+        fn inspect<'a>(&'a self, container: &'a str) -> BoxFuture<'a, Result<ContainerState, EngineError>> {
             Box::pin(async move {
                 let mut s = self.state.lock().unwrap();
                 let c = Self::find(&mut s, container)?;
@@ -229,7 +223,6 @@ pub mod fake {
                     oom_killed: false,
                     started_at: c.started_at,
                     finished_at: c.finished_at,
-                    size_rw: Some(0),
                 })
             })
         }
