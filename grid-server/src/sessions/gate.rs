@@ -11,6 +11,19 @@
 //! remote browser), and the session's downloads are the files directly in
 //! its folder (a sub-folder's would be neither listed nor served). Every
 //! other command passes unchanged.
+//!
+//! Two ways around a table of commands are closed here:
+//! - **Wrapping**: `Target.sendMessageToTarget` carries a whole command as
+//!   text to a target attached without flattening (the protocol's older
+//!   session mode, which headless_chrome still uses). The wrapped command is
+//!   parsed and checked by this same function, to any depth of wrapping, and
+//!   a rewritten one is put back; one that is not a JSON object is refused.
+//! - **URL spellings**: a URL is judged as Chromium will read it, by a
+//!   WHATWG URL parser (the `url` crate): leading and trailing C0 controls
+//!   and spaces are dropped, tabs and line breaks removed anywhere, the
+//!   scheme lower-cased, so `"\u{1}file:///"`, `"fi\tle:///"` and
+//!   `"FILE:/"` are all `file:`. Schemes that wrap another URL
+//!   (`view-source:`, `filesystem:`, `blob:`) are judged by the inner one.
 
 use serde_json::Value;
 
@@ -19,10 +32,21 @@ use crate::browser::sandbox::{DOWNLOADS, HOME};
 /// Opening words of every refusal's CDP error message.
 pub const REFUSED: &str = "refused by the grid";
 
+/// Deepest `Target.sendMessageToTarget` nesting looked into; deeper is
+/// refused (a real client nests once at most).
+const MAX_WRAPPING: usize = 4;
+
 /// Why the gate refuses `msg` (a client's CDP command), if it does; any
 /// other download folder than [`DOWNLOADS`] is rewritten in place to it.
 pub fn check(msg: &mut Value) -> Result<(), String> {
+    check_at(msg, 0)
+}
+
+fn check_at(msg: &mut Value, depth: usize) -> Result<(), String> {
     let method = msg["method"].as_str().unwrap_or_default().to_string();
+    if method == "Target.sendMessageToTarget" {
+        return check_wrapped(msg, depth);
+    }
     if matches!(method.as_str(), "Browser.setDownloadBehavior" | "Page.setDownloadBehavior") {
         if let Some(path) = msg["params"]["downloadPath"].as_str() {
             if path != DOWNLOADS {
@@ -36,6 +60,11 @@ pub fn check(msg: &mut Value) -> Result<(), String> {
         "Page.navigate" | "Target.createTarget" | "Network.loadNetworkResource" => {
             url_allowed(params["url"].as_str().unwrap_or_default())
         }
+        // An intercepted request sent on to another URL.
+        "Fetch.continueRequest" | "Network.continueInterceptedRequest" => match params["url"].as_str() {
+            Some(url) => url_allowed(url),
+            None => Ok(()),
+        },
         "Target.createBrowserContext" => {
             for field in ["proxyServer", "proxyBypassList"] {
                 if !params[field].is_null() {
@@ -73,15 +102,70 @@ pub fn refusal(msg: &Value, why: &str) -> Value {
     answer
 }
 
-fn url_allowed(url: &str) -> Result<(), String> {
-    let mut rest = url.trim_start().to_ascii_lowercase();
-    while let Some(inner) = rest.strip_prefix("view-source:") {
-        rest = inner.trim_start().to_string();
+/// Checks the command wrapped in a `Target.sendMessageToTarget` and puts a
+/// rewritten one back in its place.
+fn check_wrapped(msg: &mut Value, depth: usize) -> Result<(), String> {
+    if depth >= MAX_WRAPPING {
+        return Err(format!("Target.sendMessageToTarget: commands wrapped more than {MAX_WRAPPING} deep"));
     }
-    if rest.starts_with("file:") || rest.starts_with("filesystem:file") {
-        return Err("url: file: URLs are not served to sessions".into());
+    let Some(text) = msg["params"]["message"].as_str() else {
+        return Err("Target.sendMessageToTarget: message must be a command as JSON text".into());
+    };
+    let mut inner: Value = match serde_json::from_str(text) {
+        Ok(v @ Value::Object(_)) => v,
+        _ => return Err("Target.sendMessageToTarget: message must be a command as JSON text".into()),
+    };
+    let before = inner.clone();
+    check_at(&mut inner, depth + 1).map_err(|why| format!("in Target.sendMessageToTarget: {why}"))?;
+    if inner != before {
+        msg["params"]["message"] = Value::from(inner.to_string());
     }
     Ok(())
+}
+
+fn url_allowed(url: &str) -> Result<(), String> {
+    // An empty URL opens about:blank.
+    if url.is_empty() {
+        return Ok(());
+    }
+    match effective_scheme(url, 0).as_deref() {
+        Some("file") => Err("url: file: URLs are not served to sessions".into()),
+        Some(_) => Ok(()),
+        // What the grid cannot read the same way as Chromium is not passed on to guess at.
+        None => Err("url: not an absolute URL".into()),
+    }
+}
+
+/// The scheme Chromium would load `url` with: the inner URL's for schemes
+/// that wrap one. `None` for what does not parse as an absolute URL.
+fn effective_scheme(url: &str, depth: usize) -> Option<String> {
+    let parsed = url::Url::parse(url).ok()?;
+    let scheme = parsed.scheme().to_string();
+    if !matches!(scheme.as_str(), "view-source" | "filesystem" | "blob") {
+        return Some(scheme);
+    }
+    if depth >= MAX_WRAPPING {
+        // Judged as a file: URL, which refuses it.
+        return Some("file".into());
+    }
+    // The inner URL as written (the parser percent-encodes an opaque path's
+    // controls, which would hide them), cleaned the WHATWG way and
+    // percent-decoded: stricter than Chromium, never looser.
+    let cleaned = whatwg_clean(url);
+    let inner = cleaned.split_once(':').map(|(_, rest)| rest).unwrap_or_default();
+    let decoded = percent_encoding::percent_decode_str(inner).decode_utf8_lossy();
+    match effective_scheme(&decoded, depth + 1) {
+        Some(inner_scheme) => Some(inner_scheme),
+        // A blob: URL's inner part is an origin, `null` for an opaque one.
+        None if scheme == "blob" => Some(scheme),
+        None => None,
+    }
+}
+
+/// `url` as a WHATWG URL parser reads it before parsing: leading and
+/// trailing C0 controls and spaces dropped, tabs and line breaks removed.
+fn whatwg_clean(url: &str) -> String {
+    url.trim_matches(|c: char| c <= ' ').chars().filter(|c| !matches!(c, '\t' | '\n' | '\r')).collect()
 }
 
 fn paths_inside(list: &Value, field: &str, root: &str) -> Result<(), String> {
@@ -117,6 +201,112 @@ mod tests {
         for url in ["https://example.com/", "about:blank", "data:text/html,hi", "http://127.0.0.1:8080/file:"] {
             assert!(check(&mut cmd("Page.navigate", json!({"url": url}))).is_ok(), "{url}");
         }
+    }
+
+    #[test]
+    fn control_characters_and_tabs_do_not_hide_a_file_url() {
+        for url in [
+            "\u{1}file:///etc/passwd",
+            "\u{1f}\u{0}file:///etc/passwd",
+            "fi\tle:///etc/passwd",
+            "fi\nle:///etc/passwd",
+            "f\ri\tl\ne:///etc/passwd",
+            "file:///etc/passwd\u{7}",
+            "  file:/etc/passwd",
+            "file:\\\\etc\\passwd",
+            "FiLe://localhost/etc/passwd",
+            "view-source:\u{1}file:///etc/passwd",
+            "view-source:fi\tle:///etc/passwd",
+            "VIEW-SOURCE:view-source:file:///x",
+            "filesystem:file:///temporary/x",
+            "blob:file:///0b5c9a3e-1b1c-4b8a-9c6e-1f2e3d4c5b6a",
+            "view-source:%66ile:///etc/passwd",
+            "view-source:%01file:///etc/passwd",
+            "view-source:garbage that is no URL",
+        ] {
+            for method in ["Page.navigate", "Target.createTarget", "Network.loadNetworkResource"] {
+                assert!(check(&mut cmd(method, json!({"url": url}))).is_err(), "{method} {url:?}");
+            }
+        }
+        assert!(check(&mut cmd("Page.navigate", json!({"url": "file://exa mple/etc/passwd"}))).is_err());
+        assert!(check(&mut cmd("Page.navigate", json!({"url": "/relative"}))).is_err());
+        for url in [
+            "",
+            "https://example.com/fi\tle",
+            "http://file/",
+            "blob:https://example.com/uuid",
+            "blob:null/0b5c9a3e",
+            "javascript:1",
+            "view-source:https://example.com/",
+        ] {
+            assert!(check(&mut cmd("Page.navigate", json!({"url": url}))).is_ok(), "{url:?}");
+        }
+    }
+
+    #[test]
+    fn an_intercepted_request_is_not_sent_on_to_a_file() {
+        let continued = |url: &str| cmd("Fetch.continueRequest", json!({"requestId": "r", "url": url}));
+        assert!(check(&mut continued("file:///etc/passwd")).is_err());
+        assert!(check(&mut continued("https://example.com/")).is_ok());
+        assert!(check(&mut cmd("Fetch.continueRequest", json!({"requestId": "r"}))).is_ok());
+    }
+
+    /// `Target.sendMessageToTarget` around a command, as a non-flattened client sends it.
+    fn wrapped(inner: Value) -> Value {
+        cmd("Target.sendMessageToTarget", json!({"sessionId": "S", "message": inner.to_string()}))
+    }
+
+    #[test]
+    fn a_wrapped_command_meets_the_same_table() {
+        let refused = [
+            cmd("Page.navigate", json!({"url": "file:///etc/passwd"})),
+            cmd("Page.navigate", json!({"url": "\u{1}file:///etc/passwd"})),
+            cmd("Target.createTarget", json!({"url": "file:///etc/passwd"})),
+            cmd("DOM.setFileInputFiles", json!({"files": ["/etc/passwd"], "nodeId": 1})),
+            cmd("Input.dispatchDragEvent", json!({"type": "drop", "data": {"items": [], "files": ["/etc/shadow"]}})),
+            cmd("Target.createBrowserContext", json!({"proxyServer": "direct://"})),
+            cmd("Target.exposeDevToolsProtocol", json!({"targetId": "x"})),
+            cmd("Extensions.loadUnpacked", json!({"path": "/etc"})),
+        ];
+        for inner in refused {
+            let once = wrapped(inner.clone());
+            let why = check(&mut once.clone()).expect_err(&inner.to_string());
+            assert!(why.starts_with("in Target.sendMessageToTarget: "), "{why}");
+            assert!(check(&mut wrapped(once)).is_err(), "wrapped twice: {inner}");
+        }
+        let mut fine = wrapped(cmd("Runtime.evaluate", json!({"expression": "1"})));
+        let sent = fine.clone();
+        assert!(check(&mut fine).is_ok());
+        assert_eq!(fine, sent, "a command that passes is relayed unchanged, byte for byte");
+    }
+
+    #[test]
+    fn a_wrapped_download_folder_is_rewritten_inside_the_wrapping() {
+        for method in ["Page.setDownloadBehavior", "Browser.setDownloadBehavior"] {
+            let mut msg = wrapped(cmd(method, json!({"behavior": "allow", "downloadPath": "/dev/shm"})));
+            check(&mut msg).unwrap();
+            let inner: Value = serde_json::from_str(msg["params"]["message"].as_str().unwrap()).unwrap();
+            assert_eq!(inner["params"]["downloadPath"], "/home/grid/downloads", "{method}");
+            assert_eq!(inner["method"], method);
+            let mut twice = wrapped(wrapped(cmd(method, json!({"behavior": "allow", "downloadPath": "/"}))));
+            check(&mut twice).unwrap();
+            let outer: Value = serde_json::from_str(twice["params"]["message"].as_str().unwrap()).unwrap();
+            let inner: Value = serde_json::from_str(outer["params"]["message"].as_str().unwrap()).unwrap();
+            assert_eq!(inner["params"]["downloadPath"], "/home/grid/downloads");
+        }
+    }
+
+    #[test]
+    fn what_cannot_be_checked_is_not_relayed() {
+        for message in [json!("not json"), json!("[1]"), json!(7), Value::Null] {
+            let mut msg = cmd("Target.sendMessageToTarget", json!({"sessionId": "S", "message": message}));
+            assert!(check(&mut msg).is_err(), "{message}");
+        }
+        let mut deep = cmd("Runtime.evaluate", json!({"expression": "1"}));
+        for _ in 0..=MAX_WRAPPING {
+            deep = wrapped(deep);
+        }
+        assert!(check(&mut deep).is_err(), "nested past the bound");
     }
 
     #[test]
