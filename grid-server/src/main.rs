@@ -292,6 +292,14 @@ struct SandboxArgs {
     /// Bound of a browser's private home and of its /tmp, each, in MiB (memory-backed).
     #[arg(long, default_value_t = 512, value_parser = clap::value_parser!(u64).range(16..=65536))]
     browser_disk_mib: u64,
+    /// What one browser may take of the host's memory, in MiB: its processes and the files in its
+    /// tmpfs (/tmp, home, /dev/shm) together, swap included; past it the kernel kills inside that
+    /// browser only (a tab, or the browser).
+    #[arg(long, default_value_t = 2048, value_parser = clap::value_parser!(u64).range(128..=1_048_576))]
+    browser_memory_mib: u64,
+    /// Processes and threads one browser may run at once.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(64..=1_000_000))]
+    browser_pids: u64,
 }
 
 #[derive(Args)]
@@ -551,6 +559,11 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
             uid_base: args.sandbox.browser_uid_base,
             uid_count: args.sandbox.browser_uids,
             disk_mib: args.sandbox.browser_disk_mib,
+            limits: browser::cgroup::Limits {
+                memory_mib: args.sandbox.browser_memory_mib,
+                pids: args.sandbox.browser_pids,
+            },
+            cgroups: Arc::new(browser_cgroups()),
         },
     };
     let compute_config = ComputeConfig {
@@ -704,6 +717,21 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
 
 /// The browser pool, unless `--browsers 0` or the Chromium executable is
 /// missing (browser scripts then fail terminally). No browser starts here.
+/// Where each browser's cgroup is made (docs/security.md), said once at start;
+/// a host without cgroups is warned about: its browsers are bounded more coarsely.
+fn browser_cgroups() -> browser::cgroup::Host {
+    let host = browser::cgroup::Host::detect();
+    match &host {
+        browser::cgroup::Host::Unavailable(_) => tracing::warn!(
+            cgroups = %host.describe(),
+            "browsers get no cgroup of their own: their tasks are bounded per uid and their memory by a \
+             once-a-second watchdog of their resident memory, not by the kernel"
+        ),
+        _ => tracing::info!(cgroups = %host.describe(), "every browser runs in a cgroup of its own"),
+    }
+    host
+}
+
 fn browser_pool(config: &ServeConfig) -> Option<Arc<browser::pool::BrowserPool>> {
     if config.browsers == 0 {
         return None;

@@ -299,7 +299,7 @@ async fn route(req: Request<Incoming>, hits: Arc<Mutex<Hits>>) -> Response<Full<
         }
         // `n` bytes of [`pattern_bytes`] as an attachment named `name`, with their length.
         ["attachment", name] => match query_param(&req, "n").and_then(|v| v.parse::<usize>().ok()) {
-            Some(n) if n <= 64 * 1024 * 1024 => Response::builder()
+            Some(n) if n <= 128 * 1024 * 1024 => Response::builder()
                 .status(StatusCode::OK)
                 .header("content-type", "application/octet-stream")
                 .header("content-disposition", format!("attachment; filename=\"{name}\""))

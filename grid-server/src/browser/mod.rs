@@ -17,6 +17,7 @@
 //! docs/browser-captures.md describes what users see.
 
 pub mod cdp;
+pub mod cgroup;
 pub mod events;
 pub mod hosts;
 pub mod page;

@@ -26,6 +26,12 @@
 //!   `direct://` contexts, WebRTC and raw sockets have nowhere to go.
 //! - **Its own pid, IPC, UTS and cgroup namespaces**; it dies with the
 //!   server (`--die-with-parent`) and with its process group.
+//! - **Bounded consumption**: every writable filesystem is a size-bounded
+//!   tmpfs (`/tmp`, the home, `/dev/shm`; the rest of `/dev` read-only), and
+//!   the browser runs in a cgroup of its own (`cgroup.rs`: memory, files
+//!   included, tasks, an equal CPU weight). On a host without cgroups its
+//!   uid gets `RLIMIT_NPROC` instead and a watchdog kills the browser when
+//!   its processes' resident memory passes the bound.
 //! - **DevTools over a pipe** (`--remote-debugging-pipe`, fds 3 and 4): no
 //!   TCP port another process could reach.
 //!
@@ -38,8 +44,11 @@ use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 
 use tokio::process::{Child, Command};
+
+use super::cgroup::{self, BrowserCgroup};
 
 /// The browser's home inside the sandbox: profile, downloads, caches.
 pub const HOME: &str = "/home/grid";
@@ -87,13 +96,24 @@ pub struct SandboxConfig {
     /// First uid handed to browsers; each live browser has its own.
     pub uid_base: u32,
     pub uid_count: u32,
-    /// Size bound of the browser's home and of its /tmp, each.
+    /// Size bound of the browser's home, of its /tmp and of its /dev/shm, each.
     pub disk_mib: u64,
+    /// What one browser may consume (memory, files in its tmpfs included, and tasks).
+    pub limits: cgroup::Limits,
+    /// Where browsers' cgroups are made (found once at start).
+    pub cgroups: Arc<cgroup::Host>,
 }
 
 impl Default for SandboxConfig {
     fn default() -> Self {
-        SandboxConfig { bwrap: PathBuf::from("/usr/bin/bwrap"), uid_base: 200_000, uid_count: 4096, disk_mib: 512 }
+        SandboxConfig {
+            bwrap: PathBuf::from("/usr/bin/bwrap"),
+            uid_base: 200_000,
+            uid_count: 4096,
+            disk_mib: 512,
+            limits: cgroup::Limits::default(),
+            cgroups: Arc::new(cgroup::Host::Unavailable("not looked for".into())),
+        }
     }
 }
 
@@ -102,9 +122,31 @@ impl Default for SandboxConfig {
 /// [`crate::browser::process::BrowserProcess`]).
 pub struct Jail {
     netns: File,
-    // Dropped before the uid: a portal is unmounted before its uid is free.
+    // Dropped before the uid: a portal is unmounted, and the cgroup emptied
+    // and removed, before the uid is free (see `Drop`).
     portal: Option<Portal>,
-    uid: UidLease,
+    bound: Option<Bound>,
+    uid: Option<UidLease>,
+}
+
+impl Drop for Jail {
+    fn drop(&mut self) {
+        self.portal = None;
+        let uid = self.uid.take();
+        match self.bound.take() {
+            // The uid is held until its cgroup is gone.
+            Some(Bound::Cgroup(group)) => group.remove_then(uid),
+            Some(Bound::Watchdog(task)) => task.abort(),
+            None => {}
+        }
+    }
+}
+
+/// How the browser's consumption is held: its cgroup, or on a host without
+/// one the watchdog of its uid's resident memory (aborted on drop).
+enum Bound {
+    Cgroup(BrowserCgroup),
+    Watchdog(tokio::task::JoinHandle<()>),
 }
 
 /// A download folder bound at its browser uid's portal; unmounted on drop.
@@ -195,7 +237,7 @@ impl Jail {
     }
 
     pub fn uid(&self) -> u32 {
-        self.uid.0
+        self.uid.as_ref().map_or(0, |u| u.0)
     }
 
     /// Unmounts the download folder's portal: call once the browser runs
@@ -231,6 +273,9 @@ pub async fn start(
         )));
     }
     let uid = UidLease::take(config)?;
+    let cgroup = config.cgroups.create(uid.0, config.limits)?;
+    // Without a cgroup, the task bound is the uid's: each browser has a uid of its own.
+    let nproc = if cgroup.is_none() { Some(config.limits.pids) } else { None };
     let portal = match downloads {
         Some(dir) => {
             rustix::fs::fchown(dir, Some(rustix::fs::Uid::from_raw(uid.0)), Some(rustix::fs::Gid::from_raw(uid.0)))?;
@@ -273,6 +318,12 @@ pub async fn start(
     unsafe {
         cmd.pre_exec(move || {
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            if let Some(n) = nproc {
+                let limit = libc::rlimit { rlim_cur: n, rlim_max: n };
+                if libc::setrlimit(libc::RLIMIT_NPROC, &limit) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
             for (from, to) in fds {
                 if libc::dup2(from, to) < 0 {
                     return Err(std::io::Error::last_os_error());
@@ -297,7 +348,19 @@ pub async fn start(
         }
         Err(e) => return Err(std::io::Error::other(e.to_string())),
     };
-    let jail = Jail { netns: File::open(format!("/proc/{sandbox_pid}/ns/net"))?, portal, uid };
+    let bound = match cgroup {
+        Some(group) => {
+            // Before the block fd is released: everything the browser forks is inside.
+            if let Err(e) = group.add(sandbox_pid) {
+                kill_group(pid);
+                return Err(e);
+            }
+            Bound::Cgroup(group)
+        }
+        None => Bound::Watchdog(tokio::spawn(watch_memory(uid.0, config.limits.memory_mib * 1024 * 1024, pid))),
+    };
+    let jail =
+        Jail { netns: File::open(format!("/proc/{sandbox_pid}/ns/net"))?, portal, bound: Some(bound), uid: Some(uid) };
     let listener = match jail.listen(PROXY_PORT) {
         Ok(l) => l,
         Err(e) => {
@@ -349,9 +412,12 @@ fn bwrap_args(config: &SandboxConfig, env: &[(String, String)], downloads: Optio
     if Path::new("/var/cache/fontconfig").is_dir() {
         a.extend(["--ro-bind".into(), "/var/cache/fontconfig".into(), "/var/cache/fontconfig".into()]);
     }
-    for dir in ["/tmp", HOME] {
+    // /dev's own tmpfs (bubblewrap's, unbounded) is made read-only once /dev/shm, where Chromium
+    // keeps its shared memory, is a bounded tmpfs of its own.
+    for dir in ["/tmp", HOME, "/dev/shm"] {
         a.extend(["--size".into(), size.clone(), "--perms".into(), "0700".into(), "--tmpfs".into(), dir.into()]);
     }
+    a.extend(["--remount-ro".into(), "/dev".into()]);
     if let Some(folder) = downloads {
         a.extend(["--bind".into(), folder.display().to_string(), DOWNLOADS.into()]);
     } else {
@@ -417,6 +483,41 @@ fn bind_in_netns(netns: RawFd, port: u16) -> std::io::Result<std::net::TcpListen
         }
     });
     handle.join().map_err(|_| std::io::Error::other("netns thread panicked"))?
+}
+
+/// On a host without cgroups: kills the browser's process group (`group`)
+/// once the resident memory of the processes running as `uid` passes
+/// `limit` bytes, checked every second. Coarser than a cgroup (files in the
+/// tmpfs are bounded by their sizes, not counted here, and a burst between
+/// two checks passes), which is why the server warns at start.
+async fn watch_memory(uid: u32, limit: u64, group: i32) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        let used = tokio::task::spawn_blocking(move || resident_bytes_of(uid)).await.unwrap_or(0);
+        if used > limit {
+            tracing::warn!(uid, used, limit, "a browser passed its memory bound; killing it");
+            kill_group(group);
+            return;
+        }
+    }
+}
+
+/// The summed `VmRSS` of every process whose real uid is `uid`.
+fn resident_bytes_of(uid: u32) -> u64 {
+    let Ok(procs) = std::fs::read_dir("/proc") else { return 0 };
+    let mut total = 0;
+    for entry in procs.flatten() {
+        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else { continue };
+        let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).map(str::trim);
+        let real_uid = field("Uid:").and_then(|u| u.split_whitespace().next()).and_then(|u| u.parse::<u32>().ok());
+        if real_uid != Some(uid) {
+            continue;
+        }
+        let kib = field("VmRSS:").and_then(|v| v.trim_end_matches("kB").trim().parse::<u64>().ok()).unwrap_or(0);
+        total += kib * 1024;
+    }
+    total
 }
 
 pub(crate) fn kill_group(pid: i32) {
@@ -500,5 +601,12 @@ mod tests {
         assert!(session.contains(&format!("--bind {PORTALS}/200001 {DOWNLOADS}")), "{session}");
         assert!(session.find("--tmpfs /home/grid") < session.find("--bind "), "{session}");
         assert_eq!(session.matches("--bind").count(), 1, "{session}");
+        // Every writable filesystem is bounded: /dev/shm is a sized tmpfs of its own, the rest of
+        // /dev (bubblewrap's unbounded tmpfs) read-only after it.
+        for dir in ["/tmp", "/home/grid", "/dev/shm"] {
+            assert!(joined.contains(&format!("--size 536870912 --perms 0700 --tmpfs {dir}")), "{dir}: {joined}");
+        }
+        assert!(joined.find("--tmpfs /dev/shm") < joined.find("--remount-ro /dev"), "{joined}");
+        assert!(joined.find("--dev /dev") < joined.find("--tmpfs /dev/shm"), "{joined}");
     }
 }

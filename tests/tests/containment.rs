@@ -1,0 +1,414 @@
+//! Containment: what a session lessee can make their own browser consume,
+//! and the CDP gate's two ways around its table (commands wrapped in
+//! `Target.sendMessageToTarget`, URLs spelled with control characters).
+//! Each attack is made as a hostile tenant with one ordinary lease would,
+//! through the real grid, and the test asserts the outcome on the host.
+//!
+//! `downloads_aimed_at_dev_shm_take_no_host_shared_memory` and
+//! `a_neighbour_spinning_many_threads_gets_one_browsers_share_of_the_cpu`
+//! measure the whole host (its shared memory, the CPU a page gets), so they
+//! run alone (`.config/nextest.toml`).
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use grid_tests::cdp::{refused, Cdp};
+use grid_tests::host;
+use grid_tests::server::{GridServer, ServerOptions};
+use grid_tests::sessions::{lease_running, lease_running_as};
+use grid_tests::target::Target;
+
+const MIB: u64 = 1024 * 1024;
+
+/// Attaches to `target_id` the protocol's older way (no flattening): the
+/// target then takes commands only as text inside
+/// `Target.sendMessageToTarget`, as headless_chrome sends them.
+async fn attach_unflattened(server: &GridServer, cdp: &mut Cdp, target_id: &str) -> String {
+    let attached = cdp
+        .call("Target.attachToTarget", json!({"targetId": target_id, "flatten": false}), None)
+        .await
+        .unwrap_or_else(|e| server.fail(&e));
+    attached["sessionId"].as_str().unwrap_or_else(|| server.fail(&format!("no sessionId: {attached}"))).to_string()
+}
+
+/// `Target.sendMessageToTarget` carrying `method(params)` to `session`.
+fn wrapped(session: &str, id: u64, method: &str, params: Value) -> Value {
+    let inner = json!({"id": id, "method": method, "params": params});
+    json!({"sessionId": session, "message": inner.to_string()})
+}
+
+/// The URLs of every target of the browser.
+async fn target_urls(server: &GridServer, cdp: &mut Cdp) -> Vec<String> {
+    let targets = cdp.call("Target.getTargets", json!({}), None).await.unwrap_or_else(|e| server.fail(&e));
+    targets["targetInfos"]
+        .as_array()
+        .map(|all| all.iter().filter_map(|t| t["url"].as_str().map(str::to_string)).collect())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn commands_wrapped_in_send_message_to_target_meet_the_gate() {
+    let server = GridServer::start(ServerOptions::default());
+    let (_, mut cdp) = lease_running(&server, json!({"ttlMinutes": 5})).await;
+    let (target_id, _) = cdp.blank_page(None).await.unwrap_or_else(|e| server.fail(&e));
+    let old = attach_unflattened(&server, &mut cdp, &target_id).await;
+    let mut findings = vec![];
+
+    // The old way still works for what the gate lets through: the answer
+    // comes back wrapped in Target.receivedMessageFromTarget.
+    let answer = cdp
+        .send(
+            "Target.sendMessageToTarget",
+            wrapped(&old, 1, "Runtime.evaluate", json!({"expression": "6 * 7", "returnByValue": true})),
+            None,
+        )
+        .await
+        .unwrap_or_else(|e| server.fail(&e));
+    if let Err(e) = answer {
+        findings.push(format!("a harmless wrapped command was refused: {e}"));
+    }
+    let inner = cdp
+        .wait_event("Target.receivedMessageFromTarget", Duration::from_secs(20), |p| {
+            p["sessionId"] == old.as_str() && p["message"].as_str().is_some_and(|m| m.contains("\"id\":1,"))
+        })
+        .await;
+    match inner.and_then(|e| serde_json::from_str::<Value>(e["params"]["message"].as_str()?).ok()) {
+        Some(m) if m["result"]["result"]["value"] == 42 => {}
+        other => findings.push(format!("the wrapped Runtime.evaluate did not answer 42: {other:?}")),
+    }
+
+    // Every row of the gate's table, wrapped; and wrapped twice.
+    let attacks = [
+        ("Page.navigate", json!({"url": "file:///etc/passwd"})),
+        ("Page.navigate", json!({"url": "\u{1}file:///etc/passwd"})),
+        ("Target.createTarget", json!({"url": "file:///etc/passwd"})),
+        (
+            "Network.loadNetworkResource",
+            json!({"frameId": target_id, "url": "file:///etc/passwd", "options": {"disableCache": true, "includeCredentials": false}}),
+        ),
+        ("DOM.setFileInputFiles", json!({"files": ["/etc/passwd"], "nodeId": 1})),
+        (
+            "Input.dispatchDragEvent",
+            json!({"type": "drop", "x": 1, "y": 1, "data": {"items": [], "files": ["/etc/passwd"], "dragOperationsMask": 1}}),
+        ),
+        ("Target.createBrowserContext", json!({"proxyServer": "direct://"})),
+        ("Target.exposeDevToolsProtocol", json!({"targetId": target_id})),
+        ("Target.setRemoteLocations", json!({"locations": [{"host": "127.0.0.1", "port": 9222}]})),
+        ("Extensions.loadUnpacked", json!({"path": "/etc"})),
+    ];
+    for (i, (method, params)) in attacks.into_iter().enumerate() {
+        let once = wrapped(&old, 100 + i as u64, method, params);
+        let answer =
+            cdp.send("Target.sendMessageToTarget", once.clone(), None).await.unwrap_or_else(|e| server.fail(&e));
+        if let Err(e) = refused(&format!("wrapped {method}"), &answer) {
+            findings.push(e);
+        }
+        let twice = json!({"sessionId": old, "message": json!({"id": 200 + i, "method": "Target.sendMessageToTarget", "params": once}).to_string()});
+        let answer = cdp.send("Target.sendMessageToTarget", twice, None).await.unwrap_or_else(|e| server.fail(&e));
+        if let Err(e) = refused(&format!("{method} wrapped twice"), &answer) {
+            findings.push(e);
+        }
+    }
+    // A download folder is rewritten inside the wrapping, as it is outside.
+    for method in ["Page.setDownloadBehavior", "Browser.setDownloadBehavior"] {
+        let params = wrapped(&old, 300, method, json!({"behavior": "allow", "downloadPath": "/dev/shm"}));
+        let answer = cdp.send("Target.sendMessageToTarget", params, None).await.unwrap_or_else(|e| server.fail(&e));
+        if let Err(e) = answer {
+            findings.push(format!("wrapped {method}: refused, though the grid rewrites the folder: {e}"));
+        }
+    }
+    // Nothing of the attempts opened a file: page.
+    let urls = target_urls(&server, &mut cdp).await;
+    if let Some(u) = urls.iter().find(|u| u.starts_with("file:")) {
+        findings.push(format!("a file: page is open: {u} (all: {urls:?})"));
+    }
+    if !findings.is_empty() {
+        server.fail(&format!("{} finding(s):\n- {}", findings.len(), findings.join("\n- ")));
+    }
+}
+
+#[tokio::test]
+async fn control_characters_do_not_hide_a_file_url() {
+    let server = GridServer::start(ServerOptions::default());
+    let (lease, mut cdp) = lease_running(&server, json!({"ttlMinutes": 5})).await;
+    let (_, page) = cdp.blank_page(None).await.unwrap_or_else(|e| server.fail(&e));
+    let mut findings = vec![];
+    let spellings = [
+        "\u{1}file:///etc/passwd",
+        "\u{0}\u{1f} file:///etc/passwd",
+        "fi\tle:///etc/passwd",
+        "fi\nle:///etc/passwd",
+        "f\ri\tl\ne:///etc/passwd",
+        "view-source:\u{1}file:///etc/passwd",
+        "view-source:fi\tle:///etc/passwd",
+    ];
+    for url in spellings {
+        for (method, on_page) in [("Page.navigate", true), ("Target.createTarget", false)] {
+            let answer = cdp
+                .send(method, json!({"url": url}), on_page.then_some(page.as_str()))
+                .await
+                .unwrap_or_else(|e| server.fail(&e));
+            if let Err(e) = refused(&format!("{method} {url:?}"), &answer) {
+                findings.push(e);
+            }
+        }
+    }
+    // The HTTP discovery's new-tab call, with the URL percent-encoded in the query.
+    for query in ["%01file:///etc/passwd", "fi%09le:///etc/passwd", "%0Afile:///etc/passwd"] {
+        for method in [reqwest::Method::PUT, reqwest::Method::GET] {
+            let url = format!("{}/json/new?{query}", lease.cdp_url);
+            let r = server
+                .http()
+                .request(method.clone(), &url)
+                .send()
+                .await
+                .unwrap_or_else(|e| server.fail(&format!("{e}")));
+            let status = r.status().as_u16();
+            let body = r.text().await.unwrap_or_default();
+            if status != 400 || !body.contains("refused by the grid") {
+                findings
+                    .push(format!("{method} /json/new?{query}: expected 400 refused by the grid, got {status} {body}"));
+            }
+        }
+    }
+    let urls = target_urls(&server, &mut cdp).await;
+    if let Some(u) = urls.iter().find(|u| u.starts_with("file:") || u.contains("passwd")) {
+        findings.push(format!("a file: page is open: {u} (all: {urls:?})"));
+    }
+    if !findings.is_empty() {
+        server.fail(&format!("{} finding(s):\n- {}", findings.len(), findings.join("\n- ")));
+    }
+}
+
+/// The host's shared memory (`Shmem` of /proc/meminfo: every tmpfs and
+/// shared anonymous mapping), in bytes.
+fn host_shmem() -> u64 {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").expect("/proc/meminfo");
+    let kib = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("Shmem:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("Shmem in /proc/meminfo");
+    kib * 1024
+}
+
+/// Every file below `dir` with its size (nothing when it cannot be read).
+fn files_with_sizes(dir: &Path) -> Vec<(String, u64)> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return vec![] };
+    let mut all: Vec<(String, u64)> = entries
+        .flatten()
+        .filter_map(|e| Some((e.file_name().to_string_lossy().into_owned(), e.metadata().ok()?.len())))
+        .collect();
+    all.sort();
+    all
+}
+
+#[tokio::test]
+async fn downloads_aimed_at_dev_shm_take_no_host_shared_memory() {
+    const DOWNLOADS: usize = 6;
+    const SIZE: u64 = 90 * MIB;
+    let target = Target::start();
+    let server = GridServer::start(ServerOptions::default());
+    let (lease, mut cdp) = lease_running(&server, json!({"ttlMinutes": 5})).await;
+    let server_pid = server.pid().unwrap_or_else(|| server.fail("no server pid")) as i32;
+    let before = host_shmem();
+    let (target_id, page) = cdp.blank_page(None).await.unwrap_or_else(|e| server.fail(&e));
+    // The folder set the plain way and wrapped (the way that once went past the gate).
+    cdp.call("Browser.setDownloadBehavior", json!({"behavior": "allow", "downloadPath": "/dev/shm"}), None)
+        .await
+        .unwrap_or_else(|e| server.fail(&e));
+    let old = attach_unflattened(&server, &mut cdp, &target_id).await;
+    for method in ["Page.setDownloadBehavior", "Browser.setDownloadBehavior"] {
+        let params = wrapped(&old, 1, method, json!({"behavior": "allow", "downloadPath": "/dev/shm"}));
+        cdp.call("Target.sendMessageToTarget", params, None).await.unwrap_or_else(|e| server.fail(&e));
+    }
+    for i in 0..DOWNLOADS {
+        let path = format!("/attachment/shm-{i}.bin");
+        let url = target.url(&format!("{path}?n={SIZE}"));
+        cdp.send("Page.navigate", json!({"url": url}), Some(&page)).await.unwrap_or_else(|e| server.fail(&e)).ok();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while target.hits(&path) == 0 {
+            if Instant::now() > deadline {
+                server.fail(&format!("the browser never asked for {url}: the attempt proves nothing"));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    // Until every download has ended: no partial file in the browser's
+    // /dev/shm or in the session's folder, and neither changed over three
+    // looks a second apart.
+    let session_folder = server.data_dir().join("session-downloads").join(&lease.id).join("files");
+    let look = || {
+        let mut seen = files_with_sizes(&session_folder);
+        for main in host::browser_mains(server_pid) {
+            seen.extend(files_with_sizes(Path::new(&format!("/proc/{main}/root/dev/shm"))));
+        }
+        seen
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (mut last, mut same) = (look(), 0);
+    while same < 3 {
+        if Instant::now() > deadline {
+            server.fail(&format!("the downloads never ended: {last:?}"));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = look();
+        let partial = now.iter().any(|(name, _)| name.ends_with(".crdownload") || name.starts_with(".com.google"));
+        same = if now == last && !partial { same + 1 } else { 0 };
+        last = now;
+    }
+    let grown = host_shmem().saturating_sub(before);
+    let in_shm: Vec<&(String, u64)> = last.iter().filter(|(name, _)| name.starts_with("shm-")).collect();
+    assert!(
+        grown < 200 * MIB,
+        "host shared memory grew by {} MiB after {DOWNLOADS} downloads of {} MiB aimed at /dev/shm (files seen: {last:?})",
+        grown / MIB,
+        SIZE / MIB
+    );
+    // What was saved went to the session's own folder, within its limit.
+    let saved: u64 = files_with_sizes(&session_folder).iter().map(|(_, n)| n).sum();
+    assert!(saved <= 100 * MIB, "the session's folder holds {saved} bytes, past its 100 MiB limit: {in_shm:?}");
+    let shm_files: Vec<(String, u64)> = host::browser_mains(server_pid)
+        .into_iter()
+        .flat_map(|main| files_with_sizes(Path::new(&format!("/proc/{main}/root/dev/shm"))))
+        .filter(|(name, _)| name.starts_with("shm-"))
+        .collect();
+    assert!(shm_files.is_empty(), "downloads landed in the browser's /dev/shm: {shm_files:?}");
+}
+
+/// Memory the browsers below `server` hold: each Chromium process's
+/// anonymous and shared resident pages (`RssAnon` + `RssShmem`; file pages,
+/// shared between processes, left out), in bytes.
+fn browsers_memory(server: i32) -> u64 {
+    host::descendants(server)
+        .into_iter()
+        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
+        .map(|status| {
+            let kib = |field: &str| {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix(field))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            (kib("RssAnon:") + kib("RssShmem:")) * 1024
+        })
+        .sum()
+}
+
+/// Allocates and touches 1.5 GiB in 64 MiB pieces, keeping them all.
+const ALLOCATE: &str = "(async () => { const kept = []; for (let i = 0; i < 24; i++) { \
+     const b = new Uint8Array(64 << 20); b.fill(1 + i); kept.push(b); await new Promise(r => setTimeout(r, 5)); } \
+     return kept.length * 64; })()";
+
+#[tokio::test]
+async fn a_page_past_its_browsers_memory_bound_takes_only_its_browser_down() {
+    let server = GridServer::start(ServerOptions {
+        extra_args: vec!["--browser-memory-mib".into(), "512".into()],
+        ..Default::default()
+    });
+    let server_pid = server.pid().unwrap_or_else(|| server.fail("no server pid")) as i32;
+    let (_, other_key) = server.create_account("neighbour", 10_000_000);
+    let (_, mut other) = lease_running_as(&server, &other_key, json!({"ttlMinutes": 5})).await;
+    let (_, mut cdp) = lease_running(&server, json!({"ttlMinutes": 5})).await;
+    let (_, page) = cdp.blank_page(None).await.unwrap_or_else(|e| server.fail(&e));
+    let baseline = browsers_memory(server_pid);
+    // The peak, sampled while the page allocates.
+    let (stop, peak) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+    let sampler = {
+        let (stop, peak) = (stop.clone(), peak.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                peak.fetch_max(browsers_memory(server_pid), Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        })
+    };
+    let params = json!({"expression": ALLOCATE, "returnByValue": true, "awaitPromise": true});
+    let answer = tokio::time::timeout(Duration::from_secs(60), cdp.send("Runtime.evaluate", params, Some(&page))).await;
+    stop.store(true, Ordering::Relaxed);
+    sampler.join().expect("sampler");
+    let grown = peak.load(Ordering::Relaxed).saturating_sub(baseline);
+    if let Ok(Ok(Ok(result))) = &answer {
+        if result["result"]["value"] == 1536 {
+            server.fail(&format!("the page kept 1.5 GiB under a 512 MiB bound (browsers grew by {} MiB)", grown / MIB));
+        }
+    }
+    assert!(
+        grown < 900 * MIB,
+        "a page allocating 1.5 GiB under --browser-memory-mib 512 took {} MiB of host memory (answer: {answer:?})",
+        grown / MIB
+    );
+    // The server and the other tenant carry on.
+    let health = server.get("/healthz").await;
+    assert_eq!(health.status, 200, "{health}");
+    let version = other.call("Browser.getVersion", json!({}), None).await;
+    assert!(version.as_ref().is_ok_and(|v| v["product"].is_string()), "the other tenant's browser: {version:?}");
+    let (_, other_page) = other.blank_page(None).await.unwrap_or_else(|e| server.fail(&e));
+    assert_eq!(other.evaluate(&other_page, "6 * 7").await, Ok(json!(42)));
+}
+
+/// A page's own measure of a fixed piece of work: the median of five runs'
+/// wall time, in ms (performance.now(), so time the thread waited counts).
+async fn work_ms(server: &GridServer, cdp: &mut Cdp, page: &str, rounds: u64) -> f64 {
+    let expression = format!(
+        "(() => {{ const runs = []; for (let r = 0; r < 5; r++) {{ const t = performance.now(); let x = 0; \
+         for (let i = 0; i < {rounds}; i++) {{ x += Math.sqrt(i) % 7; }} runs.push(performance.now() - t + (x < 0 ? 1 : 0)); }} \
+         runs.sort((a, b) => a - b); return runs[2]; }})()"
+    );
+    let v = cdp.evaluate(page, &expression).await.unwrap_or_else(|e| server.fail(&e));
+    v.as_f64().unwrap_or_else(|| server.fail(&format!("not a number: {v}")))
+}
+
+/// Starts four Web Workers that each report, then spin forever.
+const SPIN: &str = "(() => { window.spinning = 0; const src = 'postMessage(1); for (;;) {}'; \
+     const url = URL.createObjectURL(new Blob([src], {type: 'text/javascript'})); \
+     for (let i = 0; i < 4; i++) { const w = new Worker(url); w.onmessage = () => { window.spinning += 1; }; } \
+     return 'started'; })()";
+
+#[tokio::test]
+async fn a_neighbour_spinning_many_threads_gets_one_browsers_share_of_the_cpu() {
+    let target = Target::start();
+    let server = GridServer::start(ServerOptions::default());
+    let (_, neighbour_key) = server.create_account("spinner", 10_000_000);
+    let (_, mut victim) = lease_running(&server, json!({"ttlMinutes": 5})).await;
+    let (_, mut neighbour) = lease_running_as(&server, &neighbour_key, json!({"ttlMinutes": 5})).await;
+    let (_, page) = victim.blank_page(None).await.unwrap_or_else(|e| server.fail(&e));
+    // Work of about 150 ms on this machine when idle.
+    let mut rounds: u64 = 1_000_000;
+    while work_ms(&server, &mut victim, &page, rounds).await < 150.0 && rounds < 1_000_000_000 {
+        rounds *= 2;
+    }
+    let alone = work_ms(&server, &mut victim, &page, rounds).await;
+    // 8 tabs of 4 spinning threads each; wait until all 32 spin.
+    let mut tabs = vec![];
+    for _ in 0..8 {
+        // A page of an http origin: its workers come from blob: URLs of that origin.
+        let (_, tab) = neighbour.open_page(&target.url("/page/spin")).await.unwrap_or_else(|e| server.fail(&e));
+        neighbour.evaluate(&tab, SPIN).await.unwrap_or_else(|e| server.fail(&e));
+        tabs.push(tab);
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for tab in &tabs {
+        loop {
+            let n = neighbour.evaluate(tab, "window.spinning").await.unwrap_or_else(|e| server.fail(&e));
+            if n.as_u64() == Some(4) {
+                break;
+            }
+            if Instant::now() > deadline {
+                server.fail(&format!("the neighbour's workers never all started: {n}"));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let beside = work_ms(&server, &mut victim, &page, rounds).await;
+    let ratio = beside / alone;
+    assert!(
+        ratio < 1.5,
+        "a neighbour spinning 32 threads slowed another tenant's page {ratio:.2}x ({alone:.0} ms alone, {beside:.0} ms beside it)"
+    );
+}
