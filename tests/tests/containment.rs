@@ -207,6 +207,75 @@ fn files_with_sizes(dir: &Path) -> Vec<(String, u64)> {
     all
 }
 
+/// The mounts a process sees: (mount point, per-mount options, fs type,
+/// superblock options), from `/proc/PID/mountinfo`.
+fn mounts_of(pid: i32) -> Vec<(String, String, String, String)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let left: Vec<&str> = left.split(' ').collect();
+            let right: Vec<&str> = right.split(' ').collect();
+            Some((
+                left.get(4)?.to_string(),
+                left.get(5)?.to_string(),
+                right.first()?.to_string(),
+                right.get(2)?.to_string(),
+            ))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn every_writable_filesystem_of_a_browser_is_bounded() {
+    let server = GridServer::start(ServerOptions::default());
+    let _session = lease_running(&server, json!({"ttlMinutes": 5})).await;
+    let server_pid = server.pid().unwrap_or_else(|| server.fail("no server pid")) as i32;
+    let mains = host::browser_mains(server_pid);
+    let Some(main) = mains.first().copied() else { server.fail("no browser of the server found") };
+    let mounts = mounts_of(main);
+    let mut findings = vec![];
+    for (point, options, fstype, super_options) in &mounts {
+        let writable = options.split(',').any(|o| o == "rw");
+        let bounded = fstype == "tmpfs" && super_options.split(',').any(|o| o.starts_with("size="));
+        // The session's folder, watched by the grid (security.md 4); device nodes bound from the
+        // host's /dev (null, zero, random...), where a write stores nothing.
+        let sanctioned = point == "/home/grid/downloads" || (point.starts_with("/dev/") && fstype == "devtmpfs");
+        if writable && !bounded && !sanctioned && !matches!(fstype.as_str(), "proc" | "devpts" | "mqueue") {
+            findings.push(format!("{point} is writable and unbounded: {options} {fstype} {super_options}"));
+        }
+    }
+    for point in ["/tmp", "/home/grid", "/dev/shm"] {
+        if !mounts.iter().any(|(p, _, fstype, sup)| p == point && fstype == "tmpfs" && sup.contains("size=")) {
+            findings.push(format!("{point} is not a bounded tmpfs of its own"));
+        }
+    }
+    match mounts.iter().find(|(p, ..)| p == "/dev") {
+        Some((_, options, ..)) if options.split(',').any(|o| o == "ro") => {}
+        other => findings.push(format!("/dev is not read-only: {other:?}")),
+    }
+    // Every process of the browser is in its cgroup, bounded.
+    let chromium: Vec<i32> = host::descendants(server_pid).into_iter().filter(|p| host::is_chromium(*p)).collect();
+    for pid in &chromium {
+        let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+        for controller in ["memory", "pids", "cpu"] {
+            let line = cgroups.lines().find(|l| {
+                let parts: Vec<&str> = l.splitn(3, ':').collect();
+                parts.len() == 3 && (parts[1].split(',').any(|c| c == controller) || parts[1].is_empty())
+            });
+            if !line.is_some_and(|l| l.contains("/grid-browsers/uid-")) {
+                findings.push(format!("chromium {pid} is not in a browser cgroup for {controller}: {cgroups}"));
+            }
+        }
+    }
+    if chromium.is_empty() {
+        findings.push("no chromium process found: the check proves nothing".into());
+    }
+    if !findings.is_empty() {
+        server.fail(&format!("{} finding(s):\n- {}", findings.len(), findings.join("\n- ")));
+    }
+}
+
 #[tokio::test]
 async fn downloads_aimed_at_dev_shm_take_no_host_shared_memory() {
     const DOWNLOADS: usize = 6;

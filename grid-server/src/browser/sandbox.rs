@@ -423,6 +423,9 @@ fn bwrap_args(config: &SandboxConfig, env: &[(String, String)], downloads: Optio
     } else {
         a.extend(["--dir".into(), DOWNLOADS.into()]);
     }
+    // bubblewrap's root is a tmpfs of its own, unbounded and owned by the browser's uid: read-only
+    // once every mount point is in place (the tmpfs and binds above stay as they are).
+    a.extend(["--remount-ro".into(), "/".into()]);
     a.extend(["--info-fd".into(), FD_INFO.to_string(), "--block-fd".into(), FD_BLOCK.to_string()]);
     a.extend(["--clearenv".into()]);
     let base = [("HOME", HOME), ("TMPDIR", "/tmp"), ("PATH", "/usr/bin:/bin")];
@@ -608,5 +611,8 @@ mod tests {
         }
         assert!(joined.find("--tmpfs /dev/shm") < joined.find("--remount-ro /dev"), "{joined}");
         assert!(joined.find("--dev /dev") < joined.find("--tmpfs /dev/shm"), "{joined}");
+        // The sandbox's own root is read-only after every mount point is made.
+        let root_ro = joined.find("--remount-ro / ").expect("the root is remounted read-only");
+        assert!(joined.rfind("--tmpfs ").unwrap() < root_ro && joined.rfind("--dir ").unwrap() < root_ro, "{joined}");
     }
 }
