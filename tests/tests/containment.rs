@@ -481,3 +481,63 @@ async fn a_neighbour_spinning_many_threads_gets_one_browsers_share_of_the_cpu() 
         "a neighbour spinning 32 threads slowed another tenant's page {ratio:.2}x ({alone:.0} ms alone, {beside:.0} ms beside it)"
     );
 }
+
+/// The real uid a process runs as.
+fn uid_of(pid: i32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("Uid:"))?.split_whitespace().next()?.parse().ok()
+}
+
+/// Threads of every process running as `uid` (what a task bound counts).
+fn tasks_of_uid(uid: u32) -> u64 {
+    host::pids()
+        .into_iter()
+        .filter(|p| uid_of(*p) == Some(uid))
+        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/status")).ok())
+        .filter_map(|s| s.lines().find_map(|l| l.strip_prefix("Threads:")).and_then(|n| n.trim().parse::<u64>().ok()))
+        .sum()
+}
+
+/// Starts `n` Web Workers that stay alive; answers how many the page made.
+fn spawn_workers(n: u32) -> String {
+    format!(
+        "(() => {{ const url = URL.createObjectURL(new Blob(['setInterval(() => {{}}, 1000)'], {{type: 'text/javascript'}})); \
+         window.kept = []; for (let i = 0; i < {n}; i++) {{ try {{ window.kept.push(new Worker(url)); }} catch (e) {{ break; }} }} \
+         return window.kept.length; }})()"
+    )
+}
+
+#[tokio::test]
+async fn a_thread_bomb_stops_at_the_browsers_task_bound() {
+    const BOUND: u64 = 256;
+    let target = Target::start();
+    let server = GridServer::start(ServerOptions {
+        extra_args: vec!["--browser-pids".into(), BOUND.to_string()],
+        ..Default::default()
+    });
+    let server_pid = server.pid().unwrap_or_else(|| server.fail("no server pid")) as i32;
+    let (_, mut cdp) = lease_running(&server, json!({"ttlMinutes": 5})).await;
+    let mains = host::browser_mains(server_pid);
+    let uid = mains.first().and_then(|m| uid_of(*m)).unwrap_or_else(|| server.fail("no session browser found"));
+    let (_, page) = cdp.open_page(&target.url("/page/bomb")).await.unwrap_or_else(|e| server.fail(&e));
+    // Each worker is a thread of the renderer: 600 of them would take the browser past 600 tasks.
+    cdp.send("Runtime.evaluate", json!({"expression": spawn_workers(600), "returnByValue": true}), Some(&page))
+        .await
+        .unwrap_or_else(|e| server.fail(&e))
+        .ok();
+    // Until the browser's task count stops moving (five looks in a row), keeping the peak.
+    let (mut peak, mut last, mut same) = (0, u64::MAX, 0);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while same < 5 && Instant::now() < deadline {
+        let now = tasks_of_uid(uid);
+        peak = peak.max(now);
+        same = if now == last { same + 1 } else { 0 };
+        last = now;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // bubblewrap's outer process runs as the browser's uid too, outside the browser's cgroup.
+    assert!(peak <= BOUND + 1, "the browser ran {peak} tasks under --browser-pids {BOUND}");
+    assert!(peak > BOUND / 2, "the browser never came near its bound ({peak} tasks): the attempt proves nothing");
+    let health = server.get("/healthz").await;
+    assert_eq!(health.status, 200, "{health}");
+}
