@@ -14,6 +14,9 @@
 //!   filename="{name}"`, body TEXT (default `download {name}`): a browser saves it.
 //! - `/hold/{tag}?ms=N`: waits N ms (default 3000), then a small HTML page;
 //!   when each request arrived and was answered is kept: [`Target::holds`].
+//! - `/gate/{tag}`: held until the target's gate opens ([`Target::open_gate`];
+//!   closed when the target starts), then `page_html(tag)` as `/page/{n}`:
+//!   a test decides when attempts end, whatever the machine's speed.
 //!
 //! Pages for the browser scripts ([`browser_pages`]):
 //! - `/js/{n}`: HTML whose visible text is written by JavaScript ([`js_text`]).
@@ -116,6 +119,8 @@ impl Hold {
 pub struct Target {
     addr: SocketAddr,
     hits: Arc<Mutex<Hits>>,
+    /// Whether `/gate/{tag}` answers: false until [`Target::open_gate`].
+    gate: Arc<tokio::sync::watch::Sender<bool>>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
@@ -131,8 +136,10 @@ impl Target {
         listener.set_nonblocking(true).expect("target: set_nonblocking");
         let addr = listener.local_addr().expect("target: local_addr");
         let hits = Arc::new(Mutex::new(Hits::default()));
+        let gate = Arc::new(tokio::sync::watch::Sender::new(false));
         let (shutdown, shutdown_rx) = tokio::sync::oneshot::channel();
         let thread_hits = hits.clone();
+        let thread_gate = gate.clone();
         std::thread::Builder::new()
             .name(format!("target-{}", addr.port()))
             .spawn(move || {
@@ -141,12 +148,12 @@ impl Target {
                     .enable_all()
                     .build()
                     .expect("target: runtime");
-                runtime.block_on(serve(listener, thread_hits, shutdown_rx));
+                runtime.block_on(serve(listener, thread_hits, thread_gate, shutdown_rx));
                 // Dropping the runtime closes every connection still open (/hang).
                 runtime.shutdown_background();
             })
             .expect("target: spawn thread");
-        Target { addr, hits, shutdown: Some(shutdown) }
+        Target { addr, hits, gate, shutdown: Some(shutdown) }
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -183,6 +190,12 @@ impl Target {
     pub fn holds(&self) -> Vec<Hold> {
         self.hits.lock().unwrap().holds.clone()
     }
+
+    /// Opens the gate: every `/gate/{tag}` request held so far is answered,
+    /// and every later one at once.
+    pub fn open_gate(&self) {
+        self.gate.send_replace(true);
+    }
 }
 
 impl Drop for Target {
@@ -196,6 +209,7 @@ impl Drop for Target {
 async fn serve(
     listener: std::net::TcpListener,
     hits: Arc<Mutex<Hits>>,
+    gate: Arc<tokio::sync::watch::Sender<bool>>,
     mut shutdown: tokio::sync::oneshot::Receiver<()>,
 ) {
     let listener = tokio::net::TcpListener::from_std(listener).expect("target: tokio listener");
@@ -209,10 +223,12 @@ async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let hits = hits.clone();
+        let gate = gate.clone();
         tokio::spawn(async move {
             let service = service_fn(move |req: Request<Incoming>| {
                 let hits = hits.clone();
-                async move { Ok::<_, Infallible>(route(req, hits).await) }
+                let gate = gate.subscribe();
+                async move { Ok::<_, Infallible>(route(req, hits, gate).await) }
             });
             let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
         });
@@ -236,7 +252,11 @@ fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
     respond(status, "text/plain; charset=utf-8", body)
 }
 
-async fn route(req: Request<Incoming>, hits: Arc<Mutex<Hits>>) -> Response<Full<Bytes>> {
+async fn route(
+    req: Request<Incoming>,
+    hits: Arc<Mutex<Hits>>,
+    mut gate: tokio::sync::watch::Receiver<bool>,
+) -> Response<Full<Bytes>> {
     let path = req.uri().path().to_string();
     let count = {
         let mut h = hits.lock().unwrap();
@@ -283,6 +303,11 @@ async fn route(req: Request<Incoming>, hits: Arc<Mutex<Hits>>) -> Response<Full<
             hits.lock().unwrap().holds[index].answered = Some(Instant::now());
             respond(StatusCode::OK, "text/html; charset=utf-8", page_html(tag))
         }
+        ["gate", tag] => match gate.wait_for(|open| *open).await {
+            Ok(_) => respond(StatusCode::OK, "text/html; charset=utf-8", page_html(tag)),
+            // The target is going away.
+            Err(_) => text(StatusCode::SERVICE_UNAVAILABLE, "target stopping\n"),
+        },
         ["download", name] => {
             let body = query_param(&req, "body").unwrap_or_else(|| format!("download {name}"));
             Response::builder()
@@ -542,5 +567,25 @@ mod tests {
         let hang = c.get(target.url("/hang")).timeout(Duration::from_millis(200)).send().await;
         assert!(hang.unwrap_err().is_timeout());
         assert_eq!(target.hits("/hang"), 1);
+    }
+
+    #[tokio::test]
+    async fn gate_holds_requests_until_opened() {
+        let target = Target::start();
+        let c = client();
+        let held = tokio::spawn(c.get(target.url("/gate/a")).send());
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while target.hits("/gate/a") == 0 {
+            assert!(std::time::Instant::now() < deadline, "the request never reached the gate");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let closed = c.get(target.url("/gate/b")).timeout(Duration::from_millis(200)).send().await;
+        assert!(closed.unwrap_err().is_timeout(), "the closed gate answered");
+        assert!(!held.is_finished(), "the closed gate answered");
+        target.open_gate();
+        let r = held.await.unwrap().unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.text().await.unwrap(), page_html("a"));
+        assert_eq!(c.get(target.url("/gate/c")).send().await.unwrap().status(), 200);
     }
 }
