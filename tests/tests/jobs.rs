@@ -914,6 +914,24 @@ fn status_fields<'a>(status: &'a str, name: &str) -> Vec<&'a str> {
     line[prefix.len()..].split_whitespace().collect()
 }
 
+/// The attempt's scratch on the host: its container's `/tmp`.
+fn scratch_dir(server: &GridServer, id: &str, attempt: u32) -> std::path::PathBuf {
+    server.data_dir().join("job-scratch").join(format!("{id}-{attempt}"))
+}
+
+/// Waits until the attempt's scratch is gone from the host (removed just
+/// after the commit that ends the attempt).
+async fn wait_scratch_removed(server: &GridServer, id: &str, attempt: u32) {
+    let dir = scratch_dir(server, id, attempt);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::fs::symlink_metadata(&dir).is_ok() {
+        if Instant::now() > deadline {
+            server.fail(&format!("the scratch {} of job {id} outlived its attempt", dir.display()));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// `docker inspect --format FORMAT container`, trimmed; panics on failure.
 fn inspect(container: &str, format: &str) -> String {
     let out = docker(&["inspect", "--format", format, container]);
@@ -925,8 +943,9 @@ fn inspect(container: &str, format: &str) -> String {
 /// asks: seen from the host, its process is not root (uid and gid, all four
 /// fields), holds no capability, cannot gain privileges, runs under the
 /// engine's seccomp filter when the engine has one; its root filesystem is
-/// read-only. Before: uid 0 on the host, the default capability set less
-/// three, a writable root.
+/// read-only, its `/tmp` the attempt's scratch directory on the node's
+/// disk (the job user's, 0700), no tmpfs. Before: uid 0 on the host, the
+/// default capability set less three, a writable root.
 #[tokio::test]
 async fn a_job_container_runs_as_non_root_with_no_capabilities_on_a_read_only_root() {
     let server = start_compute_server();
@@ -966,30 +985,51 @@ async fn a_job_container_runs_as_non_root_with_no_capabilities_on_a_read_only_ro
 
     let host = inspect(container, "{{json .HostConfig.ReadonlyRootfs}} {{json .HostConfig.SecurityOpt}}");
     assert_eq!(host, r#"true ["no-new-privileges:true"]"#, "ReadonlyRootfs and SecurityOpt (no profile unconfined)");
-    let tmpfs = inspect(container, "{{json .HostConfig.Tmpfs}}");
-    let tmpfs: Value = serde_json::from_str(&tmpfs).unwrap_or_else(|e| panic!("HostConfig.Tmpfs {tmpfs}: {e}"));
-    // 256Mi of ephemeral storage less the engine log's 32 MiB share.
-    assert_eq!(tmpfs, json!({"/tmp": format!("rw,exec,nosuid,nodev,size={},mode=1777", 224 * MI)}), "HostConfig.Tmpfs");
+    let mounts =
+        inspect(container, "{{json .HostConfig.Tmpfs}} {{json .HostConfig.Binds}} {{json .HostConfig.Mounts}}");
+    let mounts =
+        mounts.strip_prefix("null null ").unwrap_or_else(|| panic!("a tmpfs or a bind besides Mounts: {mounts}"));
+    let mounts: Value = serde_json::from_str(mounts).unwrap_or_else(|e| panic!("HostConfig.Mounts {mounts}: {e}"));
+    let scratch = scratch_dir(&server, &id, 1);
+    assert_eq!(
+        mounts,
+        json!([{"Type": "bind", "Source": scratch.to_str().unwrap(), "Target": "/tmp"}]),
+        "HostConfig.Mounts: the scratch, read-write, at /tmp"
+    );
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(&scratch).unwrap_or_else(|e| server.fail(&format!("{}: {e}", scratch.display())));
+    assert!(m.is_dir(), "{}", scratch.display());
+    assert_eq!((m.uid(), m.gid(), m.mode() & 0o7777), (65534, 65534, 0o700), "the scratch's owner and mode");
 
     let c = server.post(&format!("/jobs/{id}/cancel"), &json!({})).await;
     assert_eq!(c.status, 200, "{c}");
     assert_eq!(wait_finished(&server, &id).await["phase"], "CANCELLED");
+    wait_scratch_removed(&server, &id, 1).await;
 }
 
-/// The only place a job writes is its `/tmp`, bounded by its ephemeral
-/// storage less the engine log's share: writing there works (as the job's
-/// non-root user), writing to `/` fails with the kernel's "Read-only file
-/// system" in the job's log, and `/tmp` ends at its size ("No space left on
-/// device"). Before: `/` was writable.
+/// The only place a job writes is its `/tmp`, a directory on the node's
+/// disk bounded by its ephemeral storage less the engine log's share:
+/// writing there works (as the job's non-root user); writing to `/` fails
+/// with the kernel's "Read-only file system" in the job's log; past the
+/// bound the grid evicts the attempt as it evicted a writable layer that
+/// outgrew it (PLATFORM_EVICTED, free); what `/tmp` holds is disk, not
+/// memory: a job of 256Mi memory keeps 300 MiB there. Each attempt's
+/// scratch is gone once the attempt ends. Before (a tmpfs at `/tmp`, its
+/// pages charged to the job's memory): the 300 MiB job was OOM-killed, and
+/// the one past its storage met "No space left on device" and went on.
 #[tokio::test]
 async fn a_job_writes_only_to_its_tmp_which_its_ephemeral_storage_bounds() {
     let server = start_compute_server();
     let tmp = job_id(&submit_job(&server, &sh_job("echo data > /tmp/f && cat /tmp/f && id -u")).await);
     let root = job_id(&submit_job(&server, &job_body(&["touch", "/x"])).await);
-    // 256Mi of storage: a /tmp of 224 MiB (the log keeps 32 MiB); memory to spare for its pages.
-    let mut full = sh_job("dd if=/dev/zero of=/tmp/big bs=1M count=300; echo \"exit $?\"; du -m /tmp/big");
-    full["resources"]["memory"] = json!({"request": "512Mi", "limit": "512Mi"});
-    let full = job_id(&submit_job(&server, &full).await);
+    // 256Mi of storage and of memory: /tmp may hold 224 MiB (the log keeps 32 MiB).
+    // The job stays after writing, so the grid's measure (every 2 s) finds it.
+    let over = sh_job("dd if=/dev/zero of=/tmp/big bs=1M count=300; echo \"exit $?\"; sleep 30");
+    let over = job_id(&submit_job(&server, &over).await);
+    // 1Gi of storage, 256Mi of memory: 300 MiB in /tmp (more than the memory limit) is disk.
+    let mut big = sh_job("dd if=/dev/zero of=/tmp/big bs=1M count=300 2>/dev/null && wc -c < /tmp/big");
+    big["resources"]["ephemeralStorage"] = json!({"request": "1Gi", "limit": "1Gi"});
+    let big = job_id(&submit_job(&server, &big).await);
 
     let done = wait_finished(&server, &tmp).await;
     let log = logs(&server, &tmp, "").await;
@@ -1005,11 +1045,31 @@ async fn a_job_writes_only_to_its_tmp_which_its_ephemeral_storage_bounds() {
     assert_eq!(log.status, 200, "{log}");
     assert!(log.text.contains("Read-only file system"), "the log says why: {log}");
 
-    let done = wait_finished(&server, &full).await;
-    let log = logs(&server, &full, "").await;
-    assert_eq!(done["phase"], "SUCCEEDED", "log {log}: {done}");
-    assert!(log.text.contains("No space left on device"), "/tmp ends at its size: {log}");
-    assert!(log.text.contains("exit 1\n") && log.text.contains("224\t/tmp/big"), "224 MiB written, no more: {log}");
+    let done = wait_finished(&server, &over).await;
+    let log = logs(&server, &over, "").await;
+    assert_eq!(done["phase"], "FAILED", "past its storage the attempt is evicted; log {log}: {done}");
+    assert_eq!(done["termination"], json!({"class": "platform", "exitCode": null, "reason": "PLATFORM_EVICTED"}));
+    let run = run_millis(attempt(&done, 1));
+    assert!(run < 20_000, "evicted {run} ms after its start: the grid's measure did not stop it, its sleep did");
+    assert!(!log.text.contains("No space left on device"), "/tmp is not a filesystem of its own size: {log}");
+    // An eviction is the platform's: nothing charged.
+    let subject = format!("{over}/r1");
+    assert_eq!(
+        job_ledger(&server, &over),
+        vec![
+            ("reserve".into(), DEFAULT_RESERVATION, subject.clone()),
+            ("release".into(), DEFAULT_RESERVATION, subject)
+        ]
+    );
+
+    let done = wait_finished(&server, &big).await;
+    let log = logs(&server, &big, "").await;
+    assert_eq!(done["phase"], "SUCCEEDED", "300 MiB in /tmp with 256Mi of memory; log {log}: {done}");
+    assert_eq!(log.text.trim(), (300 * MI).to_string(), "{log}");
+
+    for id in [&tmp, &root, &over, &big] {
+        wait_scratch_removed(&server, id, 1).await;
+    }
 }
 
 // ----- regressions -----

@@ -1,11 +1,12 @@
 //! The Docker Engine, through bollard: the only module that speaks to it.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::RwLock;
 use std::time::Duration;
 
-use bollard::models::{ContainerCreateBody, HostConfig, HostConfigLogConfig};
+use bollard::models::{ContainerCreateBody, HostConfig, HostConfigLogConfig, Mount, MountType};
 use bollard::query_parameters::{
     CreateContainerOptions, CreateImageOptions, InspectContainerOptions, KillContainerOptions, ListContainersOptions,
     LogsOptions, RemoveContainerOptions, WaitContainerOptions,
@@ -189,9 +190,9 @@ pub fn engine_log_budget(ephemeral_storage_limit: u64) -> u64 {
 /// Files of the engine's log of a container (the current one and one rotated).
 pub const ENGINE_LOG_FILES: u64 = 2;
 
-/// The size of the container's `/tmp`, its only writable place: the
-/// ephemeral storage limit less the engine's log budget, so that scratch
-/// and log together stay within the limit.
+/// What the container's `/tmp`, its only writable place, may hold before
+/// the attempt is evicted: the ephemeral storage limit less the engine's
+/// log budget, so that scratch and log together stay within the limit.
 pub fn scratch_limit(ephemeral_storage_limit: u64) -> u64 {
     ephemeral_storage_limit - engine_log_budget(ephemeral_storage_limit)
 }
@@ -213,23 +214,34 @@ fn log_config(ephemeral_storage_limit: u64) -> HostConfigLogConfig {
 /// remapping; docs/jobs.md).
 pub const JOB_USER: &str = "65534:65534";
 
-/// Where a job may write: a tmpfs at `/tmp`, sticky and writable by any uid,
-/// bounded by `scratch_limit`. Its pages count against the container's
-/// memory limit, as all tmpfs pages do. `exec` is kept (the engine's
-/// default is `noexec`): programs a job unpacks and runs from its scratch
-/// ran before the root filesystem was read-only, and still do.
-fn scratch_mount(ephemeral_storage_limit: u64) -> HashMap<String, String> {
-    let size = scratch_limit(ephemeral_storage_limit);
-    HashMap::from([("/tmp".to_string(), format!("rw,exec,nosuid,nodev,size={size},mode=1777"))])
+/// Where a job may write: the attempt's scratch directory on the host's disk
+/// (`driver::scratch`: the job user's, 0700), bound read-write at `/tmp`. Disk,
+/// not memory: what it holds does not count against the container's memory
+/// limit. Its bound is not the kernel's: the driver measures it every 2 s
+/// and evicts the attempt over `scratch_limit`. A bind mount and not
+/// `Binds`: the engine refuses to make a missing source (`Binds` would make
+/// it, root's), and takes no `nosuid`/`nodev` for either ("invalid mode");
+/// setuid files give nothing under `no-new-privileges` and no device node
+/// can be made without `CAP_MKNOD`. Programs a job unpacks there may run
+/// (unless the data dir's filesystem is mounted `noexec`).
+fn scratch_mount(scratch: &Path) -> Mount {
+    Mount {
+        target: Some("/tmp".into()),
+        source: Some(scratch.to_string_lossy().into_owned()),
+        typ: Some(MountType::BIND),
+        read_only: Some(false),
+        ..Default::default()
+    }
 }
 
 /// The container's limits and confinement. What a job container may do is
 /// the Kubernetes "restricted" Pod Security Standard's: it runs as
 /// `JOB_USER`, with no capability at all, gains no privilege through exec
 /// (setuid files, file capabilities), and its root filesystem is read-only,
-/// `/tmp` its only writable place. The engine's default seccomp and AppArmor
-/// profiles apply: nothing here names a profile, so none is weakened.
-fn host_config(r: &JobSubmission) -> HostConfig {
+/// `/tmp` (the attempt's `scratch`) its only writable place. The engine's
+/// default seccomp and AppArmor profiles apply: nothing here names a
+/// profile, so none is weakened.
+fn host_config(r: &JobSubmission, scratch: &Path) -> HostConfig {
     let storage = r.resources.ephemeral_storage_bytes.limit;
     HostConfig {
         memory: Some(r.resources.memory_bytes.limit as i64),
@@ -244,7 +256,7 @@ fn host_config(r: &JobSubmission) -> HostConfig {
         cap_drop: Some(vec!["ALL".into()]),
         security_opt: Some(vec!["no-new-privileges:true".into()]),
         readonly_rootfs: Some(true),
-        tmpfs: Some(scratch_mount(storage)),
+        mounts: Some(vec![scratch_mount(scratch)]),
         log_config: Some(log_config(storage)),
         ..Default::default()
     }
@@ -265,7 +277,7 @@ async fn create(docker: &Docker, spec: &ContainerSpec<'_>) -> Result<String, Eng
         labels: Some(labels),
         attach_stdout: Some(true),
         attach_stderr: Some(true),
-        host_config: Some(host_config(r)),
+        host_config: Some(host_config(r, spec.scratch)),
         ..Default::default()
     };
     let opts = CreateContainerOptions { name: Some(spec.name.into()), ..Default::default() };
@@ -407,16 +419,24 @@ mod tests {
             "labels": {},
             "idempotencyKey": "k",
         });
-        let h = host_config(&grid_core::validate::job::validate(&body).unwrap());
+        let scratch = Path::new("/data/job-scratch/cj_1-1");
+        let h = host_config(&grid_core::validate::job::validate(&body).unwrap(), scratch);
         assert_eq!(h.cap_drop, Some(vec!["ALL".to_string()]));
         assert_eq!(h.cap_add, None);
         assert_eq!(h.privileged, None);
         assert_eq!(h.security_opt, Some(vec!["no-new-privileges:true".to_string()]));
         assert_eq!(h.readonly_rootfs, Some(true));
-        // The scratch is what the engine's log leaves of the storage: 256Mi - 32Mi.
-        let tmpfs = h.tmpfs.unwrap();
-        assert_eq!(tmpfs.len(), 1);
-        assert_eq!(tmpfs["/tmp"], format!("rw,exec,nosuid,nodev,size={},mode=1777", 224 * MI));
+        // The one writable place: the attempt's scratch on the host's disk, at /tmp; no tmpfs.
+        assert_eq!(h.tmpfs, None);
+        let mounts = h.mounts.unwrap();
+        assert_eq!(mounts.len(), 1);
+        let m = &mounts[0];
+        assert_eq!(
+            (m.typ, m.target.as_deref(), m.source.as_deref()),
+            (Some(MountType::BIND), Some("/tmp"), Some("/data/job-scratch/cj_1-1"))
+        );
+        assert_eq!(m.read_only, Some(false));
+        assert_eq!(h.binds, None);
         // Unchanged: limits, network, pids, log.
         assert_eq!((h.memory, h.memory_swap), (Some(256 * MI as i64), Some(256 * MI as i64)));
         assert_eq!(h.nano_cpus, Some(500_000_000));
@@ -424,5 +444,9 @@ mod tests {
         assert_eq!(h.pids_limit, Some(4_096));
         assert_eq!(h.log_config.and_then(|c| c.typ).as_deref(), Some("json-file"));
         assert_eq!(JOB_USER, "65534:65534");
+        assert_eq!(
+            JOB_USER,
+            format!("{}:{}", crate::compute::driver::scratch::JOB_UID, crate::compute::driver::scratch::JOB_GID)
+        );
     }
 }

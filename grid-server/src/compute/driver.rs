@@ -4,11 +4,14 @@
 //! the event, take or settle the money its effects name, store the machine
 //! with its next due time (`due_at`, from `Job::next_due`). `execute` then
 //! carries out the other effects, in one `match` that names every effect:
-//! start an attempt (pull, create, start, then supervise the container until
-//! it exits), stop one by its recorded container name, publish a log, apply
-//! a replay. The scheduler, attempt supervision, reconciliation, the due-time
-//! loop (`due::Due`) and the HTTP handlers all go through `step` (apply, then
-//! execute).
+//! start an attempt (pull, make its scratch, create, start, then supervise
+//! the container until it exits, evicting it when its scratch outgrows its
+//! ephemeral storage), stop one by its recorded container name, publish a
+//! log (and remove the container and its scratch), apply a replay. The
+//! scheduler, attempt supervision, reconciliation, the due-time loop
+//! (`due::Due`) and the HTTP handlers all go through `step` (apply, then
+//! execute). An attempt's `/tmp` is `scratch`: a directory on this node's
+//! disk, made, measured and removed here.
 //!
 //! **Times:** an event the engine reports carries the engine's time
 //! (StartedAt, FinishedAt); a due event carries its due time, not the time
@@ -18,6 +21,7 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::store::Conn;
 use futures_util::future::BoxFuture;
@@ -31,6 +35,7 @@ use grid_core::wire::job_record::{Executor, JobArtifact, LOG_CONTENT_TYPE, LOG_K
 use tokio::sync::Notify;
 use tracing::Instrument;
 
+use super::docker;
 use super::engine::{ContainerSpec, Engine, EngineError};
 use crate::capture::files;
 use crate::clock::Clock;
@@ -40,9 +45,12 @@ use crate::peers::{Peers, Subject};
 use crate::store::accounts::{self, Caller, Entry};
 use crate::store::jobs::{self, JobError, JobRow, StoredLog};
 use crate::store::{Store, StoreError, StoreResult};
+use scratch::{Scratch, Usage};
 
 /// Logs are cut at 1 MiB.
 pub const LOG_CAP: usize = 1024 * 1024;
+/// How often a running container's scratch (its `/tmp`) is measured.
+const STORAGE_POLL: Duration = Duration::from_secs(2);
 
 /// What the grid gives analytical jobs at once.
 #[derive(Debug, Clone, Copy)]
@@ -57,6 +65,8 @@ pub struct DriverParts {
     pub engine: Arc<dyn Engine>,
     pub clock: Arc<dyn Clock>,
     pub logs_dir: PathBuf,
+    /// Every attempt's `/tmp` on this node's disk.
+    pub scratch: Scratch,
     pub capacity: Capacity,
     /// Wakes the due-time loop when a due time is set.
     pub due_wake: Arc<Notify>,
@@ -74,6 +84,7 @@ pub struct JobDriver {
     engine: Arc<dyn Engine>,
     clock: Arc<dyn Clock>,
     logs_dir: PathBuf,
+    scratch: Arc<Scratch>,
     capacity: Capacity,
     due_wake: Arc<Notify>,
     node: Arc<str>,
@@ -91,6 +102,8 @@ pub enum AttemptError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Engine(#[from] EngineError),
+    #[error("job scratch: {0}")]
+    Scratch(#[from] std::io::Error),
 }
 
 /// How an attempt's container ended.
@@ -204,6 +217,7 @@ impl JobDriver {
             engine: p.engine,
             clock: p.clock,
             logs_dir: p.logs_dir,
+            scratch: Arc::new(p.scratch),
             capacity: p.capacity,
             due_wake: p.due_wake,
             node: p.node,
@@ -384,9 +398,18 @@ impl JobDriver {
         match published {
             Ok((row, effects)) => {
                 self.engine.remove(&container).await;
+                self.remove_scratch(&row.id, attempt).await;
                 self.after(&row, effects).await;
             }
             Err(e) => tracing::error!(job = %row.id, error = %e, "log not recorded; reconciliation publishes it again"),
+        }
+    }
+
+    /// Removes the attempt's scratch (its container has exited or is gone).
+    async fn remove_scratch(&self, job_id: &str, attempt: u32) {
+        let (scratch, id) = (self.scratch.clone(), job_id.to_string());
+        if let Err(e) = tokio::task::spawn_blocking(move || scratch.remove(&id, attempt)).await {
+            tracing::warn!(job = job_id, error = %e, "job scratch removal did not run");
         }
     }
 
@@ -446,6 +469,7 @@ impl JobDriver {
                 Err(e) => {
                     tracing::warn!(error = %e, "container did not start");
                     self.engine.remove(&container_name(id, attempt)).await;
+                    self.remove_scratch(id, attempt).await;
                     if let Err(e) = self.step(id, Event::StartFailed, self.clock.now()).await {
                         tracing::error!(error = %e, "start failure not recorded; reconciliation picks it up on restart");
                     }
@@ -465,14 +489,26 @@ impl JobDriver {
         }
     }
 
-    /// Pulls, creates and starts the attempt's container. `None`: the start
-    /// was aborted for a stop asked for meanwhile (and recorded as such).
+    /// Pulls, makes the attempt's scratch, creates and starts the attempt's
+    /// container. `None`: the start was aborted for a stop asked for
+    /// meanwhile (and recorded as such).
     async fn start_container(&self, id: &str, attempt: u32) -> Result<Option<String>, AttemptError> {
         let row = self.load(id).await?;
         let request = row.submission()?;
         self.engine.pull(&row.image_digest).await?;
         let name = container_name(id, attempt);
-        let spec = ContainerSpec { name: &name, job_id: id, attempt, image: &row.image_digest, request: &request };
+        let (scratch, jid) = (self.scratch.clone(), id.to_string());
+        let scratch = tokio::task::spawn_blocking(move || scratch.create(&jid, attempt))
+            .await
+            .map_err(std::io::Error::other)??;
+        let spec = ContainerSpec {
+            name: &name,
+            job_id: id,
+            attempt,
+            image: &row.image_digest,
+            request: &request,
+            scratch: &scratch,
+        };
         let container = self.engine.create(&spec).await?;
         let executor =
             Executor { engine: "docker".into(), container_name: name, container_id: Some(container.clone()) };
@@ -481,6 +517,7 @@ impl JobDriver {
         if stop_recorded(&self.load(id).await?, attempt) {
             tracing::info!("start aborted: a stop was asked for while the container was made");
             self.engine.remove(&container).await;
+            self.remove_scratch(id, attempt).await;
             self.step(id, Event::StartFailed, self.clock.now()).await?;
             return Ok(None);
         }
@@ -492,23 +529,42 @@ impl JobDriver {
         Ok(Some(container))
     }
 
-    /// Waits for a running container to exit. Stops the grid asks for
+    /// Waits for a running container to exit, and evicts it when its
+    /// scratch (`/tmp`, its one writable place, on this node's disk)
+    /// outgrows its ephemeral storage limit. Stops the grid asks for
     /// (deadline, cancel) are the executor's, not this task's: this only
-    /// tells them from kills it did not ask for. Ephemeral storage needs no
-    /// watching: the container's root filesystem is read-only and its one
-    /// writable place, `/tmp`, is a tmpfs the kernel bounds (`docker.rs`).
+    /// tells them from kills it did not ask for.
     async fn supervise(&self, id: &str, attempt: u32, container: &str) -> Result<Ended, AttemptError> {
-        if stop_recorded(&self.load(id).await?, attempt) {
+        let row = self.load(id).await?;
+        // The engine's log of the container counts against ephemeral storage too.
+        let storage_limit = docker::scratch_limit(row.submission()?.resources.ephemeral_storage_bytes.limit);
+        if stop_recorded(&row, attempt) {
             // A stop recorded when its kill could not reach the container
             // (no engine, or before a restart).
             self.engine.kill(container).await?;
         }
-        self.engine.wait(container).await?;
+        let mut over_storage = false;
+        let exited = self.engine.wait(container);
+        tokio::pin!(exited);
+        let mut poll = tokio::time::interval(STORAGE_POLL);
+        // A long walk does not make the next one come sooner.
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                r = &mut exited => { r?; break; }
+                _ = poll.tick(), if !over_storage => {
+                    if self.scratch_over(id, attempt, storage_limit).await {
+                        over_storage = true;
+                        self.engine.kill(container).await?;
+                    }
+                }
+            }
+        }
         let state = self.engine.inspect(container).await?;
         // A stop is recorded before its kill is sent, so a kill the grid sent
         // is known here.
         let row = self.load(id).await?;
-        let stopped_by_grid = stop_recorded(&row, attempt);
+        let stopped_by_grid = over_storage || stop_recorded(&row, attempt);
         // The engine can report a FinishedAt a millisecond before the StartedAt
         // of a container that exits at once; the end never precedes the start.
         let started = row.job.attempts.get(attempt as usize - 1).and_then(|a| a.started_at);
@@ -516,12 +572,44 @@ impl JobDriver {
         // A kill the grid did not ask for (exit by SIGKILL or SIGTERM without an
         // OOM kill) is the container lost for a grid-side cause.
         let killed_from_outside = !stopped_by_grid && !state.oom_killed && matches!(state.exit_code, 137 | 143);
-        let event = if killed_from_outside {
+        let event = if over_storage || killed_from_outside {
             Event::Evicted
         } else {
             Event::ContainerExited { exit_code: state.exit_code, oom_killed: state.oom_killed }
         };
         Ok(Ended { event, at })
+    }
+
+    /// Whether the attempt's scratch holds more than `limit` bytes (or nests
+    /// too deep to be measured: the job's doing, so it counts as over). A
+    /// scratch that cannot be measured otherwise (a container made before
+    /// scratch was on disk has none) is not.
+    async fn scratch_over(&self, id: &str, attempt: u32, limit: u64) -> bool {
+        let (scratch, jid) = (self.scratch.clone(), id.to_string());
+        match tokio::task::spawn_blocking(move || scratch.usage(&jid, attempt, limit)).await {
+            Ok(Ok(Usage::Within(_))) => false,
+            Ok(Ok(Usage::Over(size))) => {
+                tracing::warn!(size, limit, "ephemeral storage over its limit; evicting");
+                true
+            }
+            Ok(Ok(Usage::TooDeep)) => {
+                tracing::warn!(
+                    limit,
+                    max_depth = scratch::MAX_DEPTH,
+                    "ephemeral storage not measurable (directories nested too deep); evicting"
+                );
+                true
+            }
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => false,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "ephemeral storage not measured; next time");
+                false
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "ephemeral storage not measured; next time");
+                false
+            }
+        }
     }
 
     /// Moves accepted jobs into the queue and starts queued ones, higher
@@ -569,8 +657,9 @@ impl JobDriver {
     }
 
     /// Brings records and containers back in line after a start: resumes
-    /// supervision of running containers and finishes attempts whose
-    /// container ended or vanished while the server was away. Due times
+    /// supervision of running containers, finishes attempts whose container
+    /// ended or vanished while the server was away and removes the scratch
+    /// of every attempt that is not running (left by a crash). Due times
     /// fire only after this, so what the engine did meanwhile (an exit, a
     /// lost container) is applied first.
     pub async fn reconcile(&self) -> Result<(), AttemptError> {
@@ -620,6 +709,33 @@ impl JobDriver {
             if c.attempt < row.job.attempt_number() || row.job.phase.is_finished() {
                 self.engine.remove(&c.id).await;
             }
+        }
+        // Scratch of attempts no longer provisioning or running on this
+        // node. Nothing makes one meanwhile: the scheduler waits for this.
+        let node = self.node.clone();
+        let live = self
+            .store
+            .read(move |c| {
+                let mut live = vec![];
+                for phase in [JobPhase::Provisioning, JobPhase::Running] {
+                    for id in jobs::ids_in_phase_on(c, phase, &node)? {
+                        if let Some(row) = jobs::load(c, &id)? {
+                            if row.job.phase == phase {
+                                live.push((id, row.job.attempt_number()));
+                            }
+                        }
+                    }
+                }
+                Ok(live)
+            })
+            .await?;
+        let scratch = self.scratch.clone();
+        let swept = tokio::task::spawn_blocking(move || {
+            scratch.remove_all_but(|job, attempt| live.iter().any(|(j, a)| j == job && *a == attempt))
+        })
+        .await;
+        if let Err(e) = swept {
+            tracing::warn!(error = %e, "job scratch sweep did not run");
         }
         self.reconciled.store(true, Ordering::Relaxed);
         self.wake_scheduler();
@@ -707,6 +823,360 @@ impl Due for JobDriver {
     }
 }
 
+pub mod scratch {
+    //! Job scratch: each attempt's `/tmp`, a directory on the node's disk.
+    //!
+    //! ```text
+    //! job-scratch/                  root 0700, in the data dir beside logs/
+    //!   cj_…-1/                     65534:65534 0700: bound at the container's /tmp
+    //! ```
+    //!
+    //! The container's root filesystem is read-only; this directory is the one
+    //! place a job writes (`docker.rs`). It is disk, not memory: nothing in it
+    //! counts against the job's memory limit. Its bound is the grid's, not the
+    //! kernel's: the attempt's supervision (`JobDriver::supervise`) measures it
+    //! every 2 s (`usage`) and evicts the attempt over `docker::scratch_limit`.
+    //! It is made empty when the attempt's container is made and removed when
+    //! the attempt ends (and, for attempts no longer running, on start-up
+    //! reconciliation). Only the driver uses it.
+    //!
+    //! **Security:** everything below an attempt's directory is written by a
+    //! tenant's program, which may plant symlinks (to `/`, to a big file of the
+    //! host), hard links, FIFOs, directories it cannot read, or nest them
+    //! deeply. The grid never opens a file in it and never follows a link: the
+    //! walk opens directories only relative to their parent's fd with
+    //! `O_NOFOLLOW | O_DIRECTORY` and reads everything else with
+    //! `fstatat(AT_SYMLINK_NOFOLLOW)`; removal is `remove_dir_all`, which
+    //! neither follows nor races links. The walk holds one fd per level of
+    //! nesting, so it refuses to go deeper than [`MAX_DEPTH`]: such a tree is
+    //! reported, not measured, and the driver evicts it as over its storage.
+
+    use std::collections::HashSet;
+    use std::os::fd::OwnedFd;
+    use std::path::{Path, PathBuf};
+
+    use rustix::fs::{self as rfs, AtFlags, Dir, FileType, Gid, Mode, OFlags, Uid};
+    use rustix::io::Errno;
+
+    /// The folder of every attempt's scratch, under the data dir.
+    pub const DIR: &str = "job-scratch";
+
+    /// The uid and gid of `docker::JOB_USER`, who owns an attempt's scratch.
+    pub const JOB_UID: u32 = 65534;
+    pub const JOB_GID: u32 = 65534;
+
+    /// Directories nested deeper than this below an attempt's scratch are not
+    /// walked (the walk holds an fd per level): the scratch is reported
+    /// [`Usage::TooDeep`].
+    pub const MAX_DEPTH: usize = 64;
+
+    /// What a walk found.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Usage {
+        /// The scratch's blocks, all of them: no more than the walk's bound.
+        Within(u64),
+        /// The walk stopped once past its bound, at this many bytes.
+        Over(u64),
+        /// Directories nest deeper than [`MAX_DEPTH`]: not measured.
+        TooDeep,
+    }
+
+    /// `{jobId}-{attempt}`, or `None` for a job id that could not be a folder
+    /// name (ids are the server's own, so never in practice).
+    fn folder_name(job_id: &str, attempt: u32) -> Option<String> {
+        let plain =
+            !job_id.is_empty() && job_id.len() <= 64 && job_id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+        plain.then(|| format!("{job_id}-{attempt}"))
+    }
+
+    /// `{jobId}-{attempt}` back to its parts.
+    fn parse_folder_name(name: &str) -> Option<(&str, u32)> {
+        let (job, attempt) = name.rsplit_once('-')?;
+        let attempt = attempt.parse().ok()?;
+        (folder_name(job, attempt).as_deref() == Some(name)).then_some((job, attempt))
+    }
+
+    fn open_dir_at(dir: impl rustix::fd::AsFd, name: &std::ffi::CStr) -> rustix::io::Result<OwnedFd> {
+        rfs::openat(dir, name, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
+    }
+
+    /// Every attempt's scratch on this node.
+    #[derive(Debug, Clone)]
+    pub struct Scratch {
+        root: PathBuf,
+    }
+
+    impl Scratch {
+        /// Scratch folders under `root` (made when first needed), which is made
+        /// absolute: the engine binds it by its path.
+        pub fn new(root: PathBuf) -> Scratch {
+            let root = std::path::absolute(&root).unwrap_or(root);
+            Scratch { root }
+        }
+
+        /// The attempt's scratch, whether or not it exists.
+        pub fn path(&self, job_id: &str, attempt: u32) -> Option<PathBuf> {
+            Some(self.root.join(folder_name(job_id, attempt)?))
+        }
+
+        fn open_root(&self) -> std::io::Result<OwnedFd> {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&self.root)?;
+            let root = rfs::open(&self.root, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+            rfs::fchmod(&root, Mode::from_raw_mode(0o700))?;
+            Ok(root)
+        }
+
+        /// The attempt's scratch, made empty (whatever an earlier run of the
+        /// attempt left there is removed first): mode 0700, owned by the job's
+        /// uid and gid. Answers its path, to bind at the container's `/tmp`.
+        pub fn create(&self, job_id: &str, attempt: u32) -> std::io::Result<PathBuf> {
+            let name = folder_name(job_id, attempt)
+                .ok_or_else(|| std::io::Error::other(format!("not a job id for a folder name: {job_id:?}")))?;
+            let root = self.open_root()?;
+            let path = self.root.join(&name);
+            match std::fs::remove_dir_all(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+            rfs::mkdirat(&root, name.as_str(), Mode::from_raw_mode(0o700))?;
+            let dir = rfs::openat(
+                &root,
+                name.as_str(),
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )?;
+            rfs::fchown(&dir, Some(Uid::from_raw(JOB_UID)), Some(Gid::from_raw(JOB_GID)))?;
+            // Whatever the umask took off.
+            rfs::fchmod(&dir, Mode::from_raw_mode(0o700))?;
+            Ok(path)
+        }
+
+        /// Removes the attempt's scratch and everything in it; failures are
+        /// only logged (start-up reconciliation removes what is left).
+        pub fn remove(&self, job_id: &str, attempt: u32) {
+            if let Some(name) = folder_name(job_id, attempt) {
+                self.remove_folder(&name);
+            }
+        }
+
+        fn remove_folder(&self, name: &str) {
+            match std::fs::remove_dir_all(self.root.join(name)) {
+                Ok(()) => tracing::debug!(folder = name, "job scratch removed"),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    tracing::warn!(folder = name, error = %e, "job scratch not removed; the next start removes it")
+                }
+            }
+        }
+
+        /// Removes every scratch folder but those of the attempts `keep` names
+        /// (by job id and attempt); a folder of no attempt at all goes too.
+        pub fn remove_all_but(&self, keep: impl Fn(&str, u32) -> bool) {
+            let entries = match std::fs::read_dir(&self.root) {
+                Ok(entries) => entries,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+                Err(e) => {
+                    tracing::warn!(error = %e, "job scratch folders unreadable; none removed");
+                    return;
+                }
+            };
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                let name = name.to_string_lossy();
+                if !parse_folder_name(&name).is_some_and(|(job, attempt)| keep(job, attempt)) {
+                    self.remove_folder(&name);
+                }
+            }
+        }
+
+        /// What the attempt's scratch takes on disk (`usage`).
+        pub fn usage(&self, job_id: &str, attempt: u32, bound: u64) -> std::io::Result<Usage> {
+            let path = self.path(job_id, attempt).ok_or_else(|| std::io::Error::other("not a job id"))?;
+            usage(&path, bound)
+        }
+    }
+
+    /// The disk blocks (`st_blocks` × 512) of the directory `dir` and of
+    /// everything below it, every inode counted once (a file with several hard
+    /// links, a directory met twice while the job renames it), whatever its
+    /// type: files, directories, symlinks (the link itself, never its target),
+    /// FIFOs and sockets. Nothing is followed and no file is opened: directories
+    /// are opened relative to their parent with `O_NOFOLLOW | O_DIRECTORY`,
+    /// everything else is `fstatat(AT_SYMLINK_NOFOLLOW)`. An entry that vanishes
+    /// or changes type while the walk reads it is skipped (the next walk sees
+    /// it). Stops once past `bound` (`Usage::Over`), and below `MAX_DEPTH`
+    /// levels of directories (`Usage::TooDeep`).
+    pub fn usage(dir: &Path, bound: u64) -> std::io::Result<Usage> {
+        let root =
+            rfs::open(dir, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())?;
+        let blocks = |st: &rfs::Stat| (st.st_blocks as u64).saturating_mul(512);
+        let id = |st: &rfs::Stat| (st.st_dev, st.st_ino);
+        let st = rfs::fstat(&root)?;
+        let mut total = blocks(&st);
+        // Directories, and other inodes with more than one link.
+        let mut seen = HashSet::from([id(&st)]);
+        let mut stack = vec![Dir::new(root)?];
+        loop {
+            let depth = stack.len();
+            let Some(top) = stack.last_mut() else { break };
+            let entry = match top.read() {
+                None => {
+                    stack.pop();
+                    continue;
+                }
+                Some(entry) => entry?,
+            };
+            let name = entry.file_name();
+            if name.to_bytes() == b"." || name.to_bytes() == b".." {
+                continue;
+            }
+            let parent = top.fd()?;
+            let st = match rfs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) => st,
+                Err(Errno::NOENT) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            if FileType::from_raw_mode(st.st_mode) != FileType::Directory {
+                if st.st_nlink <= 1 || seen.insert(id(&st)) {
+                    total = total.saturating_add(blocks(&st));
+                }
+            } else {
+                if depth > MAX_DEPTH {
+                    return Ok(Usage::TooDeep);
+                }
+                let child = match open_dir_at(parent, name) {
+                    Ok(fd) => fd,
+                    // Gone, or no longer a directory (a file or a symlink now).
+                    Err(Errno::NOENT | Errno::NOTDIR | Errno::LOOP) => continue,
+                    Err(e) => return Err(e.into()),
+                };
+                // The directory opened, which may not be the one listed.
+                let st = rfs::fstat(&child)?;
+                if !seen.insert(id(&st)) {
+                    continue;
+                }
+                total = total.saturating_add(blocks(&st));
+                stack.push(Dir::new(child)?);
+            }
+            if total > bound {
+                return Ok(Usage::Over(total));
+            }
+        }
+        Ok(Usage::Within(total))
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+        use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
+
+        const MI: u64 = 1024 * 1024;
+
+        fn blocks(p: &Path) -> u64 {
+            std::fs::symlink_metadata(p).unwrap().blocks() * 512
+        }
+
+        /// `len` bytes of real data (not a hole): blocks on disk.
+        fn write(p: &Path, len: usize) {
+            std::fs::write(p, vec![7u8; len]).unwrap();
+        }
+
+        #[test]
+        fn the_walk_counts_blocks_once_and_follows_no_link() {
+            let tmp = tempfile::tempdir().unwrap();
+            // A big file outside the scratch, and a directory outside with more.
+            let outside = tmp.path().join("outside");
+            std::fs::create_dir(&outside).unwrap();
+            write(&outside.join("big"), 8 * MI as usize);
+            let scratch = tmp.path().join("scratch");
+            std::fs::create_dir(&scratch).unwrap();
+            write(&scratch.join("a"), 100_000);
+            std::fs::create_dir_all(scratch.join("d/e")).unwrap();
+            write(&scratch.join("d/e/b"), 300_000);
+            // Three names, one inode: counted once.
+            std::fs::hard_link(scratch.join("a"), scratch.join("d/a-again")).unwrap();
+            std::fs::hard_link(scratch.join("a"), scratch.join("d/e/a-thrice")).unwrap();
+            // Links out of the scratch: the links themselves, never what they reach.
+            symlink(outside.join("big"), scratch.join("to-big")).unwrap();
+            symlink(&outside, scratch.join("d/to-outside")).unwrap();
+            symlink("/", scratch.join("d/e/to-root")).unwrap();
+            // A FIFO: never opened (opening one would block).
+            rustix::fs::mknodat(rustix::fs::CWD, scratch.join("fifo"), FileType::Fifo, Mode::from_raw_mode(0o600), 0)
+                .unwrap();
+            // A directory its owner may not read: the grid still measures it.
+            std::fs::create_dir(scratch.join("locked")).unwrap();
+            write(&scratch.join("locked/c"), 50_000);
+            std::fs::set_permissions(scratch.join("locked"), std::fs::Permissions::from_mode(0o000)).unwrap();
+
+            let expected: u64 =
+                ["", "a", "d", "d/e", "d/e/b", "to-big", "d/to-outside", "d/e/to-root", "fifo", "locked", "locked/c"]
+                    .iter()
+                    .map(|p| blocks(&scratch.join(p)))
+                    .sum();
+            assert!((450_000..2 * MI).contains(&expected), "{expected}");
+            // Counting `a` once per name would add 200,000 bytes or more, following
+            // `to-big` or `to-outside` 8 MiB, following `to-root` the whole host.
+            assert_eq!(usage(&scratch, u64::MAX).unwrap(), Usage::Within(expected));
+
+            // Past the bound the walk stops and says so.
+            assert!(matches!(usage(&scratch, 200_000).unwrap(), Usage::Over(n) if n > 200_000));
+            // The scratch itself must not be a link either.
+            symlink(&scratch, tmp.path().join("link-to-scratch")).unwrap();
+            let e = usage(&tmp.path().join("link-to-scratch"), u64::MAX).unwrap_err().raw_os_error();
+            assert!(matches!(e, Some(libc::ENOTDIR | libc::ELOOP)), "{e:?}");
+            std::fs::set_permissions(scratch.join("locked"), std::fs::Permissions::from_mode(0o700)).unwrap();
+        }
+
+        #[test]
+        fn directories_nested_past_the_depth_bound_are_reported_not_walked() {
+            let tmp = tempfile::tempdir().unwrap();
+            let mut deep = tmp.path().to_path_buf();
+            for _ in 0..MAX_DEPTH {
+                deep.push("d");
+            }
+            std::fs::create_dir_all(&deep).unwrap();
+            assert!(matches!(usage(tmp.path(), u64::MAX).unwrap(), Usage::Within(_)));
+            std::fs::create_dir(deep.join("d")).unwrap();
+            assert_eq!(usage(tmp.path(), u64::MAX).unwrap(), Usage::TooDeep);
+        }
+
+        #[test]
+        fn a_scratch_is_made_empty_for_the_job_user_and_removed() {
+            let tmp = tempfile::tempdir().unwrap();
+            let s = Scratch::new(tmp.path().join(DIR));
+            let p = s.create("cj_abc", 1).unwrap();
+            assert_eq!(p, tmp.path().join(DIR).join("cj_abc-1"));
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            assert!(m.is_dir());
+            assert_eq!((m.uid(), m.gid(), m.mode() & 0o7777), (JOB_UID, JOB_GID, 0o700));
+            assert_eq!(std::fs::symlink_metadata(tmp.path().join(DIR)).unwrap().mode() & 0o7777, 0o700);
+            // An earlier run's leftovers are gone; a link planted inside is removed, not followed.
+            let outside = tmp.path().join("outside");
+            std::fs::create_dir(&outside).unwrap();
+            write(&outside.join("keep"), 10);
+            write(&p.join("old"), 10);
+            symlink(&outside, p.join("to-outside")).unwrap();
+            let again = s.create("cj_abc", 1).unwrap();
+            assert_eq!(std::fs::read_dir(&again).unwrap().count(), 0);
+            symlink(&outside, again.join("to-outside")).unwrap();
+            s.create("cj_abc", 2).unwrap();
+            s.create("cj_def", 1).unwrap();
+            std::fs::create_dir(tmp.path().join(DIR).join("stray")).unwrap();
+            s.remove("cj_abc", 1);
+            assert!(!again.exists());
+            assert!(outside.join("keep").exists(), "removal followed a link");
+            s.remove_all_but(|job, attempt| (job, attempt) == ("cj_def", 1));
+            let left: Vec<_> =
+                std::fs::read_dir(tmp.path().join(DIR)).unwrap().map(|e| e.unwrap().file_name()).collect();
+            assert_eq!(left, ["cj_def-1"]);
+            assert!(s.create("../x", 1).is_err());
+            assert_eq!(parse_folder_name("cj_def-12"), Some(("cj_def", 12)));
+            assert_eq!(parse_folder_name("cj_def"), None);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -760,6 +1230,7 @@ mod tests {
                 engine: engine.clone(),
                 clock: clock.clone(),
                 logs_dir: dir.join("logs"),
+                scratch: Scratch::new(dir.join("job-scratch")),
                 capacity: Capacity { cpu_millis: 4_000, memory_bytes: 8 << 30 },
                 due_wake: Arc::new(Notify::new()),
                 node: "n1".into(),
@@ -774,11 +1245,17 @@ mod tests {
                 engine: self.engine.clone(),
                 clock: self.clock.clone(),
                 logs_dir: self._dir.path().join("logs"),
+                scratch: Scratch::new(self._dir.path().join("job-scratch")),
                 capacity: Capacity { cpu_millis: 4_000, memory_bytes: 8 << 30 },
                 due_wake: Arc::new(Notify::new()),
                 node: node.into(),
                 peers: Arc::new(Peers::new(self.store.clone(), "credential".into())),
             })
+        }
+
+        /// Where the attempt's scratch is (or was).
+        fn scratch_of(&self, id: &str, attempt: u32) -> std::path::PathBuf {
+            self._dir.path().join("job-scratch").join(format!("{id}-{attempt}"))
         }
 
         fn restarted(&self) -> JobDriver {
@@ -1057,7 +1534,72 @@ mod tests {
         let row = g.phase(&id, JobPhase::Failed).await;
         assert_eq!(reason(&row), TerminationReason::PlatformStartFailed);
         assert_eq!(g.ledger(&id), vec![("reserve".into(), 360), ("release".into(), 360)]);
-        assert!(g.engine.container(&container_name(&id, 1)).unwrap().removed);
+        let c = g.engine.container(&container_name(&id, 1)).unwrap();
+        assert!(c.removed);
+        assert_eq!(c.scratch, g.scratch_of(&id, 1));
+        assert!(!c.scratch.exists(), "the scratch of an attempt that never ran is removed");
+    }
+
+    #[tokio::test]
+    async fn an_attempts_scratch_is_bound_for_its_container_and_removed_once_it_ends() {
+        use std::os::unix::fs::MetadataExt;
+        let g = Grid::new();
+        let id = g.running(0).await;
+        let c = g.engine.container(&container_name(&id, 1)).unwrap();
+        assert_eq!(c.scratch, g.scratch_of(&id, 1));
+        let m = std::fs::symlink_metadata(&c.scratch).unwrap();
+        assert_eq!((m.uid(), m.gid(), m.mode() & 0o7777), (65534, 65534, 0o700));
+        std::fs::write(c.scratch.join("f"), b"data").unwrap();
+        g.engine.exit(&c.name, 0);
+        g.phase(&id, JobPhase::Succeeded).await;
+        g.until(&id, "had its scratch removed", |_| !c.scratch.exists()).await;
+    }
+
+    /// The old writable-layer eviction, on the scratch: over 256Mi less the
+    /// engine log's 32 MiB, the grid kills the container and the attempt
+    /// ends PLATFORM_EVICTED (free), its scratch removed.
+    #[tokio::test]
+    async fn a_scratch_past_its_ephemeral_storage_evicts_the_attempt() {
+        let g = Grid::new();
+        let id = g.running(0).await;
+        let container = g.engine.container(&container_name(&id, 1)).unwrap().id;
+        let scratch = g.scratch_of(&id, 1);
+        // 225 MiB of data (not a hole: blocks on disk), under a directory.
+        std::fs::create_dir(scratch.join("d")).unwrap();
+        let chunk = vec![1u8; 1024 * 1024];
+        let mut f = std::fs::File::create(scratch.join("d/big")).unwrap();
+        for _ in 0..225 {
+            std::io::Write::write_all(&mut f, &chunk).unwrap();
+        }
+        f.sync_all().unwrap();
+        drop(f);
+        // Measured every 2 s.
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        while g.row(&id).job.phase != JobPhase::Failed {
+            assert!(std::time::Instant::now() < deadline, "never evicted: {:?}", g.row(&id).job);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(g.engine.kills(), vec![container]);
+        assert_eq!(reason(&g.row(&id)), TerminationReason::PlatformEvicted);
+        assert_eq!(g.ledger(&id), vec![("reserve".into(), 360), ("release".into(), 360)]);
+        g.until(&id, "had its scratch removed", |_| !scratch.exists()).await;
+    }
+
+    /// A crash leaks no scratch: on start-up reconciliation every scratch
+    /// but those of attempts still provisioning or running here goes.
+    #[tokio::test]
+    async fn reconciliation_removes_the_scratch_of_attempts_not_running() {
+        let g = Grid::new();
+        let id = g.running_unsupervised().await;
+        let scratch = Scratch::new(g._dir.path().join("job-scratch"));
+        let running = scratch.create(&id, 1).unwrap();
+        let older = scratch.create(&id, 0).unwrap();
+        let gone = scratch.create("cj_gone", 1).unwrap();
+        let stray = g._dir.path().join("job-scratch/stray");
+        std::fs::create_dir(&stray).unwrap();
+        g.restarted().reconcile().await.unwrap();
+        assert!(running.exists(), "the running attempt's scratch was removed");
+        assert!(!older.exists() && !gone.exists() && !stray.exists());
     }
 
     #[tokio::test]

@@ -3,6 +3,8 @@
 //! tests (`fake::FakeEngine`), so the driver's logic is tested without
 //! Docker.
 
+use std::path::Path;
+
 use futures_util::future::BoxFuture;
 use grid_core::time::Millis;
 use grid_core::wire::job::JobSubmission;
@@ -22,6 +24,8 @@ pub struct ContainerSpec<'a> {
     pub attempt: u32,
     pub image: &'a str,
     pub request: &'a JobSubmission,
+    /// The attempt's scratch on the host (`driver::scratch`), bound at `/tmp`.
+    pub scratch: &'a Path,
 }
 
 /// The facts of a container the driver acts on, timed by the engine's clock.
@@ -68,6 +72,7 @@ pub trait Engine: Send + Sync + 'static {
 /// driver kills them), dated by the test's clock.
 #[cfg(test)]
 pub mod fake {
+    use std::path::PathBuf;
     use std::sync::{Arc, Mutex};
 
     use super::*;
@@ -86,6 +91,8 @@ pub mod fake {
         pub exit_code: i32,
         pub removed: bool,
         pub output: Vec<u8>,
+        /// The scratch it was made with (empty for one made by `run`).
+        pub scratch: PathBuf,
     }
 
     #[derive(Default)]
@@ -148,6 +155,7 @@ pub mod fake {
                     exit_code: 0,
                     removed: false,
                     output: b"hello\n".to_vec(),
+                    scratch: PathBuf::new(),
                 };
                 s.containers.push(c.clone());
                 c
@@ -194,6 +202,7 @@ pub mod fake {
                         exit_code: 0,
                         removed: false,
                         output: spec.request.command.join(" ").into_bytes(),
+                        scratch: spec.scratch.to_path_buf(),
                     });
                     id
                 }))

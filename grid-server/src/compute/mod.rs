@@ -1,7 +1,8 @@
 //! Analytical jobs on a Docker Engine: the wiring of the job driver
-//! (`driver.rs`) to the engine (`docker.rs`, behind `engine::Engine`), the
-//! engine's health loop (which reconciles once the engine first answers) and
-//! the scheduler loop.
+//! (`driver.rs`) to the engine (`docker.rs`, behind `engine::Engine`) and to
+//! the attempts' scratch on this node's disk (`driver::scratch`), the engine's
+//! health loop (which reconciles once the engine first answers) and the
+//! scheduler loop.
 //!
 //! **Invariant:** a job changes only through `driver::JobDriver`; it turns
 //! the effects each transition returns into engine calls, and the engine's
@@ -25,6 +26,7 @@ use crate::app::App;
 use crate::clock::Clock;
 use crate::store::Store;
 use docker::DockerEngine;
+use driver::scratch::{self, Scratch};
 use driver::{Capacity, DriverParts, JobDriver};
 use engine::Engine;
 use registry::Registries;
@@ -52,6 +54,8 @@ pub struct Compute {
 }
 
 impl Compute {
+    /// `logs_dir` is `DATA_DIR/logs`; the attempts' scratch goes beside it,
+    /// in `DATA_DIR/job-scratch`.
     pub fn new(
         config: ComputeConfig,
         store: Store,
@@ -62,11 +66,13 @@ impl Compute {
         peers: Arc<crate::peers::Peers>,
     ) -> Result<Compute, reqwest::Error> {
         let docker = Arc::new(DockerEngine::new(config.docker_host.clone()));
+        let data_dir = logs_dir.parent().unwrap_or(&logs_dir);
         let driver = JobDriver::new(DriverParts {
             store,
             engine: docker.clone(),
             clock,
             logs_dir: logs_dir.clone(),
+            scratch: Scratch::new(data_dir.join(scratch::DIR)),
             capacity: Capacity { cpu_millis: config.cpu_millis, memory_bytes: config.memory_bytes },
             due_wake,
             node: node.into(),
