@@ -215,7 +215,7 @@ fn log_config(ephemeral_storage_limit: u64) -> HostConfigLogConfig {
 pub const JOB_USER: &str = "65534:65534";
 
 /// Where a job may write: the attempt's scratch directory on the host's disk
-/// (`driver::scratch`: the job user's, 0700), bound read-write at `/tmp`. Disk,
+/// (`scratch.rs`: the job user's, 0700), bound read-write at `/tmp`. Disk,
 /// not memory: what it holds does not count against the container's memory
 /// limit. Its bound is not the kernel's: the driver measures it every 2 s
 /// and evicts the attempt over `scratch_limit`. A bind mount and not
@@ -444,9 +444,6 @@ mod tests {
         assert_eq!(h.pids_limit, Some(4_096));
         assert_eq!(h.log_config.and_then(|c| c.typ).as_deref(), Some("json-file"));
         assert_eq!(JOB_USER, "65534:65534");
-        assert_eq!(
-            JOB_USER,
-            format!("{}:{}", crate::compute::driver::scratch::JOB_UID, crate::compute::driver::scratch::JOB_GID)
-        );
+        assert_eq!(JOB_USER, format!("{}:{}", crate::compute::scratch::JOB_UID, crate::compute::scratch::JOB_GID));
     }
 }

@@ -24,7 +24,7 @@ pub struct ContainerSpec<'a> {
     pub attempt: u32,
     pub image: &'a str,
     pub request: &'a JobSubmission,
-    /// The attempt's scratch on the host (`driver::scratch`), bound at `/tmp`.
+    /// The attempt's scratch on the host (`compute::scratch`), bound at `/tmp`.
     pub scratch: &'a Path,
 }
 

@@ -1,6 +1,6 @@
 //! Analytical jobs on a Docker Engine: the wiring of the job driver
 //! (`driver.rs`) to the engine (`docker.rs`, behind `engine::Engine`) and to
-//! the attempts' scratch on this node's disk (`driver::scratch`), the engine's
+//! the attempts' scratch on this node's disk (`scratch.rs`), the engine's
 //! health loop (which reconciles once the engine first answers) and the
 //! scheduler loop.
 //!
@@ -13,6 +13,7 @@ pub mod docker;
 pub mod driver;
 pub mod engine;
 pub mod registry;
+pub mod scratch;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -26,10 +27,10 @@ use crate::app::App;
 use crate::clock::Clock;
 use crate::store::Store;
 use docker::DockerEngine;
-use driver::scratch::{self, Scratch};
 use driver::{Capacity, DriverParts, JobDriver};
 use engine::Engine;
 use registry::Registries;
+use scratch::Scratch;
 
 /// `retry-after` while compute is unavailable.
 pub const RETRY_AFTER_SECS: u64 = grid_core::error::COMPUTE_RETRY_AFTER_SECS;
