@@ -84,6 +84,15 @@ pub fn descendants(root: i32) -> Vec<i32> {
     found.into_iter().collect()
 }
 
+/// Whether a process exists and is neither a zombie nor dead (state
+/// `Z`/`X` in `/proc/PID/stat`).
+pub fn running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| stat.rsplit_once(')').map(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])))
+        .unwrap_or(false)
+}
+
 /// The command line of a process (empty when it is gone).
 pub fn cmdline(pid: i32) -> Vec<String> {
     std::fs::read(format!("/proc/{pid}/cmdline"))

@@ -257,14 +257,24 @@ async fn every_writable_filesystem_of_a_browser_is_bounded() {
     // Every process of the browser is in its cgroup, bounded.
     let chromium: Vec<i32> = host::descendants(server_pid).into_iter().filter(|p| host::is_chromium(*p)).collect();
     for pid in &chromium {
-        let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-        for controller in ["memory", "pids", "cpu"] {
-            let line = cgroups.lines().find(|l| {
-                let parts: Vec<&str> = l.splitn(3, ':').collect();
-                parts.len() == 3 && (parts[1].split(',').any(|c| c == controller) || parts[1].is_empty())
+        // An exiting process is moved to the root cgroups by the kernel before it turns zombie:
+        // a process outside counts only if it is still running, outside, a moment later.
+        let outside = |pid: i32| -> Option<String> {
+            let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+            let out = ["memory", "pids", "cpu"].into_iter().any(|controller| {
+                let line = cgroups.lines().find(|l| {
+                    let parts: Vec<&str> = l.splitn(3, ':').collect();
+                    parts.len() == 3 && (parts[1].split(',').any(|c| c == controller) || parts[1].is_empty())
+                });
+                !line.is_some_and(|l| l.contains("/grid-browsers/uid-"))
             });
-            if !line.is_some_and(|l| l.contains("/grid-browsers/uid-")) {
-                findings.push(format!("chromium {pid} is not in a browser cgroup for {controller}: {cgroups}"));
+            (out && host::running(pid)).then_some(cgroups)
+        };
+        if outside(*pid).is_some() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            if let Some(cgroups) = outside(*pid) {
+                findings
+                    .push(format!("chromium {pid} ({}) is not in its browser's cgroups: {cgroups}", host::comm(*pid)));
             }
         }
     }
