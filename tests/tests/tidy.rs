@@ -8,6 +8,9 @@
 //!   tests and `fn main`: a failure is an error value, not a panic.
 //! - ARCHITECTURE.md's codemap names only modules that exist, and names
 //!   every source module of the `grid-*` crates.
+//! - Every path (`store/items.rs`) and Rust name (`store::jobs::owned_record`,
+//!   `ApiError::row`, `StoreError`) ARCHITECTURE.md backticks, in any
+//!   section, exists in the sources (`classify` says what is skipped, and why).
 //!
 //! The checks work on the sources with comments and the insides of string
 //! and char literals blanked out (`code_only`), so prose and doc examples
@@ -491,19 +494,6 @@ fn resolve(root: &Path, src: &Path, base: Option<&str>, path: &str) -> Option<Pa
     candidates.into_iter().find(|c| if path.ends_with('/') { c.is_dir() } else { c.is_file() })
 }
 
-/// `a::b::c` names a module `a` of the crate (or of `grid_core` etc. when
-/// prefixed); the first module segment must exist. (`Type::item` paths
-/// are not checked.)
-fn module_path_exists(root: &Path, src: &Path, token: &str) -> bool {
-    let segments: Vec<&str> = token.split("::").collect();
-    let (src, first) = match segments[0] {
-        krate if krate.starts_with("grid_") => (root.join(krate.replace('_', "-")).join("src"), segments.get(1)),
-        _ => (src.to_path_buf(), segments.first()),
-    };
-    let Some(first) = first else { return src.is_dir() };
-    src.join(format!("{first}.rs")).is_file() || src.join(first).join("mod.rs").is_file()
-}
-
 #[test]
 fn every_codemap_path_exists_and_every_source_module_is_in_the_codemap() {
     let root = root();
@@ -529,12 +519,6 @@ fn every_codemap_path_exists_and_every_source_module_is_in_the_codemap() {
                         }
                         None => missing.push(format!("`{token}` (### `{}`)", section.krate)),
                     }
-                } else if token.contains("::")
-                    && token.starts_with(|c: char| c.is_ascii_lowercase())
-                    && token.split("::").all(|s| !s.is_empty() && s.chars().all(|c| c.is_alphanumeric() || c == '_'))
-                    && !module_path_exists(&root, &src, token)
-                {
-                    missing.push(format!("`{token}` (### `{}`)", section.krate));
                 }
             }
         }
@@ -576,4 +560,424 @@ fn no_subsystem_imports_the_http_transport() {
         }
     }
     assert!(offenders.is_empty(), "subsystems importing the HTTP transport:\n{}", offenders.join("\n"));
+}
+
+// ----- every path and symbol ARCHITECTURE.md names exists -----
+
+/// One backticked token of ARCHITECTURE.md and where it stands: its line,
+/// the codemap section's crate (none outside the codemap) and the bullet's
+/// directory (its first name, when that is `dir/`).
+#[derive(Debug, PartialEq)]
+struct Mention<'a> {
+    line: usize,
+    token: &'a str,
+    krate: Option<&'a str>,
+    base: Option<&'a str>,
+}
+
+/// Every backticked token of `doc` outside fenced blocks, in order.
+fn mentions(doc: &str) -> Vec<Mention<'_>> {
+    let mut out = vec![];
+    let (mut fenced, mut in_codemap) = (false, false);
+    let (mut krate, mut base): (Option<&str>, Option<&str>) = (None, None);
+    for (i, line) in doc.lines().enumerate() {
+        if line.starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            continue;
+        }
+        if let Some(heading) = line.strip_prefix("## ") {
+            in_codemap = heading.trim() == "Codemap";
+            krate = None;
+            base = None;
+        } else if let Some(name) = line.strip_prefix("### `").and_then(|l| l.strip_suffix('`')) {
+            krate = in_codemap.then_some(name);
+            base = None;
+            continue;
+        } else if let Some(bullet) = line.strip_prefix("- ") {
+            base = backticked(bullet).first().copied().filter(|t| t.ends_with('/') && !t.contains(' '));
+        } else if !line.starts_with("  ") {
+            // Prose: names resolve against the crate (or the repo), not a bullet's directory.
+            base = None;
+        }
+        for token in backticked(line) {
+            out.push(Mention { line: i + 1, token, krate, base });
+        }
+    }
+    out
+}
+
+/// What a backticked token is taken for.
+#[derive(Debug, PartialEq)]
+enum Named<'a> {
+    /// A file or directory of the repository (`store/items.rs`, `docs/`,
+    /// `grid-server/src/http`, a glob `schema*.sql` some file matches),
+    /// with the item it names in that file, if any (`respond.rs::error`).
+    Path(&'a str, Option<&'a str>),
+    /// A Rust path: `store::jobs::owned_record`, `grid_core::item::apply`,
+    /// `ApiError::row`.
+    Symbol(&'a str),
+    /// A trait implemented for a type, as rustdoc writes it: `From<JobError>`.
+    Impl(&'a str),
+    /// Not a name in the sources, for the reason given.
+    Skipped(&'static str),
+}
+
+/// Names that look like paths or types of the repository but are not.
+const NOT_REPOSITORY_NAMES: &[(&str, &str)] =
+    &[("public-web-only/v1", "an egress policy's name"), ("Ok", "std's `Result::Ok`"), ("Allow", "an HTTP header")];
+
+/// The extensions of the repository's own files: a dotted name without a
+/// `/` is a path only with one of them (`grid.db`, `ca.pem` are files the
+/// server writes at run time; `Target.sendMessageToTarget` is a CDP method).
+const SOURCE_EXTENSIONS: &[&str] = &[".rs", ".sql", ".html", ".md", ".toml"];
+
+fn is_ident(s: &str) -> bool {
+    s.starts_with(|c: char| c.is_alphabetic() || c == '_') && s.chars().all(|c| c.is_alphanumeric() || c == '_')
+}
+
+fn classify(token: &str) -> Named<'_> {
+    if let Some((_, why)) = NOT_REPOSITORY_NAMES.iter().find(|(t, _)| *t == token) {
+        return Named::Skipped(why);
+    }
+    // Several words: an HTTP route (`POST /batches`), SQL (`PRAGMA
+    // user_version`), a command line (`--output yaml`), a signature or a
+    // formula (`apply(item, event, now, backoff) -> Outcome`).
+    if token.is_empty() || token.contains(char::is_whitespace) {
+        return Named::Skipped("not one name: an HTTP route, SQL, a command line, a signature or a formula");
+    }
+    if token.starts_with('-') {
+        return Named::Skipped("a command-line flag");
+    }
+    // `/tmp`, `/proc/PID/root`, `/jobs/{id}`.
+    if token.starts_with('/') {
+        return Named::Skipped("an absolute path: of the host or of the API, not of the repository");
+    }
+    // `GRID_CA_CERT`, `COMPUTE_UNAVAILABLE`, `DATA_DIR/tls`.
+    let head = token.split('/').next().unwrap_or(token);
+    if head.len() > 1 && head.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_') {
+        return Named::Skipped("an environment variable (or a path under one) or an error code");
+    }
+    let source_file = |p: &str| p.contains('/') || SOURCE_EXTENSIONS.iter().any(|e| p.ends_with(e));
+    if let Some((path, item)) = token.split_once("::") {
+        if source_file(path) {
+            return Named::Path(path, Some(item));
+        }
+        // Anything else with `::` is checked as a Rust path, so one that is
+        // malformed fails rather than passes unseen.
+        return Named::Symbol(token);
+    }
+    if source_file(token) {
+        return Named::Path(token, None);
+    }
+    if let Some((name, rest)) = token.split_once('<') {
+        if is_ident(name) && rest.ends_with('>') {
+            return Named::Impl(token);
+        }
+    }
+    if token.contains('*') {
+        return Named::Skipped("a pattern of test names (`sdk_*`)");
+    }
+    if token.contains('.') {
+        return Named::Skipped("a dotted name that is no source file: a data file the server writes or a CDP method");
+    }
+    // `Call`, `StoreError`, `StopBrowser`: a lone CamelCase name is a type,
+    // trait or enum variant of the sources.
+    if is_ident(token) && token.starts_with(|c: char| c.is_ascii_uppercase()) && token.contains(char::is_lowercase) {
+        return Named::Symbol(token);
+    }
+    // `perform`, `account_id`, `allowedHosts`, `Idempotency-Key`,
+    // `grid-server`: a lone lower-case name could be a function, a column,
+    // a field of the wire, a header, a crate, a script or a state; telling
+    // which needs more than a textual rule, so it is not checked.
+    Named::Skipped("a single lower-case name, not qualified by a path")
+}
+
+/// The definitions of `name` in `code`: a function, type, trait, constant,
+/// static, type alias, module or macro of that name.
+fn defines(code: &str, name: &str) -> bool {
+    ["fn", "struct", "enum", "trait", "const", "static", "type", "mod", "union", "macro_rules!"]
+        .iter()
+        .any(|kw| !word_hits(code, &format!("{kw} {name}")).is_empty())
+}
+
+fn defines_type(code: &str, name: &str) -> bool {
+    ["struct", "enum", "trait", "type", "union"].iter().any(|kw| !word_hits(code, &format!("{kw} {name}")).is_empty())
+}
+
+/// `name` is a variant of some enum in `code`.
+fn defines_variant(code: &str, name: &str) -> bool {
+    word_hits(code, "enum").into_iter().any(|at| !word_hits(&code[at..item_end(code, at)], name).is_empty())
+}
+
+/// `ty::member` exists in `code`: a variant of `enum ty` or a field of
+/// `struct ty` (as rustdoc links them), or an associated fn, const or type
+/// in an `impl` block whose self type is `ty` (`impl ty`, `impl<T> ty<T>`,
+/// `impl Trait for ty`).
+fn has_member(code: &str, ty: &str, member: &str) -> bool {
+    for kw in ["enum", "struct", "union"] {
+        for at in word_hits(code, &format!("{kw} {ty}")) {
+            let body = &code[at + kw.len() + 1 + ty.len()..item_end(code, at)];
+            if !word_hits(body, member).is_empty() {
+                return true;
+            }
+        }
+    }
+    for at in word_hits(code, "impl") {
+        // An `impl` item starts its line; `impl Trait` in argument position does not.
+        let line_start = code[..at].rfind('\n').map_or(0, |n| n + 1);
+        let before = code[line_start..at].trim();
+        if !(before.is_empty() || before == "unsafe") {
+            continue;
+        }
+        let end = item_end(code, at);
+        let Some(open) = code[at..end].find('{') else { continue };
+        let header = &code[at..at + open];
+        let self_ty = header.rsplit(" for ").next().unwrap_or(header);
+        if word_hits(self_ty, ty).is_empty() {
+            continue;
+        }
+        let body = &code[at + open..end];
+        if ["fn", "const", "type"].iter().any(|kw| !word_hits(body, &format!("{kw} {member}")).is_empty()) {
+            return true;
+        }
+    }
+    false
+}
+
+/// The file of a module: `dir/name.rs` or `dir/name/mod.rs`.
+fn module_file(dir: &Path, name: &str) -> Option<PathBuf> {
+    [dir.join(format!("{name}.rs")), dir.join(name).join("mod.rs")].into_iter().find(|f| f.is_file())
+}
+
+fn crate_root_file(src: &Path) -> PathBuf {
+    let lib = src.join("lib.rs");
+    if lib.is_file() {
+        lib
+    } else {
+        src.join("main.rs")
+    }
+}
+
+/// Where a mention's names resolve: its codemap section's crate, or
+/// outside the codemap grid-server (the shell the Invariants are about);
+/// then grid-core, whose types every crate uses (`Access::Node`).
+fn crate_srcs(root: &Path, krate: Option<&str>) -> Vec<PathBuf> {
+    let first = krate.map(|k| root.join(k).join("src")).filter(|s| s.is_dir());
+    let mut srcs = vec![first.unwrap_or_else(|| root.join("grid-server/src"))];
+    if !srcs[0].ends_with("grid-core/src") {
+        srcs.push(root.join("grid-core/src"));
+    }
+    srcs
+}
+
+/// A symbol path: a crate (`grid_core::`, `grid_client::`, `crate::`) or
+/// else the mention's crates, then modules as long as a module file
+/// exists, then one item defined in the last module's file, or `Type::member`;
+/// a path that starts with a type (`ApiError::row`) finds the type's crate.
+fn check_symbol(root: &Path, krate: Option<&str>, token: &str) -> Result<(), String> {
+    let segments: Vec<&str> = token.split("::").collect();
+    if !segments.iter().all(|s| is_ident(s)) {
+        return Err("not a Rust path of plain names".into());
+    }
+    let (srcs, rest) = match segments[0] {
+        k if k.starts_with("grid_") => (vec![root.join(k.replace('_', "-")).join("src")], &segments[1..]),
+        "crate" => (crate_srcs(root, krate).into_iter().take(1).collect(), &segments[1..]),
+        _ => (crate_srcs(root, krate), &segments[..]),
+    };
+    let srcs: Vec<PathBuf> = srcs.into_iter().filter(|s| s.is_dir()).collect();
+    if srcs.is_empty() {
+        return Err("no such crate".into());
+    }
+    let Some(first) = rest.first() else { return Ok(()) };
+    if first.starts_with(char::is_uppercase) {
+        // `Type` or `Type::member`, anywhere in the crates that define the type.
+        let crates: Vec<Vec<String>> =
+            srcs.iter().map(|src| rust_files(src).iter().map(|f| code_only(&read(f))).collect()).collect();
+        let defining: Vec<usize> =
+            (0..srcs.len()).filter(|&k| crates[k].iter().any(|code| defines_type(code, first))).collect();
+        // A lone name may also be an enum's variant (`StopBrowser`).
+        if let [name] = rest {
+            if defining.is_empty() && crates.iter().flatten().any(|code| defines_variant(code, name)) {
+                return Ok(());
+            }
+        }
+        let names = |ks: &[usize]| ks.iter().map(|&k| rel(&srcs[k])).collect::<Vec<_>>().join(", ");
+        if defining.is_empty() {
+            return Err(format!("no type `{first}` in {}", names(&(0..srcs.len()).collect::<Vec<_>>())));
+        }
+        return match rest {
+            [_] => Ok(()),
+            [ty, member] if defining.iter().any(|&k| crates[k].iter().any(|code| has_member(code, ty, member))) => {
+                Ok(())
+            }
+            [ty, member] => {
+                Err(format!("`{ty}` in {} has no variant, field or associated item `{member}`", names(&defining)))
+            }
+            _ => Err("more segments than `Type::member`".into()),
+        };
+    }
+    // Modules: the first crate in which the first segment is a module.
+    let src = srcs.iter().find(|src| module_file(src, first).is_some()).unwrap_or(&srcs[0]);
+    let (mut file, mut dir, mut i) = (crate_root_file(src), src.clone(), 0);
+    while let Some(found) = rest.get(i).and_then(|seg| module_file(&dir, seg)) {
+        dir = dir.join(rest[i]);
+        file = found;
+        i += 1;
+    }
+    let code = code_only(&read(&file));
+    match &rest[i..] {
+        [] => Ok(()),
+        [item] if defines(&code, item) => Ok(()),
+        [ty, member] if defines_type(&code, ty) && has_member(&code, ty, member) => Ok(()),
+        [ty, member] => Err(format!("{} defines no `{ty}` with a member `{member}`", rel(&file))),
+        [item] => Err(format!("{} defines no `{item}`", rel(&file))),
+        more => Err(format!("{} has no module `{}`", rel(&file), more[0])),
+    }
+}
+
+/// A path of the repository, tried as the codemap check does (bullet
+/// directory, crate `src`, crate, repo root; outside the codemap against
+/// grid-server). A glob must match some file; `file.rs::item` must define
+/// `item`.
+fn check_path(
+    root: &Path,
+    krate: Option<&str>,
+    base: Option<&str>,
+    path: &str,
+    item: Option<&str>,
+) -> Result<(), String> {
+    let src = crate_srcs(root, krate).remove(0);
+    if let Some((dir, pattern)) = path.contains('*').then(|| path.rsplit_once('/').unwrap_or(("", path))) {
+        let (prefix, suffix) = pattern.split_once('*').unwrap_or((pattern, ""));
+        let dir = if dir.is_empty() { String::new() } else { format!("{dir}/") };
+        let candidates = [
+            base.map(|b| src.join(b).join(&dir)),
+            Some(src.join(&dir)),
+            src.parent().map(|k| k.join(&dir)),
+            Some(root.join(&dir)),
+        ];
+        let matches = candidates.into_iter().flatten().filter(|d| d.is_dir()).any(|d| {
+            std::fs::read_dir(&d).into_iter().flatten().flatten().any(|e| {
+                let name = e.file_name().to_string_lossy().to_string();
+                name.len() >= prefix.len() + suffix.len() && name.starts_with(prefix) && name.ends_with(suffix)
+            })
+        });
+        return if matches { Ok(()) } else { Err("no file matches".into()) };
+    }
+    // `grid-server/src/http` names a directory without the trailing `/`.
+    let dir = (!path.ends_with('/')).then(|| format!("{path}/"));
+    let found = resolve(root, &src, base, path).or_else(|| dir.and_then(|d| resolve(root, &src, base, &d)));
+    let Some(found) = found else {
+        return Err(format!("no such file or directory (tried against {})", rel(&src)));
+    };
+    match item {
+        Some(item) if !defines(&code_only(&read(&found)), item) => Err(format!("{} defines no `{item}`", rel(&found))),
+        _ => Ok(()),
+    }
+}
+
+/// A trait implementation `Trait<Args>`: some file of the mention's crates
+/// has `impl Trait<Args> for`.
+fn check_impl(root: &Path, krate: Option<&str>, token: &str) -> Result<(), String> {
+    let needle = format!("impl {token} for");
+    let found = crate_srcs(root, krate)
+        .iter()
+        .filter(|s| s.is_dir())
+        .any(|src| rust_files(src).iter().any(|f| code_only(&read(f)).contains(&needle)));
+    if found {
+        Ok(())
+    } else {
+        Err(format!("no `{needle}`"))
+    }
+}
+
+#[test]
+fn every_path_and_symbol_architecture_md_names_exists() {
+    let root = root();
+    let doc = read(&root.join("ARCHITECTURE.md"));
+    let mut wrong = vec![];
+    for m in mentions(&doc) {
+        let result = match classify(m.token) {
+            Named::Path(path, item) => check_path(&root, m.krate, m.base, path, item),
+            Named::Symbol(symbol) => check_symbol(&root, m.krate, symbol),
+            Named::Impl(token) => check_impl(&root, m.krate, token),
+            Named::Skipped(_) => Ok(()),
+        };
+        if let Err(why) = result {
+            wrong.push(format!("ARCHITECTURE.md:{}: `{}`: {why}", m.line, m.token));
+        }
+    }
+    assert!(wrong.is_empty(), "ARCHITECTURE.md names what does not exist:\n{}", wrong.join("\n"));
+}
+
+#[test]
+fn mentions_are_told_apart_into_paths_symbols_and_skipped_names() {
+    let doc = "intro `http/auth.rs` and `grid_core::validate`\n\
+               ```\n`not/a/mention.rs`\n```\n\
+               ## Codemap\n\
+               ### `grid-server`\n\
+               - `store/`: `items.rs` (`Store`), `--max-workers`, `POST /batches`, `grid.db`,\n  \
+                 `schema*.sql`, `respond.rs::error`\n\
+               ## Invariants\n\
+               - `store::jobs::owned_record`, `ApiError::row`, `From<JobError>`, `DATA_DIR/tls`, `/tmp`,\n  \
+                 `public-web-only/v1`, `sdk_*`, `Target.sendMessageToTarget`, `a::<T>::b`\n";
+    let found = mentions(doc);
+    let at = |token: &str| found.iter().find(|m| m.token == token).unwrap_or_else(|| panic!("no mention of {token}"));
+    assert!(found.iter().all(|m| m.token != "not/a/mention.rs"), "fenced blocks are skipped");
+    assert_eq!(*at("http/auth.rs"), Mention { line: 1, token: "http/auth.rs", krate: None, base: None });
+    assert_eq!(
+        *at("items.rs"),
+        Mention { line: 7, token: "items.rs", krate: Some("grid-server"), base: Some("store/") }
+    );
+    assert_eq!(at("schema*.sql").base, Some("store/"), "a continuation line keeps its bullet's directory");
+    assert_eq!((at("store::jobs::owned_record").line, at("store::jobs::owned_record").krate), (10, None));
+
+    for path in ["http/auth.rs", "store/", "items.rs", "schema*.sql", "public-web-only/v1"] {
+        let expected = if path.starts_with("public") {
+            Named::Skipped("an egress policy's name")
+        } else {
+            Named::Path(path, None)
+        };
+        assert_eq!(classify(path), expected, "{path}");
+    }
+    assert_eq!(classify("respond.rs::error"), Named::Path("respond.rs", Some("error")));
+    for symbol in ["grid_core::validate", "store::jobs::owned_record", "ApiError::row", "a::<T>::b"] {
+        assert_eq!(classify(symbol), Named::Symbol(symbol));
+    }
+    assert_eq!(classify("From<JobError>"), Named::Impl("From<JobError>"));
+    assert_eq!(classify("Store"), Named::Symbol("Store"));
+    for skipped in [
+        "Ok",
+        "perform",
+        "allowedHosts",
+        "--max-workers",
+        "POST /batches",
+        "grid.db",
+        "DATA_DIR/tls",
+        "/tmp",
+        "sdk_*",
+        "Target.sendMessageToTarget",
+    ] {
+        assert!(matches!(classify(skipped), Named::Skipped(_)), "{skipped}: {:?}", classify(skipped));
+    }
+    assert!(check_symbol(&root(), None, "a::<T>::b").is_err(), "a malformed Rust path fails, not passes");
+    for (symbol, exists) in [
+        ("grid_core::item::apply", true),
+        ("grid_core::item::no_such_fn", false),
+        ("store::jobs::owned_record", true),
+        ("store::no_such_module::owned_record", false),
+        ("ApiError::row", true),
+        ("ApiError::no_such_member", false),
+        ("NoSuchType", false),
+    ] {
+        assert_eq!(
+            check_symbol(&root(), None, symbol).is_ok(),
+            exists,
+            "{symbol}: {:?}",
+            check_symbol(&root(), None, symbol)
+        );
+    }
 }
