@@ -127,19 +127,36 @@ fn event_name(e: Event) -> &'static str {
     }
 }
 
+/// An effect written in the transaction that applies the event: a failure
+/// rolls the whole step back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Effect {
-    /// Stop the browser and revoke the cdpUrl's token.
-    StopBrowser,
+pub enum TxEffect {
     /// Settle the reservation: charge `ready_millis` of ready time, release
     /// the rest.
     Settle { ready_millis: i64 },
 }
 
+/// An effect carried out once that transaction committed, outside the
+/// database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutsideEffect {
+    /// Stop the browser and revoke the cdpUrl's token.
+    StopBrowser,
+}
+
+/// What a transition asks of the driver, split by when it happens: the
+/// driver has one exhaustive executor per half, so a new effect is placed
+/// in one half here and does not compile until that half executes it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Effects {
+    pub in_tx: Vec<TxEffect>,
+    pub after_commit: Vec<OutsideEffect>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
     pub session: Session,
-    pub effects: Vec<Effect>,
+    pub effects: Effects,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -164,17 +181,20 @@ pub fn apply(session: &Session, event: Event, now: Millis) -> Result<Outcome, Tr
     let mut next = session.clone();
     let end = |next: &mut Session, cause: EndCause, at: Millis| {
         next.ended = Some(Ended { cause, at });
-        vec![Effect::StopBrowser, Effect::Settle { ready_millis: session.ready_millis(at) }]
+        Effects {
+            in_tx: vec![TxEffect::Settle { ready_millis: session.ready_millis(at) }],
+            after_commit: vec![OutsideEffect::StopBrowser],
+        }
     };
     let effects = match (session.status, event) {
         (SessionStatus::Pending, Event::Ready) if now < session.expires_at => {
             next.status = SessionStatus::Running;
             next.ready_at = Some(now);
-            vec![]
+            Effects::default()
         }
         (SessionStatus::Pending, Event::Ready) => return Err(not_allowed("expired")),
         // Later ready signals (a re-attestation) keep the first moment.
-        (SessionStatus::Running, Event::Ready) => vec![],
+        (SessionStatus::Running, Event::Ready) => Effects::default(),
         (_, Event::Release) => end(&mut next, EndCause::Released, now),
         (_, Event::Expire) if now < session.expires_at => return Err(TransitionError::NotDue(session.expires_at)),
         (_, Event::Expire) => end(&mut next, EndCause::Expired, session.expires_at),
@@ -245,6 +265,11 @@ mod tests {
         T0.plus_ms(s * 1_000)
     }
 
+    /// The effects of an end settling `ready_millis`.
+    fn ended(ready_millis: i64) -> Effects {
+        Effects { in_tx: vec![TxEffect::Settle { ready_millis }], after_commit: vec![OutsideEffect::StopBrowser] }
+    }
+
     fn step(s: &Session, e: Event, now: Millis) -> Outcome {
         apply(s, e, now).unwrap_or_else(|err| panic!("{e:?}: {err}"))
     }
@@ -263,7 +288,7 @@ mod tests {
         let s = step(&Session::new(T0, 30), Event::Ready, at(20)).session;
         assert_eq!((s.status, s.ready_at), (SessionStatus::Running, Some(at(20))));
         let again = step(&s, Event::Ready, at(50));
-        assert_eq!((again.session.clone(), again.effects), (s, vec![]));
+        assert_eq!((again.session.clone(), again.effects), (s, Effects::default()));
     }
 
     #[test]
@@ -271,7 +296,7 @@ mod tests {
         let s = step(&Session::new(T0, 30), Event::Ready, at(20)).session;
         let o = step(&s, Event::Release, at(80));
         assert_eq!(o.session.ended, Some(Ended { cause: EndCause::Released, at: at(80) }));
-        assert_eq!(o.effects, vec![Effect::StopBrowser, Effect::Settle { ready_millis: 60_000 }]);
+        assert_eq!(o.effects, ended(60_000));
         // One minute at 0.07 €/h.
         assert_eq!(session_charge_micros(60_000, session_reservation_micros(30)), 1_167);
         // Releasing twice: the session is gone.
@@ -282,10 +307,10 @@ mod tests {
     fn never_ready_costs_nothing() {
         for e in [Event::Release, Event::Lose] {
             let o = step(&Session::new(T0, 30), e, at(100));
-            assert_eq!(o.effects, vec![Effect::StopBrowser, Effect::Settle { ready_millis: 0 }]);
+            assert_eq!(o.effects, ended(0));
         }
         let o = step(&Session::new(T0, 1), Event::Expire, at(60));
-        assert_eq!(o.effects[1], Effect::Settle { ready_millis: 0 });
+        assert_eq!(o.effects.in_tx[0], TxEffect::Settle { ready_millis: 0 });
     }
 
     #[test]
@@ -295,10 +320,10 @@ mod tests {
         // Noticed late (after a restart, say); the meter stops at expiresAt.
         let o = step(&s, Event::Expire, at(85));
         assert_eq!(o.session.ended, Some(Ended { cause: EndCause::Expired, at: at(60) }));
-        assert_eq!(o.effects[1], Effect::Settle { ready_millis: 50_000 });
+        assert_eq!(o.effects.in_tx[0], TxEffect::Settle { ready_millis: 50_000 });
         // A loss noticed after expiry is capped the same way.
         let o = step(&s, Event::Lose, at(90));
-        assert_eq!(o.effects[1], Effect::Settle { ready_millis: 50_000 });
+        assert_eq!(o.effects.in_tx[0], TxEffect::Settle { ready_millis: 50_000 });
     }
 
     #[test]
@@ -325,7 +350,7 @@ mod tests {
         // Lost at the launch deadline: never ready, so free.
         let o = step(&s, Event::Lose, launch);
         assert_eq!(o.session.ended, Some(Ended { cause: EndCause::Lost, at: launch }));
-        assert_eq!(o.effects, vec![Effect::StopBrowser, Effect::Settle { ready_millis: 0 }]);
+        assert_eq!(o.effects, ended(0));
         assert_eq!(next_due(&o.session), None);
         // Once running, only the expiry is due.
         let running = step(&s, Event::Ready, at(20)).session;
@@ -386,13 +411,15 @@ mod tests {
                 s = o.session;
                 if before.ready_at.is_some() { prop_assert_eq!(before.ready_at, s.ready_at); }
                 prop_assert!(before.ended.is_none());
-                for fx in o.effects {
-                    if let Effect::Settle { ready_millis } = fx {
-                        settled += 1;
-                        prop_assert!(ready_millis >= 0);
-                        prop_assert!(ready_millis <= i64::from(ttl) * 60_000);
-                        if s.ready_at.is_none() { prop_assert_eq!(ready_millis, 0); }
-                        prop_assert!(session_charge_micros(ready_millis, reserved) <= reserved);
+                for fx in o.effects.in_tx {
+                    match fx {
+                        TxEffect::Settle { ready_millis } => {
+                            settled += 1;
+                            prop_assert!(ready_millis >= 0);
+                            prop_assert!(ready_millis <= i64::from(ttl) * 60_000);
+                            if s.ready_at.is_none() { prop_assert_eq!(ready_millis, 0); }
+                            prop_assert!(session_charge_micros(ready_millis, reserved) <= reserved);
+                        }
                     }
                 }
                 prop_assert_eq!(settled, i32::from(s.ended.is_some()));

@@ -5,9 +5,12 @@
 //! (`grid_core::session::apply`), write the settlement's ledger rows, store
 //! the machine with its next due time (`grid_core::session::next_due`: the
 //! expiry, and while pending the launch deadline). A refusal or a store
-//! failure half-way rolls all of it back. Only after the commit does
-//! `execute` carry out the effects, so a browser is never stopped for an
-//! end that was not stored.
+//! failure half-way rolls all of it back. The machine returns its effects
+//! split by when they happen (`session::Effects`): `execute_in_tx` writes
+//! the ones inside the transaction, and only after the commit does
+//! `execute_after_commit` carry out the rest, so a browser is never stopped
+//! for an end that was not stored. Each is one exhaustive `match` with no
+//! `_` arm: a new effect does not compile until its half executes it.
 //!
 //! Everything that moves a session comes here: the session task (ready,
 //! and its exit however it happens), DELETE /sessions/{id}, the due-time
@@ -22,7 +25,7 @@ use std::time::Duration;
 use crate::store::Conn;
 use futures_util::future::BoxFuture;
 use grid_core::error::ApiError;
-use grid_core::session::{self, Due, Effect, Event, SessionStatus, TransitionError};
+use grid_core::session::{self, Due, Effects, Event, OutsideEffect, SessionStatus, TransitionError, TxEffect};
 use grid_core::time::Millis;
 use grid_core::wire::session::{Attestation, NetworkAttestation};
 use tokio::sync::watch;
@@ -40,7 +43,7 @@ const RETRY_FIRST: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// The browsers of this process's live sessions: what the CDP endpoint
-/// reaches, and what `Effect::StopBrowser` stops.
+/// reaches, and what `OutsideEffect::StopBrowser` stops.
 #[derive(Default)]
 pub struct Browsers {
     live: Mutex<HashMap<String, Handle>>,
@@ -108,11 +111,11 @@ impl Browsers {
     }
 }
 
-/// What one transaction did: the session as stored and the effects still
-/// to execute.
+/// What one transaction did: the session as stored and the machine's
+/// effects (those in `in_tx` already written by it).
 struct Stepped {
     row: SessionRow,
-    effects: Vec<Effect>,
+    effects: Effects,
 }
 
 pub struct SessionDriver {
@@ -270,8 +273,8 @@ impl SessionDriver {
                 f(tx, row)
             })
             .await?;
-        self.execute(&stepped.row, &stepped.effects).await;
-        if stepped.effects.iter().any(|e| matches!(e, Effect::Settle { .. })) {
+        self.execute_after_commit(&stepped.row, &stepped.effects.after_commit).await;
+        if stepped.effects.in_tx.iter().any(|e| matches!(e, TxEffect::Settle { .. })) {
             if let Some(end) = stepped.row.session.ended {
                 crate::metrics::get().sessions_ended.with_label_values(&[end.cause.as_str()]).inc();
             }
@@ -279,13 +282,11 @@ impl SessionDriver {
         Ok(stepped.row)
     }
 
-    /// The one executor of the session machine's effects.
-    async fn execute(&self, row: &SessionRow, effects: &[Effect]) {
+    /// The one executor of the effects that follow a committed step.
+    async fn execute_after_commit(&self, row: &SessionRow, effects: &[OutsideEffect]) {
         for effect in effects {
             match effect {
-                Effect::StopBrowser => self.stop_browser(row).await,
-                // Written by `step`, in the transaction that ended the session.
-                Effect::Settle { .. } => {}
+                OutsideEffect::StopBrowser => self.stop_browser(row).await,
             }
         }
     }
@@ -377,17 +378,24 @@ impl crate::due::Due for SessionDriver {
     }
 }
 
-/// load → apply → settle → due time → save, inside the caller's transaction.
+/// load → apply → execute → save (with its due time), inside the caller's
+/// transaction.
 fn step(tx: &Conn, mut row: SessionRow, event: Event, at: Millis) -> Result<Stepped, SessionError> {
     let outcome = session::apply(&row.session, event, at)?;
-    for effect in &outcome.effects {
-        if let Effect::Settle { ready_millis } = effect {
-            store::settle(tx, &row, *ready_millis, at)?;
-        }
-    }
+    execute_in_tx(tx, &row, &outcome.effects.in_tx, at)?;
     row.session = outcome.session;
     store::save(tx, &row.id, &row.session)?;
     Ok(Stepped { row, effects: outcome.effects })
+}
+
+/// The one executor of the effects written in a step's transaction.
+fn execute_in_tx(tx: &Conn, row: &SessionRow, effects: &[TxEffect], at: Millis) -> Result<(), SessionError> {
+    for effect in effects {
+        match effect {
+            TxEffect::Settle { ready_millis } => store::settle(tx, row, *ready_millis, at)?,
+        }
+    }
+    Ok(())
 }
 
 /// The session's due event at its due time, when that is not after `now`.
@@ -397,7 +405,7 @@ fn fire(tx: &Conn, row: SessionRow, now: Millis) -> Result<Stepped, SessionError
         Some(Due { at, event }) if at <= now => step(tx, row, event, at),
         _ => {
             store::save(tx, &row.id, &row.session)?;
-            Ok(Stepped { row, effects: vec![] })
+            Ok(Stepped { row, effects: Effects::default() })
         }
     }
 }
