@@ -275,29 +275,45 @@ pub struct AttemptCharge {
     pub run_millis: i64,
 }
 
-/// What the driver must do after a transition.
+/// An effect written in the transaction that applies the event: a failure
+/// (a refused reservation) rolls the whole step back.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Effect {
+pub enum TxEffect {
     /// A manual retry needs a new reservation of the job formula. The driver
     /// checks credit first and drops the whole outcome on a refusal.
     Reserve { attempt: u32 },
+    /// Settle the job's open reservation: charge `charge` if any, release
+    /// the rest.
+    Settle { charge: Option<AttemptCharge> },
+}
+
+/// An effect carried out once that transaction committed, outside the
+/// database (the engine, another node, a later step).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OutsideEffect {
     /// Pull, create and start the attempt's container.
     StartContainer { attempt: u32 },
     /// Stop (or abort the start of) the attempt's container.
     StopContainer { attempt: u32 },
     /// Publish the ended attempt's log, then report `Published`.
     PublishLog { attempt: u32 },
-    /// Settle the job's open reservation: charge `charge` if any, release
-    /// the rest.
-    Settle { charge: Option<AttemptCharge> },
     /// An automatic replay is due; report `Replay`.
     ReplayDue,
+}
+
+/// What a transition asks of the driver, split by when it happens: the
+/// driver has one exhaustive executor per half, so a new effect is placed
+/// in one half here and does not compile until that half executes it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Effects {
+    pub in_tx: Vec<TxEffect>,
+    pub after_commit: Vec<OutsideEffect>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
     pub job: Job,
-    pub effects: Vec<Effect>,
+    pub effects: Effects,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -318,20 +334,20 @@ pub enum TransitionError {
 pub fn apply(job: &Job, event: Event, now: Millis) -> Result<Outcome, TransitionError> {
     use JobPhase::*;
     let mut j = job.clone();
-    let mut fx = vec![];
+    let mut fx = Effects::default();
     let attempt = job.attempt_number();
     let stopping = job.current_attempt().and_then(|a| a.stopping);
     match (job.phase, &event) {
         (Accepted, Event::Enqueue) => new_attempt(&mut j, Funding::Reservation, now),
         (Queued, Event::Provision) => {
             enter(&mut j, Provisioning, now)?;
-            fx.push(Effect::StartContainer { attempt });
+            fx.after_commit.push(OutsideEffect::StartContainer { attempt });
         }
         (Provisioning, Event::ContainerStarted) => {
             enter(&mut j, Running, now)?;
             current(&mut j)?.started_at = Some(now);
             if stopping.is_some() {
-                fx.push(Effect::StopContainer { attempt });
+                fx.after_commit.push(OutsideEffect::StopContainer { attempt });
             }
         }
         (Provisioning, Event::StartFailed) => {
@@ -355,7 +371,7 @@ pub fn apply(job: &Job, event: Event, now: Millis) -> Result<Outcome, Transition
             }
             if stopping.is_none() {
                 current(&mut j)?.stopping = Some(StopCause::Deadline);
-                fx.push(Effect::StopContainer { attempt });
+                fx.after_commit.push(OutsideEffect::StopContainer { attempt });
             }
         }
         (Provisioning | Running, Event::Evicted) => {
@@ -387,7 +403,7 @@ pub fn apply(job: &Job, event: Event, now: Millis) -> Result<Outcome, Transition
             j.cancel_requested = true;
             if stopping.is_none() {
                 current(&mut j)?.stopping = Some(StopCause::Cancel);
-                fx.push(Effect::StopContainer { attempt });
+                fx.after_commit.push(OutsideEffect::StopContainer { attempt });
             }
         }
         (Publishing | Failed | TimedOut, Event::Cancel) => {
@@ -403,7 +419,7 @@ pub fn apply(job: &Job, event: Event, now: Millis) -> Result<Outcome, Transition
             j.replays_used = 0;
             j.reservation_open = true;
             new_attempt(&mut j, Funding::Reservation, now);
-            fx.push(Effect::Reserve { attempt: j.attempt_number() });
+            fx.in_tx.push(TxEffect::Reserve { attempt: j.attempt_number() });
         }
         (_, Event::Retry) => return Err(ApiError::JobNotRetryable.into()),
         (phase, e) => return Err(TransitionError::NotAllowed { phase: phase.as_str(), event: event_name(e) }),
@@ -440,7 +456,7 @@ fn end_attempt(
     own: TerminationReason,
     exit_code: Option<i32>,
     now: Millis,
-    fx: &mut Vec<Effect>,
+    fx: &mut Effects,
 ) -> Result<(), TransitionError> {
     let cancel_requested = job.cancel_requested;
     let deadline = job.deadline_at();
@@ -456,7 +472,7 @@ fn end_attempt(
     if a.started_at.is_some() {
         let attempt = a.number;
         enter(job, JobPhase::Publishing, end)?;
-        fx.push(Effect::PublishLog { attempt });
+        fx.after_commit.push(OutsideEffect::PublishLog { attempt });
         Ok(())
     } else {
         finish(job, now, fx)
@@ -465,20 +481,20 @@ fn end_attempt(
 
 /// The ended attempt reaches its final phase; the job then either awaits a
 /// replay or settles its reservation.
-fn finish(job: &mut Job, now: Millis, fx: &mut Vec<Effect>) -> Result<(), TransitionError> {
+fn finish(job: &mut Job, now: Millis, fx: &mut Effects) -> Result<(), TransitionError> {
     let termination = current(job)?.termination.as_ref();
     let reason =
         termination.ok_or(TransitionError::Inconsistent("an ended attempt without a termination"))?.reason.clone();
     enter(job, reason.final_phase(), now)?;
     if reason == TerminationReason::PlatformEvicted && job.replays_used < job.retries && !job.cancel_requested {
-        fx.push(Effect::ReplayDue);
+        fx.after_commit.push(OutsideEffect::ReplayDue);
     } else {
         settle(job, fx);
     }
     Ok(())
 }
 
-fn settle(job: &mut Job, fx: &mut Vec<Effect>) {
+fn settle(job: &mut Job, fx: &mut Effects) {
     let cap = job.deadline_millis();
     let charge = job.current_attempt().and_then(|a| {
         let charged = a.termination.as_ref().is_some_and(|t| t.reason.is_charged());
@@ -486,7 +502,7 @@ fn settle(job: &mut Job, fx: &mut Vec<Effect>) {
         charged.then_some(AttemptCharge { attempt: a.number, run_millis })
     });
     job.reservation_open = false;
-    fx.push(Effect::Settle { charge });
+    fx.in_tx.push(TxEffect::Settle { charge });
 }
 
 #[cfg(test)]
@@ -499,6 +515,16 @@ mod tests {
 
     fn at(s: i64) -> Millis {
         T0.plus_ms(s * 1_000)
+    }
+
+    /// Effects written in the transaction only.
+    fn tx(in_tx: Vec<TxEffect>) -> Effects {
+        Effects { in_tx, after_commit: vec![] }
+    }
+
+    /// Effects after the commit only.
+    fn out(after_commit: Vec<OutsideEffect>) -> Effects {
+        Effects { in_tx: vec![], after_commit }
     }
 
     fn step(job: &Job, e: Event, now: Millis) -> Outcome {
@@ -530,10 +556,10 @@ mod tests {
     }
 
     /// Runs one attempt from RUNNING through exit and publishing.
-    fn exit_and_publish(j: &Job, exit_code: i32, oom_killed: bool, secs: i64) -> (Job, Vec<Effect>) {
+    fn exit_and_publish(j: &Job, exit_code: i32, oom_killed: bool, secs: i64) -> (Job, Effects) {
         let o = step(j, Event::ContainerExited { exit_code, oom_killed }, at(secs));
         assert_eq!(o.job.phase, JobPhase::Publishing);
-        assert_eq!(o.effects, vec![Effect::PublishLog { attempt: j.attempt_number() }]);
+        assert_eq!(o.effects, out(vec![OutsideEffect::PublishLog { attempt: j.attempt_number() }]));
         let o = step(&o.job, Event::Published { log_available: true }, at(secs + 1));
         (o.job, o.effects)
     }
@@ -575,7 +601,7 @@ mod tests {
         let (j, fx) = exit_and_publish(&j, 0, false, 33);
         assert_eq!(j.phase, JobPhase::Succeeded);
         assert_eq!(termination(&j), (TerminationClass::Workload, Some(0), TerminationReason::WorkloadSucceeded));
-        assert_eq!(fx, vec![Effect::Settle { charge: Some(AttemptCharge { attempt: 1, run_millis: 30_000 }) }]);
+        assert_eq!(fx, tx(vec![TxEffect::Settle { charge: Some(AttemptCharge { attempt: 1, run_millis: 30_000 }) }]));
         let a = &j.attempts[0];
         assert!(a.log_available);
         assert_eq!(a.funding, Funding::Reservation);
@@ -600,12 +626,12 @@ mod tests {
         let (j, fx) = exit_and_publish(&job_in(JobPhase::Running, 3), 2, false, 13);
         assert_eq!(j.phase, JobPhase::Failed);
         assert_eq!(termination(&j), (TerminationClass::Workload, Some(2), TerminationReason::WorkloadFailed));
-        assert_eq!(fx, vec![Effect::Settle { charge: Some(AttemptCharge { attempt: 1, run_millis: 10_000 }) }]);
+        assert_eq!(fx, tx(vec![TxEffect::Settle { charge: Some(AttemptCharge { attempt: 1, run_millis: 10_000 }) }]));
 
         let (j, fx) = exit_and_publish(&job_in(JobPhase::Running, 3), 137, true, 5);
         assert_eq!(j.phase, JobPhase::Failed);
         assert_eq!(termination(&j), (TerminationClass::Workload, Some(137), TerminationReason::PlatformOom));
-        assert_eq!(fx, vec![Effect::Settle { charge: Some(AttemptCharge { attempt: 1, run_millis: 2_000 }) }]);
+        assert_eq!(fx, tx(vec![TxEffect::Settle { charge: Some(AttemptCharge { attempt: 1, run_millis: 2_000 }) }]));
         // Neither is replayed, whatever `retries` says.
         assert!(!j.replay_pending());
         assert!(apply(&j, Event::Replay, at(9)).is_err());
@@ -617,10 +643,10 @@ mod tests {
         assert_eq!(apply(&j, Event::DeadlineExceeded, at(62)), Err(TransitionError::NotDue(at(63))));
         let o = step(&j, Event::DeadlineExceeded, at(63));
         assert_eq!(o.job.phase, JobPhase::Running);
-        assert_eq!(o.effects, vec![Effect::StopContainer { attempt: 1 }]);
+        assert_eq!(o.effects, out(vec![OutsideEffect::StopContainer { attempt: 1 }]));
         // A second deadline tick changes nothing.
         let again = step(&o.job, Event::DeadlineExceeded, at(64));
-        assert_eq!((again.job.clone(), again.effects), (o.job.clone(), vec![]));
+        assert_eq!((again.job.clone(), again.effects), (o.job.clone(), Effects::default()));
         // The stopped container exits with SIGKILL's code; the stop decides.
         let (j, fx) = exit_and_publish(&o.job, 137, false, 65);
         assert_eq!(j.phase, JobPhase::TimedOut);
@@ -632,7 +658,7 @@ mod tests {
         // deadline and is charged the 60 s up to it.
         assert_eq!(j.attempts[0].ended_at, Some(at(63)));
         assert_eq!(j.attempts[0].phase_timestamps[&JobPhase::Publishing], at(63));
-        assert_eq!(fx, vec![Effect::Settle { charge: Some(AttemptCharge { attempt: 1, run_millis: 60_000 }) }]);
+        assert_eq!(fx, tx(vec![TxEffect::Settle { charge: Some(AttemptCharge { attempt: 1, run_millis: 60_000 }) }]));
     }
 
     #[test]
@@ -647,7 +673,10 @@ mod tests {
         assert_eq!(o.job.attempts[0].ended_at, Some(at(63)));
         let o = step(&o.job, Event::Published { log_available: true }, at(664));
         assert_eq!(o.job.phase, JobPhase::TimedOut);
-        assert_eq!(o.effects, vec![Effect::Settle { charge: Some(AttemptCharge { attempt: 1, run_millis: 60_000 }) }]);
+        assert_eq!(
+            o.effects,
+            tx(vec![TxEffect::Settle { charge: Some(AttemptCharge { attempt: 1, run_millis: 60_000 }) }])
+        );
     }
 
     #[test]
@@ -659,7 +688,7 @@ mod tests {
         assert_eq!(j.phase, JobPhase::TimedOut);
         assert_eq!(termination(&j), (TerminationClass::Workload, Some(0), TerminationReason::RunningDeadlineExceeded));
         assert_eq!(j.attempts[0].ended_at, Some(at(63)));
-        assert_eq!(fx, vec![Effect::Settle { charge: Some(AttemptCharge { attempt: 1, run_millis: 60_000 }) }]);
+        assert_eq!(fx, tx(vec![TxEffect::Settle { charge: Some(AttemptCharge { attempt: 1, run_millis: 60_000 }) }]));
         // An exit at the deadline itself is within it.
         let (j, _) = exit_and_publish(&job_in(JobPhase::Running, 0), 0, false, 63);
         assert_eq!(j.phase, JobPhase::Succeeded);
@@ -674,7 +703,7 @@ mod tests {
         let (j, fx) = exit_and_publish(&o.job, 137, false, 70);
         assert_eq!(j.phase, JobPhase::Cancelled);
         assert_eq!(j.attempts[0].ended_at, Some(at(70)));
-        assert_eq!(fx, vec![Effect::Settle { charge: Some(AttemptCharge { attempt: 1, run_millis: 60_000 }) }]);
+        assert_eq!(fx, tx(vec![TxEffect::Settle { charge: Some(AttemptCharge { attempt: 1, run_millis: 60_000 }) }]));
     }
 
     #[test]
@@ -712,15 +741,15 @@ mod tests {
         let o = step(&job_in(JobPhase::Provisioning, 3), Event::StartFailed, at(5));
         assert_eq!(o.job.phase, JobPhase::Failed);
         assert_eq!(termination(&o.job), (TerminationClass::Platform, None, TerminationReason::PlatformStartFailed));
-        assert_eq!(o.effects, vec![Effect::Settle { charge: None }]);
+        assert_eq!(o.effects, tx(vec![TxEffect::Settle { charge: None }]));
         assert!(!o.job.attempts[0].log_available);
 
         let o = step(&job_in(JobPhase::Running, 3), Event::Lost, at(5));
-        assert_eq!(o.effects, vec![Effect::PublishLog { attempt: 1 }]);
+        assert_eq!(o.effects, out(vec![OutsideEffect::PublishLog { attempt: 1 }]));
         let o = step(&o.job, Event::Published { log_available: false }, at(6));
         assert_eq!(o.job.phase, JobPhase::Failed);
         assert_eq!(termination(&o.job).2, TerminationReason::PlatformLost);
-        assert_eq!(o.effects, vec![Effect::Settle { charge: None }]);
+        assert_eq!(o.effects, tx(vec![TxEffect::Settle { charge: None }]));
     }
 
     // Contract row: an attempt lost with PLATFORM_EVICTED | automatic replay |
@@ -732,12 +761,12 @@ mod tests {
         let o = step(&o.job, Event::Published { log_available: true }, at(11));
         assert_eq!(o.job.phase, JobPhase::Failed);
         assert_eq!(termination(&o.job), (TerminationClass::Platform, None, TerminationReason::PlatformEvicted));
-        assert_eq!(o.effects, vec![Effect::ReplayDue]);
+        assert_eq!(o.effects, out(vec![OutsideEffect::ReplayDue]));
         assert!(o.job.replay_pending() && o.job.reservation_open);
         assert_eq!(apply(&o.job, Event::Retry, at(12)), Err(TransitionError::Refused(ApiError::JobNotRetryable)));
 
         let r = step(&o.job, Event::Replay, at(12));
-        assert_eq!(r.effects, vec![]);
+        assert_eq!(r.effects, Effects::default());
         assert_eq!(r.job.phase, JobPhase::Queued);
         assert_eq!(r.job.attempt_number(), 2);
         assert_eq!(r.job.replays_used, 1);
@@ -751,7 +780,7 @@ mod tests {
         let j = step(&r.job, Event::Provision, at(13)).job;
         let o = step(&j, Event::Evicted, at(14));
         assert_eq!(o.job.phase, JobPhase::Failed);
-        assert_eq!(o.effects, vec![Effect::Settle { charge: None }]);
+        assert_eq!(o.effects, tx(vec![TxEffect::Settle { charge: None }]));
         assert!(!o.job.replay_pending());
         assert!(apply(&o.job, Event::Replay, at(15)).is_err());
     }
@@ -760,7 +789,7 @@ mod tests {
     fn eviction_with_no_retries_is_final() {
         let o = step(&job_in(JobPhase::Provisioning, 0), Event::Evicted, at(5));
         assert_eq!(o.job.phase, JobPhase::Failed);
-        assert_eq!(o.effects, vec![Effect::Settle { charge: None }]);
+        assert_eq!(o.effects, tx(vec![TxEffect::Settle { charge: None }]));
     }
 
     // Contract row: running | cancel | any state before finish | CANCELLED once
@@ -770,11 +799,11 @@ mod tests {
         let o = step(&job_in(JobPhase::Running, 3), Event::Cancel, at(10));
         assert_eq!(o.job.phase, JobPhase::Running);
         assert!(o.job.cancel_requested);
-        assert_eq!(o.effects, vec![Effect::StopContainer { attempt: 1 }]);
+        assert_eq!(o.effects, out(vec![OutsideEffect::StopContainer { attempt: 1 }]));
         let (j, fx) = exit_and_publish(&o.job, 143, false, 12);
         assert_eq!(j.phase, JobPhase::Cancelled);
         assert_eq!(termination(&j), (TerminationClass::Cancelled, Some(143), TerminationReason::Cancelled));
-        assert_eq!(fx, vec![Effect::Settle { charge: Some(AttemptCharge { attempt: 1, run_millis: 9_000 }) }]);
+        assert_eq!(fx, tx(vec![TxEffect::Settle { charge: Some(AttemptCharge { attempt: 1, run_millis: 9_000 }) }]));
         assert_eq!(apply(&j, Event::Retry, at(20)), Err(TransitionError::Refused(ApiError::JobNotRetryable)));
     }
 
@@ -784,28 +813,28 @@ mod tests {
         assert_eq!(o.job.phase, JobPhase::Cancelled);
         assert_eq!(o.job.attempt_number(), 0);
         assert_eq!(o.job.phase_timestamps[&JobPhase::Cancelled], at(1));
-        assert_eq!(o.effects, vec![Effect::Settle { charge: None }]);
+        assert_eq!(o.effects, tx(vec![TxEffect::Settle { charge: None }]));
 
         let o = step(&job_in(JobPhase::Queued, 1), Event::Cancel, at(5));
         assert_eq!(o.job.phase, JobPhase::Cancelled);
         assert_eq!(termination(&o.job), (TerminationClass::Cancelled, None, TerminationReason::Cancelled));
-        assert_eq!(o.effects, vec![Effect::Settle { charge: None }]);
+        assert_eq!(o.effects, tx(vec![TxEffect::Settle { charge: None }]));
     }
 
     #[test]
     fn cancel_while_provisioning_waits_for_the_container() {
         let o = step(&job_in(JobPhase::Provisioning, 1), Event::Cancel, at(5));
         assert_eq!(o.job.phase, JobPhase::Provisioning);
-        assert_eq!(o.effects, vec![Effect::StopContainer { attempt: 1 }]);
+        assert_eq!(o.effects, out(vec![OutsideEffect::StopContainer { attempt: 1 }]));
         // Aborted start: cancelled, nothing ran, no log.
         let aborted = step(&o.job, Event::StartFailed, at(6));
         assert_eq!(aborted.job.phase, JobPhase::Cancelled);
         assert_eq!(termination(&aborted.job).2, TerminationReason::Cancelled);
-        assert_eq!(aborted.effects, vec![Effect::Settle { charge: None }]);
+        assert_eq!(aborted.effects, tx(vec![TxEffect::Settle { charge: None }]));
         // The start won the race: stop it again, then it is cancelled.
         let started = step(&o.job, Event::ContainerStarted, at(6));
         assert_eq!(started.job.phase, JobPhase::Running);
-        assert_eq!(started.effects, vec![Effect::StopContainer { attempt: 1 }]);
+        assert_eq!(started.effects, out(vec![OutsideEffect::StopContainer { attempt: 1 }]));
         let (j, _) = exit_and_publish(&started.job, 0, false, 7);
         assert_eq!(j.phase, JobPhase::Cancelled);
     }
@@ -817,14 +846,17 @@ mod tests {
         let o = step(&o.job, Event::Published { log_available: true }, at(7));
         assert_eq!(o.job.phase, JobPhase::Cancelled);
         assert_eq!(termination(&o.job), (TerminationClass::Cancelled, None, TerminationReason::Cancelled));
-        assert_eq!(o.effects, vec![Effect::Settle { charge: Some(AttemptCharge { attempt: 1, run_millis: 3_000 }) }]);
+        assert_eq!(
+            o.effects,
+            tx(vec![TxEffect::Settle { charge: Some(AttemptCharge { attempt: 1, run_millis: 3_000 }) }])
+        );
     }
 
     #[test]
     fn deadline_stop_wins_over_a_later_cancel() {
         let j = step(&job_in(JobPhase::Running, 0), Event::DeadlineExceeded, at(63)).job;
         let o = step(&j, Event::Cancel, at(64));
-        assert_eq!(o.effects, vec![]);
+        assert_eq!(o.effects, Effects::default());
         assert!(o.job.cancel_requested);
         let (j, _) = exit_and_publish(&o.job, 137, false, 65);
         assert_eq!(j.phase, JobPhase::TimedOut);
@@ -839,7 +871,7 @@ mod tests {
         let cancelling = step(&job_in(JobPhase::Running, 0), Event::Cancel, at(5)).job;
         for j in [succeeded, cancelled, cancelling] {
             let o = step(&j, Event::Cancel, at(50));
-            assert_eq!((o.job, o.effects), (j, vec![]));
+            assert_eq!((o.job, o.effects), (j, Effects::default()));
         }
     }
 
@@ -851,7 +883,7 @@ mod tests {
         let o = step(&failed, Event::Cancel, at(20));
         assert_eq!(o.job.phase, JobPhase::Failed);
         assert!(o.job.cancel_requested);
-        assert_eq!(o.effects, vec![]);
+        assert_eq!(o.effects, Effects::default());
 
         let j = step(&job_in(JobPhase::Running, 0), Event::DeadlineExceeded, at(63)).job;
         let (timed_out, _) = exit_and_publish(&j, 137, false, 64);
@@ -860,10 +892,10 @@ mod tests {
         assert!(o.job.cancel_requested);
 
         let evicted = step(&job_in(JobPhase::Provisioning, 2), Event::Evicted, at(5));
-        assert_eq!(evicted.effects, vec![Effect::ReplayDue]);
+        assert_eq!(evicted.effects, out(vec![OutsideEffect::ReplayDue]));
         let o = step(&evicted.job, Event::Cancel, at(6));
         assert_eq!(o.job.phase, JobPhase::Failed);
-        assert_eq!(o.effects, vec![Effect::Settle { charge: None }]);
+        assert_eq!(o.effects, tx(vec![TxEffect::Settle { charge: None }]));
         assert!(!o.job.replay_pending());
         assert!(matches!(apply(&o.job, Event::Replay, at(7)), Err(TransitionError::NotAllowed { .. })));
     }
@@ -872,7 +904,7 @@ mod tests {
     fn cancel_while_publishing_keeps_the_result_and_stops_replay() {
         let o = step(&job_in(JobPhase::Running, 0), Event::ContainerExited { exit_code: 0, oom_killed: false }, at(10));
         let o = step(&o.job, Event::Cancel, at(11));
-        assert_eq!((o.job.phase, o.effects.clone()), (JobPhase::Publishing, vec![]));
+        assert_eq!((o.job.phase, o.effects.clone()), (JobPhase::Publishing, Effects::default()));
         let o = step(&o.job, Event::Published { log_available: true }, at(12));
         assert_eq!(o.job.phase, JobPhase::Succeeded);
 
@@ -880,7 +912,7 @@ mod tests {
         let o = step(&o.job, Event::Cancel, at(11));
         let o = step(&o.job, Event::Published { log_available: true }, at(12));
         assert_eq!(o.job.phase, JobPhase::Failed);
-        assert_eq!(o.effects, vec![Effect::Settle { charge: None }]);
+        assert_eq!(o.effects, tx(vec![TxEffect::Settle { charge: None }]));
     }
 
     // Contract row: a failed or timed-out job | retry | retryable | new
@@ -892,13 +924,13 @@ mod tests {
         assert_eq!(o.job.phase, JobPhase::Queued);
         assert_eq!(o.job.attempt_number(), 2);
         assert_eq!(o.job.attempts[1].funding, Funding::Reservation);
-        assert_eq!(o.effects, vec![Effect::Reserve { attempt: 2 }]);
+        assert_eq!(o.effects, tx(vec![TxEffect::Reserve { attempt: 2 }]));
         assert!(o.job.reservation_open);
         assert_eq!(o.job.phase_timestamps, BTreeMap::from([(JobPhase::Accepted, T0), (JobPhase::Queued, at(20))]));
 
         let j = step(&job_in(JobPhase::Running, 0), Event::DeadlineExceeded, at(63)).job;
         let (timed_out, _) = exit_and_publish(&j, 137, false, 64);
-        assert_eq!(step(&timed_out, Event::Retry, at(70)).effects, vec![Effect::Reserve { attempt: 2 }]);
+        assert_eq!(step(&timed_out, Event::Retry, at(70)).effects, tx(vec![TxEffect::Reserve { attempt: 2 }]));
 
         // A job whose evictions used up its replays is FAILED and retryable,
         // and the retry gets a fresh count of replays.
@@ -1001,10 +1033,10 @@ mod tests {
                 let before = job.clone();
                 let Ok(o) = apply(&job, e.clone(), now) else { continue };
                 job = o.job;
-                for fx in &o.effects {
+                for fx in &o.effects.in_tx {
                     match fx {
-                        Effect::Reserve { .. } => reservations += 1,
-                        Effect::Settle { charge } => {
+                        TxEffect::Reserve { .. } => reservations += 1,
+                        TxEffect::Settle { charge } => {
                             settlements += 1;
                             if let Some(c) = charge {
                                 prop_assert!(c.run_millis >= 0);
@@ -1013,7 +1045,6 @@ mod tests {
                                 prop_assert!(a.termination.as_ref().unwrap().reason.is_charged());
                             }
                         }
-                        _ => {}
                     }
                 }
                 prop_assert!(job.attempts.len() >= before.attempts.len());

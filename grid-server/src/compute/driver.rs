@@ -1,9 +1,13 @@
 //! The job driver: every change of an analytical job goes through here.
 //!
 //! `apply` is one write transaction: load the job, `grid_core::job::apply`
-//! the event, take or settle the money its effects name, store the machine
-//! with its next due time (`due_at`, from `Job::next_due`). `execute` then
-//! carries out the other effects, in one `match` that names every effect:
+//! the event, execute the effects it returns for the transaction
+//! (`execute_in_tx`: take or settle the money), store the machine with its
+//! next due time (`due_at`, from `Job::next_due`). The machine returns its
+//! effects split by when they happen (`job::Effects`), and each half has one
+//! executor, an exhaustive `match` with no `_` arm, so a new effect does not
+//! compile until its half executes it. `execute_after_commit` then carries
+//! out the effects outside the database:
 //! start an attempt (pull, make its scratch, create, start, then supervise
 //! the container until it exits, evicting it when its scratch outgrows its
 //! ephemeral storage), stop one by its recorded container name, publish a
@@ -26,7 +30,7 @@ use std::time::Duration;
 use crate::store::Conn;
 use futures_util::future::BoxFuture;
 use grid_core::ids;
-use grid_core::job::{self, AttemptCharge, Effect, Event, Outcome};
+use grid_core::job::{self, AttemptCharge, Event, Outcome, OutsideEffect, TxEffect};
 use grid_core::ledger::{self, EntryKind};
 use grid_core::pricing;
 use grid_core::time::Millis;
@@ -130,35 +134,52 @@ fn stop_recorded(row: &JobRow, attempt: u32) -> bool {
 /// Applies `event` at `at` to the stored job and writes what follows from
 /// it, all in `tx`: a retry's reservation (billed to `payer`, the job's own
 /// key otherwise), the settlement of a finished reservation, the machine and
-/// its next due time. Answers the job as saved and every effect; the ones
-/// outside the database are for `JobDriver::execute` once `tx` commits.
+/// its next due time. Answers the job as saved and the effects outside the
+/// database, for `JobDriver::execute_after_commit` once `tx` commits.
 pub fn transition(
     tx: &Conn,
     id: &str,
     event: Event,
     at: Millis,
     payer: Option<&Caller>,
-) -> Result<(JobRow, Vec<Effect>), JobError> {
+) -> Result<(JobRow, Vec<OutsideEffect>), JobError> {
     let row = jobs::load(tx, id)?.ok_or_else(|| StoreError::NotFound(format!("job {id}")))?;
     transition_row(tx, row, event, at, payer)
 }
 
+/// Load → apply → execute (in `tx`) → save.
 fn transition_row(
     tx: &Conn,
     mut row: JobRow,
     event: Event,
     at: Millis,
     payer: Option<&Caller>,
-) -> Result<(JobRow, Vec<Effect>), JobError> {
+) -> Result<(JobRow, Vec<OutsideEffect>), JobError> {
     let Outcome { job, effects } = job::apply(&row.job, event, at)?;
     let ended =
         |j: &grid_core::job::Job| j.current_attempt().and_then(|a| a.termination.as_ref()).map(|t| t.reason.clone());
     if let (None, Some(reason)) = (ended(&row.job), ended(&job)) {
         crate::metrics::get().job_attempts_ended.with_label_values(&[reason.as_str()]).inc();
     }
-    for effect in &effects {
+    execute_in_tx(tx, &mut row, &effects.in_tx, at, payer)?;
+    row.job = job;
+    jobs::save(tx, &row, row.job.next_due().map(|d| d.at), at)?;
+    Ok((row, effects.after_commit))
+}
+
+/// The one executor of the effects written in a transition's transaction:
+/// the money. `row` is the job before the transition (a settlement prices
+/// the attempt by the reservation it holds).
+fn execute_in_tx(
+    tx: &Conn,
+    row: &mut JobRow,
+    effects: &[TxEffect],
+    at: Millis,
+    payer: Option<&Caller>,
+) -> Result<(), JobError> {
+    for effect in effects {
         match effect {
-            Effect::Reserve { .. } => {
+            TxEffect::Reserve { .. } => {
                 let amount = jobs::attempt_reservation(&row.submission()?);
                 let owner =
                     Caller { account_id: row.account_id.clone(), key_id: row.key_id.clone(), ..Default::default() };
@@ -167,17 +188,10 @@ fn transition_row(
                 row.reservation_day = at.utc_day();
                 accounts::reserve(tx, payer.unwrap_or(&owner), amount, &row.reservation_subject(), at)?;
             }
-            Effect::Settle { charge } => settle(tx, &row, *charge, at)?,
-            // Outside the database: `execute`, after the commit.
-            Effect::StartContainer { .. }
-            | Effect::StopContainer { .. }
-            | Effect::PublishLog { .. }
-            | Effect::ReplayDue => {}
+            TxEffect::Settle { charge } => settle(tx, row, *charge, at)?,
         }
     }
-    row.job = job;
-    jobs::save(tx, &row, row.job.next_due().map(|d| d.at), at)?;
-    Ok((row, effects))
+    Ok(())
 }
 
 /// Charges an attempt's run time (capped by the pricing rules) and releases
@@ -254,7 +268,7 @@ impl JobDriver {
         event: Event,
         at: Millis,
         payer: Option<Caller>,
-    ) -> Result<(JobRow, Vec<Effect>), JobError> {
+    ) -> Result<(JobRow, Vec<OutsideEffect>), JobError> {
         let jid = id.to_string();
         let (row, effects) = self.store.write(move |tx| transition(tx, &jid, event, at, payer.as_ref())).await?;
         if row.job.next_due().is_some() {
@@ -276,8 +290,8 @@ impl JobDriver {
 
     /// Executes what a committed transition left to do; the scheduler looks
     /// again when the job holds no container (capacity freed, or queued).
-    async fn after(&self, row: &JobRow, effects: Vec<Effect>) {
-        self.execute(row, effects).await;
+    async fn after(&self, row: &JobRow, effects: Vec<OutsideEffect>) {
+        self.execute_after_commit(row, effects).await;
         if !matches!(row.job.phase, JobPhase::Provisioning | JobPhase::Running) {
             self.wake_scheduler();
         }
@@ -294,20 +308,18 @@ impl JobDriver {
         self.step_as(id, Event::Retry, self.clock.now(), Some(payer.clone())).await
     }
 
-    /// The one executor of the job machine's effects. Failures are logged:
-    /// the transition stands, and what it left undone is picked up by the
-    /// due-time loop (replays), by supervision (a recorded stop) or by
-    /// reconciliation on the next start.
-    fn execute<'a>(&'a self, row: &'a JobRow, effects: Vec<Effect>) -> BoxFuture<'a, ()> {
+    /// The one executor of the effects that follow a committed transition.
+    /// Failures are logged: the transition stands, and what it left undone
+    /// is picked up by the due-time loop (replays), by supervision (a
+    /// recorded stop) or by reconciliation on the next start.
+    fn execute_after_commit<'a>(&'a self, row: &'a JobRow, effects: Vec<OutsideEffect>) -> BoxFuture<'a, ()> {
         Box::pin(async move {
             for effect in effects {
                 match effect {
-                    // Written in the transaction that decided them.
-                    Effect::Reserve { .. } | Effect::Settle { .. } => {}
-                    Effect::StartContainer { attempt } => self.spawn_attempt(&row.id, attempt, None),
-                    Effect::StopContainer { attempt } => self.stop_where_it_runs(row, attempt).await,
-                    Effect::PublishLog { attempt } => self.publish(row, attempt).await,
-                    Effect::ReplayDue => match self.step(&row.id, Event::Replay, self.clock.now()).await {
+                    OutsideEffect::StartContainer { attempt } => self.spawn_attempt(&row.id, attempt, None),
+                    OutsideEffect::StopContainer { attempt } => self.stop_where_it_runs(row, attempt).await,
+                    OutsideEffect::PublishLog { attempt } => self.publish(row, attempt).await,
+                    OutsideEffect::ReplayDue => match self.step(&row.id, Event::Replay, self.clock.now()).await {
                         Ok(_) => tracing::info!(job = %row.id, "evicted attempt replayed"),
                         Err(e) => {
                             tracing::warn!(job = %row.id, error = %e, "replay not applied; its due time retries it")
@@ -651,7 +663,7 @@ impl JobDriver {
             })
             .await?;
         for (row, effects) in provisioned {
-            self.execute(&row, effects).await;
+            self.execute_after_commit(&row, effects).await;
         }
         Ok(())
     }
