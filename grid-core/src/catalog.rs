@@ -1,11 +1,20 @@
 //! The grid's fixed vocabularies: scripts, browser profiles, file kinds and
 //! network policies, with their wire names and prices.
+//!
+//! The scripts are one table, `Script::row`: per script its name, the
+//! parameter groups it takes, what it needs to run, the files it publishes
+//! and its price. Validation (`validate::params`), the schemas (`shapes`,
+//! and through them the OpenAPI document), the CLI's help and the runners
+//! read the row, so a new script is one row plus its runner, and the
+//! compiler names what else must learn of it.
+
+use std::fmt;
+use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
 /// A capture script: what an item does with its URL.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Script {
     Capture,
     Fetch,
@@ -13,51 +22,158 @@ pub enum Script {
     RenderFetch,
 }
 
+/// One row of the script table: everything the grid knows of a script.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScriptRow {
+    /// The wire name (`script` of POST /batches, meta, the metrics' label).
+    pub name: &'static str,
+    /// The parameter groups its `params` may hold (`validate::params::PARAMS`
+    /// names each parameter's group); any other parameter fails the item.
+    pub params: &'static [ParamGroup],
+    /// What it runs on.
+    pub needs: Needs,
+    /// The file kinds a completed item publishes, meta last.
+    pub publishes: &'static [ArtifactKind],
+    /// Contract price per item, in micro-euros (reserved at submission,
+    /// charged once when the item's files are published).
+    pub price_micros: i64,
+}
+
+/// A group of script parameters (docs/browser-captures.md's params table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ParamGroup {
+    /// `timeoutMs` as the budget of one HTTP request (`fetch`).
+    Request,
+    /// What loads a page in the browser: `timeoutMs` (navigation until
+    /// ready), `waitUntil`, `javascriptEnabled`, `userAgent`, `headers`,
+    /// `cookies`, `blockResourceTypes`.
+    Page,
+    /// `allowedHosts`: the hosts the page may reach.
+    AllowedHosts,
+    /// The rendered page: `viewport`, `waitFor`.
+    Rendering,
+    /// The screenshot: `fullPage`, `format`, `quality`, `clip`, `selector`,
+    /// `hideSelectors`.
+    Screenshot,
+}
+
+/// What a script runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Needs {
+    /// One HTTP request from the server itself, no browser
+    /// (`grid-server/src/capture/fetch.rs`).
+    Http,
+    /// A page of the account's pooled browser, and what is read off it
+    /// (`grid-server/src/browser/scripts.rs`).
+    Browser(PageReads),
+}
+
+/// What a browser script reads off its page once it is ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageReads {
+    pub screenshot: bool,
+    /// The DOM serialised after the page's scripts ran.
+    pub html: bool,
+    /// The main document's response body as received.
+    pub body: bool,
+}
+
 impl Script {
     pub const ALL: [Script; 4] = [Script::Capture, Script::Fetch, Script::BrowserFetch, Script::RenderFetch];
     /// The script of a batch that names none.
     pub const DEFAULT: Script = Script::Capture;
 
-    pub fn as_str(self) -> &'static str {
+    /// The script table, one row per script.
+    pub const fn row(self) -> ScriptRow {
+        use ArtifactKind::{Body, Html, Meta, Screenshot};
+        use ParamGroup::{AllowedHosts, Page, Rendering, Request};
         match self {
-            Script::Capture => "capture",
-            Script::Fetch => "fetch",
-            Script::BrowserFetch => "browser-fetch",
-            Script::RenderFetch => "render-fetch",
+            Script::Capture => ScriptRow {
+                name: "capture",
+                params: &[Page, Rendering, ParamGroup::Screenshot],
+                needs: Needs::Browser(PageReads { screenshot: true, html: true, body: false }),
+                publishes: &[Screenshot, Html, Meta],
+                price_micros: 1_000,
+            },
+            Script::Fetch => ScriptRow {
+                name: "fetch",
+                params: &[Request],
+                needs: Needs::Http,
+                publishes: &[Body, Meta],
+                price_micros: 120,
+            },
+            Script::BrowserFetch => ScriptRow {
+                name: "browser-fetch",
+                params: &[Page, AllowedHosts],
+                needs: Needs::Browser(PageReads { screenshot: false, html: false, body: true }),
+                publishes: &[Body, Meta],
+                price_micros: 800,
+            },
+            Script::RenderFetch => ScriptRow {
+                name: "render-fetch",
+                params: &[Page, AllowedHosts, Rendering],
+                needs: Needs::Browser(PageReads { screenshot: false, html: true, body: false }),
+                publishes: &[Html, Meta],
+                price_micros: 800,
+            },
         }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        self.row().name
     }
 
     pub fn parse(s: &str) -> Option<Script> {
         Script::ALL.into_iter().find(|x| x.as_str() == s)
     }
 
-    /// Contract price per item, in micro-euros (reserved at submission,
-    /// charged once when the item's files are published).
+    /// Contract price per item, in micro-euros (the row's `price_micros`).
     pub fn price_micros(self) -> i64 {
-        match self {
-            Script::Fetch => 120,
-            Script::BrowserFetch => 800,
-            Script::RenderFetch => 800,
-            Script::Capture => 1_000,
-        }
+        self.row().price_micros
     }
 
-    /// The file kinds a completed item of this script publishes.
-    pub fn success_kinds(self) -> &'static [ArtifactKind] {
-        match self {
-            Script::Capture => &[ArtifactKind::Screenshot, ArtifactKind::Html, ArtifactKind::Meta],
-            Script::RenderFetch => &[ArtifactKind::Html, ArtifactKind::Meta],
-            Script::Fetch | Script::BrowserFetch => &[ArtifactKind::Body, ArtifactKind::Meta],
-        }
-    }
-
-    /// Whether the script takes the `allowedHosts` parameter.
-    pub fn takes_allowed_hosts(self) -> bool {
-        matches!(self, Script::BrowserFetch | Script::RenderFetch)
-    }
-
+    /// Whether the script runs in a browser (the row's `needs`).
     pub fn needs_browser(self) -> bool {
-        !matches!(self, Script::Fetch)
+        match self.row().needs {
+            Needs::Http => false,
+            Needs::Browser(_) => true,
+        }
+    }
+
+    /// Whether the script's `params` may hold the parameters of `group`.
+    pub fn takes(self, group: ParamGroup) -> bool {
+        self.row().params.contains(&group)
+    }
+}
+
+impl fmt::Display for Script {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An unknown script name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownScript;
+
+impl FromStr for Script {
+    type Err = UnknownScript;
+
+    fn from_str(s: &str) -> Result<Script, UnknownScript> {
+        Script::parse(s).ok_or(UnknownScript)
+    }
+}
+
+impl Serialize for Script {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Script {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Script::parse(&s).ok_or_else(|| serde::de::Error::custom(format!("unknown script {s}")))
     }
 }
 
@@ -157,7 +273,9 @@ mod tests {
     fn names_round_trip() {
         for s in Script::ALL {
             assert_eq!(Script::parse(s.as_str()), Some(s));
+            assert_eq!(s.to_string().parse::<Script>(), Ok(s));
             assert_eq!(serde_json::to_value(s).unwrap(), serde_json::json!(s.as_str()));
+            assert_eq!(serde_json::from_value::<Script>(serde_json::json!(s.as_str())).unwrap(), s);
         }
         for p in Profile::ALL {
             assert_eq!(Profile::parse(p.as_str()), Some(p));
@@ -166,6 +284,8 @@ mod tests {
             assert_eq!(ArtifactKind::parse(k.as_str()), Some(k));
         }
         assert_eq!(Script::parse("Capture"), None);
+        assert_eq!("capture ".parse::<Script>(), Err(UnknownScript));
+        assert!(serde_json::from_value::<Script>(serde_json::json!("render_fetch")).is_err());
         assert_eq!(Profile::parse("desktop-browser-nl/v1"), None);
     }
 
@@ -177,10 +297,40 @@ mod tests {
         assert_eq!(Script::Capture.price_micros(), 1_000);
     }
 
+    /// Every row of the script table agrees with itself: names unique, the
+    /// files it publishes are what its runner reads, its parameter groups
+    /// fit what it runs on.
     #[test]
-    fn every_success_family_has_meta() {
+    fn script_rows_are_consistent() {
+        let names: std::collections::BTreeSet<&str> = Script::ALL.iter().map(|s| s.as_str()).collect();
+        assert_eq!(names.len(), Script::ALL.len(), "script names are unique");
         for s in Script::ALL {
-            assert!(s.success_kinds().contains(&ArtifactKind::Meta));
+            let row = s.row();
+            let publishes = |k| row.publishes.contains(&k);
+            assert!(!row.name.is_empty() && row.price_micros > 0, "{s}");
+            assert_eq!(row.publishes.last(), Some(&ArtifactKind::Meta), "{s}: meta, last");
+            let mut kinds = row.publishes.to_vec();
+            kinds.sort();
+            kinds.dedup();
+            assert_eq!(kinds.len(), row.publishes.len(), "{s}: no kind twice");
+            let mut groups = row.params.to_vec();
+            groups.dedup();
+            assert_eq!(groups.len(), row.params.len(), "{s}: no group twice");
+            match row.needs {
+                Needs::Http => {
+                    assert!(!publishes(ArtifactKind::Screenshot) && !publishes(ArtifactKind::Html), "{s}: no page");
+                    assert_eq!(row.params, [ParamGroup::Request], "{s}");
+                }
+                Needs::Browser(reads) => {
+                    assert_eq!(reads.screenshot, publishes(ArtifactKind::Screenshot), "{s}");
+                    assert_eq!(reads.html, publishes(ArtifactKind::Html), "{s}");
+                    assert_eq!(reads.body, publishes(ArtifactKind::Body), "{s}");
+                    assert!(s.takes(ParamGroup::Page) && !s.takes(ParamGroup::Request), "{s}");
+                    assert_eq!(s.takes(ParamGroup::Screenshot), reads.screenshot, "{s}");
+                    assert_eq!(s.takes(ParamGroup::Rendering), reads.screenshot || reads.html, "{s}");
+                }
+            }
         }
+        assert!(Script::ALL.contains(&Script::DEFAULT));
     }
 }

@@ -14,7 +14,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::catalog::{Profile, Script, PUBLIC_WEB_ONLY_V1};
+use crate::catalog::{ParamGroup, Profile, Script, PUBLIC_WEB_ONLY_V1};
 use crate::validate::params::{self, ImageFormat, ResourceType, SameSite, WaitUntil};
 use crate::validate::quantity::{format_bytes, format_cpu_millis, BYTE_QUANTITY_PATTERN, CPU_QUANTITY_PATTERN};
 use crate::validate::{batch, job, list, session};
@@ -93,11 +93,11 @@ fn script_branch(script: Script) -> Value {
 /// refuses each.
 pub fn script_params(script: Script) -> Value {
     let properties: Map<String, Value> =
-        params::names(script).iter().map(|name| (name.to_string(), script_param(script, name))).collect();
+        params::params_of(script).map(|(name, group)| (name.to_string(), script_param(group, name))).collect();
     let mut o = object(Value::Object(properties), &[]);
     o["default"] = json!({});
     o["title"] = json!(format!("params of {}", script.as_str()));
-    if script == Script::Capture {
+    if script.takes(ParamGroup::Screenshot) {
         // quality only with a lossy format; at most one screenshot region
         // (fullPage: false names none).
         o["dependentSchemas"] = json!({
@@ -112,8 +112,8 @@ pub fn script_params(script: Script) -> Value {
     o
 }
 
-/// One parameter's schema.
-fn script_param(script: Script, name: &str) -> Value {
+/// One parameter's schema, as its group takes it.
+fn script_param(group: ParamGroup, name: &str) -> Value {
     let int = |min: u64, max: u64| json!({"type": "integer", "minimum": min, "maximum": max});
     let number = |min: f64, max: f64| json!({"type": "number", "minimum": min, "maximum": max});
     let boolean =
@@ -126,13 +126,13 @@ fn script_param(script: Script, name: &str) -> Value {
     };
     match name {
         "timeoutMs" => {
-            let (min, max, what) = match script {
-                Script::Fetch => (
+            let (min, max, what) = match group {
+                ParamGroup::Request => (
                     params::MIN_TIMEOUT_MS,
                     params::MAX_TIMEOUT_MS,
                     "Whole-request budget in ms: connect, redirects, headers and body.",
                 ),
-                _ => (
+                ParamGroup::Page | ParamGroup::AllowedHosts | ParamGroup::Rendering | ParamGroup::Screenshot => (
                     params::MIN_BROWSER_TIMEOUT_MS,
                     params::MAX_BROWSER_TIMEOUT_MS,
                     "Budget in ms from navigation start until the page is ready (waitUntil, then waitFor).",
@@ -344,7 +344,7 @@ fn script_param(script: Script, name: &str) -> Value {
             "default": [],
             "description": "Requests of these types fail before they leave the browser."
         }),
-        // `params::names` lists only the parameters above.
+        // `params::PARAMS` lists only the parameters above.
         other => json!({"description": format!("{other}: not described")}),
     }
 }

@@ -4,7 +4,7 @@
 use serde_json::{Map, Value};
 
 use super::{json_type, whole_number};
-use crate::catalog::Script;
+use crate::catalog::{Needs, ParamGroup, Script};
 
 pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
 pub const MIN_TIMEOUT_MS: u64 = 100;
@@ -142,46 +142,46 @@ pub const HOST_IPV6_PATTERN: &str = "^\\[[0-9A-Fa-f:.]+\\]$";
 /// Longest host name or host pattern.
 pub const MAX_HOST_CHARS: usize = 253;
 
-/// Every parameter of the browser scripts and the scripts that take it.
-pub const BROWSER_PARAMS: &[(&str, &[Script])] = &[
-    ("timeoutMs", ALL_BROWSER),
-    ("waitUntil", ALL_BROWSER),
-    ("allowedHosts", &[Script::BrowserFetch, Script::RenderFetch]),
-    ("fullPage", CAPTURE),
-    ("format", CAPTURE),
-    ("quality", CAPTURE),
-    ("clip", CAPTURE),
-    ("selector", CAPTURE),
-    ("hideSelectors", CAPTURE),
-    ("viewport", RENDERING),
-    ("waitFor", RENDERING),
-    ("javascriptEnabled", ALL_BROWSER),
-    ("userAgent", ALL_BROWSER),
-    ("headers", ALL_BROWSER),
-    ("cookies", ALL_BROWSER),
-    ("blockResourceTypes", ALL_BROWSER),
+/// Every script parameter and its group (`catalog::ParamGroup`); a script
+/// takes the parameters of the groups its row lists (`Script::row`).
+/// `timeoutMs` is in two groups, with other bounds: a request's budget
+/// (`fetch`) and a page's.
+pub const PARAMS: &[(&str, ParamGroup)] = &[
+    ("timeoutMs", ParamGroup::Request),
+    ("timeoutMs", ParamGroup::Page),
+    ("waitUntil", ParamGroup::Page),
+    ("allowedHosts", ParamGroup::AllowedHosts),
+    ("fullPage", ParamGroup::Screenshot),
+    ("format", ParamGroup::Screenshot),
+    ("quality", ParamGroup::Screenshot),
+    ("clip", ParamGroup::Screenshot),
+    ("selector", ParamGroup::Screenshot),
+    ("hideSelectors", ParamGroup::Screenshot),
+    ("viewport", ParamGroup::Rendering),
+    ("waitFor", ParamGroup::Rendering),
+    ("javascriptEnabled", ParamGroup::Page),
+    ("userAgent", ParamGroup::Page),
+    ("headers", ParamGroup::Page),
+    ("cookies", ParamGroup::Page),
+    ("blockResourceTypes", ParamGroup::Page),
 ];
-const ALL_BROWSER: &[Script] = &[Script::Capture, Script::BrowserFetch, Script::RenderFetch];
-/// The scripts whose files show the rendered page.
-const RENDERING: &[Script] = &[Script::Capture, Script::RenderFetch];
-const CAPTURE: &[Script] = &[Script::Capture];
-/// Every parameter of `fetch`.
-pub const FETCH_PARAMS: &[&str] = &["timeoutMs"];
+
+/// The parameters `script` takes, each with its group.
+pub fn params_of(script: Script) -> impl Iterator<Item = (&'static str, ParamGroup)> {
+    PARAMS.iter().copied().filter(move |(_, group)| script.takes(*group))
+}
 
 /// The parameter names `script` takes.
 pub fn names(script: Script) -> Vec<&'static str> {
-    match script {
-        Script::Fetch => FETCH_PARAMS.to_vec(),
-        _ => BROWSER_PARAMS.iter().filter(|(_, scripts)| scripts.contains(&script)).map(|(name, _)| *name).collect(),
-    }
+    params_of(script).map(|(name, _)| name).collect()
 }
 
 /// Checks `params` of `script` as the item would, without running it: what
 /// the CLI asks before sending a batch.
 pub fn check(script: Script, params: &Map<String, Value>) -> Result<(), String> {
-    match script {
-        Script::Fetch => fetch(params).map(drop),
-        _ => browser(script, params).map(drop),
+    match script.row().needs {
+        Needs::Http => fetch(params).map(drop),
+        Needs::Browser(_) => browser(script, params).map(drop),
     }
 }
 
@@ -189,9 +189,9 @@ pub fn check(script: Script, params: &Map<String, Value>) -> Result<(), String> 
 /// needs the URL (a cookie's domain). A URL that does not parse is left to
 /// the batch's own validation.
 pub fn check_item(script: Script, params: &Map<String, Value>, url: &str) -> Result<(), String> {
-    match script {
-        Script::Fetch => fetch(params).map(drop),
-        _ => {
+    match script.row().needs {
+        Needs::Http => fetch(params).map(drop),
+        Needs::Browser(_) => {
             let p = browser(script, params)?;
             match url::Url::parse(url).ok().as_ref().and_then(url::Url::host) {
                 Some(url::Host::Ipv6(v6)) => p.check_for_host(&format!("[{v6}]")),
@@ -202,11 +202,16 @@ pub fn check_item(script: Script, params: &Map<String, Value>, url: &str) -> Res
     }
 }
 
+/// The groups of the parameter `name`: none when no script takes it.
+fn groups_of(name: &str) -> impl Iterator<Item = ParamGroup> + '_ {
+    PARAMS.iter().filter(move |(n, _)| *n == name).map(|(_, group)| *group)
+}
+
 /// "params.x: not a parameter of capture; only browser-fetch and
-/// render-fetch take it", or `None` when `name` is no browser parameter.
+/// render-fetch take it", or `None` when no script takes `name`.
 fn misplaced(name: &str, script: Script) -> Option<String> {
-    let (_, takers) = BROWSER_PARAMS.iter().find(|(n, _)| *n == name)?;
-    let takers: Vec<&str> = takers.iter().map(|s| s.as_str()).collect();
+    let takers: Vec<&str> =
+        Script::ALL.into_iter().filter(|s| groups_of(name).any(|g| s.takes(g))).map(Script::as_str).collect();
     let list = match takers.as_slice() {
         [one] => format!("{one} takes"),
         [init @ .., last] => format!("{} and {last} take", init.join(", ")),
@@ -533,17 +538,11 @@ pub fn browser(script: Script, params: &Map<String, Value>) -> Result<BrowserPar
     let mut quality = None;
     let mut regions: Vec<Region> = vec![];
     for (k, v) in params {
-        let takes = BROWSER_PARAMS.iter().find(|(n, _)| n == k).map(|(_, scripts)| scripts.contains(&script));
-        match takes {
-            None => {
-                problems.push(format!("params.{k}: unknown parameter of {}", script.as_str()));
-                continue;
-            }
-            Some(false) => {
-                problems.extend(misplaced(k, script));
-                continue;
-            }
-            Some(true) => {}
+        if !groups_of(k).any(|g| script.takes(g)) {
+            problems.push(
+                misplaced(k, script).unwrap_or_else(|| format!("params.{k}: unknown parameter of {}", script.as_str())),
+            );
+            continue;
         }
         let mut p = Found { problems: &mut problems, name: k };
         match k.as_str() {
