@@ -12,7 +12,8 @@
 //!    retry (failed, failure record not published, profile selectable) ◄── failed
 //! ```
 //!
-//! Every transition returns the effects it asks for (`Effect`); the driver
+//! Every transition returns the effects it asks for (`Effects`: what to
+//! write in its transaction, whom to wake after the commit); the driver
 //! (`grid-server/src/capture/driver.rs`) executes them and decides nothing
 //! itself. Settlement is decided here and written to the ledger by the
 //! driver in the transaction that ends the item: a completed billable item
@@ -177,29 +178,46 @@ impl Backoff {
     }
 }
 
-/// What a transition asks of the driver.
+/// An effect written in the transaction that applies the event, with the
+/// item's new state.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Effect {
+pub enum TxEffect {
     /// Publish the file family the succeeding attempt stored, with the state
     /// change.
     PublishFiles,
     /// Publish the item's failure record (its meta, outcome failure) with the
     /// state change. Once published, the item can no longer be retried.
     PublishFailureRecord { attempt: u32, reason: String },
-    /// The item owes this settlement; the settlement pass writes it to the
-    /// ledger.
+    /// The item owes this settlement, written to the ledger with the state
+    /// change.
     Settle(Settlement),
-    /// The item runs again once `run_at` (its retry backoff) has passed: a
-    /// due time, fired by `Event::Wake`.
-    Requeue { run_at: Millis },
+}
+
+/// An effect carried out once that transaction committed: whom to wake.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OutsideEffect {
+    /// The item is delayed until its `run_at` (its retry backoff, carried by
+    /// the item's state and stored with it): a due time the due loop must
+    /// learn of; `Event::Wake` fires it. No payload: the one `run_at` is the
+    /// state's, which the due loop reads from the store.
+    Requeue,
     /// The item is claimable now: idle workers should look.
     Enqueue,
+}
+
+/// What a transition asks of the driver, split by when it happens: the
+/// driver has one exhaustive executor per half, so a new effect is placed
+/// in one half here and does not compile until that half executes it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Effects {
+    pub in_tx: Vec<TxEffect>,
+    pub after_commit: Vec<OutsideEffect>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
     pub item: Item,
-    pub effects: Vec<Effect>,
+    pub effects: Effects,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -228,7 +246,7 @@ pub fn apply(item: &Item, event: Event, now: Millis, backoff: Backoff) -> Result
     use ItemState::*;
     let not_allowed = |e: &Event| TransitionError::NotAllowed { state: item.state.as_str(), event: event_name(e) };
     let mut next = item.clone();
-    let mut effects = vec![];
+    let mut effects = Effects::default();
     match (&item.state, &event) {
         (Waiting | Prioritized, Event::Claim) => {
             next.state = Active;
@@ -244,16 +262,16 @@ pub fn apply(item: &Item, event: Event, now: Millis, backoff: Backoff) -> Result
                 next.state = Active;
             } else {
                 next.state = ItemState::queued(item.priority);
-                effects.push(Effect::Enqueue);
+                effects.after_commit.push(OutsideEffect::Enqueue);
             }
         }
         (Active, Event::Succeed) => {
             next.attempts_made += 1;
             next.state = Completed;
             next.failed_reason = None;
-            effects.push(Effect::PublishFiles);
+            effects.in_tx.push(TxEffect::PublishFiles);
             if item.billable {
-                effects.push(Effect::Settle(Settlement::Charge));
+                effects.in_tx.push(TxEffect::Settle(Settlement::Charge));
                 next.billable = false;
             }
         }
@@ -265,25 +283,25 @@ pub fn apply(item: &Item, event: Event, now: Millis, backoff: Backoff) -> Result
                 let run_at = now.plus_ms(backoff.delay_ms(next.attempts_made));
                 next.state = Delayed;
                 next.run_at = Some(run_at);
-                effects.push(Effect::Requeue { run_at });
+                effects.after_commit.push(OutsideEffect::Requeue);
             } else {
                 next.state = Failed;
                 if terminal {
                     next.failure_published = true;
-                    effects.push(Effect::PublishFailureRecord {
+                    effects.in_tx.push(TxEffect::PublishFailureRecord {
                         attempt: next.attempts_made,
                         reason: failure.reason().to_string(),
                     });
                 }
                 if item.billable {
-                    effects.push(Effect::Settle(Settlement::Release));
+                    effects.in_tx.push(TxEffect::Settle(Settlement::Release));
                     next.billable = false;
                 }
             }
         }
         (Active, Event::Recover) => {
             next.state = ItemState::queued(item.priority);
-            effects.push(Effect::Enqueue);
+            effects.after_commit.push(OutsideEffect::Enqueue);
         }
         (Failed, Event::Retry { profile_selectable }) => {
             if item.failure_published {
@@ -296,7 +314,7 @@ pub fn apply(item: &Item, event: Event, now: Millis, backoff: Backoff) -> Result
             next.attempts_made = 0;
             next.failed_reason = None;
             next.run_at = None;
-            effects.push(Effect::Enqueue);
+            effects.after_commit.push(OutsideEffect::Enqueue);
         }
         (_, Event::Retry { .. }) => return Err(ApiError::OnlyFailedCanBeRetried.into()),
         (_, e) => return Err(not_allowed(e)),
@@ -328,19 +346,30 @@ mod tests {
 
     fn owed(o: &Outcome) -> Vec<Settlement> {
         o.effects
+            .in_tx
             .iter()
             .filter_map(|e| match e {
-                Effect::Settle(s) => Some(*s),
-                _ => None,
+                TxEffect::Settle(s) => Some(*s),
+                TxEffect::PublishFiles | TxEffect::PublishFailureRecord { .. } => None,
             })
             .collect()
+    }
+
+    /// Effects written in the transaction only.
+    fn tx(in_tx: Vec<TxEffect>) -> Effects {
+        Effects { in_tx, after_commit: vec![] }
+    }
+
+    /// Effects after the commit only.
+    fn out(after_commit: Vec<OutsideEffect>) -> Effects {
+        Effects { in_tx: vec![], after_commit }
     }
 
     #[test]
     fn claiming_a_queued_item_asks_for_nothing() {
         let o = step(&Item::new(Some(4)), Event::Claim);
         assert_eq!(o.item.state, ItemState::Active);
-        assert_eq!(o.effects, vec![]);
+        assert_eq!(o.effects, Effects::default());
     }
 
     #[test]
@@ -348,7 +377,7 @@ mod tests {
         let o = step(&active(None), Event::Succeed);
         assert_eq!(o.item.state, ItemState::Completed);
         assert_eq!(o.item.attempts_made, 1);
-        assert_eq!(o.effects, vec![Effect::PublishFiles, Effect::Settle(Settlement::Charge)]);
+        assert_eq!(o.effects, tx(vec![TxEffect::PublishFiles, TxEffect::Settle(Settlement::Charge)]));
         assert!(!o.item.billable);
         assert!(apply(&o.item, Event::Succeed, T0, B).is_err());
     }
@@ -358,7 +387,7 @@ mod tests {
         let o = step(&active(None), Event::Fail(Failure::Transient("timeout".into())));
         assert_eq!(o.item.state, ItemState::Delayed);
         assert_eq!(o.item.run_at, Some(T0.plus_ms(1_000)));
-        assert_eq!(o.effects, vec![Effect::Requeue { run_at: T0.plus_ms(1_000) }]);
+        assert_eq!(o.effects, out(vec![OutsideEffect::Requeue]));
         assert_eq!(o.item.failed_reason.as_deref(), Some("timeout"));
 
         // Not claimable before its time; claimable at it.
@@ -376,7 +405,7 @@ mod tests {
         let o = apply(&delayed, Event::Wake, due, B).unwrap();
         assert_eq!(o.item.state, ItemState::Prioritized);
         assert_eq!(o.item.run_at, None);
-        assert_eq!(o.effects, vec![Effect::Enqueue]);
+        assert_eq!(o.effects, out(vec![OutsideEffect::Enqueue]));
     }
 
     #[test]
@@ -391,7 +420,7 @@ mod tests {
         assert_eq!(o.item.state, ItemState::Failed);
         assert_eq!(o.item.attempts_made, 3);
         // No failure record: the item stays retryable.
-        assert_eq!(o.effects, vec![Effect::Settle(Settlement::Release)]);
+        assert_eq!(o.effects, tx(vec![TxEffect::Settle(Settlement::Release)]));
         assert!(!o.item.failure_published);
     }
 
@@ -403,10 +432,10 @@ mod tests {
         assert!(o.item.failure_published);
         assert_eq!(
             o.effects,
-            vec![
-                Effect::PublishFailureRecord { attempt: 1, reason: "bad params".into() },
-                Effect::Settle(Settlement::Release)
-            ]
+            tx(vec![
+                TxEffect::PublishFailureRecord { attempt: 1, reason: "bad params".into() },
+                TxEffect::Settle(Settlement::Release)
+            ])
         );
     }
 
@@ -433,10 +462,10 @@ mod tests {
         let o = step(&retryable, Event::Retry { profile_selectable: true });
         assert_eq!(o.item.state, ItemState::Prioritized);
         assert_eq!(o.item.attempts_made, 0);
-        assert_eq!(o.effects, vec![Effect::Enqueue]);
+        assert_eq!(o.effects, out(vec![OutsideEffect::Enqueue]));
         // A retried item is free: succeeding later publishes but charges nothing.
         let done = step(&step(&o.item, Event::Claim).item, Event::Succeed);
-        assert_eq!(done.effects, vec![Effect::PublishFiles]);
+        assert_eq!(done.effects, tx(vec![TxEffect::PublishFiles]));
     }
 
     #[test]
@@ -445,7 +474,7 @@ mod tests {
         assert_eq!(o.item.state, ItemState::Prioritized);
         assert_eq!(o.item.attempts_made, 0);
         assert!(o.item.billable);
-        assert_eq!(o.effects, vec![Effect::Enqueue]);
+        assert_eq!(o.effects, out(vec![OutsideEffect::Enqueue]));
     }
 
     fn arb_event() -> impl Strategy<Value = Event> {
@@ -477,9 +506,9 @@ mod tests {
                 let before = item.clone();
                 if let Ok(o) = apply(&item, e, now, B) {
                     settlements += owed(&o).len();
-                    let publishes = o.effects.iter().filter(|e| matches!(e, Effect::PublishFailureRecord { .. })).count();
+                    let publishes = o.effects.in_tx.iter().filter(|e| matches!(e, TxEffect::PublishFailureRecord { .. })).count();
                     prop_assert_eq!(publishes > 0, o.item.failure_published && !before.failure_published);
-                    let requeued = o.effects.iter().any(|e| matches!(e, Effect::Requeue { .. }));
+                    let requeued = o.effects.after_commit.contains(&OutsideEffect::Requeue);
                     prop_assert_eq!(requeued, o.item.state == ItemState::Delayed && before.state != ItemState::Delayed);
                     if before.failure_published { prop_assert!(false, "published failure changed"); }
                     item = o.item;

@@ -1,8 +1,14 @@
 //! The capture item driver: the one place an item changes state.
 //!
-//! Every change is one step: load the item, ask `grid_core::item::apply`,
-//! save the new state and execute the effects the machine returned (`execute`,
-//! exhaustive), all in one transaction; wake-ups run after it commits.
+//! Every change is one step, in one transaction and in this order wherever
+//! it happens (alone, a claim of many, the ends of many): load the item,
+//! ask `grid_core::item::apply`, execute the effects the machine returned,
+//! save the new state. The machine splits its effects by when they happen
+//! (`item::Effects`) and each half has one executor, an exhaustive `match`
+//! with no `_` arm: `execute_in_tx` gathers what the transaction writes
+//! besides the state (files, ledger entries; written after the state, so a
+//! fenced save refused writes nothing else), `execute_after_commit` the
+//! wake-ups sent once it commits.
 //! Workers only report what happened to an attempt (`AttemptEnd`); whether
 //! that publishes files or a failure record, owes a charge or a release, or
 //! requeues the item is the machine's answer, carried out here.
@@ -22,7 +28,7 @@ use crate::store::Conn;
 use futures_util::future::BoxFuture;
 use grid_core::catalog::Profile;
 use grid_core::error::ApiError;
-use grid_core::item::{self, Backoff, Effect, Event, Failure, Item, Outcome, TransitionError};
+use grid_core::item::{self, Backoff, Event, Failure, Item, Outcome, OutsideEffect, TransitionError, TxEffect};
 use grid_core::time::Millis;
 use grid_core::wire::item::ItemRetried;
 use serde_json::json;
@@ -479,9 +485,10 @@ fn step_row(
 ) -> Result<(ItemRow, Outcome), ItemError> {
     let outcome = item::apply(&row.item, event, now, backoff)?;
     let mut writes = Writes::default();
-    execute(&row, files, &outcome.effects, now, after, &mut writes);
-    writes.store(tx, now)?;
+    execute_in_tx(&row, files, &outcome.effects.in_tx, now, &mut writes);
+    execute_after_commit(&outcome.effects.after_commit, after);
     items::save_item(tx, &row.id, &outcome.item, now)?;
+    writes.store(tx, now)?;
     Ok((row, outcome))
 }
 
@@ -502,31 +509,43 @@ impl Writes<'_> {
     }
 }
 
-/// Carries out what the machine asked for. No `_` arm: a new effect does not
-/// compile until it is executed here. What it asks of the database is
-/// gathered in `writes` (files, ledger entries) or saved with the item's
-/// state (`run_at`) by the caller, in the same transaction.
-fn execute<'a>(
+/// The one executor of the effects written in a step's transaction: what
+/// they write besides the item's state is gathered in `writes` (files,
+/// ledger entries), which the caller stores in the same transaction after
+/// the state. No `_` arm: a new effect does not compile until it is
+/// executed here.
+fn execute_in_tx<'a>(
     row: &'a ItemRow,
     files: &'a [PublishedFile],
-    effects: &[Effect],
+    effects: &[TxEffect],
     now: Millis,
-    after: &mut After,
     writes: &mut Writes<'a>,
 ) {
     for effect in effects {
         match effect {
-            Effect::PublishFiles => writes.publish.extend(files.iter().map(|f| (row.id.as_str(), Cow::Borrowed(f)))),
-            Effect::PublishFailureRecord { attempt, reason } => {
+            TxEffect::PublishFiles => writes.publish.extend(files.iter().map(|f| (row.id.as_str(), Cow::Borrowed(f)))),
+            TxEffect::PublishFailureRecord { attempt, reason } => {
                 let record = files::inline(&row.id, failure_record(row, *attempt, reason, now));
                 writes.publish.push((row.id.as_str(), Cow::Owned(record)));
             }
             // The charge or release, in the transaction that ends the item:
             // the balance is exact once the end is stored.
-            Effect::Settle(owed) => writes.settle.push(items::settlement(row, *owed)),
-            // `run_at` is saved with the item; the due loop must learn of it.
-            Effect::Requeue { run_at: _ } => after.due = true,
-            Effect::Enqueue => after.queue = true,
+            TxEffect::Settle(owed) => writes.settle.push(items::settlement(row, *owed)),
+        }
+    }
+}
+
+/// The one executor of the effects that follow the commit: the wake-ups
+/// are gathered in `after`, which `Wake::signal` sends once the transaction
+/// committed (a group that runs again starts a new `After`). No `_` arm.
+fn execute_after_commit(effects: &[OutsideEffect], after: &mut After) {
+    for effect in effects {
+        match effect {
+            // The item's `run_at` is saved with it; the due loop, woken,
+            // reads the earliest one from the store (`fire`) and sleeps
+            // until then.
+            OutsideEffect::Requeue => after.due = true,
+            OutsideEffect::Enqueue => after.queue = true,
         }
     }
 }
@@ -573,10 +592,12 @@ fn claim_batch(
             browsers += 1;
         }
         let outcome = item::apply(&row.item, Event::Claim, now, backoff)?;
-        let mut writes = Writes::default();
-        execute(&row, &[], &outcome.effects, now, after, &mut writes);
-        writes.store(tx, now)?;
         claimed.push((row, outcome));
+    }
+    let mut writes = Writes::default();
+    for (row, outcome) in &claimed {
+        execute_in_tx(row, &[], &outcome.effects.in_tx, now, &mut writes);
+        execute_after_commit(&outcome.effects.after_commit, after);
     }
     // Saved in runs of items the machine left in the same state (usually
     // the whole batch), each run in a few statements.
@@ -587,6 +608,7 @@ fn claim_batch(
         let leases: Vec<(i64, i64)> = run.iter().map(|(row, _)| (row.seq, row.lease_token)).collect();
         tokens.extend(items::take_lease(tx, &leases, &first.item, node, now)?);
     }
+    writes.store(tx, now)?;
     let rows = claimed
         .into_iter()
         .zip(tokens)
@@ -609,11 +631,12 @@ fn finish(
     after: &mut After,
 ) -> Result<Outcome, ItemError> {
     let outcome = item::apply(&claim.item, end.event(), now, backoff)?;
+    let mut writes = Writes::default();
+    execute_in_tx(claim, end.files(), &outcome.effects.in_tx, now, &mut writes);
+    execute_after_commit(&outcome.effects.after_commit, after);
     if items::save_ends(tx, &[claim.seq], claim.lease_token, &outcome.item, now)? != 1 {
         return Err(ItemError::LeaseLost(claim.id.clone()));
     }
-    let mut writes = Writes::default();
-    execute(claim, end.files(), &outcome.effects, now, after, &mut writes);
     writes.store(tx, now)?;
     Ok(outcome)
 }
@@ -640,8 +663,6 @@ fn finish_all(
             *answer = Err(ItemError::LeaseLost(claim.id.clone()));
         }
     }
-    // Runs of ends the machine left alike under the same token: usually
-    // the whole group (completed, first claim).
     let mut stored: Vec<(&ItemRow, &AttemptEnd, &Outcome)> = ends
         .iter()
         .zip(&answers)
@@ -650,6 +671,13 @@ fn finish_all(
     fn key<'a>(&(claim, _, o): &(&ItemRow, &AttemptEnd, &'a Outcome)) -> (i64, &'a Item) {
         (claim.lease_token, &o.item)
     }
+    let mut writes = Writes::default();
+    for (claim, end, outcome) in &stored {
+        execute_in_tx(claim, end.files(), &outcome.effects.in_tx, now, &mut writes);
+        execute_after_commit(&outcome.effects.after_commit, after);
+    }
+    // Runs of ends the machine left alike under the same token: usually
+    // the whole group (completed, first claim).
     stored.sort_by_key(|e| (e.0.lease_token, e.2.item.state.as_str(), e.2.item.attempts_made));
     for run in stored.chunk_by(|a, b| key(a) == key(b)) {
         let seqs: Vec<i64> = run.iter().map(|(claim, _, _)| claim.seq).collect();
@@ -659,10 +687,6 @@ fn finish_all(
             // changed since. Fail the step; each end is then stored alone.
             return Err(StoreError::Invalid("an item changed under its end".into()).into());
         }
-    }
-    let mut writes = Writes::default();
-    for (claim, end, outcome) in &stored {
-        execute(claim, end.files(), &outcome.effects, now, after, &mut writes);
     }
     writes.store(tx, now)?;
     Ok(answers)
