@@ -51,8 +51,8 @@ pub struct SubmitArgs {
     /// http(s) URLs, files with one URL per line (blank lines and lines starting with # are skipped), or - for stdin.
     #[arg(required = true, value_name = "FILE|URL")]
     inputs: Vec<String>,
-    /// Script: capture (default), fetch, browser-fetch or render-fetch.
-    #[arg(long)]
+    // "Script: capture (default), fetch, browser-fetch or render-fetch.", from the script table.
+    #[arg(long, help = script_help())]
     script: Option<String>,
     /// Browser profile: desktop-browser-nl/v2 (default), native-headless-browser/v2, or
     /// native-headless-browser/v3 (Chromium's headless shell: about 6x the screenshots per CPU).
@@ -178,6 +178,18 @@ async fn wait_and_show(cx: &Context, batch_id: &str, args: WaitArgs) -> anyhow::
 /// (`grid_core::validate::params`, the server's own validator), so a typo is
 /// caught once here rather than in every item. The first refusal, naming
 /// the URL when it depends on one.
+/// `--script`'s help: every script of the table (`Script::row`), the default marked.
+fn script_help() -> String {
+    let names: Vec<String> = Script::ALL
+        .iter()
+        .map(|s| if *s == Script::DEFAULT { format!("{s} (default)") } else { s.to_string() })
+        .collect();
+    match names.as_slice() {
+        [init @ .., last] if !init.is_empty() => format!("Script: {} or {last}.", init.join(", ")),
+        _ => format!("Script: {}.", names.join("")),
+    }
+}
+
 fn check_params(script: Script, params: &Map<String, Value>, urls: &[String]) -> Result<(), String> {
     params::check(script, params)?;
     for url in urls {
@@ -244,6 +256,11 @@ mod tests {
     use grid_core::wire::batch::BatchJob;
 
     use super::*;
+
+    #[test]
+    fn script_help_lists_the_script_table() {
+        assert_eq!(script_help(), "Script: capture (default), fetch, browser-fetch or render-fetch.");
+    }
 
     #[test]
     fn view_reads_as_a_table() {

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use grid_core::catalog::{ArtifactKind, Script};
+use grid_core::catalog::{ArtifactKind, Needs, PageReads, Script};
 use grid_core::item::Failure;
 use grid_core::validate::params::{self, Region};
 use serde_json::{json, Value};
@@ -47,11 +47,7 @@ pub async fn run(pool: &Arc<BrowserPool>, row: &ItemRow) -> Result<Vec<FileConte
         manifest: m,
         viewport: p.viewport.unwrap_or_else(|| m.page_viewport()),
         rules: RequestRules { allowed_hosts: p.allowed_hosts.clone().map(|a| (host, a)), guard_private },
-        want: Want {
-            screenshot: script == Script::Capture,
-            html: matches!(script, Script::Capture | Script::RenderFetch),
-            body: script == Script::BrowserFetch,
-        },
+        want: want(script),
         params: p.clone(),
     };
     let started = Instant::now();
@@ -87,6 +83,15 @@ pub async fn run(pool: &Arc<BrowserPool>, row: &ItemRow) -> Result<Vec<FileConte
         return Err(Failure::Transient(format!("target answered HTTP {}", out.main.status)));
     }
     Ok(files(row, &spec, out, Meta { started, fetched_at, browser_id, product }))
+}
+
+/// What the page is read for: the script's row (`Script::row`) says.
+fn want(script: Script) -> Want {
+    match script.row().needs {
+        Needs::Browser(PageReads { screenshot, html, body }) => Want { screenshot, html, body },
+        // Not run here (capture/fetch.rs runs it); nothing to read.
+        Needs::Http => Want::default(),
+    }
 }
 
 struct Meta {

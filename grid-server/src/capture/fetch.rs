@@ -95,7 +95,7 @@ impl Fetcher {
             headers: x.headers.iter().map(|(k, v)| (k.as_str(), String::from_utf8_lossy(v.as_bytes()))).collect(),
             outcome: "success",
             profile_id: row.profile.as_str(),
-            script: "fetch",
+            script: row.script.as_str(),
             sha256: sha256_hex(&x.body),
             status: x.status,
             url: &row.url,

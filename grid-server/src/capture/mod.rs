@@ -34,6 +34,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use grid_core::catalog::Needs;
 use grid_core::item::{Failure, ItemState, Outcome};
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
@@ -355,8 +356,8 @@ async fn run_item(app: &App, fetcher: &Fetcher, row: Arc<ItemRow>, slot: Slot) {
 
 async fn run_attempt(app: &App, fetcher: &Fetcher, row: Arc<ItemRow>, slot: Slot) {
     let started = Instant::now();
-    let result = if row.script.needs_browser() {
-        match &app.browsers {
+    let result = match row.script.row().needs {
+        Needs::Browser(_) => match &app.browsers {
             // Boxed: a browser script's state machine is about 14 KiB, and
             // inline it would make every fetch item's task that large too,
             // copied as the task is spawned and as it finishes.
@@ -365,9 +366,8 @@ async fn run_attempt(app: &App, fetcher: &Fetcher, row: Arc<ItemRow>, slot: Slot
                 "script {} needs the browser pool, which this grid does not run (--browsers 0 or no Chromium)",
                 row.script.as_str()
             ))),
-        }
-    } else {
-        fetcher.run(&row).await
+        },
+        Needs::Http => fetcher.run(&row).await,
     };
     let end = match result {
         Ok(files) => match write_files(app, &row.id, files).await {
