@@ -303,7 +303,41 @@ pub enum OutsideEffect {
 
 /// What a transition asks of the driver, split by when it happens: the
 /// driver has one exhaustive executor per half, so a new effect is placed
-/// in one half here and does not compile until that half executes it.
+/// in one half here and does not compile until that half executes it,
+/// like this pair of executors, each matching only its own half:
+///
+/// ```
+/// use grid_core::job::{OutsideEffect, TxEffect};
+/// fn execute_in_tx(e: &TxEffect) -> &'static str {
+///     match e {
+///         TxEffect::Reserve { .. } => "reserve",
+///         TxEffect::Settle { .. } => "settle",
+///     }
+/// }
+/// fn execute_after_commit(e: &OutsideEffect) -> &'static str {
+///     match e {
+///         OutsideEffect::StartContainer { .. } => "start",
+///         OutsideEffect::StopContainer { .. } => "stop",
+///         OutsideEffect::PublishLog { .. } => "publish",
+///         OutsideEffect::ReplayDue => "replay",
+///     }
+/// }
+/// # let _ = (execute_in_tx, execute_after_commit);
+/// ```
+///
+/// A half that leaves an effect unhandled, as an executor does once a
+/// variant is added here, fails to compile (E0004, non-exhaustive match):
+///
+/// ```compile_fail,E0004
+/// use grid_core::job::OutsideEffect;
+/// fn execute_after_commit(e: &OutsideEffect) -> &'static str {
+///     match e {
+///         OutsideEffect::StartContainer { .. } => "start",
+///         OutsideEffect::StopContainer { .. } => "stop",
+///         OutsideEffect::PublishLog { .. } => "publish",
+///     }
+/// }
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Effects {
     pub in_tx: Vec<TxEffect>,

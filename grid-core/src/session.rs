@@ -146,7 +146,33 @@ pub enum OutsideEffect {
 
 /// What a transition asks of the driver, split by when it happens: the
 /// driver has one exhaustive executor per half, so a new effect is placed
-/// in one half here and does not compile until that half executes it.
+/// in one half here and does not compile until that half executes it,
+/// like this pair of executors, each matching only its own half:
+///
+/// ```
+/// use grid_core::session::{OutsideEffect, TxEffect};
+/// fn execute_in_tx(e: &TxEffect) -> i64 {
+///     match e {
+///         TxEffect::Settle { ready_millis } => *ready_millis,
+///     }
+/// }
+/// fn execute_after_commit(e: &OutsideEffect) -> &'static str {
+///     match e {
+///         OutsideEffect::StopBrowser => "stop",
+///     }
+/// }
+/// # let _ = (execute_in_tx, execute_after_commit);
+/// ```
+///
+/// A half that leaves an effect unhandled, as an executor does once a
+/// variant is added here, fails to compile (E0004, non-exhaustive match):
+///
+/// ```compile_fail,E0004
+/// use grid_core::session::TxEffect;
+/// fn execute_in_tx(e: &TxEffect) -> i64 {
+///     match e {}
+/// }
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Effects {
     pub in_tx: Vec<TxEffect>,
