@@ -52,9 +52,9 @@ const IDLE_POLL: Duration = Duration::from_millis(500);
 /// Most items one claim takes: one transaction, which on PostgreSQL holds
 /// the grid-wide write lock while it runs.
 const CLAIM_MAX: usize = 1024;
-/// Most items a node claims beyond its free workers: 16 workers on local
-/// fetches (300 to 400 µs each) finish about 250 while a claim waits 6 ms
-/// behind a submission; 256 left them short during such claims.
+/// Most items a node claims beyond its free workers: enough for fast local
+/// fetches to keep every worker busy while a claim waits behind a
+/// submission (docs/performance.md, fifth pass).
 const AHEAD_MAX: usize = 512;
 /// A family this small is checked on the runtime's thread; a larger one (or
 /// one with a file for the disk) on the blocking pool.
@@ -308,12 +308,10 @@ fn moving_average(old: u64, sample: Duration) -> u64 {
 /// Claims' recent duration in microseconds for `ahead`: a longer claim
 /// counts at once, shorter ones bring it down by a sixty-fourth each. A
 /// claim now and then takes several times the usual (it waits behind a
-/// submission's transaction, or the writer's share of a checkpoint);
-/// sized on the average, the items claimed ahead ran out during such a
-/// claim and every worker waited for it. Such claims come every few dozen
-/// claims under load: fading by an eighth, the peak was forgotten before
-/// the next one, and the queue ran dry about 80 times in a 40,000-item run
-/// of the fetch bench (15 times with this).
+/// submission's transaction, or the writer's share of a checkpoint), and
+/// such claims come every few dozen claims under load: the peak must last
+/// until the next one, or the items claimed ahead run out during it and
+/// every worker waits (measured in docs/performance.md, fifth pass).
 fn recent_peak(old: u64, sample: Duration) -> u64 {
     let micros = sample.as_micros().min(u128::from(u32::MAX)) as u64;
     if micros >= old {
