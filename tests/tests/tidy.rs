@@ -981,3 +981,66 @@ fn mentions_are_told_apart_into_paths_symbols_and_skipped_names() {
         );
     }
 }
+
+// ----- effect executors are exhaustive -----
+
+/// The `_ =>` arms inside functions named `execute*` in `code` (already
+/// `code_only`): each as the function's name and the arm's byte offset.
+/// An executor of a machine's effects names every effect, so a new one
+/// does not compile until it is executed.
+fn wildcard_arms_in_executors(code: &str) -> Vec<(String, usize)> {
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    let mut found = vec![];
+    for at in word_hits(code, "fn") {
+        let after = code[at + 2..].trim_start();
+        let name: String = after.chars().take_while(|&c| ident(c)).collect();
+        if !name.starts_with("execute") {
+            continue;
+        }
+        let end = item_end(code, at);
+        for (k, _) in code[at..end].match_indices("_ =>") {
+            if !code[..at + k].ends_with(ident) {
+                found.push((name.clone(), at + k));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn wildcard_arms_are_found_in_executors_only() {
+    let code = code_only(
+        "fn execute_in_tx(e: &E) { match e { E::A => {} _ => {} } }\n\
+         fn execute(e: &E) -> BoxFuture<'_, ()> { match e { E::A | _ => {} } }\n\
+         fn executor_of(x: Option<u8>) { match x { Some(_) => {}, None => {} } }\n\
+         fn other(x: u8) { match x { 1 => {} _ => {} } }\n\
+         fn execute_after_commit(e: &E) { match e { E::A => {} // _ => {}\n } }\n\
+         fn execute_named(e: &E) { match e { E::A => {} my_ => {} } }\n",
+    );
+    let names: Vec<String> = wildcard_arms_in_executors(&code).into_iter().map(|(name, _)| name).collect();
+    assert_eq!(names, ["execute_in_tx", "execute"]);
+}
+
+#[test]
+fn effect_executors_in_drivers_have_no_wildcard_arm() {
+    let src = root().join("grid-server").join("src");
+    let mut drivers: Vec<PathBuf> = std::fs::read_dir(&src)
+        .unwrap_or_else(|e| panic!("{}: {e}", src.display()))
+        .map(|entry| entry.unwrap().path().join("driver.rs"))
+        .filter(|path| path.is_file())
+        .collect();
+    drivers.sort();
+    assert!(drivers.len() >= 3, "the machines' drivers are not where this rule looks: {drivers:?}");
+    let mut found = vec![];
+    for file in &drivers {
+        let code = code_only(&read(file));
+        for (name, at) in wildcard_arms_in_executors(&code) {
+            found.push(format!("{}:{}: `_ =>` in `{name}`", rel(file), line_of(&code, at)));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "an effect executor names every effect (a new one must not compile unhandled):\n{}",
+        found.join("\n")
+    );
+}
