@@ -239,17 +239,19 @@ mod tests {
 
     #[test]
     fn every_metric_is_defined_and_rendered_with_the_grid_prefix() {
+        // The registry is the process's, and other tests in this binary bump real series (under
+        // plain `cargo test` they share the process): this test's series have labels of its own.
         let m = get();
-        m.http_requests.with_label_values(&["/batches", "POST", "201"]).inc();
-        m.items_ended.with_label_values(&["fetch", "completed"]).inc();
+        m.http_requests.with_label_values(&["/metrics-test", "POST", "201"]).inc();
+        m.items_ended.with_label_values(&["metrics-test", "completed"]).inc();
         let mut out = vec![];
         TextEncoder::new().encode(&m.registry.gather(), &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
         assert!(
-            text.contains("grid_http_requests_total{method=\"POST\",route=\"/batches\",status=\"201\"} 1"),
+            text.contains("grid_http_requests_total{method=\"POST\",route=\"/metrics-test\",status=\"201\"} 1"),
             "{text}"
         );
-        assert!(text.contains("grid_item_attempts_total{outcome=\"completed\",script=\"fetch\"} 1"), "{text}");
+        assert!(text.contains("grid_item_attempts_total{outcome=\"completed\",script=\"metrics-test\"} 1"), "{text}");
         assert!(text.contains("# TYPE grid_session_lease_to_ready_seconds histogram"), "{text}");
     }
 }
