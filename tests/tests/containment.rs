@@ -545,8 +545,10 @@ async fn a_thread_bomb_stops_at_the_browsers_task_bound() {
         last = now;
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    // bubblewrap's outer process runs as the browser's uid too, outside the browser's cgroup.
-    assert!(peak <= BOUND + 1, "the browser ran {peak} tasks under --browser-pids {BOUND}");
+    // What /proc shows of the uid is a little more than the cgroup counts: bubblewrap's outer
+    // process runs as the browser's uid outside the cgroup, and a task that is exiting has left
+    // the cgroup's count before it leaves /proc. A few tasks of slack; unbounded, it runs 600+.
+    assert!(peak <= BOUND + 16, "the browser ran {peak} tasks under --browser-pids {BOUND}");
     assert!(peak > BOUND / 2, "the browser never came near its bound ({peak} tasks): the attempt proves nothing");
     let health = server.get("/healthz").await;
     assert_eq!(health.status, 200, "{health}");
