@@ -318,6 +318,26 @@ fn special_v6(ip: Ipv6Addr) -> Option<Special> {
     }
 }
 
+/// Sorts `addrs` (addresses, or socket addresses: `ip_of` reads the address)
+/// into those `refuse` lets through, in their order, and those it refuses,
+/// each address once with its row: what [`not_public`] words.
+pub fn sort_out<A: Copy>(
+    addrs: &[A],
+    ip_of: impl Fn(A) -> IpAddr,
+    refuse: impl Fn(IpAddr) -> Option<Special>,
+) -> (Vec<A>, Vec<(IpAddr, Special)>) {
+    let (mut allowed, mut refused): (Vec<A>, Vec<(IpAddr, Special)>) = (vec![], vec![]);
+    for &a in addrs {
+        let ip = ip_of(a);
+        match refuse(ip) {
+            None => allowed.push(a),
+            Some(special) if !refused.iter().any(|(seen, _)| *seen == ip) => refused.push((ip, special)),
+            Some(_) => {}
+        }
+    }
+    (allowed, refused)
+}
+
 /// How refusals word a destination that is not public: `host` (a literal
 /// address, IPv6 with or without brackets, or a name) and the non-public
 /// addresses it is or resolves to, each with its row:
@@ -345,6 +365,17 @@ mod tests {
 
     fn public(s: &str) -> bool {
         is_public(ip(s))
+    }
+
+    #[test]
+    fn sorting_out_keeps_the_allowed_in_order_and_names_each_refused_address_once() {
+        let addrs = [ip("8.8.8.8"), ip("127.0.0.1"), ip("1.1.1.1"), ip("10.0.0.1"), ip("127.0.0.1")];
+        let (allowed, refused) = sort_out(&addrs, |a| a, special_purpose);
+        assert_eq!(allowed, [ip("8.8.8.8"), ip("1.1.1.1")]);
+        let refused: Vec<(IpAddr, &str)> = refused.iter().map(|(a, s)| (*a, s.name())).collect();
+        assert_eq!(refused, [(ip("127.0.0.1"), "loopback"), (ip("10.0.0.1"), "private-use")]);
+        // A policy of its own decides: here, nothing is refused.
+        assert_eq!(sort_out(&addrs, |a| a, |_| None), (addrs.to_vec(), vec![]));
     }
 
     fn special(s: &str) -> Special {

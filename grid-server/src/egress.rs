@@ -209,16 +209,8 @@ async fn serve(mut client: TcpStream, policy: &dyn Policy, decisions: &Mutex<Vec
         record(decisions, Decision { host: host.clone(), allowed: true, detail, reason: String::new() });
         return bad_gateway(&mut client, &format!("{host} does not resolve")).await;
     }
-    let mut refused: Vec<(IpAddr, Special)> = vec![];
-    let mut allowed: Vec<SocketAddr> = vec![];
-    for a in &addrs {
-        match policy.refuse_ip(a.ip()) {
-            Some(special) => refused.push((a.ip(), special)),
-            None => allowed.push(*a),
-        }
-    }
+    let (allowed, refused) = netaddr::sort_out(&addrs, |a| a.ip(), |ip| policy.refuse_ip(ip));
     if allowed.is_empty() {
-        refused.dedup_by_key(|(ip, _)| *ip);
         let why = netaddr::not_public(&host, &refused);
         let (detail, reason) = (format!("refused: {why}"), format!("private network: {why}"));
         record(decisions, Decision { host: host.clone(), allowed: false, detail, reason });

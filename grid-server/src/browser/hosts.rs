@@ -152,12 +152,7 @@ pub async fn check_public(url: &Url) -> Result<(), Refusal> {
         },
         None => (String::new(), vec![]),
     };
-    let mut found: Vec<(IpAddr, Special)> = vec![];
-    for ip in ips {
-        if let Some(special) = netaddr::special_purpose(ip).filter(|_| !found.iter().any(|(f, _)| *f == ip)) {
-            found.push((ip, special));
-        }
-    }
+    let (_, found) = netaddr::sort_out(&ips, |ip| ip, netaddr::special_purpose);
     if found.is_empty() {
         return Ok(());
     }

@@ -8,7 +8,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use grid_core::netaddr::{self, Special};
+use grid_core::netaddr;
 use hyper_util::client::legacy::connect::dns::Name;
 use url::Url;
 
@@ -53,15 +53,7 @@ async fn resolve(host: &str, public_only: bool) -> Result<Vec<SocketAddr>, BoxEr
     if !public_only {
         return Ok(all);
     }
-    let mut public: Vec<SocketAddr> = vec![];
-    let mut refused: Vec<(IpAddr, Special)> = vec![];
-    for a in &all {
-        match netaddr::special_purpose(a.ip()) {
-            Some(special) if !refused.iter().any(|(ip, _)| *ip == a.ip()) => refused.push((a.ip(), special)),
-            Some(_) => {}
-            None => public.push(*a),
-        }
-    }
+    let (public, refused) = netaddr::sort_out(&all, |a| a.ip(), netaddr::special_purpose);
     if public.is_empty() && !refused.is_empty() {
         return Err(Box::new(DestinationRefused(netaddr::not_public(host, &refused))));
     }
