@@ -563,7 +563,12 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
                 memory_mib: args.sandbox.browser_memory_mib,
                 pids: args.sandbox.browser_pids,
             },
-            cgroups: Arc::new(browser_cgroups()),
+            // A node that runs no browser makes no cgroup (on cgroup v2 that would move it to a leaf).
+            cgroups: Arc::new(if args.browsers == 0 && args.sessions_disabled {
+                browser::cgroup::Host::Unavailable("no browser runs on this node".into())
+            } else {
+                browser_cgroups()
+            }),
         },
     };
     let compute_config = ComputeConfig {
@@ -715,8 +720,6 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The browser pool, unless `--browsers 0` or the Chromium executable is
-/// missing (browser scripts then fail terminally). No browser starts here.
 /// Where each browser's cgroup is made (docs/security.md), said once at start;
 /// a host without cgroups is warned about: its browsers are bounded more coarsely.
 fn browser_cgroups() -> browser::cgroup::Host {
@@ -732,6 +735,8 @@ fn browser_cgroups() -> browser::cgroup::Host {
     host
 }
 
+/// The browser pool, unless `--browsers 0` or the Chromium executable is
+/// missing (browser scripts then fail terminally). No browser starts here.
 fn browser_pool(config: &ServeConfig) -> Option<Arc<browser::pool::BrowserPool>> {
     if config.browsers == 0 {
         return None;

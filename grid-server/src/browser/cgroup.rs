@@ -88,13 +88,11 @@ impl Host {
             make_dir(&dir)?;
             Ok(dir)
         };
-        let host = Host::V1 { memory: parent("memory")?, pids: parent("pids")?, cpu: parent("cpu")? };
-        if let Host::V1 { memory, cpu, .. } = &host {
-            // Children account hierarchically (the default on current kernels; older ones need it said).
-            let _ = std::fs::write(memory.join("memory.use_hierarchy"), "1");
-            write(&cpu.join("cpu.shares"), &(cores() * 1024).min(262_144).to_string())?;
-        }
-        Ok(host)
+        let (memory, pids, cpu) = (parent("memory")?, parent("pids")?, parent("cpu")?);
+        // Children account hierarchically (the default on current kernels; older ones need it said).
+        let _ = std::fs::write(memory.join("memory.use_hierarchy"), "1");
+        write(&cpu.join("cpu.shares"), &(cores() * 1024).min(262_144).to_string())?;
+        Ok(Host::V1 { memory, pids, cpu })
     }
 
     fn v2(root: &Path, own: &str) -> Result<Host, String> {
@@ -136,13 +134,13 @@ impl Host {
     /// and sets `limits`; `None` where the host has no cgroups.
     pub fn create(&self, uid: u32, limits: Limits) -> std::io::Result<Option<BrowserCgroup>> {
         let name = format!("uid-{uid}");
+        let bytes = (limits.memory_mib * 1024 * 1024).to_string();
         let (dirs, settings): (Vec<PathBuf>, Vec<(PathBuf, String)>) = match self {
             Host::Unavailable(_) => return Ok(None),
             Host::V2 { parent } => {
                 let dir = parent.join(&name);
-                let bytes = limits.memory_mib * 1024 * 1024;
                 let settings = vec![
-                    (dir.join("memory.max"), bytes.to_string()),
+                    (dir.join("memory.max"), bytes),
                     (dir.join("memory.swap.max"), "0".into()),
                     (dir.join("pids.max"), limits.pids.to_string()),
                     (dir.join("cpu.weight"), V2_CPU_WEIGHT.into()),
@@ -151,7 +149,6 @@ impl Host {
             }
             Host::V1 { memory, pids, cpu } => {
                 let (m, p, c) = (memory.join(&name), pids.join(&name), cpu.join(&name));
-                let bytes = (limits.memory_mib * 1024 * 1024).to_string();
                 let settings = vec![
                     (m.join("memory.limit_in_bytes"), bytes.clone()),
                     // Swap too, where the kernel accounts it (memsw may not be below the limit: set after).
@@ -217,9 +214,7 @@ impl BrowserCgroup {
             }
         }
     }
-}
 
-impl BrowserCgroup {
     /// Kills what is left inside and removes the cgroup from a thread that
     /// tries for a few seconds (a cgroup is busy while its killed processes
     /// still exit), dropping `held` once it is gone: the browser's uid, so
