@@ -598,13 +598,16 @@ impl JobDriver {
     /// scratch was on disk has none) is not.
     async fn scratch_over(&self, id: &str, attempt: u32, limit: u64) -> bool {
         let (scratch, jid) = (self.scratch.clone(), id.to_string());
-        match tokio::task::spawn_blocking(move || scratch.usage(&jid, attempt, limit)).await {
-            Ok(Ok(Usage::Within(_))) => false,
-            Ok(Ok(Usage::Over(size))) => {
+        let usage = tokio::task::spawn_blocking(move || scratch.usage(&jid, attempt, limit))
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+        match usage {
+            Ok(Usage::Within(_)) => false,
+            Ok(Usage::Over(size)) => {
                 tracing::warn!(size, limit, "ephemeral storage over its limit; evicting");
                 true
             }
-            Ok(Ok(Usage::TooDeep)) => {
+            Ok(Usage::TooDeep) => {
                 tracing::warn!(
                     limit,
                     max_depth = scratch::MAX_DEPTH,
@@ -612,11 +615,7 @@ impl JobDriver {
                 );
                 true
             }
-            Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => false,
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "ephemeral storage not measured; next time");
-                false
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
             Err(e) => {
                 tracing::warn!(error = %e, "ephemeral storage not measured; next time");
                 false

@@ -70,7 +70,7 @@ fn parse_folder_name(name: &str) -> Option<(&str, u32)> {
     (folder_name(job, attempt).as_deref() == Some(name)).then_some((job, attempt))
 }
 
-fn open_dir_at(dir: impl rustix::fd::AsFd, name: &std::ffi::CStr) -> rustix::io::Result<OwnedFd> {
+fn open_dir_at(dir: impl rustix::fd::AsFd, name: impl rustix::path::Arg) -> rustix::io::Result<OwnedFd> {
     rfs::openat(dir, name, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
 }
 
@@ -114,12 +114,7 @@ impl Scratch {
             _ => {}
         }
         rfs::mkdirat(&root, name.as_str(), Mode::from_raw_mode(0o700))?;
-        let dir = rfs::openat(
-            &root,
-            name.as_str(),
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )?;
+        let dir = open_dir_at(&root, name.as_str())?;
         rfs::fchown(&dir, Some(Uid::from_raw(JOB_UID)), Some(Gid::from_raw(JOB_GID)))?;
         // Whatever the umask took off.
         rfs::fchmod(&dir, Mode::from_raw_mode(0o700))?;
