@@ -633,10 +633,11 @@ fn finish(
     let outcome = item::apply(&claim.item, end.event(), now, backoff)?;
     let mut writes = Writes::default();
     execute_in_tx(claim, end.files(), &outcome.effects.in_tx, now, &mut writes);
-    execute_after_commit(&outcome.effects.after_commit, after);
     if items::save_ends(tx, &[claim.seq], claim.lease_token, &outcome.item, now)? != 1 {
         return Err(ItemError::LeaseLost(claim.id.clone()));
     }
+    // Only an end that was stored wakes anyone.
+    execute_after_commit(&outcome.effects.after_commit, after);
     writes.store(tx, now)?;
     Ok(outcome)
 }
