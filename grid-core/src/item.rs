@@ -240,11 +240,7 @@ pub enum OutsideEffect {
 ///     }
 /// }
 /// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Effects {
-    pub in_tx: Vec<TxEffect>,
-    pub after_commit: Vec<OutsideEffect>,
-}
+pub type Effects = crate::effects::Effects<TxEffect, OutsideEffect>;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
@@ -387,16 +383,6 @@ mod tests {
             .collect()
     }
 
-    /// Effects written in the transaction only.
-    fn tx(in_tx: Vec<TxEffect>) -> Effects {
-        Effects { in_tx, after_commit: vec![] }
-    }
-
-    /// Effects after the commit only.
-    fn out(after_commit: Vec<OutsideEffect>) -> Effects {
-        Effects { in_tx: vec![], after_commit }
-    }
-
     #[test]
     fn claiming_a_queued_item_asks_for_nothing() {
         let o = step(&Item::new(Some(4)), Event::Claim);
@@ -409,7 +395,7 @@ mod tests {
         let o = step(&active(None), Event::Succeed);
         assert_eq!(o.item.state, ItemState::Completed);
         assert_eq!(o.item.attempts_made, 1);
-        assert_eq!(o.effects, tx(vec![TxEffect::PublishFiles, TxEffect::Settle(Settlement::Charge)]));
+        assert_eq!(o.effects, Effects::only_in_tx(vec![TxEffect::PublishFiles, TxEffect::Settle(Settlement::Charge)]));
         assert!(!o.item.billable);
         assert!(apply(&o.item, Event::Succeed, T0, B).is_err());
     }
@@ -419,7 +405,7 @@ mod tests {
         let o = step(&active(None), Event::Fail(Failure::Transient("timeout".into())));
         assert_eq!(o.item.state, ItemState::Delayed);
         assert_eq!(o.item.run_at, Some(T0.plus_ms(1_000)));
-        assert_eq!(o.effects, out(vec![OutsideEffect::Requeue]));
+        assert_eq!(o.effects, Effects::only_after_commit(vec![OutsideEffect::Requeue]));
         assert_eq!(o.item.failed_reason.as_deref(), Some("timeout"));
 
         // Not claimable before its time; claimable at it.
@@ -437,7 +423,7 @@ mod tests {
         let o = apply(&delayed, Event::Wake, due, B).unwrap();
         assert_eq!(o.item.state, ItemState::Prioritized);
         assert_eq!(o.item.run_at, None);
-        assert_eq!(o.effects, out(vec![OutsideEffect::Enqueue]));
+        assert_eq!(o.effects, Effects::only_after_commit(vec![OutsideEffect::Enqueue]));
     }
 
     #[test]
@@ -452,7 +438,7 @@ mod tests {
         assert_eq!(o.item.state, ItemState::Failed);
         assert_eq!(o.item.attempts_made, 3);
         // No failure record: the item stays retryable.
-        assert_eq!(o.effects, tx(vec![TxEffect::Settle(Settlement::Release)]));
+        assert_eq!(o.effects, Effects::only_in_tx(vec![TxEffect::Settle(Settlement::Release)]));
         assert!(!o.item.failure_published);
     }
 
@@ -464,7 +450,7 @@ mod tests {
         assert!(o.item.failure_published);
         assert_eq!(
             o.effects,
-            tx(vec![
+            Effects::only_in_tx(vec![
                 TxEffect::PublishFailureRecord { attempt: 1, reason: "bad params".into() },
                 TxEffect::Settle(Settlement::Release)
             ])
@@ -494,10 +480,10 @@ mod tests {
         let o = step(&retryable, Event::Retry { profile_selectable: true });
         assert_eq!(o.item.state, ItemState::Prioritized);
         assert_eq!(o.item.attempts_made, 0);
-        assert_eq!(o.effects, out(vec![OutsideEffect::Enqueue]));
+        assert_eq!(o.effects, Effects::only_after_commit(vec![OutsideEffect::Enqueue]));
         // A retried item is free: succeeding later publishes but charges nothing.
         let done = step(&step(&o.item, Event::Claim).item, Event::Succeed);
-        assert_eq!(done.effects, tx(vec![TxEffect::PublishFiles]));
+        assert_eq!(done.effects, Effects::only_in_tx(vec![TxEffect::PublishFiles]));
     }
 
     #[test]
@@ -506,7 +492,7 @@ mod tests {
         assert_eq!(o.item.state, ItemState::Prioritized);
         assert_eq!(o.item.attempts_made, 0);
         assert!(o.item.billable);
-        assert_eq!(o.effects, out(vec![OutsideEffect::Enqueue]));
+        assert_eq!(o.effects, Effects::only_after_commit(vec![OutsideEffect::Enqueue]));
     }
 
     fn arb_event() -> impl Strategy<Value = Event> {

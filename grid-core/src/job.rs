@@ -338,11 +338,7 @@ pub enum OutsideEffect {
 ///     }
 /// }
 /// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Effects {
-    pub in_tx: Vec<TxEffect>,
-    pub after_commit: Vec<OutsideEffect>,
-}
+pub type Effects = crate::effects::Effects<TxEffect, OutsideEffect>;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
@@ -551,16 +547,6 @@ mod tests {
         T0.plus_ms(s * 1_000)
     }
 
-    /// Effects written in the transaction only.
-    fn tx(in_tx: Vec<TxEffect>) -> Effects {
-        Effects { in_tx, after_commit: vec![] }
-    }
-
-    /// Effects after the commit only.
-    fn out(after_commit: Vec<OutsideEffect>) -> Effects {
-        Effects { in_tx: vec![], after_commit }
-    }
-
     fn step(job: &Job, e: Event, now: Millis) -> Outcome {
         apply(job, e.clone(), now).unwrap_or_else(|err| panic!("{e:?} in {:?}: {err}", job.phase))
     }
@@ -593,7 +579,10 @@ mod tests {
     fn exit_and_publish(j: &Job, exit_code: i32, oom_killed: bool, secs: i64) -> (Job, Effects) {
         let o = step(j, Event::ContainerExited { exit_code, oom_killed }, at(secs));
         assert_eq!(o.job.phase, JobPhase::Publishing);
-        assert_eq!(o.effects, out(vec![OutsideEffect::PublishLog { attempt: j.attempt_number() }]));
+        assert_eq!(
+            o.effects,
+            Effects::only_after_commit(vec![OutsideEffect::PublishLog { attempt: j.attempt_number() }])
+        );
         let o = step(&o.job, Event::Published { log_available: true }, at(secs + 1));
         (o.job, o.effects)
     }
@@ -635,7 +624,12 @@ mod tests {
         let (j, fx) = exit_and_publish(&j, 0, false, 33);
         assert_eq!(j.phase, JobPhase::Succeeded);
         assert_eq!(termination(&j), (TerminationClass::Workload, Some(0), TerminationReason::WorkloadSucceeded));
-        assert_eq!(fx, tx(vec![TxEffect::Settle { charge: Some(AttemptCharge { attempt: 1, run_millis: 30_000 }) }]));
+        assert_eq!(
+            fx,
+            Effects::only_in_tx(vec![TxEffect::Settle {
+                charge: Some(AttemptCharge { attempt: 1, run_millis: 30_000 })
+            }])
+        );
         let a = &j.attempts[0];
         assert!(a.log_available);
         assert_eq!(a.funding, Funding::Reservation);
@@ -660,12 +654,22 @@ mod tests {
         let (j, fx) = exit_and_publish(&job_in(JobPhase::Running, 3), 2, false, 13);
         assert_eq!(j.phase, JobPhase::Failed);
         assert_eq!(termination(&j), (TerminationClass::Workload, Some(2), TerminationReason::WorkloadFailed));
-        assert_eq!(fx, tx(vec![TxEffect::Settle { charge: Some(AttemptCharge { attempt: 1, run_millis: 10_000 }) }]));
+        assert_eq!(
+            fx,
+            Effects::only_in_tx(vec![TxEffect::Settle {
+                charge: Some(AttemptCharge { attempt: 1, run_millis: 10_000 })
+            }])
+        );
 
         let (j, fx) = exit_and_publish(&job_in(JobPhase::Running, 3), 137, true, 5);
         assert_eq!(j.phase, JobPhase::Failed);
         assert_eq!(termination(&j), (TerminationClass::Workload, Some(137), TerminationReason::PlatformOom));
-        assert_eq!(fx, tx(vec![TxEffect::Settle { charge: Some(AttemptCharge { attempt: 1, run_millis: 2_000 }) }]));
+        assert_eq!(
+            fx,
+            Effects::only_in_tx(vec![TxEffect::Settle {
+                charge: Some(AttemptCharge { attempt: 1, run_millis: 2_000 })
+            }])
+        );
         // Neither is replayed, whatever `retries` says.
         assert!(!j.replay_pending());
         assert!(apply(&j, Event::Replay, at(9)).is_err());
@@ -677,7 +681,7 @@ mod tests {
         assert_eq!(apply(&j, Event::DeadlineExceeded, at(62)), Err(TransitionError::NotDue(at(63))));
         let o = step(&j, Event::DeadlineExceeded, at(63));
         assert_eq!(o.job.phase, JobPhase::Running);
-        assert_eq!(o.effects, out(vec![OutsideEffect::StopContainer { attempt: 1 }]));
+        assert_eq!(o.effects, Effects::only_after_commit(vec![OutsideEffect::StopContainer { attempt: 1 }]));
         // A second deadline tick changes nothing.
         let again = step(&o.job, Event::DeadlineExceeded, at(64));
         assert_eq!((again.job.clone(), again.effects), (o.job.clone(), Effects::default()));
@@ -692,7 +696,12 @@ mod tests {
         // deadline and is charged the 60 s up to it.
         assert_eq!(j.attempts[0].ended_at, Some(at(63)));
         assert_eq!(j.attempts[0].phase_timestamps[&JobPhase::Publishing], at(63));
-        assert_eq!(fx, tx(vec![TxEffect::Settle { charge: Some(AttemptCharge { attempt: 1, run_millis: 60_000 }) }]));
+        assert_eq!(
+            fx,
+            Effects::only_in_tx(vec![TxEffect::Settle {
+                charge: Some(AttemptCharge { attempt: 1, run_millis: 60_000 })
+            }])
+        );
     }
 
     #[test]
@@ -709,7 +718,9 @@ mod tests {
         assert_eq!(o.job.phase, JobPhase::TimedOut);
         assert_eq!(
             o.effects,
-            tx(vec![TxEffect::Settle { charge: Some(AttemptCharge { attempt: 1, run_millis: 60_000 }) }])
+            Effects::only_in_tx(vec![TxEffect::Settle {
+                charge: Some(AttemptCharge { attempt: 1, run_millis: 60_000 })
+            }])
         );
     }
 
@@ -722,7 +733,12 @@ mod tests {
         assert_eq!(j.phase, JobPhase::TimedOut);
         assert_eq!(termination(&j), (TerminationClass::Workload, Some(0), TerminationReason::RunningDeadlineExceeded));
         assert_eq!(j.attempts[0].ended_at, Some(at(63)));
-        assert_eq!(fx, tx(vec![TxEffect::Settle { charge: Some(AttemptCharge { attempt: 1, run_millis: 60_000 }) }]));
+        assert_eq!(
+            fx,
+            Effects::only_in_tx(vec![TxEffect::Settle {
+                charge: Some(AttemptCharge { attempt: 1, run_millis: 60_000 })
+            }])
+        );
         // An exit at the deadline itself is within it.
         let (j, _) = exit_and_publish(&job_in(JobPhase::Running, 0), 0, false, 63);
         assert_eq!(j.phase, JobPhase::Succeeded);
@@ -737,7 +753,12 @@ mod tests {
         let (j, fx) = exit_and_publish(&o.job, 137, false, 70);
         assert_eq!(j.phase, JobPhase::Cancelled);
         assert_eq!(j.attempts[0].ended_at, Some(at(70)));
-        assert_eq!(fx, tx(vec![TxEffect::Settle { charge: Some(AttemptCharge { attempt: 1, run_millis: 60_000 }) }]));
+        assert_eq!(
+            fx,
+            Effects::only_in_tx(vec![TxEffect::Settle {
+                charge: Some(AttemptCharge { attempt: 1, run_millis: 60_000 })
+            }])
+        );
     }
 
     #[test]
@@ -775,15 +796,15 @@ mod tests {
         let o = step(&job_in(JobPhase::Provisioning, 3), Event::StartFailed, at(5));
         assert_eq!(o.job.phase, JobPhase::Failed);
         assert_eq!(termination(&o.job), (TerminationClass::Platform, None, TerminationReason::PlatformStartFailed));
-        assert_eq!(o.effects, tx(vec![TxEffect::Settle { charge: None }]));
+        assert_eq!(o.effects, Effects::only_in_tx(vec![TxEffect::Settle { charge: None }]));
         assert!(!o.job.attempts[0].log_available);
 
         let o = step(&job_in(JobPhase::Running, 3), Event::Lost, at(5));
-        assert_eq!(o.effects, out(vec![OutsideEffect::PublishLog { attempt: 1 }]));
+        assert_eq!(o.effects, Effects::only_after_commit(vec![OutsideEffect::PublishLog { attempt: 1 }]));
         let o = step(&o.job, Event::Published { log_available: false }, at(6));
         assert_eq!(o.job.phase, JobPhase::Failed);
         assert_eq!(termination(&o.job).2, TerminationReason::PlatformLost);
-        assert_eq!(o.effects, tx(vec![TxEffect::Settle { charge: None }]));
+        assert_eq!(o.effects, Effects::only_in_tx(vec![TxEffect::Settle { charge: None }]));
     }
 
     // Contract row: an attempt lost with PLATFORM_EVICTED | automatic replay |
@@ -795,7 +816,7 @@ mod tests {
         let o = step(&o.job, Event::Published { log_available: true }, at(11));
         assert_eq!(o.job.phase, JobPhase::Failed);
         assert_eq!(termination(&o.job), (TerminationClass::Platform, None, TerminationReason::PlatformEvicted));
-        assert_eq!(o.effects, out(vec![OutsideEffect::ReplayDue]));
+        assert_eq!(o.effects, Effects::only_after_commit(vec![OutsideEffect::ReplayDue]));
         assert!(o.job.replay_pending() && o.job.reservation_open);
         assert_eq!(apply(&o.job, Event::Retry, at(12)), Err(TransitionError::Refused(ApiError::JobNotRetryable)));
 
@@ -814,7 +835,7 @@ mod tests {
         let j = step(&r.job, Event::Provision, at(13)).job;
         let o = step(&j, Event::Evicted, at(14));
         assert_eq!(o.job.phase, JobPhase::Failed);
-        assert_eq!(o.effects, tx(vec![TxEffect::Settle { charge: None }]));
+        assert_eq!(o.effects, Effects::only_in_tx(vec![TxEffect::Settle { charge: None }]));
         assert!(!o.job.replay_pending());
         assert!(apply(&o.job, Event::Replay, at(15)).is_err());
     }
@@ -823,7 +844,7 @@ mod tests {
     fn eviction_with_no_retries_is_final() {
         let o = step(&job_in(JobPhase::Provisioning, 0), Event::Evicted, at(5));
         assert_eq!(o.job.phase, JobPhase::Failed);
-        assert_eq!(o.effects, tx(vec![TxEffect::Settle { charge: None }]));
+        assert_eq!(o.effects, Effects::only_in_tx(vec![TxEffect::Settle { charge: None }]));
     }
 
     // Contract row: running | cancel | any state before finish | CANCELLED once
@@ -833,11 +854,16 @@ mod tests {
         let o = step(&job_in(JobPhase::Running, 3), Event::Cancel, at(10));
         assert_eq!(o.job.phase, JobPhase::Running);
         assert!(o.job.cancel_requested);
-        assert_eq!(o.effects, out(vec![OutsideEffect::StopContainer { attempt: 1 }]));
+        assert_eq!(o.effects, Effects::only_after_commit(vec![OutsideEffect::StopContainer { attempt: 1 }]));
         let (j, fx) = exit_and_publish(&o.job, 143, false, 12);
         assert_eq!(j.phase, JobPhase::Cancelled);
         assert_eq!(termination(&j), (TerminationClass::Cancelled, Some(143), TerminationReason::Cancelled));
-        assert_eq!(fx, tx(vec![TxEffect::Settle { charge: Some(AttemptCharge { attempt: 1, run_millis: 9_000 }) }]));
+        assert_eq!(
+            fx,
+            Effects::only_in_tx(vec![TxEffect::Settle {
+                charge: Some(AttemptCharge { attempt: 1, run_millis: 9_000 })
+            }])
+        );
         assert_eq!(apply(&j, Event::Retry, at(20)), Err(TransitionError::Refused(ApiError::JobNotRetryable)));
     }
 
@@ -847,28 +873,28 @@ mod tests {
         assert_eq!(o.job.phase, JobPhase::Cancelled);
         assert_eq!(o.job.attempt_number(), 0);
         assert_eq!(o.job.phase_timestamps[&JobPhase::Cancelled], at(1));
-        assert_eq!(o.effects, tx(vec![TxEffect::Settle { charge: None }]));
+        assert_eq!(o.effects, Effects::only_in_tx(vec![TxEffect::Settle { charge: None }]));
 
         let o = step(&job_in(JobPhase::Queued, 1), Event::Cancel, at(5));
         assert_eq!(o.job.phase, JobPhase::Cancelled);
         assert_eq!(termination(&o.job), (TerminationClass::Cancelled, None, TerminationReason::Cancelled));
-        assert_eq!(o.effects, tx(vec![TxEffect::Settle { charge: None }]));
+        assert_eq!(o.effects, Effects::only_in_tx(vec![TxEffect::Settle { charge: None }]));
     }
 
     #[test]
     fn cancel_while_provisioning_waits_for_the_container() {
         let o = step(&job_in(JobPhase::Provisioning, 1), Event::Cancel, at(5));
         assert_eq!(o.job.phase, JobPhase::Provisioning);
-        assert_eq!(o.effects, out(vec![OutsideEffect::StopContainer { attempt: 1 }]));
+        assert_eq!(o.effects, Effects::only_after_commit(vec![OutsideEffect::StopContainer { attempt: 1 }]));
         // Aborted start: cancelled, nothing ran, no log.
         let aborted = step(&o.job, Event::StartFailed, at(6));
         assert_eq!(aborted.job.phase, JobPhase::Cancelled);
         assert_eq!(termination(&aborted.job).2, TerminationReason::Cancelled);
-        assert_eq!(aborted.effects, tx(vec![TxEffect::Settle { charge: None }]));
+        assert_eq!(aborted.effects, Effects::only_in_tx(vec![TxEffect::Settle { charge: None }]));
         // The start won the race: stop it again, then it is cancelled.
         let started = step(&o.job, Event::ContainerStarted, at(6));
         assert_eq!(started.job.phase, JobPhase::Running);
-        assert_eq!(started.effects, out(vec![OutsideEffect::StopContainer { attempt: 1 }]));
+        assert_eq!(started.effects, Effects::only_after_commit(vec![OutsideEffect::StopContainer { attempt: 1 }]));
         let (j, _) = exit_and_publish(&started.job, 0, false, 7);
         assert_eq!(j.phase, JobPhase::Cancelled);
     }
@@ -882,7 +908,9 @@ mod tests {
         assert_eq!(termination(&o.job), (TerminationClass::Cancelled, None, TerminationReason::Cancelled));
         assert_eq!(
             o.effects,
-            tx(vec![TxEffect::Settle { charge: Some(AttemptCharge { attempt: 1, run_millis: 3_000 }) }])
+            Effects::only_in_tx(vec![TxEffect::Settle {
+                charge: Some(AttemptCharge { attempt: 1, run_millis: 3_000 })
+            }])
         );
     }
 
@@ -926,10 +954,10 @@ mod tests {
         assert!(o.job.cancel_requested);
 
         let evicted = step(&job_in(JobPhase::Provisioning, 2), Event::Evicted, at(5));
-        assert_eq!(evicted.effects, out(vec![OutsideEffect::ReplayDue]));
+        assert_eq!(evicted.effects, Effects::only_after_commit(vec![OutsideEffect::ReplayDue]));
         let o = step(&evicted.job, Event::Cancel, at(6));
         assert_eq!(o.job.phase, JobPhase::Failed);
-        assert_eq!(o.effects, tx(vec![TxEffect::Settle { charge: None }]));
+        assert_eq!(o.effects, Effects::only_in_tx(vec![TxEffect::Settle { charge: None }]));
         assert!(!o.job.replay_pending());
         assert!(matches!(apply(&o.job, Event::Replay, at(7)), Err(TransitionError::NotAllowed { .. })));
     }
@@ -946,7 +974,7 @@ mod tests {
         let o = step(&o.job, Event::Cancel, at(11));
         let o = step(&o.job, Event::Published { log_available: true }, at(12));
         assert_eq!(o.job.phase, JobPhase::Failed);
-        assert_eq!(o.effects, tx(vec![TxEffect::Settle { charge: None }]));
+        assert_eq!(o.effects, Effects::only_in_tx(vec![TxEffect::Settle { charge: None }]));
     }
 
     // Contract row: a failed or timed-out job | retry | retryable | new
@@ -958,13 +986,16 @@ mod tests {
         assert_eq!(o.job.phase, JobPhase::Queued);
         assert_eq!(o.job.attempt_number(), 2);
         assert_eq!(o.job.attempts[1].funding, Funding::Reservation);
-        assert_eq!(o.effects, tx(vec![TxEffect::Reserve { attempt: 2 }]));
+        assert_eq!(o.effects, Effects::only_in_tx(vec![TxEffect::Reserve { attempt: 2 }]));
         assert!(o.job.reservation_open);
         assert_eq!(o.job.phase_timestamps, BTreeMap::from([(JobPhase::Accepted, T0), (JobPhase::Queued, at(20))]));
 
         let j = step(&job_in(JobPhase::Running, 0), Event::DeadlineExceeded, at(63)).job;
         let (timed_out, _) = exit_and_publish(&j, 137, false, 64);
-        assert_eq!(step(&timed_out, Event::Retry, at(70)).effects, tx(vec![TxEffect::Reserve { attempt: 2 }]));
+        assert_eq!(
+            step(&timed_out, Event::Retry, at(70)).effects,
+            Effects::only_in_tx(vec![TxEffect::Reserve { attempt: 2 }])
+        );
 
         // A job whose evictions used up its replays is FAILED and retryable,
         // and the retry gets a fresh count of replays.

@@ -5,6 +5,7 @@
 //! decisions come out as values. grid-server is the only driver.
 
 pub mod catalog;
+pub mod effects;
 pub mod error;
 pub mod idempotency;
 pub mod ids;

@@ -173,11 +173,7 @@ pub enum OutsideEffect {
 ///     match e {}
 /// }
 /// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Effects {
-    pub in_tx: Vec<TxEffect>,
-    pub after_commit: Vec<OutsideEffect>,
-}
+pub type Effects = crate::effects::Effects<TxEffect, OutsideEffect>;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
