@@ -93,6 +93,28 @@ pub fn running(pid: i32) -> bool {
         .unwrap_or(false)
 }
 
+/// A process's `/proc/PID/status` (None when it is gone).
+pub fn status(pid: i32) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/status")).ok()
+}
+
+/// The fields of the `name:` line of a `/proc/PID/status` (or
+/// `/proc/meminfo`) text: `Uid:\t0\t0\t0\t0` gives four; empty when the
+/// line is missing.
+pub fn status_fields<'a>(status: &'a str, name: &str) -> Vec<&'a str> {
+    let prefix = format!("{name}:");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map(|rest| rest.split_whitespace().collect())
+        .unwrap_or_default()
+}
+
+/// A `name:` line's first field as a number (`VmRSS:  123 kB` gives 123).
+pub fn status_number(status: &str, name: &str) -> Option<u64> {
+    status_fields(status, name).first()?.parse().ok()
+}
+
 /// The command line of a process (empty when it is gone).
 pub fn cmdline(pid: i32) -> Vec<String> {
     std::fs::read(format!("/proc/{pid}/cmdline"))

@@ -481,10 +481,7 @@ impl GridServer {
         let pid = self.pid().unwrap_or_else(|| self.fail("rss_bytes: server not running"));
         let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
             .unwrap_or_else(|e| self.fail(&format!("read /proc/{pid}/status: {e}")));
-        let kib = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        let kib = crate::host::status_number(&status, "VmRSS")
             .unwrap_or_else(|| self.fail(&format!("no VmRSS in /proc/{pid}/status")));
         kib * 1024
     }

@@ -188,12 +188,7 @@ async fn control_characters_do_not_hide_a_file_url() {
 /// shared anonymous mapping), in bytes.
 fn host_shmem() -> u64 {
     let meminfo = std::fs::read_to_string("/proc/meminfo").expect("/proc/meminfo");
-    let kib = meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("Shmem:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .expect("Shmem in /proc/meminfo");
-    kib * 1024
+    host::status_number(&meminfo, "Shmem").expect("Shmem in /proc/meminfo") * 1024
 }
 
 /// Every file below `dir` with its size (nothing when it cannot be read).
@@ -365,16 +360,10 @@ async fn downloads_aimed_at_dev_shm_take_no_host_shared_memory() {
 fn browsers_memory(server: i32) -> u64 {
     host::descendants(server)
         .into_iter()
-        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
+        .filter_map(host::status)
         .map(|status| {
-            let kib = |field: &str| {
-                status
-                    .lines()
-                    .find_map(|l| l.strip_prefix(field))
-                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-                    .unwrap_or(0)
-            };
-            (kib("RssAnon:") + kib("RssShmem:")) * 1024
+            let kib = |field: &str| host::status_number(&status, field).unwrap_or(0);
+            (kib("RssAnon") + kib("RssShmem")) * 1024
         })
         .sum()
 }
@@ -494,8 +483,7 @@ async fn a_neighbour_spinning_many_threads_gets_one_browsers_share_of_the_cpu() 
 
 /// The real uid a process runs as.
 fn uid_of(pid: i32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status.lines().find_map(|l| l.strip_prefix("Uid:"))?.split_whitespace().next()?.parse().ok()
+    host::status_fields(&host::status(pid)?, "Uid").first()?.parse().ok()
 }
 
 /// Threads of every process running as `uid` (what a task bound counts).
@@ -503,8 +491,8 @@ fn tasks_of_uid(uid: u32) -> u64 {
     host::pids()
         .into_iter()
         .filter(|p| uid_of(*p) == Some(uid))
-        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/status")).ok())
-        .filter_map(|s| s.lines().find_map(|l| l.strip_prefix("Threads:")).and_then(|n| n.trim().parse::<u64>().ok()))
+        .filter_map(host::status)
+        .filter_map(|s| host::status_number(&s, "Threads"))
         .sum()
 }
 

@@ -906,12 +906,9 @@ async fn the_engine_log_of_a_container_is_capped_within_its_ephemeral_storage() 
 
 /// `Name:\tA\tB…` of a /proc/PID/status: the fields after the name.
 fn status_fields<'a>(status: &'a str, name: &str) -> Vec<&'a str> {
-    let prefix = format!("{name}:");
-    let line = status
-        .lines()
-        .find(|l| l.starts_with(&prefix))
-        .unwrap_or_else(|| panic!("no {name}: line in /proc/PID/status:\n{status}"));
-    line[prefix.len()..].split_whitespace().collect()
+    let fields = grid_tests::host::status_fields(status, name);
+    assert!(!fields.is_empty(), "no {name}: line in /proc/PID/status:\n{status}");
+    fields
 }
 
 /// The attempt's scratch on the host: its container's `/tmp`.
