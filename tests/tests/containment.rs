@@ -41,6 +41,14 @@ fn wrapped(session: &str, id: u64, method: &str, params: Value) -> Value {
     json!({"sessionId": session, "message": inner.to_string()})
 }
 
+/// Fails the test (with the server's log tail) naming every finding, when
+/// there is any: one run shows every way an attack got through.
+fn fail_on(server: &GridServer, findings: &[String]) {
+    if !findings.is_empty() {
+        server.fail(&format!("{} finding(s):\n- {}", findings.len(), findings.join("\n- ")));
+    }
+}
+
 /// The URLs of every target of the browser.
 async fn target_urls(server: &GridServer, cdp: &mut Cdp) -> Vec<String> {
     let targets = cdp.call("Target.getTargets", json!({}), None).await.unwrap_or_else(|e| server.fail(&e));
@@ -126,9 +134,7 @@ async fn commands_wrapped_in_send_message_to_target_meet_the_gate() {
     if let Some(u) = urls.iter().find(|u| u.starts_with("file:")) {
         findings.push(format!("a file: page is open: {u} (all: {urls:?})"));
     }
-    if !findings.is_empty() {
-        server.fail(&format!("{} finding(s):\n- {}", findings.len(), findings.join("\n- ")));
-    }
+    fail_on(&server, &findings);
 }
 
 #[tokio::test]
@@ -179,9 +185,7 @@ async fn control_characters_do_not_hide_a_file_url() {
     if let Some(u) = urls.iter().find(|u| u.starts_with("file:") || u.contains("passwd")) {
         findings.push(format!("a file: page is open: {u} (all: {urls:?})"));
     }
-    if !findings.is_empty() {
-        server.fail(&format!("{} finding(s):\n- {}", findings.len(), findings.join("\n- ")));
-    }
+    fail_on(&server, &findings);
 }
 
 /// The host's shared memory (`Shmem` of /proc/meminfo: every tmpfs and
@@ -276,9 +280,7 @@ async fn every_writable_filesystem_of_a_browser_is_bounded() {
     if chromium.is_empty() {
         findings.push("no chromium process found: the check proves nothing".into());
     }
-    if !findings.is_empty() {
-        server.fail(&format!("{} finding(s):\n- {}", findings.len(), findings.join("\n- ")));
-    }
+    fail_on(&server, &findings);
 }
 
 #[tokio::test]
