@@ -63,19 +63,11 @@ pub enum Needs {
     /// One HTTP request from the server itself, no browser
     /// (`grid-server/src/capture/fetch.rs`).
     Http,
-    /// A page of the account's pooled browser, and what is read off it
-    /// (`grid-server/src/browser/scripts.rs`).
-    Browser(PageReads),
-}
-
-/// What a browser script reads off its page once it is ready.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PageReads {
-    pub screenshot: bool,
-    /// The DOM serialised after the page's scripts ran.
-    pub html: bool,
-    /// The main document's response body as received.
-    pub body: bool,
+    /// A page of the account's pooled browser
+    /// (`grid-server/src/browser/scripts.rs`), which reads off it the files
+    /// the row publishes: the screenshot, the DOM serialised after the
+    /// page's scripts ran (html), the main document's body as received.
+    Browser,
 }
 
 impl Script {
@@ -91,7 +83,7 @@ impl Script {
             Script::Capture => ScriptRow {
                 name: "capture",
                 params: &[Page, Rendering, ParamGroup::Screenshot],
-                needs: Needs::Browser(PageReads { screenshot: true, html: true, body: false }),
+                needs: Needs::Browser,
                 publishes: &[Screenshot, Html, Meta],
                 price_micros: 1_000,
             },
@@ -105,14 +97,14 @@ impl Script {
             Script::BrowserFetch => ScriptRow {
                 name: "browser-fetch",
                 params: &[Page, AllowedHosts],
-                needs: Needs::Browser(PageReads { screenshot: false, html: false, body: true }),
+                needs: Needs::Browser,
                 publishes: &[Body, Meta],
                 price_micros: 800,
             },
             Script::RenderFetch => ScriptRow {
                 name: "render-fetch",
                 params: &[Page, AllowedHosts, Rendering],
-                needs: Needs::Browser(PageReads { screenshot: false, html: true, body: false }),
+                needs: Needs::Browser,
                 publishes: &[Html, Meta],
                 price_micros: 800,
             },
@@ -136,7 +128,7 @@ impl Script {
     pub fn needs_browser(self) -> bool {
         match self.row().needs {
             Needs::Http => false,
-            Needs::Browser(_) => true,
+            Needs::Browser => true,
         }
     }
 
@@ -321,13 +313,11 @@ mod tests {
                     assert!(!publishes(ArtifactKind::Screenshot) && !publishes(ArtifactKind::Html), "{s}: no page");
                     assert_eq!(row.params, [ParamGroup::Request], "{s}");
                 }
-                Needs::Browser(reads) => {
-                    assert_eq!(reads.screenshot, publishes(ArtifactKind::Screenshot), "{s}");
-                    assert_eq!(reads.html, publishes(ArtifactKind::Html), "{s}");
-                    assert_eq!(reads.body, publishes(ArtifactKind::Body), "{s}");
+                Needs::Browser => {
+                    let (screenshot, html) = (publishes(ArtifactKind::Screenshot), publishes(ArtifactKind::Html));
                     assert!(s.takes(ParamGroup::Page) && !s.takes(ParamGroup::Request), "{s}");
-                    assert_eq!(s.takes(ParamGroup::Screenshot), reads.screenshot, "{s}");
-                    assert_eq!(s.takes(ParamGroup::Rendering), reads.screenshot || reads.html, "{s}");
+                    assert_eq!(s.takes(ParamGroup::Screenshot), screenshot, "{s}");
+                    assert_eq!(s.takes(ParamGroup::Rendering), screenshot || html, "{s}");
                 }
             }
         }

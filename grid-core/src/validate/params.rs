@@ -181,7 +181,7 @@ pub fn names(script: Script) -> Vec<&'static str> {
 pub fn check(script: Script, params: &Map<String, Value>) -> Result<(), String> {
     match script.row().needs {
         Needs::Http => fetch(params).map(drop),
-        Needs::Browser(_) => browser(script, params).map(drop),
+        Needs::Browser => browser(script, params).map(drop),
     }
 }
 
@@ -191,7 +191,7 @@ pub fn check(script: Script, params: &Map<String, Value>) -> Result<(), String> 
 pub fn check_item(script: Script, params: &Map<String, Value>, url: &str) -> Result<(), String> {
     match script.row().needs {
         Needs::Http => fetch(params).map(drop),
-        Needs::Browser(_) => {
+        Needs::Browser => {
             let p = browser(script, params)?;
             match url::Url::parse(url).ok().as_ref().and_then(url::Url::host) {
                 Some(url::Host::Ipv6(v6)) => p.check_for_host(&format!("[{v6}]")),

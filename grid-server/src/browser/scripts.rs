@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use grid_core::catalog::{ArtifactKind, Needs, PageReads, Script};
+use grid_core::catalog::{ArtifactKind, Needs, Script};
 use grid_core::item::Failure;
 use grid_core::validate::params::{self, Region};
 use serde_json::{json, Value};
@@ -85,10 +85,17 @@ pub async fn run(pool: &Arc<BrowserPool>, row: &ItemRow) -> Result<Vec<FileConte
     Ok(files(row, &spec, out, Meta { started, fetched_at, browser_id, product }))
 }
 
-/// What the page is read for: the script's row (`Script::row`) says.
+/// What the page is read for: the files the script's row (`Script::row`)
+/// publishes.
 fn want(script: Script) -> Want {
-    match script.row().needs {
-        Needs::Browser(PageReads { screenshot, html, body }) => Want { screenshot, html, body },
+    let row = script.row();
+    let reads = |kind| row.publishes.contains(&kind);
+    match row.needs {
+        Needs::Browser => Want {
+            screenshot: reads(ArtifactKind::Screenshot),
+            html: reads(ArtifactKind::Html),
+            body: reads(ArtifactKind::Body),
+        },
         // Not run here (capture/fetch.rs runs it); nothing to read.
         Needs::Http => Want::default(),
     }

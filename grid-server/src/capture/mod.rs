@@ -355,7 +355,7 @@ async fn run_item(app: &App, fetcher: &Fetcher, row: Arc<ItemRow>, slot: Slot) {
 async fn run_attempt(app: &App, fetcher: &Fetcher, row: Arc<ItemRow>, slot: Slot) {
     let started = Instant::now();
     let result = match row.script.row().needs {
-        Needs::Browser(_) => match &app.browsers {
+        Needs::Browser => match &app.browsers {
             // Boxed: a browser script's state machine is about 14 KiB, and
             // inline it would make every fetch item's task that large too,
             // copied as the task is spawned and as it finishes.
