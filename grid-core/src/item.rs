@@ -182,6 +182,11 @@ impl Backoff {
 /// item's new state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TxEffect {
+    /// Reserve the item's script price with its creation (`submit`). The
+    /// driver writes a batch's reservations as one ledger entry whose
+    /// subject is the batch, as it writes many settlements per statement;
+    /// each item's settlement later resolves its share.
+    Reserve,
     /// Publish the file family the succeeding attempt stored, with the state
     /// change.
     PublishFiles,
@@ -214,6 +219,7 @@ pub enum OutsideEffect {
 /// use grid_core::item::{OutsideEffect, TxEffect};
 /// fn execute_in_tx(e: &TxEffect) -> &'static str {
 ///     match e {
+///         TxEffect::Reserve => "reserve",
 ///         TxEffect::PublishFiles => "files",
 ///         TxEffect::PublishFailureRecord { .. } => "failure record",
 ///         TxEffect::Settle(_) => "settle",
@@ -235,6 +241,7 @@ pub enum OutsideEffect {
 /// use grid_core::item::TxEffect;
 /// fn execute_in_tx(e: &TxEffect) -> &'static str {
 ///     match e {
+///         TxEffect::Reserve => "reserve",
 ///         TxEffect::PublishFiles => "files",
 ///         TxEffect::Settle(_) => "settle",
 ///     }
@@ -266,6 +273,16 @@ fn event_name(e: &Event) -> &'static str {
         Event::Wake => "wake",
         Event::Recover => "recover",
         Event::Retry { .. } => "retry",
+    }
+}
+
+/// The machine's first step: an item created by POST /batches, queued
+/// (prioritized when it has a priority), its price reserved in the
+/// transaction that stores it, and claimable once that commits.
+pub fn submit(priority: Option<u32>) -> Outcome {
+    Outcome {
+        item: Item::new(priority),
+        effects: Effects { in_tx: vec![TxEffect::Reserve], after_commit: vec![OutsideEffect::Enqueue] },
     }
 }
 
@@ -372,13 +389,22 @@ mod tests {
         assert_eq!(Item::new(Some(5)).state, ItemState::Prioritized);
     }
 
+    #[test]
+    fn submit_reserves_in_the_transaction_and_enqueues_after_it() {
+        let o = submit(Some(3));
+        assert_eq!(o.item, Item::new(Some(3)));
+        assert!(o.item.billable, "the reservation it takes is the one its end settles");
+        assert_eq!(o.effects.in_tx, vec![TxEffect::Reserve]);
+        assert_eq!(o.effects.after_commit, vec![OutsideEffect::Enqueue]);
+    }
+
     fn owed(o: &Outcome) -> Vec<Settlement> {
         o.effects
             .in_tx
             .iter()
             .filter_map(|e| match e {
                 TxEffect::Settle(s) => Some(*s),
-                TxEffect::PublishFiles | TxEffect::PublishFailureRecord { .. } => None,
+                TxEffect::Reserve | TxEffect::PublishFiles | TxEffect::PublishFailureRecord { .. } => None,
             })
             .collect()
     }

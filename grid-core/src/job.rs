@@ -279,8 +279,9 @@ pub struct AttemptCharge {
 /// (a refused reservation) rolls the whole step back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TxEffect {
-    /// A manual retry needs a new reservation of the job formula. The driver
-    /// checks credit first and drops the whole outcome on a refusal.
+    /// A new job (`submit`) or a manual retry needs a new reservation of
+    /// the job formula for `attempt`. The driver checks credit first and
+    /// drops the whole outcome on a refusal.
     Reserve { attempt: u32 },
     /// Settle the job's open reservation: charge `charge` if any, release
     /// the rest.
@@ -358,6 +359,17 @@ pub enum TransitionError {
     /// ACCEPTED without an attempt, an ended attempt without a termination).
     #[error("inconsistent job: {0}")]
     Inconsistent(&'static str),
+}
+
+/// The machine's first step: a job accepted by POST /jobs at `now`, its
+/// first attempt's reservation taken in the transaction that stores it.
+/// The scheduler, woken once it commits (the job holds no container),
+/// queues it (`Event::Enqueue`).
+pub fn submit(retries: u32, running_deadline_seconds: u32, now: Millis) -> Outcome {
+    Outcome {
+        job: Job::new(retries, running_deadline_seconds, now),
+        effects: Effects::only_in_tx(vec![TxEffect::Reserve { attempt: 1 }]),
+    }
 }
 
 /// Applies one event. Pure: `now` is an input.
@@ -568,6 +580,17 @@ mod tests {
             assert_eq!(j.phase, reached);
         }
         j
+    }
+
+    #[test]
+    fn submit_reserves_the_first_attempt_in_the_transaction() {
+        let o = submit(2, 60, T0);
+        assert_eq!(o.job, Job::new(2, 60, T0));
+        assert_eq!((o.job.phase, o.job.reservation_open), (JobPhase::Accepted, true));
+        assert_eq!(o.effects, Effects::only_in_tx(vec![TxEffect::Reserve { attempt: 1 }]));
+        // The reservation it took is the one its first attempt runs on.
+        let queued = step(&o.job, Event::Enqueue, at(1)).job;
+        assert_eq!(queued.current_attempt().map(|a| a.funding), Some(Funding::Reservation));
     }
 
     fn termination(j: &Job) -> (TerminationClass, Option<i32>, TerminationReason) {

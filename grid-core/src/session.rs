@@ -131,6 +131,8 @@ fn event_name(e: Event) -> &'static str {
 /// rolls the whole step back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TxEffect {
+    /// Reserve the whole lifetime's price with the lease (`lease`).
+    Reserve,
     /// Settle the reservation: charge `ready_millis` of ready time, release
     /// the rest.
     Settle { ready_millis: i64 },
@@ -140,6 +142,9 @@ pub enum TxEffect {
 /// database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OutsideEffect {
+    /// Start the leased session's browser on the node it was placed on
+    /// (here, or by telling that node).
+    StartBrowser,
     /// Stop the browser and revoke the cdpUrl's token.
     StopBrowser,
 }
@@ -153,11 +158,13 @@ pub enum OutsideEffect {
 /// use grid_core::session::{OutsideEffect, TxEffect};
 /// fn execute_in_tx(e: &TxEffect) -> i64 {
 ///     match e {
+///         TxEffect::Reserve => 0,
 ///         TxEffect::Settle { ready_millis } => *ready_millis,
 ///     }
 /// }
 /// fn execute_after_commit(e: &OutsideEffect) -> &'static str {
 ///     match e {
+///         OutsideEffect::StartBrowser => "start",
 ///         OutsideEffect::StopBrowser => "stop",
 ///     }
 /// }
@@ -170,7 +177,9 @@ pub enum OutsideEffect {
 /// ```compile_fail,E0004
 /// use grid_core::session::TxEffect;
 /// fn execute_in_tx(e: &TxEffect) -> i64 {
-///     match e {}
+///     match e {
+///         TxEffect::Settle { ready_millis } => *ready_millis,
+///     }
 /// }
 /// ```
 pub type Effects = crate::effects::Effects<TxEffect, OutsideEffect>;
@@ -189,6 +198,16 @@ pub enum TransitionError {
     NotDue(Millis),
     #[error(transparent)]
     Refused(#[from] ApiError),
+}
+
+/// The machine's first step: a session leased by POST /sessions at
+/// `created_at`, pending, its whole lifetime reserved in the transaction
+/// that stores it, its browser started once that commits.
+pub fn lease(created_at: Millis, ttl_minutes: u32) -> Outcome {
+    Outcome {
+        session: Session::new(created_at, ttl_minutes),
+        effects: Effects { in_tx: vec![TxEffect::Reserve], after_commit: vec![OutsideEffect::StartBrowser] },
+    }
 }
 
 /// Applies one event. Pure: `now` is an input.
@@ -303,6 +322,18 @@ mod tests {
         assert_eq!(s.expires_at, at(1_800));
         assert_eq!(s.ready_millis(at(100)), 0);
         assert!(s.is_live());
+    }
+
+    #[test]
+    fn lease_reserves_in_the_transaction_and_starts_the_browser_after_it() {
+        let o = lease(T0, 30);
+        assert_eq!(o.session, Session::new(T0, 30));
+        assert_eq!(
+            o.effects,
+            Effects { in_tx: vec![TxEffect::Reserve], after_commit: vec![OutsideEffect::StartBrowser] }
+        );
+        // Its first due time is the launch deadline, stored with the lease.
+        assert_eq!(next_due(&o.session).map(|d| d.event), Some(Event::Lose));
     }
 
     #[test]
@@ -442,6 +473,8 @@ mod tests {
                             if s.ready_at.is_none() { prop_assert_eq!(ready_millis, 0); }
                             prop_assert!(session_charge_micros(ready_millis, reserved) <= reserved);
                         }
+                        // Only the lease reserves, never a later event.
+                        TxEffect::Reserve => prop_assert!(false, "{:?} reserved again", e),
                     }
                 }
                 prop_assert_eq!(settled, i32::from(s.ended.is_some()));

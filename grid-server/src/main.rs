@@ -631,7 +631,14 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
                 max_connections_per_peer: args.max_connections_per_peer as usize,
             },
         ),
-        sessions: sessions::Sessions::new(session_config, store.clone(), clock.clone(), &node.name, peers.clone()),
+        sessions: sessions::Sessions::new(
+            session_config,
+            store.clone(),
+            clock.clone(),
+            &node.name,
+            node.lease,
+            peers.clone(),
+        ),
         peers,
         keys: http::auth::KeyCache::new(store.clone(), clock.clone()),
         clock,
@@ -669,6 +676,9 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     // Before the due loop: what the last run left live ends as of its last
     // heartbeat, not as of now.
     sessions::recover(&app, last_alive).await;
+    // The session tasks: every browser a lease, a sync or a reconciliation
+    // starts here.
+    sessions::run_starts(app.clone());
     // After recovery: its first beat reconciles this node's sessions, and
     // those the last run left must be ended first, not started again.
     tokio::spawn(nodes::run(app.clone(), node.clone(), stop_rx.clone()));

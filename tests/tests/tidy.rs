@@ -1058,3 +1058,59 @@ fn effect_executors_in_drivers_have_no_wildcard_arm() {
         found.join("\n")
     );
 }
+
+// ----- api/ calls drivers and reads, never a store writer -----
+
+/// What opens a write transaction on the store (`Store::write`,
+/// `Store::write_blocking`) or performs a submission under an
+/// Idempotency-Key (`idempotency::once`, which writes): every write of a
+/// machine's row is its driver's, creation included.
+const STORE_WRITERS: &[&str] = &[".write(", ".write_blocking(", "idempotency::once(", "once("];
+
+fn store_writes_in(code: &str) -> Vec<(usize, &'static str)> {
+    let mut found = vec![];
+    for writer in STORE_WRITERS {
+        for (at, _) in code.match_indices(writer) {
+            let before = code[..at].chars().next_back();
+            // `once(` as a whole name only (not `call_once(`).
+            if *writer == "once(" && before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+                continue;
+            }
+            found.push((line_of(code, at), *writer));
+        }
+    }
+    found.sort();
+    found
+}
+
+#[test]
+fn store_writes_are_found_as_calls_only() {
+    let code = code_only(
+        "let x = app.store.write(move |tx| go(tx));\n\
+         app.store.read(|c| load(c));\n\
+         idempotency::once(tx, a, k, now, f);\n\
+         once(tx, a, k, now, f);\n\
+         std::sync::Once::call_once(f); // .write(\n\
+         let s = \".write(\";\n",
+    );
+    assert_eq!(store_writes_in(&code), [(1, ".write("), (3, "idempotency::once("), (4, "once(")]);
+}
+
+#[test]
+fn api_calls_drivers_and_reads_but_no_store_writer() {
+    let api = root().join("grid-server").join("src").join("api");
+    let files = rust_files(&api);
+    assert!(files.len() >= 4, "the API's calls are not where this rule looks: {files:?}");
+    let mut found = vec![];
+    for file in &files {
+        let code = code_only(&read(file));
+        for (line, writer) in store_writes_in(&code) {
+            found.push(format!("{}:{line}: `{writer}`", rel(file)));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "api/ writes only through the machines' drivers (creation is their first step), and reads:\n{}",
+        found.join("\n")
+    );
+}

@@ -10,7 +10,7 @@ use crate::app::App;
 use crate::capture::files::{self, Checked};
 use crate::ids::now;
 use crate::store::accounts::Caller;
-use crate::store::idempotency::{self, Answer, Created, Outcome};
+use crate::store::idempotency::{self, Outcome};
 use crate::store::items;
 
 pub async fn submit_batch(
@@ -21,25 +21,8 @@ pub async fn submit_batch(
 ) -> Result<Reply, ApiError> {
     let submission = validate::batch::validate(&body)?;
     let key = idempotency_key.map(|k| idempotency::Key::new(k, "POST /batches", &body));
-    let caller = caller.clone();
-    let outcome = app
-        .store
-        // A refusal rolls the transaction back: nothing is queued.
-        .write(move |tx| -> Result<_, ApiError> {
-            let now = now();
-            idempotency::once(tx, &caller.account_id, key.as_ref(), now, |tx| {
-                let created = items::submit_batch(tx, &caller, &submission, now)?;
-                let answer = Answer::json(201, &created)?;
-                Ok(Created { subject: created.batch_id.clone(), answer, value: created })
-            })
-        })
-        .await?;
-    Ok(match outcome {
-        Outcome::Performed(created, answer) => {
-            app.queue_ready.notify_waiters();
-            tracing::info!(batch = %created.batch_id, items = created.job_count, "batch queued");
-            Reply::answer(answer, false)
-        }
+    Ok(match app.items.submit(caller, submission, key).await? {
+        Outcome::Performed(_, answer) => Reply::answer(answer, false),
         Outcome::Replayed(answer) => Reply::answer(answer, true),
     })
 }

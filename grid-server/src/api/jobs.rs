@@ -15,7 +15,6 @@ use crate::ids::now;
 use crate::store::accounts::Caller;
 use crate::store::jobs::{self, JobError, JobRow, ListFilter};
 use crate::store::nodes;
-use grid_core::job::TransitionError;
 
 /// Header set while job tracking has not caught up with the engine.
 const DEGRADED: &str = "x-grid-compute-degraded";
@@ -88,24 +87,10 @@ pub async fn submit(app: &App, caller: &Caller, body: Value) -> Result<Reply, Ap
             ApiError::compute_unavailable()
         }
     })?;
-    let caller = caller.clone();
-    let (row, created) = app
-        .store
-        .write(move |tx| {
-            let (row, created) = jobs::submit(tx, &caller, &sub, &body, &digest, now())?;
-            // The reservation succeeded (the account can afford it); a
-            // request no node can hold is refused now, the reservation
-            // rolled back with the insert.
-            match too_big {
-                Some(refusal) if created => Err(JobError::Transition(TransitionError::Refused(refusal))),
-                _ => Ok((row, created)),
-            }
-        })
-        .await?;
-    if created {
-        tracing::info!(job = %row.id, "job accepted");
-        app.compute.driver.wake_scheduler();
-    }
+    // The reservation is taken first (the account can afford it); a request
+    // no node can hold is then refused, the reservation rolled back with
+    // the insert.
+    let (row, created) = app.compute.driver.submit(caller, sub, body, digest, too_big).await?;
     record(app, row, if created { 202 } else { 200 }).await
 }
 

@@ -12,12 +12,9 @@ use serde_json::Value;
 use super::Reply;
 use crate::app::App;
 use crate::ids::{now, random_hex};
-use crate::peers::Subject;
-use crate::sessions::{self, token_hash};
 use crate::store::accounts::Caller;
-use crate::store::idempotency::{self, Answer, Created, Outcome};
-use crate::store::nodes;
-use crate::store::sessions::{self as store, SessionError};
+use crate::store::idempotency::{self, Outcome};
+use crate::store::sessions as store;
 
 fn enabled(app: &App) -> Result<(), ApiError> {
     if app.sessions.config.disabled {
@@ -37,48 +34,18 @@ pub async fn lease(
     let sub = validate::session::validate(&body)?;
     let key = idempotency_key.map(|k| idempotency::Key::new(k, "POST /sessions", &body));
     let token = random_hex(32);
-    let (c, s, t) = (caller.clone(), sub.clone(), token.clone());
-    let (base_url, node, lease) = (app.config.base_url.clone(), app.config.node.clone(), app.config.node_lease);
-    let outcome = app
-        .store
-        .write(move |tx| -> Result<_, SessionError> {
-            let now = now();
-            idempotency::once(tx, &c.account_id, key.as_ref(), now, |tx| {
-                let placement = store::Placement { me: &node, live_after: nodes::live_after(now, lease) };
-                let row = store::lease(tx, &c, &s, &t, placement, now)?;
-                let lease = SessionLease {
-                    cdp_url: format!("{base_url}/cdp/{}/{t}", row.id),
-                    session_id: row.id.clone(),
-                    expires_at: row.session.expires_at,
-                    profile_id: row.profile.as_str().to_string(),
-                    attestation: None,
-                    network_policy: row.network_policy.clone(),
-                    network_attestation: None,
-                };
-                let answer = Answer::json(201, &lease)?;
-                Ok(Created { subject: row.id.clone(), answer, value: row })
-            })
-        })
-        .await?;
-    Ok(match outcome {
-        Outcome::Performed(row, answer) => {
-            match row.node.as_deref() {
-                Some(node) if node != app.config.node => {
-                    // Placed on another node (this one's slots are taken):
-                    // it starts the browser when told, or at its next
-                    // reconciliation if the call fails.
-                    let (app, id, node) = (app.clone(), row.id.clone(), node.to_string());
-                    tokio::spawn(async move {
-                        if let Err(e) = app.peers.sync(&node, Subject::Session(&id)).await {
-                            tracing::warn!(session = %id, %node, error = %e, "the session's node was not told to start it; it does at its next reconciliation");
-                        }
-                    });
-                }
-                _ => sessions::spawn(app.clone(), row.id.clone(), token_hash(&token), sub),
-            }
-            tracing::info!(session = %row.id, profile = row.profile.as_str(), node = row.node.as_deref().unwrap_or("-"), "session leased");
-            Reply::answer(answer, false)
-        }
+    let (base_url, t) = (app.config.base_url.clone(), token.clone());
+    let answer = move |row: &store::SessionRow| SessionLease {
+        cdp_url: format!("{base_url}/cdp/{}/{t}", row.id),
+        session_id: row.id.clone(),
+        expires_at: row.session.expires_at,
+        profile_id: row.profile.as_str().to_string(),
+        attestation: None,
+        network_policy: row.network_policy.clone(),
+        network_attestation: None,
+    };
+    Ok(match app.sessions.driver.lease(caller, sub, key, token, answer).await? {
+        Outcome::Performed(_, answer) => Reply::answer(answer, false),
         // The first request started the browser; nothing more to do.
         Outcome::Replayed(answer) => Reply::answer(answer, true),
     })

@@ -28,8 +28,10 @@ use crate::store::Conn;
 use futures_util::future::BoxFuture;
 use grid_core::catalog::Profile;
 use grid_core::error::ApiError;
+use grid_core::ids;
 use grid_core::item::{self, Backoff, Event, Failure, Item, Outcome, OutsideEffect, TransitionError, TxEffect};
 use grid_core::time::Millis;
+use grid_core::wire::batch::{BatchCreated, BatchSubmission};
 use grid_core::wire::item::ItemRetried;
 use serde_json::json;
 #[cfg(test)]
@@ -40,7 +42,10 @@ use super::commits::Commits;
 use super::files::{self, FileContent};
 use crate::clock::Clock;
 use crate::due::Due;
+use crate::ids::new_id;
+use crate::store::accounts::Caller;
 use crate::store::accounts::{self, Entry};
+use crate::store::idempotency::{self, Answer, Created};
 use crate::store::items::{self, ItemError, ItemRow, PublishedFile};
 use crate::store::{Store, StoreError};
 
@@ -259,6 +264,32 @@ impl ItemDriver {
         }
     }
 
+    /// POST /batches for `caller`: the batch stored and its items queued
+    /// in one transaction, under the request's Idempotency-Key if it has
+    /// one (`key`: a resend with the same body is answered the first
+    /// answer, `Outcome::Replayed`, and queues nothing).
+    pub async fn submit(
+        &self,
+        caller: &Caller,
+        sub: BatchSubmission,
+        key: Option<idempotency::Key>,
+    ) -> Result<idempotency::Outcome<BatchCreated>, ItemError> {
+        let caller = caller.clone();
+        let outcome = self
+            .transact(move |tx, now, _, after| {
+                idempotency::once(tx, &caller.account_id, key.as_ref(), now, |tx| {
+                    let created = submit_batch(tx, &caller, &sub, now, after)?;
+                    let answer = Answer::json(201, &created)?;
+                    Ok(Created { subject: created.batch_id.clone(), answer, value: created })
+                })
+            })
+            .await?;
+        if let idempotency::Outcome::Performed(created, _) = &outcome {
+            tracing::info!(batch = %created.batch_id, items = created.job_count, "batch queued");
+        }
+        Ok(outcome)
+    }
+
     /// POST /jobs/{id}/retry for a capture item of `account_id`.
     pub async fn retry(&self, account_id: &str, id: &str) -> Result<ItemRetried, ItemError> {
         let (account_id, id) = (account_id.to_string(), id.to_string());
@@ -459,6 +490,41 @@ impl Wake {
     }
 }
 
+/// The machine's first step for every item of a batch `caller` submitted
+/// (`grid_core::item::submit`), in the caller's transaction: the batch and
+/// its items stored, their reservation written (a refusal rolls all of it
+/// back: nothing is queued), idle workers woken once it commits.
+fn submit_batch(
+    tx: &Conn,
+    caller: &Caller,
+    sub: &BatchSubmission,
+    now: Millis,
+    after: &mut After,
+) -> Result<BatchCreated, ItemError> {
+    let Outcome { item, effects } = item::submit(sub.priority);
+    let batch_id = new_id(ids::BATCH);
+    let rows = items::new_rows(&batch_id, caller, sub, &item, now);
+    items::insert_batch(tx, caller, sub, &batch_id, &rows, now)?;
+    let mut writes = Writes::paid_by(caller, &batch_id);
+    for row in &rows {
+        execute_in_tx(row, &[], &effects.in_tx, now, &mut writes);
+    }
+    execute_after_commit(&effects.after_commit, after);
+    writes.store(tx, now)?;
+    Ok(BatchCreated { batch_id: batch_id.clone(), job_count: rows.len() as u32 })
+}
+
+/// `submit_batch` alone, for tests that need a batch stored.
+#[cfg(test)]
+pub(crate) fn create_batch(
+    tx: &Conn,
+    caller: &Caller,
+    sub: &BatchSubmission,
+    now: Millis,
+) -> Result<BatchCreated, ItemError> {
+    submit_batch(tx, caller, sub, now, &mut After::default())
+}
+
 /// Load → apply → execute → save, all in the caller's transaction.
 fn step(
     tx: &Conn,
@@ -498,14 +564,31 @@ fn step_row(
 /// its ends owe.
 #[derive(Default)]
 struct Writes<'a> {
+    /// Who pays the reservations gathered in `reserve`, and its ledger
+    /// subject: the caller and the batch, when a batch is created.
+    payer: Option<(&'a Caller, &'a str)>,
+    /// Sum of the reservations of the items created (one ledger entry).
+    reserve: i64,
     publish: Vec<(&'a str, Cow<'a, PublishedFile>)>,
     settle: Vec<Entry<'a>>,
 }
 
-impl Writes<'_> {
-    fn store(&self, tx: &Conn, now: Millis) -> Result<(), StoreError> {
+impl<'a> Writes<'a> {
+    /// The writes of a batch's creation: its items' reservations are one
+    /// entry, billed to `caller`, whose subject is the batch.
+    fn paid_by(caller: &'a Caller, batch_id: &'a str) -> Writes<'a> {
+        Writes { payer: Some((caller, batch_id)), ..Writes::default() }
+    }
+
+    fn store(&self, tx: &Conn, now: Millis) -> Result<(), ItemError> {
+        if self.reserve > 0 {
+            let Some((caller, subject)) = self.payer else {
+                return Err(StoreError::Invalid("a reservation with no payer".into()).into());
+            };
+            accounts::reserve(tx, caller, self.reserve, subject, now)?;
+        }
         items::insert_files(tx, &self.publish, now)?;
-        accounts::append_all(tx, &self.settle, now)
+        Ok(accounts::append_all(tx, &self.settle, now)?)
     }
 }
 
@@ -523,6 +606,7 @@ fn execute_in_tx<'a>(
 ) {
     for effect in effects {
         match effect {
+            TxEffect::Reserve => writes.reserve += row.price_micros,
             TxEffect::PublishFiles => writes.publish.extend(files.iter().map(|f| (row.id.as_str(), Cow::Borrowed(f)))),
             TxEffect::PublishFailureRecord { attempt, reason } => {
                 let record = files::inline(&row.id, failure_record(row, *attempt, reason, now));
@@ -1158,7 +1242,7 @@ mod tests {
             priority: None,
         };
         let c = c.clone();
-        store.write_blocking(move |tx| items::submit_batch(tx, &c, &sub, T)).unwrap();
+        store.write_blocking(move |tx| create_batch(tx, &c, &sub, T)).unwrap();
     }
 
     /// Fencing per item in a batch: after a takeover, each stale end of a

@@ -29,12 +29,13 @@ use std::time::Duration;
 
 use crate::store::Conn;
 use futures_util::future::BoxFuture;
+use grid_core::error::ApiError;
 use grid_core::ids;
-use grid_core::job::{self, AttemptCharge, Event, Outcome, OutsideEffect, TxEffect};
+use grid_core::job::{self, AttemptCharge, Event, Outcome, OutsideEffect, TransitionError, TxEffect};
 use grid_core::ledger::{self, EntryKind};
 use grid_core::pricing;
 use grid_core::time::Millis;
-use grid_core::wire::job::JobPhase;
+use grid_core::wire::job::{JobPhase, JobSubmission};
 use grid_core::wire::job_record::{Executor, JobArtifact, LOG_CONTENT_TYPE, LOG_KIND};
 use tokio::sync::Notify;
 use tracing::Instrument;
@@ -147,6 +148,33 @@ pub fn transition(
     transition_row(tx, row, event, at, payer)
 }
 
+/// The machine's first step (`grid_core::job::submit`), in `tx`: stores the
+/// job `caller` submitted with its first reservation, billed to `caller`.
+/// Answers the job and whether it was created now: an `idempotencyKey`
+/// already used answers its job (`false`, nothing reserved), or
+/// IDEMPOTENCY_CONFLICT for another body.
+pub fn create(
+    tx: &Conn,
+    caller: &Caller,
+    sub: &JobSubmission,
+    body: &serde_json::Value,
+    image_digest: &str,
+    at: Millis,
+) -> Result<(JobRow, bool), JobError> {
+    if let Some((row, hash)) = jobs::find_by_idempotency_key(tx, &caller.account_id, &sub.idempotency_key)? {
+        if hash != jobs::body_hash(sub) {
+            return Err(TransitionError::Refused(ApiError::IdempotencyConflict).into());
+        }
+        return Ok((row, false));
+    }
+    let Outcome { job, effects } = job::submit(sub.retries, sub.running_deadline_seconds, at);
+    let mut row = jobs::insert(tx, caller, sub, body, image_digest, &job, at)?;
+    execute_in_tx(tx, &mut row, &effects.in_tx, at, Some(caller))?;
+    row.job = job;
+    jobs::save(tx, &row, at)?;
+    Ok((row, true))
+}
+
 /// Load → apply → execute (in `tx`) → save.
 fn transition_row(
     tx: &Conn,
@@ -163,8 +191,25 @@ fn transition_row(
     }
     execute_in_tx(tx, &mut row, &effects.in_tx, at, payer)?;
     row.job = job;
-    jobs::save(tx, &row, row.job.next_due().map(|d| d.at), at)?;
+    jobs::save(tx, &row, at)?;
     Ok((row, effects.after_commit))
+}
+
+/// Stores the job again as it is, with the due time its machine owes (for
+/// rows stored before due times were, schema 7).
+fn resave(tx: &Conn, id: &str, at: Millis) -> Result<(), StoreError> {
+    let row = jobs::load(tx, id)?.ok_or_else(|| StoreError::NotFound(format!("job {id}")))?;
+    jobs::save(tx, &row, at)
+}
+
+/// Records the container an attempt's start created (so a stop finds it by
+/// the recorded name), in `tx`; answers whether a stop was recorded for the
+/// attempt meanwhile, so its start is aborted.
+fn record_executor(tx: &Conn, id: &str, attempt: u32, executor: Executor, at: Millis) -> Result<bool, StoreError> {
+    let mut row = jobs::load(tx, id)?.ok_or_else(|| StoreError::NotFound(format!("job {id}")))?;
+    row.executors.insert(attempt, executor);
+    jobs::save(tx, &row, at)?;
+    Ok(stop_recorded(&row, attempt))
 }
 
 /// The one executor of the effects written in a transition's transaction:
@@ -275,6 +320,33 @@ impl JobDriver {
             self.due_wake.notify_one();
         }
         Ok((row, effects))
+    }
+
+    /// POST /jobs: `create` in one transaction, refused with `refusal` (the
+    /// reservation and the insert rolled back) when a new job was to be
+    /// created; then the scheduler is woken. Answers the job and whether it
+    /// was created now.
+    pub async fn submit(
+        &self,
+        caller: &Caller,
+        sub: JobSubmission,
+        body: serde_json::Value,
+        image_digest: String,
+        refusal: Option<ApiError>,
+    ) -> Result<(JobRow, bool), JobError> {
+        let (caller, at) = (caller.clone(), self.clock.now());
+        let (row, created) = self
+            .store
+            .write(move |tx| match (create(tx, &caller, &sub, &body, &image_digest, at)?, refusal) {
+                ((_, true), Some(refusal)) => Err(JobError::from(TransitionError::Refused(refusal))),
+                (created, _) => Ok(created),
+            })
+            .await?;
+        if created {
+            tracing::info!(job = %row.id, "job accepted");
+            self.after(&row, vec![]).await;
+        }
+        Ok((row, created))
     }
 
     /// `apply`, then `execute`. Answers the job as `apply` saved it.
@@ -525,8 +597,8 @@ impl JobDriver {
         let executor =
             Executor { engine: "docker".into(), container_name: name, container_id: Some(container.clone()) };
         let (jid, now) = (id.to_string(), self.clock.now());
-        self.store.write(move |tx| jobs::set_executor(tx, &jid, attempt, executor, now)).await?;
-        if stop_recorded(&self.load(id).await?, attempt) {
+        let stop = self.store.write(move |tx| record_executor(tx, &jid, attempt, executor, now)).await?;
+        if stop {
             tracing::info!("start aborted: a stop was asked for while the container was made");
             self.engine.remove(&container).await;
             self.remove_scratch(id, attempt).await;
@@ -643,13 +715,14 @@ impl JobDriver {
                 let (mut cpu, mut mem) = jobs::capacity_in_use(tx, &node)?;
                 let mut provisioned = vec![];
                 for id in jobs::ids_in_phase(tx, JobPhase::Queued)? {
-                    let Some(row) = jobs::load(tx, &id)? else { continue };
+                    let Some(mut row) = jobs::load(tx, &id)? else { continue };
                     if cpu + row.cpu_millis > cap.cpu_millis || mem + row.memory_bytes > cap.memory_bytes {
                         break;
                     }
+                    // Placed here: saved with the step.
+                    row.node = Some(node.to_string());
                     match transition_row(tx, row, Event::Provision, now, None) {
                         Ok((row, effects)) => {
-                            jobs::set_node(tx, &row.id, &node)?;
                             cpu += row.cpu_millis;
                             mem += row.memory_bytes;
                             provisioned.push((row, effects));
@@ -679,10 +752,9 @@ impl JobDriver {
             containers.iter().find(|c| c.job_id == job && c.attempt == attempt).map(|c| c.id.clone())
         };
         // Rows written before due times were stored.
+        let now = self.clock.now();
         for id in self.store.read(jobs::undated_ids).await? {
-            let row = self.load(&id).await?;
-            let due = row.job.next_due().map(|d| d.at);
-            self.store.write(move |tx| jobs::set_due_at(tx, &id, due)).await?;
+            self.store.write(move |tx| resave(tx, &id, now)).await?;
         }
         for phase in [JobPhase::Provisioning, JobPhase::Running, JobPhase::Publishing] {
             let node = self.node.clone();
@@ -782,9 +854,9 @@ impl JobDriver {
                 let row = jobs::load(tx, &jid)?.ok_or_else(|| StoreError::NotFound(format!("job {jid}")))?;
                 match row.job.next_due() {
                     Some(due) if due.at <= now => transition_row(tx, row, due.event, due.at, None).map(Some),
-                    // The stored due time was stale.
-                    other => {
-                        jobs::set_due_at(tx, &jid, other.map(|d| d.at))?;
+                    // The stored due time was stale: saved again with the right one.
+                    _ => {
+                        jobs::save(tx, &row, now)?;
                         Ok(None)
                     }
                 }
@@ -939,9 +1011,7 @@ mod tests {
             let sub = grid_core::validate::job::validate(&body).unwrap();
             let (caller, now) = (self.caller.clone(), self.clock.now());
             self.store
-                .write_blocking(|tx| {
-                    jobs::submit(tx, &caller, &sub, &body, "127.0.0.1:5000/tools/busybox@sha256:ab", now)
-                })
+                .write_blocking(|tx| create(tx, &caller, &sub, &body, "127.0.0.1:5000/tools/busybox@sha256:ab", now))
                 .unwrap()
                 .0
                 .id
@@ -1007,7 +1077,7 @@ mod tests {
             let executor =
                 Executor { engine: "docker".into(), container_name: c.name.clone(), container_id: Some(c.id.clone()) };
             let jid = id.clone();
-            self.store.write_blocking(move |tx| jobs::set_executor(tx, &jid, 1, executor, now)).unwrap();
+            self.store.write_blocking(move |tx| record_executor(tx, &jid, 1, executor, now)).unwrap();
             self.driver.apply(&id, Event::ContainerStarted, c.started_at.unwrap(), None).await.unwrap();
             id
         }

@@ -28,11 +28,15 @@ use grid_core::error::ApiError;
 use grid_core::session::{self, Due, Effects, Event, OutsideEffect, SessionStatus, TransitionError, TxEffect};
 use grid_core::time::Millis;
 use grid_core::wire::session::{Attestation, NetworkAttestation};
-use tokio::sync::watch;
+use grid_core::wire::session::{SessionLease, SessionSubmission};
+use tokio::sync::{mpsc, watch};
 
 use super::{Endpoint, Live};
 use crate::clock::Clock;
 use crate::peers::{Peers, Subject};
+use crate::store::accounts::Caller;
+use crate::store::idempotency::{self, Answer, Created};
+use crate::store::nodes::live_after;
 use crate::store::sessions::{self as store, SessionError, SessionRow};
 use crate::store::{Store, StoreError};
 
@@ -118,19 +122,86 @@ struct Stepped {
     effects: Effects,
 }
 
+/// A session whose browser is to start on this node, registered (its CDP
+/// endpoint answers from now on): for the session task (`super::run_starts`),
+/// which launches the browser and publishes it on `endpoint`.
+pub struct Start {
+    pub row: SessionRow,
+    pub endpoint: watch::Sender<Option<Endpoint>>,
+    pub ended: watch::Receiver<bool>,
+}
+
 pub struct SessionDriver {
     store: Store,
     clock: Arc<dyn Clock>,
     browsers: Browsers,
     /// This node: the browsers of sessions placed on it run here; another
-    /// node's are stopped by asking that node.
+    /// node's are started and stopped by asking that node.
     node: Arc<str>,
     peers: Arc<Peers>,
+    /// Where `OutsideEffect::StartBrowser` sends a browser to start here.
+    starts: mpsc::UnboundedSender<Start>,
+    /// How long a node's heartbeat counts it live: a lease is placed only
+    /// on live nodes.
+    node_lease: Duration,
 }
 
 impl SessionDriver {
-    pub fn new(store: Store, clock: Arc<dyn Clock>, node: &str, peers: Arc<Peers>) -> SessionDriver {
-        SessionDriver { store, clock, browsers: Browsers::default(), node: node.into(), peers }
+    /// The driver, and the starts it asks for, for whoever runs the session
+    /// tasks to receive.
+    pub fn new(
+        store: Store,
+        clock: Arc<dyn Clock>,
+        node: &str,
+        node_lease: Duration,
+        peers: Arc<Peers>,
+    ) -> (SessionDriver, mpsc::UnboundedReceiver<Start>) {
+        let (starts, started) = mpsc::unbounded_channel();
+        let browsers = Browsers::default();
+        (SessionDriver { store, clock, browsers, node: node.into(), peers, starts, node_lease }, started)
+    }
+
+    /// POST /sessions for `caller`: the machine's first step
+    /// (`grid_core::session::lease`) in one transaction, under the
+    /// request's Idempotency-Key if it has one: a slot taken somewhere in
+    /// the grid (`store::place`; none free is SESSION_LIMIT_REACHED), the
+    /// session stored with its reservation, the answer (`answer` of the
+    /// stored row) sealed with the key. Once that commits the browser is
+    /// started where the session was placed. A resend is answered the
+    /// first answer and starts nothing.
+    pub async fn lease<A>(
+        &self,
+        caller: &Caller,
+        sub: SessionSubmission,
+        key: Option<idempotency::Key>,
+        token: String,
+        answer: A,
+    ) -> Result<idempotency::Outcome<SessionRow>, SessionError>
+    where
+        A: Fn(&SessionRow) -> SessionLease + Send + 'static,
+    {
+        let (caller, node, lease, clock) = (caller.clone(), self.node.clone(), self.node_lease, self.clock.clone());
+        let outcome = self
+            .store
+            .write(move |tx| -> Result<_, SessionError> {
+                let at = clock.now();
+                idempotency::once(tx, &caller.account_id, key.as_ref(), at, |tx| {
+                    let placement = store::Placement { me: &node, live_after: live_after(at, lease) };
+                    let stepped = create(tx, &caller, &sub, &token, placement, at)?;
+                    let answer = Answer::json(201, &answer(&stepped.row))?;
+                    Ok(Created { subject: stepped.row.id.clone(), answer, value: stepped })
+                })
+            })
+            .await?;
+        Ok(match outcome {
+            idempotency::Outcome::Performed(stepped, answer) => {
+                let row = stepped.row;
+                tracing::info!(session = %row.id, profile = row.profile.as_str(), node = row.node.as_deref().unwrap_or("-"), "session leased");
+                self.execute_after_commit(&row, &stepped.effects.after_commit).await;
+                idempotency::Outcome::Performed(row, answer)
+            }
+            idempotency::Outcome::Replayed(answer) => idempotency::Outcome::Replayed(answer),
+        })
     }
 
     pub fn now(&self) -> Millis {
@@ -286,8 +357,41 @@ impl SessionDriver {
     async fn execute_after_commit(&self, row: &SessionRow, effects: &[OutsideEffect]) {
         for effect in effects {
             match effect {
+                OutsideEffect::StartBrowser => self.start_browser(row),
                 OutsideEffect::StopBrowser => self.stop_browser(row).await,
             }
+        }
+    }
+
+    /// Starts a leased session's browser where it was placed: here, or on
+    /// the node it was placed on (this one's slots were taken), which is
+    /// told in the background and otherwise starts it at its next
+    /// reconciliation.
+    fn start_browser(&self, row: &SessionRow) {
+        match row.node.as_deref() {
+            Some(node) if node != &*self.node => {
+                let (peers, id, node) = (self.peers.clone(), row.id.clone(), node.to_string());
+                tokio::spawn(async move {
+                    if let Err(e) = peers.sync(&node, Subject::Session(&id)).await {
+                        tracing::warn!(session = %id, %node, error = %e, "the session's node was not told to start it; it does at its next reconciliation");
+                    }
+                });
+            }
+            _ => self.start_here(row.clone()),
+        }
+    }
+
+    /// Registers the session's browser here and hands it to the session
+    /// tasks to launch. A session already running here is left alone:
+    /// whoever asks first (its lease on this node, a sync from the node
+    /// that leased it, this node's reconciliation) starts it, once.
+    pub fn start_here(&self, row: SessionRow) {
+        let Some((endpoint, ended)) = self.browsers.register(&row.id, row.token_sha256.clone()) else { return };
+        if let Err(mpsc::error::SendError(start)) = self.starts.send(Start { row, endpoint, ended }) {
+            // Nobody runs session tasks (the server is stopping): the
+            // session is lost at its launch deadline.
+            tracing::warn!(session = %start.row.id, "no session task runner; the browser was not started");
+            self.browsers.stop(&start.row.id);
         }
     }
 
@@ -378,20 +482,53 @@ impl crate::due::Due for SessionDriver {
     }
 }
 
+/// The machine's first step (`grid_core::session::lease`) inside the
+/// caller's transaction: a slot taken where `placement` finds one, the
+/// session stored there, its reservation billed to `caller`.
+fn create(
+    tx: &Conn,
+    caller: &Caller,
+    sub: &SessionSubmission,
+    token: &str,
+    placement: store::Placement<'_>,
+    at: Millis,
+) -> Result<Stepped, SessionError> {
+    let Some(node) = store::place(tx, placement)? else {
+        let max_sessions = crate::store::nodes::live_max_sessions(tx, placement.me, placement.live_after)?;
+        return Err(TransitionError::Refused(ApiError::SessionLimitReached { max_sessions }).into());
+    };
+    let outcome = session::lease(at, sub.ttl_minutes);
+    let row = store::insert(tx, caller, sub, token, &node, &outcome.session, at)?;
+    execute_in_tx(tx, &row, &outcome.effects.in_tx, at, Some(caller))?;
+    Ok(Stepped { row, effects: outcome.effects })
+}
+
 /// load → apply → execute → save (with its due time), inside the caller's
 /// transaction.
 fn step(tx: &Conn, mut row: SessionRow, event: Event, at: Millis) -> Result<Stepped, SessionError> {
     let outcome = session::apply(&row.session, event, at)?;
-    execute_in_tx(tx, &row, &outcome.effects.in_tx, at)?;
+    execute_in_tx(tx, &row, &outcome.effects.in_tx, at, None)?;
     row.session = outcome.session;
     store::save(tx, &row.id, &row.session)?;
     Ok(Stepped { row, effects: outcome.effects })
 }
 
-/// The one executor of the effects written in a step's transaction.
-fn execute_in_tx(tx: &Conn, row: &SessionRow, effects: &[TxEffect], at: Millis) -> Result<(), SessionError> {
+/// The one executor of the effects written in a step's transaction. A
+/// reservation is billed to `payer` (the leasing caller).
+fn execute_in_tx(
+    tx: &Conn,
+    row: &SessionRow,
+    effects: &[TxEffect],
+    at: Millis,
+    payer: Option<&Caller>,
+) -> Result<(), SessionError> {
     for effect in effects {
         match effect {
+            TxEffect::Reserve => {
+                let payer = payer
+                    .ok_or_else(|| StoreError::Invalid(format!("session {}: a reservation with no payer", row.id)))?;
+                store::reserve(tx, row, payer, at)?;
+            }
             TxEffect::Settle { ready_millis } => store::settle(tx, row, *ready_millis, at)?,
         }
     }
@@ -430,6 +567,8 @@ mod tests {
         clock: Arc<VirtualClock>,
         driver: SessionDriver,
         caller: Caller,
+        /// The browsers the driver asked to start here.
+        starts: Mutex<mpsc::UnboundedReceiver<Start>>,
     }
 
     fn world() -> World {
@@ -455,28 +594,30 @@ mod tests {
             })
             .unwrap();
         let peers = Arc::new(Peers::new(store.clone(), "credential".into()));
-        let driver = SessionDriver::new(store.clone(), clock.clone(), "n1", peers);
-        World { _dir: dir, store, clock, driver, caller }
+        let (driver, starts) = SessionDriver::new(store.clone(), clock.clone(), "n1", Duration::from_secs(30), peers);
+        World { _dir: dir, store, clock, driver, caller, starts: Mutex::new(starts) }
     }
 
     impl World {
-        /// A lease now, its browser registered as the session task does.
-        fn lease(&self, ttl_minutes: u32) -> (String, watch::Receiver<bool>) {
-            let (c, now) = (self.caller.clone(), self.clock.now());
-            let sub = SessionSubmission {
+        fn submission(ttl_minutes: u32) -> SessionSubmission {
+            SessionSubmission {
                 profile: Profile::DEFAULT,
                 ttl_minutes,
                 network_policy: None,
                 overrides: Default::default(),
-            };
-            let row = self
-                .store
-                .write_blocking(|tx| {
-                    store::lease(tx, &c, &sub, "token", store::Placement { me: "n1", live_after: now }, now)
-                })
-                .unwrap();
-            let (_endpoint, ended) = self.driver.browsers().register(&row.id, "hash".into()).unwrap();
-            (row.id, ended)
+            }
+        }
+
+        /// POST /sessions now through the driver, its browser's start taken
+        /// as the session tasks take it: the session and the signal that
+        /// tells its task to stop.
+        async fn lease(&self, ttl_minutes: u32) -> (String, watch::Receiver<bool>) {
+            let sub = World::submission(ttl_minutes);
+            let leased = self.driver.lease(&self.caller, sub, None, "token".into(), lease_answer).await.unwrap();
+            let idempotency::Outcome::Performed(row, _) = leased else { panic!("a lease without a key replayed") };
+            let start = self.starts.lock().unwrap().try_recv().expect("the lease started no browser");
+            assert_eq!(start.row.id, row.id);
+            (row.id, start.ended)
         }
 
         fn row(&self, id: &str) -> SessionRow {
@@ -499,10 +640,58 @@ mod tests {
         }
     }
 
+    fn lease_answer(row: &SessionRow) -> SessionLease {
+        SessionLease {
+            cdp_url: format!("ws://grid/cdp/{}/token", row.id),
+            session_id: row.id.clone(),
+            expires_at: row.session.expires_at,
+            profile_id: row.profile.as_str().to_string(),
+            attestation: None,
+            network_policy: None,
+            network_attestation: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_lease_reserves_its_lifetime_and_starts_its_browser_once_stored() {
+        let w = world();
+        let (id, ended) = w.lease(30).await;
+        let row = w.row(&id);
+        assert_eq!((row.session.status, row.node.as_deref()), (SessionStatus::Pending, Some("n1")));
+        assert_eq!(row.reserved_micros, session_reservation_micros(30));
+        assert_eq!(w.balance(), (CREDIT, session_reservation_micros(30)));
+        assert_eq!(w.due_at(&id), Some(T0.plus_ms(LAUNCH_DEADLINE_MS).0));
+        // Registered before the answer: its CDP endpoint finds it at once.
+        assert!(w.driver.browsers().live(&id).is_some());
+        assert!(!*ended.borrow());
+    }
+
+    #[tokio::test]
+    async fn a_lease_with_no_free_slot_stores_nothing_and_starts_nothing() {
+        let w = world();
+        for _ in 0..4 {
+            w.lease(30).await;
+        }
+        let reserved = w.balance().1;
+        let refused = w.driver.lease(&w.caller, World::submission(30), None, "t".into(), lease_answer).await;
+        assert!(
+            matches!(
+                refused,
+                Err(SessionError::Transition(TransitionError::Refused(ApiError::SessionLimitReached {
+                    max_sessions: 4
+                })))
+            ),
+            "{:?}",
+            refused.err()
+        );
+        assert_eq!(w.balance().1, reserved, "a refused lease reserved");
+        assert!(w.starts.lock().unwrap().try_recv().is_err(), "a refused lease started a browser");
+    }
+
     #[tokio::test]
     async fn expiry_fires_at_expires_at_with_the_ready_time_settled() {
         let w = world();
-        let (id, ended) = w.lease(1);
+        let (id, ended) = w.lease(1).await;
         let expires = T0.plus_ms(60_000);
         // Pending: due at expiry already (a 1 minute lease expires before its launch deadline).
         assert_eq!(w.due_at(&id), Some(expires.0));
@@ -530,7 +719,7 @@ mod tests {
     #[tokio::test]
     async fn a_session_pending_past_its_launch_deadline_is_lost_and_releases_its_whole_reservation() {
         let w = world();
-        let (id, ended) = w.lease(30);
+        let (id, ended) = w.lease(30).await;
         let deadline = T0.plus_ms(LAUNCH_DEADLINE_MS);
         assert_eq!(w.due_at(&id), Some(deadline.0));
         assert_eq!(w.balance(), (CREDIT, session_reservation_micros(30)));
@@ -554,8 +743,8 @@ mod tests {
     #[tokio::test]
     async fn release_executes_stop_browser_once() {
         let w = world();
-        let (id, ended) = w.lease(30);
-        let (other, _other_ended) = w.lease(30);
+        let (id, ended) = w.lease(30).await;
+        let (other, _other_ended) = w.lease(30).await;
         w.driver.apply(&id, Event::Ready, T0.plus_ms(5_000)).await.unwrap();
         w.clock.set(T0.plus_ms(65_000));
         // Another account's release is refused and stops nothing.
@@ -581,7 +770,7 @@ mod tests {
     #[tokio::test]
     async fn a_task_that_exits_without_an_end_loses_its_session_at_once() {
         let w = world();
-        let (id, ended) = w.lease(30);
+        let (id, ended) = w.lease(30).await;
         w.clock.set(T0.plus_ms(2_000));
         w.driver.task_exited(&id).await;
         assert_eq!(w.row(&id).session.ended, Some(Ended { cause: EndCause::Lost, at: T0.plus_ms(2_000) }));
@@ -593,8 +782,8 @@ mod tests {
     #[tokio::test]
     async fn recovery_fires_what_fell_due_while_the_last_run_was_alive_and_loses_the_rest_at_its_heartbeat() {
         let w = world();
-        let (expired, _) = w.lease(1);
-        let (running, _) = w.lease(30);
+        let (expired, _) = w.lease(1).await;
+        let (running, _) = w.lease(30).await;
         for id in [&expired, &running] {
             w.driver.apply(id, Event::Ready, T0.plus_ms(10_000)).await.unwrap();
         }
@@ -611,7 +800,7 @@ mod tests {
     #[tokio::test]
     async fn a_failed_step_writes_nothing_and_stops_nothing() {
         let w = world();
-        let (id, ended) = w.lease(30);
+        let (id, ended) = w.lease(30).await;
         // Expire before expiresAt is refused: no ledger row, no stop, the due time kept.
         let early = w.driver.apply(&id, Event::Expire, T0.plus_ms(1_000)).await;
         assert!(matches!(early, Err(SessionError::Transition(TransitionError::NotDue(_)))), "{early:?}");

@@ -1,9 +1,10 @@
 //! Leased browser sessions: one Chromium per lease, reached through the
 //! grid's CDP proxy with a per-session token.
 //!
-//! A lease takes a slot and its reservation in one transaction (store::
-//! sessions::lease, which stores the launch deadline as the session's due
-//! time), then a task of its own launches (or takes a warm) browser,
+//! A lease is the session machine's first step through its driver: a slot
+//! and the reservation in one transaction, which stores the launch deadline
+//! as the session's due time; then (its `StartBrowser` effect) a task of its
+//! own, started by `run_starts`, launches (or takes a warm) browser,
 //! attests it from inside, marks it running (the meter starts at the
 //! browser's first ready moment) and watches it for loss. Every move of a
 //! session goes through its driver (`driver.rs`): the session machine, its
@@ -35,7 +36,7 @@ use grid_core::time::Millis;
 use grid_core::wire::session::{
     Attestation, NetworkAttestation, NetworkProbe, SessionOverrides, SessionSubmission, Window,
 };
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tracing::Instrument;
 
 use crate::app::App;
@@ -93,6 +94,8 @@ pub struct Sessions {
     pub config: SessionConfig,
     /// Every move of a session and every effect of one.
     pub driver: Arc<SessionDriver>,
+    /// The browsers the driver asks to start, until `run_starts` takes them.
+    starts: Mutex<Option<mpsc::UnboundedReceiver<driver::Start>>>,
     /// Every session's download folder.
     pub downloads: Arc<Downloads>,
     build: OnceLock<Result<BrowserBuild, String>>,
@@ -109,11 +112,20 @@ struct Warm {
 }
 
 impl Sessions {
-    pub fn new(config: SessionConfig, store: Store, clock: Arc<dyn Clock>, node: &str, peers: Arc<Peers>) -> Sessions {
+    pub fn new(
+        config: SessionConfig,
+        store: Store,
+        clock: Arc<dyn Clock>,
+        node: &str,
+        node_lease: Duration,
+        peers: Arc<Peers>,
+    ) -> Sessions {
+        let (driver, starts) = SessionDriver::new(store, clock, node, node_lease, peers);
         Sessions {
             downloads: Arc::new(Downloads::new(&config.data_dir, config.downloads)),
             config,
-            driver: Arc::new(SessionDriver::new(store, clock, node, peers)),
+            driver: Arc::new(driver),
+            starts: Mutex::new(Some(starts)),
             build: OnceLock::new(),
             warm: Mutex::new(HashMap::new()),
         }
@@ -127,6 +139,10 @@ impl Sessions {
                 tracing::error!(chromium = %self.config.chromium.display(), error = %e, "browser unavailable");
                 ApiError::Internal
             })
+    }
+
+    fn take_starts(&self) -> Option<mpsc::UnboundedReceiver<driver::Start>> {
+        self.starts.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 
     /// A live session's browser in this process, as its CDP endpoint serves it.
@@ -156,16 +172,31 @@ fn policy(config: &SessionConfig, public_web_only: bool) -> (Arc<dyn Policy>, &'
     }
 }
 
-/// Starts the session task for a freshly leased session. However the task
+/// Runs the session tasks the driver asks for (`driver::Start`, from its
+/// `StartBrowser` effect and from `sync` and `reconcile` below), until the
+/// driver is gone. Started once by `main`.
+pub fn run_starts(app: Arc<App>) {
+    let Some(mut starts) = app.sessions.take_starts() else { return };
+    tokio::spawn(async move {
+        while let Some(start) = starts.recv().await {
+            spawn(app.clone(), start);
+        }
+    });
+}
+
+/// Starts the session task of a session registered here. However the task
 /// ends (its browser lost, a launch or an attestation that failed, an error
 /// on the way, a panic), its session does not outlive it: the driver ends it
 /// as lost at once unless something else ended it first.
-///
-/// A session already running here is left alone: whoever asks first (its
-/// lease on this node, a sync from the node that leased it, this node's
-/// reconciliation) starts it, once.
-pub fn spawn(app: Arc<App>, id: String, token_sha256: String, sub: SessionSubmission) {
-    let Some((endpoint, ended)) = app.sessions.driver.browsers().register(&id, token_sha256) else { return };
+fn spawn(app: Arc<App>, start: driver::Start) {
+    let driver::Start { row, endpoint, ended } = start;
+    let id = row.id.clone();
+    // A session leased before its request was stored (started by the node
+    // that leased it) runs as its profile's defaults.
+    let sub = row.submission.clone().unwrap_or_else(|| SessionSubmission {
+        network_policy: row.network_policy.clone(),
+        ..SessionSubmission::default_for(row.profile)
+    });
     let span = tracing::info_span!("session", id = %id);
     tokio::spawn(
         async move {
@@ -183,13 +214,9 @@ pub fn spawn(app: Arc<App>, id: String, token_sha256: String, sub: SessionSubmis
 
 /// Starts the browser of a session placed on this node by another node's
 /// lease, from its record.
-fn spawn_placed(app: &Arc<App>, row: SessionRow) {
-    let sub = row.submission.clone().unwrap_or_else(|| SessionSubmission {
-        network_policy: row.network_policy.clone(),
-        ..SessionSubmission::default_for(row.profile)
-    });
+fn start_placed(app: &App, row: SessionRow) {
     tracing::info!(session = %row.id, "starting a session leased through another node");
-    spawn(app.clone(), row.id, row.token_sha256, sub);
+    app.sessions.driver.start_here(row);
 }
 
 /// POST /internal/sessions/{id}/sync: the session brought in line with its
@@ -197,7 +224,7 @@ fn spawn_placed(app: &Arc<App>, row: SessionRow) {
 /// ended elsewhere).
 pub async fn sync(app: &Arc<App>, id: &str) -> Result<(), StoreError> {
     if let Some(row) = app.sessions.driver.sync_one(id).await? {
-        spawn_placed(app, row);
+        start_placed(app, row);
     }
     Ok(())
 }
@@ -209,7 +236,7 @@ pub async fn reconcile(app: &Arc<App>) {
     match app.sessions.driver.reconcile().await {
         Ok(to_start) => {
             for row in to_start {
-                spawn_placed(app, row);
+                start_placed(app, row);
             }
         }
         Err(e) => tracing::warn!(error = %e, "sessions not reconciled; the next heartbeat tries again"),

@@ -249,7 +249,9 @@ mod tests {
     use grid_core::wire::batch::{BatchCreated, BatchSubmission};
 
     use crate::store::accounts::{self, Caller};
-    use crate::store::{items, Store};
+    use crate::store::items::ItemError;
+    use crate::store::Store;
+    use grid_core::item::TransitionError;
 
     const T: Millis = Millis(1_800_000_000_000);
 
@@ -280,7 +282,7 @@ mod tests {
         n: usize,
         key: Option<&str>,
         now: Millis,
-    ) -> Result<Outcome<BatchCreated>, ReserveError> {
+    ) -> Result<Outcome<BatchCreated>, ItemError> {
         let sub = BatchSubmission {
             urls: (0..n).map(|i| format!("http://t/{i}")).collect(),
             script: Script::Fetch,
@@ -292,7 +294,7 @@ mod tests {
         let c = c.clone();
         store.write_blocking(move |tx| {
             once(tx, &c.account_id, key.as_ref(), now, |tx| {
-                let created = items::submit_batch(tx, &c, &sub, now)?;
+                let created = crate::capture::driver::create_batch(tx, &c, &sub, now)?;
                 let answer = Answer::json(201, &created)?;
                 Ok(Created { subject: created.batch_id.clone(), answer, value: created })
             })
@@ -320,7 +322,7 @@ mod tests {
         assert_eq!(reserved(&s, &c), 240);
         // Another body under the key: refused, nothing reserved.
         match submit(&s, &c, 3, Some("k"), T.plus_ms(2)) {
-            Err(ReserveError::Refused(ApiError::IdempotencyKeyReused)) => {}
+            Err(ItemError::Transition(TransitionError::Refused(ApiError::IdempotencyKeyReused))) => {}
             _ => panic!("expected idempotency key reused"),
         }
         assert_eq!(reserved(&s, &c), 240);
@@ -348,7 +350,7 @@ mod tests {
         let c = caller(&s, 100);
         assert!(matches!(
             submit(&s, &c, 1, Some("k"), T),
-            Err(ReserveError::Refused(ApiError::InsufficientCredit { .. }))
+            Err(ItemError::Transition(TransitionError::Refused(ApiError::InsufficientCredit { .. })))
         ));
         assert_eq!(rows(&s), 0);
         let id = c.account_id.clone();

@@ -15,16 +15,15 @@ use grid_core::error::ApiError;
 use grid_core::ids;
 use grid_core::item::{Item, ItemState, Settlement, TransitionError};
 use grid_core::ledger::EntryKind;
-use grid_core::pricing;
 use grid_core::time::Millis;
-use grid_core::wire::batch::{BatchCreated, BatchJob, BatchSubmission, BatchView};
+use grid_core::wire::batch::{BatchJob, BatchSubmission, BatchView};
 use grid_core::wire::grid::QueueCounts;
 use grid_core::wire::item::CaptureItem;
 use serde_json::{Map, Value};
 
 use super::accounts::{self, Caller, Entry, ReserveError};
 use super::{StoreError, StoreResult};
-use crate::ids::{new_id, ordered_ids};
+use crate::ids::ordered_ids;
 
 /// An item with what a worker needs to run it.
 #[derive(Debug, Clone)]
@@ -65,17 +64,42 @@ pub struct PublishedFile {
     pub content_type: String,
 }
 
-/// Takes the reservation and queues every item, in one transaction: on a
-/// refusal nothing is queued.
-pub fn submit_batch(
+/// The rows of a batch `caller` submitted, each item in `item`'s state (the
+/// machine's first step), in the batch's order: what `insert_batch` stores.
+/// Not stored yet, so their `seq` is 0 and their `lease_token` the first.
+pub fn new_rows(batch_id: &str, caller: &Caller, sub: &BatchSubmission, item: &Item, now: Millis) -> Vec<ItemRow> {
+    let ids = ordered_ids(ids::ITEM, sub.urls.len());
+    ids.into_iter()
+        .zip(&sub.urls)
+        .map(|(id, url)| ItemRow {
+            id,
+            batch_id: batch_id.to_string(),
+            account_id: caller.account_id.clone(),
+            url: url.clone(),
+            script: sub.script,
+            profile: sub.profile,
+            params: sub.params.clone(),
+            item: item.clone(),
+            lease_token: 0,
+            key_id: caller.key_id.clone(),
+            price_micros: sub.script.price_micros(),
+            reservation_day: now.utc_day(),
+            seq: 0,
+        })
+        .collect()
+}
+
+/// Stores a batch and its items (`new_rows`, all in one state). Only the
+/// item driver calls this; its reservation is the driver's, written by the
+/// same transaction, so on a refusal nothing is queued.
+pub fn insert_batch(
     tx: &Conn,
     caller: &Caller,
     sub: &BatchSubmission,
+    batch_id: &str,
+    rows: &[ItemRow],
     now: Millis,
-) -> Result<BatchCreated, ReserveError> {
-    let batch_id = new_id(ids::BATCH);
-    let price = sub.script.price_micros();
-    accounts::reserve(tx, caller, pricing::batch_reservation_micros(sub.script, sub.urls.len()), &batch_id, now)?;
+) -> StoreResult<()> {
     let params = Value::Object(sub.params.clone()).to_string();
     tx.execute(
         "INSERT INTO batches (id, account_id, key_id, script, profile_id, params, priority, item_count, created_at)
@@ -88,17 +112,15 @@ pub fn submit_batch(
             sub.profile.as_str(),
             params,
             sub.priority,
-            sub.urls.len() as i64,
+            rows.len() as i64,
             now.0
         ],
     )?;
-    let state = ItemState::queued(sub.priority);
-    let ids = ordered_ids(ids::ITEM, sub.urls.len());
-    let rows: Vec<(&String, &String)> = ids.iter().zip(&sub.urls).collect();
+    let state = rows.first().map_or(ItemState::queued(sub.priority), |r| r.item.state);
     static SQL: OnceLock<[String; 4]> = OnceLock::new();
     // Many rows per statement, in the batch's order (their `seq` is the
     // queue's order); what every row shares is bound once, as ?1 to ?10.
-    for chunk in chunks(&rows) {
+    for chunk in chunks(rows) {
         let sql = chunk_sql(&SQL, chunk.len(), |n| {
             let rows = (0..n)
                 .map(|i| format!("(?{}, ?{}, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)", 11 + 2 * i, 12 + 2 * i))
@@ -117,18 +139,18 @@ pub fn submit_batch(
             sub.script.as_str(),
             sub.profile.as_str(),
             sub.priority,
-            price,
+            sub.script.price_micros(),
             now.utc_day(),
             state.as_str(),
             now.0
         ];
         values.reserve(2 * chunk.len());
-        for (id, url) in chunk {
-            values.extend(params![id, url]);
+        for row in chunk {
+            values.extend(params![row.id, row.url]);
         }
         tx.execute(sql, values)?;
     }
-    Ok(BatchCreated { batch_id, job_count: sub.urls.len() as u32 })
+    Ok(())
 }
 
 pub fn batch_view(conn: &Conn, account_id: &str, batch_id: &str) -> StoreResult<Option<BatchView>> {
@@ -343,6 +365,15 @@ pub enum ItemError {
     LeaseLost(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+impl From<ReserveError> for ItemError {
+    fn from(e: ReserveError) -> Self {
+        match e {
+            ReserveError::Refused(api) => ItemError::Transition(TransitionError::Refused(api)),
+            ReserveError::Store(s) => ItemError::Store(s),
+        }
+    }
 }
 
 /// What a caller sees of a capture item's error: the machine's refusals
@@ -649,9 +680,10 @@ pub(crate) mod tests {
         c: &Caller,
         n: usize,
         priority: Option<u32>,
-    ) -> Result<BatchCreated, ReserveError> {
+    ) -> Result<grid_core::wire::batch::BatchCreated, ItemError> {
         let (c, sub) = (c.clone(), submission(n, priority));
-        store.write_blocking(move |tx| Ok::<_, StoreError>(submit_batch(tx, &c, &sub, T))).unwrap()
+        // A refusal rolls the transaction back, as the driver's does.
+        store.write_blocking(move |tx| crate::capture::driver::create_batch(tx, &c, &sub, T))
     }
 
     /// A claim must not sort the queue: with tens of thousands of waiting
@@ -751,7 +783,10 @@ pub(crate) mod tests {
         let (_d, s) = store();
         let c = caller(&s, 1_000, None);
         match submit(&s, &c, 9, None) {
-            Err(ReserveError::Refused(ApiError::InsufficientCredit { required_micros, available_micros })) => {
+            Err(ItemError::Transition(TransitionError::Refused(ApiError::InsufficientCredit {
+                required_micros,
+                available_micros,
+            }))) => {
                 assert_eq!((required_micros, available_micros), (1_080, 1_000));
             }
             other => panic!("expected insufficient credit, got {other:?}"),
@@ -760,7 +795,10 @@ pub(crate) mod tests {
         assert_eq!(balance(&s, &c).reserved_micros, 0);
         let capped = caller(&s, 1_000_000, Some(240));
         submit(&s, &capped, 2, None).unwrap();
-        assert!(matches!(submit(&s, &capped, 1, None), Err(ReserveError::Refused(ApiError::DailyCapExceeded { .. }))));
+        assert!(matches!(
+            submit(&s, &capped, 1, None),
+            Err(ItemError::Transition(TransitionError::Refused(ApiError::DailyCapExceeded { .. })))
+        ));
     }
 
     /// A debt as a server before charges at the end wrote it, for the pass.

@@ -15,7 +15,7 @@ use grid_core::wire::job::{JobPhase, JobSubmission};
 use grid_core::wire::job_record::{Executor, JobArtifact, JobRecord, RecordParts, LOG_CONTENT_TYPE, LOG_KIND};
 use serde_json::Value;
 
-use super::accounts::{self, Caller, ReserveError};
+use super::accounts::{Caller, ReserveError};
 use super::{to_json, StoreError, StoreResult};
 use crate::ids::{new_id, sha256_hex};
 
@@ -36,6 +36,9 @@ pub struct JobRow {
     pub reservation_day: i64,
     pub labels: BTreeMap<String, String>,
     pub created_at: Millis,
+    /// The node whose engine runs (or ran) the current attempt, set when
+    /// it is provisioned.
+    pub node: Option<String>,
 }
 
 impl JobRow {
@@ -127,53 +130,37 @@ pub fn find_by_idempotency_key(conn: &Conn, account_id: &str, key: &str) -> Stor
     }
 }
 
-/// POST /jobs. Returns the job and whether it was created now (`false`: an
-/// idempotent resend, nothing reserved).
-pub fn submit(
+/// Stores a job just accepted (`grid_core::job::submit`'s machine) for
+/// `caller`; its reservation is the driver's, written by the same
+/// transaction (`compute::driver`). Only the driver calls this.
+pub fn insert(
     tx: &Conn,
     caller: &Caller,
     sub: &JobSubmission,
     body: &Value,
     image_digest: &str,
+    machine: &Job,
     now: Millis,
-) -> Result<(JobRow, bool), JobError> {
-    let hash = body_hash(sub);
-    let existing: Option<(String, String)> = tx
-        .query_row(
-            "SELECT id, body_hash FROM jobs WHERE account_id = ?1 AND idempotency_key = ?2",
-            (&caller.account_id, &sub.idempotency_key),
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .optional()?;
-    if let Some((id, existing_hash)) = existing {
-        if existing_hash != hash {
-            return Err(TransitionError::Refused(ApiError::IdempotencyConflict).into());
-        }
-        return Ok((load(tx, &id)?.ok_or(StoreError::NotFound(id))?, false));
-    }
+) -> StoreResult<JobRow> {
     let id = new_id(ids::COMPUTE_JOB);
-    let reserve = attempt_reservation(sub);
-    accounts::reserve(tx, caller, reserve, &format!("{id}/r1"), now)?;
-    let machine = Job::new(sub.retries, sub.running_deadline_seconds, now);
     tx.execute(
         "INSERT INTO jobs (id, account_id, key_id, idempotency_key, body_hash, request, image_digest, priority,
-                           cpu_millis, memory_bytes, phase, machine, reserved_micros, reservation_day,
-                           created_at, updated_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?15)",
+                           cpu_millis, memory_bytes, phase, machine, reservations, reserved_micros,
+                           reservation_day, created_at, updated_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, 0, 0, ?13, ?14, ?14)",
         params![
             id,
             caller.account_id,
             caller.key_id,
             sub.idempotency_key,
-            hash,
+            body_hash(sub),
             body.to_string(),
             image_digest,
             sub.priority,
             sub.resources.cpu_millis.request as i64,
             sub.resources.memory_bytes.request as i64,
             machine.phase.as_str(),
-            to_json(&machine)?,
-            reserve,
+            to_json(machine)?,
             now.utc_day(),
             now.0
         ],
@@ -181,11 +168,11 @@ pub fn submit(
     for (k, v) in &sub.labels {
         tx.execute("INSERT INTO job_labels (job_id, key, value) VALUES (?1, ?2, ?3)", (&id, k, v))?;
     }
-    Ok((load(tx, &id)?.ok_or_else(|| StoreError::Invalid(format!("job {id} not found right after its insert")))?, true))
+    load(tx, &id)?.ok_or_else(|| StoreError::Invalid(format!("job {id} not found right after its insert")))
 }
 
 const JOB_COLUMNS: &str = "id, account_id, key_id, request, image_digest, priority, cpu_millis, memory_bytes, machine,
-     executors, reservations, reserved_micros, reservation_day, created_at";
+     executors, reservations, reserved_micros, reservation_day, created_at, node";
 
 fn job_row(r: &Row) -> StoreResult<JobRow> {
     let bad = |i: usize, e: serde_json::Error| StoreError::Invalid(format!("column {i}: {e}"));
@@ -208,6 +195,7 @@ fn job_row(r: &Row) -> StoreResult<JobRow> {
         reservation_day: r.get(12)?,
         labels: BTreeMap::new(),
         created_at: Millis(r.get(13)?),
+        node: r.get(14)?,
     })
 }
 
@@ -306,13 +294,15 @@ pub fn load_owned(conn: &Conn, account_id: &str, id: &str) -> StoreResult<Option
     Ok(load(conn, id)?.filter(|r| r.account_id == account_id))
 }
 
-/// Stores the row's machine, executors and reservation with `due_at`, the
+/// Stores the row's machine, executors, reservation and node with the
 /// machine's next due time (`Job::next_due`), so it fires even if the
-/// process that set it is gone.
-pub fn save(conn: &Conn, row: &JobRow, due_at: Option<Millis>, now: Millis) -> StoreResult<()> {
+/// process that set it is gone. The one writer of a job after its insert;
+/// only the driver calls it.
+pub fn save(conn: &Conn, row: &JobRow, now: Millis) -> StoreResult<()> {
+    let due_at = row.job.next_due().map(|d| d.at);
     conn.execute(
         "UPDATE jobs SET phase = ?2, machine = ?3, executors = ?4, reservations = ?5, reserved_micros = ?6,
-                         reservation_day = ?7, due_at = ?8, updated_at = ?9
+                         reservation_day = ?7, due_at = ?8, updated_at = ?9, node = ?10
           WHERE id = ?1",
         params![
             row.id,
@@ -323,20 +313,9 @@ pub fn save(conn: &Conn, row: &JobRow, due_at: Option<Millis>, now: Millis) -> S
             row.reserved_micros,
             row.reservation_day,
             due_at.map(|t| t.0),
-            now.0
+            now.0,
+            row.node
         ],
-    )?;
-    Ok(())
-}
-
-/// Records where an attempt runs; the machine and its due time are left as
-/// they are.
-pub fn set_executor(conn: &Conn, id: &str, attempt: u32, executor: Executor, now: Millis) -> StoreResult<()> {
-    let mut row = load(conn, id)?.ok_or_else(|| StoreError::NotFound(format!("job {id}")))?;
-    row.executors.insert(attempt, executor);
-    conn.execute(
-        "UPDATE jobs SET executors = ?2, updated_at = ?3 WHERE id = ?1",
-        params![id, to_json(&row.executors)?, now.0],
     )?;
     Ok(())
 }
@@ -513,12 +492,6 @@ pub fn node_of(conn: &Conn, id: &str) -> StoreResult<Option<String>> {
         .flatten())
 }
 
-/// Records the node whose engine runs the job's attempt.
-pub fn set_node(conn: &Conn, id: &str, node: &str) -> StoreResult<()> {
-    conn.execute("UPDATE jobs SET node = ?2 WHERE id = ?1", (id, node))?;
-    Ok(())
-}
-
 /// CPU millicores and memory bytes requested by jobs holding a container
 /// on `node`'s engine.
 pub fn capacity_in_use(conn: &Conn, node: &str) -> StoreResult<(u64, u64)> {
@@ -553,12 +526,6 @@ pub fn next_due_after(conn: &Conn, now: Millis, node: &str) -> StoreResult<Optio
         |r| r.get(0),
     )?;
     Ok(t.map(Millis))
-}
-
-/// Writes `due_at` alone: for rows stored before due times were (schema 7).
-pub fn set_due_at(conn: &Conn, id: &str, due_at: Option<Millis>) -> StoreResult<()> {
-    conn.execute("UPDATE jobs SET due_at = ?2 WHERE id = ?1", params![id, due_at.map(|t| t.0)])?;
-    Ok(())
 }
 
 /// Jobs that may owe a due time but have none stored: running ones, and
@@ -613,16 +580,18 @@ mod tests {
         let sub = grid_core::validate::job::validate(&body).unwrap();
         let (owner, other, id) = store
             .write_blocking(|tx| {
-                let owner = accounts::create_account(tx, "owner", 10_000_000, T0)?;
-                let other = accounts::create_account(tx, "other", 10_000_000, T0)?;
+                let owner = super::super::accounts::create_account(tx, "owner", 10_000_000, T0)?;
+                let other = super::super::accounts::create_account(tx, "other", 10_000_000, T0)?;
                 let caller = Caller { account_id: owner.clone(), ..Default::default() };
-                let (row, _) = submit(tx, &caller, &sub, &body, "127.0.0.1:5000/tools/busybox@sha256:ab", T0)?;
+                let digest = "127.0.0.1:5000/tools/busybox@sha256:ab";
+                let (mut row, _) = crate::compute::driver::create(tx, &caller, &sub, &body, digest, T0)?;
                 let executor = Executor {
                     engine: "docker".into(),
                     container_name: format!("grid-{}-1", row.id),
                     container_id: Some("c1".into()),
                 };
-                set_executor(tx, &row.id, 1, executor, T0)?;
+                row.executors.insert(1, executor);
+                save(tx, &row, T0)?;
                 for attempt in [2, 1] {
                     let log = StoredLog {
                         artifact: JobArtifact {

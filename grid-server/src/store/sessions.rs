@@ -117,27 +117,21 @@ pub fn place(conn: &Conn, p: Placement<'_>) -> StoreResult<Option<String>> {
     .optional()
 }
 
-/// POST /sessions: takes a slot somewhere in the grid (`place`) and the
-/// reservation, in one transaction. The row names the node whose browser
-/// serves it.
-pub fn lease(
+/// Stores a session just leased by `caller` (`grid_core::session::lease`'s
+/// machine) on `node`, with its launch deadline as its first due time, so
+/// a session whose task never runs is still lost on time. Its reservation
+/// (`reserved_micros`, its whole lifetime) is the driver's, written by the
+/// same transaction. Only the session driver calls this.
+pub fn insert(
     tx: &Conn,
     caller: &Caller,
     sub: &SessionSubmission,
     token: &str,
-    placement: Placement<'_>,
+    node: &str,
+    machine: &Session,
     now: Millis,
-) -> Result<SessionRow, SessionError> {
-    let Some(node) = place(tx, placement)? else {
-        let max_sessions = super::nodes::live_max_sessions(tx, placement.me, placement.live_after)?;
-        return Err(TransitionError::Refused(ApiError::SessionLimitReached { max_sessions }).into());
-    };
+) -> StoreResult<SessionRow> {
     let id = new_id(ids::SESSION);
-    let reserve = pricing::session_reservation_micros(sub.ttl_minutes);
-    accounts::reserve(tx, caller, reserve, &id, now)?;
-    let machine = Session::new(now, sub.ttl_minutes);
-    // The launch deadline is stored with the lease: a session whose task
-    // never runs is still lost on time.
     tx.execute(
         "INSERT INTO sessions (id, account_id, key_id, profile_id, network_policy, token_sha256, machine,
                                reserved_micros, reservation_day, created_at, due_at, node, submission)
@@ -149,16 +143,21 @@ pub fn lease(
             sub.profile.as_str(),
             sub.network_policy,
             sha256_hex(token.as_bytes()),
-            to_json(&machine)?,
-            reserve,
+            to_json(machine)?,
+            pricing::session_reservation_micros(sub.ttl_minutes),
             now.utc_day(),
             now.0,
-            session::next_due(&machine).map(|d| d.at.0),
+            session::next_due(machine).map(|d| d.at.0),
             node,
             to_json(sub)?
         ],
     )?;
-    Ok(load(tx, &id)?.ok_or_else(|| StoreError::Invalid(format!("session {id} not found right after its insert")))?)
+    load(tx, &id)?.ok_or_else(|| StoreError::Invalid(format!("session {id} not found right after its insert")))
+}
+
+/// Reserves a session's whole lifetime (`row.reserved_micros`) for `payer`.
+pub fn reserve(tx: &Conn, row: &SessionRow, payer: &Caller, now: Millis) -> Result<(), ReserveError> {
+    accounts::reserve(tx, payer, row.reserved_micros, &row.id, now)
 }
 
 /// How to reach a session's browser: its token's hash, whether it is live,
