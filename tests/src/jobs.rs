@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 
 use crate::http::Resp;
 use crate::server::{GridServer, ServerOptions};
+use crate::stored::LedgerEntry;
 
 /// The test image (FROM scratch + static busybox), pushed by scripts/compute-env.sh.
 pub const IMAGE: &str = "127.0.0.1:5000/tools/busybox:1";
@@ -204,11 +205,9 @@ pub fn all_containers(job_id: &str, attempt: u32) -> Vec<String> {
     String::from_utf8_lossy(&out.stdout).split_whitespace().map(str::to_string).collect()
 }
 
-/// One ledger entry of a job: (kind, amount, subject).
-pub type LedgerEntry = (String, i64, String);
-
 /// The ledger of a job settled from its first reservation: `reserved`
-/// held, `charge` charged, the rest released.
+/// held, `charge` charged, the rest released (as `stored().job_ledger`
+/// reads it).
 pub fn settled_once(job_id: &str, reserved: i64, charge: i64) -> Vec<LedgerEntry> {
     let s = format!("{job_id}/r1");
     vec![
@@ -216,22 +215,6 @@ pub fn settled_once(job_id: &str, reserved: i64, charge: i64) -> Vec<LedgerEntry
         ("charge".into(), charge, s.clone()),
         ("release".into(), reserved - charge, s),
     ]
-}
-
-/// The ledger entries whose subject is one of the job's reservations
-/// (`<jobId>/r<n>`), in insertion order, read from the store directly.
-pub fn job_ledger(server: &GridServer, job_id: &str) -> Vec<LedgerEntry> {
-    let sql = format!("SELECT kind, amount, subject FROM ledger WHERE subject LIKE '{job_id}/%' ORDER BY id");
-    server
-        .query(&sql)
-        .into_iter()
-        .map(|r| match r.as_slice() {
-            [Some(kind), Some(amount), Some(subject)] => {
-                (kind.clone(), amount.parse().expect("an amount"), subject.clone())
-            }
-            other => server.fail(&format!("ledger row {other:?}")),
-        })
-        .collect()
 }
 
 /// The published log file of an attempt: DATA_DIR/logs/<jobId>/attempt-<n>-<sha prefix>.

@@ -4,6 +4,8 @@
 //!   dir and a free port, and prints its log tail when a test fails.
 //! - [`target::Target`] is a local HTTP server the grid fetches from.
 //! - [`cli::run_cli`] runs the real `grid` binary.
+//! - [`stored`]: what a server's store holds (`server.stored()`), the one
+//!   place holding SQL against the grid's schema.
 //!
 //! The binaries are not built by `cargo test`: run `cargo build --workspace
 //! --bins` first (scripts/test.sh does), or point GRID_SERVER_BIN and
@@ -19,6 +21,7 @@ pub mod jobs;
 pub mod server;
 pub mod sessions;
 pub mod store;
+pub mod stored;
 pub mod target;
 
 /// Contract price of one `fetch` item, µ€.

@@ -455,6 +455,12 @@ impl GridServer {
         self.database.as_ref()
     }
 
+    /// The PostgreSQL database the server runs on, its own or another
+    /// node's; `None` on SQLite. (Its rows are read through `stored()`.)
+    pub(crate) fn database_url(&self) -> Option<&str> {
+        self.database_url.as_deref()
+    }
+
     /// Points the server or an admin subcommand at the run's store: the
     /// server's own database on PostgreSQL (as `GRID_DATABASE_URL`, which
     /// `--database-url` reads), else grid.db in `--data-dir`.
@@ -733,84 +739,6 @@ impl GridServer {
             Ok(r) => r,
             Err(e) => self.fail(&format!("POST {url}: {e}")),
         }
-    }
-
-    /// grid.db opened read-only beside the running server (waiting up to
-    /// 10 s for its writer).
-    pub fn read_db(&self) -> rusqlite::Connection {
-        if self.database_url.is_some() {
-            self.fail(
-                "read_db reads grid.db: this test is SQLite-only (scripts/test.sh leaves it out of the PostgreSQL run)",
-            );
-        }
-        let conn = rusqlite::Connection::open_with_flags(self.db_path(), rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .unwrap_or_else(|e| self.fail(&format!("open {}: {e}", self.db_path().display())));
-        conn.busy_timeout(Duration::from_secs(10)).unwrap_or_else(|e| self.fail(&format!("busy timeout: {e}")));
-        conn
-    }
-
-    /// Rows of a query on the server's store, whichever it is: each value
-    /// as text (`None` for NULL). For checks of what is stored that the
-    /// API does not show; SQL both SQLite and PostgreSQL accept.
-    pub fn query(&self, sql: &str) -> Vec<Vec<Option<String>>> {
-        if let Some(db) = &self.database {
-            return db.query(sql);
-        }
-        let conn = self.read_db();
-        let mut stmt = conn.prepare(sql).unwrap_or_else(|e| self.fail(&format!("{sql}: {e}")));
-        let columns = stmt.column_count();
-        let rows = stmt
-            .query_map([], |r| {
-                (0..columns)
-                    .map(|i| {
-                        Ok(match r.get_ref(i)? {
-                            rusqlite::types::ValueRef::Null => None,
-                            rusqlite::types::ValueRef::Integer(n) => Some(n.to_string()),
-                            rusqlite::types::ValueRef::Real(f) => Some(f.to_string()),
-                            rusqlite::types::ValueRef::Text(t) | rusqlite::types::ValueRef::Blob(t) => {
-                                Some(String::from_utf8_lossy(t).into_owned())
-                            }
-                        })
-                    })
-                    .collect::<rusqlite::Result<Vec<_>>>()
-            })
-            .unwrap_or_else(|e| self.fail(&format!("{sql}: {e}")));
-        rows.collect::<Result<_, _>>().unwrap_or_else(|e| self.fail(&format!("{sql}: {e}")))
-    }
-
-    /// Runs statements on the server's store beside it (a test's injected
-    /// fault, say); fails with the database's error.
-    pub fn execute(&self, sql: &str) {
-        if let Some(db) = &self.database {
-            db.query(sql);
-            return;
-        }
-        let conn = rusqlite::Connection::open(self.db_path())
-            .unwrap_or_else(|e| self.fail(&format!("open {}: {e}", self.db_path().display())));
-        conn.busy_timeout(Duration::from_secs(10)).unwrap_or_else(|e| self.fail(&format!("busy timeout: {e}")));
-        conn.execute_batch(sql).unwrap_or_else(|e| self.fail(&format!("{sql}: {e}")));
-    }
-
-    /// The one value of a query (see `query`); fails when there is no row.
-    pub fn query_value(&self, sql: &str) -> Option<String> {
-        let rows = self.query(sql);
-        let row = rows.first().unwrap_or_else(|| self.fail(&format!("{sql}: no row")));
-        row.first().cloned().flatten()
-    }
-
-    /// The reservations taken for `account_id`, in order: (amount, subject),
-    /// read from the store directly.
-    pub fn reservations(&self, account_id: &str) -> Vec<(i64, String)> {
-        let sql = format!(
-            "SELECT amount, subject FROM ledger WHERE account_id = '{account_id}' AND kind = 'reserve' ORDER BY id"
-        );
-        self.query(&sql)
-            .into_iter()
-            .map(|r| match r.as_slice() {
-                [Some(amount), Some(subject)] => (amount.parse().expect("an amount"), subject.clone()),
-                other => self.fail(&format!("ledger row {other:?}")),
-            })
-            .collect()
     }
 
     // ----- the grid's flows -----

@@ -69,15 +69,13 @@ impl Database {
     pub fn url(&self) -> &str {
         &self.url
     }
+}
 
-    /// Runs a query in this database with psql; answers its rows as text,
-    /// `None` for NULL. Panics with psql's error.
-    pub fn query(&self, sql: &str) -> Vec<Vec<Option<String>>> {
-        psql(&self.url, sql)
-            .lines()
-            .map(|l| l.split(FIELD_SEP).map(|f| (f != NULL).then(|| f.to_string())).collect())
-            .collect()
-    }
+/// Runs SQL in the database at `url` with psql; answers its rows as text,
+/// `None` for NULL. Panics with psql's error. For `stored`, the one place
+/// with SQL that reads or changes the grid's rows.
+pub(crate) fn psql_rows(url: &str, sql: &str) -> Vec<crate::stored::Row> {
+    psql(url, sql).lines().map(|l| l.split(FIELD_SEP).map(|f| (f != NULL).then(|| f.to_string())).collect()).collect()
 }
 
 /// The advisory lock every write transaction of a PostgreSQL store takes

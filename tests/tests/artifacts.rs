@@ -196,9 +196,7 @@ async fn a_large_body_is_stored_as_a_checked_file_and_downloads_intact() {
     );
     // A changed file fails its check instead of being served.
     if on_postgres {
-        server.execute(&format!(
-            "UPDATE artifacts SET content = convert_to('tampered', 'UTF8') WHERE item_id = '{id}' AND kind = 'body'"
-        ));
+        server.stored().overwrite_artifact(&id, "body", b"tampered");
     } else {
         std::fs::write(server.data_dir().join("artifacts").join(&body_name), b"tampered").unwrap();
     }

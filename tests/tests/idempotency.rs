@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use grid_tests::cdp;
 use grid_tests::http::{assert_error, http_client, Resp};
 use grid_tests::server::{GridServer, ServerOptions};
+use grid_tests::stored::Table;
 use grid_tests::target::Target;
 use grid_tests::FETCH_PRICE_MICROS;
 
@@ -25,12 +26,6 @@ fn fetch_batch(target: &Target, n: usize) -> Value {
 fn assert_detail_names_header(r: &Resp) {
     let detail = r.json["detail"].as_array().unwrap_or_else(|| panic!("no detail array: {r}"));
     assert!(detail.iter().any(|d| d.as_str().is_some_and(|d| d.starts_with("Idempotency-Key: "))), "{r}");
-}
-
-/// Rows of a table in the store.
-fn count(server: &GridServer, table: &str) -> i64 {
-    let n = server.query_value(&format!("SELECT COUNT(*) FROM {table}"));
-    n.as_deref().and_then(|n| n.parse().ok()).unwrap_or_else(|| server.fail(&format!("count {table}: {n:?}")))
 }
 
 #[tokio::test]
@@ -56,8 +51,8 @@ async fn batch_resend_answers_the_first_answer_and_reserves_once() {
         assert!(again.header("content-type").is_some_and(|ct| ct.starts_with("application/json")), "{again}");
     }
 
-    assert_eq!(server.reservations(server.account_id()), vec![(2 * FETCH_PRICE_MICROS, batch_id.clone())]);
-    assert_eq!(count(&server, "batches"), 1);
+    assert_eq!(server.stored().reservations(server.account_id()), vec![(2 * FETCH_PRICE_MICROS, batch_id.clone())]);
+    assert_eq!(server.stored().row_count(Table::Batches), 1);
     assert_eq!(server.batch(&batch_id).await["total"], json!(2));
 }
 
@@ -76,8 +71,8 @@ async fn another_body_or_route_under_a_key_is_422() {
     assert_error(&lease, 422, "idempotency key reused");
     assert_detail_names_header(&lease);
 
-    assert_eq!(server.reservations(server.account_id()).len(), 1);
-    assert_eq!(count(&server, "sessions"), 0);
+    assert_eq!(server.stored().reservations(server.account_id()).len(), 1);
+    assert_eq!(server.stored().row_count(Table::Sessions), 0);
     // The first answer is still there for the first request.
     let again = server.post_idempotent(server.api_key(), "/batches", &fetch_batch(&target, 1), &[b"k"]).await;
     assert_eq!(again.text, first.text);
@@ -94,8 +89,8 @@ async fn the_same_key_in_another_account_is_another_key() {
     assert_eq!((mine.status, theirs.status), (201, 201), "{mine} / {theirs}");
     assert_eq!(theirs.header(REPLAYED), None);
     assert_ne!(mine.json["batchId"], theirs.json["batchId"]);
-    assert_eq!(server.reservations(server.account_id()).len(), 1);
-    assert_eq!(server.reservations(&other_account).len(), 1);
+    assert_eq!(server.stored().reservations(server.account_id()).len(), 1);
+    assert_eq!(server.stored().reservations(&other_account).len(), 1);
     // Neither answer leaks into the other account: each resend gets its own.
     let theirs_again = server.post_idempotent(&other_key, "/batches", &body, &[b"shared"]).await;
     assert_eq!(theirs_again.text, theirs.text);
@@ -118,7 +113,7 @@ async fn bad_keys_are_400_naming_the_header_and_do_nothing() {
             assert_detail_names_header(&r);
         }
     }
-    assert!(server.reservations(server.account_id()).is_empty());
+    assert!(server.stored().reservations(server.account_id()).is_empty());
     let r = server.post_idempotent(server.api_key(), "/batches", &fetch_batch(&target, 1), &[&longest]).await;
     assert_eq!(r.status, 201, "255 printable characters are a key: {r}");
     let r =
@@ -137,13 +132,13 @@ async fn a_refused_first_request_is_not_remembered() {
     // Invalid bodies are not remembered either: the key is still free.
     let invalid = server.post_idempotent(&key, "/batches", &json!({"urls": []}), &[b"retry-me"]).await;
     assert_error(&invalid, 400, "invalid batch body");
-    assert_eq!(count(&server, "idempotency_keys"), 0);
+    assert_eq!(server.stored().row_count(Table::IdempotencyKeys), 0);
 
     server.admin(&["account", "credit", "--account", &account, "--add-micros", "1000"]);
     let accepted = server.post_idempotent(&key, "/batches", &body, &[b"retry-me"]).await;
     assert_eq!(accepted.status, 201, "{accepted}");
     assert_eq!(accepted.header(REPLAYED), None);
-    assert_eq!(server.reservations(&account).len(), 1);
+    assert_eq!(server.stored().reservations(&account).len(), 1);
 }
 
 #[tokio::test]
@@ -158,9 +153,9 @@ async fn concurrent_resends_create_one_batch() {
     }
     assert_eq!(answers.iter().filter(|a| a.header(REPLAYED).is_none()).count(), 1, "exactly one first answer");
     let batch_id = answers[0].json["batchId"].as_str().unwrap().to_string();
-    assert_eq!(server.reservations(server.account_id()), vec![(3 * FETCH_PRICE_MICROS, batch_id)]);
-    assert_eq!(count(&server, "batches"), 1);
-    assert_eq!(count(&server, "items"), 3);
+    assert_eq!(server.stored().reservations(server.account_id()), vec![(3 * FETCH_PRICE_MICROS, batch_id)]);
+    assert_eq!(server.stored().row_count(Table::Batches), 1);
+    assert_eq!(server.stored().row_count(Table::Items), 3);
 }
 
 #[tokio::test]
@@ -182,8 +177,8 @@ async fn a_lease_resend_gives_the_one_session_and_its_working_cdp_url() {
     let another = server.post_idempotent(server.api_key(), "/sessions", &body, &[b"lease-2"]).await;
     assert_eq!(another.status, 409, "{another}");
 
-    assert_eq!(server.reservations(server.account_id()).len(), 1);
-    assert_eq!(count(&server, "sessions"), 1);
+    assert_eq!(server.stored().reservations(server.account_id()).len(), 1);
+    assert_eq!(server.stored().row_count(Table::Sessions), 1);
     let listed = server.get("/sessions").await;
     assert_eq!(listed.json.as_array().map(Vec::len), Some(1), "{listed}");
     assert_eq!(server.get("/grid").await.json["sessions"], json!(1));
@@ -226,7 +221,7 @@ async fn sdk_and_cli_send_keys() {
     let other = NewBatch { urls: vec![target.url("/page/2")], ..batch.clone() };
     let e = client.submit_batch_with_key(&other, "sdk-1").await.unwrap_err();
     assert_eq!((e.status(), e.error_code()), (Some(422), Some("idempotency key reused")));
-    assert_eq!(server.reservations(server.account_id()).len(), 1);
+    assert_eq!(server.stored().reservations(server.account_id()).len(), 1);
 
     let url = target.url("/page/3");
     let args = ["--json", "batch", "submit", "--script", "fetch", "--idempotency-key", "cli-1", url.as_str()];
@@ -239,6 +234,6 @@ async fn sdk_and_cli_send_keys() {
     let (c, d) = (server.cli(&fresh), server.cli(&fresh));
     assert!(c.success() && d.success(), "{c}\n{d}");
     assert_ne!(c.json().unwrap()["batchId"], d.json().unwrap()["batchId"]);
-    assert_eq!(server.reservations(server.account_id()).len(), 4);
-    assert_eq!(count(&server, "idempotency_keys"), 4);
+    assert_eq!(server.stored().reservations(server.account_id()).len(), 4);
+    assert_eq!(server.stored().row_count(Table::IdempotencyKeys), 4);
 }

@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 use grid_tests::http::assert_error;
 use grid_tests::jobs::*;
 use grid_tests::server::GridServer;
+use grid_tests::stored::Table;
 use grid_tests::DEFAULT_INITIAL_CREDIT_MICROS as INITIAL;
 
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -163,7 +164,10 @@ async fn deadline_stops_the_container_as_timed_out_charged_for_the_deadline() {
     assert_eq!(charge, 12, "run {run} ms");
     server.wait_settled(server.account_id(), INITIAL - charge, SETTLE_TIMEOUT).await;
     let subject = format!("{id}/r1");
-    assert_eq!(job_ledger(&server, &id), vec![("reserve".into(), 12, subject.clone()), ("charge".into(), 12, subject)]);
+    assert_eq!(
+        server.stored().job_ledger(&id),
+        vec![("reserve".into(), 12, subject.clone()), ("charge".into(), 12, subject)]
+    );
 }
 
 #[tokio::test]
@@ -217,7 +221,7 @@ async fn eviction_with_retries_1_is_replayed_free_and_only_the_replay_is_charged
     // One reservation; the evicted attempt is free, the replay is charged from it.
     let charge = expected_charge(a2, 500, 256 * MI, 60);
     server.wait_settled(server.account_id(), INITIAL - charge, SETTLE_TIMEOUT).await;
-    assert_eq!(job_ledger(&server, &id), settled_once(&id, DEFAULT_RESERVATION, charge));
+    assert_eq!(server.stored().job_ledger(&id), settled_once(&id, DEFAULT_RESERVATION, charge));
     wait_container_removed(&server, &id, 2).await;
 }
 
@@ -249,7 +253,7 @@ async fn retry_of_a_failed_job_runs_a_new_attempt_on_a_new_reservation() {
     server.wait_settled(&acc, INITIAL - c1 - c2, SETTLE_TIMEOUT).await;
     let (s1, s2) = (format!("{id}/r1"), format!("{id}/r2"));
     assert_eq!(
-        job_ledger(&server, &id),
+        server.stored().job_ledger(&id),
         vec![
             ("reserve".into(), DEFAULT_RESERVATION, s1.clone()),
             ("charge".into(), c1, s1.clone()),
@@ -298,7 +302,7 @@ async fn charge_is_exact_on_requested_cpu_and_memory_for_the_engine_run_time() {
     // About 12.9 µ€ per second; charging the limits would double it.
     assert!((12..=40).contains(&charge), "charge {charge} for {run} ms");
     server.wait_settled(&acc, INITIAL - charge, SETTLE_TIMEOUT).await;
-    assert_eq!(job_ledger(&server, &id), settled_once(&id, reservation, charge));
+    assert_eq!(server.stored().job_ledger(&id), settled_once(&id, reservation, charge));
 }
 
 #[tokio::test]
@@ -328,10 +332,7 @@ async fn corrupted_log_file_answers_503_compute_unavailable() {
     // on PostgreSQL (any node serves it); either is checked on every read.
     let path = server.database().is_none().then(|| log_file(&server, &id, 1));
     let set_log = |bytes: Option<&[u8]>| match &path {
-        None => {
-            let value = bytes.map_or("NULL".to_string(), |b| format!("decode('{}', 'hex')", hex::encode(b)));
-            server.execute(&format!("UPDATE job_logs SET content = {value} WHERE job_id = '{id}' AND attempt = 1"));
-        }
+        None => server.stored().overwrite_job_log(&id, 1, bytes),
         Some(path) => match bytes {
             Some(b) => std::fs::write(path, b).unwrap(),
             None => std::fs::remove_file(path).unwrap(),
@@ -393,7 +394,7 @@ async fn idempotent_resend_returns_the_same_job_and_reserves_nothing_more() {
     assert_eq!((after.status, after.json["phase"].as_str()), (200, Some("SUCCEEDED")), "{after}");
     let charge = expected_charge(attempt(&done, 1), 500, 256 * MI, 60);
     server.wait_settled(&acc, INITIAL - charge, SETTLE_TIMEOUT).await;
-    let reserves: Vec<_> = job_ledger(&server, &id).into_iter().filter(|e| e.0 == "reserve").collect();
+    let reserves: Vec<_> = server.stored().job_ledger(&id).into_iter().filter(|e| e.0 == "reserve").collect();
     assert_eq!(reserves, vec![("reserve".into(), DEFAULT_RESERVATION, format!("{id}/r1"))]);
     let list = server.get("/jobs").await;
     assert_eq!(list.json["jobs"].as_array().map(Vec::len), Some(1), "one job only: {list}");
@@ -704,7 +705,7 @@ async fn kill_9_while_running_then_restart_finishes_the_job_with_its_log_charged
     assert!(run >= 5_000 - ENGINE_CLOCK_SLACK_MS, "run time from the engine's clock: {run} ms");
     let charge = expected_charge(attempt(&done, 1), 500, 256 * MI, 60);
     server.wait_settled(&acc, INITIAL - charge, SETTLE_TIMEOUT).await;
-    assert_eq!(job_ledger(&server, &id), settled_once(&id, DEFAULT_RESERVATION, charge));
+    assert_eq!(server.stored().job_ledger(&id), settled_once(&id, DEFAULT_RESERVATION, charge));
     wait_container_removed(&server, &id, 1).await;
 }
 
@@ -1052,7 +1053,7 @@ async fn a_job_writes_only_to_its_tmp_which_its_ephemeral_storage_bounds() {
     // An eviction is the platform's: nothing charged.
     let subject = format!("{over}/r1");
     assert_eq!(
-        job_ledger(&server, &over),
+        server.stored().job_ledger(&over),
         vec![
             ("reserve".into(), DEFAULT_RESERVATION, subject.clone()),
             ("release".into(), DEFAULT_RESERVATION, subject)
@@ -1086,7 +1087,7 @@ async fn job_deadline_passed_while_the_server_was_down_ends_timed_out_at_the_dea
     let id = job_id(&submit_job(&server, &body).await);
     let running = wait_running(&server, &id).await;
     server.kill9();
-    let phase = server.query_value(&format!("SELECT phase FROM jobs WHERE id = '{id}'")).unwrap_or_default();
+    let phase = server.stored().job_phase(&id).unwrap_or_default();
     assert_eq!(phase, "RUNNING", "the deadline must still be ahead when the server dies");
     let started = millis(&attempt(&running, 1)["startedAt"]);
     let deadline = started + DEADLINE_SECS * 1_000;
@@ -1114,7 +1115,7 @@ async fn job_deadline_passed_while_the_server_was_down_ends_timed_out_at_the_dea
     server.wait_settled(&acc, INITIAL - charge, SETTLE_TIMEOUT).await;
     let subject = format!("{id}/r1");
     assert_eq!(
-        job_ledger(&server, &id),
+        server.stored().job_ledger(&id),
         vec![("reserve".into(), charge, subject.clone()), ("charge".into(), charge, subject)],
         "the reservation is the deadline's price and all of it is charged"
     );
@@ -1135,7 +1136,7 @@ async fn a_request_larger_than_every_node_is_400_but_credit_is_checked_first() {
     assert_error(&r, 400, "INVALID_JOB_REQUEST");
     assert_eq!(r.json["detail"], json!(["resources.cpu.request: more than the grid's capacity of 500m"]), "{r}");
     assert_eq!(server.account_show(server.account_id())["reservedMicros"], json!(0));
-    assert_eq!(server.query_value("SELECT COUNT(*) FROM jobs"), Some("0".into()));
+    assert_eq!(server.stored().row_count(Table::Jobs), 0);
 
     let (_, poor) = server.create_account("poor", 1);
     body["idempotencyKey"] = json!(unique_key("poor"));

@@ -186,9 +186,8 @@ async fn every_documented_operation_is_routed_and_nothing_else_is() {
     assert!(ops.len() >= 30, "{ops:?}");
     // Node-to-node routes answer only the credential the nodes share (kept
     // in the store); an API key gets the router's 404, as documented.
-    let node_credential = server
-        .query_value("SELECT value FROM settings WHERE key = 'node_credential'")
-        .unwrap_or_else(|| server.fail("no node credential in the store"));
+    let node_credential =
+        server.stored().setting("node_credential").unwrap_or_else(|| server.fail("no node credential in the store"));
     for (method, template) in &ops {
         let path = concrete(template);
         let op = &doc["paths"][template][method.to_ascii_lowercase()];

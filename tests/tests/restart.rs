@@ -97,7 +97,6 @@ async fn data_keys_and_download_urls_survive_a_restart() {
 #[tokio::test]
 async fn store_is_grid_db_in_wal_mode() {
     let server = GridServer::start(ServerOptions::default());
-    let conn = server.read_db();
-    let mode: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
+    let mode = server.stored().journal_mode();
     assert_eq!(mode.to_lowercase(), "wal");
 }

@@ -14,11 +14,11 @@
 //! These tests need PostgreSQL whatever the run's store
 //! (`GRID_TEST_DATABASE_URL`, which scripts/test.sh exports for both passes).
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use grid_core::catalog::Script;
 use grid_tests::server::{GridServer, ServerOptions};
+use grid_tests::stored::{ServerConnections, Settlements};
 use grid_tests::target::Target;
 use serde_json::{json, Value};
 
@@ -40,46 +40,9 @@ fn node(name: &str, lease_secs: u32, workers: u32) -> ServerOptions {
     }
 }
 
-/// How many items of the batch each node holds or held last (its claim).
-fn items_by_node(server: &GridServer, batch_id: &str) -> BTreeMap<String, i64> {
-    server
-        .query(&format!("SELECT lease_node, COUNT(*) FROM items WHERE batch_id = '{batch_id}' GROUP BY lease_node"))
-        .into_iter()
-        .map(|r| (r[0].clone().unwrap_or_default(), r[1].as_deref().unwrap_or("0").parse().unwrap()))
-        .collect()
-}
-
-/// How many items of the batch each node holds now (active under its claim).
-fn active_by_node(server: &GridServer, batch_id: &str) -> BTreeMap<String, i64> {
-    server
-        .query(&format!(
-            "SELECT lease_node, COUNT(*) FROM items WHERE batch_id = '{batch_id}' AND state = 'active' GROUP BY lease_node"
-        ))
-        .into_iter()
-        .map(|r| (r[0].clone().unwrap_or_default(), r[1].as_deref().unwrap_or("0").parse().unwrap()))
-        .collect()
-}
-
-/// The items of the batch `node` holds now, by id.
-fn held_by(server: &GridServer, batch_id: &str, node: &str) -> Vec<String> {
-    server
-        .query(&format!(
-            "SELECT id FROM items WHERE batch_id = '{batch_id}' AND state = 'active' AND lease_node = '{node}' ORDER BY id"
-        ))
-        .into_iter()
-        .filter_map(|r| r[0].clone())
-        .collect()
-}
-
-/// (charges, releases, distinct charged subjects) of the batch's items.
-fn settlements(server: &GridServer, batch_id: &str) -> (i64, i64, i64) {
-    let n = |sql: String| server.query_value(&sql).and_then(|v| v.parse::<i64>().ok()).unwrap_or(-1);
-    let of_batch = format!("subject IN (SELECT id FROM items WHERE batch_id = '{batch_id}')");
-    (
-        n(format!("SELECT COUNT(*) FROM ledger WHERE kind = 'charge' AND {of_batch}")),
-        n(format!("SELECT COUNT(*) FROM ledger WHERE kind = 'release' AND {of_batch}")),
-        n(format!("SELECT COUNT(DISTINCT subject) FROM ledger WHERE kind = 'charge' AND {of_batch}")),
-    )
+/// Each item of a batch of `n` charged once, nothing released.
+fn charged_once_each(n: usize) -> Settlements {
+    Settlements { charges: n as i64, releases: 0, charged_subjects: n as i64 }
 }
 
 fn signal(server: &GridServer, sig: i32) {
@@ -115,7 +78,7 @@ async fn submit_gated(server: &GridServer, target: &Target, n: usize, script: &s
 /// Waits until each of `nodes` holds items of the batch.
 async fn wait_all_hold(server: &GridServer, batch_id: &str, nodes: &[&str]) {
     wait_until("every node to hold items of the batch", Duration::from_secs(60), || {
-        let held = active_by_node(server, batch_id);
+        let held = server.stored().active_items_by_node(batch_id);
         if nodes.iter().all(|n| held.get(*n).copied().unwrap_or(0) > 0) {
             Ok(())
         } else {
@@ -133,13 +96,9 @@ async fn wait_all_hold(server: &GridServer, batch_id: &str, nodes: &[&str]) {
 /// `server` holds the test's database (read with psql) and is the only
 /// grid-server on it: its connections are told apart by application name.
 async fn pause_between_transactions(server: &GridServer) {
-    const SQL: &str =
-        "SELECT COUNT(*) FILTER (WHERE state = 'active'), COUNT(*) FILTER (WHERE xact_start IS NOT NULL) \
-         FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'grid-server'";
     let probe = || -> (i64, i64) {
-        let row = server.query(SQL).into_iter().next().unwrap_or_default();
-        let n = |i: usize| row.get(i).cloned().flatten().and_then(|v| v.parse().ok()).unwrap_or(-1);
-        (n(0), n(1))
+        let ServerConnections { running, in_transaction } = server.stored().server_connections();
+        (running, in_transaction)
     };
     for _ in 0..20 {
         signal(server, libc::SIGSTOP);
@@ -186,7 +145,7 @@ async fn a_batch_through_one_node_is_run_by_all_three_each_item_once() {
     let done = n1.wait_batch_done(&batch, Duration::from_secs(240)).await;
     assert_eq!(done["counts"]["completed"], json!(N), "{}", done["counts"]);
 
-    let by_node = items_by_node(&n1, &batch);
+    let by_node = n1.stored().items_by_node(&batch);
     assert_eq!(by_node.values().sum::<i64>(), N as i64, "{by_node:?}");
     for name in ["n1", "n2", "n3"] {
         assert!(by_node.get(name).copied().unwrap_or(0) > 0, "{name} ran no item: {by_node:?}");
@@ -199,7 +158,7 @@ async fn a_batch_through_one_node_is_run_by_all_three_each_item_once() {
     // Charged once each; the ledger balances to the micro-euro.
     let price = Script::Fetch.price_micros();
     n1.wait_settled(n1.account_id(), CREDIT - price * N as i64, Duration::from_secs(60)).await;
-    assert_eq!(settlements(&n1, &batch), (N as i64, 0, N as i64));
+    assert_eq!(n1.stored().batch_settlements(&batch), charged_once_each(N));
     // Any node answers for the account: the batch read through n2 and n3.
     for other in [&n2, &n3] {
         assert_eq!(other.batch(&batch).await["counts"]["completed"], json!(N));
@@ -235,12 +194,9 @@ async fn a_killed_nodes_items_are_taken_over_and_charged_once() {
     assert!(killed.elapsed() < Duration::from_secs(60), "the batch took {:?} after the kill", killed.elapsed());
     let price = Script::Fetch.price_micros();
     n1.wait_settled(n1.account_id(), CREDIT - price * N as i64, Duration::from_secs(60)).await;
-    assert_eq!(settlements(&n2, &batch), (N as i64, 0, N as i64));
+    assert_eq!(n2.stored().batch_settlements(&batch), charged_once_each(N));
     // The interrupted attempts were not counted: every item took one attempt.
-    assert_eq!(
-        n2.query_value(&format!("SELECT COUNT(*) FROM items WHERE batch_id = '{batch}' AND attempts_made <> 1")),
-        Some("0".into())
-    );
+    assert_eq!(n2.stored().items_attempted_other_than_once(&batch), 0);
     let list = n1.admin(&["node", "list", "--node-lease-secs", &LEASE_SECS.to_string()]);
     let names: Vec<&str> = list["nodes"].as_array().unwrap().iter().filter_map(|n| n["name"].as_str()).collect();
     assert!(!names.contains(&"n2"), "the dead node was taken over and removed: {list}");
@@ -269,7 +225,7 @@ async fn a_paused_node_cannot_publish_or_charge_items_taken_over() {
     let n2 = GridServer::start(node("n2", LEASE_SECS, 8));
     let batch = submit_gated(&n2, &target, N, "fetch").await;
     let taken = wait_until("n2 to claim the whole batch", Duration::from_secs(20), || {
-        let held = held_by(&n2, &batch, "n2");
+        let held = n2.stored().active_items_held_by(&batch, "n2");
         if held.len() == N {
             Ok(held)
         } else {
@@ -283,7 +239,7 @@ async fn a_paused_node_cannot_publish_or_charge_items_taken_over() {
     // items again (its one worker).
     let n1 = n2.join(node("n1", LEASE_SECS, 1));
     let retaken = wait_until("n1 to take n2's items over", Duration::from_secs(30), || {
-        let held = held_by(&n2, &batch, "n1");
+        let held = n2.stored().active_items_held_by(&batch, "n1");
         held.iter().find(|id| taken.contains(id)).cloned().ok_or_else(|| format!("n1 holds {held:?}"))
     })
     .await;
@@ -307,13 +263,10 @@ async fn a_paused_node_cannot_publish_or_charge_items_taken_over() {
     // again by whichever node was free, n2 too once it registered again.
     let price = Script::Fetch.price_micros();
     n1.wait_settled(n1.account_id(), CREDIT - price * N as i64, Duration::from_secs(60)).await;
-    assert_eq!(settlements(&n2, &batch), (N as i64, 0, N as i64));
-    assert_eq!(n2.query_value(&format!("SELECT lease_node FROM items WHERE id = '{retaken}'")), Some("n1".to_string()));
-    assert_eq!(items_by_node(&n2, &batch).values().sum::<i64>(), N as i64);
-    assert_eq!(
-        n2.query_value(&format!("SELECT COUNT(*) FROM items WHERE batch_id = '{batch}' AND attempts_made <> 1")),
-        Some("0".into())
-    );
+    assert_eq!(n2.stored().batch_settlements(&batch), charged_once_each(N));
+    assert_eq!(n2.stored().item_lease_node(&retaken), Some("n1".to_string()));
+    assert_eq!(n2.stored().items_by_node(&batch).values().sum::<i64>(), N as i64);
+    assert_eq!(n2.stored().items_attempted_other_than_once(&batch), 0);
     let log = std::fs::read_to_string(n2.log_path()).unwrap_or_default();
     assert!(log.contains("taken for dead"), "n2 did not register again");
 }
@@ -335,8 +288,8 @@ fn with_engine(name: &str, lease_secs: u32, engine: bool) -> ServerOptions {
 #[tokio::test]
 async fn a_job_on_a_killed_node_is_replayed_on_another_and_only_the_replay_is_charged() {
     use grid_tests::jobs::{
-        all_containers, check_compute_env, docker, job_body, job_id, job_ledger, settled_once, submit_job, wait_job,
-        wait_running, DEFAULT_RESERVATION, JOB_TIMEOUT,
+        all_containers, check_compute_env, docker, job_body, job_id, settled_once, submit_job, wait_job, wait_running,
+        DEFAULT_RESERVATION, JOB_TIMEOUT,
     };
     check_compute_env();
     let with_engine = |name: &str, engine: bool| with_engine(name, 3, engine);
@@ -348,7 +301,7 @@ async fn a_job_on_a_killed_node_is_replayed_on_another_and_only_the_replay_is_ch
     // 503 COMPUTE_UNAVAILABLE), read through the one without.
     let id = job_id(&submit_job(&n2, &body).await);
     wait_running(&n1, &id).await;
-    assert_eq!(n1.query_value(&format!("SELECT node FROM jobs WHERE id = '{id}'")), Some("n2".to_string()));
+    assert_eq!(n1.stored().job_node(&id), Some("n2".to_string()));
     n2.kill9();
     // The dead node's container dies with its machine.
     for c in all_containers(&id, 1) {
@@ -360,11 +313,11 @@ async fn a_job_on_a_killed_node_is_replayed_on_another_and_only_the_replay_is_ch
     assert_eq!(a1["termination"], json!({"class": "platform", "exitCode": null, "reason": "PLATFORM_EVICTED"}));
     assert_eq!(a2["funding"], "replay");
     assert_eq!(a2["termination"]["reason"], "WORKLOAD_SUCCEEDED", "{done}");
-    assert_eq!(n1.query_value(&format!("SELECT node FROM jobs WHERE id = '{id}'")), Some("n3".to_string()));
+    assert_eq!(n1.stored().job_node(&id), Some("n3".to_string()));
     // One reservation: the evicted attempt free, the replay charged from it.
     let deadline = Instant::now() + Duration::from_secs(30);
     let ledger = loop {
-        let l = job_ledger(&n1, &id);
+        let l = n1.stored().job_ledger(&id);
         if l.len() == 3 || Instant::now() >= deadline {
             break l;
         }
@@ -385,7 +338,7 @@ fn one_slot(name: &str, lease_secs: u32) -> ServerOptions {
 
 /// The node whose browser runs the session.
 fn session_node(server: &GridServer, id: &str) -> Option<String> {
-    server.query_value(&format!("SELECT node FROM sessions WHERE id = '{id}'"))
+    server.stored().session(id).node
 }
 
 /// Sessions across nodes: a lease through one node runs where a slot is
@@ -479,13 +432,10 @@ async fn sessions_are_leased_driven_and_released_through_any_node() {
         assert!(killed.elapsed() < Duration::from_secs(60), "B still live {:?} after its node died", killed.elapsed());
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let reserved = n1.query_value(&format!("SELECT reserved_micros FROM sessions WHERE id = '{}'", b.id));
-    let settled = n1.query_value(&format!(
-        "SELECT CAST(SUM(amount) AS BIGINT) FROM ledger WHERE subject = '{}' AND kind IN ('charge', 'release')",
-        b.id
-    ));
-    assert_eq!(settled, reserved, "B's reservation is charged and released exactly");
-    let machine = n1.query_value(&format!("SELECT machine FROM sessions WHERE id = '{}'", b.id)).unwrap_or_default();
+    let stored_b = n1.stored().session(&b.id);
+    let settled = n1.stored().charged_and_released(&b.id);
+    assert_eq!(settled, Some(stored_b.reserved_micros), "B's reservation is charged and released exactly");
+    let machine = stored_b.machine.to_string();
     assert!(machine.contains("\"lost\""), "B ended as lost: {machine}");
     drop((c, d, n3));
 }
@@ -503,7 +453,7 @@ async fn a_job_cancelled_through_another_node_is_stopped_on_the_engine_running_i
     let n2 = n1.join(with_engine("n2", 15, true));
     let id = job_id(&submit_job(&n2, &job_body(&["sleep", "60"])).await);
     wait_running(&n1, &id).await;
-    assert_eq!(n1.query_value(&format!("SELECT node FROM jobs WHERE id = '{id}'")), Some("n2".to_string()));
+    assert_eq!(n1.stored().job_node(&id), Some("n2".to_string()));
     // The operator's view says which node runs it.
     let list = n1.admin(&["node", "list"]);
     let held: Vec<(String, i64)> = list["nodes"]
@@ -546,7 +496,7 @@ async fn a_capture_batch_through_one_node_is_run_by_all_three() {
     target.open_gate();
     let done = n1.wait_batch_done(&batch, Duration::from_secs(600)).await;
     assert_eq!(done["counts"]["completed"], json!(N), "{}", done["counts"]);
-    let by_node = items_by_node(&n1, &batch);
+    let by_node = n1.stored().items_by_node(&batch);
     assert_eq!(by_node.values().sum::<i64>(), N as i64, "{by_node:?}");
     for name in ["n1", "n2", "n3"] {
         assert!(by_node.get(name).copied().unwrap_or(0) > 0, "{name} ran no capture: {by_node:?}");
@@ -554,17 +504,12 @@ async fn a_capture_batch_through_one_node_is_run_by_all_three() {
     for i in 0..N {
         assert_eq!(target.hits(&format!("/gate/{i}")), 1, "/gate/{i} loaded other than once");
     }
-    assert_eq!(
-        n1.query_value(&format!("SELECT COUNT(*) FROM items WHERE batch_id = '{batch}' AND attempts_made <> 1")),
-        Some("0".into())
-    );
+    assert_eq!(n1.stored().items_attempted_other_than_once(&batch), 0);
     let price = Script::Capture.price_micros();
     n1.wait_settled(n1.account_id(), CREDIT - price * N as i64, Duration::from_secs(60)).await;
-    assert_eq!(settlements(&n1, &batch), (N as i64, 0, N as i64));
+    assert_eq!(n1.stored().batch_settlements(&batch), charged_once_each(N));
     // A screenshot an item ran on n2 published, served through n3.
-    let on_n2 = n1
-        .query_value(&format!("SELECT id FROM items WHERE batch_id = '{batch}' AND lease_node = 'n2' LIMIT 1"))
-        .unwrap_or_else(|| n1.fail("no item of n2"));
+    let on_n2 = n1.stored().an_item_claimed_by(&batch, "n2").unwrap_or_else(|| n1.fail("no item of n2"));
     let url = n3.artifact_url(&on_n2, "screenshot").await;
     assert!(url.starts_with(&n3.base_url()), "{url}");
     let png = n3.http().get(&url).send().await.unwrap_or_else(|e| n3.fail(&format!("GET {url}: {e}")));

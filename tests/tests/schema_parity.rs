@@ -59,6 +59,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use grid_tests::server::{GridServer, ServerOptions};
 use grid_tests::store::on_postgres;
+use grid_tests::stored::Row;
 
 /// Differences that are allowed: (the difference as printed, why). Every
 /// entry must still be found, so the list does not outlive its reason.
@@ -68,8 +69,6 @@ const ALLOWED: &[(&str, &str)] = &[(
     "table schema_version: postgres only",
     "PostgreSQL's count of applied migration steps (store/postgres.rs); SQLite's is PRAGMA user_version",
 )];
-
-type Rows = Vec<Vec<Option<String>>>;
 
 /// A schema as facts: what each is about -> its value.
 type Facts = BTreeMap<String, String>;
@@ -192,14 +191,15 @@ fn column_fact(ty: &str, not_null: bool, pk: usize, default: Option<&str>) -> St
 }
 
 fn sqlite_facts(server: &GridServer) -> Facts {
+    let stored = server.stored();
     let mut facts = Facts::new();
-    let tables: Rows = server
-        .query("SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name");
+    let tables: Vec<Row> = stored
+        .catalog("SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name");
     for table in &tables {
         let (t, create) = (text(table, 0), text(table, 1));
         facts.insert(format!("table {t}"), String::new());
         let autoincrement = create.to_ascii_uppercase().contains("AUTOINCREMENT");
-        let columns = server.query(&format!(
+        let columns = stored.catalog(&format!(
             "SELECT name, type, \"notnull\", dflt_value, pk FROM pragma_table_info('{t}') ORDER BY cid"
         ));
         let pk_columns = columns.iter().filter(|c| text(c, 4) != "0").count();
@@ -226,10 +226,11 @@ fn sqlite_facts(server: &GridServer) -> Facts {
                 String::new(),
             );
         }
-        for index in server.query(&format!("SELECT name, \"unique\", origin, partial FROM pragma_index_list('{t}')")) {
+        for index in stored.catalog(&format!("SELECT name, \"unique\", origin, partial FROM pragma_index_list('{t}')"))
+        {
             let name = text(&index, 0);
-            let columns: Vec<String> = server
-                .query(&format!("SELECT name FROM pragma_index_info('{name}') ORDER BY seqno"))
+            let columns: Vec<String> = stored
+                .catalog(&format!("SELECT name FROM pragma_index_info('{name}') ORDER BY seqno"))
                 .iter()
                 .map(|r| r[0].clone().unwrap_or_else(|| "<expression>".to_string()))
                 .collect();
@@ -241,8 +242,11 @@ fn sqlite_facts(server: &GridServer) -> Facts {
                     facts.insert(format!("unique {t} ({columns})"), String::new());
                 }
                 _ => {
-                    let sql = server.query_value(&format!("SELECT sql FROM sqlite_master WHERE name = '{name}'"));
-                    let sql = sql.unwrap_or_default();
+                    let rows = stored.catalog(&format!("SELECT sql FROM sqlite_master WHERE name = '{name}'"));
+                    let sql = rows
+                        .first()
+                        .map(|r| text(r, 0))
+                        .unwrap_or_else(|| server.fail(&format!("index {name}: not in sqlite_master")));
                     let upper = sql.to_ascii_uppercase();
                     let mut v = format!("on {t} ({columns})");
                     if text(&index, 1) == "1" {
@@ -257,7 +261,7 @@ fn sqlite_facts(server: &GridServer) -> Facts {
             }
         }
         let mut fks: BTreeMap<String, (Vec<String>, String, Vec<String>, String)> = BTreeMap::new();
-        for fk in server.query(&format!(
+        for fk in stored.catalog(&format!(
             "SELECT id, \"table\", \"from\", \"to\", on_update, on_delete FROM pragma_foreign_key_list('{t}') ORDER BY id, seq"
         )) {
             let e = fks.entry(text(&fk, 0)).or_insert_with(|| {
@@ -278,8 +282,9 @@ fn sqlite_facts(server: &GridServer) -> Facts {
 }
 
 fn postgres_facts(server: &GridServer) -> Facts {
+    let stored = server.stored();
     let mut facts = Facts::new();
-    for table in server.query(
+    for table in stored.catalog(
         "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' AND table_type = 'BASE TABLE'",
     ) {
         facts.insert(format!("table {}", text(&table, 0)), String::new());
@@ -291,7 +296,7 @@ fn postgres_facts(server: &GridServer) -> Facts {
              JOIN pg_attribute a ON a.attrelid = c.{rel} AND a.attnum = k.att)"
         )
     };
-    let constraints = server.query(&format!(
+    let constraints = stored.catalog(&format!(
         "SELECT c.contype, c.conrelid::regclass::text, {}, c.confrelid::regclass::text, {}, c.confupdtype, c.confdeltype \
          FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace \
          WHERE n.nspname = 'public' AND c.contype IN ('p', 'u', 'f')",
@@ -333,7 +338,7 @@ fn postgres_facts(server: &GridServer) -> Facts {
             }
         }
     }
-    for c in server.query(
+    for c in stored.catalog(
         "SELECT table_name, column_name, data_type, is_nullable, column_default FROM information_schema.columns \
          WHERE table_schema = 'public'",
     ) {
@@ -348,7 +353,7 @@ fn postgres_facts(server: &GridServer) -> Facts {
         );
     }
     // Indexes not behind a constraint.
-    for i in server.query(
+    for i in stored.catalog(
         "SELECT t.relname, i.relname, x.indisunique, \
          (SELECT string_agg(pg_get_indexdef(x.indexrelid, k, true), ', ' ORDER BY k) \
           FROM generate_series(1, x.indnkeyatts) AS k), \

@@ -118,7 +118,8 @@ async fn a_trace_level_log_holds_no_key_token_or_signature() {
     assert_eq!(r.status, 204, "{r}");
 
     let secret = server
-        .query_value("SELECT value FROM settings WHERE key = 'download_signing_secret'")
+        .stored()
+        .setting("download_signing_secret")
         .unwrap_or_else(|| server.fail("no download signing secret stored"));
     server.sigterm();
     let log = std::fs::read_to_string(server.log_path()).unwrap();

@@ -16,6 +16,7 @@ use grid_tests::cdp::{self, Cdp, ConnectError};
 use grid_tests::http::{assert_error, http_client};
 use grid_tests::server::{GridServer, ServerOptions};
 use grid_tests::sessions::{self, release_as};
+use grid_tests::stored::StoredSession;
 use grid_tests::target::Target;
 use grid_tests::DEFAULT_INITIAL_CREDIT_MICROS;
 
@@ -500,21 +501,6 @@ async fn cli_leases_with_wait_lists_and_releases() {
 
 // ----- regressions of issue 9: every end of a session is durable -----
 
-/// The session's row as the store holds it: (machine JSON, live, due_at).
-fn stored_session(server: &GridServer, id: &str) -> (Value, bool, Option<i64>) {
-    let rows = server.query(&format!("SELECT machine, live, due_at FROM sessions WHERE id = '{id}'"));
-    let (machine, live, due_at) = match rows.as_slice() {
-        [row] => match row.as_slice() {
-            [Some(machine), Some(live), due_at] => {
-                (machine.clone(), live == "1", due_at.as_ref().map(|d| d.parse::<i64>().expect("due_at ms")))
-            }
-            other => server.fail(&format!("session {id} row {other:?}")),
-        },
-        other => server.fail(&format!("session {id} in the store: {other:?}")),
-    };
-    (serde_json::from_str(&machine).unwrap_or_else(|e| server.fail(&format!("machine {machine}: {e}"))), live, due_at)
-}
-
 /// Polls GET /sessions until `id` is no longer listed; fails at `within`.
 async fn wait_unlisted(server: &GridServer, id: &str, within: Duration, why: &str) {
     let deadline = Instant::now() + within;
@@ -562,7 +548,7 @@ async fn failed_launch_frees_its_slot_and_reservation() {
             (Some(0), Some(DEFAULT_INITIAL_CREDIT_MICROS)),
             "{attempt} lease: {acc}"
         );
-        let (machine, live, due_at) = stored_session(&server, id);
+        let StoredSession { machine, live, due_at, .. } = server.stored().session(id);
         assert_eq!((machine["ended"]["cause"].as_str(), live, due_at), (Some("lost"), false, None), "{machine}");
     }
 }
@@ -591,7 +577,7 @@ async fn expiry_fires_after_the_task_that_set_it_is_gone() {
     drop(lock);
 
     wait_unlisted(&server, id, Duration::from_secs(10), "the database took writes again").await;
-    let (machine, live, due_at) = stored_session(&server, id);
+    let StoredSession { machine, live, due_at, .. } = server.stored().session(id);
     assert_eq!((machine["ended"]["cause"].as_str(), live, due_at), (Some("expired"), false, None), "{machine}");
     assert_eq!(iso_ms(&machine["ended"]["at"]), expires, "{machine}");
     let ready_at = iso_ms(&machine["readyAt"]);
@@ -622,20 +608,18 @@ async fn session_of_a_killed_server_is_lost_at_its_last_heartbeat_after_expires_
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     server.kill9();
     let settled: i64 = server
-        .query_value("SELECT value FROM settings WHERE key = 'settlement_heartbeat'")
+        .stored()
+        .setting("settlement_heartbeat")
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| server.fail("no heartbeat in settings"));
-    let node: i64 = server
-        .query_value("SELECT heartbeat_at FROM nodes")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| server.fail("no node heartbeat"));
+    let node: i64 = server.stored().last_node_heartbeat().unwrap_or_else(|| server.fail("no node heartbeat"));
     let heartbeat = settled.max(node);
     assert!(heartbeat < expires, "heartbeat {heartbeat} not before expiresAt {expires}");
 
     sleep_until_wall(expires + 1_000).await;
     server.restart();
     assert!(find(&list_as(&server, server.api_key()).await, &id).is_none(), "still listed after the restart");
-    let (machine, live, due_at) = stored_session(&server, &id);
+    let StoredSession { machine, live, due_at, .. } = server.stored().session(&id);
     assert_eq!((machine["ended"]["cause"].as_str(), live, due_at), (Some("lost"), false, None), "{machine}");
     assert_eq!(iso_ms(&machine["ended"]["at"]), heartbeat, "{machine}");
     let ready_at = iso_ms(&machine["readyAt"]);

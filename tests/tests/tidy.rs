@@ -11,6 +11,9 @@
 //! - Every path (`store/items.rs`) and Rust name (`store::jobs::owned_record`,
 //!   `ApiError::row`, `StoreError`) ARCHITECTURE.md backticks, in any
 //!   section, exists in the sources (`classify` says what is skipped, and why).
+//! - No black-box test holds SQL text: stored state is read (and faults are
+//!   injected) through `grid_tests::stored`, the one place that knows the
+//!   store's tables (schema_parity.rs, which reads the catalogs, aside).
 //!
 //! The checks work on the sources with comments and the insides of string
 //! and char literals blanked out (`code_only`), so prose and doc examples
@@ -158,6 +161,29 @@ fn code_only(src: &str) -> String {
     out.into_iter().collect()
 }
 
+/// The string literals of `src` (plain, byte and raw), each as the line it
+/// opens on and its text as written (escapes and line continuations left as
+/// they are). Read off `code_only`, which keeps every literal's quotes and
+/// blanks what is between them, char for char.
+fn string_literals(src: &str) -> Vec<(usize, String)> {
+    let code = code_only(src);
+    let mut out = vec![];
+    let mut line = 1;
+    let mut open: Option<(usize, String)> = None;
+    for (c, s) in code.chars().zip(src.chars()) {
+        match (&mut open, c) {
+            (None, '"') => open = Some((line, String::new())),
+            (Some(_), '"') => out.extend(open.take()),
+            (Some((_, text)), _) => text.push(s),
+            (None, _) => {}
+        }
+        if s == '\n' {
+            line += 1;
+        }
+    }
+    out
+}
+
 /// Where the item starting at byte `from` of `code` ends: after its `;` at
 /// bracket depth 0, or after the `}` that closes its body.
 fn item_end(code: &str, from: usize) -> usize {
@@ -248,6 +274,15 @@ fn code_only_blanks_comments_and_literals_but_keeps_code_and_lines() {
     assert!(code.contains("fn f<'a>(x: &'a str) {}"), "{code}");
     let nested = code_only("/* a /* b */ still comment */ x");
     assert_eq!(nested.trim(), "x");
+}
+
+#[test]
+fn string_literals_are_read_with_the_line_they_open_on() {
+    let src = "let a = \"one\"; // \"not a literal\"\nlet b = r#\"two \"quoted\"\n lines\"#; let c = '\"';\n\
+               let d = b\"three\\\"\"; /* \"no\" */ let e = \"µ€\";\n";
+    let found = string_literals(src);
+    let texts: Vec<(usize, &str)> = found.iter().map(|(l, t)| (*l, t.as_str())).collect();
+    assert_eq!(texts, [(1, "one"), (2, "two \"quoted\"\n lines"), (4, "three\\\""), (4, "µ€")]);
 }
 
 #[test]
@@ -1111,6 +1146,76 @@ fn api_calls_drivers_and_reads_but_no_store_writer() {
     assert!(
         found.is_empty(),
         "api/ writes only through the machines' drivers (creation is their first step), and reads:\n{}",
+        found.join("\n")
+    );
+}
+
+// ----- stored state is read through one module -----
+
+/// SQL keywords a string literal of a black-box test must not hold (as whole
+/// uppercase words, followed by white space): what reads, changes or
+/// rigs the store's rows. Tests go through `grid_tests::stored`
+/// (tests/src/stored.rs), whose named readers and fault injectors are the
+/// only SQL against the grid's schema in tests/, so a schema change is
+/// one edit there and both dialects are handled once.
+const SQL_TEXT: &[&str] =
+    &["SELECT", "UPDATE", "INSERT INTO", "DELETE FROM", "CREATE TRIGGER", "DROP TRIGGER", "CREATE FUNCTION", "PRAGMA"];
+
+/// Files of tests/tests that may hold SQL text, and why.
+const SQL_TEXT_ALLOWED: &[(&str, &str)] = &[
+    ("schema_parity.rs", "reads the schema itself, from both stores' catalogs (`Stored::catalog`)"),
+    ("tidy.rs", "names the SQL it looks for"),
+];
+
+/// Where `text` holds one of `SQL_TEXT`: each as (line within `text`, 0
+/// first; the keyword).
+fn sql_in(text: &str) -> Vec<(usize, &'static str)> {
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    let mut found = vec![];
+    for keyword in SQL_TEXT {
+        for (at, _) in text.match_indices(keyword) {
+            let before_ok = !text[..at].ends_with(ident);
+            let after_ok = text[at + keyword.len()..].starts_with(char::is_whitespace);
+            if before_ok && after_ok {
+                found.push((text[..at].matches('\n').count(), *keyword));
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+#[test]
+fn sql_text_is_found_in_literals_only() {
+    let src = "// SELECT x FROM items\nlet a = \"SELECT COUNT(*) FROM items\";\nlet b = format!(\"x\\n \\\n  UPDATE jobs SET\");\n\
+               let c = \"DELETE /sessions/{id}\"; let d = \"SELECTED \"; let e = \"NO_UPDATE here\";\n\
+               let f = r#\"CREATE TRIGGER t\n BEFORE INSERT ON k\"#; let g = \"select the tab\";\n";
+    let mut found = vec![];
+    for (line, text) in string_literals(src) {
+        found.extend(sql_in(&text).into_iter().map(|(l, keyword)| (line + l, keyword)));
+    }
+    assert_eq!(found, [(2, "SELECT"), (4, "UPDATE"), (6, "CREATE TRIGGER")]);
+}
+
+#[test]
+fn black_box_tests_hold_no_sql_text() {
+    let dir = root().join("tests").join("tests");
+    let mut found = vec![];
+    for file in rust_files(&dir) {
+        let name = file.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        if SQL_TEXT_ALLOWED.iter().any(|(allowed, _)| *allowed == name) {
+            continue;
+        }
+        for (line, text) in string_literals(&read(&file)) {
+            for (l, keyword) in sql_in(&text) {
+                found.push(format!("{}:{}: `{keyword}`", rel(&file), line + l));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "read or rig stored rows through `grid_tests::stored` (a named reader there, added if missing), \
+         not SQL in the test:\n{}",
         found.join("\n")
     );
 }

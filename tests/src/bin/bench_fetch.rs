@@ -250,12 +250,10 @@ async fn run_round(config: &FetchConfig, grid_workers: u32, urls: &Arc<Vec<Strin
 /// ledger (written with their ends), and checks there is exactly one per
 /// item.
 async fn wait_charged(server: &GridServer, items: usize, deadline: Instant) -> usize {
-    let sql =
-        "SELECT CAST(COUNT(*) AS BIGINT), CAST(COUNT(DISTINCT subject) AS BIGINT) FROM ledger WHERE kind = 'charge'";
     loop {
-        let row = server.query(sql).remove(0);
-        let n = |i: usize| row[i].as_deref().and_then(|v| v.parse::<usize>().ok()).unwrap_or(0);
-        let (charges, subjects) = (n(0), n(1));
+        let settled = server.stored().settlements();
+        let n = |v: i64| usize::try_from(v).unwrap_or(0);
+        let (charges, subjects) = (n(settled.charges), n(settled.charged_subjects));
         if charges != subjects {
             server.fail(&format!("bench: {charges} charges for {subjects} items"));
         }
