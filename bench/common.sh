@@ -1,8 +1,11 @@
 # Sourced by the bench scripts: builds the release binaries once and points
 # the benches at them (honouring CARGO_TARGET_DIR).
 build_release() {
-    echo "==> building release: grid-server and the bench binaries"
-    cargo build --release -p grid-server -p grid-tests --bins
+    # The whole workspace, as scripts/test.sh builds it: a narrower package
+    # set unifies dependency features differently, so every bench run
+    # rebuilt the server from scratch after a workspace build.
+    echo "==> building release: every binary of the workspace (grid-server, the bench binaries)"
+    cargo build --release --workspace --bins
     target_dir="${CARGO_TARGET_DIR:-target}"
     case "$target_dir" in
         /*) ;;

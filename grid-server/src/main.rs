@@ -19,6 +19,8 @@ mod peers;
 mod sessions;
 mod settlement;
 mod signing;
+#[cfg(test)]
+mod sim;
 mod store;
 mod tokens;
 

@@ -592,6 +592,12 @@ impl<'a> Writes<'a> {
     }
 }
 
+/// A bug planted for the simulation to find (`crate::sim`): every item
+/// settlement written twice, the second time as the other kind (the same
+/// entry twice the store's unique `ledger_settles_once` index absorbs).
+#[cfg(test)]
+pub(crate) static PLANTED_DOUBLE_SETTLEMENT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// The one executor of the effects written in a step's transaction: what
 /// they write besides the item's state is gathered in `writes` (files,
 /// ledger entries), which the caller stores in the same transaction after
@@ -614,7 +620,17 @@ fn execute_in_tx<'a>(
             }
             // The charge or release, in the transaction that ends the item:
             // the balance is exact once the end is stored.
-            TxEffect::Settle(owed) => writes.settle.push(items::settlement(row, *owed)),
+            TxEffect::Settle(owed) => {
+                writes.settle.push(items::settlement(row, *owed));
+                #[cfg(test)]
+                if PLANTED_DOUBLE_SETTLEMENT.load(std::sync::atomic::Ordering::SeqCst) {
+                    let other = match owed {
+                        grid_core::item::Settlement::Charge => grid_core::item::Settlement::Release,
+                        grid_core::item::Settlement::Release => grid_core::item::Settlement::Charge,
+                    };
+                    writes.settle.push(items::settlement(row, other));
+                }
+            }
         }
     }
 }

@@ -405,20 +405,7 @@ mod tests {
 
     #[test]
     fn a_job_container_is_confined_as_the_restricted_pod_security_standard_asks() {
-        let body = serde_json::json!({
-            "image": "127.0.0.1:5000/tools/busybox:1",
-            "command": ["true"],
-            "resources": {
-                "cpu": {"request": "500m", "limit": "500m"},
-                "memory": {"request": "256Mi", "limit": "256Mi"},
-                "ephemeralStorage": {"request": "256Mi", "limit": "256Mi"},
-            },
-            "runningDeadlineSeconds": 60,
-            "capabilities": {"networkProfile": "none"},
-            "env": {},
-            "labels": {},
-            "idempotencyKey": "k",
-        });
+        let body = crate::compute::test_job_body(&["true"], 0, serde_json::json!({}), "k");
         let scratch = Path::new("/data/job-scratch/cj_1-1");
         let h = host_config(&grid_core::validate::job::validate(&body).unwrap(), scratch);
         assert_eq!(h.cap_drop, Some(vec!["ALL".to_string()]));

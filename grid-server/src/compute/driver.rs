@@ -993,21 +993,12 @@ mod tests {
 
         /// POST /jobs of `command` with 500m, 256Mi, a 60 s deadline and `retries`.
         fn submit(&self, retries: u32) -> String {
-            let body = json!({
-                "image": "127.0.0.1:5000/tools/busybox:1",
-                "command": ["sleep", "600"],
-                "resources": {
-                    "cpu": {"request": "500m", "limit": "500m"},
-                    "memory": {"request": "256Mi", "limit": "256Mi"},
-                    "ephemeralStorage": {"request": "256Mi", "limit": "256Mi"},
-                },
-                "runningDeadlineSeconds": 60,
-                "retries": retries,
-                "capabilities": {"networkProfile": "none"},
-                "env": {},
-                "labels": {},
-                "idempotencyKey": format!("k-{}", self.clock.now().0),
-            });
+            let body = crate::compute::test_job_body(
+                &["sleep", "600"],
+                retries,
+                json!({}),
+                &format!("k-{}", self.clock.now().0),
+            );
             let sub = grid_core::validate::job::validate(&body).unwrap();
             let (caller, now) = (self.caller.clone(), self.clock.now());
             self.store

@@ -132,3 +132,24 @@ pub async fn scheduler(driver: JobDriver, mut shutdown: watch::Receiver<bool>) {
         }
     }
 }
+
+/// The body of a POST /jobs the unit tests submit: busybox from the test
+/// registry, 500m and 256Mi, a 60 s deadline, no network.
+#[cfg(test)]
+pub fn test_job_body(command: &[&str], retries: u32, labels: serde_json::Value, key: &str) -> serde_json::Value {
+    serde_json::json!({
+        "image": "127.0.0.1:5000/tools/busybox:1",
+        "command": command,
+        "resources": {
+            "cpu": {"request": "500m", "limit": "500m"},
+            "memory": {"request": "256Mi", "limit": "256Mi"},
+            "ephemeralStorage": {"request": "256Mi", "limit": "256Mi"},
+        },
+        "runningDeadlineSeconds": 60,
+        "retries": retries,
+        "capabilities": {"networkProfile": "none"},
+        "env": {},
+        "labels": labels,
+        "idempotencyKey": key,
+    })
+}

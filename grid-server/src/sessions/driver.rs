@@ -548,7 +548,7 @@ fn fire(tx: &Conn, row: SessionRow, now: Millis) -> Result<Stepped, SessionError
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::clock::VirtualClock;
     use crate::due::Due as _;
@@ -640,7 +640,8 @@ mod tests {
         }
     }
 
-    fn lease_answer(row: &SessionRow) -> SessionLease {
+    /// The answer of a lease, as POST /sessions gives it, for the tests.
+    pub(crate) fn lease_answer(row: &SessionRow) -> SessionLease {
         SessionLease {
             cdp_url: format!("ws://grid/cdp/{}/token", row.id),
             session_id: row.id.clone(),

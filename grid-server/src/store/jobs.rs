@@ -563,20 +563,7 @@ mod tests {
     fn the_owned_record_is_the_loaded_records_and_only_for_its_account() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), Duration::from_secs(5)).unwrap();
-        let body = json!({
-            "image": "127.0.0.1:5000/tools/busybox:1",
-            "command": ["true"],
-            "resources": {
-                "cpu": {"request": "500m", "limit": "500m"},
-                "memory": {"request": "256Mi", "limit": "256Mi"},
-                "ephemeralStorage": {"request": "256Mi", "limit": "256Mi"},
-            },
-            "runningDeadlineSeconds": 60,
-            "capabilities": {"networkProfile": "none"},
-            "env": {},
-            "labels": {"team": "blue", "run": "7"},
-            "idempotencyKey": "k1",
-        });
+        let body = crate::compute::test_job_body(&["true"], 0, json!({"team": "blue", "run": "7"}), "k1");
         let sub = grid_core::validate::job::validate(&body).unwrap();
         let (owner, other, id) = store
             .write_blocking(|tx| {
