@@ -551,7 +551,7 @@ fn describe(route: Route) -> Operation {
                 "A capture item, or an analytical job's record.",
                 any_of(vec![replies::capture_item(), replies::job_record()]),
             ))],
-            errors: vec![ApiError::UnknownJob, ApiError::compute_unavailable()],
+            errors: vec![ApiError::UnknownItemOrJob, ApiError::compute_unavailable()],
             ..op("getJob", "jobs", "A capture item or an analytical job")
         },
         RetryJob => Operation {
@@ -563,7 +563,7 @@ fn describe(route: Route) -> Operation {
             ))],
             errors: [
                 vec![
-                    ApiError::UnknownJob,
+                    ApiError::UnknownItemOrJob,
                     ApiError::OnlyFailedCanBeRetried,
                     ApiError::PublishedFailureImmutable,
                     ApiError::ProfileNotSelectable,
@@ -579,12 +579,12 @@ fn describe(route: Route) -> Operation {
         CancelJob => Operation {
             description: Some("The job reaches CANCELLED once its container has stopped; a finished job is answered unchanged. A capture item id is an unknown job.".into()),
             answers: vec![degraded_header(Answer::json(200, "The job's record.", replies::job_record()))],
-            errors: vec![ApiError::UnknownJob, ApiError::JobStateConflict, ApiError::compute_unavailable()],
+            errors: vec![ApiError::UnknownItemOrJob, ApiError::JobStateConflict, ApiError::compute_unavailable()],
             ..op("cancelJob", "jobs", "Cancel an analytical job")
         },
         JobArtifacts => Operation {
             answers: vec![Answer::json(200, "The job's published files.", replies::job_artifacts())],
-            errors: vec![ApiError::UnknownJob, ApiError::compute_unavailable()],
+            errors: vec![ApiError::UnknownItemOrJob, ApiError::compute_unavailable()],
             ..op("listJobArtifacts", "jobs", "An analytical job's artifacts")
         },
         JobLogs => {
@@ -605,7 +605,7 @@ fn describe(route: Route) -> Operation {
                 answers: vec![text],
                 errors: vec![
                     ApiError::InvalidLogQuery { detail: detail() },
-                    ApiError::UnknownJob,
+                    ApiError::UnknownItemOrJob,
                     ApiError::LogsNotAvailable,
                     ApiError::compute_unavailable(),
                 ],
@@ -615,7 +615,7 @@ fn describe(route: Route) -> Operation {
         ArtifactUrl => Operation {
             description: Some("Given once the item's whole file set is published and checked.".into()),
             answers: vec![Answer::json(200, "A URL that downloads the file without credential for 15 minutes.", replies::artifact_url())],
-            errors: vec![ApiError::BadArtifactKind, ApiError::UnknownJob, ApiError::ArtifactNotPresent],
+            errors: vec![ApiError::BadArtifactKind, ApiError::UnknownItemOrJob, ApiError::ArtifactNotPresent],
             ..op("getArtifactUrl", "captures", "A download URL of a capture item's file")
         },
         LeaseSession => Operation {

@@ -21,7 +21,7 @@ use crate::clock::Clock;
 pub const MAX_SLEEP: Duration = Duration::from_millis(500);
 
 /// A driver with durable due times.
-pub trait Due: Send + Sync {
+pub trait DueTimes: Send + Sync {
     /// Fires every due time at or before `now`; answers the earliest due
     /// time still ahead, if the driver knows it.
     fn fire_due(&self, now: Millis) -> BoxFuture<'_, Option<Millis>>;
@@ -30,7 +30,7 @@ pub trait Due: Send + Sync {
 /// Runs until `shutdown`; `wake` cuts a sleep short (a driver set a due
 /// time sooner than the loop's next pass).
 pub async fn run(
-    drivers: Vec<Arc<dyn Due>>,
+    drivers: Vec<Arc<dyn DueTimes>>,
     clock: Arc<dyn Clock>,
     wake: Arc<Notify>,
     mut shutdown: watch::Receiver<bool>,

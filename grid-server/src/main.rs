@@ -686,7 +686,7 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     tokio::spawn(nodes::run(app.clone(), node.clone(), stop_rx.clone()));
     // Every driver with durable due times fires them here.
     let download_sweep = sessions::downloads::Sweep::new(app.sessions.downloads.clone(), app.store.clone());
-    let due_drivers: Vec<Arc<dyn due::Due>> = vec![
+    let due_drivers: Vec<Arc<dyn due::DueTimes>> = vec![
         app.items.clone(),
         Arc::new(app.compute.driver.clone()),
         app.sessions.driver.clone(),

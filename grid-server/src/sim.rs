@@ -36,7 +36,7 @@ use crate::clock::{Clock, VirtualClock};
 use crate::compute::driver::{container_name, Capacity, DriverParts, JobDriver};
 use crate::compute::engine::fake::FakeEngine;
 use crate::compute::scratch::Scratch;
-use crate::due::Due;
+use crate::due::DueTimes;
 use crate::peers::Peers;
 use crate::sessions::driver::{SessionDriver, Start};
 use crate::store::accounts::{self, Caller};
@@ -406,50 +406,53 @@ impl Sim {
     }
 
     /// Waits until no job is between two of its steps (an attempt's task
-    /// starting a container or publishing a log): a condition, not a time.
+    /// starting a container, storing its exit or publishing its log): a
+    /// condition, not a time. The phases are read in one snapshot, so a
+    /// step committed between two reads cannot hide a busy job.
     async fn quiet_jobs(&self) {
         for _ in 0..5_000 {
-            let busy: i64 = self
+            let (busy, running) = self
                 .store
                 .read(|c| {
-                    c.query_row(
+                    let busy: i64 = c.query_row(
                         "SELECT COUNT(*) FROM jobs WHERE phase IN ('PROVISIONING', 'PUBLISHING')",
                         (),
                         |r: &Row| r.get(0),
-                    )
+                    )?;
+                    let ids =
+                        c.query_map("SELECT id FROM jobs WHERE phase = 'RUNNING'", (), |r: &Row| r.get::<String>(0))?;
+                    let mut running = vec![];
+                    for id in ids {
+                        if let Some(row) = crate::store::jobs::load(c, &id)? {
+                            running.push((id, row.job.attempt_number()));
+                        }
+                    }
+                    Ok((busy, running))
                 })
                 .await
                 .unwrap();
-            let exited = self.engine_exits_pending().await;
+            // A container of a RUNNING job that has exited: its supervising
+            // task is about to store the end.
+            let exited = running.iter().any(|(id, attempt)| {
+                self.engine.container(&container_name(id, *attempt)).is_some_and(|c| !c.running && !c.removed)
+            });
             if busy == 0 && !exited {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        panic!("the job driver never went quiet");
-    }
-
-    /// Whether a running job's container has exited and its end is not
-    /// stored yet (its supervising task is about to).
-    async fn engine_exits_pending(&self) -> bool {
-        let running: Vec<(String, u32)> = self
+        let jobs: Vec<(String, String)> = self
             .store
-            .read(|c| {
-                let ids =
-                    c.query_map("SELECT id FROM jobs WHERE phase = 'RUNNING'", (), |r: &Row| r.get::<String>(0))?;
-                let mut out = vec![];
-                for id in ids {
-                    if let Some(row) = crate::store::jobs::load(c, &id)? {
-                        out.push((id, row.job.attempt_number()));
-                    }
-                }
-                Ok(out)
-            })
+            .read(|c| c.query_map("SELECT id, phase FROM jobs", (), |r: &Row| Ok((r.get(0)?, r.get(1)?))))
             .await
             .unwrap();
-        running.iter().any(|(id, attempt)| {
-            self.engine.container(&container_name(id, *attempt)).is_some_and(|c| !c.running && !c.removed)
-        })
+        let containers: Vec<String> = jobs
+            .iter()
+            .flat_map(|(id, _)| (1..4).map(move |a| (id.clone(), a)))
+            .filter_map(|(id, a)| self.engine.container(&container_name(&id, a)))
+            .map(|c| format!("{} running={} removed={} exit={}", c.name, c.running, c.removed, c.exit_code))
+            .collect();
+        panic!("the job driver never went quiet: jobs {jobs:?}, containers {containers:?}");
     }
 
     /// After a pass at `now`: nothing due by `now` is left unfired.

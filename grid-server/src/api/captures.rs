@@ -36,7 +36,7 @@ pub async fn batch(app: &App, caller: &Caller, id: &str) -> Result<Reply, ApiErr
 pub async fn item(app: &App, caller: &Caller, id: &str) -> Result<Reply, ApiError> {
     let (account, id) = (caller.account_id.clone(), id.to_string());
     let view = app.store.lookup(move |c| items::item_view(c, &account, &id)).await?;
-    view.map(|v| Reply::json(200, &v)).ok_or(ApiError::UnknownJob)
+    view.map(|v| Reply::json(200, &v)).ok_or(ApiError::UnknownItemOrJob)
 }
 
 pub async fn retry(app: &App, caller: &Caller, id: &str) -> Result<Reply, ApiError> {
@@ -65,7 +65,7 @@ pub struct ItemFile {
 
 /// The caller's item's published files of `kinds` (a kind the item has not
 /// published is left out), each checked against its SHA-256 as a download
-/// is. Another account's item, or none, is `UnknownJob`.
+/// is. Another account's item, or none, is `UnknownItemOrJob`.
 pub async fn read_files(
     app: &App,
     caller: &Caller,
@@ -91,7 +91,7 @@ pub async fn read_files(
             Ok(Some(found))
         })
         .await?
-        .ok_or(ApiError::UnknownJob)?;
+        .ok_or(ApiError::UnknownItemOrJob)?;
     let root = app.artifacts_dir.clone();
     tokio::task::spawn_blocking(move || {
         published

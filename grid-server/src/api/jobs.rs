@@ -33,7 +33,7 @@ async fn owned(app: &App, caller: &Caller, id: &str) -> Result<JobRow, ApiError>
         .lookup(move |c| jobs::load_owned(c, &account, &id))
         .await
         .map_err(JobError::from)?
-        .ok_or(ApiError::UnknownJob)
+        .ok_or(ApiError::UnknownItemOrJob)
 }
 
 async fn record(app: &App, row: JobRow, status: u16) -> Result<Reply, ApiError> {
@@ -101,7 +101,7 @@ pub async fn get(app: &App, caller: &Caller, id: &str) -> Result<Reply, ApiError
         .lookup(move |c| jobs::owned_record(c, &account, &id))
         .await
         .map_err(JobError::from)?
-        .ok_or(ApiError::UnknownJob)?;
+        .ok_or(ApiError::UnknownItemOrJob)?;
     Ok(with_degraded(app, Reply::json(200, &r)))
 }
 

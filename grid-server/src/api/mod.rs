@@ -163,7 +163,7 @@ pub async fn perform(app: &Arc<App>, caller: &Caller, call: Call) -> Result<Repl
         Call::Cancel(id) if is_compute(&id) => jobs::cancel(app, caller, &id).await,
         Call::JobArtifacts(id) if is_compute(&id) => jobs::artifacts(app, caller, &id).await,
         Call::JobLogs { id, query } if is_compute(&id) => jobs::logs(app, caller, &id, &query).await,
-        Call::Cancel(_) | Call::JobArtifacts(_) | Call::JobLogs { .. } => Err(ApiError::UnknownJob),
+        Call::Cancel(_) | Call::JobArtifacts(_) | Call::JobLogs { .. } => Err(ApiError::UnknownItemOrJob),
         Call::LeaseSession { body, idempotency_key } => sessions::lease(app, caller, body, idempotency_key).await,
         Call::ListSessions => sessions::list(app, caller).await,
         Call::ReleaseSession(id) => sessions::release(app, caller, &id).await,

@@ -41,7 +41,7 @@ use tokio::sync::{mpsc, Notify};
 use super::commits::Commits;
 use super::files::{self, FileContent};
 use crate::clock::Clock;
-use crate::due::Due;
+use crate::due::DueTimes;
 use crate::ids::new_id;
 use crate::store::accounts::Caller;
 use crate::store::accounts::{self, Entry};
@@ -100,12 +100,12 @@ pub struct ItemDriver {
 struct EndRequest {
     claim: Arc<ItemRow>,
     end: Arc<AttemptEnd>,
-    reply: Reply,
+    answer_to: AnswerTo,
     /// Times it met a database error so far.
     tries: u32,
 }
 
-enum Reply {
+enum AnswerTo {
     /// A test waiting on `finish`.
     #[cfg(test)]
     Caller(oneshot::Sender<Result<Outcome, ItemError>>),
@@ -117,21 +117,21 @@ enum Reply {
 
 impl EndRequest {
     fn answer(self, answer: Result<Outcome, ItemError>) {
-        match self.reply {
+        match self.answer_to {
             #[cfg(test)]
-            Reply::Caller(reply) => {
+            AnswerTo::Caller(reply) => {
                 let _ = reply.send(answer);
             }
-            Reply::Report(_unstored) => super::report_end(&self.claim, &answer),
+            AnswerTo::Report(_unstored) => super::report_end(&self.claim, &answer),
         }
     }
 
     /// Whether anybody still wants the answer.
     fn wanted(&self) -> bool {
-        match &self.reply {
+        match &self.answer_to {
             #[cfg(test)]
-            Reply::Caller(reply) => !reply.is_closed(),
-            Reply::Report(_) => true,
+            AnswerTo::Caller(reply) => !reply.is_closed(),
+            AnswerTo::Report(_) => true,
         }
     }
 }
@@ -235,14 +235,14 @@ impl ItemDriver {
     /// Ends waiting at the same moment are stored together, in one step of
     /// the publisher (`finish_all`): many items per statement.
     pub fn end(&self, claim: Arc<ItemRow>, end: AttemptEnd) {
-        self.send(claim, end, Reply::Report(UnstoredEnd::new(&self.unstored)));
+        self.send(claim, end, AnswerTo::Report(UnstoredEnd::new(&self.unstored)));
     }
 
     /// `end`, answering how it was stored.
     #[cfg(test)]
     pub async fn finish(&self, claim: &Arc<ItemRow>, end: AttemptEnd) -> Result<Outcome, ItemError> {
         let (reply, answer) = oneshot::channel();
-        self.send(claim.clone(), end, Reply::Caller(reply));
+        self.send(claim.clone(), end, AnswerTo::Caller(reply));
         answer.await.unwrap_or_else(|_| Err(publisher_stopped()))
     }
 
@@ -257,8 +257,8 @@ impl ItemDriver {
         }
     }
 
-    fn send(&self, claim: Arc<ItemRow>, end: AttemptEnd, reply: Reply) {
-        let request = EndRequest { claim, end: Arc::new(end), reply, tries: 0 };
+    fn send(&self, claim: Arc<ItemRow>, end: AttemptEnd, answer_to: AnswerTo) {
+        let request = EndRequest { claim, end: Arc::new(end), answer_to, tries: 0 };
         if let Err(mpsc::error::SendError(request)) = self.ends.send(request) {
             request.answer(Err(publisher_stopped()));
         }
@@ -456,7 +456,7 @@ impl Publisher {
     }
 }
 
-impl Due for ItemDriver {
+impl DueTimes for ItemDriver {
     fn fire_due(&self, now: Millis) -> BoxFuture<'_, Option<Millis>> {
         Box::pin(async move {
             match self.fire(now).await {
@@ -811,7 +811,7 @@ fn retry(
 ) -> Result<ItemRetried, ItemError> {
     let row = items::load_item(tx, id)?
         .filter(|r| r.account_id == account_id)
-        .ok_or(TransitionError::Refused(ApiError::UnknownJob))?;
+        .ok_or(TransitionError::Refused(ApiError::UnknownItemOrJob))?;
     // Every profile the grid has ever offered is still selectable today.
     let profile_selectable = Profile::ALL.contains(&row.profile);
     let (_, outcome) = step_row(tx, row, Event::Retry { profile_selectable }, &[], now, backoff, after)?;
@@ -1014,7 +1014,7 @@ mod tests {
         assert!(ready.now_or_never().is_some(), "a retried item wakes idle workers");
         let other = caller(&g.store, 10_000, None);
         let refused = g.driver.retry(&other.account_id, &id).await.unwrap_err();
-        assert!(matches!(refused, ItemError::Transition(TransitionError::Refused(ApiError::UnknownJob))));
+        assert!(matches!(refused, ItemError::Transition(TransitionError::Refused(ApiError::UnknownItemOrJob))));
     }
 
     fn family(id: &str) -> Vec<PublishedFile> {

@@ -13,7 +13,7 @@
 //! ephemeral storage), stop one by its recorded container name, publish a
 //! log (and remove the container and its scratch), apply a replay. The
 //! scheduler, attempt supervision, reconciliation, the due-time loop
-//! (`due::Due`) and the HTTP handlers all go through `step` (apply, then
+//! (`due::DueTimes`) and the HTTP handlers all go through `step` (apply, then
 //! execute). An attempt's `/tmp` is `scratch`: a directory on this node's
 //! disk, made, measured and removed here.
 //!
@@ -45,7 +45,7 @@ use super::engine::{ContainerSpec, Engine, EngineError};
 use super::scratch::{self, Scratch, Usage};
 use crate::capture::files;
 use crate::clock::Clock;
-use crate::due::Due;
+use crate::due::DueTimes;
 use crate::ids::new_id;
 use crate::peers::{Peers, Subject};
 use crate::store::accounts::{self, Caller, Entry};
@@ -870,7 +870,7 @@ impl JobDriver {
     }
 }
 
-impl Due for JobDriver {
+impl DueTimes for JobDriver {
     fn fire_due(&self, now: Millis) -> BoxFuture<'_, Option<Millis>> {
         Box::pin(async move {
             if !self.tracking_ready() {

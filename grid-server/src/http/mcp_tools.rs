@@ -493,7 +493,7 @@ async fn get_capture(app: &Arc<App>, caller: &Caller, args: &Map<String, Value>)
     // An analytical job has no capture files; answered as cancel and logs
     // answer a capture item id.
     if is_compute(&id) {
-        return Ok(refusal(&ApiError::UnknownJob));
+        return Ok(refusal(&ApiError::UnknownItemOrJob));
     }
     let item = match calls::perform(app, caller, Call::GetJob(id.clone())).await {
         Ok(r) => r,

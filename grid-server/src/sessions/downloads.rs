@@ -455,7 +455,7 @@ impl Sweep {
     }
 }
 
-impl crate::due::Due for Sweep {
+impl crate::due::DueTimes for Sweep {
     fn fire_due(&self, now: Millis) -> BoxFuture<'_, Option<Millis>> {
         Box::pin(async move {
             let due = *self.next.lock().unwrap_or_else(|p| p.into_inner());

@@ -460,7 +460,7 @@ impl SessionDriver {
     }
 }
 
-impl crate::due::Due for SessionDriver {
+impl crate::due::DueTimes for SessionDriver {
     fn fire_due(&self, now: Millis) -> BoxFuture<'_, Option<Millis>> {
         Box::pin(async move {
             let ids = match self.store.read(move |c| store::due_ids(c, now, FIRE_BATCH)).await {
@@ -551,7 +551,7 @@ fn fire(tx: &Conn, row: SessionRow, now: Millis) -> Result<Stepped, SessionError
 pub(crate) mod tests {
     use super::*;
     use crate::clock::VirtualClock;
-    use crate::due::Due as _;
+    use crate::due::DueTimes as _;
     use crate::store::accounts::{self, Caller};
     use grid_core::catalog::Profile;
     use grid_core::pricing::{session_charge_micros, session_reservation_micros};

@@ -391,7 +391,7 @@ impl From<ItemError> for ApiError {
                 ApiError::Internal
             }
             ItemError::LeaseLost(_) => ApiError::Internal,
-            ItemError::Store(StoreError::NotFound(_)) => ApiError::UnknownJob,
+            ItemError::Store(StoreError::NotFound(_)) => ApiError::UnknownItemOrJob,
             ItemError::Store(s) => s.into(),
         }
     }
@@ -481,12 +481,12 @@ pub fn item_view(conn: &Conn, account_id: &str, id: &str) -> StoreResult<Option<
 }
 
 /// Whether an item the account owns has a published file of this kind:
-/// refused `UnknownJob` for another account's (or no) item,
+/// refused `UnknownItemOrJob` for another account's (or no) item,
 /// `ArtifactNotPresent` when the item has no such file.
 pub fn check_artifact(conn: &Conn, account_id: &str, id: &str, kind: ArtifactKind) -> Result<(), ItemError> {
     let owned = load_item(conn, id)?.is_some_and(|r| r.account_id == account_id);
     if !owned {
-        return Err(TransitionError::Refused(ApiError::UnknownJob).into());
+        return Err(TransitionError::Refused(ApiError::UnknownItemOrJob).into());
     }
     let present: Option<i64> = conn
         .query_row("SELECT 1 FROM artifacts WHERE item_id = ?1 AND kind = ?2", (id, kind.as_str()), |r| r.get(0))
@@ -903,6 +903,6 @@ pub(crate) mod tests {
         assert!(s.read_blocking(move |c| item_view(c, &oid, &iid)).unwrap().is_none());
         let oid = other.account_id.clone();
         let r = s.read_blocking(move |c| Ok(check_artifact(c, &oid, &item, ArtifactKind::Meta))).unwrap();
-        assert_eq!(ApiError::from(r.unwrap_err()), ApiError::UnknownJob);
+        assert_eq!(ApiError::from(r.unwrap_err()), ApiError::UnknownItemOrJob);
     }
 }

@@ -86,7 +86,7 @@ impl From<JobError> for ApiError {
                 tracing::warn!(error = %other, "job changed under the call");
                 ApiError::JobStateConflict
             }
-            JobError::Store(StoreError::NotFound(_)) => ApiError::UnknownJob,
+            JobError::Store(StoreError::NotFound(_)) => ApiError::UnknownItemOrJob,
             JobError::Store(StoreError::Busy) => ApiError::compute_unavailable(),
             JobError::Store(s) => s.into(),
         }

@@ -282,8 +282,8 @@ mod tests {
         assert_eq!((job_busy.status(), job_busy.retry_after_secs()), (503, Some(5)));
         assert_eq!(job_busy.body()["error"], "COMPUTE_UNAVAILABLE");
         // A row that is gone is the area's unknown-thing; other failures are 500.
-        assert_eq!(ApiError::from(ItemError::Store(gone())), ApiError::UnknownJob);
-        assert_eq!(ApiError::from(JobError::Store(gone())), ApiError::UnknownJob);
+        assert_eq!(ApiError::from(ItemError::Store(gone())), ApiError::UnknownItemOrJob);
+        assert_eq!(ApiError::from(JobError::Store(gone())), ApiError::UnknownItemOrJob);
         assert_eq!(ApiError::from(SessionError::Store(gone())), ApiError::UnknownSession);
         assert_eq!(ApiError::from(gone()), ApiError::Internal);
         for e in [
