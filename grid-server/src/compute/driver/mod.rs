@@ -17,45 +17,45 @@
 //! execute). An attempt's `/tmp` is `scratch`: a directory on this node's
 //! disk, made, measured and removed here.
 //!
+//! This file holds the driver, the transition (`create`, `transition`,
+//! `execute_in_tx`, `settle`; `JobDriver::apply`, `step`, `submit`,
+//! `cancel`, `retry`), both executors, the scheduler's pass and the due
+//! times (`fire`, `DueTimes`). Its children hold further `impl JobDriver`
+//! blocks: one attempt, from its start to its end, and its stops
+//! (`attempt.rs`); reconciliation with the engine and with other nodes
+//! (`reconcile.rs`); an ended attempt's log and scratch (`logs.rs`).
+//!
 //! **Times:** an event the engine reports carries the engine's time
 //! (StartedAt, FinishedAt); a due event carries its due time, not the time
 //! it fired, so a deadline fired late (after a restart) still ends the
 //! attempt at its deadline; everything else takes the driver's clock.
 
+mod attempt;
+mod logs;
+mod reconcile;
+
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::store::Conn;
 use futures_util::future::BoxFuture;
 use grid_core::error::ApiError;
-use grid_core::ids;
 use grid_core::job::{self, AttemptCharge, Event, Outcome, OutsideEffect, TransitionError, TxEffect};
 use grid_core::ledger::{self, EntryKind};
 use grid_core::pricing;
 use grid_core::time::Millis;
 use grid_core::wire::job::{JobPhase, JobSubmission};
-use grid_core::wire::job_record::{Executor, JobArtifact, LOG_CONTENT_TYPE, LOG_KIND};
 use tokio::sync::Notify;
-use tracing::Instrument;
 
-use super::docker;
-use super::engine::{ContainerSpec, Engine, EngineError};
-use super::scratch::{self, Scratch, Usage};
-use crate::capture::files;
+use super::engine::{Engine, EngineError};
+use super::scratch::Scratch;
 use crate::clock::Clock;
 use crate::due::DueTimes;
-use crate::ids::new_id;
-use crate::peers::{Peers, Subject};
+use crate::peers::Peers;
 use crate::store::accounts::{self, Caller, Entry};
-use crate::store::jobs::{self, JobError, JobRow, StoredLog};
+use crate::store::jobs::{self, JobError, JobRow};
 use crate::store::{Store, StoreError, StoreResult};
-
-/// Logs are cut at 1 MiB.
-pub const LOG_CAP: usize = 1024 * 1024;
-/// How often a running container's scratch (its `/tmp`) is measured.
-const STORAGE_POLL: Duration = Duration::from_secs(2);
 
 /// What the grid gives analytical jobs at once.
 #[derive(Debug, Clone, Copy)]
@@ -111,12 +111,6 @@ pub enum AttemptError {
     Scratch(#[from] std::io::Error),
 }
 
-/// How an attempt's container ended.
-struct Ended {
-    event: Event,
-    at: Millis,
-}
-
 /// `grid-<jobId>-<attempt>`.
 pub fn container_name(job_id: &str, attempt: u32) -> String {
     format!("grid-{job_id}-{attempt}")
@@ -126,10 +120,6 @@ pub fn container_name(job_id: &str, attempt: u32) -> String {
 /// otherwise: a container not created yet is not found under it either).
 fn recorded_container(row: &JobRow, attempt: u32) -> String {
     row.executors.get(&attempt).map_or_else(|| container_name(&row.id, attempt), |e| e.container_name.clone())
-}
-
-fn stop_recorded(row: &JobRow, attempt: u32) -> bool {
-    row.job.attempts.get(attempt as usize - 1).is_some_and(|a| a.stopping.is_some())
 }
 
 /// Applies `event` at `at` to the stored job and writes what follows from
@@ -193,23 +183,6 @@ fn transition_row(
     row.job = job;
     jobs::save(tx, &row, at)?;
     Ok((row, effects.after_commit))
-}
-
-/// Stores the job again as it is, with the due time its machine owes (for
-/// rows stored before due times were, schema 7).
-fn resave(tx: &Conn, id: &str, at: Millis) -> Result<(), StoreError> {
-    let row = jobs::load(tx, id)?.ok_or_else(|| StoreError::NotFound(format!("job {id}")))?;
-    jobs::save(tx, &row, at)
-}
-
-/// Records the container an attempt's start created (so a stop finds it by
-/// the recorded name), in `tx`; answers whether a stop was recorded for the
-/// attempt meanwhile, so its start is aborted.
-fn record_executor(tx: &Conn, id: &str, attempt: u32, executor: Executor, at: Millis) -> Result<bool, StoreError> {
-    let mut row = jobs::load(tx, id)?.ok_or_else(|| StoreError::NotFound(format!("job {id}")))?;
-    row.executors.insert(attempt, executor);
-    jobs::save(tx, &row, at)?;
-    Ok(stop_recorded(&row, attempt))
 }
 
 /// The one executor of the effects written in a transition's transaction:
@@ -402,299 +375,6 @@ impl JobDriver {
         })
     }
 
-    /// Stops the attempt on the engine that runs it: this node's, or the
-    /// node's that provisioned it, which is asked and answers once it sent
-    /// the stop. A node that cannot be asked finds the recorded stop itself
-    /// (`stop_recorded`, every heartbeat).
-    async fn stop_where_it_runs(&self, row: &JobRow, attempt: u32) {
-        let jid = row.id.clone();
-        match self.store.read(move |c| jobs::node_of(c, &jid)).await {
-            Ok(Some(node)) if *node != *self.node => {
-                if let Err(e) = self.peers.sync(&node, Subject::Job(&row.id)).await {
-                    tracing::warn!(job = %row.id, %node, error = %e, "the attempt's node was not told of the stop; it stops the container at its next heartbeat");
-                }
-            }
-            _ => self.stop_container(row, attempt).await,
-        }
-    }
-
-    /// POST /internal/jobs/{id}/sync: if the job's attempt runs on this
-    /// node's engine and a stop is recorded for it, the container is stopped.
-    pub async fn sync(&self, id: &str) -> Result<(), StoreError> {
-        let row = self.load(id).await?;
-        let jid = id.to_string();
-        let node = self.store.read(move |c| jobs::node_of(c, &jid)).await?;
-        let attempt = row.job.current_attempt();
-        let stop = matches!(row.job.phase, JobPhase::Provisioning | JobPhase::Running)
-            && attempt.is_some_and(|a| a.stopping.is_some())
-            && node.as_deref().is_none_or(|n| n == &*self.node);
-        if stop {
-            self.stop_container(&row, row.job.attempt_number()).await;
-        }
-        Ok(())
-    }
-
-    /// Every heartbeat: stops recorded (a cancel through another node whose
-    /// call did not arrive) are sent to this node's engine.
-    pub async fn stop_recorded(&self) -> Result<(), StoreError> {
-        let node = self.node.clone();
-        let running = self.store.read(move |c| jobs::ids_in_phase_on(c, JobPhase::Running, &node)).await?;
-        for id in running {
-            let row = self.load(&id).await?;
-            if row.job.current_attempt().is_some_and(|a| a.stopping.is_some()) {
-                self.stop_container(&row, row.job.attempt_number()).await;
-            }
-        }
-        Ok(())
-    }
-
-    /// Kills the attempt's container by the name recorded for it, whoever
-    /// supervises it (or nobody: its exit is then found on reconciliation).
-    async fn stop_container(&self, row: &JobRow, attempt: u32) {
-        let container = recorded_container(row, attempt);
-        match self.engine.kill(&container).await {
-            Ok(()) => tracing::info!(job = %row.id, %container, "stopping container"),
-            // Not created yet: its start finds the stop recorded and is aborted.
-            Err(EngineError::NotFound) => tracing::debug!(job = %row.id, %container, "no container to stop yet"),
-            Err(e) => {
-                tracing::warn!(job = %row.id, %container, error = %e, "container not stopped; its supervision kills it when it resumes")
-            }
-        }
-    }
-
-    /// Publishes the ended attempt's log (first 1 MiB of the container's
-    /// output, if the engine still has it) and records `Published` with it
-    /// in one transaction, then removes the container.
-    async fn publish(&self, row: &JobRow, attempt: u32) {
-        let container = recorded_container(row, attempt);
-        let log = self.store_log(&row.id, attempt, &container).await;
-        let (jid, now) = (row.id.clone(), self.clock.now());
-        let published = self
-            .store
-            .write(move |tx| {
-                let log_available = log.is_some();
-                if let Some(log) = &log {
-                    jobs::insert_log(tx, &jid, log)?;
-                }
-                transition(tx, &jid, Event::Published { log_available }, now, None)
-            })
-            .await;
-        match published {
-            Ok((row, effects)) => {
-                self.engine.remove(&container).await;
-                self.remove_scratch(&row.id, attempt).await;
-                self.after(&row, effects).await;
-            }
-            Err(e) => tracing::error!(job = %row.id, error = %e, "log not recorded; reconciliation publishes it again"),
-        }
-    }
-
-    /// Removes the attempt's scratch (its container has exited or is gone).
-    async fn remove_scratch(&self, job_id: &str, attempt: u32) {
-        let (scratch, id) = (self.scratch.clone(), job_id.to_string());
-        if let Err(e) = tokio::task::spawn_blocking(move || scratch.remove(&id, attempt)).await {
-            tracing::warn!(job = job_id, error = %e, "job scratch removal did not run");
-        }
-    }
-
-    /// Writes the container's output as a checked file; `None` when there is
-    /// no output to keep (the container is gone) or it could not be written.
-    async fn store_log(&self, job_id: &str, attempt: u32, container: &str) -> Option<StoredLog> {
-        let (bytes, truncated) = match self.engine.logs(container, LOG_CAP).await {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::warn!(job = job_id, error = %e, "container output unreadable; no log for this attempt");
-                return None;
-            }
-        };
-        let len = bytes.len() as u64;
-        let (storage_name, sha256, inline) = if self.store.files_inline() {
-            let sha256 = crate::ids::sha256_hex(&bytes);
-            (format!("db:{job_id}/attempt-{attempt}"), sha256, Some(bytes))
-        } else {
-            let root = self.logs_dir.clone();
-            let (dir, stem) = (job_id.to_string(), format!("attempt-{attempt}"));
-            let written = tokio::task::spawn_blocking(move || files::write_checked(&root, &dir, &stem, &bytes)).await;
-            let Ok(Ok((storage_name, sha256))) = written else {
-                tracing::error!(job = job_id, "log could not be stored");
-                return None;
-            };
-            (storage_name, sha256, None)
-        };
-        Some(StoredLog {
-            artifact: JobArtifact {
-                artifact_id: new_id(ids::COMPUTE_ARTIFACT),
-                kind: LOG_KIND.into(),
-                byte_length: len,
-                content_type: LOG_CONTENT_TYPE.into(),
-                created_at: self.clock.now(),
-                attempt,
-                truncated,
-            },
-            storage_name,
-            sha256,
-            inline,
-        })
-    }
-
-    /// Runs (or, given its `container`, resumes supervising) one attempt.
-    fn spawn_attempt(&self, job_id: &str, attempt: u32, container: Option<String>) {
-        let (driver, id) = (self.clone(), job_id.to_string());
-        let span = tracing::info_span!("job", id = %id, attempt);
-        tokio::spawn(async move { driver.run_attempt(&id, attempt, container).await }.instrument(span));
-    }
-
-    async fn run_attempt(&self, id: &str, attempt: u32, container: Option<String>) {
-        let container = match container {
-            Some(c) => c,
-            None => match self.start_container(id, attempt).await {
-                Ok(Some(c)) => c,
-                Ok(None) => return,
-                Err(e) => {
-                    tracing::warn!(error = %e, "container did not start");
-                    self.engine.remove(&container_name(id, attempt)).await;
-                    self.remove_scratch(id, attempt).await;
-                    if let Err(e) = self.step(id, Event::StartFailed, self.clock.now()).await {
-                        tracing::error!(error = %e, "start failure not recorded; reconciliation picks it up on restart");
-                    }
-                    return;
-                }
-            },
-        };
-        let ended = match self.supervise(id, attempt, &container).await {
-            Ok(ended) => ended,
-            Err(e) => {
-                tracing::error!(error = %e, "attempt supervision failed; reconciliation picks it up on restart");
-                return;
-            }
-        };
-        if let Err(e) = self.step(id, ended.event, ended.at).await {
-            tracing::error!(error = %e, "attempt end not recorded; reconciliation picks it up on restart");
-        }
-    }
-
-    /// Pulls, makes the attempt's scratch, creates and starts the attempt's
-    /// container. `None`: the start was aborted for a stop asked for
-    /// meanwhile (and recorded as such).
-    async fn start_container(&self, id: &str, attempt: u32) -> Result<Option<String>, AttemptError> {
-        let row = self.load(id).await?;
-        let request = row.submission()?;
-        self.engine.pull(&row.image_digest).await?;
-        let name = container_name(id, attempt);
-        let (scratch, jid) = (self.scratch.clone(), id.to_string());
-        let scratch = tokio::task::spawn_blocking(move || scratch.create(&jid, attempt))
-            .await
-            .map_err(std::io::Error::other)??;
-        let spec = ContainerSpec {
-            name: &name,
-            job_id: id,
-            attempt,
-            image: &row.image_digest,
-            request: &request,
-            scratch: &scratch,
-        };
-        let container = self.engine.create(&spec).await?;
-        let executor =
-            Executor { engine: "docker".into(), container_name: name, container_id: Some(container.clone()) };
-        let (jid, now) = (id.to_string(), self.clock.now());
-        let stop = self.store.write(move |tx| record_executor(tx, &jid, attempt, executor, now)).await?;
-        if stop {
-            tracing::info!("start aborted: a stop was asked for while the container was made");
-            self.engine.remove(&container).await;
-            self.remove_scratch(id, attempt).await;
-            self.step(id, Event::StartFailed, self.clock.now()).await?;
-            return Ok(None);
-        }
-        self.engine.start(&container).await?;
-        let started_at = self.engine.inspect(&container).await?.started_at.unwrap_or_else(|| self.clock.now());
-        // A stop asked for since the check above comes back as an effect here.
-        self.step(id, Event::ContainerStarted, started_at).await?;
-        tracing::info!(%container, "container started");
-        Ok(Some(container))
-    }
-
-    /// Waits for a running container to exit, and evicts it when its
-    /// scratch (`/tmp`, its one writable place, on this node's disk)
-    /// outgrows its ephemeral storage limit. Stops the grid asks for
-    /// (deadline, cancel) are the executor's, not this task's: this only
-    /// tells them from kills it did not ask for.
-    async fn supervise(&self, id: &str, attempt: u32, container: &str) -> Result<Ended, AttemptError> {
-        let row = self.load(id).await?;
-        // The engine's log of the container counts against ephemeral storage too.
-        let storage_limit = docker::scratch_limit(row.submission()?.resources.ephemeral_storage_bytes.limit);
-        if stop_recorded(&row, attempt) {
-            // A stop recorded when its kill could not reach the container
-            // (no engine, or before a restart).
-            self.engine.kill(container).await?;
-        }
-        let mut over_storage = false;
-        let exited = self.engine.wait(container);
-        tokio::pin!(exited);
-        let mut poll = tokio::time::interval(STORAGE_POLL);
-        // A long walk does not make the next one come sooner.
-        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                r = &mut exited => { r?; break; }
-                _ = poll.tick(), if !over_storage => {
-                    if self.scratch_over(id, attempt, storage_limit).await {
-                        over_storage = true;
-                        self.engine.kill(container).await?;
-                    }
-                }
-            }
-        }
-        let state = self.engine.inspect(container).await?;
-        // A stop is recorded before its kill is sent, so a kill the grid sent
-        // is known here.
-        let row = self.load(id).await?;
-        let stopped_by_grid = over_storage || stop_recorded(&row, attempt);
-        // The engine can report a FinishedAt a millisecond before the StartedAt
-        // of a container that exits at once; the end never precedes the start.
-        let started = row.job.attempts.get(attempt as usize - 1).and_then(|a| a.started_at);
-        let at = state.finished_at.unwrap_or_else(|| self.clock.now()).max(started.unwrap_or(Millis(i64::MIN)));
-        // A kill the grid did not ask for (exit by SIGKILL or SIGTERM without an
-        // OOM kill) is the container lost for a grid-side cause.
-        let killed_from_outside = !stopped_by_grid && !state.oom_killed && matches!(state.exit_code, 137 | 143);
-        let event = if over_storage || killed_from_outside {
-            Event::Evicted
-        } else {
-            Event::ContainerExited { exit_code: state.exit_code, oom_killed: state.oom_killed }
-        };
-        Ok(Ended { event, at })
-    }
-
-    /// Whether the attempt's scratch holds more than `limit` bytes (or nests
-    /// too deep to be measured: the job's doing, so it counts as over). A
-    /// scratch that cannot be measured otherwise (a container made before
-    /// scratch was on disk has none) is not.
-    async fn scratch_over(&self, id: &str, attempt: u32, limit: u64) -> bool {
-        let (scratch, jid) = (self.scratch.clone(), id.to_string());
-        let usage = tokio::task::spawn_blocking(move || scratch.usage(&jid, attempt, limit))
-            .await
-            .unwrap_or_else(|e| Err(std::io::Error::other(e)));
-        match usage {
-            Ok(Usage::Within(_)) => false,
-            Ok(Usage::Over(size)) => {
-                tracing::warn!(size, limit, "ephemeral storage over its limit; evicting");
-                true
-            }
-            Ok(Usage::TooDeep) => {
-                tracing::warn!(
-                    limit,
-                    max_depth = scratch::MAX_DEPTH,
-                    "ephemeral storage not measurable (directories nested too deep); evicting"
-                );
-                true
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
-            Err(e) => {
-                tracing::warn!(error = %e, "ephemeral storage not measured; next time");
-                false
-            }
-        }
-    }
-
     /// Moves accepted jobs into the queue and starts queued ones, higher
     /// priority first then older, while their requests fit the grid's
     /// capacity. Order is strict: a job that does not fit holds back the
@@ -739,111 +419,6 @@ impl JobDriver {
         }
         Ok(())
     }
-
-    /// Brings records and containers back in line after a start: resumes
-    /// supervision of running containers, finishes attempts whose container
-    /// ended or vanished while the server was away and removes the scratch
-    /// of every attempt that is not running (left by a crash). Due times
-    /// fire only after this, so what the engine did meanwhile (an exit, a
-    /// lost container) is applied first.
-    pub async fn reconcile(&self) -> Result<(), AttemptError> {
-        let containers = self.engine.grid_containers().await?;
-        let find = |job: &str, attempt: u32| {
-            containers.iter().find(|c| c.job_id == job && c.attempt == attempt).map(|c| c.id.clone())
-        };
-        // Rows written before due times were stored.
-        let now = self.clock.now();
-        for id in self.store.read(jobs::undated_ids).await? {
-            self.store.write(move |tx| resave(tx, &id, now)).await?;
-        }
-        for phase in [JobPhase::Provisioning, JobPhase::Running, JobPhase::Publishing] {
-            let node = self.node.clone();
-            for id in self.store.read(move |c| jobs::ids_in_phase_on(c, phase, &node)).await? {
-                let row = self.load(&id).await?;
-                let attempt = row.job.attempt_number();
-                let container = find(&id, attempt);
-                tracing::info!(job = %id, phase = phase.as_str(), container = container.as_deref().unwrap_or("-"), "reconciling");
-                match (phase, container) {
-                    // Publishes whatever output the engine still has.
-                    (JobPhase::Publishing, _) => self.publish(&row, attempt).await,
-                    (JobPhase::Provisioning, Some(c)) => match self.engine.inspect(&c).await?.started_at {
-                        Some(t) => {
-                            self.step(&id, Event::ContainerStarted, t).await?;
-                            self.spawn_attempt(&id, attempt, Some(c));
-                        }
-                        None => {
-                            self.engine.remove(&c).await;
-                            self.step(&id, Event::Evicted, self.clock.now()).await?;
-                        }
-                    },
-                    (_, Some(c)) => self.spawn_attempt(&id, attempt, Some(c)),
-                    // The container is gone: lost while the grid was away.
-                    (_, None) => {
-                        self.step(&id, Event::Evicted, self.clock.now()).await?;
-                    }
-                }
-            }
-        }
-        // Containers of attempts that are over, left by a stop between publishing
-        // their log and removing them. Jobs of other data dirs are not ours.
-        for c in &containers {
-            let jid = c.job_id.clone();
-            let Some(row) = self.store.read(move |conn| jobs::load(conn, &jid)).await? else { continue };
-            if c.attempt < row.job.attempt_number() || row.job.phase.is_finished() {
-                self.engine.remove(&c.id).await;
-            }
-        }
-        // Scratch of attempts no longer provisioning or running on this
-        // node. Nothing makes one meanwhile: the scheduler waits for this.
-        let node = self.node.clone();
-        let live = self
-            .store
-            .read(move |c| {
-                let mut live = vec![];
-                for phase in [JobPhase::Provisioning, JobPhase::Running] {
-                    for id in jobs::ids_in_phase_on(c, phase, &node)? {
-                        if let Some(row) = jobs::load(c, &id)? {
-                            if row.job.phase == phase {
-                                live.push((id, row.job.attempt_number()));
-                            }
-                        }
-                    }
-                }
-                Ok(live)
-            })
-            .await?;
-        let scratch = self.scratch.clone();
-        let swept = tokio::task::spawn_blocking(move || {
-            scratch.remove_all_but(|job, attempt| live.iter().any(|(j, a)| j == job && *a == attempt))
-        })
-        .await;
-        if let Err(e) = swept {
-            tracing::warn!(error = %e, "job scratch sweep did not run");
-        }
-        self.reconciled.store(true, Ordering::Relaxed);
-        self.wake_scheduler();
-        self.due_wake.notify_one();
-        Ok(())
-    }
-
-    /// Takes over the attempts a dead node's engine was running: each ends
-    /// as evicted (a platform reason, free, replayed within `retries` as an
-    /// eviction is; docs/scale-out.md); one whose log was still to publish
-    /// is published without it (the log was on that node's engine).
-    pub async fn take_over(&self, node: &str) -> Result<usize, JobError> {
-        let dead = node.to_string();
-        let held = self.store.read(move |c| jobs::held_by(c, &dead)).await?;
-        for (id, phase) in &held {
-            let event = match phase.as_str() {
-                "PUBLISHING" => Event::Published { log_available: false },
-                _ => Event::Evicted,
-            };
-            self.step(id, event, self.clock.now()).await?;
-            tracing::warn!(job = %id, %node, "attempt of a dead node ended");
-        }
-        Ok(held.len())
-    }
-
     /// Applies the job's due event at its due time, if it is due by `now`,
     /// in one transaction with the check.
     async fn fire(&self, id: &str, now: Millis) -> Result<(), JobError> {
@@ -910,10 +485,13 @@ impl DueTimes for JobDriver {
 mod tests {
     use std::time::Duration;
 
+    use super::attempt::record_executor;
     use super::*;
+    use crate::capture::files;
     use crate::clock::VirtualClock;
     use crate::compute::engine::fake::FakeEngine;
     use grid_core::wire::job::TerminationReason;
+    use grid_core::wire::job_record::Executor;
     use serde_json::json;
 
     const T0: Millis = Millis(1_800_000_000_000);
