@@ -64,7 +64,7 @@ pub enum Needs {
     /// (`grid-server/src/capture/fetch.rs`).
     Http,
     /// A page of the account's pooled browser
-    /// (`grid-server/src/browser/scripts.rs`), which reads off it the files
+    /// (`grid-server/src/capture/scripts.rs`), which reads off it the files
     /// the row publishes: the screenshot, the DOM serialised after the
     /// page's scripts ran (html), the main document's body as received.
     Browser,

@@ -18,7 +18,7 @@
 //!   items.
 //! - A browser is replaced when it crashed (its process is gone or its
 //!   DevTools connection closed), when an item on it hung (see
-//!   `scripts.rs`: it is killed), after [`RECYCLE_AFTER_ITEMS`] items or
+//!   `capture/scripts.rs`: it is killed), after [`RECYCLE_AFTER_ITEMS`] items or
 //!   [`RECYCLE_AFTER`] of age. Items running on a killed browser fail
 //!   transiently and go back through the attempt rules.
 //!

@@ -26,6 +26,7 @@ pub mod driver;
 pub mod fetch;
 pub mod files;
 pub mod guard;
+pub mod scripts;
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -359,7 +360,7 @@ async fn run_attempt(app: &App, fetcher: &Fetcher, row: Arc<ItemRow>, slot: Slot
             // Boxed: a browser script's state machine is about 14 KiB, and
             // inline it would make every fetch item's task that large too,
             // copied as the task is spawned and as it finishes.
-            Some(pool) => Box::pin(crate::browser::scripts::run(pool, &row)).await,
+            Some(pool) => Box::pin(scripts::run(pool, &row)).await,
             None => Err(Failure::Terminal(format!(
                 "script {} needs the browser pool, which this grid does not run (--browsers 0 or no Chromium)",
                 row.script.as_str()
