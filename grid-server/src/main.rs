@@ -479,9 +479,29 @@ fn tls_setup(args: &ServeArgs) -> anyhow::Result<Option<http::tls::Tls>> {
     http::tls::load(source, ids::now()).map(Some)
 }
 
+/// `serve`, phase by phase, in this order: open the store (first start
+/// included), bind the listeners, register this node, read the
+/// configuration, build the subsystems (`App`), read when this node was
+/// last alive, spawn the loops, recover what the last run left live and
+/// start what follows recovery, serve until SIGTERM, shut down.
 async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
+    let (tls, store, accounting_timeout) = open_store(&args)?;
+    let bound = bind(&args, tls.is_some()).await?;
+    let (node, last_heartbeat) = register_node(&args, &store, tls.is_some(), bound.addr).await?;
+    let configs = configs(&args, &node, &bound.base_url, accounting_timeout);
+    let app = build_app(&args, store, &node, &bound.base_url, configs).await?;
+    let last_alive = last_alive(&app, last_heartbeat).await?;
+    let running = spawn_loops(&app)?;
+    resume(&app, &node, last_alive, &running.stop_rx).await;
+    serve_until_stopped(&app, bound, tls, running.stop_rx.clone()).await?;
+    shut_down(&app, running).await
+}
+
+/// The certificate checked, the store opened, and on the first start the
+/// first account and key made and announced.
+fn open_store(args: &ServeArgs) -> anyhow::Result<(Option<http::tls::Tls>, Store, Duration)> {
     // Before anything is written: a bad certificate or key stops the start.
-    let tls = tls_setup(&args)?;
+    let tls = tls_setup(args)?;
     let accounting_timeout = Duration::from_millis(args.accounting_timeout_ms);
     let store = args.data.open(accounting_timeout.max(Duration::from_millis(100)))?;
     if let Some(key) = admin::first_start(&store, args.initial_credit_micros)? {
@@ -494,6 +514,20 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
             key.account_id, key.key_id
         );
     }
+    Ok((tls, store, accounting_timeout))
+}
+
+/// The listeners bound, and the URL clients reach them at.
+struct Bound {
+    listener: tokio::net::TcpListener,
+    addr: SocketAddr,
+    metrics_listener: Option<tokio::net::TcpListener>,
+    base_url: String,
+}
+
+/// Binds the API's and the metrics' listeners and settles the base URL;
+/// `--advertise-url` is checked.
+async fn bind(args: &ServeArgs, https: bool) -> anyhow::Result<Bound> {
     let listener =
         tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
     let addr = listener.local_addr()?;
@@ -503,9 +537,10 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let scheme = if tls.is_some() { "https" } else { "http" };
-    let base_url = args.base_url.unwrap_or_else(|| format!("{scheme}://{addr}")).trim_end_matches('/').to_string();
-    if tls.is_some() && base_url.starts_with("http://") {
+    let scheme = if https { "https" } else { "http" };
+    let base_url =
+        args.base_url.clone().unwrap_or_else(|| format!("{scheme}://{addr}")).trim_end_matches('/').to_string();
+    if https && base_url.starts_with("http://") {
         tracing::warn!(%base_url, "the server speaks HTTPS but --base-url is http://: cdpUrl and download URLs will not reach it");
     }
     if let Some(u) = &args.advertise_url {
@@ -516,6 +551,17 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
              (node-to-node TLS is not supported yet)"
         );
     }
+    Ok(Bound { listener, addr, metrics_listener, base_url })
+}
+
+/// This node's configuration and offer; answers its last heartbeat before
+/// this start, then registers it.
+async fn register_node(
+    args: &ServeArgs,
+    store: &Store,
+    https: bool,
+    addr: SocketAddr,
+) -> anyhow::Result<(nodes::NodeConfig, Option<grid_core::time::Millis>)> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
     let compute_cpu_millis = args.compute.compute_cpu_millis.unwrap_or(cores * 1000);
     let node = nodes::NodeConfig {
@@ -524,7 +570,7 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
             .advertise_url
             .clone()
             .map(|u| u.trim_end_matches('/').to_string())
-            .or_else(|| (tls.is_none() && !addr.ip().is_unspecified()).then(|| format!("http://{addr}"))),
+            .or_else(|| (!https && !addr.ip().is_unspecified()).then(|| format!("http://{addr}"))),
         lease: Duration::from_secs(args.node_lease_secs),
         offer: store::nodes::Offer {
             sessions: if args.sessions_disabled { 0 } else { args.max_sessions },
@@ -534,17 +580,30 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     };
     // How long this node was known alive before this start: what its last
     // run left live ends as of then.
-    let last_heartbeat = nodes::last_heartbeat(&store, &node).await.context("reading the node's last heartbeat")?;
+    let last_heartbeat = nodes::last_heartbeat(store, &node).await.context("reading the node's last heartbeat")?;
     // Registered before anything is recovered: from now on this node's
     // heartbeat tells the others it is alive.
-    nodes::register(&store, &node, ids::now()).await.context("registering the node")?;
+    nodes::register(store, &node, ids::now()).await.context("registering the node")?;
+    Ok((node, last_heartbeat))
+}
+
+/// The configuration of the server, of compute and of sessions.
+struct Configs {
+    serve: ServeConfig,
+    compute: ComputeConfig,
+    sessions: sessions::SessionConfig,
+}
+
+/// Reads the configurations off the command line (and removes the
+/// browser profiles' old folders).
+fn configs(args: &ServeArgs, node: &nodes::NodeConfig, base_url: &str, accounting_timeout: Duration) -> Configs {
     let config = ServeConfig {
         node: node.name.clone(),
         node_lease: node.lease,
         mcp_origins: args.mcp_allow_origin.clone(),
         data_dir: args.data.data_dir.clone(),
-        base_url: base_url.clone(),
-        auth_url: args.auth_url,
+        base_url: base_url.to_string(),
+        auth_url: args.auth_url.clone(),
         settlement_interval: Duration::from_secs(args.settlement_interval_secs),
         allow_private_networks: args.allow_private_networks,
         max_workers: args.max_workers as usize,
@@ -574,9 +633,9 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         },
     };
     let compute_config = ComputeConfig {
-        docker_host: args.compute.docker_host,
-        admitted: args.compute.admitted,
-        cpu_millis: compute_cpu_millis,
+        docker_host: args.compute.docker_host.clone(),
+        admitted: args.compute.admitted.clone(),
+        cpu_millis: node.offer.cpu_millis,
         memory_bytes: args.compute.compute_memory_bytes,
         public_https: args.compute.enable_public_https,
     };
@@ -599,6 +658,20 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
             grace: Duration::from_secs(args.session_download_grace_secs),
         },
     };
+    Configs { serve: config, compute: compute_config, sessions: session_config }
+}
+
+/// Builds every subsystem and the `App` they are reached through. The item
+/// driver, once started, puts the items the last run left active back in
+/// the queue.
+async fn build_app(
+    args: &ServeArgs,
+    store: Store,
+    node: &nodes::NodeConfig,
+    base_url: &str,
+    configs: Configs,
+) -> anyhow::Result<Arc<App>> {
+    let Configs { serve: config, compute: compute_config, sessions: session_config } = configs;
     let secret =
         store.write(|tx| store::setting_or_init(tx, "download_signing_secret", || ids::random_hex(32))).await?;
     let peers = Arc::new(peers::Peers::load(store.clone()).await.context("reading the nodes' credential")?);
@@ -622,7 +695,7 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         peers.clone(),
     )
     .context("building the registry client")?;
-    let app = Arc::new(App {
+    Ok(Arc::new(App {
         limits: http::limits::Limits::new(
             http::limits::RateConfig { per_second: args.rate_limit_per_second, burst: args.rate_limit_burst },
             http::limits::ConnConfig {
@@ -648,7 +721,7 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         queue_ready: wake.queue,
         items,
         store,
-        signer: Signer::new(hex::decode(&secret).unwrap_or_else(|_| secret.into_bytes()), base_url.clone()),
+        signer: Signer::new(hex::decode(&secret).unwrap_or_else(|_| secret.into_bytes()), base_url.to_string()),
         compute,
         tokens: tokens::TokenVerifier::new(config.auth_url.clone(), args.jwks_url.clone())
             .context("building the JWKS client")?,
@@ -656,16 +729,35 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         artifacts_dir: config.data_dir.join("artifacts"),
         browsers: browser_pool(&config),
         config,
-    });
-    // The last moment this node is known alive: the later of its node
-    // heartbeat and its own last settlement pass (read before the pass
-    // starts: its first heartbeat is now). Another node's passes say
-    // nothing of this one.
+    }))
+}
+
+/// The last moment this node is known alive: the later of its node
+/// heartbeat and its own last settlement pass (read before the pass
+/// starts: its first heartbeat is now). Another node's passes say
+/// nothing of this one.
+async fn last_alive(
+    app: &App,
+    last_heartbeat: Option<grid_core::time::Millis>,
+) -> anyhow::Result<Option<grid_core::time::Millis>> {
     let me = app.config.node.clone();
     let settled_at = app.store.read(move |c| settlement::last_pass_of(c, &me)).await?;
-    let last_alive = last_heartbeat.max(settled_at);
+    Ok(last_heartbeat.max(settled_at))
+}
+
+/// What shutting down waits for, and the stop it waits on.
+struct Running {
+    stop_rx: watch::Receiver<bool>,
+    workers: tokio::task::JoinSet<()>,
+    settlement: tokio::task::JoinHandle<()>,
+}
+
+/// Spawns the loops that run until the stop: the capture workers, the
+/// settlement pass, compute's health and scheduler loops, and the SIGTERM
+/// handler that sends the stop.
+fn spawn_loops(app: &Arc<App>) -> anyhow::Result<Running> {
     let (stop_tx, stop_rx) = watch::channel(false);
-    let mut workers = capture::spawn_workers(app.clone(), stop_rx.clone()).context("building the fetch client")?;
+    let workers = capture::spawn_workers(app.clone(), stop_rx.clone()).context("building the fetch client")?;
     let settlement = tokio::spawn(settlement::run(app.clone(), stop_rx.clone()));
     tokio::spawn(compute::health(app.clone(), stop_rx.clone()));
     tokio::spawn(compute::scheduler(app.compute.driver.clone(), stop_rx.clone()));
@@ -675,9 +767,21 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!("shutting down: no new work; in-flight items may finish");
         let _ = stop_tx.send(true);
     });
+    Ok(Running { stop_rx, workers, settlement })
+}
+
+/// Recovers the sessions the last run left live, then starts what must
+/// follow recovery: the session tasks, the node's heartbeat, the due-time
+/// loop and the warm sessions.
+async fn resume(
+    app: &Arc<App>,
+    node: &nodes::NodeConfig,
+    last_alive: Option<grid_core::time::Millis>,
+    stop_rx: &watch::Receiver<bool>,
+) {
     // Before the due loop: what the last run left live ends as of its last
     // heartbeat, not as of now.
-    sessions::recover(&app, last_alive).await;
+    sessions::recover(app, last_alive).await;
     // The session tasks: every browser a lease, a sync or a reconciliation
     // starts here.
     sessions::run_starts(app.clone());
@@ -694,6 +798,16 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     ];
     tokio::spawn(due::run(due_drivers, app.clock.clone(), app.due_wake.clone(), stop_rx.clone()));
     sessions::refill_warm(app.clone());
+}
+
+/// Serves metrics and the API, announcing where, until the stop.
+async fn serve_until_stopped(
+    app: &Arc<App>,
+    bound: Bound,
+    tls: Option<http::tls::Tls>,
+    stop_rx: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let Bound { listener, addr, metrics_listener, base_url } = bound;
     let metrics_addr = match metrics_listener {
         Some(l) => {
             let a = l.local_addr()?;
@@ -715,8 +829,14 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     announce(listening);
     tracing::info!(%addr, https = tls.is_some(), "serving");
     http::serve(app.clone(), listener, tls.map(|t| t.acceptor), stop_rx).await;
+    Ok(())
+}
 
-    sessions::shutdown(&app).await;
+/// After the stop: sessions end, in-flight items finish within the grace
+/// (the rest go back to the queue), the settlement pass ends.
+async fn shut_down(app: &App, running: Running) -> anyhow::Result<()> {
+    let Running { mut workers, settlement, .. } = running;
+    sessions::shutdown(app).await;
     let grace = app.config.shutdown_grace;
     if tokio::time::timeout(grace, async { while workers.join_next().await.is_some() {} }).await.is_err() {
         tracing::warn!("in-flight items did not finish within {grace:?}; they go back to the queue");
