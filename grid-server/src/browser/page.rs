@@ -328,13 +328,29 @@ impl PageDriver {
         Box::pin(async move { answer.await.map(drop) })
     }
 
+    /// One item's page, phase by phase: setup, navigate, wait until ready,
+    /// collect; each phase's end is a step of the item's timing.
     async fn drive(
         &mut self,
         chromium: &Chromium,
         spec: &PageSpec,
         steps: &mut Steps,
     ) -> Result<PageOutcome, PageError> {
-        // Setup: one burst, answered in order by the page.
+        self.setup(chromium, spec).await?;
+        steps.mark("setup");
+        // Navigate. Page.navigate answers once the main document's response
+        // arrived (which may be never), so it races the budget.
+        let started = Instant::now();
+        let deadline = started + spec.timeout();
+        let budget_ms = spec.timeout().as_millis();
+        let loader = self.navigate(spec, deadline, budget_ms, steps).await?;
+        let (main, loaded_ms, ready_ms) = self.wait_ready(spec, &loader, started, deadline, budget_ms, steps).await?;
+        self.collect(spec, main, loaded_ms, ready_ms, steps).await
+    }
+
+    /// Setup: the page's domains, its emulation, the item's cookies and
+    /// interception, asked for in one burst the page answers in order.
+    async fn setup(&mut self, chromium: &Chromium, spec: &PageSpec) -> Result<(), PageError> {
         let mut setup = vec![
             self.command(Page::Enable { enable_file_chooser_opened_event: None }),
             self.command(Page::SetLifecycleEventsEnabled { enabled: true }),
@@ -373,13 +389,18 @@ impl PageDriver {
             setup.push(self.command(Fetch::Enable { patterns: Some(vec![all]), handle_auth_requests: None }));
         }
         futures_util::future::try_join_all(setup).await?;
-        steps.mark("setup");
+        Ok(())
+    }
 
-        // Navigate. Page.navigate answers once the main document's response
-        // arrived (which may be never), so it races the budget.
-        let started = Instant::now();
-        let deadline = started + spec.timeout();
-        let budget_ms = spec.timeout().as_millis();
+    /// Navigates to the item's URL within the budget; answers the loader of
+    /// the new main document, or how the navigation failed.
+    async fn navigate(
+        &mut self,
+        spec: &PageSpec,
+        deadline: Instant,
+        budget_ms: u128,
+        steps: &mut Steps,
+    ) -> Result<String, PageError> {
         let navigate = self.call(Page::Navigate {
             url: spec.url.clone(),
             referrer: None,
@@ -407,16 +428,28 @@ impl PageDriver {
         if nav.is_download == Some(true) {
             return Err(PageError::Refused("the URL answers with a download, not a page".into()));
         }
-        let loader =
-            nav.loader_id.ok_or_else(|| PageError::Navigation("navigation did not start a new document".into()))?;
+        nav.loader_id.ok_or_else(|| PageError::Navigation("navigation did not start a new document".into()))
+    }
 
+    /// Waits within the budget for the item's condition (`waitUntil`, then
+    /// `waitFor`) on the document `loader` loads; answers its main response
+    /// and when it loaded and was ready (ms since `started`).
+    async fn wait_ready(
+        &mut self,
+        spec: &PageSpec,
+        loader: &str,
+        started: Instant,
+        deadline: Instant,
+        budget_ms: u128,
+        steps: &mut Steps,
+    ) -> Result<(MainResponse, u64, u64), PageError> {
         // Wait for the condition within the budget.
         let needed: &[&str] = match spec.params.wait_until {
             WaitUntil::Load => &["load"],
             WaitUntil::NetworkIdle => &["load", "networkIdle"],
         };
         let reached =
-            |seen: &Seen| needed.iter().all(|n| seen.lifecycle.iter().any(|(l, name)| *l == loader && name == n));
+            |seen: &Seen| needed.iter().all(|n| seen.lifecycle.iter().any(|(l, name)| l == loader && name == n));
         if !self.wait_for(reached, deadline).await? {
             let what =
                 if spec.params.wait_until == WaitUntil::Load { "the load event" } else { "load and network idle" };
@@ -428,7 +461,7 @@ impl PageDriver {
         let main = self
             .seen
             .documents
-            .get(&loader)
+            .get(loader)
             .cloned()
             .ok_or_else(|| PageError::Navigation("loaded without a main document response".into()))?;
         // The egress proxy's refusal loads as a 403 page of its own.
@@ -443,7 +476,19 @@ impl PageDriver {
         }
         let ready_ms = started.elapsed().as_millis() as u64;
         steps.mark("ready");
+        Ok((main, loaded_ms, ready_ms))
+    }
 
+    /// Collects what the item wants off the ready page: its facts and DOM,
+    /// screenshot and body.
+    async fn collect(
+        &mut self,
+        spec: &PageSpec,
+        main: MainResponse,
+        loaded_ms: u64,
+        ready_ms: u64,
+        steps: &mut Steps,
+    ) -> Result<PageOutcome, PageError> {
         // Collect: facts and DOM, screenshot and body in one burst. The
         // item's watchdog (capture/scripts.rs) bounds this phase.
         let html = if spec.want.html { HTML_EXPRESSION } else { "null" };
