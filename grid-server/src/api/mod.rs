@@ -45,7 +45,7 @@ pub enum ReplyBody {
 impl Reply {
     pub fn json<T: serde::Serialize>(status: u16, value: &T) -> Reply {
         // Most answers fit: growing from empty reallocated a record's body
-        // four or five times (4% of a `GET /jobs/{id}`, docs/limits.md).
+        // four or five times (measured in docs/limits.md).
         let mut body = Vec::with_capacity(4096);
         if serde_json::to_writer(&mut body, value).is_err() {
             body = b"{}".to_vec();

@@ -33,9 +33,9 @@ type Connector = hyper_rustls::HttpsConnector<HttpConnector<Resolver>>;
 /// The fetch script's HTTP client: hyper-util's pooled client over rustls,
 /// with the redirects followed here. reqwest wraps the same client in
 /// layers of its own (a redirect policy that parses every request's URL
-/// again, a retry layer, a timeout, a response URL parsed once more): a
-/// fifth of an exchange's CPU at tens of thousands of items a second
-/// (docs/performance.md).
+/// again, a retry layer, a timeout, a response URL parsed once more), paid
+/// on every exchange at tens of thousands of items a second (measured in
+/// docs/performance.md, fourth pass).
 pub struct Fetcher {
     client: Client<Connector, Empty<Bytes>>,
     allow_private: bool,

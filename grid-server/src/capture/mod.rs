@@ -343,10 +343,11 @@ fn ahead(max: usize, claim_micros: u64, attempt_micros: u64) -> usize {
 }
 
 /// An item's attempt runs in a debug-level span: at tens of thousands of
-/// items a second, a span and a line per attempt at info level cost about a
-/// seventh of the server's CPU per item (docs/operations.md). Completed
-/// attempts log at debug; every other end, and every warning, names its item
-/// itself, so an info-level log still shows what went wrong and where.
+/// items a second, a span and a line per attempt at info level are a
+/// measurable share of the server's CPU per item (measured in
+/// docs/operations.md). Completed attempts log at debug; every other end,
+/// and every warning, names its item itself, so an info-level log still
+/// shows what went wrong and where.
 async fn run_item(app: &App, fetcher: &Fetcher, row: Arc<ItemRow>, slot: Slot) {
     let span =
         tracing::debug_span!("item", id = %row.id, script = row.script.as_str(), attempt = row.item.attempts_made + 1);

@@ -4,9 +4,8 @@
 //! (every 1,000 WAL pages): that writer waits while the pages are copied
 //! into the database file and both files are fsynced, several milliseconds
 //! under the capture queue's load. The capture queue's claims go through
-//! the same writer, so every checkpoint left the workers without items: a
-//! profile of the fetch bench found a fifth of the machine idle, most of
-//! it there (docs/performance.md).
+//! the same writer, so every checkpoint left the workers without items
+//! (measured in docs/performance.md, fourth pass).
 //!
 //! Here a thread of its own copies pages with a connection of its own
 //! (`PASSIVE`: beside the writer, never blocking it) each time the writer

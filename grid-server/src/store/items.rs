@@ -687,9 +687,9 @@ pub(crate) mod tests {
     }
 
     /// A claim must not sort the queue: with tens of thousands of waiting
-    /// items that made every claim O(n) (650 items/s at 20,000 items in
-    /// bench/fetch_throughput.sh, 3,900/s with the seek). Nor may the
-    /// queue's figures (GET /grid, metrics) read the whole table.
+    /// items that made every claim O(n) (measured in docs/performance.md).
+    /// Nor may the queue's figures (GET /grid, metrics) read the whole
+    /// table.
     #[test]
     fn claims_counts_and_account_reads_use_their_indexes_instead_of_the_table() {
         let (_dir, store) = store();
