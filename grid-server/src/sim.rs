@@ -161,6 +161,7 @@ impl Sim {
             54..=61 => self.move_session(rng).await,
             62..=67 => self.submit_job(rng).await,
             68..=83 => self.move_job(rng).await,
+            84..=88 => self.job_end_on_a_failing_store(rng).await,
             _ => self.end_orphans(rng).await,
         }
     }
@@ -269,15 +270,7 @@ impl Sim {
     /// operation (a submission, a lease, a release), which must store
     /// nothing at all.
     async fn failing_commit(&mut self, rng: &mut StdRng) {
-        self.store
-            .write(|tx| {
-                tx.execute(
-                    "CREATE TRIGGER sim_fault BEFORE INSERT ON ledger BEGIN SELECT RAISE(ABORT, 'sim: injected'); END",
-                    (),
-                )
-            })
-            .await
-            .unwrap();
+        self.fail_ledger_writes(true).await;
         let before = self.snapshot().await;
         let what = rng.random_range(0..3);
         match what {
@@ -285,9 +278,47 @@ impl Sim {
             1 => self.lease(rng).await,
             _ => self.submit_job(rng).await,
         }
-        self.store.write(|tx| tx.execute("DROP TRIGGER sim_fault", ())).await.unwrap();
+        self.fail_ledger_writes(false).await;
         assert_eq!(self.snapshot().await, before, "a failed commit left writes behind (operation {what})");
         self.log.push(format!("failing commit of operation {what}: nothing stored"));
+    }
+
+    /// From `on` until called again with `false`, every ledger write fails
+    /// (a trigger aborts it): a commit that fails.
+    async fn fail_ledger_writes(&self, on: bool) {
+        let sql = if on {
+            "CREATE TRIGGER sim_fault BEFORE INSERT ON ledger BEGIN SELECT RAISE(ABORT, 'sim: injected'); END"
+        } else {
+            "DROP TRIGGER sim_fault"
+        };
+        self.store.write(move |tx| tx.execute(sql, ())).await.unwrap();
+    }
+
+    /// A running job's container exits while the store refuses the
+    /// settlement its end writes: the end is stored once the store takes
+    /// writes again (the driver tries again), not left for a restart.
+    async fn job_end_on_a_failing_store(&mut self, rng: &mut StdRng) {
+        let Some((id, attempt)) = self.running_jobs().await.into_iter().next() else { return };
+        self.fail_ledger_writes(true).await;
+        self.engine.exit(&container_name(&id, attempt), [0, 1][rng.random_range(0..2)]);
+        // Its supervising task stores the exit (no ledger write) and starts
+        // publishing, whose settlement the store refuses.
+        for _ in 0..5_000 {
+            if self.job(&id).await.job.phase != JobPhase::Running {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        self.fail_ledger_writes(false).await;
+        self.quiet_jobs().await;
+        let phase = self.job(&id).await.job.phase;
+        assert!(phase.is_finished() || phase == JobPhase::Queued, "job {id} stuck in {}", phase.as_str());
+        self.log.push(format!("job {id}: ended on a failing store, stored as {}", phase.as_str()));
+    }
+
+    async fn running_jobs(&self) -> Vec<(String, u32)> {
+        self.store.read(running_jobs_in).await.unwrap()
     }
 
     /// Counts of every table a submission writes.
@@ -419,15 +450,7 @@ impl Sim {
                         (),
                         |r: &Row| r.get(0),
                     )?;
-                    let ids =
-                        c.query_map("SELECT id FROM jobs WHERE phase = 'RUNNING'", (), |r: &Row| r.get::<String>(0))?;
-                    let mut running = vec![];
-                    for id in ids {
-                        if let Some(row) = crate::store::jobs::load(c, &id)? {
-                            running.push((id, row.job.attempt_number()));
-                        }
-                    }
-                    Ok((busy, running))
+                    Ok((busy, running_jobs_in(c)?))
                 })
                 .await
                 .unwrap();
@@ -481,6 +504,20 @@ impl Sim {
         let problems = self.store.read(move |c| Ok(invariants(c, &account))).await.unwrap();
         assert!(problems.is_empty(), "{}", problems.join("\n"));
     }
+}
+
+/// (id, attempt) of every RUNNING job, oldest first.
+fn running_jobs_in(c: &crate::store::Conn) -> Result<Vec<(String, u32)>, StoreError> {
+    let ids = c.query_map("SELECT id FROM jobs WHERE phase = 'RUNNING' ORDER BY created_at, id", (), |r: &Row| {
+        r.get::<String>(0)
+    })?;
+    let mut running = vec![];
+    for id in ids {
+        if let Some(row) = crate::store::jobs::load(c, &id)? {
+            running.push((id, row.job.attempt_number()));
+        }
+    }
+    Ok(running)
 }
 
 /// Every way the stored state can be wrong that this checks, as sentences.

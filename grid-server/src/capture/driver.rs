@@ -22,7 +22,6 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::store::Conn;
 use futures_util::future::BoxFuture;
@@ -47,7 +46,7 @@ use crate::store::accounts::Caller;
 use crate::store::accounts::{self, Entry};
 use crate::store::idempotency::{self, Answer, Created};
 use crate::store::items::{self, ItemError, ItemRow, PublishedFile};
-use crate::store::{Store, StoreError};
+use crate::store::{retry, Store, StoreError};
 
 /// How the driver wakes whoever waits on it, once a transaction committed.
 #[derive(Clone, Default)]
@@ -165,18 +164,6 @@ impl Drop for UnstoredEnd {
 
 /// Most attempt ends stored in one step of the publisher.
 const MAX_ENDS: usize = 512;
-/// Times an end is tried on a database that fails (busy: an admin command
-/// holds it; or an I/O error) before it is given up: about a minute in
-/// all. A given-up end leaves its item active, recovered on the next start.
-const END_TRIES: u32 = 12;
-
-/// How long an end waits before its `tries`th try again: from 50 ms,
-/// doubling, at most 8 s.
-fn retry_delay(tries: u32) -> Duration {
-    let doublings = tries.saturating_sub(1).min(16);
-    Duration::from_millis(50u64 << doublings).min(Duration::from_secs(8))
-}
-
 impl ItemDriver {
     /// Starts the group commit the driver's transactions travel through,
     /// and the publisher of attempts' ends.
@@ -435,13 +422,13 @@ impl Publisher {
     fn answer(&self, mut request: EndRequest, answer: Result<Outcome, ItemError>) {
         let Err(ItemError::Store(e)) = &answer else { return request.answer(answer) };
         request.tries += 1;
-        if request.tries >= END_TRIES || !request.wanted() {
+        if request.tries >= retry::TRIES || !request.wanted() {
             return request.answer(answer);
         }
         if !matches!(e, StoreError::Busy) {
             tracing::warn!(id = %request.claim.id, error = %e, "storing attempt end failed; trying again");
         }
-        let (again, delay) = (self.again.clone(), retry_delay(request.tries));
+        let (again, delay) = (self.again.clone(), retry::delay(request.tries));
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
             match again.upgrade() {
@@ -1073,14 +1060,6 @@ mod tests {
         }
         // Nothing handed over: answers at once.
         g.driver.ends_stored().await;
-    }
-
-    #[test]
-    fn an_end_that_meets_a_failing_database_waits_50_ms_doubling_to_8_s() {
-        let delays: Vec<u64> = (1..END_TRIES).map(|t| retry_delay(t).as_millis() as u64).collect();
-        assert_eq!(delays, [50, 100, 200, 400, 800, 1_600, 3_200, 6_400, 8_000, 8_000, 8_000]);
-        let total: u64 = delays.iter().sum();
-        assert!((30_000..90_000).contains(&total), "about a minute in all: {total} ms");
     }
 
     /// Requests sharing a group transaction each run in a savepoint: one

@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod nodes;
 pub mod postgres;
 mod readers;
+pub mod retry;
 pub mod sessions;
 pub mod sql;
 pub mod sqlite;

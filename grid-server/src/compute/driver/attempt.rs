@@ -19,8 +19,8 @@ use crate::compute::docker;
 use crate::compute::engine::{ContainerSpec, EngineError};
 use crate::compute::scratch::{self, Usage};
 use crate::peers::Subject;
-use crate::store::jobs::{self, JobRow};
-use crate::store::{Conn, StoreError};
+use crate::store::jobs::{self, JobError, JobRow};
+use crate::store::{retry, Conn, StoreError};
 
 /// How often a running container's scratch (its `/tmp`) is measured.
 const STORAGE_POLL: Duration = Duration::from_secs(2);
@@ -99,9 +99,7 @@ impl JobDriver {
                     tracing::warn!(error = %e, "container did not start");
                     self.engine.remove(&container_name(id, attempt)).await;
                     self.remove_scratch(id, attempt).await;
-                    if let Err(e) = self.step(id, Event::StartFailed, self.clock.now()).await {
-                        tracing::error!(error = %e, "start failure not recorded; reconciliation picks it up on restart");
-                    }
+                    self.record(id, Event::StartFailed, self.clock.now()).await;
                     return;
                 }
             },
@@ -113,8 +111,26 @@ impl JobDriver {
                 return;
             }
         };
-        if let Err(e) = self.step(id, ended.event, ended.at).await {
-            tracing::error!(error = %e, "attempt end not recorded; reconciliation picks it up on restart");
+        self.record(id, ended.event, ended.at).await;
+    }
+
+    /// `step` for what the engine did (an attempt that ended, or never
+    /// started): a fact that happened, so a failing store delays it rather
+    /// than drops it (`store::retry`, as an item's end is); given up after
+    /// about a minute, it is left to reconciliation at the next start.
+    async fn record(&self, id: &str, event: Event, at: Millis) {
+        for tries in 1..=retry::TRIES {
+            match self.step(id, event.clone(), at).await {
+                Ok(_) => return,
+                Err(JobError::Store(e)) if tries < retry::TRIES && retry::worth_trying_again(&e) => {
+                    tracing::warn!(error = %e, tries, "attempt's end not stored yet; trying again");
+                    tokio::time::sleep(retry::delay(tries)).await;
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "attempt's end not stored; reconciliation picks it up on restart");
+                    return;
+                }
+            }
         }
     }
 

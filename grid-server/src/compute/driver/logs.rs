@@ -9,7 +9,8 @@ use grid_core::wire::job_record::{JobArtifact, LOG_CONTENT_TYPE, LOG_KIND};
 use super::{recorded_container, transition, JobDriver};
 use crate::capture::files;
 use crate::ids::new_id;
-use crate::store::jobs::{self, JobRow, StoredLog};
+use crate::store::jobs::{self, JobError, JobRow, StoredLog};
+use crate::store::retry;
 
 /// Logs are cut at 1 MiB.
 pub const LOG_CAP: usize = 1024 * 1024;
@@ -17,28 +18,41 @@ pub const LOG_CAP: usize = 1024 * 1024;
 impl JobDriver {
     /// Publishes the ended attempt's log (first 1 MiB of the container's
     /// output, if the engine still has it) and records `Published` with it
-    /// in one transaction, then removes the container.
+    /// in one transaction, then removes the container. The transaction is
+    /// tried again while the store fails (`store::retry`); given up, the
+    /// attempt is published again by reconciliation at the next start.
     pub(super) async fn publish(&self, row: &JobRow, attempt: u32) {
         let container = recorded_container(row, attempt);
         let log = self.store_log(&row.id, attempt, &container).await;
-        let (jid, now) = (row.id.clone(), self.clock.now());
-        let published = self
-            .store
-            .write(move |tx| {
-                let log_available = log.is_some();
-                if let Some(log) = &log {
-                    jobs::insert_log(tx, &jid, log)?;
+        let now = self.clock.now();
+        for tries in 1..=retry::TRIES {
+            let (jid, log) = (row.id.clone(), log.clone());
+            let published = self
+                .store
+                .write(move |tx| {
+                    let log_available = log.is_some();
+                    if let Some(log) = &log {
+                        jobs::insert_log(tx, &jid, log)?;
+                    }
+                    transition(tx, &jid, Event::Published { log_available }, now, None)
+                })
+                .await;
+            match published {
+                Ok((row, effects)) => {
+                    self.engine.remove(&container).await;
+                    self.remove_scratch(&row.id, attempt).await;
+                    self.after(&row, effects).await;
+                    return;
                 }
-                transition(tx, &jid, Event::Published { log_available }, now, None)
-            })
-            .await;
-        match published {
-            Ok((row, effects)) => {
-                self.engine.remove(&container).await;
-                self.remove_scratch(&row.id, attempt).await;
-                self.after(&row, effects).await;
+                Err(JobError::Store(e)) if tries < retry::TRIES && retry::worth_trying_again(&e) => {
+                    tracing::warn!(job = %row.id, error = %e, tries, "log not recorded yet; trying again");
+                    tokio::time::sleep(retry::delay(tries)).await;
+                }
+                Err(e) => {
+                    tracing::error!(job = %row.id, error = %e, "log not recorded; reconciliation publishes it again");
+                    return;
+                }
             }
-            Err(e) => tracing::error!(job = %row.id, error = %e, "log not recorded; reconciliation publishes it again"),
         }
     }
 
