@@ -622,6 +622,47 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         peers.clone(),
     )
     .context("building the registry client")?;
+    let sessions = Arc::new(sessions::Sessions::new(
+        session_config,
+        store.clone(),
+        clock.clone(),
+        &node.name,
+        node.lease,
+        peers.clone(),
+    ));
+    let compute = Arc::new(compute);
+    let runner = Arc::new(capture::Runner {
+        items: items.clone(),
+        store: store.clone(),
+        workers: Default::default(),
+        queue_ready: wake.queue.clone(),
+        browsers: browser_pool(&config),
+        artifacts_dir: config.data_dir.join("artifacts"),
+        max_workers: config.max_workers,
+        allow_private_networks: config.allow_private_networks,
+    });
+    let settlement = Arc::new(settlement::Settlement {
+        store: store.clone(),
+        clock: clock.clone(),
+        node: config.node.clone(),
+        node_lease: config.node_lease,
+        interval: config.settlement_interval,
+    });
+    let this_node = Arc::new(nodes::Node {
+        config: node.clone(),
+        store: store.clone(),
+        clock: clock.clone(),
+        items: items.clone(),
+        sessions: sessions.driver.clone(),
+        jobs: compute.driver.clone(),
+    });
+    // The gauges read at scrape time, each set by its owner.
+    metrics::get().sessions.with_label_values(&["max"]).set(i64::from(config.max_sessions));
+    metrics::get().register(Arc::new(store::metrics::Gauges(store.clone())));
+    metrics::get().register(runner.clone());
+    if let Some(pool) = &runner.browsers {
+        metrics::get().register(pool.clone());
+    }
     let app = Arc::new(App {
         limits: http::limits::Limits::new(
             http::limits::RateConfig { per_second: args.rate_limit_per_second, burst: args.rate_limit_burst },
@@ -633,28 +674,18 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
                 max_connections_per_peer: args.max_connections_per_peer as usize,
             },
         ),
-        sessions: sessions::Sessions::new(
-            session_config,
-            store.clone(),
-            clock.clone(),
-            &node.name,
-            node.lease,
-            peers.clone(),
-        ),
+        sessions,
         peers,
         keys: http::auth::KeyCache::new(store.clone(), clock.clone()),
         clock,
         due_wake: wake.due,
-        queue_ready: wake.queue,
         items,
         store,
         signer: Signer::new(hex::decode(&secret).unwrap_or_else(|_| secret.into_bytes()), base_url.clone()),
         compute,
         tokens: tokens::TokenVerifier::new(config.auth_url.clone(), args.jwks_url.clone())
             .context("building the JWKS client")?,
-        workers: Default::default(),
         artifacts_dir: config.data_dir.join("artifacts"),
-        browsers: browser_pool(&config),
         config,
     });
     // The last moment this node is known alive: the later of its node
@@ -665,9 +696,9 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     let settled_at = app.store.read(move |c| settlement::last_pass_of(c, &me)).await?;
     let last_alive = last_heartbeat.max(settled_at);
     let (stop_tx, stop_rx) = watch::channel(false);
-    let mut workers = capture::spawn_workers(app.clone(), stop_rx.clone()).context("building the fetch client")?;
-    let settlement = tokio::spawn(settlement::run(app.clone(), stop_rx.clone()));
-    tokio::spawn(compute::health(app.clone(), stop_rx.clone()));
+    let mut workers = capture::spawn_workers(runner, stop_rx.clone()).context("building the fetch client")?;
+    let settlement = tokio::spawn(settlement::run(settlement, stop_rx.clone()));
+    tokio::spawn(compute::health(app.compute.clone(), stop_rx.clone()));
     tokio::spawn(compute::scheduler(app.compute.driver.clone(), stop_rx.clone()));
     let stop_signal = shutdown_signal().context("installing the SIGTERM handler")?;
     tokio::spawn(async move {
@@ -677,13 +708,13 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     });
     // Before the due loop: what the last run left live ends as of its last
     // heartbeat, not as of now.
-    sessions::recover(&app, last_alive).await;
+    sessions::recover(&app.sessions, last_alive).await;
     // The session tasks: every browser a lease, a sync or a reconciliation
     // starts here.
-    sessions::run_starts(app.clone());
+    sessions::run_starts(app.sessions.clone());
     // After recovery: its first beat reconciles this node's sessions, and
     // those the last run left must be ended first, not started again.
-    tokio::spawn(nodes::run(app.clone(), node.clone(), stop_rx.clone()));
+    tokio::spawn(nodes::run(this_node, stop_rx.clone()));
     // Every driver with durable due times fires them here.
     let download_sweep = sessions::downloads::Sweep::new(app.sessions.downloads.clone(), app.store.clone());
     let due_drivers: Vec<Arc<dyn due::DueTimes>> = vec![
@@ -693,11 +724,11 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         Arc::new(download_sweep),
     ];
     tokio::spawn(due::run(due_drivers, app.clock.clone(), app.due_wake.clone(), stop_rx.clone()));
-    sessions::refill_warm(app.clone());
+    sessions::refill_warm(app.sessions.clone());
     let metrics_addr = match metrics_listener {
         Some(l) => {
             let a = l.local_addr()?;
-            tokio::spawn(metrics::serve_metrics(app.clone(), l, stop_rx.clone()));
+            tokio::spawn(metrics::serve_metrics(l, stop_rx.clone()));
             tracing::info!(addr = %a, "metrics at GET /metrics");
             Some(a)
         }
@@ -716,7 +747,7 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     tracing::info!(%addr, https = tls.is_some(), "serving");
     http::serve(app.clone(), listener, tls.map(|t| t.acceptor), stop_rx).await;
 
-    sessions::shutdown(&app).await;
+    sessions::shutdown(&app.sessions).await;
     let grace = app.config.shutdown_grace;
     if tokio::time::timeout(grace, async { while workers.join_next().await.is_some() {} }).await.is_err() {
         tracing::warn!("in-flight items did not finish within {grace:?}; they go back to the queue");

@@ -20,7 +20,10 @@ use std::time::Duration;
 use grid_core::time::Millis;
 use tokio::sync::watch;
 
-use crate::app::App;
+use crate::capture::driver::ItemDriver;
+use crate::clock::Clock;
+use crate::compute::driver::JobDriver;
+use crate::sessions::driver::SessionDriver;
 use crate::store::{nodes, Store, StoreError};
 
 /// How this node takes part in the grid.
@@ -50,8 +53,20 @@ pub async fn register(store: &Store, config: &NodeConfig, now: Millis) -> Result
     store.write(move |tx| nodes::register(tx, &name, url.as_deref(), offer, now)).await
 }
 
+/// What the heartbeat and the takeover use: the store and the clock, and
+/// the three drivers a dead node's work goes back through. Built by `main`.
+pub struct Node {
+    pub config: NodeConfig,
+    pub store: Store,
+    pub clock: Arc<dyn Clock>,
+    pub items: Arc<ItemDriver>,
+    pub sessions: Arc<SessionDriver>,
+    pub jobs: JobDriver,
+}
+
 /// Beats every third of the lease and takes over dead nodes, until shutdown.
-pub async fn run(app: Arc<App>, config: NodeConfig, mut shutdown: watch::Receiver<bool>) {
+pub async fn run(app: Arc<Node>, mut shutdown: watch::Receiver<bool>) {
+    let config = &app.config;
     let mut tick = tokio::time::interval((config.lease / 3).max(Duration::from_millis(100)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -59,12 +74,12 @@ pub async fn run(app: Arc<App>, config: NodeConfig, mut shutdown: watch::Receive
             _ = tick.tick() => {}
             _ = shutdown.changed() => return,
         }
-        beat(&app, &config).await;
-        take_over(&app, &config).await;
+        beat(&app).await;
+        take_over(&app).await;
         // What another node decided for work running here, should its
         // call not have arrived.
-        crate::sessions::reconcile(&app).await;
-        if let Err(e) = app.compute.driver.stop_recorded().await {
+        crate::sessions::reconcile(&app.sessions).await;
+        if let Err(e) = app.jobs.stop_recorded().await {
             tracing::warn!(error = %e, "recorded job stops not checked; the next heartbeat tries again");
         }
     }
@@ -77,7 +92,8 @@ pub async fn last_heartbeat(store: &Store, config: &NodeConfig) -> Result<Option
     store.read(move |c| nodes::heartbeat_of(c, &name)).await
 }
 
-async fn beat(app: &App, config: &NodeConfig) {
+async fn beat(app: &Node) {
+    let config = &app.config;
     let (name, now) = (config.name.clone(), app.clock.now());
     match app.store.write(move |tx| nodes::heartbeat(tx, &name, now)).await {
         Ok(true) => {}
@@ -91,9 +107,9 @@ async fn beat(app: &App, config: &NodeConfig) {
     }
 }
 
-async fn take_over(app: &App, config: &NodeConfig) {
-    let before = nodes::live_after(app.clock.now(), config.lease);
-    let me = config.name.clone();
+async fn take_over(app: &Node) {
+    let before = nodes::live_after(app.clock.now(), app.config.lease);
+    let me = app.config.name.clone();
     let dead = match app.store.read(move |c| nodes::dead(c, &me, before)).await {
         Ok(d) => d,
         Err(e) => {
@@ -109,8 +125,8 @@ async fn take_over(app: &App, config: &NodeConfig) {
                 continue;
             }
         };
-        app.sessions.driver.recover(&node, Some(last_heartbeat)).await;
-        let jobs = match app.compute.driver.take_over(&node).await {
+        app.sessions.recover(&node, Some(last_heartbeat)).await;
+        let jobs = match app.jobs.take_over(&node).await {
             Ok(n) => n,
             Err(e) => {
                 tracing::error!(%node, error = %e, "jobs of a dead node not taken over; the next pass tries again");

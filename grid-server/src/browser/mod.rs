@@ -1,5 +1,6 @@
-//! The browser pool and the three browser scripts (`capture`,
-//! `render-fetch`, `browser-fetch`) on Debian's Chromium, driven over CDP.
+//! The browser pool the three browser scripts (`capture`, `render-fetch`,
+//! `browser-fetch`, run by the capture workers: `capture/browser_scripts.rs`)
+//! use, on Debian's Chromium, driven over CDP.
 //!
 //! - `process.rs`: starting and killing one Chromium (also used by sessions).
 //! - `cdp.rs`: one async, multiplexed DevTools connection per browser
@@ -12,7 +13,6 @@
 //! - `page.rs`: the page driver (one item; setup and collection pipelined).
 //! - `events.rs`: what the page's events tell the item (pure bookkeeping).
 //! - `hosts.rs`: which requests a page may make (allowedHosts, private networks).
-//! - `scripts.rs`: params, files and meta of each script; failure classes.
 //!
 //! docs/browser-captures.md describes what users see.
 
@@ -25,4 +25,3 @@ pub mod pool;
 pub mod process;
 pub mod profiles;
 pub mod sandbox;
-pub mod scripts;

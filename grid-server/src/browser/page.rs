@@ -445,7 +445,7 @@ impl PageDriver {
         steps.mark("ready");
 
         // Collect: facts and DOM, screenshot and body in one burst. The
-        // item's watchdog (scripts.rs) bounds this phase.
+        // item's watchdog (capture/browser_scripts.rs) bounds this phase.
         let html = if spec.want.html { HTML_EXPRESSION } else { "null" };
         let facts = self.call(evaluate(format!("[location.href, document.title, navigator.userAgent, {html}]")));
         let screenshot = spec.want.screenshot.then(|| self.screenshot(&spec.params.screenshot, spec.viewport));

@@ -18,7 +18,7 @@
 //!   items.
 //! - A browser is replaced when it crashed (its process is gone or its
 //!   DevTools connection closed), when an item on it hung (see
-//!   `scripts.rs`: it is killed), after [`RECYCLE_AFTER_ITEMS`] items or
+//!   `capture/browser_scripts.rs`: it is killed), after [`RECYCLE_AFTER_ITEMS`] items or
 //!   [`RECYCLE_AFTER`] of age. Items running on a killed browser fail
 //!   transiently and go back through the attempt rules.
 //!
@@ -171,6 +171,17 @@ pub struct BrowserPool {
     permits: Arc<Semaphore>,
     assignments: Arc<Assignments>,
     slots: Vec<Slot>,
+}
+
+/// The pool's page slots, busy and idle, on every scrape of the metrics.
+impl crate::metrics::GaugeSource for BrowserPool {
+    fn refresh(&self) -> futures_util::future::BoxFuture<'_, ()> {
+        let (busy, capacity) = self.pages();
+        let m = crate::metrics::get();
+        m.pool_pages.with_label_values(&["busy"]).set(busy as i64);
+        m.pool_pages.with_label_values(&["idle"]).set(capacity.saturating_sub(busy) as i64);
+        Box::pin(std::future::ready(()))
+    }
 }
 
 impl BrowserPool {

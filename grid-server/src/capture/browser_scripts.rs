@@ -17,12 +17,12 @@ use grid_core::validate::params::{self, Region};
 use serde_json::{json, Value};
 use url::Url;
 
-use super::hosts::{host_of, RequestRules};
-use super::page::{self, PageError, PageOutcome, PageSpec, Want};
-use super::pool::BrowserPool;
-use super::profiles::{manifest, manifest_sha256};
-use crate::capture::files::FileContent;
-use crate::capture::guard;
+use super::files::FileContent;
+use super::guard;
+use crate::browser::hosts::{host_of, RequestRules};
+use crate::browser::page::{self, PageError, PageOutcome, PageSpec, Want};
+use crate::browser::pool::BrowserPool;
+use crate::browser::profiles::{manifest, manifest_sha256};
 use crate::ids::{now, sha256_hex};
 use crate::store::items::ItemRow;
 
