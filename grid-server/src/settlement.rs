@@ -114,3 +114,63 @@ async fn pass_once(app: &Settlement) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::VirtualClock;
+    use crate::store::items::tests::{balance, caller, owe, store, submit, T};
+    use grid_core::item::ItemState;
+    use grid_core::item::Settlement as Owed;
+    use grid_core::time::Millis;
+
+    /// A pass writes the heartbeat at the clock's time under this node's
+    /// name, and turns a finished item's old debt into one charge: a second
+    /// pass (a crash and a rerun) charges nothing more.
+    #[tokio::test]
+    async fn a_pass_writes_the_heartbeat_and_settles_old_debts_once() {
+        let (_dir, store) = store();
+        let c = caller(&store, 10_000, None);
+        submit(&store, &c, 1, None).unwrap();
+        let reserved = balance(&store, &c);
+        assert!(reserved.reserved_micros > 0);
+        store
+            .write_blocking(|tx| {
+                let id: String = tx.query_row("SELECT id FROM items", (), |r| r.get(0))?;
+                let mut row = items::load_item(tx, &id)?.unwrap();
+                row.item.state = ItemState::Completed;
+                row.item.billable = false;
+                items::save_item(tx, &id, &row.item, T)?;
+                owe(tx, &id, Owed::Charge)
+            })
+            .unwrap();
+        let clock = Arc::new(VirtualClock::at(Millis(T.0 + 5_000)));
+        let settlement = Settlement {
+            store: store.clone(),
+            clock: clock.clone(),
+            node: "n1".into(),
+            node_lease: Duration::from_secs(30),
+            interval: Duration::from_secs(1),
+        };
+        pass(&settlement).await;
+        let last = |node: &'static str| store.read_blocking(move |c| last_pass_of(c, node)).unwrap();
+        assert_eq!(last("n1"), Some(Millis(T.0 + 5_000)));
+        assert_eq!(last("n2"), None, "the heartbeat tells only the node that wrote it");
+        let charged = balance(&store, &c);
+        assert_eq!(charged.reserved_micros, 0, "the reservation is settled");
+        assert_eq!(charged.credit_micros, 10_000 - reserved.reserved_micros, "charged the price");
+        let charges = || {
+            store
+                .read_blocking(|c| {
+                    c.query_row("SELECT COUNT(*) FROM ledger WHERE kind = 'charge'", (), |r| r.get::<i64>(0))
+                })
+                .unwrap()
+        };
+        assert_eq!(charges(), 1);
+        clock.advance(1_000);
+        pass(&settlement).await;
+        assert_eq!(charges(), 1, "a debt is settled once");
+        assert_eq!(balance(&store, &c), charged);
+        assert_eq!(last("n1"), Some(Millis(T.0 + 6_000)), "each pass beats");
+    }
+}

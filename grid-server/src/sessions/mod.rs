@@ -509,6 +509,117 @@ pub fn token_hash(token: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::VirtualClock;
+    use crate::store::accounts::Caller;
+    use driver::tests::T0;
+    use grid_core::session::{EndCause, Event};
+
+    /// The session tasks' handle on node `n1` over a temp store and a
+    /// virtual clock, with no Chromium: a task's browser never starts.
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        store: Store,
+        clock: Arc<VirtualClock>,
+        sessions: Arc<Sessions>,
+        caller: Caller,
+    }
+
+    fn fixture() -> Fixture {
+        let (dir, store, clock, caller) = driver::tests::grid();
+        let config = SessionConfig {
+            chromium: dir.path().join("no-chromium"),
+            disabled: false,
+            warm: 0,
+            egress: Default::default(),
+            probe_url: "http://10.0.0.1/".into(),
+            sandbox: SandboxConfig {
+                bwrap: dir.path().join("no-bwrap"),
+                uid_base: 0,
+                uid_count: 0,
+                disk_mib: 1,
+                limits: Default::default(),
+                cgroups: Arc::new(crate::browser::cgroup::Host::Unavailable("tests".into())),
+            },
+            allow_private_networks: false,
+            data_dir: dir.path().to_path_buf(),
+            downloads: DownloadConfig { limit_bytes: 1 << 20, grace: Duration::from_secs(60) },
+        };
+        let peers = Arc::new(Peers::new(store.clone(), "credential".into()));
+        let sessions =
+            Arc::new(Sessions::new(config, store.clone(), clock.clone(), "n1", Duration::from_secs(30), peers));
+        Fixture { _dir: dir, store, clock, sessions, caller }
+    }
+
+    impl Fixture {
+        async fn lease(&self) -> String {
+            let sub = SessionSubmission { ttl_minutes: 30, ..SessionSubmission::default_for(Profile::DEFAULT) };
+            let leased = self
+                .sessions
+                .driver
+                .lease(&self.caller, sub, None, "t".into(), driver::tests::lease_answer)
+                .await
+                .unwrap();
+            let crate::store::idempotency::Outcome::Performed(row, _) = leased else { panic!("replayed") };
+            row.id
+        }
+
+        fn row(&self, id: &str) -> SessionRow {
+            let id = id.to_string();
+            self.store.read_blocking(move |c| crate::store::sessions::load(c, &id)).unwrap().unwrap()
+        }
+
+        /// A leased session, running since `T0` + 1 s; its start's `ended`.
+        async fn running(&self) -> (String, watch::Receiver<bool>) {
+            let id = self.lease().await;
+            let start = self.sessions.take_starts().unwrap().try_recv().expect("the lease started no browser");
+            self.sessions.driver.apply(&id, Event::Ready, T0.plus_ms(1_000)).await.unwrap();
+            (id, start.ended)
+        }
+    }
+
+    /// On start, what the last run left live on this node ends as lost at
+    /// its last moment alive (not now), and its browser is told to stop.
+    #[tokio::test]
+    async fn recovery_ends_the_sessions_left_live_as_lost_when_the_last_run_was_last_alive() {
+        let f = fixture();
+        let (id, ended) = f.running().await;
+        f.clock.advance(60_000);
+        recover(&f.sessions, Some(T0.plus_ms(5_000))).await;
+        let s = f.row(&id).session.ended.expect("ended");
+        assert_eq!((s.cause, s.at), (EndCause::Lost, T0.plus_ms(5_000)));
+        assert!(*ended.borrow(), "its browser is stopped");
+    }
+
+    /// On shutdown every live session of this node is lost now.
+    #[tokio::test]
+    async fn shutdown_ends_every_live_session_as_lost_now() {
+        let f = fixture();
+        let (id, ended) = f.running().await;
+        let now = f.clock.advance(60_000);
+        shutdown(&f.sessions).await;
+        let s = f.row(&id).session.ended.expect("ended");
+        assert_eq!((s.cause, s.at), (EndCause::Lost, now));
+        assert!(*ended.borrow(), "its browser is stopped");
+    }
+
+    /// `run_starts` takes the driver's starts and runs a task per lease; a
+    /// task whose browser cannot start (no Chromium here) ends its session
+    /// as lost at once, through the driver.
+    #[tokio::test]
+    async fn run_starts_runs_a_task_per_lease_and_a_task_that_fails_ends_its_session() {
+        let f = fixture();
+        run_starts(f.sessions.clone());
+        assert!(f.sessions.take_starts().is_none(), "the session tasks hold the starts");
+        let id = f.lease().await;
+        for _ in 0..1_000 {
+            if f.row(&id).session.ended.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let s = f.row(&id).session.ended.expect("the failed task ended its session");
+        assert_eq!((s.cause, s.at), (EndCause::Lost, T0));
+    }
 
     /// A launch the task is still allowed to finish is never cut by the
     /// durable launch deadline: the browser's first answer, the
