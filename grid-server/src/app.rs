@@ -1,6 +1,9 @@
-//! The wiring of one running server: every subsystem, built once at start
-//! by `main` and shared. Transports (`http`) and workers reach what they need
-//! through it; no subsystem depends on a transport.
+//! The wiring of one running server, built once at start by `main` and
+//! shared by the program's top: the transports (`http`) and the API's
+//! dispatch (`api`) reach what they need through it. The runners below them
+//! (the worker pool, the session tasks, the node's heartbeat, the
+//! settlement pass, the engine's health loop) get handles of their own from
+//! `main` instead, and no module below the top names `App`.
 
 use std::sync::Arc;
 
@@ -26,18 +29,11 @@ pub struct App {
     pub config: ServeConfig,
     pub signer: Signer,
     pub tokens: crate::tokens::TokenVerifier,
-    pub compute: Compute,
-    pub sessions: crate::sessions::Sessions,
+    pub compute: Arc<Compute>,
+    pub sessions: Arc<crate::sessions::Sessions>,
     /// Calls to the other nodes, and the credential they share.
     pub peers: Arc<crate::peers::Peers>,
     /// The capture item driver: every item state change goes through it.
     pub items: Arc<crate::capture::driver::ItemDriver>,
-    /// Woken when items become claimable, so idle workers start at once.
-    pub queue_ready: Arc<Notify>,
-    /// This node's capture workers (busy, claimed ahead) for the metrics.
-    pub workers: Arc<crate::capture::Workers>,
     pub artifacts_dir: std::path::PathBuf,
-    /// The browser pool of the browser scripts; `None` with `--browsers 0`
-    /// or without a Chromium executable.
-    pub browsers: Option<Arc<crate::browser::pool::BrowserPool>>,
 }

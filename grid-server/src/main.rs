@@ -489,10 +489,10 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     let bound = bind(&args, tls.is_some()).await?;
     let (node, last_heartbeat) = register_node(&args, &store, tls.is_some(), bound.addr).await?;
     let configs = configs(&args, &node, &bound.base_url, accounting_timeout);
-    let app = build_app(&args, store, &node, &bound.base_url, configs).await?;
+    let Built { app, runner, settlement, node } = build_app(&args, store, &node, &bound.base_url, configs).await?;
     let last_alive = last_alive(&app, last_heartbeat).await?;
-    let running = spawn_loops(&app)?;
-    resume(&app, &node, last_alive, &running.stop_rx).await;
+    let running = spawn_loops(&app, runner, settlement)?;
+    resume(&app, node, last_alive, &running.stop_rx).await;
     serve_until_stopped(&app, bound, tls, running.stop_rx.clone()).await?;
     shut_down(&app, running).await
 }
@@ -661,16 +661,26 @@ fn configs(args: &ServeArgs, node: &nodes::NodeConfig, base_url: &str, accountin
     Configs { serve: config, compute: compute_config, sessions: session_config }
 }
 
-/// Builds every subsystem and the `App` they are reached through. The item
-/// driver, once started, puts the items the last run left active back in
-/// the queue.
+/// Every subsystem, built: the `App` the transports reach them through, and
+/// the handles of the loops that run beside them (the capture workers, the
+/// settlement pass, this node's heartbeat), each holding what it uses.
+struct Built {
+    app: Arc<App>,
+    runner: Arc<capture::Runner>,
+    settlement: Arc<settlement::Settlement>,
+    node: Arc<nodes::Node>,
+}
+
+/// Builds every subsystem and the `App` they are reached through, and
+/// registers the gauges each owns. The item driver, once started, puts the
+/// items the last run left active back in the queue.
 async fn build_app(
     args: &ServeArgs,
     store: Store,
     node: &nodes::NodeConfig,
     base_url: &str,
     configs: Configs,
-) -> anyhow::Result<Arc<App>> {
+) -> anyhow::Result<Built> {
     let Configs { serve: config, compute: compute_config, sessions: session_config } = configs;
     let secret =
         store.write(|tx| store::setting_or_init(tx, "download_signing_secret", || ids::random_hex(32))).await?;
@@ -695,7 +705,48 @@ async fn build_app(
         peers.clone(),
     )
     .context("building the registry client")?;
-    Ok(Arc::new(App {
+    let sessions = Arc::new(sessions::Sessions::new(
+        session_config,
+        store.clone(),
+        clock.clone(),
+        &node.name,
+        node.lease,
+        peers.clone(),
+    ));
+    let compute = Arc::new(compute);
+    let runner = Arc::new(capture::Runner {
+        items: items.clone(),
+        store: store.clone(),
+        workers: Default::default(),
+        queue_ready: wake.queue.clone(),
+        browsers: browser_pool(&config),
+        artifacts_dir: config.data_dir.join("artifacts"),
+        max_workers: config.max_workers,
+        allow_private_networks: config.allow_private_networks,
+    });
+    let settlement = Arc::new(settlement::Settlement {
+        store: store.clone(),
+        clock: clock.clone(),
+        node: config.node.clone(),
+        node_lease: config.node_lease,
+        interval: config.settlement_interval,
+    });
+    let this_node = Arc::new(nodes::Node {
+        config: node.clone(),
+        store: store.clone(),
+        clock: clock.clone(),
+        items: items.clone(),
+        sessions: sessions.driver.clone(),
+        jobs: compute.driver.clone(),
+    });
+    // The gauges read at scrape time, each set by its owner.
+    metrics::get().sessions.with_label_values(&["max"]).set(i64::from(config.max_sessions));
+    metrics::get().register(Arc::new(store::metrics::Gauges(store.clone())));
+    metrics::get().register(runner.clone());
+    if let Some(pool) = &runner.browsers {
+        metrics::get().register(pool.clone());
+    }
+    let app = Arc::new(App {
         limits: http::limits::Limits::new(
             http::limits::RateConfig { per_second: args.rate_limit_per_second, burst: args.rate_limit_burst },
             http::limits::ConnConfig {
@@ -706,30 +757,21 @@ async fn build_app(
                 max_connections_per_peer: args.max_connections_per_peer as usize,
             },
         ),
-        sessions: sessions::Sessions::new(
-            session_config,
-            store.clone(),
-            clock.clone(),
-            &node.name,
-            node.lease,
-            peers.clone(),
-        ),
+        sessions,
         peers,
         keys: http::auth::KeyCache::new(store.clone(), clock.clone()),
         clock,
         due_wake: wake.due,
-        queue_ready: wake.queue,
         items,
         store,
         signer: Signer::new(hex::decode(&secret).unwrap_or_else(|_| secret.into_bytes()), base_url.to_string()),
         compute,
         tokens: tokens::TokenVerifier::new(config.auth_url.clone(), args.jwks_url.clone())
             .context("building the JWKS client")?,
-        workers: Default::default(),
         artifacts_dir: config.data_dir.join("artifacts"),
-        browsers: browser_pool(&config),
         config,
-    }))
+    });
+    Ok(Built { app, runner, settlement, node: this_node })
 }
 
 /// The last moment this node is known alive: the later of its node
@@ -755,11 +797,15 @@ struct Running {
 /// Spawns the loops that run until the stop: the capture workers, the
 /// settlement pass, compute's health and scheduler loops, and the SIGTERM
 /// handler that sends the stop.
-fn spawn_loops(app: &Arc<App>) -> anyhow::Result<Running> {
+fn spawn_loops(
+    app: &Arc<App>,
+    runner: Arc<capture::Runner>,
+    settlement: Arc<settlement::Settlement>,
+) -> anyhow::Result<Running> {
     let (stop_tx, stop_rx) = watch::channel(false);
-    let workers = capture::spawn_workers(app.clone(), stop_rx.clone()).context("building the fetch client")?;
-    let settlement = tokio::spawn(settlement::run(app.clone(), stop_rx.clone()));
-    tokio::spawn(compute::health(app.clone(), stop_rx.clone()));
+    let workers = capture::spawn_workers(runner, stop_rx.clone()).context("building the fetch client")?;
+    let settlement = tokio::spawn(settlement::run(settlement, stop_rx.clone()));
+    tokio::spawn(compute::health(app.compute.clone(), stop_rx.clone()));
     tokio::spawn(compute::scheduler(app.compute.driver.clone(), stop_rx.clone()));
     let stop_signal = shutdown_signal().context("installing the SIGTERM handler")?;
     tokio::spawn(async move {
@@ -775,19 +821,19 @@ fn spawn_loops(app: &Arc<App>) -> anyhow::Result<Running> {
 /// loop and the warm sessions.
 async fn resume(
     app: &Arc<App>,
-    node: &nodes::NodeConfig,
+    this_node: Arc<nodes::Node>,
     last_alive: Option<grid_core::time::Millis>,
     stop_rx: &watch::Receiver<bool>,
 ) {
     // Before the due loop: what the last run left live ends as of its last
     // heartbeat, not as of now.
-    sessions::recover(app, last_alive).await;
+    sessions::recover(&app.sessions, last_alive).await;
     // The session tasks: every browser a lease, a sync or a reconciliation
     // starts here.
-    sessions::run_starts(app.clone());
+    sessions::run_starts(app.sessions.clone());
     // After recovery: its first beat reconciles this node's sessions, and
     // those the last run left must be ended first, not started again.
-    tokio::spawn(nodes::run(app.clone(), node.clone(), stop_rx.clone()));
+    tokio::spawn(nodes::run(this_node, stop_rx.clone()));
     // Every driver with durable due times fires them here.
     let download_sweep = sessions::downloads::Sweep::new(app.sessions.downloads.clone(), app.store.clone());
     let due_drivers: Vec<Arc<dyn due::DueTimes>> = vec![
@@ -797,7 +843,7 @@ async fn resume(
         Arc::new(download_sweep),
     ];
     tokio::spawn(due::run(due_drivers, app.clock.clone(), app.due_wake.clone(), stop_rx.clone()));
-    sessions::refill_warm(app.clone());
+    sessions::refill_warm(app.sessions.clone());
 }
 
 /// Serves metrics and the API, announcing where, until the stop.
@@ -811,7 +857,7 @@ async fn serve_until_stopped(
     let metrics_addr = match metrics_listener {
         Some(l) => {
             let a = l.local_addr()?;
-            tokio::spawn(metrics::serve_metrics(app.clone(), l, stop_rx.clone()));
+            tokio::spawn(metrics::serve_metrics(l, stop_rx.clone()));
             tracing::info!(addr = %a, "metrics at GET /metrics");
             Some(a)
         }
@@ -836,7 +882,7 @@ async fn serve_until_stopped(
 /// (the rest go back to the queue), the settlement pass ends.
 async fn shut_down(app: &App, running: Running) -> anyhow::Result<()> {
     let Running { mut workers, settlement, .. } = running;
-    sessions::shutdown(app).await;
+    sessions::shutdown(&app.sessions).await;
     let grace = app.config.shutdown_grace;
     if tokio::time::timeout(grace, async { while workers.join_next().await.is_some() {} }).await.is_err() {
         tracing::warn!("in-flight items did not finish within {grace:?}; they go back to the queue");

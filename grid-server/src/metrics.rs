@@ -1,16 +1,19 @@
 //! Prometheus metrics (docs/operations.md lists each and what to alert on).
 //!
-//! Counters and histograms are bumped where things happen, through one
-//! process-wide registry (`get()`); gauges of state that lives in the
-//! database (queue depth, job phases, live sessions, ledger totals) and in the
-//! browser pool are read when scraped, so they are never out of step with the
-//! store. Served by `serve_metrics` on `--metrics-listen`, never on the API
-//! port.
+//! A leaf: it knows no other part of the server. Counters and histograms
+//! are bumped where things happen, through one process-wide registry
+//! (`get()`); gauges of state that lives elsewhere (the database's queue
+//! depth, job phases, live sessions and ledger totals, the capture workers,
+//! the browser pool) are set by their owners, each registered once by
+//! `main` as a `GaugeSource` that the registry asks to refresh its gauges
+//! when scraped, so they are never out of step. Served by `serve_metrics`
+//! on `--metrics-listen`, never on the API port.
 
 use std::convert::Infallible;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use prometheus::{
@@ -20,7 +23,11 @@ use prometheus::{
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::app::App;
+/// An owner of gauges read at scrape time: it sets them (through `get()`)
+/// when asked, just before the metrics are rendered.
+pub trait GaugeSource: Send + Sync {
+    fn refresh(&self) -> BoxFuture<'_, ()>;
+}
 
 /// Every metric of the server.
 pub struct Metrics {
@@ -39,12 +46,14 @@ pub struct Metrics {
     pub registry_errors: IntCounter,
     pub settlement_seconds: Histogram,
     pub credential_timeouts: IntCounter,
-    queue: IntGaugeVec,
-    jobs: IntGaugeVec,
-    sessions: IntGaugeVec,
-    pool_pages: IntGaugeVec,
-    capture_workers: IntGaugeVec,
-    ledger_micros: IntGaugeVec,
+    pub queue: IntGaugeVec,
+    pub jobs: IntGaugeVec,
+    pub sessions: IntGaugeVec,
+    pub pool_pages: IntGaugeVec,
+    pub capture_workers: IntGaugeVec,
+    pub ledger_micros: IntGaugeVec,
+    /// Who sets the gauges at scrape time.
+    sources: Mutex<Vec<Arc<dyn GaugeSource>>>,
 }
 
 const NO_LABELS: &[&str] = &[];
@@ -148,6 +157,7 @@ impl Metrics {
                 &["kind"],
             ),
             registry: r,
+            sources: Mutex::new(vec![]),
         }
     }
 }
@@ -164,31 +174,20 @@ pub fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
 
-/// Reads the gauges, then renders every metric in the text format.
-pub async fn render(app: &App) -> String {
-    let m = get();
-    if let Ok(s) = app.store.read(crate::store::metrics::snapshot).await {
-        for (state, n) in s.queue {
-            m.queue.with_label_values(&[state]).set(n);
-        }
-        for (phase, n) in s.jobs {
-            m.jobs.with_label_values(&[&phase]).set(n);
-        }
-        for (status, n) in s.sessions {
-            m.sessions.with_label_values(&[status]).set(n);
-        }
-        for (kind, n) in s.ledger {
-            m.ledger_micros.with_label_values(&[&kind]).set(n);
-        }
+impl Metrics {
+    /// Adds an owner of gauges, asked to set them on every scrape.
+    pub fn register(&self, source: Arc<dyn GaugeSource>) {
+        self.sources.lock().unwrap_or_else(|p| p.into_inner()).push(source);
     }
-    m.sessions.with_label_values(&["max"]).set(i64::from(app.config.max_sessions));
-    m.capture_workers.with_label_values(&["busy"]).set(app.workers.busy() as i64);
-    m.capture_workers.with_label_values(&["claimed"]).set(app.workers.claimed() as i64);
-    m.capture_workers.with_label_values(&["max"]).set(app.config.max_workers as i64);
-    if let Some(pool) = &app.browsers {
-        let (busy, capacity) = pool.pages();
-        m.pool_pages.with_label_values(&["busy"]).set(busy as i64);
-        m.pool_pages.with_label_values(&["idle"]).set(capacity.saturating_sub(busy) as i64);
+}
+
+/// Asks every gauge source to set its gauges, then renders every metric in
+/// the text format.
+pub async fn render() -> String {
+    let m = get();
+    let sources = m.sources.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    for source in sources {
+        source.refresh().await;
     }
     let mut out = vec![];
     if let Err(e) = TextEncoder::new().encode(&m.registry.gather(), &mut out) {
@@ -199,17 +198,15 @@ pub async fn render(app: &App) -> String {
 
 /// Serves `GET /metrics` (no credential) on its own listener until
 /// `shutdown`.
-pub async fn serve_metrics(app: Arc<App>, listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
+pub async fn serve_metrics(listener: TcpListener, mut shutdown: watch::Receiver<bool>) {
     let mut backoff = crate::accept::Backoff::default();
     loop {
         tokio::select! {
             accepted = crate::accept::accept(&listener, &mut backoff, "metrics") => {
                 let Some((stream, _)) = accepted else { continue };
-                let app = app.clone();
                 tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                        let app = app.clone();
-                        async move { Ok::<_, Infallible>(answer(&app, &req).await) }
+                    let service = hyper::service::service_fn(move |req: Request<Incoming>| async move {
+                        Ok::<_, Infallible>(answer(&req).await)
                     });
                     let io = hyper_util::rt::TokioIo::new(stream);
                     let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await;
@@ -220,9 +217,9 @@ pub async fn serve_metrics(app: Arc<App>, listener: TcpListener, mut shutdown: w
     }
 }
 
-async fn answer(app: &App, req: &Request<Incoming>) -> Response<http_body_util::Full<bytes::Bytes>> {
+async fn answer(req: &Request<Incoming>) -> Response<http_body_util::Full<bytes::Bytes>> {
     let (status, content_type, body) = match (req.method(), req.uri().path()) {
-        (&Method::GET, "/metrics") => (StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", render(app).await),
+        (&Method::GET, "/metrics") => (StatusCode::OK, "text/plain; version=0.0.4; charset=utf-8", render().await),
         _ => (StatusCode::NOT_FOUND, "text/plain; charset=utf-8", "only GET /metrics is served here\n".to_string()),
     };
     let mut r = Response::new(http_body_util::Full::new(bytes::Bytes::from(body)));

@@ -11,6 +11,9 @@
 //! - Every path (`store/items.rs`) and Rust name (`store::jobs::owned_record`,
 //!   `ApiError::row`, `StoreError`) ARCHITECTURE.md backticks, in any
 //!   section, exists in the sources (`classify` says what is skipped, and why).
+//! - grid-server's top-level modules form a graph with the program's top
+//!   (`main`, `app`, `api`, `http`) over the subsystems: no subsystem
+//!   references the top, and the subsystems' references form no cycle.
 //! - No black-box test holds SQL text: stored state is read (and faults are
 //!   injected) through `grid_tests::stored`, the one place that knows the
 //!   store's tables (schema_parity.rs, which reads the catalogs, aside).
@@ -1230,4 +1233,179 @@ fn black_box_tests_hold_no_sql_text() {
          not SQL in the test:\n{}",
         found.join("\n")
     );
+}
+
+// ----- grid-server's module graph: the top over subsystems, no cycle -----
+
+/// The program's top in grid-server: the start-up, the wiring and the
+/// transports with their dispatch. They may use any module; no other module
+/// may use them.
+const PROGRAM_TOP: [&str; 4] = ["main", "app", "api", "http"];
+
+/// The top-level modules a source file's non-test code names, with the line
+/// of the first reference to each: `crate::m` (also inside `crate::{..}`)
+/// and a `super::` that climbs to the crate root (`super::m` in `x/mod.rs`,
+/// `super::super::m` in `x/y.rs`). `depth` is the file's depth below
+/// `src`: 0 for `x.rs`, 1 for `x/mod.rs` and `x/y.rs`, and so on.
+fn module_references(code: &str, depth: usize, is_mod_rs: bool) -> Vec<(String, usize)> {
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    let exempt = exempt_ranges(code);
+    let live = |at: usize| !exempt.iter().any(|&(a, b)| (a..b).contains(&at));
+    let mut out: Vec<(String, usize)> = vec![];
+    let mut add = |name: &str, at: usize| {
+        if !name.is_empty() && !out.iter().any(|(n, _)| n == name) {
+            out.push((name.to_string(), line_of(code, at)));
+        }
+    };
+    let first_segments = |rest: &str| -> Vec<String> {
+        // `{a, b::c, d::{e, f}}` -> a, b, d
+        let mut names = vec![];
+        let (mut level, mut start) = (0usize, 1usize);
+        for (k, ch) in rest.char_indices() {
+            match ch {
+                '{' => {
+                    level += 1;
+                    if level == 1 {
+                        start = k + 1;
+                    }
+                }
+                '}' | ',' if level == 1 => {
+                    let name: String = rest[start..k].trim().chars().take_while(|&c| ident(c)).collect();
+                    names.push(name);
+                    start = k + 1;
+                    if ch == '}' {
+                        break;
+                    }
+                }
+                '}' => level -= 1,
+                _ => {}
+            }
+        }
+        names
+    };
+    for at in word_hits(code, "crate::").into_iter().filter(|&at| live(at)) {
+        let rest = &code[at + "crate::".len()..];
+        if rest.starts_with('{') {
+            for name in first_segments(rest) {
+                add(&name, at);
+            }
+        } else {
+            add(&rest.chars().take_while(|&c| ident(c)).collect::<String>(), at);
+        }
+    }
+    // How many `super::` climb from this file to the crate root.
+    let to_root = if is_mod_rs { depth } else { depth + 1 };
+    if to_root > 0 {
+        let climb = "super::".repeat(to_root);
+        for at in word_hits(code, &climb).into_iter().filter(|&at| live(at)) {
+            if code[..at].ends_with("super::") {
+                continue;
+            }
+            let rest = &code[at + climb.len()..];
+            if rest.starts_with("super::") {
+                continue;
+            }
+            if rest.starts_with('{') {
+                for name in first_segments(rest) {
+                    add(&name, at);
+                }
+            } else {
+                add(&rest.chars().take_while(|&c| ident(c)).collect::<String>(), at);
+            }
+        }
+    }
+    out
+}
+
+/// grid-server's top-level modules and, for each, the modules its non-test
+/// code references, each with where it first does.
+fn server_module_graph() -> std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>> {
+    let src = root().join("grid-server/src");
+    let files = rust_files(&src);
+    let tests = test_module_files(&files);
+    let modules: BTreeSet<String> = files
+        .iter()
+        .filter_map(|f| f.strip_prefix(&src).ok()?.components().next())
+        .map(|c| c.as_os_str().to_string_lossy().trim_end_matches(".rs").to_string())
+        .collect();
+    let mut graph: std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>> =
+        modules.iter().map(|m| (m.clone(), Default::default())).collect();
+    for file in files.iter().filter(|f| !tests.contains(*f)) {
+        let inner = file.strip_prefix(&src).unwrap();
+        let from = inner.components().next().unwrap().as_os_str().to_string_lossy().trim_end_matches(".rs").to_string();
+        let depth = inner.components().count() - 1;
+        let is_mod_rs = file.file_name().is_some_and(|n| n == "mod.rs");
+        let code = code_only(&read(file));
+        for (to, line) in module_references(&code, depth, is_mod_rs) {
+            if to != from && modules.contains(&to) {
+                graph.get_mut(&from).unwrap().entry(to).or_insert_with(|| format!("{}:{line}", rel(file)));
+            }
+        }
+    }
+    graph
+}
+
+#[test]
+fn module_references_read_crate_paths_groups_and_climbing_supers() {
+    let code = code_only(
+        "use crate::store::Store;\nuse crate::{clock, ids::now};\nuse super::driver;\nfn f() { super::super::metrics::get(); }\n#[cfg(test)]\nmod tests { use crate::sim; }\n",
+    );
+    let names = |refs: Vec<(String, usize)>| refs.into_iter().map(|(n, _)| n).collect::<Vec<_>>();
+    // In `capture/driver.rs`: `super::driver` stays inside capture, `super::super::metrics` climbs out.
+    assert_eq!(names(module_references(&code, 1, false)), ["store", "clock", "ids", "metrics"]);
+    // In `capture/mod.rs`: `super::driver` is the crate's `driver` (and `super::super` leaves the crate).
+    assert_eq!(names(module_references(&code, 1, true)), ["store", "clock", "ids", "driver"]);
+}
+
+/// Each top-level module of grid-server is either the program's top
+/// (`PROGRAM_TOP`: it may use anything) or a subsystem below it: no
+/// subsystem references the top (it would reach everything through it),
+/// and the subsystems' references form no cycle, so each can be read,
+/// tested and changed with only what it names below it.
+#[test]
+fn no_subsystem_depends_on_the_top_and_subsystems_form_no_cycle() {
+    let graph = server_module_graph();
+    let below = |m: &str| !PROGRAM_TOP.contains(&m);
+    let mut problems = vec![];
+    for (from, tos) in graph.iter().filter(|(m, _)| below(m)) {
+        for (to, at) in tos.iter().filter(|(m, _)| !below(m)) {
+            problems.push(format!("{from} -> {to} (the program's top): {at}"));
+        }
+    }
+    // The cycles: the subsystems that reach each other, each group listed once with its edges.
+    let nodes: Vec<&String> = graph.keys().filter(|m| below(m)).collect();
+    let reach = |start: &str| -> BTreeSet<String> {
+        let mut seen = BTreeSet::new();
+        let mut stack = vec![start.to_string()];
+        while let Some(m) = stack.pop() {
+            for to in graph[&m].keys().filter(|t| below(t)) {
+                if seen.insert(to.clone()) {
+                    stack.push(to.clone());
+                }
+            }
+        }
+        seen
+    };
+    let reaches: std::collections::BTreeMap<&String, BTreeSet<String>> = nodes.iter().map(|m| (*m, reach(m))).collect();
+    let mut reported = BTreeSet::new();
+    for m in &nodes {
+        if reported.contains(*m) || !reaches[m].contains(*m) {
+            continue;
+        }
+        let cycle: Vec<&String> =
+            nodes.iter().copied().filter(|o| reaches[m].contains(*o) && reaches[o].contains(*m)).collect();
+        let edges: Vec<String> = cycle
+            .iter()
+            .flat_map(|a| {
+                graph[*a].iter().filter(|(b, _)| cycle.contains(b)).map(move |(b, at)| format!("  {a} -> {b}: {at}"))
+            })
+            .collect();
+        problems.push(format!(
+            "cycle between {}:\n{}",
+            cycle.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", "),
+            edges.join("\n")
+        ));
+        reported.extend(cycle.into_iter().cloned());
+    }
+    assert!(problems.is_empty(), "grid-server's module graph:\n{}", problems.join("\n"));
 }

@@ -173,6 +173,17 @@ pub struct BrowserPool {
     slots: Vec<Slot>,
 }
 
+/// The pool's page slots, busy and idle, on every scrape of the metrics.
+impl crate::metrics::GaugeSource for BrowserPool {
+    fn refresh(&self) -> futures_util::future::BoxFuture<'_, ()> {
+        let (busy, capacity) = self.pages();
+        let m = crate::metrics::get();
+        m.pool_pages.with_label_values(&["busy"]).set(busy as i64);
+        m.pool_pages.with_label_values(&["idle"]).set(capacity.saturating_sub(busy) as i64);
+        Box::pin(std::future::ready(()))
+    }
+}
+
 impl BrowserPool {
     /// Page slots in use and in all (for the metrics gauges).
     pub fn pages(&self) -> (usize, usize) {

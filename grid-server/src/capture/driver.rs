@@ -109,7 +109,7 @@ enum AnswerTo {
     #[cfg(test)]
     Caller(oneshot::Sender<Result<Outcome, ItemError>>),
     /// Nobody waits: the worker went on to its next item, and the publisher
-    /// reports the end (`super::report_end`). The guard counts it unstored
+    /// reports the end (`report_end`). The guard counts it unstored
     /// until then.
     Report(UnstoredEnd),
 }
@@ -121,7 +121,7 @@ impl EndRequest {
             AnswerTo::Caller(reply) => {
                 let _ = reply.send(answer);
             }
-            AnswerTo::Report(_unstored) => super::report_end(&self.claim, &answer),
+            AnswerTo::Report(_unstored) => report_end(&self.claim, &answer),
         }
     }
 
@@ -211,7 +211,7 @@ impl ItemDriver {
 
     /// Ends an attempt of the item `claim` (as its claim answered it); the
     /// worker goes on to its next item at once, and the publisher reports
-    /// how the end was stored (`super::report_end`). Tried again while the
+    /// how the end was stored (`report_end`). Tried again while the
     /// database fails (busy: an admin command may hold it for a moment),
     /// given up after about a minute: the item then stays active and is
     /// recovered on the next start.
@@ -803,6 +803,35 @@ fn retry(
     let profile_selectable = Profile::ALL.contains(&row.profile);
     let (_, outcome) = step_row(tx, row, Event::Retry { profile_selectable }, &[], now, backoff, after)?;
     Ok(ItemRetried { job_id: id.to_string(), state: outcome.item.state })
+}
+
+/// How an attempt's end was stored, in the metrics and the log; called by
+/// the item driver's publisher once it was (`ItemDriver::end`).
+fn report_end(row: &ItemRow, stored: &Result<Outcome, ItemError>) {
+    match stored {
+        Ok(o) => {
+            let state = o.item.state.as_str();
+            crate::metrics::get().items_ended.with_label_values(&[row.script.as_str(), state]).inc();
+            if o.item.state == grid_core::item::ItemState::Completed {
+                tracing::debug!(id = %row.id, state, "attempt finished")
+            } else {
+                tracing::info!(
+                    id = %row.id,
+                    script = row.script.as_str(),
+                    attempt = row.item.attempts_made + 1,
+                    state,
+                    reason = o.item.failed_reason.as_deref().unwrap_or(""),
+                    "attempt finished"
+                )
+            }
+        }
+        Err(e @ ItemError::LeaseLost(_)) => {
+            tracing::warn!(id = %row.id, error = %e, "attempt end dropped: another node holds the item now")
+        }
+        Err(e) => {
+            tracing::error!(id = %row.id, error = %e, "attempt end not stored; the item is recovered on restart")
+        }
+    }
 }
 
 #[cfg(test)]

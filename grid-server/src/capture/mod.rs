@@ -30,20 +30,22 @@ pub mod scripts;
 
 use std::collections::VecDeque;
 use std::future::Future;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use grid_core::catalog::Needs;
-use grid_core::item::{Failure, ItemState, Outcome};
+use grid_core::item::Failure;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
 use tracing::Instrument;
 
-use crate::app::App;
+use crate::browser::pool::BrowserPool;
 use crate::store::items::{ItemError, ItemRow, PublishedFile};
-use driver::AttemptEnd;
+use crate::store::Store;
+use driver::{AttemptEnd, ItemDriver};
 use fetch::Fetcher;
 use files::FileContent;
 
@@ -188,10 +190,41 @@ impl Drop for Slot {
     }
 }
 
+/// What the worker pool uses, built once by `main`: the item driver it
+/// claims from and reports to, the store (whether files stay inline), its
+/// workers' counts, the wake-up for claimable items, the browser pool of
+/// the browser scripts, where files are written, and its bounds.
+pub struct Runner {
+    pub items: Arc<ItemDriver>,
+    pub store: Store,
+    pub workers: Arc<Workers>,
+    /// Woken when items become claimable, so idle workers start at once.
+    pub queue_ready: Arc<Notify>,
+    /// `None` with `--browsers 0` or without a Chromium executable.
+    pub browsers: Option<Arc<BrowserPool>>,
+    pub artifacts_dir: PathBuf,
+    /// `--max-workers`.
+    pub max_workers: usize,
+    /// `--allow-private-networks`.
+    pub allow_private_networks: bool,
+}
+
+/// This node's workers, busy, claimed ahead and at most, on every scrape of
+/// the metrics.
+impl crate::metrics::GaugeSource for Runner {
+    fn refresh(&self) -> futures_util::future::BoxFuture<'_, ()> {
+        let m = crate::metrics::get();
+        m.capture_workers.with_label_values(&["busy"]).set(self.workers.busy() as i64);
+        m.capture_workers.with_label_values(&["claimed"]).set(self.workers.claimed() as i64);
+        m.capture_workers.with_label_values(&["max"]).set(self.max_workers as i64);
+        Box::pin(std::future::ready(()))
+    }
+}
+
 /// Starts the dispatcher. The returned set ends once the pool stopped after
 /// `shutdown` and its running attempts ended; aborting it cuts them short.
-pub fn spawn_workers(app: Arc<App>, shutdown: watch::Receiver<bool>) -> Result<JoinSet<()>, rustls::Error> {
-    let fetcher = Arc::new(Fetcher::new(app.config.allow_private_networks, app.config.max_workers)?);
+pub fn spawn_workers(app: Arc<Runner>, shutdown: watch::Receiver<bool>) -> Result<JoinSet<()>, rustls::Error> {
+    let fetcher = Arc::new(Fetcher::new(app.allow_private_networks, app.max_workers)?);
     let mut set = JoinSet::new();
     set.spawn(dispatch(app, fetcher, shutdown));
     Ok(set)
@@ -199,8 +232,8 @@ pub fn spawn_workers(app: Arc<App>, shutdown: watch::Receiver<bool>) -> Result<J
 
 type Claiming = Pin<Box<dyn Future<Output = (usize, Duration, Result<Vec<ItemRow>, ItemError>)> + Send>>;
 
-async fn dispatch(app: Arc<App>, fetcher: Arc<Fetcher>, mut shutdown: watch::Receiver<bool>) {
-    let max = app.config.max_workers.max(1);
+async fn dispatch(app: Arc<Runner>, fetcher: Arc<Fetcher>, mut shutdown: watch::Receiver<bool>) {
+    let max = app.max_workers.max(1);
     let browser_max = app.browsers.as_ref().map_or(usize::MAX, |pool| pool.pages().1);
     let workers = app.workers.clone();
     let mut running = JoinSet::new();
@@ -283,7 +316,7 @@ async fn dispatch(app: Arc<App>, fetcher: Arc<Fetcher>, mut shutdown: watch::Rec
 
 /// A worker: runs items one after another, from the one it was started
 /// with, while the dispatcher keeps the queue filled.
-async fn work(app: Arc<App>, fetcher: Arc<Fetcher>, first: Arc<ItemRow>) {
+async fn work(app: Arc<Runner>, fetcher: Arc<Fetcher>, first: Arc<ItemRow>) {
     let mut row = first;
     loop {
         let slot = app.workers.take(row.script.needs_browser());
@@ -348,13 +381,13 @@ fn ahead(max: usize, claim_micros: u64, attempt_micros: u64) -> usize {
 /// docs/operations.md). Completed attempts log at debug; every other end,
 /// and every warning, names its item itself, so an info-level log still
 /// shows what went wrong and where.
-async fn run_item(app: &App, fetcher: &Fetcher, row: Arc<ItemRow>, slot: Slot) {
+async fn run_item(app: &Runner, fetcher: &Fetcher, row: Arc<ItemRow>, slot: Slot) {
     let span =
         tracing::debug_span!("item", id = %row.id, script = row.script.as_str(), attempt = row.item.attempts_made + 1);
     run_attempt(app, fetcher, row, slot).instrument(span).await
 }
 
-async fn run_attempt(app: &App, fetcher: &Fetcher, row: Arc<ItemRow>, slot: Slot) {
+async fn run_attempt(app: &Runner, fetcher: &Fetcher, row: Arc<ItemRow>, slot: Slot) {
     let started = Instant::now();
     let result = match row.script.row().needs {
         Needs::Browser => match &app.browsers {
@@ -385,39 +418,10 @@ async fn run_attempt(app: &App, fetcher: &Fetcher, row: Arc<ItemRow>, slot: Slot
     app.items.end(row, end);
 }
 
-/// How an attempt's end was stored, in the metrics and the log; called by
-/// the item driver's publisher once it was (`ItemDriver::end`).
-fn report_end(row: &ItemRow, stored: &Result<Outcome, ItemError>) {
-    match stored {
-        Ok(o) => {
-            let state = o.item.state.as_str();
-            crate::metrics::get().items_ended.with_label_values(&[row.script.as_str(), state]).inc();
-            if o.item.state == ItemState::Completed {
-                tracing::debug!(id = %row.id, state, "attempt finished")
-            } else {
-                tracing::info!(
-                    id = %row.id,
-                    script = row.script.as_str(),
-                    attempt = row.item.attempts_made + 1,
-                    state,
-                    reason = o.item.failed_reason.as_deref().unwrap_or(""),
-                    "attempt finished"
-                )
-            }
-        }
-        Err(e @ ItemError::LeaseLost(_)) => {
-            tracing::warn!(id = %row.id, error = %e, "attempt end dropped: another node holds the item now")
-        }
-        Err(e) => {
-            tracing::error!(id = %row.id, error = %e, "attempt end not stored; the item is recovered on restart")
-        }
-    }
-}
-
 /// Writes and checks an attempt's files; the driver publishes them if the
 /// item machine says so. A small family kept in the database is checked
 /// here, without a hop to the blocking pool.
-async fn write_files(app: &App, item_id: &str, files: Vec<FileContent>) -> std::io::Result<Vec<PublishedFile>> {
+async fn write_files(app: &Runner, item_id: &str, files: Vec<FileContent>) -> std::io::Result<Vec<PublishedFile>> {
     let all_inline = app.store.files_inline();
     let bytes: usize = files.iter().map(|f| f.bytes.len()).sum();
     let stays_inline = all_inline || files.iter().all(|f| f.bytes.len() <= files::INLINE_MAX_BYTES);

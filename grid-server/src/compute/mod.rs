@@ -23,7 +23,6 @@ use grid_core::error::ApiError;
 use grid_core::registry::Admitted;
 use tokio::sync::{watch, Notify};
 
-use crate::app::App;
 use crate::clock::Clock;
 use crate::store::Store;
 use docker::DockerEngine;
@@ -103,8 +102,7 @@ impl Compute {
 
 /// Keeps the engine connection and its health flag current; reconciles once
 /// the engine first answers.
-pub async fn health(app: Arc<App>, mut shutdown: watch::Receiver<bool>) {
-    let compute = &app.compute;
+pub async fn health(compute: Arc<Compute>, mut shutdown: watch::Receiver<bool>) {
     loop {
         compute.docker.check().await;
         if compute.docker.available() && !compute.tracking_ready() {

@@ -111,7 +111,7 @@ async fn locate(app: &Arc<App>, id: &str, token: &str, headers: &hyper::HeaderMa
         Served::At(node) => Ok(Located::At(node)),
         Served::Unreachable => Err(ApiError::UnknownSession),
         Served::Here => {
-            sessions::sync(app, id).await?;
+            sessions::sync(&app.sessions.driver, id).await?;
             app.sessions.live(id).map(Located::Here).ok_or(ApiError::UnknownSession)
         }
     }

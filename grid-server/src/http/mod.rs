@@ -271,7 +271,7 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiErr
         | Route::CdpBrowserSocket
         | Route::CdpPageSocket => return cdp::handle(app, route, &params, req).await,
         Route::NodeSessionSync => {
-            crate::sessions::sync(app, &p(0)).await?;
+            crate::sessions::sync(&app.sessions.driver, &p(0)).await?;
             return Ok(respond::reply(api::Reply::no_content()));
         }
         Route::NodeJobSync => {

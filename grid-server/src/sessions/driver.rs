@@ -558,7 +558,7 @@ pub(crate) mod tests {
     use grid_core::session::{EndCause, Ended, SessionStatus, LAUNCH_DEADLINE_MS};
     use grid_core::wire::session::SessionSubmission;
 
-    const T0: Millis = Millis(1_800_000_000_000);
+    pub(crate) const T0: Millis = Millis(1_800_000_000_000);
     const CREDIT: i64 = 1_000_000;
 
     struct World {
@@ -571,7 +571,10 @@ pub(crate) mod tests {
         starts: Mutex<mpsc::UnboundedReceiver<Start>>,
     }
 
-    fn world() -> World {
+    /// A temp store at `T0` on a virtual clock, with an account (and its
+    /// key) and node `n1` offering four session slots (also for the
+    /// session tasks' tests, `sessions/mod.rs`).
+    pub(crate) fn grid() -> (tempfile::TempDir, Store, Arc<VirtualClock>, Caller) {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), Duration::from_secs(1)).unwrap();
         let clock = Arc::new(VirtualClock::at(T0));
@@ -593,6 +596,11 @@ pub(crate) mod tests {
                 )
             })
             .unwrap();
+        (dir, store, clock, caller)
+    }
+
+    fn world() -> World {
+        let (dir, store, clock, caller) = grid();
         let peers = Arc::new(Peers::new(store.clone(), "credential".into()));
         let (driver, starts) = SessionDriver::new(store.clone(), clock.clone(), "n1", Duration::from_secs(30), peers);
         World { _dir: dir, store, clock, driver, caller, starts: Mutex::new(starts) }

@@ -39,7 +39,6 @@ use grid_core::wire::session::{
 use tokio::sync::{mpsc, watch};
 use tracing::Instrument;
 
-use crate::app::App;
 use crate::browser::cdp::Connection;
 use crate::browser::hosts::RequestRules;
 use crate::browser::process::BrowserProcess;
@@ -90,8 +89,14 @@ pub struct Live {
     pub ended: watch::Receiver<bool>,
 }
 
+/// The session tasks' handle: everything they use (their configuration,
+/// the driver, the download folders, the warm browsers), built once by
+/// `main` and shared with the transports.
 pub struct Sessions {
     pub config: SessionConfig,
+    /// This node's name (`--node`): its sessions are those recovery and
+    /// shutdown end.
+    node: String,
     /// Every move of a session and every effect of one.
     pub driver: Arc<SessionDriver>,
     /// The browsers the driver asks to start, until `run_starts` takes them.
@@ -122,6 +127,7 @@ impl Sessions {
     ) -> Sessions {
         let (driver, starts) = SessionDriver::new(store, clock, node, node_lease, peers);
         Sessions {
+            node: node.into(),
             downloads: Arc::new(Downloads::new(&config.data_dir, config.downloads)),
             config,
             driver: Arc::new(driver),
@@ -175,8 +181,8 @@ fn policy(config: &SessionConfig, public_web_only: bool) -> (Arc<dyn Policy>, &'
 /// Runs the session tasks the driver asks for (`driver::Start`, from its
 /// `StartBrowser` effect and from `sync` and `reconcile` below), until the
 /// driver is gone. Started once by `main`.
-pub fn run_starts(app: Arc<App>) {
-    let Some(mut starts) = app.sessions.take_starts() else { return };
+pub fn run_starts(app: Arc<Sessions>) {
+    let Some(mut starts) = app.take_starts() else { return };
     tokio::spawn(async move {
         while let Some(start) = starts.recv().await {
             spawn(app.clone(), start);
@@ -188,7 +194,7 @@ pub fn run_starts(app: Arc<App>) {
 /// ends (its browser lost, a launch or an attestation that failed, an error
 /// on the way, a panic), its session does not outlive it: the driver ends it
 /// as lost at once unless something else ended it first.
-fn spawn(app: Arc<App>, start: driver::Start) {
+fn spawn(app: Arc<Sessions>, start: driver::Start) {
     let driver::Start { row, endpoint, ended } = start;
     let id = row.id.clone();
     // A session leased before its request was stored (started by the node
@@ -205,7 +211,7 @@ fn spawn(app: Arc<App>, start: driver::Start) {
                 Ok(Err(e)) => tracing::warn!(error = %e, "session task failed"),
                 Err(_) => tracing::error!("session task panicked"),
             }
-            app.sessions.driver.task_exited(&id).await;
+            app.driver.task_exited(&id).await;
             refill_warm(app.clone());
         }
         .instrument(span),
@@ -214,17 +220,17 @@ fn spawn(app: Arc<App>, start: driver::Start) {
 
 /// Starts the browser of a session placed on this node by another node's
 /// lease, from its record.
-fn start_placed(app: &App, row: SessionRow) {
+fn start_placed(driver: &SessionDriver, row: SessionRow) {
     tracing::info!(session = %row.id, "starting a session leased through another node");
-    app.sessions.driver.start_here(row);
+    driver.start_here(row);
 }
 
 /// POST /internal/sessions/{id}/sync: the session brought in line with its
 /// record on this node (started if it was placed here, stopped if it
 /// ended elsewhere).
-pub async fn sync(app: &Arc<App>, id: &str) -> Result<(), StoreError> {
-    if let Some(row) = app.sessions.driver.sync_one(id).await? {
-        start_placed(app, row);
+pub async fn sync(driver: &SessionDriver, id: &str) -> Result<(), StoreError> {
+    if let Some(row) = driver.sync_one(id).await? {
+        start_placed(driver, row);
     }
     Ok(())
 }
@@ -232,11 +238,11 @@ pub async fn sync(app: &Arc<App>, id: &str) -> Result<(), StoreError> {
 /// Every heartbeat: this node's browsers brought in line with the records,
 /// so a sync that never arrived (the other node died, the call failed) is
 /// made up for within a third of the node lease.
-pub async fn reconcile(app: &Arc<App>) {
-    match app.sessions.driver.reconcile().await {
+pub async fn reconcile(driver: &SessionDriver) {
+    match driver.reconcile().await {
         Ok(to_start) => {
             for row in to_start {
-                start_placed(app, row);
+                start_placed(driver, row);
             }
         }
         Err(e) => tracing::warn!(error = %e, "sessions not reconciled; the next heartbeat tries again"),
@@ -255,13 +261,13 @@ struct Started {
 /// Runs one session until its browser is lost (an error) or an end stops it
 /// (`Ok`). The browser dies with this function, whichever way it returns.
 async fn run(
-    app: &Arc<App>,
+    app: &Sessions,
     id: &str,
     sub: &SessionSubmission,
     endpoint: watch::Sender<Option<Endpoint>>,
     mut ended: watch::Receiver<bool>,
 ) -> Result<(), String> {
-    let driver = &app.sessions.driver;
+    let driver = &app.driver;
     let started = tokio::select! {
         started = start(app, id, sub) => started?,
         // Released, or lost at its launch deadline, while starting.
@@ -295,13 +301,13 @@ async fn stopped(ended: &mut watch::Receiver<bool>) {
 /// Launches (or takes a warm) browser for the session, sets it up (its
 /// downloads, its viewport) and attests it. A lease with a network policy
 /// or with overrides gets a browser launched for it: both are launch flags.
-async fn start(app: &App, id: &str, sub: &SessionSubmission) -> Result<Started, String> {
-    let build = app.sessions.build().map_err(|e| e.to_string())?.clone();
+async fn start(app: &Sessions, id: &str, sub: &SessionSubmission) -> Result<Started, String> {
+    let build = app.build().map_err(|e| e.to_string())?.clone();
     let public_web_only = wants_policy(sub);
-    let (policy, network) = policy(&app.sessions.config, public_web_only);
+    let (policy, network) = policy(&app.config, public_web_only);
     let manifest = LaunchManifest::new(sub.profile, &build, network, &sub.overrides);
-    let downloads = &app.sessions.downloads;
-    let warm = if public_web_only || !sub.overrides.is_empty() { None } else { app.sessions.take_warm(sub.profile) };
+    let downloads = &app.downloads;
+    let warm = if public_web_only || !sub.overrides.is_empty() { None } else { app.take_warm(sub.profile) };
     if let Some(w) = warm {
         // Set up and attested before the lease: ready as soon as its folder
         // is the session's.
@@ -310,14 +316,14 @@ async fn start(app: &App, id: &str, sub: &SessionSubmission) -> Result<Started, 
             downloads.discard_warm(&w.folder_name);
             return Err(format!("download folder not adopted: {e}"));
         }
-        let ready_at = app.sessions.driver.now();
+        let ready_at = app.driver.now();
         return Ok(Started { browser: w.browser, ready_at, attestation: w.attestation, network: None });
     }
     let folder = downloads.create(id).map_err(|e| format!("download folder not created: {e}"))?;
-    let browser = launch::start(&app.sessions.config.sandbox, &build, &manifest, policy, folder.files())
+    let browser = launch::start(&app.config.sandbox, &build, &manifest, policy, folder.files())
         .await
         .map_err(|e| format!("browser did not start: {e}"))?;
-    let ready_at = app.sessions.driver.now();
+    let ready_at = app.driver.now();
     let (attestation, network) = prepare(app, &browser, folder, &build, &manifest, sub, public_web_only).await?;
     if network.as_ref().is_some_and(|n| n.probes.iter().any(|p| p.outcome != "refused")) {
         return Err("network policy not enforced: the probe was reached".into());
@@ -328,7 +334,7 @@ async fn start(app: &App, id: &str, sub: &SessionSubmission) -> Result<Started, 
 /// Sets a started browser up (its downloads go to `folder`, its pages get
 /// the session's viewport) and attests it, within `ATTEST_TIMEOUT`.
 async fn prepare(
-    app: &App,
+    app: &Sessions,
     browser: &BrowserProcess,
     folder: Folder,
     build: &BrowserBuild,
@@ -336,12 +342,12 @@ async fn prepare(
     sub: &SessionSubmission,
     public_web_only: bool,
 ) -> Result<(Attestation, Option<NetworkAttestation>), String> {
-    let limit = app.sessions.downloads.config.limit_bytes;
+    let limit = app.downloads.config.limit_bytes;
     let facts = tokio::time::timeout(ATTEST_TIMEOUT, async {
         keeper::start(&browser.cdp, Arc::new(folder), limit, sub.overrides.viewport)
             .await
             .map_err(|e| format!("setting the browser up: {e}"))?;
-        attest(browser, build, manifest, sub.profile, public_web_only, &app.sessions.config.probe_url).await
+        attest(browser, build, manifest, sub.profile, public_web_only, &app.config.probe_url).await
     })
     .await
     .unwrap_or_else(|_| Err(format!("no answer within {ATTEST_TIMEOUT:?}")));
@@ -425,22 +431,21 @@ async fn attest(
 }
 
 /// Keeps `warm` started browsers per profile.
-pub fn refill_warm(app: Arc<App>) {
-    if app.sessions.config.warm == 0 || app.sessions.config.disabled {
+pub fn refill_warm(app: Arc<Sessions>) {
+    if app.config.warm == 0 || app.config.disabled {
         return;
     }
     tokio::spawn(async move {
-        let Ok(build) = app.sessions.build().cloned() else { return };
+        let Ok(build) = app.build().cloned() else { return };
         for profile in Profile::LEASABLE {
             loop {
-                let have =
-                    app.sessions.warm.lock().unwrap_or_else(|p| p.into_inner()).get(&profile).map_or(0, Vec::len);
-                if have >= app.sessions.config.warm {
+                let have = app.warm.lock().unwrap_or_else(|p| p.into_inner()).get(&profile).map_or(0, Vec::len);
+                if have >= app.config.warm {
                     break;
                 }
                 let manifest = LaunchManifest::new(profile, &build, ORDINARY, &SessionOverrides::default());
-                let (policy, _) = policy(&app.sessions.config, false);
-                let downloads = &app.sessions.downloads;
+                let (policy, _) = policy(&app.config, false);
+                let downloads = &app.downloads;
                 let (folder_name, folder) = match downloads.create_warm() {
                     Ok(f) => f,
                     Err(e) => {
@@ -448,14 +453,7 @@ pub fn refill_warm(app: Arc<App>) {
                         break;
                     }
                 };
-                let browser = match launch::start(
-                    &app.sessions.config.sandbox,
-                    &build,
-                    &manifest,
-                    policy,
-                    folder.files(),
-                )
-                .await
+                let browser = match launch::start(&app.config.sandbox, &build, &manifest, policy, folder.files()).await
                 {
                     Ok(b) => b,
                     Err(e) => {
@@ -468,13 +466,11 @@ pub fn refill_warm(app: Arc<App>) {
                 match prepare(&app, &browser, folder, &build, &manifest, &sub, false).await {
                     Ok((attestation, _)) => {
                         tracing::info!(profile = profile.as_str(), pid = browser.pid, "warm browser ready");
-                        app.sessions
-                            .warm
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .entry(profile)
-                            .or_default()
-                            .push(Warm { browser, folder_name, attestation })
+                        app.warm.lock().unwrap_or_else(|p| p.into_inner()).entry(profile).or_default().push(Warm {
+                            browser,
+                            folder_name,
+                            attestation,
+                        })
                     }
                     Err(e) => {
                         browser.stop();
@@ -490,19 +486,18 @@ pub fn refill_warm(app: Arc<App>) {
 
 /// On start: sessions left live by the last run end (see
 /// `SessionDriver::recover`); `last_alive` is its last settlement heartbeat.
-pub async fn recover(app: &App, last_alive: Option<Millis>) {
-    app.sessions.driver.recover(&app.config.node, last_alive).await;
+pub async fn recover(app: &Sessions, last_alive: Option<Millis>) {
+    app.driver.recover(&app.node, last_alive).await;
 }
 
 /// On shutdown: every live session is lost now, its browser stopped; the
 /// warm browsers are stopped too.
-pub async fn shutdown(app: &App) {
-    app.sessions.driver.shutdown(&app.config.node).await;
-    let warm: Vec<Warm> =
-        app.sessions.warm.lock().unwrap_or_else(|p| p.into_inner()).drain().flat_map(|(_, w)| w).collect();
+pub async fn shutdown(app: &Sessions) {
+    app.driver.shutdown(&app.node).await;
+    let warm: Vec<Warm> = app.warm.lock().unwrap_or_else(|p| p.into_inner()).drain().flat_map(|(_, w)| w).collect();
     for w in warm {
         w.browser.stop();
-        app.sessions.downloads.discard_warm(&w.folder_name);
+        app.downloads.discard_warm(&w.folder_name);
     }
 }
 
@@ -514,6 +509,117 @@ pub fn token_hash(token: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::VirtualClock;
+    use crate::store::accounts::Caller;
+    use driver::tests::T0;
+    use grid_core::session::{EndCause, Event};
+
+    /// The session tasks' handle on node `n1` over a temp store and a
+    /// virtual clock, with no Chromium: a task's browser never starts.
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        store: Store,
+        clock: Arc<VirtualClock>,
+        sessions: Arc<Sessions>,
+        caller: Caller,
+    }
+
+    fn fixture() -> Fixture {
+        let (dir, store, clock, caller) = driver::tests::grid();
+        let config = SessionConfig {
+            chromium: dir.path().join("no-chromium"),
+            disabled: false,
+            warm: 0,
+            egress: Default::default(),
+            probe_url: "http://10.0.0.1/".into(),
+            sandbox: SandboxConfig {
+                bwrap: dir.path().join("no-bwrap"),
+                uid_base: 0,
+                uid_count: 0,
+                disk_mib: 1,
+                limits: Default::default(),
+                cgroups: Arc::new(crate::browser::cgroup::Host::Unavailable("tests".into())),
+            },
+            allow_private_networks: false,
+            data_dir: dir.path().to_path_buf(),
+            downloads: DownloadConfig { limit_bytes: 1 << 20, grace: Duration::from_secs(60) },
+        };
+        let peers = Arc::new(Peers::new(store.clone(), "credential".into()));
+        let sessions =
+            Arc::new(Sessions::new(config, store.clone(), clock.clone(), "n1", Duration::from_secs(30), peers));
+        Fixture { _dir: dir, store, clock, sessions, caller }
+    }
+
+    impl Fixture {
+        async fn lease(&self) -> String {
+            let sub = SessionSubmission { ttl_minutes: 30, ..SessionSubmission::default_for(Profile::DEFAULT) };
+            let leased = self
+                .sessions
+                .driver
+                .lease(&self.caller, sub, None, "t".into(), driver::tests::lease_answer)
+                .await
+                .unwrap();
+            let crate::store::idempotency::Outcome::Performed(row, _) = leased else { panic!("replayed") };
+            row.id
+        }
+
+        fn row(&self, id: &str) -> SessionRow {
+            let id = id.to_string();
+            self.store.read_blocking(move |c| crate::store::sessions::load(c, &id)).unwrap().unwrap()
+        }
+
+        /// A leased session, running since `T0` + 1 s; its start's `ended`.
+        async fn running(&self) -> (String, watch::Receiver<bool>) {
+            let id = self.lease().await;
+            let start = self.sessions.take_starts().unwrap().try_recv().expect("the lease started no browser");
+            self.sessions.driver.apply(&id, Event::Ready, T0.plus_ms(1_000)).await.unwrap();
+            (id, start.ended)
+        }
+    }
+
+    /// On start, what the last run left live on this node ends as lost at
+    /// its last moment alive (not now), and its browser is told to stop.
+    #[tokio::test]
+    async fn recovery_ends_the_sessions_left_live_as_lost_when_the_last_run_was_last_alive() {
+        let f = fixture();
+        let (id, ended) = f.running().await;
+        f.clock.advance(60_000);
+        recover(&f.sessions, Some(T0.plus_ms(5_000))).await;
+        let s = f.row(&id).session.ended.expect("ended");
+        assert_eq!((s.cause, s.at), (EndCause::Lost, T0.plus_ms(5_000)));
+        assert!(*ended.borrow(), "its browser is stopped");
+    }
+
+    /// On shutdown every live session of this node is lost now.
+    #[tokio::test]
+    async fn shutdown_ends_every_live_session_as_lost_now() {
+        let f = fixture();
+        let (id, ended) = f.running().await;
+        let now = f.clock.advance(60_000);
+        shutdown(&f.sessions).await;
+        let s = f.row(&id).session.ended.expect("ended");
+        assert_eq!((s.cause, s.at), (EndCause::Lost, now));
+        assert!(*ended.borrow(), "its browser is stopped");
+    }
+
+    /// `run_starts` takes the driver's starts and runs a task per lease; a
+    /// task whose browser cannot start (no Chromium here) ends its session
+    /// as lost at once, through the driver.
+    #[tokio::test]
+    async fn run_starts_runs_a_task_per_lease_and_a_task_that_fails_ends_its_session() {
+        let f = fixture();
+        run_starts(f.sessions.clone());
+        assert!(f.sessions.take_starts().is_none(), "the session tasks hold the starts");
+        let id = f.lease().await;
+        for _ in 0..1_000 {
+            if f.row(&id).session.ended.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let s = f.row(&id).session.ended.expect("the failed task ended its session");
+        assert_eq!((s.cause, s.at), (EndCause::Lost, T0));
+    }
 
     /// A launch the task is still allowed to finish is never cut by the
     /// durable launch deadline: the browser's first answer, the

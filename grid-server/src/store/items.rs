@@ -802,7 +802,7 @@ pub(crate) mod tests {
     }
 
     /// A debt as a server before charges at the end wrote it, for the pass.
-    fn owe(tx: &Conn, id: &str, owed: Settlement) -> StoreResult<()> {
+    pub(crate) fn owe(tx: &Conn, id: &str, owed: Settlement) -> StoreResult<()> {
         tx.execute("UPDATE items SET settlement_due = ?1 WHERE id = ?2", params![owed.as_str(), id])?;
         Ok(())
     }

@@ -1,4 +1,5 @@
-//! What the metrics gauges read from the database at scrape time.
+//! What the metrics gauges read from the database at scrape time: the
+//! store's `GaugeSource` (`Gauges`), registered by `main`.
 
 use super::sql::json_text;
 use super::Conn;
@@ -35,4 +36,29 @@ pub fn snapshot(conn: &Conn) -> StoreResult<Snapshot> {
     let sessions = vec![("pending", count("pending")), ("running", count("running"))];
     let ledger = pairs("SELECT kind, CAST(COALESCE(SUM(amount), 0) AS BIGINT) FROM balances GROUP BY kind")?;
     Ok(Snapshot { queue, jobs, sessions, ledger })
+}
+
+/// The store as a source of the metrics' gauges: on every scrape it reads
+/// a `snapshot` and sets the queue, job, session and ledger gauges.
+pub struct Gauges(pub super::Store);
+
+impl crate::metrics::GaugeSource for Gauges {
+    fn refresh(&self) -> futures_util::future::BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let Ok(s) = self.0.read(snapshot).await else { return };
+            let m = crate::metrics::get();
+            for (state, n) in s.queue {
+                m.queue.with_label_values(&[state]).set(n);
+            }
+            for (phase, n) in s.jobs {
+                m.jobs.with_label_values(&[&phase]).set(n);
+            }
+            for (status, n) in s.sessions {
+                m.sessions.with_label_values(&[status]).set(n);
+            }
+            for (kind, n) in s.ledger {
+                m.ledger_micros.with_label_values(&[&kind]).set(n);
+            }
+        })
+    }
 }

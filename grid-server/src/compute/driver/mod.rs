@@ -482,7 +482,7 @@ impl DueTimes for JobDriver {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::time::Duration;
 
     use super::attempt::record_executor;
@@ -499,17 +499,19 @@ mod tests {
     /// 256Mi for a 60 s deadline: 21,600 µ€/h × 60 s.
     const RESERVED_60S: i64 = 360;
 
-    struct Grid {
+    /// A job driver on node `n1` over a temp store, a virtual clock and the
+    /// fake engine (also for the node takeover's tests, `nodes.rs`).
+    pub(crate) struct Grid {
         _dir: tempfile::TempDir,
-        store: Store,
-        clock: Arc<VirtualClock>,
+        pub(crate) store: Store,
+        pub(crate) clock: Arc<VirtualClock>,
         engine: Arc<FakeEngine>,
         driver: JobDriver,
-        caller: Caller,
+        pub(crate) caller: Caller,
     }
 
     impl Grid {
-        fn new() -> Grid {
+        pub(crate) fn new() -> Grid {
             let dir = tempfile::tempdir().unwrap();
             let store = Store::open(dir.path(), Duration::from_secs(5)).unwrap();
             let clock = Arc::new(VirtualClock::at(T0));
@@ -546,7 +548,7 @@ mod tests {
         }
 
         /// Another node's driver on the same store and engine.
-        fn node_driver(&self, node: &str) -> JobDriver {
+        pub(crate) fn node_driver(&self, node: &str) -> JobDriver {
             JobDriver::new(DriverParts {
                 store: self.store.clone(),
                 engine: self.engine.clone(),
@@ -586,7 +588,7 @@ mod tests {
                 .id
         }
 
-        fn row(&self, id: &str) -> JobRow {
+        pub(crate) fn row(&self, id: &str) -> JobRow {
             self.store.read_blocking(|c| jobs::load(c, id)).unwrap().unwrap()
         }
 
@@ -610,7 +612,7 @@ mod tests {
         }
 
         /// Polls the job (its attempt's tasks run on the runtime) until `done`.
-        async fn until(&self, id: &str, what: &str, done: impl Fn(&JobRow) -> bool) -> JobRow {
+        pub(crate) async fn until(&self, id: &str, what: &str, done: impl Fn(&JobRow) -> bool) -> JobRow {
             for _ in 0..2_000 {
                 let row = self.row(id);
                 if done(&row) {
@@ -626,7 +628,7 @@ mod tests {
         }
 
         /// Submitted, scheduled and started by the driver.
-        async fn running(&self, retries: u32) -> String {
+        pub(crate) async fn running(&self, retries: u32) -> String {
             self.driver.reconcile().await.unwrap();
             let id = self.submit(retries);
             self.driver.schedule_once().await.unwrap();
