@@ -93,6 +93,16 @@ impl From<JobError> for ApiError {
     }
 }
 
+impl JobError {
+    /// The store's failure, if that is what this is.
+    pub fn store(&self) -> Option<&StoreError> {
+        match self {
+            JobError::Store(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
 impl From<ReserveError> for JobError {
     fn from(e: ReserveError) -> Self {
         match e {

@@ -25,6 +25,32 @@ pub fn worth_trying_again(e: &StoreError) -> bool {
     matches!(e, StoreError::Busy | StoreError::Database(_) | StoreError::Task(_))
 }
 
+/// Runs `attempt` until it stores: tried again after `delay` while it
+/// fails for a store error (`store_error` finds it in `E`) that is
+/// `worth_trying_again`, at most `TRIES` times; answers its last result.
+/// `what` names the fact in the warnings.
+pub async fn until_stored<T, E, Fut>(
+    what: &str,
+    store_error: fn(&E) -> Option<&StoreError>,
+    mut attempt: impl FnMut() -> Fut,
+) -> Result<T, E>
+where
+    Fut: std::future::Future<Output = Result<T, E>>,
+    E: std::fmt::Display,
+{
+    let mut tries = 1;
+    loop {
+        match attempt().await {
+            Err(e) if tries < TRIES && store_error(&e).is_some_and(worth_trying_again) => {
+                tracing::warn!(error = %e, tries, "{what} not stored yet; trying again");
+                tokio::time::sleep(delay(tries)).await;
+                tries += 1;
+            }
+            last => return last,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -119,18 +119,9 @@ impl JobDriver {
     /// than drops it (`store::retry`, as an item's end is); given up after
     /// about a minute, it is left to reconciliation at the next start.
     async fn record(&self, id: &str, event: Event, at: Millis) {
-        for tries in 1..=retry::TRIES {
-            match self.step(id, event.clone(), at).await {
-                Ok(_) => return,
-                Err(JobError::Store(e)) if tries < retry::TRIES && retry::worth_trying_again(&e) => {
-                    tracing::warn!(error = %e, tries, "attempt's end not stored yet; trying again");
-                    tokio::time::sleep(retry::delay(tries)).await;
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "attempt's end not stored; reconciliation picks it up on restart");
-                    return;
-                }
-            }
+        let stored = retry::until_stored("attempt's end", JobError::store, || self.step(id, event.clone(), at)).await;
+        if let Err(e) = stored {
+            tracing::error!(error = %e, "attempt's end not stored; reconciliation picks it up on restart");
         }
     }
 

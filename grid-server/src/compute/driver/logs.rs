@@ -25,34 +25,24 @@ impl JobDriver {
         let container = recorded_container(row, attempt);
         let log = self.store_log(&row.id, attempt, &container).await;
         let now = self.clock.now();
-        for tries in 1..=retry::TRIES {
+        let published = retry::until_stored("log", JobError::store, || {
             let (jid, log) = (row.id.clone(), log.clone());
-            let published = self
-                .store
-                .write(move |tx| {
-                    let log_available = log.is_some();
-                    if let Some(log) = &log {
-                        jobs::insert_log(tx, &jid, log)?;
-                    }
-                    transition(tx, &jid, Event::Published { log_available }, now, None)
-                })
-                .await;
-            match published {
-                Ok((row, effects)) => {
-                    self.engine.remove(&container).await;
-                    self.remove_scratch(&row.id, attempt).await;
-                    self.after(&row, effects).await;
-                    return;
+            self.store.write(move |tx| {
+                let log_available = log.is_some();
+                if let Some(log) = &log {
+                    jobs::insert_log(tx, &jid, log)?;
                 }
-                Err(JobError::Store(e)) if tries < retry::TRIES && retry::worth_trying_again(&e) => {
-                    tracing::warn!(job = %row.id, error = %e, tries, "log not recorded yet; trying again");
-                    tokio::time::sleep(retry::delay(tries)).await;
-                }
-                Err(e) => {
-                    tracing::error!(job = %row.id, error = %e, "log not recorded; reconciliation publishes it again");
-                    return;
-                }
+                transition(tx, &jid, Event::Published { log_available }, now, None)
+            })
+        })
+        .await;
+        match published {
+            Ok((row, effects)) => {
+                self.engine.remove(&container).await;
+                self.remove_scratch(&row.id, attempt).await;
+                self.after(&row, effects).await;
             }
+            Err(e) => tracing::error!(job = %row.id, error = %e, "log not recorded; reconciliation publishes it again"),
         }
     }
 
