@@ -20,6 +20,9 @@ pub enum Script {
     Fetch,
     BrowserFetch,
     RenderFetch,
+    /// The page printed as a PDF (Chromium's print to PDF), beside the
+    /// contract's four (docs/browser-captures.md).
+    Pdf,
 }
 
 /// One row of the script table: everything the grid knows of a script.
@@ -55,6 +58,9 @@ pub enum ParamGroup {
     /// The screenshot: `fullPage`, `format`, `quality`, `clip`, `selector`,
     /// `hideSelectors`.
     Screenshot,
+    /// The printed page: `format` (the paper), `landscape`,
+    /// `printBackground`, `margin`, `scale`, `pageRanges`.
+    Pdf,
 }
 
 /// What a script runs on.
@@ -71,13 +77,14 @@ pub enum Needs {
 }
 
 impl Script {
-    pub const ALL: [Script; 4] = [Script::Capture, Script::Fetch, Script::BrowserFetch, Script::RenderFetch];
+    pub const ALL: [Script; 5] =
+        [Script::Capture, Script::Fetch, Script::BrowserFetch, Script::RenderFetch, Script::Pdf];
     /// The script of a batch that names none.
     pub const DEFAULT: Script = Script::Capture;
 
     /// The script table, one row per script.
     pub const fn row(self) -> ScriptRow {
-        use ArtifactKind::{Body, Html, Meta, Screenshot};
+        use ArtifactKind::{Body, Html, Meta, Pdf, Screenshot};
         use ParamGroup::{AllowedHosts, Page, Rendering, Request};
         match self {
             Script::Capture => ScriptRow {
@@ -107,6 +114,15 @@ impl Script {
                 needs: Needs::Browser,
                 publishes: &[Html, Meta],
                 price_micros: 800,
+            },
+            // Not in the contract: priced as `capture`, a page rendered and
+            // printed (docs/metering.md).
+            Script::Pdf => ScriptRow {
+                name: "pdf",
+                params: &[Page, Rendering, ParamGroup::Pdf],
+                needs: Needs::Browser,
+                publishes: &[Pdf, Meta],
+                price_micros: 1_000,
             },
         }
     }
@@ -223,11 +239,13 @@ pub enum ArtifactKind {
     Html,
     Body,
     Meta,
+    /// The `pdf` script's document.
+    Pdf,
 }
 
 impl ArtifactKind {
-    pub const ALL: [ArtifactKind; 4] =
-        [ArtifactKind::Screenshot, ArtifactKind::Html, ArtifactKind::Body, ArtifactKind::Meta];
+    pub const ALL: [ArtifactKind; 5] =
+        [ArtifactKind::Screenshot, ArtifactKind::Html, ArtifactKind::Body, ArtifactKind::Meta, ArtifactKind::Pdf];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -235,6 +253,7 @@ impl ArtifactKind {
             ArtifactKind::Html => "html",
             ArtifactKind::Body => "body",
             ArtifactKind::Meta => "meta",
+            ArtifactKind::Pdf => "pdf",
         }
     }
 
@@ -250,6 +269,7 @@ impl ArtifactKind {
             ArtifactKind::Html => "text/html; charset=utf-8",
             ArtifactKind::Body => "application/octet-stream",
             ArtifactKind::Meta => "application/json",
+            ArtifactKind::Pdf => "application/pdf",
         }
     }
 }
@@ -287,6 +307,8 @@ mod tests {
         assert_eq!(Script::BrowserFetch.price_micros(), 800);
         assert_eq!(Script::RenderFetch.price_micros(), 800);
         assert_eq!(Script::Capture.price_micros(), 1_000);
+        // Not in the contract: a printed page costs what a screenshot does.
+        assert_eq!(Script::Pdf.price_micros(), 1_000);
     }
 
     /// Every row of the script table agrees with itself: names unique, the
@@ -314,10 +336,15 @@ mod tests {
                     assert_eq!(row.params, [ParamGroup::Request], "{s}");
                 }
                 Needs::Browser => {
-                    let (screenshot, html) = (publishes(ArtifactKind::Screenshot), publishes(ArtifactKind::Html));
+                    let (screenshot, html, pdf) = (
+                        publishes(ArtifactKind::Screenshot),
+                        publishes(ArtifactKind::Html),
+                        publishes(ArtifactKind::Pdf),
+                    );
                     assert!(s.takes(ParamGroup::Page) && !s.takes(ParamGroup::Request), "{s}");
                     assert_eq!(s.takes(ParamGroup::Screenshot), screenshot, "{s}");
-                    assert_eq!(s.takes(ParamGroup::Rendering), screenshot || html, "{s}");
+                    assert_eq!(s.takes(ParamGroup::Pdf), pdf, "{s}");
+                    assert_eq!(s.takes(ParamGroup::Rendering), screenshot || html || pdf, "{s}");
                 }
             }
         }

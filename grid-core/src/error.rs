@@ -34,6 +34,10 @@ pub enum ApiError {
     InvalidSessionBody {
         detail: Vec<String>,
     },
+    /// A one-call capture's body (POST /screenshot, /pdf, /content).
+    InvalidCaptureBody {
+        detail: Vec<String>,
+    },
     InvalidListQuery {
         detail: Vec<String>,
     },
@@ -119,6 +123,20 @@ pub enum ApiError {
         retry_after_secs: u64,
     },
     SessionsDisabled,
+    /// A one-call capture's page could not be taken: the grid refused its
+    /// destination or a parameter the page itself refused (422), or the
+    /// target failed, timed out or its browser broke (502). `job_id` is its
+    /// item, whose failure record says the same.
+    CaptureRefused {
+        reason: String,
+        job_id: String,
+    },
+    CaptureFailed {
+        reason: String,
+        job_id: String,
+    },
+    /// One-call captures need the browser pool this node does not run.
+    BrowsersUnavailable,
     /// Something failed inside the server; the body says no more than that.
     Internal,
 }
@@ -174,6 +192,7 @@ impl ApiError {
             InvalidImage { detail } => row(400, "INVALID_IMAGE").with("detail", detail.clone()),
             InvalidBatchBody { detail } => row(400, "invalid batch body").with("detail", detail.clone()),
             InvalidSessionBody { detail } => row(400, "invalid session body").with("detail", detail.clone()),
+            InvalidCaptureBody { detail } => row(400, "invalid capture body").with("detail", detail.clone()),
             InvalidListQuery { detail } => row(400, "INVALID_LIST_QUERY").with("detail", detail.clone()),
             InvalidListCursor => row(400, "INVALID_LIST_CURSOR"),
             InvalidLogQuery { detail } => row(400, "INVALID_LOG_QUERY").with("detail", detail.clone()),
@@ -225,6 +244,13 @@ impl ApiError {
             AccountingUnavailable => row(503, "accounting_unavailable").retry_after(1),
             ComputeUnavailable { retry_after_secs } => row(503, "COMPUTE_UNAVAILABLE").retry_after(*retry_after_secs),
             SessionsDisabled => row(503, "sessions disabled"),
+            CaptureRefused { reason, job_id } => {
+                row(422, "capture refused").with("reason", reason.clone()).with("jobId", job_id.clone())
+            }
+            CaptureFailed { reason, job_id } => {
+                row(502, "capture failed").with("reason", reason.clone()).with("jobId", job_id.clone())
+            }
+            BrowsersUnavailable => row(503, "browsers unavailable"),
         }
     }
 
@@ -302,6 +328,10 @@ pub(crate) fn every_variant() -> Vec<ApiError> {
         BodyTooSlow { limit_secs: 60 },
         ComputeUnavailable { retry_after_secs: COMPUTE_RETRY_AFTER_SECS },
         SessionsDisabled,
+        InvalidCaptureBody { detail: d() },
+        CaptureRefused { reason: "destination refused".into(), job_id: "job_x".into() },
+        CaptureFailed { reason: "timeout".into(), job_id: "job_x".into() },
+        BrowsersUnavailable,
         Internal,
     ]
 }
@@ -401,6 +431,10 @@ mod tests {
                 "rate_limited",
                 "body too large",
                 "body too slow",
+                "invalid capture body",
+                "capture refused",
+                "capture failed",
+                "browsers unavailable",
                 "internal error"
             ]
         );

@@ -148,6 +148,11 @@ pub struct Item {
     pub run_at: Option<Millis>,
     /// Whether the item still holds its reservation.
     pub billable: bool,
+    /// A one-call capture's item (POST /screenshot, /pdf, /content): its
+    /// caller waits for this one attempt, so it is tried once. Any failure
+    /// ends it (published, released), and an attempt its node never ended
+    /// fails instead of running again with nobody to answer.
+    pub attended: bool,
 }
 
 impl Item {
@@ -160,6 +165,7 @@ impl Item {
             failure_published: false,
             run_at: None,
             billable: true,
+            attended: false,
         }
     }
 }
@@ -286,6 +292,20 @@ pub fn submit(priority: Option<u32>) -> Outcome {
     }
 }
 
+/// The first step of a one-call capture's item: created with its
+/// reservation and claimed by its caller's node in the same transaction
+/// (`Event::Claim` next), so it is never enqueued for the workers.
+pub fn submit_attended() -> Outcome {
+    Outcome {
+        item: Item { attended: true, ..Item::new(None) },
+        effects: Effects { in_tx: vec![TxEffect::Reserve], after_commit: vec![] },
+    }
+}
+
+/// Why an attended item whose node stopped mid-attempt failed.
+pub const ATTENDED_LOST: &str =
+    "the node running this one-call capture stopped before it ended; its caller got no answer, nothing is charged";
+
 /// Applies one event. Pure: `now` and `backoff` are inputs.
 pub fn apply(item: &Item, event: Event, now: Millis, backoff: Backoff) -> Result<Outcome, TransitionError> {
     use ItemState::*;
@@ -323,7 +343,8 @@ pub fn apply(item: &Item, event: Event, now: Millis, backoff: Backoff) -> Result
         (Active, Event::Fail(failure)) => {
             next.attempts_made += 1;
             next.failed_reason = Some(failure.reason().to_string());
-            let terminal = matches!(failure, Failure::Terminal(_));
+            // Nobody waits for an attended item's second attempt.
+            let terminal = matches!(failure, Failure::Terminal(_)) || item.attended;
             if !terminal && next.attempts_made < MAX_ATTEMPTS {
                 let run_at = now.plus_ms(backoff.delay_ms(next.attempts_made));
                 next.state = Delayed;
@@ -342,6 +363,19 @@ pub fn apply(item: &Item, event: Event, now: Millis, backoff: Backoff) -> Result
                     effects.in_tx.push(TxEffect::Settle(Settlement::Release));
                     next.billable = false;
                 }
+            }
+        }
+        (Active, Event::Recover) if item.attended => {
+            next.state = Failed;
+            next.attempts_made += 1;
+            next.failed_reason = Some(ATTENDED_LOST.to_string());
+            next.failure_published = true;
+            effects
+                .in_tx
+                .push(TxEffect::PublishFailureRecord { attempt: next.attempts_made, reason: ATTENDED_LOST.to_string() });
+            if item.billable {
+                effects.in_tx.push(TxEffect::Settle(Settlement::Release));
+                next.billable = false;
             }
         }
         (Active, Event::Recover) => {
@@ -381,6 +415,32 @@ mod tests {
 
     fn active(priority: Option<u32>) -> Item {
         step(&Item::new(priority), Event::Claim).item
+    }
+
+    #[test]
+    fn an_attended_item_is_tried_once_and_never_runs_unattended() {
+        let o = submit_attended();
+        assert_eq!(o.effects.in_tx, vec![TxEffect::Reserve]);
+        assert!(o.effects.after_commit.is_empty(), "its caller claims it: the workers are not woken");
+        let active = step(&o.item, Event::Claim).item;
+        // A transient failure ends it: the caller does not wait for a retry.
+        let failed = step(&active, Event::Fail(Failure::Transient("timeout".into())));
+        assert_eq!(failed.item.state, ItemState::Failed);
+        assert!(failed.item.failure_published);
+        assert!(failed.effects.in_tx.contains(&TxEffect::Settle(Settlement::Release)));
+        assert!(failed.effects.after_commit.is_empty());
+        // Its node stopped mid-attempt: failed and released, not requeued.
+        let lost = step(&active, Event::Recover);
+        assert_eq!(lost.item.state, ItemState::Failed);
+        assert_eq!(lost.item.failed_reason.as_deref(), Some(ATTENDED_LOST));
+        assert!(lost.effects.in_tx.contains(&TxEffect::Settle(Settlement::Release)));
+        assert!(lost.effects.after_commit.is_empty());
+        // And, its failure published, it cannot be retried into the queue.
+        let retried = apply(&lost.item, Event::Retry { profile_selectable: true }, T0, B);
+        assert_eq!(retried, Err(TransitionError::Refused(ApiError::PublishedFailureImmutable)));
+        // Success charges once, as any item.
+        let done = step(&active, Event::Succeed);
+        assert_eq!(done.effects.in_tx, vec![TxEffect::PublishFiles, TxEffect::Settle(Settlement::Charge)]);
     }
 
     #[test]

@@ -20,6 +20,7 @@ use crate::idempotency;
 use crate::reply_shapes as replies;
 use crate::routes::{Access, Route};
 use crate::shapes;
+use crate::validate::one_call::OneCall;
 
 /// The OpenAPI version the document is written in.
 pub const OPENAPI_VERSION: &str = "3.1.0";
@@ -442,6 +443,47 @@ fn any_of(schemas: Vec<Value>) -> Value {
     json!({"anyOf": schemas})
 }
 
+/// POST /screenshot, /pdf and /content: the file in the answer's body, the
+/// item that made it in its headers (docs/one-call.md).
+fn one_call(call: OneCall, id: &'static str, summary: &'static str) -> Operation {
+    let script = call.script();
+    let (content_type, what) = match call {
+        OneCall::Screenshot => ("image/png", "The screenshot: image/png, or image/jpeg or image/webp as `format` asks."),
+        OneCall::Pdf => ("application/pdf", "The PDF document."),
+        OneCall::Content => ("text/html", "The page's DOM serialised after its scripts ran (UTF-8)."),
+    };
+    let file = Answer::with_content(200, what, content_type, json!({"type": "string", "format": "binary"}))
+        .header("x-grid-job-id", json!({"type": "string"}), true)
+        .header("x-grid-batch-id", json!({"type": "string"}), true)
+        .header("x-grid-charged-micros", json!({"type": "string", "pattern": "^[0-9]+$"}), true)
+        .header("x-grid-target-status", json!({"type": "string", "pattern": "^[0-9]{3}$"}), false);
+    Operation {
+        id,
+        tag: "captures",
+        summary,
+        description: Some(format!(
+            "Runs the `{}` script on one URL at once and answers its file; metered as one capture item ({} \
+             micro-euros reserved, charged on success, released on failure) and tried once. The body takes the \
+             script's parameters beside `url` (docs/one-call.md).",
+            script.as_str(),
+            script.price_micros()
+        )),
+        parameters: vec![],
+        body: Some(shapes::one_call_body(call)),
+        answers: vec![file],
+        errors: [
+            vec![
+                ApiError::InvalidCaptureBody { detail: detail() },
+                ApiError::CaptureRefused { reason: String::new(), job_id: String::new() },
+                ApiError::CaptureFailed { reason: String::new(), job_id: String::new() },
+                ApiError::BrowsersUnavailable,
+            ],
+            billing_errors().to_vec(),
+        ]
+        .concat(),
+    }
+}
+
 fn describe(route: Route) -> Operation {
     use Route::*;
     let op = |id, tag, summary| Operation {
@@ -657,6 +699,9 @@ fn describe(route: Route) -> Operation {
             errors: vec![ApiError::UnknownSession, ApiError::SessionsDisabled],
             ..op("listSessionDownloads", "sessions", "A session's downloaded files")
         },
+        Screenshot => one_call(OneCall::Screenshot, "takeScreenshot", "A page's screenshot, in one call"),
+        Pdf => one_call(OneCall::Pdf, "printPdf", "A page printed as a PDF, in one call"),
+        Content => one_call(OneCall::Content, "getContent", "A page's rendered HTML, in one call"),
         Mcp => Operation {
             description: Some(
                 "One JSON-RPC 2.0 message per request, answered with one JSON body; no `mcp-session-id` is kept. \

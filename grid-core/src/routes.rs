@@ -42,6 +42,11 @@ pub enum Route {
     ReleaseSession,
     /// The files a session's pages downloaded, with signed URLs.
     SessionDownloads,
+    /// One-call captures (docs/one-call.md): the page's screenshot, PDF or
+    /// rendered HTML as the answer's body.
+    Screenshot,
+    Pdf,
+    Content,
     Mcp,
     /// A browser's CORS preflight of POST /mcp.
     McpPreflight,
@@ -92,7 +97,7 @@ pub enum Access {
 }
 
 impl Route {
-    pub const ALL: [Route; 38] = [
+    pub const ALL: [Route; 41] = [
         Route::Healthz,
         Route::ProtectedResource,
         Route::ProtectedResourceMcp,
@@ -114,6 +119,9 @@ impl Route {
         Route::ListSessions,
         Route::ReleaseSession,
         Route::SessionDownloads,
+        Route::Screenshot,
+        Route::Pdf,
+        Route::Content,
         Route::Mcp,
         Route::McpPreflight,
         Route::Download,
@@ -137,9 +145,8 @@ impl Route {
     pub fn method(self) -> &'static str {
         use Route::*;
         match self {
-            SubmitBatch | SubmitJob | RetryJob | CancelJob | LeaseSession | Mcp | NodeSessionSync | NodeJobSync => {
-                "POST"
-            }
+            SubmitBatch | SubmitJob | RetryJob | CancelJob | LeaseSession | Screenshot | Pdf | Content | Mcp
+            | NodeSessionSync | NodeJobSync => "POST",
             ReleaseSession => "DELETE",
             CdpNewTarget => "PUT",
             McpPreflight => "OPTIONS",
@@ -173,6 +180,9 @@ impl Route {
             LeaseSession | ListSessions => "/sessions",
             ReleaseSession => "/sessions/{sessionId}",
             SessionDownloads => "/sessions/{sessionId}/downloads",
+            Screenshot => "/screenshot",
+            Pdf => "/pdf",
+            Content => "/content",
             Mcp | McpPreflight => "/mcp",
             Download => "/downloads/{jobId}/{kind}",
             // Not `/downloads/{sessionId}/{name}`: that is the same template
@@ -201,7 +211,7 @@ impl Route {
             Healthz | ProtectedResource | ProtectedResourceMcp | OpenApi | McpPreflight => Access::Open,
             Account | GridStatus | QueueDepth | SubmitBatch | GetBatch | SubmitJob | ListJobs | GetJob | RetryJob
             | CancelJob | JobArtifacts | JobLogs | ArtifactUrl | LeaseSession | ListSessions | ReleaseSession
-            | SessionDownloads => Access::Credential,
+            | SessionDownloads | Screenshot | Pdf | Content => Access::Credential,
             Mcp => Access::Mcp,
             Download | SessionDownload => Access::SignedUrl,
             CdpSocket | CdpVersion | CdpTargets | CdpTargetList | CdpNewTarget | CdpNewTargetGet | CdpCloseTarget
@@ -327,6 +337,9 @@ mod tests {
                 | Route::GetJob
                 | Route::RetryJob
                 | Route::CancelJob
+                | Route::Screenshot
+                | Route::Pdf
+                | Route::Content
                 | Route::JobArtifacts
                 | Route::JobLogs
                 | Route::ArtifactUrl

@@ -17,6 +17,7 @@ use serde_json::{json, Map, Value};
 use crate::catalog::{ParamGroup, Profile, Script, PUBLIC_WEB_ONLY_V1};
 use crate::validate::params::{self, ImageFormat, ResourceType, SameSite, WaitUntil};
 use crate::validate::quantity::{format_bytes, format_cpu_millis, BYTE_QUANTITY_PATTERN, CPU_QUANTITY_PATTERN};
+use crate::validate::one_call::OneCall;
 use crate::validate::{batch, job, list, session};
 use crate::wire::job::{JobPhase, NetworkProfile};
 
@@ -72,6 +73,31 @@ pub fn new_batch() -> Value {
     );
     schema["dependentSchemas"] = json!({"params": {"oneOf": Script::ALL.map(script_branch)}});
     schema
+}
+
+/// The body of a one-call capture (`validate::one_call`): `url`,
+/// `profileId` and the route's script's parameters, flat beside them.
+pub fn one_call_body(call: OneCall) -> Value {
+    let script = call.script();
+    let params = script_params(script);
+    let mut properties = json!({
+        "url": {
+            "type": "string",
+            "format": "uri",
+            "pattern": "^[hH][tT][tT][pP][sS]?:[/\\\\]*[^/\\\\?#]",
+            "description": "The page: an absolute http or https URL."
+        },
+        "profileId": profile_id(&Profile::ALL)
+    });
+    for (name, schema) in params["properties"].as_object().into_iter().flatten() {
+        properties[name] = schema.clone();
+    }
+    let mut o = object(properties, &["url"]);
+    if let Some(rules) = params.get("dependentSchemas") {
+        o["dependentSchemas"] = rules.clone();
+    }
+    o["title"] = json!(format!("POST {}", call.path()));
+    o
 }
 
 /// One branch of `new_batch`'s `oneOf`: a body whose `script` is `script`
@@ -132,7 +158,11 @@ fn script_param(group: ParamGroup, name: &str) -> Value {
                     params::MAX_TIMEOUT_MS,
                     "Whole-request budget in ms: connect, redirects, headers and body.",
                 ),
-                ParamGroup::Page | ParamGroup::AllowedHosts | ParamGroup::Rendering | ParamGroup::Screenshot => (
+                ParamGroup::Page
+                | ParamGroup::AllowedHosts
+                | ParamGroup::Rendering
+                | ParamGroup::Screenshot
+                | ParamGroup::Pdf => (
                     params::MIN_BROWSER_TIMEOUT_MS,
                     params::MAX_BROWSER_TIMEOUT_MS,
                     "Budget in ms from navigation start until the page is ready (waitUntil, then waitFor).",
@@ -165,6 +195,37 @@ fn script_param(group: ParamGroup, name: &str) -> Value {
             false,
             "Screenshot the whole page (viewport wide) instead of the viewport. Excludes clip and selector.",
         ),
+        "format" if group == ParamGroup::Pdf => json!({
+            "type": "string",
+            "enum": params::paper_names(),
+            "default": params::DEFAULT_PAPER,
+            "description": "The paper, by its name (or the name in lower case)."
+        }),
+        "landscape" => boolean(false, "Print in landscape orientation."),
+        "printBackground" => boolean(false, "Print background colours and images."),
+        "margin" => {
+            let length = json!({
+                "anyOf": [
+                    {"type": "number", "minimum": 0, "maximum": params::MAX_MARGIN_INCHES * 96.0},
+                    {"type": "string", "pattern": params::MARGIN_PATTERN}
+                ]
+            });
+            let mut o = object(
+                Value::Object(params::MARGIN_FIELDS.iter().map(|f| (f.to_string(), length.clone())).collect()),
+                &[],
+            );
+            o["description"] = json!(format!(
+                "Paper margins: a number of CSS pixels (96 to the inch) or a length such as \"1cm\" (px, in, cm,                  mm), each at most {} in; 0 where left out. Top and bottom, left and right must leave room to print.",
+                params::MAX_MARGIN_INCHES
+            ));
+            o
+        }
+        "scale" => {
+            let mut v = number(params::MIN_PDF_SCALE, params::MAX_PDF_SCALE);
+            v["default"] = json!(1.0);
+            v["description"] = json!("Scale of the page's rendering on the paper.");
+            v
+        }
         "format" => json!({
             "type": "string",
             "enum": ImageFormat::ALL.map(ImageFormat::as_str),

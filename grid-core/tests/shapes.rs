@@ -1301,7 +1301,8 @@ fn contract_bounds_are_published() {
         (b["properties"]["urls"]["minItems"].clone(), b["properties"]["urls"]["maxItems"].clone()),
         (json!(1), json!(1000))
     );
-    assert_eq!(b["properties"]["script"]["enum"], json!(["capture", "fetch", "browser-fetch", "render-fetch"]));
+    // The contract's four, then the grid's own `pdf`.
+    assert_eq!(b["properties"]["script"]["enum"], json!(["capture", "fetch", "browser-fetch", "render-fetch", "pdf"]));
     let j = shapes::new_job();
     assert_eq!(j["properties"]["resources"]["properties"]["cpu"]["properties"]["limit"]["x-maximum"], "8");
     assert_eq!(j["properties"]["resources"]["properties"]["memory"]["properties"]["request"]["x-minimum"], "256Mi");

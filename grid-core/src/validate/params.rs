@@ -116,6 +116,35 @@ pub const REFUSED_HEADERS: &[&str] = &[
 /// Any header whose lower-case name starts with this is refused too.
 pub const REFUSED_HEADER_PREFIX: &str = "proxy-";
 
+/// The `pdf` script's paper sizes (`format`), as Puppeteer and Browserless
+/// name them, each width x height in inches (portrait).
+pub const PAPER_FORMATS: &[(&str, f64, f64)] = &[
+    ("Letter", 8.5, 11.0),
+    ("Legal", 8.5, 14.0),
+    ("Tabloid", 11.0, 17.0),
+    ("Ledger", 17.0, 11.0),
+    ("A0", 33.1, 46.8),
+    ("A1", 23.4, 33.1),
+    ("A2", 16.54, 23.4),
+    ("A3", 11.7, 16.54),
+    ("A4", 8.27, 11.7),
+    ("A5", 5.83, 8.27),
+    ("A6", 4.13, 5.83),
+];
+/// The paper without `format`: Puppeteer's default.
+pub const DEFAULT_PAPER: &str = "Letter";
+/// `scale` bounds (Chromium's print scale) and its default.
+pub const MIN_PDF_SCALE: f64 = 0.1;
+pub const MAX_PDF_SCALE: f64 = 2.0;
+/// Fields of `margin`; each a length: a number of CSS pixels, or a string
+/// of a number and a unit (`MARGIN_PATTERN`).
+pub const MARGIN_FIELDS: &[&str] = &["top", "right", "bottom", "left"];
+/// Largest margin, in inches (a quarter of A0's short side is beyond any
+/// page's use).
+pub const MAX_MARGIN_INCHES: f64 = 10.0;
+/// A margin written with its unit: `10px`, `1.5cm`, `12mm`, `0.5in`.
+pub const MARGIN_PATTERN: &str = "^[0-9]{1,4}(\\.[0-9]{1,4})?(px|in|cm|mm)$";
+
 /// The rules below that code checks, as JSON Schema patterns (ECMA-262 and
 /// the regex crate read them alike) for the schema of params
 /// (`shapes::script_params`); `grid-core/tests/shapes.rs` holds each to the
@@ -164,6 +193,11 @@ pub const PARAMS: &[(&str, ParamGroup)] = &[
     ("headers", ParamGroup::Page),
     ("cookies", ParamGroup::Page),
     ("blockResourceTypes", ParamGroup::Page),
+    ("format", ParamGroup::Pdf),
+    ("landscape", ParamGroup::Pdf),
+    ("printBackground", ParamGroup::Pdf),
+    ("margin", ParamGroup::Pdf),
+    ("scale", ParamGroup::Pdf),
 ];
 
 /// The parameters `script` takes, each with its group.
@@ -329,6 +363,106 @@ impl Default for Screenshot {
     }
 }
 
+/// The `pdf` script's print options.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PdfOptions {
+    /// The paper's name (`PAPER_FORMATS`).
+    pub paper: &'static str,
+    /// Width x height of the paper in inches, as printed (landscape swapped).
+    pub paper_inches: (f64, f64),
+    pub landscape: bool,
+    /// Print background colours and images (CSS backgrounds).
+    pub print_background: bool,
+    /// Top, right, bottom, left, in inches.
+    pub margin_inches: [f64; 4],
+    pub scale: f64,
+}
+
+impl Default for PdfOptions {
+    fn default() -> PdfOptions {
+        let (paper, w, h) = paper(DEFAULT_PAPER).expect("the default paper is in the table");
+        PdfOptions {
+            paper,
+            paper_inches: (w, h),
+            landscape: false,
+            print_background: false,
+            margin_inches: [0.0; 4],
+            scale: 1.0,
+        }
+    }
+}
+
+/// A paper of `PAPER_FORMATS` by its name, as written there or in lower
+/// case (`a4`, `letter`: Puppeteer takes both).
+pub fn paper(name: &str) -> Option<(&'static str, f64, f64)> {
+    PAPER_FORMATS.iter().copied().find(|(n, _, _)| *n == name || n.to_ascii_lowercase() == name)
+}
+
+/// Every name `paper` takes.
+pub fn paper_names() -> Vec<String> {
+    PAPER_FORMATS.iter().flat_map(|(n, _, _)| [n.to_string(), n.to_ascii_lowercase()]).collect()
+}
+
+/// A margin in inches: a number is CSS pixels (96 to the inch); a string
+/// carries its unit.
+fn margin_inches(v: &Value) -> Option<f64> {
+    let inches = match v {
+        Value::Number(n) => n.as_f64()? / 96.0,
+        Value::String(s) => {
+            if !is_margin_text(s) {
+                return None;
+            }
+            let (number, unit) = s.split_at(s.len() - 2);
+            let n: f64 = number.parse().ok()?;
+            match unit {
+                "px" => n / 96.0,
+                "in" => n,
+                "cm" => n / 2.54,
+                "mm" => n / 25.4,
+                _ => return None,
+            }
+        }
+        _ => return None,
+    };
+    (inches >= 0.0 && inches <= MAX_MARGIN_INCHES).then_some(inches)
+}
+
+/// `MARGIN_PATTERN`, checked by hand: one to four digits, optionally a dot
+/// and one to four digits, then a unit.
+fn is_margin_text(s: &str) -> bool {
+    let Some(number) = ["px", "in", "cm", "mm"].iter().find_map(|u| s.strip_suffix(u)) else { return false };
+    let (whole, fraction) = match number.split_once('.') {
+        Some((w, f)) => (w, Some(f)),
+        None => (number, None),
+    };
+    let digits = |d: &str| (1..=4).contains(&d.len()) && d.bytes().all(|b| b.is_ascii_digit());
+    digits(whole) && fraction.is_none_or(digits)
+}
+
+fn pdf_margin(p: &mut Found, v: &Value) -> Option<[f64; 4]> {
+    let obj = p.object(v, MARGIN_FIELDS, "an object {top, right, bottom, left} of lengths")?;
+    let mut out = [0.0; 4];
+    let mut ok = true;
+    for (i, field) in MARGIN_FIELDS.iter().enumerate() {
+        if let Some(m) = obj.get(*field) {
+            match margin_inches(m) {
+                Some(inches) => out[i] = inches,
+                None => {
+                    ok = false;
+                    p.push_at(
+                        format!(".{field}"),
+                        format!(
+                            "must be a number of CSS pixels or a length such as \"1cm\" (px, in, cm, mm), at most {MAX_MARGIN_INCHES} in, got {}",
+                            shown(m)
+                        ),
+                    );
+                }
+            }
+        }
+    }
+    ok.then_some(out)
+}
+
 /// What the page must also show after its wait condition: checked in this
 /// order, all within `timeoutMs` from navigation start.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -468,6 +602,8 @@ pub struct BrowserParams {
     pub allowed_hosts: Option<Vec<String>>,
     /// `capture` only.
     pub screenshot: Screenshot,
+    /// `pdf` only.
+    pub pdf: PdfOptions,
     /// `None`: the profile's.
     pub viewport: Option<Viewport>,
     pub wait_for: Option<WaitFor>,
@@ -488,6 +624,7 @@ impl Default for BrowserParams {
             wait_until: WaitUntil::Load,
             allowed_hosts: None,
             screenshot: Screenshot::default(),
+            pdf: PdfOptions::default(),
             viewport: None,
             wait_for: None,
             javascript_enabled: true,
@@ -503,7 +640,17 @@ impl BrowserParams {
     /// The checks that need the item's URL: a cookie's `domain` must be the
     /// URL's host or a parent of it (`host` as the URL writes it, lower case).
     pub fn check_for_host(&self, host: &str) -> Result<(), String> {
-        let problems: Vec<String> = self
+        let problems = self.host_problems(host);
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(problems.join("; "))
+        }
+    }
+
+    /// `check_for_host`'s problems, one each.
+    pub fn host_problems(&self, host: &str) -> Vec<String> {
+        self
             .cookies
             .iter()
             .enumerate()
@@ -513,12 +660,7 @@ impl BrowserParams {
                     format!("params.cookies[{i}].domain: \"{domain}\" is neither the item URL's host {host} nor a parent domain of it")
                 })
             })
-            .collect();
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(problems.join("; "))
-        }
+            .collect()
     }
 }
 
@@ -532,6 +674,11 @@ pub fn domain_matches(domain: &str, host: &str) -> bool {
 }
 
 pub fn browser(script: Script, params: &Map<String, Value>) -> Result<BrowserParams, String> {
+    browser_problems(script, params).map_err(|problems| problems.join("; "))
+}
+
+/// `browser`, each problem on its own (`params.name: ...`).
+pub fn browser_problems(script: Script, params: &Map<String, Value>) -> Result<BrowserParams, Vec<String>> {
     let mut problems = vec![];
     let mut out = BrowserParams::default();
     let mut format_given = false;
@@ -566,6 +713,25 @@ pub fn browser(script: Script, params: &Map<String, Value>) -> Result<BrowserPar
                 Some(false) => {}
                 None => p.push(format!("must be a boolean, got {}", json_type(v))),
             },
+            "format" if script.takes(ParamGroup::Pdf) => {
+                let names: Vec<&str> = PAPER_FORMATS.iter().map(|(n, _, _)| *n).collect();
+                // (lower case too, as `paper` says)
+                match v.as_str().and_then(paper) {
+                    Some((name, w, h)) => {
+                        out.pdf.paper = name;
+                        out.pdf.paper_inches = (w, h);
+                    }
+                    None => p.push(format!("must be one of {}, got {}", quoted(&names), shown(v))),
+                }
+            }
+            "landscape" => out.pdf.landscape = p.bool_at("", v).unwrap_or_default(),
+            "printBackground" => out.pdf.print_background = p.bool_at("", v).unwrap_or_default(),
+            "margin" => out.pdf.margin_inches = pdf_margin(&mut p, v).unwrap_or_default(),
+            "scale" => {
+                if let Some(n) = p.number_at("", v, MIN_PDF_SCALE, MAX_PDF_SCALE) {
+                    out.pdf.scale = n;
+                }
+            }
             "format" => {
                 let names = ImageFormat::ALL.map(ImageFormat::as_str);
                 match v.as_str().and_then(|s| ImageFormat::ALL.into_iter().find(|f| f.as_str() == s)) {
@@ -632,6 +798,19 @@ pub fn browser(script: Script, params: &Map<String, Value>) -> Result<BrowserPar
             ));
         }
     }
+    if out.pdf.landscape {
+        let (w, h) = out.pdf.paper_inches;
+        out.pdf.paper_inches = (h, w);
+    }
+    let [top, right, bottom, left] = out.pdf.margin_inches;
+    let (paper_w, paper_h) = out.pdf.paper_inches;
+    if top + bottom >= paper_h || left + right >= paper_w {
+        problems.push(format!(
+            "params.margin: leaves no room to print on {} {} paper ({paper_w} x {paper_h} in)",
+            out.pdf.paper,
+            if out.pdf.landscape { "landscape" } else { "portrait" }
+        ));
+    }
     if let Some(w) = &out.wait_for {
         for (field, ms) in [("networkIdleMs", w.network_idle_ms), ("delayMs", w.delay_ms)] {
             if ms.is_some_and(|ms| ms >= out.timeout_ms) {
@@ -645,7 +824,7 @@ pub fn browser(script: Script, params: &Map<String, Value>) -> Result<BrowserPar
     if problems.is_empty() {
         Ok(out)
     } else {
-        Err(problems.join("; "))
+        Err(problems)
     }
 }
 
@@ -1137,6 +1316,40 @@ mod tests {
     }
 
     #[test]
+    fn pdf_options_are_read_and_checked() {
+        let p = browser(
+            Script::Pdf,
+            &map(json!({"format": "a4", "landscape": true, "printBackground": true,
+                        "margin": {"top": "1cm", "bottom": 96, "left": "10mm"}, "scale": 0.5})),
+        )
+        .unwrap();
+        assert_eq!(p.pdf.paper, "A4");
+        assert_eq!(p.pdf.paper_inches, (11.7, 8.27), "landscape swaps the sides");
+        assert!(p.pdf.landscape && p.pdf.print_background);
+        let [top, right, bottom, left] = p.pdf.margin_inches;
+        assert!((top - 1.0 / 2.54).abs() < 1e-9 && right == 0.0 && bottom == 1.0 && (left - 10.0 / 25.4).abs() < 1e-9);
+        assert_eq!(p.pdf.scale, 0.5);
+        let e = browser(
+            Script::Pdf,
+            &map(json!({"format": "png", "scale": 3, "margin": {"top": "1 cm", "side": 1}, "fullPage": true})),
+        )
+        .unwrap_err();
+        for part in [
+            "params.format: must be one of \"Letter\"",
+            "params.scale: must be a number from 0.1 to 2",
+            "params.margin.side: unknown field",
+            "params.fullPage: not a parameter of pdf; only capture takes it",
+        ] {
+            assert!(e.contains(part), "{part} in {e}");
+        }
+        let e = browser(Script::Pdf, &map(json!({"format": "A6", "margin": {"left": "3in", "right": "2in"}}))).unwrap_err();
+        assert!(e.contains("params.margin: leaves no room to print on A6 portrait paper"), "{e}");
+        // The screenshot's format stays the screenshot's.
+        assert!(browser(Script::Capture, &map(json!({"format": "A4"}))).is_err());
+        assert!(browser(Script::Capture, &map(json!({"landscape": true}))).unwrap_err().contains("only pdf takes it"));
+    }
+
+    #[test]
     fn browser_defaults() {
         for script in [Script::Capture, Script::RenderFetch, Script::BrowserFetch] {
             assert_eq!(
@@ -1150,6 +1363,14 @@ mod tests {
                         quality: None,
                         region: Region::Viewport,
                         hide_selectors: vec![]
+                    },
+                    pdf: PdfOptions {
+                        paper: "Letter",
+                        paper_inches: (8.5, 11.0),
+                        landscape: false,
+                        print_background: false,
+                        margin_inches: [0.0; 4],
+                        scale: 1.0,
                     },
                     viewport: None,
                     wait_for: None,
@@ -1309,17 +1530,17 @@ mod tests {
         }
         assert!(!capture.contains(&"allowedHosts") && render.contains(&"allowedHosts"));
         let e = refused(Script::RenderFetch, json!({"format": "jpeg", "selector": "#a"}));
-        assert!(e.contains("params.format: not a parameter of render-fetch; only capture takes it"), "{e}");
+        assert!(e.contains("params.format: not a parameter of render-fetch; only capture and pdf take it"), "{e}");
         assert!(e.contains("params.selector: not a parameter of render-fetch; only capture takes it"), "{e}");
         let e = refused(Script::BrowserFetch, json!({"waitFor": {"delayMs": 5}}));
         assert!(
-            e.contains("params.waitFor: not a parameter of browser-fetch; only capture and render-fetch take it"),
+            e.contains("params.waitFor: not a parameter of browser-fetch; only capture, render-fetch and pdf take it"),
             "{e}"
         );
         let e = fetch(&map(json!({"userAgent": "x", "headers": {}}))).unwrap_err();
         assert!(
             e.contains(
-                "params.userAgent: not a parameter of fetch; only capture, browser-fetch and render-fetch take it"
+                "params.userAgent: not a parameter of fetch; only capture, browser-fetch, render-fetch and pdf take it"
             ),
             "{e}"
         );
