@@ -20,7 +20,7 @@ use crate::{output, Context};
 /// Exit code of a wait whose batch finished with failed items.
 const EXIT_FAILED_ITEMS: u8 = 3;
 /// Exit code of a usage error (clap's), also for params refused before sending.
-const EXIT_USAGE: u8 = 2;
+pub const EXIT_USAGE: u8 = 2;
 
 #[derive(Debug, Subcommand)]
 pub enum BatchCommand {

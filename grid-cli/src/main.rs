@@ -7,6 +7,7 @@
 mod account;
 mod artifact;
 mod batch;
+mod capture;
 mod config;
 mod input;
 mod item;
@@ -20,6 +21,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use grid_client::{ClientConfig, Credential, GridClient};
+use grid_core::validate::one_call::OneCall;
 
 const EXIT_CODES: &str = "\
 Exit codes:
@@ -85,6 +87,12 @@ enum Command {
     /// Leased browser sessions: lease, list, release.
     #[command(subcommand)]
     Session(session::SessionCommand),
+    /// A page's screenshot in one call (POST /screenshot): `grid shot URL -o page.png --param fullPage=true`.
+    Shot(capture::CaptureArgs),
+    /// A page printed as a PDF in one call (POST /pdf): `grid pdf URL -o page.pdf --param format=A4`.
+    Pdf(capture::CaptureArgs),
+    /// A page's HTML after its scripts ran, in one call (POST /content): `grid content URL`.
+    Content(capture::CaptureArgs),
 }
 
 /// What every command gets: the client and the output mode.
@@ -192,6 +200,9 @@ async fn run(cli: Cli, settings: Settings) -> anyhow::Result<ExitCode> {
         Command::Artifact(command) => artifact::run(&cx, command).await,
         Command::Job(command) => job::run(&cx, command).await,
         Command::Session(command) => session::run(&cx, command).await,
+        Command::Shot(args) => capture::run(&cx, OneCall::Screenshot, args).await,
+        Command::Pdf(args) => capture::run(&cx, OneCall::Pdf, args).await,
+        Command::Content(args) => capture::run(&cx, OneCall::Content, args).await,
         Command::Completion { .. } | Command::Config(_) => Ok(ExitCode::SUCCESS),
     }
 }

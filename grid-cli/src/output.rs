@@ -47,6 +47,20 @@ pub fn json_line(reply: &RawReply) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Prints one document the CLI made itself (not an API answer) as one line
+/// of JSON, or a YAML document with `--output yaml`.
+pub fn json_value(value: &serde_json::Value) -> anyhow::Result<()> {
+    let mut stdout = io::stdout().lock();
+    if FORMAT.get() == Some(&Format::Yaml) {
+        stdout.write_all(crate::yaml::document(value).as_bytes())?;
+    } else {
+        serde_json::to_writer(&mut stdout, value)?;
+        stdout.write_all(b"\n")?;
+    }
+    stdout.flush()?;
+    Ok(())
+}
+
 /// Removes the whitespace outside strings; keeps everything else, key order
 /// included, byte for byte.
 pub fn compact_json(body: &[u8]) -> Vec<u8> {

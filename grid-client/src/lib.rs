@@ -22,6 +22,7 @@
 //! is an [`endpoint::Endpoint`] value; the methods of [`GridClient`] are
 //! one-liners over [`GridClient::send`].
 
+pub mod captures;
 pub mod endpoint;
 pub mod error;
 pub mod jobs;
@@ -33,6 +34,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use grid_core::catalog::ArtifactKind;
+use grid_core::validate::one_call::OneCall;
 use grid_core::wire::batch::{BatchCreated, BatchView, NewBatch};
 use grid_core::wire::grid::{GridStatus, Health, ProtectedResource, QueueDepth};
 use grid_core::wire::item::{ArtifactUrl, CaptureItem, ItemRetried};
@@ -254,9 +256,14 @@ impl GridClient {
     /// Performs `endpoint` and returns its 2xx answer undecoded; any other
     /// status is [`ClientError::Api`].
     pub async fn send_raw<T>(&self, endpoint: &Endpoint<T>) -> Result<RawReply, ClientError> {
+        self.send_raw_within(endpoint, self.timeout).await
+    }
+
+    /// [`GridClient::send_raw`] within `timeout`.
+    async fn send_raw_within<T>(&self, endpoint: &Endpoint<T>, timeout: Duration) -> Result<RawReply, ClientError> {
         let url = endpoint.url(&self.base)?;
         let mut request =
-            self.http.request(endpoint.method().clone(), url).timeout(self.timeout).header(ACCEPT, "application/json");
+            self.http.request(endpoint.method().clone(), url).timeout(timeout).header(ACCEPT, "application/json");
         if endpoint.sends_credential() {
             if let Some((name, value)) = &self.auth {
                 request = request.header(name, value.clone());
@@ -341,6 +348,48 @@ impl GridClient {
     /// is refused with 422 `idempotency key reused`.
     pub async fn submit_batch_with_key(&self, batch: &NewBatch, key: &str) -> Result<BatchCreated, ClientError> {
         self.send_raw_resending(&endpoint::submit_batch(batch).with_idempotency_key(key)).await?.decode()
+    }
+
+    /// POST /screenshot: the page's screenshot, `options` being the
+    /// `capture` script's parameters (`format`, `fullPage`, `viewport`, ...).
+    /// Waits up to the download time limit: a page may take its `timeoutMs`.
+    pub async fn screenshot(
+        &self,
+        url: &str,
+        options: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<captures::Captured, ClientError> {
+        self.capture_one(OneCall::Screenshot, url, options).await
+    }
+
+    /// POST /pdf: the page printed, `options` being the `pdf` script's
+    /// parameters (`format` as the paper, `landscape`, `margin`, ...).
+    pub async fn pdf(
+        &self,
+        url: &str,
+        options: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<captures::Captured, ClientError> {
+        self.capture_one(OneCall::Pdf, url, options).await
+    }
+
+    /// POST /content: the page's DOM after its scripts ran, `options` being
+    /// the `render-fetch` script's parameters.
+    pub async fn content(
+        &self,
+        url: &str,
+        options: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<captures::Captured, ClientError> {
+        self.capture_one(OneCall::Content, url, options).await
+    }
+
+    /// One of the one-call captures.
+    pub async fn capture_one(
+        &self,
+        call: OneCall,
+        url: &str,
+        options: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<captures::Captured, ClientError> {
+        let reply = self.send_raw_within(&captures::one_call(call, url, options), self.download_timeout).await?;
+        captures::Captured::from_reply(reply)
     }
 
     /// GET /batches/{batchId}.

@@ -370,9 +370,10 @@ pub fn apply(item: &Item, event: Event, now: Millis, backoff: Backoff) -> Result
             next.attempts_made += 1;
             next.failed_reason = Some(ATTENDED_LOST.to_string());
             next.failure_published = true;
-            effects
-                .in_tx
-                .push(TxEffect::PublishFailureRecord { attempt: next.attempts_made, reason: ATTENDED_LOST.to_string() });
+            effects.in_tx.push(TxEffect::PublishFailureRecord {
+                attempt: next.attempts_made,
+                reason: ATTENDED_LOST.to_string(),
+            });
             if item.billable {
                 effects.in_tx.push(TxEffect::Settle(Settlement::Release));
                 next.billable = false;

@@ -448,7 +448,9 @@ fn any_of(schemas: Vec<Value>) -> Value {
 fn one_call(call: OneCall, id: &'static str, summary: &'static str) -> Operation {
     let script = call.script();
     let (content_type, what) = match call {
-        OneCall::Screenshot => ("image/png", "The screenshot: image/png, or image/jpeg or image/webp as `format` asks."),
+        OneCall::Screenshot => {
+            ("image/png", "The screenshot: image/png, or image/jpeg or image/webp as `format` asks.")
+        }
         OneCall::Pdf => ("application/pdf", "The PDF document."),
         OneCall::Content => ("text/html", "The page's DOM serialised after its scripts ran (UTF-8)."),
     };

@@ -15,9 +15,9 @@
 use serde_json::{json, Map, Value};
 
 use crate::catalog::{ParamGroup, Profile, Script, PUBLIC_WEB_ONLY_V1};
+use crate::validate::one_call::OneCall;
 use crate::validate::params::{self, ImageFormat, ResourceType, SameSite, WaitUntil};
 use crate::validate::quantity::{format_bytes, format_cpu_millis, BYTE_QUANTITY_PATTERN, CPU_QUANTITY_PATTERN};
-use crate::validate::one_call::OneCall;
 use crate::validate::{batch, job, list, session};
 use crate::wire::job::{JobPhase, NetworkProfile};
 

@@ -35,5 +35,7 @@ pub struct App {
     pub peers: Arc<crate::peers::Peers>,
     /// The capture item driver: every item state change goes through it.
     pub items: Arc<crate::capture::driver::ItemDriver>,
+    /// The worker pool, which one-call captures run their attempt beside.
+    pub runner: Arc<crate::capture::Runner>,
     pub artifacts_dir: std::path::PathBuf,
 }

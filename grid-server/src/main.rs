@@ -763,6 +763,7 @@ async fn build_app(
         clock,
         due_wake: wake.due,
         items,
+        runner: runner.clone(),
         store,
         signer: Signer::new(hex::decode(&secret).unwrap_or_else(|_| secret.into_bytes()), base_url.to_string()),
         compute,

@@ -140,7 +140,8 @@ mod tests {
         assert_eq!(sub.script, Script::Capture);
         assert_eq!(sub.profile, Profile::DEFAULT);
         assert_eq!(Value::Object(sub.params), json!({"format": "jpeg", "viewport": {"width": 640, "height": 480}}));
-        let sub = validate(OneCall::Pdf, &json!({"url": "http://a.test/x", "format": "A4", "landscape": true})).unwrap();
+        let sub =
+            validate(OneCall::Pdf, &json!({"url": "http://a.test/x", "format": "A4", "landscape": true})).unwrap();
         assert_eq!(sub.script, Script::Pdf);
         let sub =
             validate(OneCall::Content, &json!({"url": "http://a.test/", "profileId": "native-headless-browser/v3"}))

@@ -368,7 +368,8 @@ impl Default for Screenshot {
 pub struct PdfOptions {
     /// The paper's name (`PAPER_FORMATS`).
     pub paper: &'static str,
-    /// Width x height of the paper in inches, as printed (landscape swapped).
+    /// Width x height of the paper in inches, portrait (Chromium turns it
+    /// for `landscape`).
     pub paper_inches: (f64, f64),
     pub landscape: bool,
     /// Print background colours and images (CSS backgrounds).
@@ -798,12 +799,11 @@ pub fn browser_problems(script: Script, params: &Map<String, Value>) -> Result<B
             ));
         }
     }
-    if out.pdf.landscape {
-        let (w, h) = out.pdf.paper_inches;
-        out.pdf.paper_inches = (h, w);
-    }
     let [top, right, bottom, left] = out.pdf.margin_inches;
-    let (paper_w, paper_h) = out.pdf.paper_inches;
+    let (paper_w, paper_h) = match out.pdf.paper_inches {
+        (w, h) if out.pdf.landscape => (h, w),
+        sides => sides,
+    };
     if top + bottom >= paper_h || left + right >= paper_w {
         problems.push(format!(
             "params.margin: leaves no room to print on {} {} paper ({paper_w} x {paper_h} in)",
@@ -1324,7 +1324,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(p.pdf.paper, "A4");
-        assert_eq!(p.pdf.paper_inches, (11.7, 8.27), "landscape swaps the sides");
+        assert_eq!(p.pdf.paper_inches, (8.27, 11.7), "the sheet, which Chromium turns");
         assert!(p.pdf.landscape && p.pdf.print_background);
         let [top, right, bottom, left] = p.pdf.margin_inches;
         assert!((top - 1.0 / 2.54).abs() < 1e-9 && right == 0.0 && bottom == 1.0 && (left - 10.0 / 25.4).abs() < 1e-9);
@@ -1342,7 +1342,8 @@ mod tests {
         ] {
             assert!(e.contains(part), "{part} in {e}");
         }
-        let e = browser(Script::Pdf, &map(json!({"format": "A6", "margin": {"left": "3in", "right": "2in"}}))).unwrap_err();
+        let e =
+            browser(Script::Pdf, &map(json!({"format": "A6", "margin": {"left": "3in", "right": "2in"}}))).unwrap_err();
         assert!(e.contains("params.margin: leaves no room to print on A6 portrait paper"), "{e}");
         // The screenshot's format stays the screenshot's.
         assert!(browser(Script::Capture, &map(json!({"format": "A4"}))).is_err());

@@ -5,9 +5,13 @@ use grid_core::error::ApiError;
 use grid_core::validate;
 use serde_json::Value;
 
-use super::Reply;
+use grid_core::item::Failure;
+use grid_core::validate::one_call::OneCall;
+
+use super::{Reply, ReplyBody};
 use crate::app::App;
 use crate::capture::files::{self, Checked};
+use crate::capture::{self, Attended};
 use crate::ids::now;
 use crate::store::accounts::Caller;
 use crate::store::idempotency::{self, Outcome};
@@ -25,6 +29,52 @@ pub async fn submit_batch(
         Outcome::Performed(_, answer) => Reply::answer(answer, false),
         Outcome::Replayed(answer) => Reply::answer(answer, true),
     })
+}
+
+/// POST /screenshot, /pdf or /content: a batch of the body's one URL whose
+/// item this node claims at once (`ItemDriver::take_attended`: the
+/// reservation, and a 402 before anything runs), runs on the browser pool
+/// and ends before the answer; the answer is the file itself, the item's
+/// ids and charge in headers. The attempt runs on a task of its own, so a
+/// caller who hangs up does not leave the item active: it still ends (and
+/// is charged if it completed, docs/one-call.md).
+pub async fn one_call(app: &App, caller: &Caller, call: OneCall, body: Value) -> Result<Reply, ApiError> {
+    let submission = validate::one_call::validate(call, &body)?;
+    if app.runner.browsers.is_none() {
+        return Err(ApiError::BrowsersUnavailable);
+    }
+    if !app.config.allow_private_networks {
+        let url = url::Url::parse(&submission.urls[0]).map_err(|_| ApiError::Internal)?;
+        if let Err(refused) = crate::capture::guard::check_literal_host(&url) {
+            return Err(ApiError::InvalidCaptureBody { detail: vec![format!("url: {refused}")] });
+        }
+    }
+    let claim = app.items.take_attended(caller, submission).await?;
+    let (job_id, batch_id) = (claim.id.clone(), claim.batch_id.clone());
+    let runner = app.runner.clone();
+    let attempt = tokio::spawn(async move { capture::run_attended(&runner, claim, call.answers()).await });
+    let ended = attempt.await.map_err(|e| {
+        tracing::error!(item = %job_id, error = %e, "a one-call capture's task failed");
+        ApiError::Internal
+    })??;
+    match ended {
+        Attended::Completed { file, target_status, charged_micros } => {
+            let mut reply = Reply {
+                status: 200,
+                body: ReplyBody::File { content_type: file.content_type, bytes: file.bytes },
+                headers: vec![],
+            }
+            .header("x-grid-job-id", job_id)
+            .header("x-grid-batch-id", batch_id)
+            .header("x-grid-charged-micros", charged_micros.to_string());
+            if let Some(status) = target_status {
+                reply = reply.header("x-grid-target-status", status.to_string());
+            }
+            Ok(reply)
+        }
+        Attended::Failed(Failure::Terminal(reason)) => Err(ApiError::CaptureRefused { reason, job_id }),
+        Attended::Failed(Failure::Transient(reason)) => Err(ApiError::CaptureFailed { reason, job_id }),
+    }
 }
 
 pub async fn batch(app: &App, caller: &Caller, id: &str) -> Result<Reply, ApiError> {

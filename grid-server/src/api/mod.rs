@@ -40,6 +40,8 @@ pub enum ReplyBody {
     Text(Vec<u8>),
     /// No body (204).
     Empty,
+    /// A file of its own type (a one-call capture's screenshot, PDF or HTML).
+    File { content_type: String, bytes: Vec<u8> },
 }
 
 impl Reply {
@@ -82,6 +84,7 @@ impl Reply {
     pub fn bytes(&self) -> &[u8] {
         match &self.body {
             ReplyBody::Json(b) | ReplyBody::Text(b) => b,
+            ReplyBody::File { bytes, .. } => bytes,
             ReplyBody::Empty => &[],
         }
     }
@@ -115,6 +118,11 @@ pub enum Call {
         id: String,
         query: Query,
     },
+    /// POST /screenshot, /pdf or /content.
+    OneCall {
+        call: grid_core::validate::one_call::OneCall,
+        body: Value,
+    },
     /// POST /sessions, with its `Idempotency-Key` header if one was sent.
     LeaseSession {
         body: Value,
@@ -131,7 +139,7 @@ impl Call {
     /// suspended internal credential).
     pub fn is_billable(&self) -> bool {
         match self {
-            Call::SubmitBatch { .. } | Call::SubmitJob(_) | Call::LeaseSession { .. } => true,
+            Call::SubmitBatch { .. } | Call::SubmitJob(_) | Call::LeaseSession { .. } | Call::OneCall { .. } => true,
             Call::Retry(id) => is_compute(id),
             _ => false,
         }
@@ -152,6 +160,7 @@ pub async fn perform(app: &Arc<App>, caller: &Caller, call: Call) -> Result<Repl
         Call::QueueDepth => meta::queue_depth(app).await,
         Call::SubmitBatch { body, idempotency_key } => captures::submit_batch(app, caller, body, idempotency_key).await,
         Call::Batch(id) => captures::batch(app, caller, &id).await,
+        Call::OneCall { call, body } => captures::one_call(app, caller, call, body).await,
         Call::GetJob(id) if is_compute(&id) => jobs::get(app, caller, &id).await,
         Call::GetJob(id) => captures::item(app, caller, &id).await,
         Call::Retry(id) if is_compute(&id) => jobs::retry(app, caller, &id).await,

@@ -79,6 +79,7 @@ pub struct Want {
     pub screenshot: bool,
     pub html: bool,
     pub body: bool,
+    pub pdf: bool,
 }
 
 /// A screenshot and what it shows.
@@ -130,6 +131,7 @@ pub struct PageOutcome {
     pub screenshot: Option<Shot>,
     pub html: Option<String>,
     pub body: Option<Vec<u8>>,
+    pub pdf: Option<Vec<u8>>,
 }
 
 #[derive(Debug)]
@@ -182,6 +184,33 @@ impl std::fmt::Display for Steps {
             write!(f, "{}{step}={ms}ms", if i == 0 { "" } else { " " })?;
         }
         Ok(())
+    }
+}
+
+/// Chromium's print of the page as `pdf` options ask: the paper's portrait
+/// sides and margins in inches, the page's own CSS page size ignored (the
+/// options decide, as Puppeteer's do by default).
+fn print_to_pdf(pdf: &params::PdfOptions) -> Page::PrintToPDF {
+    let (width, height) = pdf.paper_inches;
+    let [top, right, bottom, left] = pdf.margin_inches;
+    Page::PrintToPDF {
+        landscape: Some(pdf.landscape),
+        display_header_footer: Some(false),
+        print_background: Some(pdf.print_background),
+        scale: Some(pdf.scale),
+        paper_width: Some(width),
+        paper_height: Some(height),
+        margin_top: Some(top),
+        margin_bottom: Some(bottom),
+        margin_left: Some(left),
+        margin_right: Some(right),
+        page_ranges: None,
+        header_template: None,
+        footer_template: None,
+        prefer_css_page_size: Some(false),
+        transfer_mode: None,
+        generate_tagged_pdf: None,
+        generate_document_outline: None,
     }
 }
 
@@ -500,6 +529,7 @@ impl PageDriver {
         let facts = self.call(evaluate(format!("[location.href, document.title, navigator.userAgent, {html}]")));
         let screenshot = spec.want.screenshot.then(|| self.screenshot(&spec.params.screenshot, spec.viewport));
         let body = spec.want.body.then(|| self.call(Network::GetResponseBody { request_id: main.request_id.clone() }));
+        let pdf = spec.want.pdf.then(|| self.call(print_to_pdf(&spec.params.pdf)));
         let far = Instant::now() + Duration::from_secs(24 * 3600);
         let collected = self
             .pump(
@@ -516,12 +546,18 @@ impl PageDriver {
                             None => Ok(None),
                         }
                     };
-                    tokio::join!(facts, screenshot, body)
+                    let pdf = async {
+                        match pdf {
+                            Some(p) => p.await.map(Some),
+                            None => Ok(None),
+                        }
+                    };
+                    tokio::join!(facts, screenshot, body, pdf)
                 },
                 far,
             )
             .await?;
-        let Some((facts, screenshot, body)) = collected else {
+        let Some((facts, screenshot, body, pdf)) = collected else {
             return Err(PageError::Timeout("collecting the page's files took a day".into()));
         };
         steps.mark("collect");
@@ -546,6 +582,12 @@ impl PageDriver {
             Some(b) => Some(b.body.into_bytes()),
             None => None,
         };
+        let pdf = match pdf? {
+            Some(p) => Some(
+                base64::prelude::BASE64_STANDARD.decode(p.data).map_err(|e| PageError::Cdp(format!("the PDF: {e}")))?,
+            ),
+            None => None,
+        };
         self.list_proxy_refusals();
         Ok(PageOutcome {
             main,
@@ -560,6 +602,7 @@ impl PageDriver {
             screenshot: screenshot?,
             html,
             body,
+            pdf,
         })
     }
 

@@ -33,9 +33,7 @@ use grid_core::time::Millis;
 use grid_core::wire::batch::{BatchCreated, BatchSubmission};
 use grid_core::wire::item::ItemRetried;
 use serde_json::json;
-#[cfg(test)]
-use tokio::sync::oneshot;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::{mpsc, oneshot, Notify};
 
 use super::commits::Commits;
 use super::files::{self, FileContent};
@@ -105,8 +103,7 @@ struct EndRequest {
 }
 
 enum AnswerTo {
-    /// A test waiting on `finish`.
-    #[cfg(test)]
+    /// A caller waiting on `finish`: a one-call capture's, or a test.
     Caller(oneshot::Sender<Result<Outcome, ItemError>>),
     /// Nobody waits: the worker went on to its next item, and the publisher
     /// reports the end (`report_end`). The guard counts it unstored
@@ -117,7 +114,6 @@ enum AnswerTo {
 impl EndRequest {
     fn answer(self, answer: Result<Outcome, ItemError>) {
         match self.answer_to {
-            #[cfg(test)]
             AnswerTo::Caller(reply) => {
                 let _ = reply.send(answer);
             }
@@ -128,7 +124,6 @@ impl EndRequest {
     /// Whether anybody still wants the answer.
     fn wanted(&self) -> bool {
         match &self.answer_to {
-            #[cfg(test)]
             AnswerTo::Caller(reply) => !reply.is_closed(),
             AnswerTo::Report(_) => true,
         }
@@ -225,8 +220,8 @@ impl ItemDriver {
         self.send(claim, end, AnswerTo::Report(UnstoredEnd::new(&self.unstored)));
     }
 
-    /// `end`, answering how it was stored.
-    #[cfg(test)]
+    /// `end`, answering how it was stored: what a one-call capture's caller
+    /// waits for before it answers.
     pub async fn finish(&self, claim: &Arc<ItemRow>, end: AttemptEnd) -> Result<Outcome, ItemError> {
         let (reply, answer) = oneshot::channel();
         self.send(claim.clone(), end, AnswerTo::Caller(reply));
@@ -275,6 +270,31 @@ impl ItemDriver {
             tracing::info!(batch = %created.batch_id, items = created.job_count, "batch queued");
         }
         Ok(outcome)
+    }
+
+    /// A one-call capture for `caller` (POST /screenshot, /pdf, /content):
+    /// a batch of its one attended item (`grid_core::item::submit_attended`),
+    /// reserved and claimed by this node in one transaction, so no worker
+    /// and no other node takes it. Its caller runs the attempt and ends it
+    /// through `finish`.
+    pub async fn take_attended(&self, caller: &Caller, sub: BatchSubmission) -> Result<Arc<ItemRow>, ItemError> {
+        let (caller, node) = (caller.clone(), self.node.clone());
+        let claim = self
+            .transact(move |tx, now, backoff, after| {
+                let (_, rows) = create(tx, &caller, &sub, item::submit_attended(), now, after)?;
+                let row = items::load_item(tx, &rows[0].id)?
+                    .ok_or_else(|| StoreError::NotFound(format!("item {}", rows[0].id)))?;
+                let outcome = item::apply(&row.item, Event::Claim, now, backoff)?;
+                let token = items::take_lease(tx, &[(row.seq, row.lease_token)], &outcome.item, &node, now)?;
+                let mut writes = Writes::default();
+                execute_in_tx(&row, &[], &outcome.effects.in_tx, now, &mut writes);
+                execute_after_commit(&outcome.effects.after_commit, after);
+                writes.store(tx, now)?;
+                Ok(ItemRow { item: outcome.item, lease_token: token[0], ..row })
+            })
+            .await?;
+        tracing::debug!(item = %claim.id, batch = %claim.batch_id, "one-call capture taken");
+        Ok(Arc::new(claim))
     }
 
     /// POST /jobs/{id}/retry for a capture item of `account_id`.
@@ -488,7 +508,21 @@ fn submit_batch(
     now: Millis,
     after: &mut After,
 ) -> Result<BatchCreated, ItemError> {
-    let Outcome { item, effects } = item::submit(sub.priority);
+    create(tx, caller, sub, item::submit(sub.priority), now, after).map(|(created, _)| created)
+}
+
+/// A batch's creation from its items' first step (`first`, the machine's
+/// answer for every item of it): the batch and its items stored, their
+/// reservation written, the step's wake-ups owed.
+fn create(
+    tx: &Conn,
+    caller: &Caller,
+    sub: &BatchSubmission,
+    first: Outcome,
+    now: Millis,
+    after: &mut After,
+) -> Result<(BatchCreated, Vec<ItemRow>), ItemError> {
+    let Outcome { item, effects } = first;
     let batch_id = new_id(ids::BATCH);
     let rows = items::new_rows(&batch_id, caller, sub, &item, now);
     items::insert_batch(tx, caller, sub, &batch_id, &rows, now)?;
@@ -498,7 +532,7 @@ fn submit_batch(
     }
     execute_after_commit(&effects.after_commit, after);
     writes.store(tx, now)?;
-    Ok(BatchCreated { batch_id: batch_id.clone(), job_count: rows.len() as u32 })
+    Ok((BatchCreated { batch_id: batch_id.clone(), job_count: rows.len() as u32 }, rows))
 }
 
 /// `submit_batch` alone, for tests that need a batch stored.

@@ -418,6 +418,75 @@ async fn run_attempt(app: &Runner, fetcher: &Fetcher, row: Arc<ItemRow>, slot: S
     app.items.end(row, end);
 }
 
+/// How a one-call capture's attempt ended, once stored.
+pub enum Attended {
+    /// Its files are published and its price charged: the answer's file,
+    /// and the target's HTTP status as the meta file records it.
+    Completed { file: FileContent, target_status: Option<u64>, charged_micros: i64 },
+    /// It failed (published as its failure record, its reservation released).
+    Failed(Failure),
+}
+
+/// Runs a one-call capture's attempt on the caller's task (the item was
+/// claimed for it, `ItemDriver::take_attended`) on the browser pool, as a
+/// worker runs a claimed item, and stores its end before answering: the
+/// file `answers` is then published and charged, or the failure recorded
+/// and released. The attempt holds a worker's browser place meanwhile, so
+/// the dispatcher claims no more browser items than the pool has room for.
+pub async fn run_attended(
+    app: &Runner,
+    claim: Arc<ItemRow>,
+    answers: grid_core::catalog::ArtifactKind,
+) -> Result<Attended, ItemError> {
+    let Some(pool) = &app.browsers else {
+        // The API refuses first (`BrowsersUnavailable`); an end is owed anyway.
+        let failure = Failure::Terminal("this grid runs no browsers (--browsers 0 or no Chromium)".into());
+        app.items.finish(&claim, AttemptEnd::Failed(failure.clone())).await?;
+        return Ok(Attended::Failed(failure));
+    };
+    let slot = app.workers.take(true);
+    let started = Instant::now();
+    let result = Box::pin(scripts::run(pool, &claim)).await;
+    let (end, kept) = match result {
+        Ok(files) => {
+            let file = files.iter().find(|f| f.kind == answers).cloned();
+            let target_status = files
+                .iter()
+                .find(|f| f.kind == grid_core::catalog::ArtifactKind::Meta)
+                .and_then(|m| serde_json::from_slice::<serde_json::Value>(&m.bytes).ok())
+                .and_then(|meta| meta["status"].as_u64());
+            match (file, write_files(app, &claim.id, files).await) {
+                (Some(file), Ok(stored)) => (AttemptEnd::Succeeded(stored), Some((file, target_status))),
+                (None, _) => {
+                    (AttemptEnd::Failed(Failure::Transient(format!("the page gave no {answers:?} file"))), None)
+                }
+                (_, Err(e)) => (AttemptEnd::Failed(Failure::Transient(format!("storing files failed: {e}"))), None),
+            }
+        }
+        Err(failure) => (AttemptEnd::Failed(failure), None),
+    };
+    let took = started.elapsed();
+    drop(slot);
+    crate::metrics::get().item_seconds.with_label_values(&[claim.script.as_str()]).observe(crate::metrics::secs(took));
+    let failure = match &end {
+        AttemptEnd::Failed(f) => Some(f.clone()),
+        AttemptEnd::Succeeded(_) => None,
+    };
+    let outcome = app.items.finish(&claim, end).await?;
+    let charged_micros = outcome
+        .effects
+        .in_tx
+        .iter()
+        .any(|e| *e == grid_core::item::TxEffect::Settle(grid_core::item::Settlement::Charge))
+        .then_some(claim.price_micros)
+        .unwrap_or(0);
+    Ok(match (failure, kept) {
+        (None, Some((file, target_status))) => Attended::Completed { file, target_status, charged_micros },
+        (Some(failure), _) => Attended::Failed(failure),
+        (None, None) => Attended::Failed(Failure::Transient("the attempt kept no file".into())),
+    })
+}
+
 /// Writes and checks an attempt's files; the driver publishes them if the
 /// item machine says so. A small family kept in the database is checked
 /// here, without a hop to the blocking pool.

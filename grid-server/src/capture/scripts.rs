@@ -96,6 +96,7 @@ fn want(script: Script) -> Want {
             screenshot: reads(ArtifactKind::Screenshot),
             html: reads(ArtifactKind::Html),
             body: reads(ArtifactKind::Body),
+            pdf: reads(ArtifactKind::Pdf),
         },
         // Not run here (capture/fetch.rs runs it); nothing to read.
         Needs::Http => Want::default(),
@@ -157,6 +158,19 @@ fn files(row: &ItemRow, spec: &PageSpec, out: PageOutcome, info: Meta) -> Vec<Fi
     if let Some(body) = out.body {
         body_facts = json!({"byteLength": body.len(), "sha256": sha256_hex(&body)});
         add(ArtifactKind::Body, content_type.clone(), body, json!({}));
+    }
+    let mut pdf = Value::Null;
+    if let Some(document) = out.pdf {
+        let o = &p.pdf;
+        let [top, right, bottom, left] = o.margin_inches;
+        pdf = json!({
+            "format": o.paper,
+            "landscape": o.landscape,
+            "printBackground": o.print_background,
+            "scale": o.scale,
+            "marginInches": {"top": top, "right": right, "bottom": bottom, "left": left},
+        });
+        add(ArtifactKind::Pdf, ArtifactKind::Pdf.default_content_type().into(), document, json!({}));
     }
     let blocked: Vec<Value> = out
         .blocked
@@ -222,6 +236,9 @@ fn files(row: &ItemRow, spec: &PageSpec, out: PageOutcome, info: Meta) -> Vec<Fi
     }
     if !screenshot.is_null() {
         meta["screenshot"] = screenshot;
+    }
+    if !pdf.is_null() {
+        meta["pdf"] = pdf;
     }
     files.push(FileContent::meta(&meta));
     files

@@ -27,6 +27,7 @@ use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 
 use grid_core::routes::{self, Access, Resolved, Route};
+use grid_core::validate::one_call::OneCall;
 
 use crate::api::meta;
 use crate::api::{self, Call};
@@ -304,6 +305,20 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiErr
             respond::json_body(req.into_body(), &app.limits.conn, |detail| ApiError::InvalidJobRequest { detail })
                 .await?,
         ),
+        Route::Screenshot | Route::Pdf | Route::Content => {
+            let call = match route {
+                Route::Pdf => OneCall::Pdf,
+                Route::Content => OneCall::Content,
+                _ => OneCall::Screenshot,
+            };
+            Call::OneCall {
+                call,
+                body: respond::json_body(req.into_body(), &app.limits.conn, |detail| ApiError::InvalidCaptureBody {
+                    detail,
+                })
+                .await?,
+            }
+        }
         Route::LeaseSession => Call::LeaseSession {
             idempotency_key: respond::idempotency_key(req.headers())?,
             body: respond::json_body(req.into_body(), &app.limits.conn, |detail| ApiError::InvalidSessionBody {

@@ -52,6 +52,7 @@ pub fn reply(reply: Reply) -> Resp {
         ReplyBody::Json(b) => bytes(status, "application/json", b),
         ReplyBody::Text(b) => bytes(status, "text/plain; charset=utf-8", b),
         ReplyBody::Empty => bytes(status, "application/json", vec![]),
+        ReplyBody::File { content_type, bytes: b } => bytes(status, &content_type, b),
     };
     for (name, value) in reply.headers {
         if let Ok(v) = HeaderValue::from_str(&value) {

@@ -101,9 +101,12 @@ pub fn insert_batch(
     now: Millis,
 ) -> StoreResult<()> {
     let params = Value::Object(sub.params.clone()).to_string();
+    // A batch's items are all made by the same first step.
+    let attended = rows.first().is_some_and(|r| r.item.attended);
     tx.execute(
-        "INSERT INTO batches (id, account_id, key_id, script, profile_id, params, priority, item_count, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        "INSERT INTO batches (id, account_id, key_id, script, profile_id, params, priority, item_count, created_at,
+                              attended)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
         params![
             batch_id,
             caller.account_id,
@@ -113,7 +116,8 @@ pub fn insert_batch(
             params,
             sub.priority,
             rows.len() as i64,
-            now.0
+            now.0,
+            attended
         ],
     )?;
     let state = rows.first().map_or(ItemState::queued(sub.priority), |r| r.item.state);
@@ -183,7 +187,7 @@ macro_rules! item_columns {
     () => {
         "i.id, i.batch_id, i.account_id, i.url, i.script, i.profile_id, b.params, i.state, i.priority,
          i.attempts_made, i.failed_reason, i.failure_published, i.run_at, i.billable, i.lease_token,
-         i.key_id, i.price_micros, i.reservation_day, i.seq"
+         i.key_id, i.price_micros, i.reservation_day, i.seq, b.attended"
     };
 }
 
@@ -214,6 +218,7 @@ fn item_row_owned(mut r: Row) -> StoreResult<ItemRow> {
             failure_published: r.get(11)?,
             run_at: r.get::<Option<i64>>(12)?.map(Millis),
             billable: r.get(13)?,
+            attended: r.get(19)?,
         },
         lease_token: r.get(14)?,
         key_id: r.take(15)?,

@@ -1,0 +1,5 @@
+-- Migration 7: a batch made by a one-call capture (POST /screenshot, /pdf,
+-- /content) is attended: its caller waits for its one item, which is tried
+-- once and fails, released, instead of going back to the queue when its
+-- node stops (grid_core::item, `attended`).
+ALTER TABLE batches ADD COLUMN IF NOT EXISTS attended BIGINT NOT NULL DEFAULT 0;
