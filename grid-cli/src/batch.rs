@@ -51,7 +51,7 @@ pub struct SubmitArgs {
     /// http(s) URLs, files with one URL per line (blank lines and lines starting with # are skipped), or - for stdin.
     #[arg(required = true, value_name = "FILE|URL")]
     inputs: Vec<String>,
-    // "Script: capture (default), fetch, browser-fetch or render-fetch.", from the script table.
+    // "Script: capture (default), fetch, browser-fetch, render-fetch or pdf.", from the script table.
     #[arg(long, help = script_help())]
     script: Option<String>,
     /// Browser profile: desktop-browser-nl/v2 (default), native-headless-browser/v2, or
@@ -174,10 +174,6 @@ async fn wait_and_show(cx: &Context, batch_id: &str, args: WaitArgs) -> anyhow::
     Ok(if view.counts.failed > 0 { ExitCode::from(EXIT_FAILED_ITEMS) } else { ExitCode::SUCCESS })
 }
 
-/// The params as every item of the batch would check them when it runs
-/// (`grid_core::validate::params`, the server's own validator), so a typo is
-/// caught once here rather than in every item. The first refusal, naming
-/// the URL when it depends on one.
 /// `--script`'s help: every script of the table (`Script::row`), the default marked.
 fn script_help() -> String {
     let names: Vec<String> = Script::ALL
@@ -190,6 +186,10 @@ fn script_help() -> String {
     }
 }
 
+/// The params as every item of the batch would check them when it runs
+/// (`grid_core::validate::params`, the server's own validator), so a typo is
+/// caught once here rather than in every item. The first refusal, naming
+/// the URL when it depends on one.
 fn check_params(script: Script, params: &Map<String, Value>, urls: &[String]) -> Result<(), String> {
     params::check(script, params)?;
     for url in urls {
@@ -259,7 +259,7 @@ mod tests {
 
     #[test]
     fn script_help_lists_the_script_table() {
-        assert_eq!(script_help(), "Script: capture (default), fetch, browser-fetch or render-fetch.");
+        assert_eq!(script_help(), "Script: capture (default), fetch, browser-fetch, render-fetch or pdf.");
     }
 
     #[test]

@@ -16,6 +16,11 @@ pub fn http_client_trusting(ca: Option<&std::path::Path>) -> reqwest::Client {
     let mut builder = reqwest::Client::builder()
         .no_proxy()
         .redirect(reqwest::redirect::Policy::none())
+        // Well under the server's keep-alive wait for a next request
+        // (--header-read-timeout-secs): a test that blocks its runtime for
+        // longer (a CLI or SDK client run as a child process) would otherwise
+        // reuse a connection the server closed meanwhile, and fail sending.
+        .pool_idle_timeout(std::time::Duration::from_secs(2))
         .timeout(std::time::Duration::from_secs(30));
     if let Some(ca) = ca {
         let pem = std::fs::read(ca).unwrap_or_else(|e| panic!("read CA {}: {e}", ca.display()));

@@ -63,7 +63,7 @@ async fn bad_kind_is_400_with_the_exact_body() {
     let target = Target::start();
     let server = GridServer::start(ServerOptions::default());
     let item_id = completed_fetch(&server, target.url("/page/1")).await;
-    for kind in ["pdf", "BODY", "log", "screenshots"] {
+    for kind in ["gif", "BODY", "log", "screenshots"] {
         let r = server.get(&format!("/artifacts/{item_id}/{kind}")).await;
         assert_eq!(r.status, 400, "{kind}: {r}");
         assert_eq!(r.json, json!({"error": "kind must be screenshot|html|body|meta"}), "{kind}: {r}");

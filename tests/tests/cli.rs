@@ -254,7 +254,7 @@ fn cli_refuses_bad_params_before_sending_anything() {
         ),
         (
             &["--script", "render-fetch", "--param", "format=webp"],
-            "params.format: not a parameter of render-fetch; only capture takes it",
+            "params.format: not a parameter of render-fetch; only capture and pdf take it",
         ),
         (
             &["--script", "browser-fetch", "--param", r#"cookies=[{"name":"a","value":"1","domain":"other.example"}]"#],

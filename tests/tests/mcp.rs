@@ -449,7 +449,10 @@ async fn get_capture_returns_the_screenshot_as_png_image_content_to_every_client
     let call = json!([
         ["get_capture", {"jobId": item, "include": ["screenshot", "html", "meta"]}],
         ["get_capture", {"jobId": "it_nope"}],
-        ["get_capture", {"jobId": item, "include": ["pdf"]}],
+        ["get_capture", {"jobId": item, "include": ["gif"]}],
+        ["capture_screenshot", {"url": target.url("/page/8"), "viewport": {"width": 400, "height": 300}}],
+        ["capture_content", {"url": target.url("/js/9")}],
+        ["capture_screenshot", {"url": target.url("/page/8"), "quality": 500}],
     ]);
     let outs = [
         ("python auto", python_client(&server, server.api_key(), "auto", call.clone())),
@@ -488,6 +491,25 @@ async fn get_capture_returns_the_screenshot_as_png_image_content_to_every_client
         assert_eq!((out["calls"][1]["isError"].clone(), unknown), (json!(true), json!({"error": "unknown job"})));
         let bad: Value = serde_json::from_str(out["calls"][2]["text"].as_str().unwrap()).unwrap();
         assert_eq!(bad, json!({"error": "kind must be screenshot|html|body|meta"}), "{who}");
+        // One-call captures: the screenshot as an image of the viewport asked
+        // for, the rendered HTML as text, the item and its charge structured.
+        let shot = &out["calls"][3];
+        assert_eq!(shot["isError"], false, "{who}: {out}");
+        let images = shot["images"].as_array().unwrap();
+        assert_eq!(images[0]["mimeType"], "image/png", "{who}: {shot}");
+        let png = base64::engine::general_purpose::STANDARD.decode(images[0]["data"].as_str().unwrap()).unwrap();
+        assert!(png.starts_with(PNG_MAGIC), "{who}");
+        let size = (u32::from_be_bytes(png[16..20].try_into().unwrap()), u32::from_be_bytes(png[20..24].try_into().unwrap()));
+        assert_eq!(size, (400, 300), "{who}");
+        assert_eq!(shot["structured"]["chargedMicros"], 1_000, "{who}: {shot}");
+        assert_eq!(shot["structured"]["inline"], true, "{who}: {shot}");
+        let made = shot["structured"]["jobId"].as_str().unwrap();
+        assert_eq!(server.item(made).await["state"], "completed", "{who}");
+        let content = &out["calls"][4];
+        let html = content["resources"][0]["text"].as_str().unwrap_or_else(|| panic!("{who}: {content}"));
+        assert!(html.contains(&grid_tests::target::browser_pages::js_text("9")), "{who}: {html}");
+        let refused: Value = serde_json::from_str(out["calls"][5]["text"].as_str().unwrap()).unwrap();
+        assert_eq!((out["calls"][5]["isError"].clone(), refused["error"].clone()), (json!(true), json!("invalid capture body")), "{who}");
     }
 
     // The Inspector CLI, in both eras, gets the same image block.

@@ -18,11 +18,12 @@ use grid_core::catalog::{ArtifactKind, Script};
 use grid_core::error::ApiError;
 use grid_core::pricing::{JOB_MICROS_PER_GIB_HOUR, JOB_MICROS_PER_VCPU_HOUR, SESSION_MICROS_PER_HOUR};
 use grid_core::validate::list::{account_query_pairs, query_pairs};
+use grid_core::validate::one_call::OneCall;
 use grid_core::{reply_shapes as replies, shapes};
 use serde_json::{json, Map, Value};
 
 use crate::api::captures::{read_files, ItemFile};
-use crate::api::{self as calls, is_compute, Call, Reply};
+use crate::api::{self as calls, is_compute, Call, Reply, ReplyBody};
 use crate::app::App;
 use crate::store::accounts::Caller;
 
@@ -35,7 +36,7 @@ pub const MAX_INLINE_TEXT_BYTES: u64 = 512 * 1024;
 
 fn inline_limit(kind: ArtifactKind) -> u64 {
     match kind {
-        ArtifactKind::Screenshot => MAX_INLINE_IMAGE_BYTES,
+        ArtifactKind::Screenshot | ArtifactKind::Pdf => MAX_INLINE_IMAGE_BYTES,
         _ => MAX_INLINE_TEXT_BYTES,
     }
 }
@@ -101,7 +102,7 @@ fn tools_table() -> Vec<Tool> {
     let prices: Vec<String> = Script::ALL.iter().map(|s| format!("{} {} µ€", s.as_str(), s.price_micros())).collect();
     let mut sessions_list = replies::object(json!({"sessions": {"type": "array", "items": replies::session_view()}}));
     sessions_list["description"] = json!("GET /sessions' array, as {sessions: [...]}");
-    vec![
+    let mut tools = vec![
         Tool {
             name: "get_account",
             title: "Read your account",
@@ -316,7 +317,64 @@ fn tools_table() -> Vec<Tool> {
             output: replies::session_downloads(),
             hints: READ,
         },
-    ]
+    ];
+    tools.extend(OneCall::ALL.map(one_call_tool));
+    tools
+}
+
+/// The tool name of a one-call capture.
+fn one_call_name(call: OneCall) -> &'static str {
+    match call {
+        OneCall::Screenshot => "capture_screenshot",
+        OneCall::Pdf => "capture_pdf",
+        OneCall::Content => "capture_content",
+    }
+}
+
+/// POST /screenshot, /pdf or /content as a tool: the file comes back as
+/// content (the screenshot as an image you see), its item in
+/// `structuredContent`.
+fn one_call_tool(call: OneCall) -> Tool {
+    let script = call.script();
+    let (title, what) = match call {
+        OneCall::Screenshot => ("Screenshot a page", "the page's screenshot, returned as an image you can see"),
+        OneCall::Pdf => ("Print a page as PDF", "the page printed as a PDF, returned as an embedded application/pdf resource"),
+        OneCall::Content => ("Read a page's HTML", "the page's HTML after its scripts ran, returned as embedded text"),
+    };
+    Tool {
+        name: one_call_name(call),
+        title,
+        description: format!(
+            "Opens one URL in the grid's browser and answers {what}, in one call (no batch to poll). Runs the {} \
+             script: its options are in the input schema beside url. Costs {} µ€, reserved now, charged when it \
+             succeeds, released if it fails; tried once. Files larger than {} KiB come back as a 15-minute \
+             download URL instead.",
+            script.as_str(),
+            script.price_micros(),
+            inline_limit(call.answers()) / 1024
+        ),
+        input: shapes::one_call_body(call),
+        output: one_call_output(),
+        hints: Hints { read_only: false, destructive: false, idempotent: false, open_world: true },
+    }
+}
+
+fn one_call_output() -> Value {
+    let mut out = replies::object(json!({
+        "jobId": {"type": "string", "description": "The capture item that made the file (get_job, get_capture)."},
+        "batchId": {"type": "string"},
+        "chargedMicros": {"type": "integer", "minimum": 0},
+        "contentType": {"type": "string"},
+        "byteLength": {"type": "integer", "minimum": 0},
+        "inline": {"type": "boolean", "description": "Whether the file is in this result's content."},
+        "targetStatus": {"type": ["integer", "null"], "description": "The page's HTTP status."},
+        "url": {"type": "string", "format": "uri", "description": "A download URL (15 minutes) for a file too large to inline."}
+    }));
+    // Only a file too large to inline has a URL.
+    if let Some(Value::Array(required)) = out.get_mut("required") {
+        required.retain(|r| r != "url");
+    }
+    out
 }
 
 fn capture_output() -> Value {
@@ -390,6 +448,10 @@ fn to_call(name: &str, args: &Map<String, Value>) -> Result<Call, ToolError> {
         "list_sessions" => Call::ListSessions,
         "release_session" => Call::ReleaseSession(string_arg(args, "sessionId")?),
         "list_session_downloads" => Call::SessionDownloads(string_arg(args, "sessionId")?),
+        other if OneCall::ALL.iter().any(|c| one_call_name(*c) == other) => {
+            let call = OneCall::ALL.into_iter().find(|c| one_call_name(*c) == other).unwrap_or(OneCall::Screenshot);
+            Call::OneCall { call, body: body() }
+        }
         other => return Err(ToolError::Params(format!("Unknown tool: {other}"))),
     })
 }
@@ -452,6 +514,7 @@ pub async fn call(app: &Arc<App>, caller: &Caller, name: &str, args: &Map<String
             });
             success(log, structured, vec![])
         }
+        (name, _) if name.starts_with("capture_") => one_call_result(app, caller, &reply).await,
         ("list_sessions", _) => {
             let text = String::from_utf8_lossy(reply.bytes()).into_owned();
             let sessions: Value = serde_json::from_slice(reply.bytes()).unwrap_or(json!([]));
@@ -463,6 +526,55 @@ pub async fn call(app: &Arc<App>, caller: &Caller, name: &str, args: &Map<String
             success(text, structured, vec![])
         }
     })
+}
+
+/// A one-call capture's file as content, within `inline_limit` (beyond it,
+/// its download URL), and its item as `structuredContent`.
+async fn one_call_result(app: &Arc<App>, caller: &Caller, reply: &Reply) -> Value {
+    let header = |n: &str| reply.headers.iter().find(|(k, _)| *k == n).map(|(_, v)| v.clone());
+    let job_id = header("x-grid-job-id").unwrap_or_default();
+    let ReplyBody::File { content_type, bytes } = &reply.body else {
+        return success(String::from_utf8_lossy(reply.bytes()).into_owned(), json!({}), vec![]);
+    };
+    let kind = match content_type.as_str() {
+        "application/pdf" => ArtifactKind::Pdf,
+        t if t.starts_with("text/html") => ArtifactKind::Html,
+        _ => ArtifactKind::Screenshot,
+    };
+    let file = ItemFile {
+        kind,
+        content_type: content_type.clone(),
+        byte_length: bytes.len() as u64,
+        bytes: (bytes.len() as u64 <= inline_limit(kind)).then(|| bytes.clone()),
+    };
+    let mut structured = json!({
+        "jobId": job_id,
+        "batchId": header("x-grid-batch-id").unwrap_or_default(),
+        "chargedMicros": header("x-grid-charged-micros").and_then(|v| v.parse::<i64>().ok()).unwrap_or(0),
+        "contentType": content_type,
+        "byteLength": bytes.len(),
+        "inline": file.bytes.is_some(),
+        "targetStatus": header("x-grid-target-status").and_then(|v| v.parse::<u64>().ok()),
+    });
+    let mut content = vec![];
+    match content_block(app, &job_id, &file) {
+        Some(block) => content.push(block),
+        None => {
+            let url = calls::perform(app, caller, Call::ArtifactUrl { item: job_id.clone(), kind: kind.as_str().into() })
+                .await
+                .ok()
+                .and_then(|r: Reply| serde_json::from_slice::<Value>(r.bytes()).ok())
+                .and_then(|v| v["url"].as_str().map(str::to_string));
+            if let Some(url) = url {
+                content.push(json!({"type": "text", "text": format!(
+                    "the {} is {} bytes, more than returned inline; download it within 15 minutes: {url}",
+                    kind.as_str(), bytes.len()
+                )}));
+                structured["url"] = json!(url);
+            }
+        }
+    }
+    success(structured.to_string(), structured, content)
 }
 
 /// `get_capture`: the item (as get_job answers it) and the included files
