@@ -135,8 +135,6 @@ pub enum ApiError {
         reason: String,
         job_id: String,
     },
-    /// One-call captures need the browser pool this node does not run.
-    BrowsersUnavailable,
     /// Something failed inside the server; the body says no more than that.
     Internal,
 }
@@ -250,7 +248,6 @@ impl ApiError {
             CaptureFailed { reason, job_id } => {
                 row(502, "capture failed").with("reason", reason.clone()).with("jobId", job_id.clone())
             }
-            BrowsersUnavailable => row(503, "browsers unavailable"),
         }
     }
 
@@ -331,7 +328,6 @@ pub(crate) fn every_variant() -> Vec<ApiError> {
         InvalidCaptureBody { detail: d() },
         CaptureRefused { reason: "destination refused".into(), job_id: "job_x".into() },
         CaptureFailed { reason: "timeout".into(), job_id: "job_x".into() },
-        BrowsersUnavailable,
         Internal,
     ]
 }
@@ -434,7 +430,6 @@ mod tests {
                 "invalid capture body",
                 "capture refused",
                 "capture failed",
-                "browsers unavailable",
                 "internal error"
             ]
         );

@@ -478,7 +478,7 @@ fn one_call(call: OneCall, id: &'static str, summary: &'static str) -> Operation
                 ApiError::InvalidCaptureBody { detail: detail() },
                 ApiError::CaptureRefused { reason: String::new(), job_id: String::new() },
                 ApiError::CaptureFailed { reason: String::new(), job_id: String::new() },
-                ApiError::BrowsersUnavailable,
+                ApiError::CapabilityNotAvailable { capability: String::new() },
             ],
             billing_errors().to_vec(),
         ]

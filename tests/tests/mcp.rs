@@ -499,7 +499,8 @@ async fn get_capture_returns_the_screenshot_as_png_image_content_to_every_client
         assert_eq!(images[0]["mimeType"], "image/png", "{who}: {shot}");
         let png = base64::engine::general_purpose::STANDARD.decode(images[0]["data"].as_str().unwrap()).unwrap();
         assert!(png.starts_with(PNG_MAGIC), "{who}");
-        let size = (u32::from_be_bytes(png[16..20].try_into().unwrap()), u32::from_be_bytes(png[20..24].try_into().unwrap()));
+        let size =
+            (u32::from_be_bytes(png[16..20].try_into().unwrap()), u32::from_be_bytes(png[20..24].try_into().unwrap()));
         assert_eq!(size, (400, 300), "{who}");
         assert_eq!(shot["structured"]["chargedMicros"], 1_000, "{who}: {shot}");
         assert_eq!(shot["structured"]["inline"], true, "{who}: {shot}");
@@ -509,7 +510,11 @@ async fn get_capture_returns_the_screenshot_as_png_image_content_to_every_client
         let html = content["resources"][0]["text"].as_str().unwrap_or_else(|| panic!("{who}: {content}"));
         assert!(html.contains(&grid_tests::target::browser_pages::js_text("9")), "{who}: {html}");
         let refused: Value = serde_json::from_str(out["calls"][5]["text"].as_str().unwrap()).unwrap();
-        assert_eq!((out["calls"][5]["isError"].clone(), refused["error"].clone()), (json!(true), json!("invalid capture body")), "{who}");
+        assert_eq!(
+            (out["calls"][5]["isError"].clone(), refused["error"].clone()),
+            (json!(true), json!("invalid capture body")),
+            "{who}"
+        );
     }
 
     // The Inspector CLI, in both eras, gets the same image block.

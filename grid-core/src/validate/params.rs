@@ -381,10 +381,10 @@ pub struct PdfOptions {
 
 impl Default for PdfOptions {
     fn default() -> PdfOptions {
-        let (paper, w, h) = paper(DEFAULT_PAPER).expect("the default paper is in the table");
+        // `DEFAULT_PAPER`'s row of `PAPER_FORMATS` (a unit test holds them equal).
         PdfOptions {
-            paper,
-            paper_inches: (w, h),
+            paper: DEFAULT_PAPER,
+            paper_inches: (8.5, 11.0),
             landscape: false,
             print_background: false,
             margin_inches: [0.0; 4],
@@ -1313,6 +1313,12 @@ mod tests {
         let e = fetch(&map(json!({"allowedHosts": ["a"], "bogus": 1}))).unwrap_err();
         assert!(e.contains("params.allowedHosts: not a parameter of fetch"), "{e}");
         assert!(e.contains("params.bogus: unknown parameter of fetch"), "{e}");
+    }
+
+    #[test]
+    fn the_default_paper_is_its_row_of_the_table() {
+        let d = PdfOptions::default();
+        assert_eq!(paper(DEFAULT_PAPER), Some((d.paper, d.paper_inches.0, d.paper_inches.1)));
     }
 
     #[test]

@@ -41,7 +41,8 @@ pub async fn submit_batch(
 pub async fn one_call(app: &App, caller: &Caller, call: OneCall, body: Value) -> Result<Reply, ApiError> {
     let submission = validate::one_call::validate(call, &body)?;
     if app.runner.browsers.is_none() {
-        return Err(ApiError::BrowsersUnavailable);
+        // As the contract answers a job asking for what no node has.
+        return Err(ApiError::CapabilityNotAvailable { capability: "browser".into() });
     }
     if !app.config.allow_private_networks {
         let url = url::Url::parse(&submission.urls[0]).map_err(|_| ApiError::Internal)?;

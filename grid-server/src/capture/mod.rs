@@ -439,7 +439,7 @@ pub async fn run_attended(
     answers: grid_core::catalog::ArtifactKind,
 ) -> Result<Attended, ItemError> {
     let Some(pool) = &app.browsers else {
-        // The API refuses first (`BrowsersUnavailable`); an end is owed anyway.
+        // The API refuses first (CAPABILITY_NOT_AVAILABLE); an end is owed anyway.
         let failure = Failure::Terminal("this grid runs no browsers (--browsers 0 or no Chromium)".into());
         app.items.finish(&claim, AttemptEnd::Failed(failure.clone())).await?;
         return Ok(Attended::Failed(failure));

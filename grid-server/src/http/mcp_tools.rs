@@ -338,7 +338,9 @@ fn one_call_tool(call: OneCall) -> Tool {
     let script = call.script();
     let (title, what) = match call {
         OneCall::Screenshot => ("Screenshot a page", "the page's screenshot, returned as an image you can see"),
-        OneCall::Pdf => ("Print a page as PDF", "the page printed as a PDF, returned as an embedded application/pdf resource"),
+        OneCall::Pdf => {
+            ("Print a page as PDF", "the page printed as a PDF, returned as an embedded application/pdf resource")
+        }
         OneCall::Content => ("Read a page's HTML", "the page's HTML after its scripts ran, returned as embedded text"),
     };
     Tool {
@@ -560,11 +562,12 @@ async fn one_call_result(app: &Arc<App>, caller: &Caller, reply: &Reply) -> Valu
     match content_block(app, &job_id, &file) {
         Some(block) => content.push(block),
         None => {
-            let url = calls::perform(app, caller, Call::ArtifactUrl { item: job_id.clone(), kind: kind.as_str().into() })
-                .await
-                .ok()
-                .and_then(|r: Reply| serde_json::from_slice::<Value>(r.bytes()).ok())
-                .and_then(|v| v["url"].as_str().map(str::to_string));
+            let url =
+                calls::perform(app, caller, Call::ArtifactUrl { item: job_id.clone(), kind: kind.as_str().into() })
+                    .await
+                    .ok()
+                    .and_then(|r: Reply| serde_json::from_slice::<Value>(r.bytes()).ok())
+                    .and_then(|v| v["url"].as_str().map(str::to_string));
             if let Some(url) = url {
                 content.push(json!({"type": "text", "text": format!(
                     "the {} is {} bytes, more than returned inline; download it within 15 minutes: {url}",
