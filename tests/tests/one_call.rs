@@ -307,3 +307,52 @@ async fn the_sdk_and_the_cli_take_one_call_captures_and_batches_print_pdfs() {
     let (w, h) = pdf_page_points(&bytes).expect("MediaBox");
     assert!((w - 420.0).abs() < 2.0 && (h - 595.0).abs() < 2.0, "A5 is 420 x 595 pt, got {w} x {h}");
 }
+
+/// A one-call capture whose node is killed mid-attempt is not run again
+/// with nobody to answer: the restarted node fails its item (the recovery
+/// that puts a batch's items back in the queue) and releases its
+/// reservation; nothing is charged and the page is not asked for again.
+#[tokio::test]
+async fn a_one_call_capture_cut_by_a_crash_fails_released_instead_of_running_unattended() {
+    let target = Target::start();
+    let mut server = GridServer::start(opts());
+    let key = server.api_key().to_string();
+    let before = credit(&server, &key).await;
+    let (base, page) = (server.base_url(), target.url("/gate/crash"));
+    let call = tokio::spawn({
+        let key = key.clone();
+        async move {
+            let client = reqwest::Client::builder().no_proxy().build().unwrap();
+            client
+                .post(format!("{base}/screenshot"))
+                .header("x-api-key", key)
+                .json(&json!({"url": page, "timeoutMs": 120000}))
+                .send()
+                .await
+        }
+    });
+    // The browser has asked for the page: the attempt is under way.
+    let deadline = std::time::Instant::now() + DONE;
+    while target.hits("/gate/crash") == 0 {
+        assert!(std::time::Instant::now() < deadline, "the page was never asked for");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    server.kill9();
+    assert!(call.await.unwrap().is_err(), "the caller's connection died with the node");
+    server.restart();
+    let reserves = server.get_as(Some(&key), "/account?kind=reserve").await;
+    let batch = reserves.json["ledger"][0]["subject"].as_str().unwrap_or_else(|| panic!("{reserves}")).to_string();
+    let view = server.batch(&batch).await;
+    let id = view["jobs"][0]["jobId"].as_str().unwrap().to_string();
+    let (item, seen) = server.wait_item_final(&id, DONE).await;
+    assert_eq!(item["state"], json!("failed"), "states {seen:?}: {item}");
+    assert!(item["failedReason"].as_str().is_some_and(|r| r.contains("stopped before it ended")), "{item}");
+    let after = server.get_as(Some(&key), "/account").await;
+    assert_eq!(after.json["creditMicros"].as_i64(), Some(before), "nothing charged: {after}");
+    assert_eq!(after.json["reservedMicros"], json!(0), "{after}");
+    // Opening the gate now would answer any attempt still waiting: none is.
+    target.open_gate();
+    let r = server.post_as(Some(&key), &format!("/jobs/{id}/retry"), None).await;
+    assert_error(&r, 409, "published terminal failures are immutable and cannot be retried");
+    assert_eq!(target.hits("/gate/crash"), 1, "the page was asked for once, by the attempt the crash cut");
+}
