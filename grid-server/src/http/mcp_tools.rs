@@ -562,17 +562,8 @@ async fn one_call_result(app: &Arc<App>, caller: &Caller, reply: &Reply) -> Valu
     match content_block(app, &job_id, &file) {
         Some(block) => content.push(block),
         None => {
-            let url =
-                calls::perform(app, caller, Call::ArtifactUrl { item: job_id.clone(), kind: kind.as_str().into() })
-                    .await
-                    .ok()
-                    .and_then(|r: Reply| serde_json::from_slice::<Value>(r.bytes()).ok())
-                    .and_then(|v| v["url"].as_str().map(str::to_string));
-            if let Some(url) = url {
-                content.push(json!({"type": "text", "text": format!(
-                    "the {} is {} bytes, more than returned inline; download it within 15 minutes: {url}",
-                    kind.as_str(), bytes.len()
-                )}));
+            if let Some((note, url)) = too_large_to_inline(app, caller, &job_id, &file).await {
+                content.push(note);
                 structured["url"] = json!(url);
             }
         }
@@ -636,17 +627,8 @@ async fn get_capture(app: &Arc<App>, caller: &Caller, args: &Map<String, Value>)
         match content_block(app, &id, file) {
             Some(block) => content.push(block),
             None => {
-                let url =
-                    calls::perform(app, caller, Call::ArtifactUrl { item: id.clone(), kind: kind.as_str().into() })
-                        .await
-                        .ok()
-                        .and_then(|r: Reply| serde_json::from_slice::<Value>(r.bytes()).ok())
-                        .and_then(|v| v["url"].as_str().map(str::to_string));
-                if let Some(url) = url {
-                    content.push(json!({"type": "text", "text": format!(
-                        "{} is {} bytes, more than get_capture returns inline ({} bytes); download it within 15 minutes: {url}",
-                        kind.as_str(), file.byte_length, inline_limit(kind)
-                    )}));
+                if let Some((note, url)) = too_large_to_inline(app, caller, &id, file).await {
+                    content.push(note);
                     entry["url"] = json!(url);
                 }
             }
@@ -655,6 +637,22 @@ async fn get_capture(app: &Arc<App>, caller: &Caller, args: &Map<String, Value>)
     }
     structured["files"] = Value::Array(listed);
     Ok(success(structured.to_string(), structured, content))
+}
+
+/// For a file too large to return inline: a text block naming its
+/// 15-minute download URL, and the URL.
+async fn too_large_to_inline(app: &Arc<App>, caller: &Caller, id: &str, file: &ItemFile) -> Option<(Value, String)> {
+    let kind = file.kind;
+    let url = calls::perform(app, caller, Call::ArtifactUrl { item: id.to_string(), kind: kind.as_str().into() })
+        .await
+        .ok()
+        .and_then(|r: Reply| serde_json::from_slice::<Value>(r.bytes()).ok())
+        .and_then(|v| v["url"].as_str().map(str::to_string))?;
+    let note = json!({"type": "text", "text": format!(
+        "{} is {} bytes, more than returned inline ({} bytes); download it within 15 minutes: {url}",
+        kind.as_str(), file.byte_length, inline_limit(kind)
+    )});
+    Some((note, url))
 }
 
 /// A file as MCP content, or `None` when it was too large to read.

@@ -3,7 +3,9 @@
 //! concurrency, same screenshot settings (800 x 600 PNG, ready at `load`).
 //! Everything stays on 127.0.0.1.
 //!
-//!     bench_one_call [--items N] [--browsers B] [--pages P] [--browserless URL] [--timeout-secs S]
+//!     bench_one_call [--items N] [--browsers B] [--pages P] [--timeout-secs S]
+//!
+//! Browserless is reached at `BROWSERLESS_URL` (default http://127.0.0.1:3999).
 //!
 //! Sides, each after a warm-up of one request per concurrent caller:
 //! - `bare CDP loop`: B `chromium-headless-shell` processes started here, no
@@ -42,39 +44,18 @@ struct Config {
 }
 
 fn parse_args() -> Config {
-    let mut c = Config {
-        items: 200,
-        browsers: 2,
-        pages: 2,
-        browserless: "http://127.0.0.1:3999".into(),
-        timeout: Duration::from_secs(900),
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(arg) = args.next() {
-        let mut value = || args.next().unwrap_or_else(|| usage(&format!("{arg} needs a value")));
-        let number = |v: String| -> u64 { v.parse().unwrap_or_else(|e| usage(&format!("{v}: {e}"))) };
-        match arg.as_str() {
-            "--items" => c.items = number(value()) as usize,
-            "--browsers" => c.browsers = number(value()) as u32,
-            "--pages" => c.pages = number(value()) as u32,
-            "--browserless" => c.browserless = value(),
-            "--timeout-secs" => c.timeout = Duration::from_secs(number(value())),
-            "-h" | "--help" => usage(""),
-            other => usage(&format!("unknown argument {other}")),
-        }
+    use grid_tests::bench::{parse, positive};
+    let f = parse(
+        "bench_one_call",
+        &[positive("--items", 200), positive("--browsers", 2), positive("--pages", 2), positive("--timeout-secs", 900)],
+    );
+    Config {
+        items: f.get("--items") as usize,
+        browsers: f.get("--browsers") as u32,
+        pages: f.get("--pages") as u32,
+        browserless: std::env::var("BROWSERLESS_URL").unwrap_or_else(|_| "http://127.0.0.1:3999".into()),
+        timeout: Duration::from_secs(f.get("--timeout-secs")),
     }
-    if c.items == 0 || c.browsers == 0 || c.pages == 0 {
-        usage("--items, --browsers and --pages must be positive");
-    }
-    c
-}
-
-fn usage(problem: &str) -> ! {
-    if !problem.is_empty() {
-        eprintln!("bench_one_call: {problem}");
-    }
-    eprintln!("usage: bench_one_call [--items N] [--browsers B] [--pages P] [--browserless URL] [--timeout-secs S]");
-    std::process::exit(2)
 }
 
 /// One side's run: how many calls succeeded, in what time, each call's latency.
