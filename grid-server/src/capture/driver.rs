@@ -281,9 +281,11 @@ impl ItemDriver {
         let (caller, node) = (caller.clone(), self.node.clone());
         let claim = self
             .transact(move |tx, now, backoff, after| {
-                let (_, rows) = create(tx, &caller, &sub, item::submit_attended(), now, after)?;
-                let row = items::load_item(tx, &rows[0].id)?
-                    .ok_or_else(|| StoreError::NotFound(format!("item {}", rows[0].id)))?;
+                let (created, rows) = create(tx, &caller, &sub, item::submit_attended(), now, after)?;
+                // Its one item, as stored (its `seq` is the store's).
+                let id = rows.first().map(|r| r.id.clone()).unwrap_or_default();
+                let row = items::load_item(tx, &id)?
+                    .ok_or_else(|| StoreError::NotFound(format!("the item of batch {}", created.batch_id)))?;
                 let outcome = item::apply(&row.item, Event::Claim, now, backoff)?;
                 let token = items::take_lease(tx, &[(row.seq, row.lease_token)], &outcome.item, &node, now)?;
                 let mut writes = Writes::default();
