@@ -226,6 +226,23 @@ async fn refusals_are_json_and_failures_release_the_reservation() {
     assert_eq!(after.json["creditMicros"].as_i64(), Some(before), "{after}");
     assert_eq!(after.json["reservedMicros"], json!(0), "{after}");
 
+    // Too many calls with one credential: 429 with retry-after, as every route.
+    let limited = GridServer::start(ServerOptions {
+        extra_args: vec!["--rate-limit-per-second".into(), "1".into(), "--rate-limit-burst".into(), "1".into()],
+        ..Default::default()
+    });
+    let mut statuses = vec![];
+    for _ in 0..5 {
+        let f = post_file(&limited, Some(limited.api_key()), "/screenshot", &json!({"bogus": 1})).await;
+        if f.status == 429 {
+            assert_error(&refused(&f), 429, "rate_limited");
+            assert!(!f.header("retry-after").is_empty());
+        }
+        statuses.push(f.status);
+    }
+    assert!(statuses.contains(&429) && statuses[0] == 400, "{statuses:?}");
+    drop(limited);
+
     // The private-network guard: a loopback URL is refused before anything runs.
     let guarded = GridServer::start(ServerOptions { allow_private_networks: false, ..opts() });
     let hits = target.total_hits();
