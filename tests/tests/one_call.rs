@@ -123,9 +123,26 @@ async fn screenshot_pdf_and_content_answer_the_file_and_charge_one_item() {
     let html = String::from_utf8(f.bytes.clone()).expect("UTF-8");
     assert!(html.contains(browser_pages::OPTIONS_JS_TEXT), "{html}");
 
-    // Exactly five items were charged (four at 1,000, one at 800), nothing is left reserved.
+    // What Browserless users pass: the user agent, extra headers and cookies
+    // reach the page's server; the page sees the user agent too.
+    let f = post_file(
+        &server,
+        Some(&key),
+        "/content",
+        &json!({"url": target.url("/facts"), "userAgent": "grid-one-call/1.0", "headers": {"x-probe": "seen"},
+                "cookies": [{"name": "session", "value": "abc"}], "timeoutMs": 20000}),
+    )
+    .await;
+    completed_item(&server, &f, 800).await;
+    let seen = target.requests("/facts").pop().expect("the page was asked for");
+    assert_eq!(seen.header("user-agent"), Some("grid-one-call/1.0"), "{seen:?}");
+    assert_eq!(seen.header("x-probe"), Some("seen"), "{seen:?}");
+    assert_eq!(seen.header("cookie"), Some("session=abc"), "{seen:?}");
+    assert!(String::from_utf8_lossy(&f.bytes).contains("grid-one-call/1.0"), "the page's navigator.userAgent");
+
+    // Exactly six items were charged (four at 1,000, two at 800), nothing is left reserved.
     let after = server.get_as(Some(&key), "/account").await;
-    assert_eq!(after.json["creditMicros"].as_i64(), Some(before - 4 * 1_000 - 800), "{after}");
+    assert_eq!(after.json["creditMicros"].as_i64(), Some(before - 4 * 1_000 - 2 * 800), "{after}");
     assert_eq!(after.json["reservedMicros"], json!(0), "{after}");
 }
 
