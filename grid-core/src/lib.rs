@@ -4,6 +4,7 @@
 //! clock or generates randomness. Time (`Millis`) and ids come in as inputs;
 //! decisions come out as values. grid-server is the only driver.
 
+pub mod browser_tools;
 pub mod catalog;
 pub mod effects;
 pub mod error;
@@ -20,6 +21,7 @@ pub mod reply_shapes;
 pub mod routes;
 pub mod session;
 pub mod shapes;
+pub mod snapshot;
 pub mod time;
 pub mod time_zones;
 pub mod validate;

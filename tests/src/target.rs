@@ -33,6 +33,10 @@
 //!   `/img/NAME.png` (from ORIGIN when given), text built by JavaScript and an
 //!   element `#late` added MS ms after the script ran (none without `late`).
 //! - `/img/{name}`: the 1x1 PNG.
+//! - `/shop/{signin|home|product|cart|done}`: a small multi-page site for
+//!   agents ([`browser_pages::shop`]): a sign-in form whose submit leads to
+//!   `home` ("Signed in as NAME"), links to a product with a quantity select
+//!   and a gift checkbox, a cart form, and a done page naming the order.
 //!
 //! Every request is counted per path (without the query): [`Target::hits`];
 //! its headers are kept: [`Target::requests`].
@@ -274,6 +278,7 @@ async fn route(
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     match segments.as_slice() {
         ["page", n] => respond(StatusCode::OK, "text/html; charset=utf-8", page_html(n)),
+        ["shop", page] => respond(StatusCode::OK, "text/html; charset=utf-8", browser_pages::shop(page, &req)),
         ["flaky", key] => {
             let fail: u64 = query_param(&req, "fail").and_then(|v| v.parse().ok()).unwrap_or(1);
             if count <= fail {
@@ -493,6 +498,65 @@ pub mod browser_pages {
         format!(
             "<!doctype html><html><head><title>options</title><style>             html, body {{ margin: 0; background: #fff; }}             #banner {{ position: fixed; top: 0; left: 0; width: 100%; height: {BANNER_HEIGHT}px; background: #f00; }}             #box {{ position: absolute; left: {x}px; top: {y}px; width: {w}px; height: {h}px; background: #00f; }}             #js {{ position: absolute; left: 400px; top: 150px; }}             </style></head><body><div id=\"banner\"></div><div id=\"box\"></div>             <img src=\"{other}/img/{img}.png\" style=\"position: absolute; left: 300px; top: 150px\">             <div id=\"js\">static</div>\n             <script>document.getElementById('js').textContent = ['written', 'by the', 'page script'].join(' ');             {late}</script></body></html>\n"
         )
+    }
+
+    /// The agents' site (`/shop/{page}`): every step is a form or a link a
+    /// snapshot names, the state travels in the query string.
+    pub fn shop(page: &str, req: &hyper::Request<hyper::body::Incoming>) -> String {
+        let q = |name: &str| super::query_param(req, name).unwrap_or_default();
+        let (title, body) = match page {
+            "signin" => (
+                "Sign in",
+                "<h1>Sign in</h1><form action=\"/shop/home\" method=\"get\">\
+                 <label for=\"user\">User name</label><input id=\"user\" name=\"user\">\
+                 <label for=\"pass\">Password</label><input id=\"pass\" name=\"pass\" type=\"password\">\
+                 <button type=\"submit\">Sign in</button></form>"
+                    .to_string(),
+            ),
+            "home" if q("pass") == "secret" => (
+                "Home",
+                format!(
+                    "<h1>Signed in as {}</h1><nav><a href=\"/shop/product?user={}\">Blue teapot</a></nav>",
+                    html_escape(&q("user")),
+                    html_escape(&q("user"))
+                ),
+            ),
+            "home" => ("Sign in failed", "<h1>Wrong password</h1><a href=\"/shop/signin\">Try again</a>".to_string()),
+            "product" => (
+                "Blue teapot",
+                format!(
+                    "<h1>Blue teapot</h1><form action=\"/shop/cart\" method=\"get\">\
+                     <input type=\"hidden\" name=\"user\" value=\"{}\">\
+                     <label for=\"qty\">Quantity</label><select id=\"qty\" name=\"qty\">\
+                     <option value=\"1\">One</option><option value=\"2\">Two</option><option value=\"3\">Three</option></select>\
+                     <label><input type=\"checkbox\" name=\"gift\" value=\"yes\"> Gift wrap</label>\
+                     <button type=\"submit\">Add to cart</button></form>",
+                    html_escape(&q("user"))
+                ),
+            ),
+            "cart" => (
+                "Cart",
+                format!(
+                    "<h1>Cart: {} blue teapots{}</h1><form action=\"/shop/done\" method=\"get\">\
+                     <input type=\"hidden\" name=\"qty\" value=\"{}\">\
+                     <label for=\"note\">Note</label><textarea id=\"note\" name=\"note\"></textarea>\
+                     <button type=\"submit\">Place order</button></form>",
+                    html_escape(&q("qty")),
+                    if q("gift") == "yes" { ", gift wrapped" } else { "" },
+                    html_escape(&q("qty"))
+                ),
+            ),
+            "done" => (
+                "Order placed",
+                format!("<h1>Order placed: {} teapots</h1><p>Note: {}</p>", html_escape(&q("qty")), html_escape(&q("note"))),
+            ),
+            _ => ("Not found", "<h1>No such page</h1>".to_string()),
+        };
+        format!("<!doctype html><html><head><title>{title}</title></head><body>{body}</body></html>\n")
+    }
+
+    fn html_escape(s: &str) -> String {
+        s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
     }
 
     pub const NEVER_LOADS: &str =

@@ -14,6 +14,7 @@
 use std::sync::Arc;
 
 use base64::Engine;
+use grid_core::browser_tools;
 use grid_core::catalog::{ArtifactKind, Script};
 use grid_core::error::ApiError;
 use grid_core::pricing::{JOB_MICROS_PER_GIB_HOUR, JOB_MICROS_PER_VCPU_HOUR, SESSION_MICROS_PER_HOUR};
@@ -319,6 +320,22 @@ fn tools_table() -> Vec<Tool> {
         },
     ];
     tools.extend(OneCall::ALL.map(one_call_tool));
+    tools.extend(browser_tools::TOOLS.iter().map(|t| Tool {
+        name: t.name,
+        title: t.title,
+        description: format!(
+            "{} Drives a session you leased (lease_session), by its sessionId, through the same gate as a CDP \
+             client; free beyond the session's own time.",
+            t.description
+        ),
+        input: browser_tools::input_schema(t.name),
+        output: browser_tools::output_schema(),
+        hints: if t.read_only {
+            Hints { read_only: true, destructive: false, idempotent: true, open_world: true }
+        } else {
+            Hints { read_only: false, destructive: false, idempotent: false, open_world: true }
+        },
+    }));
     tools
 }
 
@@ -478,6 +495,9 @@ pub async fn call(app: &Arc<App>, caller: &Caller, name: &str, args: &Map<String
     if name == "get_capture" {
         return get_capture(app, caller, args).await;
     }
+    if browser_tools::is_browser_tool(name) {
+        return Ok(browser_tool(app, caller, name, args).await);
+    }
     let call = match to_call(name, args) {
         Ok(call) => call,
         Err(ToolError::Refused(e)) => return Ok(refusal(&e)),
@@ -569,6 +589,59 @@ async fn one_call_result(app: &Arc<App>, caller: &Caller, reply: &Reply) -> Valu
         }
     }
     success(structured.to_string(), structured, content)
+}
+
+/// A browser tool on one of the caller's live sessions (docs/mcp.md,
+/// "Browser tools"). Another account's session, an ended one and one that
+/// never existed are the same refusal, and show nothing of any page.
+async fn browser_tool(app: &Arc<App>, caller: &Caller, name: &str, args: &Map<String, Value>) -> Value {
+    let (session_id, tool) = match browser_tools::parse(name, args) {
+        Ok(parsed) => parsed,
+        Err(detail) => return refusal(&ApiError::InvalidBody { detail }),
+    };
+    let id = session_id.clone();
+    let row = match app.store.lookup(move |c| crate::store::sessions::load(c, &id)).await {
+        Ok(row) => row,
+        Err(e) => return refusal(&ApiError::from(e)),
+    };
+    if !row.is_some_and(|r| r.account_id == caller.account_id && r.session.is_live()) {
+        return refusal(&ApiError::UnknownSession);
+    }
+    let Some(live) = app.sessions.live(&session_id) else {
+        // Leased through this node, its browser runs on another.
+        return refusal(&ApiError::NotImplemented {
+            what: "browser tools on a session whose browser runs on another node: call this node's MCP endpoint \
+                   through the node that leased it"
+                .into(),
+        });
+    };
+    match crate::sessions::tools::run(live, tool).await {
+        Ok(a) => {
+            let mut text = format!("URL: {}\nTitle: {}", a.url, a.title);
+            let mut structured = json!({"sessionId": session_id, "url": a.url, "title": a.title});
+            if let Some(result) = &a.result {
+                text.push_str(&format!("\nResult: {result}"));
+                structured["result"] = result.clone();
+            }
+            if let Some(snapshot) = &a.snapshot {
+                text.push_str(&format!("\n\nPage snapshot:\n{snapshot}"));
+                structured["snapshot"] = json!(snapshot);
+            }
+            let more = a
+                .image
+                .map(|png| {
+                    vec![json!({"type": "image", "mimeType": "image/png",
+                                "data": base64::engine::general_purpose::STANDARD.encode(png)})]
+                })
+                .unwrap_or_default();
+            success(text, structured, more)
+        }
+        Err(crate::sessions::tools::ToolError::Gone) => refusal(&ApiError::UnknownSession),
+        Err(crate::sessions::tools::ToolError::Failed(reason)) => json!({
+            "content": [{"type": "text", "text": json!({"error": "browser tool failed", "reason": reason}).to_string()}],
+            "isError": true,
+        }),
+    }
 }
 
 /// `get_capture`: the item (as get_job answers it) and the included files

@@ -77,7 +77,10 @@ impl Browsers {
         }
         let (endpoint, endpoint_rx) = watch::channel(None);
         let (end, ended) = watch::channel(false);
-        let handle = Handle { live: Live { token_sha256, endpoint: endpoint_rx, ended: ended.clone() }, end };
+        let handle = Handle {
+            live: Live { token_sha256, endpoint: endpoint_rx, ended: ended.clone(), tab: Default::default() },
+            end,
+        };
         map.insert(id.to_string(), handle);
         Some((endpoint, ended))
     }

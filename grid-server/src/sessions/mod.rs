@@ -22,6 +22,7 @@ pub mod driver;
 pub mod gate;
 pub mod keeper;
 pub mod launch;
+pub mod tools;
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
@@ -87,6 +88,8 @@ pub struct Live {
     pub endpoint: watch::Receiver<Option<Endpoint>>,
     /// Turns true when the session ends: every proxied connection closes.
     pub ended: watch::Receiver<bool>,
+    /// The tab the MCP browser tools act on (`tools.rs`), gone with the session.
+    pub tab: tools::Tab,
 }
 
 /// The session tasks' handle: everything they use (their configuration,

@@ -1,0 +1,132 @@
+//! The MCP browser tools (docs/mcp.md, "Browser tools"): an agent with only
+//! the MCP endpoint leases a browser and drives it by snapshot refs. A
+//! scripted agent (tests/mcp/agent.py, the official Python MCP SDK, no
+//! model) signs in to a local site, shops through five pages, reads a value,
+//! takes a screenshot it sees, opens and closes a tab, and is refused what a
+//! CDP client is refused; another account gets not-found on every tool; a
+//! CDP client and the tools drive one session at once.
+
+use std::process::Command;
+
+use base64::Engine as _;
+use serde_json::{json, Value};
+
+use grid_tests::bins::workspace_root;
+use grid_tests::server::{GridServer, ServerOptions};
+use grid_tests::sessions::{lease_running, release};
+use grid_tests::target::Target;
+
+const PNG_MAGIC: &[u8] = b"\x89PNG\r\n\x1a\n";
+
+fn python(server: &GridServer, script: &str, args: &[&str]) -> Value {
+    let path = workspace_root().join("tests/mcp").join(script);
+    let out = Command::new("python3")
+        .arg(&path)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| server.fail(&format!("python3 did not start (the MCP SDK: PyPI package mcp): {e}")));
+    if !out.status.success() {
+        server.fail(&format!(
+            "{script} failed ({}):\nstdout: {}\nstderr: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| server.fail(&format!("{script} printed no JSON: {e}")))
+}
+
+#[tokio::test]
+async fn a_scripted_agent_signs_in_and_orders_through_snapshot_refs_in_both_eras() {
+    let server = GridServer::start(ServerOptions::default());
+    let target = Target::start();
+    let site = format!("http://{}", target.addr());
+    let mcp = format!("{}/mcp", server.base_url());
+    for mode in ["legacy", "auto"] {
+        let out = python(&server, "agent.py", &[&mcp, server.api_key(), mode, &site]);
+        assert_eq!(out["signedIn"], "Home", "{mode}: {out}");
+        assert_eq!(out["cartTitle"], "Cart", "{mode}: {out}");
+        let done = out["doneUrl"].as_str().unwrap_or_default();
+        assert!(done.contains("/shop/done?qty=3&note=ring+twice"), "{mode}: {done}");
+        let snapshot = out["doneSnapshot"].as_str().unwrap_or_default();
+        assert!(snapshot.contains("- heading \"Order placed: 3 teapots\" [level=1] [ref=e"), "{mode}: {snapshot}");
+        assert_eq!(out["evaluated"], "Note: ring twice", "{mode}");
+        assert_eq!(out["screenshotType"], json!(["image/png"]), "{mode}");
+        let png =
+            base64::engine::general_purpose::STANDARD.decode(out["screenshot"].as_str().unwrap_or_default()).unwrap();
+        assert!(png.starts_with(PNG_MAGIC), "{mode}: not a PNG");
+        assert_eq!(out["backTitle"], "Cart", "{mode}: {out}");
+        let tabs = out["tabsAfterNew"].as_array().unwrap();
+        assert_eq!(tabs.len(), 2, "{mode}: {out}");
+        assert_eq!((tabs[1]["current"].clone(), tabs[1]["title"].clone()), (json!(true), json!("page 3")), "{mode}");
+        assert_eq!(out["tabsAfterClose"].as_array().map(Vec::len), Some(1), "{mode}: {out}");
+        assert!(out["fileRefused"].as_str().unwrap().contains("refused by the grid"), "{mode}: {out}");
+        assert!(out["staleRef"].as_str().unwrap().contains("e999999 is not on the page any more"), "{mode}: {out}");
+        assert!(out["badArguments"].as_str().unwrap().contains("ref: required"), "{mode}: {out}");
+        assert!(out["afterRelease"].as_str().unwrap().contains("unknown session"), "{mode}: {out}");
+        // The pages were reached by the session's browser, through its network path.
+        assert!(target.hits("/shop/done") >= 1);
+    }
+    // Tool calls cost nothing beyond the sessions' own time: only lease
+    // reservations were taken.
+    let account = server.get_as(Some(server.api_key()), "/account?kind=reserve").await;
+    for e in account.json["ledger"].as_array().unwrap() {
+        assert!(e["subject"].as_str().unwrap().starts_with("ses_"), "a reservation for something else: {e}");
+    }
+}
+
+#[tokio::test]
+async fn another_accounts_session_is_unknown_to_every_tool_and_a_cdp_client_drives_beside_the_tools() {
+    let server = GridServer::start(ServerOptions::default());
+    let target = Target::start();
+    let (lease, mut cdp) = lease_running(&server, json!({"ttlMinutes": 5})).await;
+    let (_, stranger) = server.create_account("stranger", 10_000_000);
+    let mcp = format!("{}/mcp", server.base_url());
+    let calls: Vec<Value> = grid_core::browser_tools::TOOLS
+        .iter()
+        .map(|t| {
+            json!([t.name, {"sessionId": lease.id, "url": target.url("/page/1"), "ref": "e1", "text": "x",
+                                 "expression": "document.cookie", "key": "Enter", "values": ["a"], "action": "list",
+                                 "fields": [{"ref": "e1", "value": "x"}]}])
+        })
+        .collect();
+    // Arguments a tool does not take are refused first: strip them per tool.
+    let calls: Vec<Value> = calls
+        .into_iter()
+        .map(|c| {
+            let name = c[0].as_str().unwrap().to_string();
+            let schema = grid_core::browser_tools::input_schema(&name);
+            let mut args = c[1].as_object().unwrap().clone();
+            args.retain(|k, _| schema["properties"].get(k).is_some());
+            json!([name, args])
+        })
+        .collect();
+    let out = python(&server, "client.py", &[&mcp, &stranger, "auto", &Value::Array(calls).to_string()]);
+    for call in out["calls"].as_array().unwrap() {
+        assert_eq!(call["isError"], true, "{call}");
+        assert_eq!(call["text"], r#"{"error":"unknown session"}"#, "{call}");
+    }
+    assert_eq!(target.hits("/page/1"), 0, "a stranger's tool reached no page");
+
+    // The lessee's CDP client and the tools at once: the client opens a page,
+    // the tools read and change it, the client sees the change.
+    let (_, page) = cdp.open_page(&target.url("/shop/signin")).await.expect("the CDP client opens a page");
+    let out = python(
+        &server,
+        "client.py",
+        &[
+            &mcp,
+            server.api_key(),
+            "legacy",
+            &json!([["browser_snapshot", {"sessionId": lease.id}],
+                    ["browser_evaluate", {"sessionId": lease.id, "expression": "document.getElementById('user').value = 'set by a tool'"}]])
+            .to_string(),
+        ],
+    );
+    let snapshot = out["calls"][0]["structured"]["snapshot"].as_str().unwrap_or_else(|| panic!("{out}"));
+    assert!(snapshot.contains("textbox \"User name\""), "{snapshot}");
+    assert_eq!(out["calls"][1]["isError"], false, "{out}");
+    let seen = cdp.evaluate(&page, "document.getElementById('user').value").await.expect("the client still drives");
+    assert_eq!(seen, "set by a tool");
+    release(&server, &lease.id).await;
+}
