@@ -370,7 +370,8 @@ fn lease_lines(lease: &SessionLease) -> Vec<String> {
     output::key_values(&[
         ("session", lease.session_id.clone()),
         ("cdpUrl", lease.cdp_url.clone()),
-        ("view", view_url(&lease.cdp_url)),
+        // The answer's liveViewUrl; a server before it had none to give.
+        ("view", if lease.live_view_url.is_empty() { view_url(&lease.cdp_url) } else { lease.live_view_url.clone() }),
         ("expires", lease.expires_at.to_iso()),
         ("profile", lease.profile_id.clone()),
         ("network", lease.network_policy.clone().unwrap_or_else(|| "-".into())),

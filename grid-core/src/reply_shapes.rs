@@ -194,6 +194,7 @@ pub fn session_lease() -> Value {
     object(json!({
         "sessionId": string(),
         "cdpUrl": {"type": "string", "format": "uri", "description": "Connect a CDP client here; the token in it is the credential."},
+        "liveViewUrl": {"type": "string", "format": "uri", "description": "A page a person opens in any browser to watch the session (the same token: keep it as secret as cdpUrl)."},
         "expiresAt": time(),
         "profileId": string(),
         "attestation": attestation(),

@@ -313,6 +313,7 @@ fn every_answer_fits_its_schema_field_for_field() {
         SessionLease {
             session_id: "ses_1".into(),
             cdp_url: "http://127.0.0.1/cdp/ses_1/t".into(),
+            live_view_url: "http://127.0.0.1/cdp/ses_1/t/view".into(),
             expires_at: T,
             profile_id: Profile::DEFAULT.as_str().into(),
             attestation: Some(attestation()),
@@ -358,6 +359,7 @@ fn answers_with_nothing_yet_fit() {
     let lease = SessionLease {
         session_id: "ses_1".into(),
         cdp_url: "http://127.0.0.1/cdp/ses_1/t".into(),
+        live_view_url: "http://127.0.0.1/cdp/ses_1/t/view".into(),
         expires_at: T,
         profile_id: Profile::DEFAULT.as_str().into(),
         attestation: None,

@@ -37,6 +37,8 @@ pub async fn lease_as(server: &GridServer, key: &str, body: Value) -> Lease {
     };
     let lease = Lease { id: field("sessionId"), cdp_url: field("cdpUrl"), answer: r.json.clone() };
     assert!(lease.cdp_url.starts_with(&format!("{}/cdp/{}/", server.base_url(), lease.id)), "{r}");
+    // The live view's address, with the same token.
+    assert_eq!(field("liveViewUrl"), format!("{}/view", lease.cdp_url), "{r}");
     assert_eq!(r.json["attestation"], Value::Null, "{r}");
     assert_eq!(r.json["networkAttestation"], Value::Null, "{r}");
     lease

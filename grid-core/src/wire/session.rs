@@ -102,6 +102,10 @@ pub struct SessionLease {
     pub session_id: String,
     /// Contains the session's access token; shown only here.
     pub cdp_url: String,
+    /// The live view a person opens in any browser to watch the session
+    /// (`{cdpUrl}/view`: the same token, so as secret as the cdpUrl).
+    #[serde(default)]
+    pub live_view_url: String,
     pub expires_at: Millis,
     pub profile_id: String,
     pub attestation: Option<Attestation>,

@@ -37,6 +37,7 @@ pub async fn lease(
     let (base_url, t) = (app.config.base_url.clone(), token.clone());
     let answer = move |row: &store::SessionRow| SessionLease {
         cdp_url: format!("{base_url}/cdp/{}/{t}", row.id),
+        live_view_url: format!("{base_url}/cdp/{}/{t}/view", row.id),
         session_id: row.id.clone(),
         expires_at: row.session.expires_at,
         profile_id: row.profile.as_str().to_string(),

@@ -655,6 +655,7 @@ pub(crate) mod tests {
     pub(crate) fn lease_answer(row: &SessionRow) -> SessionLease {
         SessionLease {
             cdp_url: format!("ws://grid/cdp/{}/token", row.id),
+            live_view_url: format!("ws://grid/cdp/{}/token/view", row.id),
             session_id: row.id.clone(),
             expires_at: row.session.expires_at,
             profile_id: row.profile.as_str().to_string(),
