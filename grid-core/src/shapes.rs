@@ -94,6 +94,9 @@ pub fn new_batch() -> Value {
             "profileId": profile_id(&Profile::ALL),
             "params": {
                 "type": "object",
+                // Said outright: a generated client types an object
+                // without properties and without this as always empty.
+                "additionalProperties": true,
                 "default": {},
                 "description": "The script's parameters: dependentSchemas.params.oneOf has one branch per script \
                                 listing every parameter it takes. Checked when each item runs: a bad one fails \
