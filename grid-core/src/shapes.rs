@@ -23,7 +23,7 @@ use crate::wire::job::{JobPhase, NetworkProfile};
 /// The requests' shapes that have a name: each body, each script's
 /// `params` (`CaptureParams`, `FetchParams`, ...: the script's name in
 /// Pascal case) and the parts that stand for one thing a client builds (a
-/// viewport, a cookie). The OpenAPI document publishes them as
+/// viewport, a cookie) or that several scripts share. The OpenAPI document publishes them as
 /// `components.schemas` and refers to them wherever the same schema
 /// appears; names are what a generated client calls its types.
 pub fn named() -> Vec<(String, Value)> {
@@ -38,6 +38,9 @@ pub fn named() -> Vec<(String, Value)> {
         ("CaptureViewport".into(), script_param(ParamGroup::Rendering, "viewport")),
         ("CaptureWaitFor".into(), script_param(ParamGroup::Rendering, "waitFor")),
         ("Cookie".into(), script_param(ParamGroup::Page, "cookies")["items"].clone()),
+        ("ExtraHeaders".into(), script_param(ParamGroup::Page, "headers")),
+        ("WaitUntil".into(), script_param(ParamGroup::Page, "waitUntil")),
+        ("ResourceType".into(), script_param(ParamGroup::Page, "blockResourceTypes")["items"].clone()),
     ];
     named.extend(Script::ALL.map(|s| (params_name(s), script_params(s))));
     named
