@@ -79,19 +79,27 @@ if ! python3 -c "import schemathesis, sys; v = tuple(map(int, schemathesis.__ver
     say "installing Schemathesis (PyPI package schemathesis)"
     python3 -m pip install --quiet --disable-pip-version-check --upgrade "schemathesis>=4.32,<5"
 fi
+# tests/tests/openapi_clients.rs generates a Python client from the live
+# document with openapi-python-client and calls the grid through it.
+if ! python3 -c "import openapi_python_client" >/dev/null 2>&1; then
+    say "installing openapi-python-client (PyPI package openapi-python-client)"
+    python3 -m pip install --quiet --disable-pip-version-check "openapi-python-client>=0.29,<0.30"
+fi
 
 # Real clients users have, from tests/clients/package.json: CDP clients
 # (Playwright, Puppeteer; core packages only: they connect to a session and
 # never download a browser) and MCP clients (the official TypeScript SDK, v1
-# and v2, and the MCP Inspector, whose CLI mode the MCP tests run headless).
+# and v2, and the MCP Inspector, whose CLI mode the MCP tests run headless),
+# and openapi-typescript with the TypeScript compiler (types generated from
+# the grid's OpenAPI document, type-checked: tests/tests/openapi_clients.rs).
 command -v node >/dev/null 2>&1 || need_pkg nodejs
 command -v npm >/dev/null 2>&1 || need_pkg npm
 node_clients_missing=0
-for package in playwright-core puppeteer-core @modelcontextprotocol/sdk @modelcontextprotocol/client @modelcontextprotocol/inspector; do
+for package in playwright-core puppeteer-core @modelcontextprotocol/sdk @modelcontextprotocol/client @modelcontextprotocol/inspector openapi-typescript typescript; do
     [ -d "tests/clients/node_modules/$package" ] || node_clients_missing=1
 done
 if [ "$node_clients_missing" -eq 1 ]; then
-    say "installing the CDP and MCP clients (npm, tests/clients/package.json)"
+    say "installing the CDP, MCP and OpenAPI clients (npm, tests/clients/package.json)"
     (cd tests/clients && npm install --no-package-lock --no-audit --no-fund --silent)
 fi
 

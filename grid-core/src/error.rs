@@ -278,9 +278,8 @@ impl fmt::Display for ApiError {
 
 impl std::error::Error for ApiError {}
 
-#[cfg(test)]
-/// One value of every variant (the error table's unit tests and the
-/// OpenAPI document's).
+/// One value of every variant (the error table's unit tests; the OpenAPI
+/// document names each row's body after its variant).
 pub(crate) fn every_variant() -> Vec<ApiError> {
     use ApiError::*;
     let d = || vec!["field: problem".to_string()];

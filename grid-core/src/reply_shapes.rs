@@ -17,14 +17,66 @@ use crate::ledger::EntryKind;
 use crate::wire::grid::SCOPES_SUPPORTED;
 use crate::wire::job::JobPhase;
 
+/// The answers' shapes that have a name: each whole answer, and the parts
+/// that recur in several answers or stand for one thing a client holds
+/// (a ledger entry, an attempt, an attestation). The OpenAPI document
+/// publishes them as `components.schemas` and refers to them wherever the
+/// same schema appears (a nullable part as `anyOf` of it and null); names
+/// are what a generated client calls its types.
+pub fn named() -> Vec<(&'static str, Value)> {
+    vec![
+        ("GridStatus", grid_status()),
+        ("QueueCounts", queue_counts()),
+        ("QueueDepth", queue_depth()),
+        ("Account", account_statement()),
+        ("DailyCap", daily_cap()),
+        ("LedgerEntry", ledger_entry()),
+        ("LedgerEntryKind", ledger_entry_kind()),
+        ("Health", health()),
+        ("ProtectedResourceMetadata", protected_resource()),
+        ("BatchCreated", batch_created()),
+        ("Batch", batch_view()),
+        ("BatchCounts", batch_counts()),
+        ("BatchItem", batch_item()),
+        ("CaptureItem", capture_item()),
+        ("ItemState", item_state()),
+        ("ItemRetried", item_retried()),
+        ("ArtifactUrl", artifact_url()),
+        ("Job", job_record()),
+        ("JobPhase", phase()),
+        ("PhaseTimestamps", phase_timestamps()),
+        ("JobAttempt", job_attempt()),
+        ("JobTermination", job_termination()),
+        ("JobExecutor", job_executor()),
+        ("JobLogsInfo", job_logs()),
+        ("JobArtifact", job_artifact()),
+        ("JobList", job_list()),
+        ("JobArtifactList", job_artifacts()),
+        ("SessionLease", session_lease()),
+        ("Session", session_view()),
+        ("SessionAttestation", attestation()),
+        ("BrowserWindow", browser_window()),
+        ("SessionOverrides", session_overrides()),
+        ("NetworkAttestation", network_attestation()),
+        ("NetworkProbe", network_probe()),
+        ("SessionDownloads", session_downloads()),
+        ("SessionDownload", session_download()),
+        ("RefusedDownload", refused_download()),
+    ]
+}
+
 /// GET /grid (`wire::grid::GridStatus`).
 pub fn grid_status() -> Value {
     object(json!({
-        "queue": object(json!({"wait": count(), "prioritized": count(), "delayed": count()})),
+        "queue": queue_counts(),
         "workers": count(),
         "sessions": count(),
         "maxSessions": count()
     }))
+}
+
+fn queue_counts() -> Value {
+    object(json!({"wait": count(), "prioritized": count(), "delayed": count()}))
 }
 
 /// GET /grid/queue-depth (`wire::grid::QueueDepth`).
@@ -34,8 +86,6 @@ pub fn queue_depth() -> Value {
 
 /// GET /account (`wire::account::AccountStatement`).
 pub fn account_statement() -> Value {
-    let mut cap = object(json!({"capMicros": nullable(integer()), "usedMicros": integer(), "resetsAt": time()}));
-    cap["type"] = json!(["object", "null"]);
     object(json!({
         "accountId": string(),
         "name": string(),
@@ -43,16 +93,28 @@ pub fn account_statement() -> Value {
         "reservedMicros": integer(),
         "availableMicros": integer(),
         "suspended": {"type": "boolean"},
-        "dailyCap": cap,
-        "ledger": array(object(json!({
-            "kind": one_of_strings(EntryKind::ALL.map(EntryKind::as_str)),
-            "amountMicros": integer(),
-            "subject": nullable(string()),
-            "keyId": nullable(string()),
-            "createdAt": time()
-        }))),
+        "dailyCap": nullable(daily_cap()),
+        "ledger": array(ledger_entry()),
         "nextCursor": nullable(string())
     }))
+}
+
+fn daily_cap() -> Value {
+    object(json!({"capMicros": nullable(integer()), "usedMicros": integer(), "resetsAt": time()}))
+}
+
+fn ledger_entry() -> Value {
+    object(json!({
+        "kind": ledger_entry_kind(),
+        "amountMicros": integer(),
+        "subject": nullable(string()),
+        "keyId": nullable(string()),
+        "createdAt": time()
+    }))
+}
+
+fn ledger_entry_kind() -> Value {
+    one_of_strings(EntryKind::ALL.map(EntryKind::as_str))
 }
 
 /// GET /healthz (`wire::grid::Health`).
@@ -82,6 +144,20 @@ pub fn batch_created() -> Value {
 
 /// GET /batches/{id} (`wire::batch::BatchView`).
 pub fn batch_view() -> Value {
+    object(json!({
+        "batchId": string(),
+        "counts": batch_counts(),
+        "total": count(),
+        "jobs": array(batch_item())
+    }))
+}
+
+fn batch_counts() -> Value {
+    object(json!({"waiting": count(), "active": count(), "completed": count(), "failed": count()}))
+}
+
+/// One item of GET /batches/{id}.
+fn batch_item() -> Value {
     let states = ["waiting", "active", "completed", "failed"];
     let mut job = object(json!({
         "jobId": string(),
@@ -91,12 +167,7 @@ pub fn batch_view() -> Value {
     }));
     // Written only for a failed item.
     job["required"] = json!(["jobId", "url", "state"]);
-    object(json!({
-        "batchId": string(),
-        "counts": object(json!({"waiting": count(), "active": count(), "completed": count(), "failed": count()})),
-        "total": count(),
-        "jobs": array(job)
-    }))
+    job
 }
 
 /// GET /jobs/{id} of a capture item (`wire::item::CaptureItem`).
@@ -131,44 +202,17 @@ pub fn artifact_url() -> Value {
 
 /// An analytical job's record (`wire::job_record::JobRecord`).
 pub fn job_record() -> Value {
-    let mut executor =
-        object(json!({"engine": string(), "containerName": string(), "containerId": nullable(string())}));
-    executor["type"] = json!(["object", "null"]);
-    let mut termination = object(json!({
-        "class": one_of_strings(["workload", "cancelled", "platform"]),
-        "exitCode": nullable(integer()),
-        "reason": string()
-    }));
-    termination["type"] = json!(["object", "null"]);
-    let logs = object(json!({
-        "available": {"type": "boolean"},
-        "artifactId": nullable(string()),
-        "byteLength": nullable(count()),
-        "contentType": nullable(string())
-    }));
-    let attempt = object(json!({
-        "attempt": count(),
-        "phase": phase(),
-        "phaseTimestamps": phase_timestamps(),
-        "funding": one_of_strings(["reservation", "replay"]),
-        "startedAt": nullable(time()),
-        "endedAt": nullable(time()),
-        "termination": termination,
-        "executor": executor,
-        "logs": logs,
-        "logsTruncated": {"type": "boolean"}
-    }));
     object(json!({
         "jobId": string(),
         "attempt": count(),
         "imageDigest": string(),
         "phase": phase(),
         "phaseTimestamps": phase_timestamps(),
-        "executor": executor,
-        "attempts": array(attempt),
-        "termination": termination,
+        "executor": nullable(job_executor()),
+        "attempts": array(job_attempt()),
+        "termination": nullable(job_termination()),
         "logsTruncated": {"type": "boolean"},
-        "logs": logs,
+        "logs": job_logs(),
         "artifacts": array(job_artifact()),
         "labels": {"type": "object", "additionalProperties": string()},
         "priority": count(),
@@ -176,6 +220,42 @@ pub fn job_record() -> Value {
         "runningDeadlineSeconds": count(),
         "cancelRequested": {"type": "boolean"},
         "createdAt": time()
+    }))
+}
+
+fn job_executor() -> Value {
+    object(json!({"engine": string(), "containerName": string(), "containerId": nullable(string())}))
+}
+
+fn job_termination() -> Value {
+    object(json!({
+        "class": one_of_strings(["workload", "cancelled", "platform"]),
+        "exitCode": nullable(integer()),
+        "reason": string()
+    }))
+}
+
+fn job_logs() -> Value {
+    object(json!({
+        "available": {"type": "boolean"},
+        "artifactId": nullable(string()),
+        "byteLength": nullable(count()),
+        "contentType": nullable(string())
+    }))
+}
+
+fn job_attempt() -> Value {
+    object(json!({
+        "attempt": count(),
+        "phase": phase(),
+        "phaseTimestamps": phase_timestamps(),
+        "funding": one_of_strings(["reservation", "replay"]),
+        "startedAt": nullable(time()),
+        "endedAt": nullable(time()),
+        "termination": nullable(job_termination()),
+        "executor": nullable(job_executor()),
+        "logs": job_logs(),
+        "logsTruncated": {"type": "boolean"}
     }))
 }
 
@@ -197,9 +277,9 @@ pub fn session_lease() -> Value {
         "liveViewUrl": {"type": "string", "format": "uri", "description": "A page a person opens in any browser to watch the session (the same token: keep it as secret as cdpUrl)."},
         "expiresAt": time(),
         "profileId": string(),
-        "attestation": attestation(),
+        "attestation": nullable(attestation()),
         "networkPolicy": nullable(string()),
-        "networkAttestation": network_attestation()
+        "networkAttestation": nullable(network_attestation())
     }))
 }
 
@@ -211,9 +291,9 @@ pub fn session_view() -> Value {
         "createdAt": time(),
         "expiresAt": time(),
         "profileId": string(),
-        "attestation": attestation(),
+        "attestation": nullable(attestation()),
         "networkPolicy": nullable(string()),
-        "networkAttestation": network_attestation()
+        "networkAttestation": nullable(network_attestation())
     }))
 }
 
@@ -225,17 +305,25 @@ pub fn session_list() -> Value {
 /// GET /sessions/{id}/downloads (`wire::session::SessionDownloads`).
 pub fn session_downloads() -> Value {
     object(json!({
-        "downloads": array(object(json!({
-            "name": string(),
-            "sizeBytes": count(),
-            "createdAt": time(),
-            "url": {"type": "string", "format": "uri", "description": "Downloads the file for 15 minutes."}
-        }))),
+        "downloads": array(session_download()),
         "totalBytes": count(),
         "limitBytes": count(),
-        "refused": array(object(json!({"name": string(), "reason": string(), "at": time()}))),
+        "refused": array(refused_download()),
         "keptUntil": nullable(time())
     }))
+}
+
+fn session_download() -> Value {
+    object(json!({
+        "name": string(),
+        "sizeBytes": count(),
+        "createdAt": time(),
+        "url": {"type": "string", "format": "uri", "description": "Downloads the file for 15 minutes."}
+    }))
+}
+
+fn refused_download() -> Value {
+    object(json!({"name": string(), "reason": string(), "at": time()}))
 }
 
 fn job_artifact() -> Value {
@@ -251,7 +339,7 @@ fn job_artifact() -> Value {
 }
 
 fn attestation() -> Value {
-    let mut a = object(json!({
+    object(json!({
         "profileId": string(),
         "product": string(),
         "version": string(),
@@ -261,44 +349,49 @@ fn attestation() -> Value {
         "mode": string(),
         "locale": string(),
         "timeZone": string(),
-        "window": object(json!({
-            "width": count(),
-            "height": count(),
-            "deviceScaleFactor": {"type": "number"},
-            "mobile": {"type": "boolean"}
-        })),
-        "overrides": nullable(object(json!({
-            "viewport": nullable(object(json!({
-                "width": count(),
-                "height": count(),
-                "deviceScaleFactor": {"type": "number"},
-                "mobile": {"type": "boolean"}
-            }))),
-            "userAgent": nullable(string()),
-            "locale": nullable(string()),
-            "timezone": nullable(string())
-        }))),
+        "window": browser_window(),
+        "overrides": nullable(session_overrides()),
         "launchManifestHash": string(),
         "attestedAt": time()
-    }));
-    a["type"] = json!(["object", "null"]);
-    a
+    }))
+}
+
+/// A page's size as the browser was set up: the profile's window, or a
+/// lease's viewport.
+fn browser_window() -> Value {
+    object(json!({
+        "width": count(),
+        "height": count(),
+        "deviceScaleFactor": {"type": "number"},
+        "mobile": {"type": "boolean"}
+    }))
+}
+
+fn session_overrides() -> Value {
+    object(json!({
+        "viewport": nullable(browser_window()),
+        "userAgent": nullable(string()),
+        "locale": nullable(string()),
+        "timezone": nullable(string())
+    }))
 }
 
 fn network_attestation() -> Value {
-    let mut a = object(json!({
+    object(json!({
         "policy": string(),
         "enforcedBy": string(),
-        "probes": array(object(json!({
-            "url": string(),
-            "outcome": string(),
-            "browserResult": string(),
-            "proxyDecision": string()
-        }))),
+        "probes": array(network_probe()),
         "attestedAt": time()
-    }));
-    a["type"] = json!(["object", "null"]);
-    a
+    }))
+}
+
+fn network_probe() -> Value {
+    object(json!({
+        "url": string(),
+        "outcome": string(),
+        "browserResult": string(),
+        "proxyDecision": string()
+    }))
 }
 
 /// An object whose every property is written.

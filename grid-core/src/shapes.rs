@@ -21,6 +21,53 @@ use crate::validate::quantity::{format_bytes, format_cpu_millis, BYTE_QUANTITY_P
 use crate::validate::{batch, job, list, session};
 use crate::wire::job::{JobPhase, NetworkProfile};
 
+/// The requests' shapes that have a name: each body, each script's
+/// `params` (`CaptureParams`, `FetchParams`, ...: the script's name in
+/// Pascal case) and the parts that stand for one thing a client builds (a
+/// viewport, a cookie) or that several scripts share. The OpenAPI document publishes them as
+/// `components.schemas` and refers to them wherever the same schema
+/// appears; names are what a generated client calls its types.
+pub fn named() -> Vec<(String, Value)> {
+    let mut named: Vec<(String, Value)> = vec![
+        ("BatchSubmission".into(), new_batch()),
+        ("JobSubmission".into(), new_job()),
+        ("JobResources".into(), job_resources()),
+        ("JobCapabilities".into(), job_capabilities()),
+        ("SessionRequest".into(), new_session()),
+        ("SessionViewport".into(), session_viewport()),
+        ("CaptureClip".into(), script_param(ParamGroup::Screenshot, "clip")),
+        ("CaptureViewport".into(), script_param(ParamGroup::Rendering, "viewport")),
+        ("CaptureWaitFor".into(), script_param(ParamGroup::Rendering, "waitFor")),
+        ("Cookie".into(), script_param(ParamGroup::Page, "cookies")["items"].clone()),
+        ("ExtraHeaders".into(), script_param(ParamGroup::Page, "headers")),
+        ("WaitUntil".into(), script_param(ParamGroup::Page, "waitUntil")),
+        ("ResourceType".into(), script_param(ParamGroup::Page, "blockResourceTypes")["items"].clone()),
+    ];
+    named.extend(Script::ALL.map(|s| (params_name(s), script_params(s))));
+    named.extend(OneCall::ALL.map(|c| (one_call_name(c), one_call_body(c))));
+    named
+}
+
+/// The name of a one-call capture's body: `ScreenshotRequest`, `PdfRequest`.
+fn one_call_name(call: OneCall) -> String {
+    format!("{}Request", pascal_case(call.path().trim_start_matches('/')))
+}
+
+/// The name of a script's `params`: `CaptureParams`, `RenderFetchParams`.
+fn params_name(script: Script) -> String {
+    format!("{}Params", pascal_case(script.as_str()))
+}
+
+/// `render-fetch` → `RenderFetch`.
+fn pascal_case(name: &str) -> String {
+    name.split(|c: char| !c.is_ascii_alphanumeric())
+        .map(|word| {
+            let mut chars = word.chars();
+            chars.next().map(|c| c.to_ascii_uppercase().to_string() + chars.as_str()).unwrap_or_default()
+        })
+        .collect()
+}
+
 /// The body of POST /batches (`wire::batch::NewBatch`).
 ///
 /// `params` depends on `script`: `dependentSchemas.params` is a `oneOf`
@@ -57,6 +104,9 @@ pub fn new_batch() -> Value {
             "profileId": profile_id(&Profile::ALL),
             "params": {
                 "type": "object",
+                // Said outright: a generated client types an object
+                // without properties and without this as always empty.
+                "additionalProperties": true,
                 "default": {},
                 "description": "The script's parameters: dependentSchemas.params.oneOf has one branch per script \
                                 listing every parameter it takes. Checked when each item runs: a bad one fails \
@@ -96,7 +146,7 @@ pub fn one_call_body(call: OneCall) -> Value {
     if let Some(rules) = params.get("dependentSchemas") {
         o["dependentSchemas"] = rules.clone();
     }
-    o["title"] = json!(format!("POST {}", call.path()));
+    o["title"] = json!(one_call_name(call));
     o
 }
 
@@ -122,7 +172,8 @@ pub fn script_params(script: Script) -> Value {
         params::params_of(script).map(|(name, group)| (name.to_string(), script_param(group, name))).collect();
     let mut o = object(Value::Object(properties), &[]);
     o["default"] = json!({});
-    o["title"] = json!(format!("params of {}", script.as_str()));
+    // A generated client names its type after the title.
+    o["title"] = json!(params_name(script));
     if script.takes(ParamGroup::Screenshot) {
         // quality only with a lossy format; at most one screenshot region
         // (fullPage: false names none).
@@ -199,7 +250,7 @@ fn script_param(group: ParamGroup, name: &str) -> Value {
             "type": "string",
             "enum": params::paper_names(),
             "default": params::DEFAULT_PAPER,
-            "description": "The paper, by its name (or the name in lower case)."
+            "description": "The paper, by its name (Puppeteer's names, letter case as listed)."
         }),
         "landscape" => boolean(false, "Print in landscape orientation."),
         "printBackground" => boolean(false, "Print background colours and images."),
@@ -430,18 +481,7 @@ pub fn new_job() -> Value {
             },
             "command": strings(job::MIN_COMMAND, job::MAX_COMMAND),
             "args": args,
-            "resources": object(
-                json!({
-                    "cpu": quantity(Quantity::Cpu, job::MIN_CPU_MILLIS, job::MAX_CPU_MILLIS),
-                    "memory": quantity(Quantity::Bytes, job::MIN_MEMORY_BYTES, job::MAX_MEMORY_BYTES),
-                    "ephemeralStorage": quantity(
-                        Quantity::Bytes,
-                        job::MIN_EPHEMERAL_STORAGE_BYTES,
-                        job::MAX_EPHEMERAL_STORAGE_BYTES
-                    )
-                }),
-                &["cpu", "memory", "ephemeralStorage"],
-            ),
+            "resources": job_resources(),
             "runningDeadlineSeconds": {
                 "type": "integer",
                 "minimum": job::MIN_RUNNING_DEADLINE_SECONDS,
@@ -455,10 +495,7 @@ pub fn new_job() -> Value {
                 "default": 0,
                 "description": "Higher runs sooner."
             },
-            "capabilities": object(
-                json!({"networkProfile": {"type": "string", "enum": NetworkProfile::ALL.map(NetworkProfile::as_str)}}),
-                &["networkProfile"],
-            ),
+            "capabilities": job_capabilities(),
             "env": {
                 "type": "object",
                 "maxProperties": job::MAX_ENV,
@@ -481,6 +518,28 @@ pub fn new_job() -> Value {
     )
 }
 
+fn job_resources() -> Value {
+    object(
+        json!({
+            "cpu": quantity(Quantity::Cpu, job::MIN_CPU_MILLIS, job::MAX_CPU_MILLIS),
+            "memory": quantity(Quantity::Bytes, job::MIN_MEMORY_BYTES, job::MAX_MEMORY_BYTES),
+            "ephemeralStorage": quantity(
+                Quantity::Bytes,
+                job::MIN_EPHEMERAL_STORAGE_BYTES,
+                job::MAX_EPHEMERAL_STORAGE_BYTES
+            )
+        }),
+        &["cpu", "memory", "ephemeralStorage"],
+    )
+}
+
+fn job_capabilities() -> Value {
+    object(
+        json!({"networkProfile": {"type": "string", "enum": NetworkProfile::ALL.map(NetworkProfile::as_str)}}),
+        &["networkProfile"],
+    )
+}
+
 /// The body of POST /sessions (`wire::session::NewSession`).
 pub fn new_session() -> Value {
     let mut schema = object(
@@ -497,30 +556,7 @@ pub fn new_session() -> Value {
                 "enum": [PUBLIC_WEB_ONLY_V1],
                 "description": "Leave out for the grid's ordinary network access."
             },
-            "viewport": {
-                "type": "object",
-                "properties": {
-                    "width": {"type": "integer", "minimum": session::MIN_VIEWPORT_SIZE, "maximum": session::MAX_VIEWPORT_SIZE},
-                    "height": {"type": "integer", "minimum": session::MIN_VIEWPORT_SIZE, "maximum": session::MAX_VIEWPORT_SIZE},
-                    "deviceScaleFactor": {
-                        "type": "number",
-                        "minimum": session::MIN_DEVICE_SCALE_FACTOR,
-                        "maximum": session::MAX_DEVICE_SCALE_FACTOR,
-                        "default": session::DEFAULT_DEVICE_SCALE_FACTOR
-                    },
-                    "mobile": {
-                        "type": "boolean",
-                        "default": false,
-                        "description": format!("Mobile emulation (touch, the page's meta viewport); not with {}.", Profile::DesktopBrowserNl.as_str())
-                    }
-                },
-                "required": ["width", "height"],
-                "additionalProperties": false,
-                "description": format!(
-                    "Every page's size in CSS pixels instead of the profile's; width x height x deviceScaleFactor² at most {}.",
-                    session::MAX_VIEWPORT_PIXELS
-                )
-            },
+            "viewport": session_viewport(),
             "userAgent": {
                 "type": "string",
                 "minLength": 1,
@@ -554,6 +590,34 @@ pub fn new_session() -> Value {
         {"required": ["profileId"], "properties": {"profileId": {"enum": mobile_profiles}}}
     ]}});
     schema
+}
+
+/// A lease's `viewport` (`wire::session::NewViewport`).
+fn session_viewport() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "width": {"type": "integer", "minimum": session::MIN_VIEWPORT_SIZE, "maximum": session::MAX_VIEWPORT_SIZE},
+            "height": {"type": "integer", "minimum": session::MIN_VIEWPORT_SIZE, "maximum": session::MAX_VIEWPORT_SIZE},
+            "deviceScaleFactor": {
+                "type": "number",
+                "minimum": session::MIN_DEVICE_SCALE_FACTOR,
+                "maximum": session::MAX_DEVICE_SCALE_FACTOR,
+                "default": session::DEFAULT_DEVICE_SCALE_FACTOR
+            },
+            "mobile": {
+                "type": "boolean",
+                "default": false,
+                "description": format!("Mobile emulation (touch, the page's meta viewport); not with {}.", Profile::DesktopBrowserNl.as_str())
+            }
+        },
+        "required": ["width", "height"],
+        "additionalProperties": false,
+        "description": format!(
+            "Every page's size in CSS pixels instead of the profile's; width x height x deviceScaleFactor² at most {}.",
+            session::MAX_VIEWPORT_PIXELS
+        )
+    })
 }
 
 /// The parameters of GET /jobs as one object (`label` holds the one

@@ -312,7 +312,7 @@ async fn the_sdk_and_the_cli_take_one_call_captures_and_batches_print_pdfs() {
     assert_eq!((img.width(), img.height()), (300, 200));
     assert!(out.stderr.contains("charged 1000 micro-euros"), "{out:?}");
     let pdf_path = dir.path().join("page.pdf");
-    let out = server.cli(&["pdf", &page, "-o", pdf_path.to_str().unwrap(), "--param", "format=a4", "--json"]);
+    let out = server.cli(&["pdf", &page, "-o", pdf_path.to_str().unwrap(), "--param", "format=A4", "--json"]);
     assert!(out.success(), "{out:?}");
     assert!(std::fs::read(&pdf_path).unwrap().starts_with(b"%PDF-"));
     let summary: Value = serde_json::from_str(out.stdout.trim()).expect("a JSON summary");

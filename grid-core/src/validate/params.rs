@@ -393,15 +393,15 @@ impl Default for PdfOptions {
     }
 }
 
-/// A paper of `PAPER_FORMATS` by its name, as written there or in lower
-/// case (`a4`, `letter`: Puppeteer takes both).
+/// A paper of `PAPER_FORMATS` by its name, exactly as written there (as
+/// every enumerated name of the params is taken).
 pub fn paper(name: &str) -> Option<(&'static str, f64, f64)> {
-    PAPER_FORMATS.iter().copied().find(|(n, _, _)| *n == name || n.to_ascii_lowercase() == name)
+    PAPER_FORMATS.iter().copied().find(|(n, _, _)| *n == name)
 }
 
 /// Every name `paper` takes.
-pub fn paper_names() -> Vec<String> {
-    PAPER_FORMATS.iter().flat_map(|(n, _, _)| [n.to_string(), n.to_ascii_lowercase()]).collect()
+pub fn paper_names() -> Vec<&'static str> {
+    PAPER_FORMATS.iter().map(|(n, _, _)| *n).collect()
 }
 
 /// A margin in inches: a number is CSS pixels (96 to the inch); a string
@@ -715,8 +715,7 @@ pub fn browser_problems(script: Script, params: &Map<String, Value>) -> Result<B
                 None => p.push(format!("must be a boolean, got {}", json_type(v))),
             },
             "format" if script.takes(ParamGroup::Pdf) => {
-                let names: Vec<&str> = PAPER_FORMATS.iter().map(|(n, _, _)| *n).collect();
-                // (lower case too, as `paper` says)
+                let names = paper_names();
                 match v.as_str().and_then(paper) {
                     Some((name, w, h)) => {
                         out.pdf.paper = name;
@@ -1325,7 +1324,7 @@ mod tests {
     fn pdf_options_are_read_and_checked() {
         let p = browser(
             Script::Pdf,
-            &map(json!({"format": "a4", "landscape": true, "printBackground": true,
+            &map(json!({"format": "A4", "landscape": true, "printBackground": true,
                         "margin": {"top": "1cm", "bottom": 96, "left": "10mm"}, "scale": 0.5})),
         )
         .unwrap();
