@@ -83,7 +83,12 @@ impl DockerEngine {
     }
 }
 
-/// Counts a failed engine call by name, then passes its result on.
+/// The engine calls whose failures are counted (`grid_docker_errors_total`'s
+/// `call`).
+pub const COUNTED_CALLS: [&str; 6] = ["pull", "create", "start", "inspect", "kill", "logs"];
+
+/// Counts a failed engine call by name (one of `COUNTED_CALLS`), then passes
+/// its result on.
 fn counted<T>(call: &str, r: Result<T, EngineError>) -> Result<T, EngineError> {
     if r.is_err() {
         crate::metrics::get().engine_errors.with_label_values(&[call]).inc();
