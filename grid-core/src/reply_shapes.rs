@@ -228,7 +228,8 @@ pub fn session_downloads() -> Value {
             "name": string(),
             "sizeBytes": count(),
             "createdAt": time(),
-            "url": {"type": "string", "format": "uri", "description": "Downloads the file for 15 minutes."}
+            "url": {"type": "string", "format": "uri", "description": "Downloads the file for 15 minutes."},
+            "suggestedName": nullable(string())
         }))),
         "totalBytes": count(),
         "limitBytes": count(),
