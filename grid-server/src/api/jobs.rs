@@ -145,7 +145,7 @@ pub async fn logs(app: &App, caller: &Caller, id: &str, query: &[(String, String
     let attempt = attempt.unwrap_or(row.job.attempt_number());
     let logs = app.store.read(move |c| jobs::logs(c, &row.id)).await.map_err(JobError::from)?;
     let log = logs.into_iter().find(|l| l.artifact.attempt == attempt).ok_or(ApiError::LogsNotAvailable)?;
-    let data = app.compute.driver.read_log(&log).await.map_err(|e| {
+    let data = app.compute.driver.read_log(&log).await.map_err(JobError::from)?.map_err(|e| {
         tracing::error!(log = %log.storage_name, error = %e, "log unreadable or failed its integrity check");
         ApiError::compute_unavailable()
     })?;

@@ -21,6 +21,7 @@ use crate::capture::files;
 use crate::ids::new_id;
 use crate::store::jobs::{self, JobError, JobRow, StoredLog};
 use crate::store::retry;
+use crate::store::StoreError;
 
 /// Logs are cut at 1 MiB.
 pub const LOG_CAP: usize = 1024 * 1024;
@@ -79,22 +80,20 @@ impl JobDriver {
     }
 
     /// The bytes of a published log, checked against their SHA-256 (kept
-    /// in the store, or a file under the logs directory).
-    pub async fn read_log(&self, log: &StoredLog) -> std::io::Result<Vec<u8>> {
+    /// in the store, or a file under the logs directory). The outer error
+    /// is the store's (reading an inline log), the inner one the log's
+    /// (unreadable or failing its check).
+    pub async fn read_log(&self, log: &StoredLog) -> Result<std::io::Result<Vec<u8>>, StoreError> {
         let artifact_id = log.artifact.artifact_id.clone();
-        let inline = self
-            .store
-            .read(move |c| jobs::log_content(c, &artifact_id))
-            .await
-            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        let inline = self.store.read(move |c| jobs::log_content(c, &artifact_id)).await?;
         let (root, name, sha) = (self.logs_dir.clone(), log.storage_name.clone(), log.sha256.clone());
-        tokio::task::spawn_blocking(move || match inline {
+        let read = tokio::task::spawn_blocking(move || match inline {
             Some(bytes) if crate::ids::sha256_hex(&bytes) == sha => Ok(bytes),
             Some(_) => Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{name} failed its checksum"))),
             None => files::read_checked(&root, &name, &sha),
         })
-        .await
-        .map_err(std::io::Error::other)?
+        .await;
+        Ok(read.unwrap_or_else(|e| Err(std::io::Error::other(e))))
     }
 
     /// `attempt`'s log as it is written, ending when the attempt ends: the
@@ -184,7 +183,8 @@ impl JobDriver {
             .await
             .map_err(|e| std::io::Error::other(e.to_string()))?;
         if let Some(log) = logs.into_iter().find(|l| l.artifact.attempt == attempt) {
-            return Ok(Published::Log(self.read_log(&log).await?));
+            let read = self.read_log(&log).await.map_err(|e| std::io::Error::other(e.to_string()))?;
+            return Ok(Published::Log(read?));
         }
         let pending = row.is_some_and(|r| {
             r.job.attempt_number() == attempt
