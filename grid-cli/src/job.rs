@@ -113,10 +113,12 @@ pub struct LogsArgs {
     /// An earlier attempt's log (default: the current attempt).
     #[arg(long)]
     attempt: Option<u32>,
-    /// Wait until the attempt has ended and its log is published, then print it.
+    /// Print the attempt's output as it is written (GET /jobs/{jobId}/logs?follow=true),
+    /// waiting for a queued job's attempt to start; ends when the attempt ends.
     #[arg(long)]
     follow: bool,
-    /// With --follow: seconds between polls.
+    /// With --follow, against a server that cannot stream logs: seconds between
+    /// polls for the published log.
     #[arg(long, value_name = "SECONDS", default_value = "1", value_parser = parse_seconds, requires = "follow")]
     poll_interval: Duration,
     /// With --follow: give up (exit 1) after this many seconds.
@@ -249,15 +251,55 @@ async fn list(cx: &Context, args: ListArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Streams the attempt's output to stdout as it comes; a server that does not
+/// know `follow` (400 INVALID_LOG_QUERY) is polled for the published log.
+async fn follow(cx: &Context, args: &LogsArgs) -> anyhow::Result<Option<JobLog>> {
+    let stdout = std::io::stdout();
+    let mut written: std::io::Result<()> = Ok(());
+    let followed = cx
+        .client
+        .follow_job_logs(&args.job_id, args.attempt, |chunk| {
+            if written.is_ok() {
+                let mut out = stdout.lock();
+                written = out.write_all(chunk).and_then(|()| out.flush());
+            }
+        })
+        .await;
+    written?;
+    match followed {
+        Ok(f) => {
+            // Only a log of 1 MiB can have been cut: ask the record then.
+            if f.byte_length >= LOG_CAP {
+                let record = cx.client.job(&args.job_id).await?;
+                if record.attempt == f.attempt && record.logs_truncated {
+                    eprintln!("(log of attempt {} cut at 1 MiB)", f.attempt);
+                }
+            }
+            Ok(None)
+        }
+        Err(e) if e.status() == Some(400) && e.error_code() == Some("INVALID_LOG_QUERY") => {
+            Ok(Some(cx.client.wait_job_log(&args.job_id, args.attempt, args.poll_interval).await?))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The published log's length at which it was cut.
+const LOG_CAP: u64 = 1024 * 1024;
+
 async fn logs(cx: &Context, args: LogsArgs) -> anyhow::Result<()> {
     let log: JobLog = if args.follow {
-        let waiting = cx.client.wait_job_log(&args.job_id, args.attempt, args.poll_interval);
-        match args.timeout {
-            Some(limit) => match tokio::time::timeout(limit, waiting).await {
+        let following = follow(cx, &args);
+        let polled = match args.timeout {
+            Some(limit) => match tokio::time::timeout(limit, following).await {
                 Ok(log) => log?,
-                Err(_) => anyhow::bail!("no log of job {} after {}s", args.job_id, limit.as_secs_f64()),
+                Err(_) => anyhow::bail!("job {}: the attempt did not end within {}s", args.job_id, limit.as_secs_f64()),
             },
-            None => waiting.await?,
+            None => following.await?,
+        };
+        match polled {
+            Some(log) => log,
+            None => return Ok(()),
         }
     } else {
         cx.client.job_logs(&args.job_id, args.attempt).await?

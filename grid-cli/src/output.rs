@@ -214,6 +214,12 @@ fn hint(error: &anyhow::Error, hints: &Hints) -> Option<String> {
                 this grid; sign in again"
                 .into(),
         }),
+        ClientError::Transport(e) if certificate_refused(e) => Some(format!(
+            "the server's TLS certificate is not trusted: set GRID_CA_CERT or pass --ca-cert with the PEM file of \
+             the CA that issued it (a self-signed grid's is DATA_DIR/tls/ca.pem, named in its `listening` event as \
+             caCert) (tried {})",
+            hints.url
+        )),
         ClientError::Transport(_) => {
             Some(format!("is the server running there? set GRID_URL or pass --url (tried {})", hints.url))
         }
@@ -230,6 +236,21 @@ fn hint(error: &anyhow::Error, hints: &Hints) -> Option<String> {
         }
         _ => None,
     }
+}
+
+/// Whether the connection failed because the server's certificate was not
+/// trusted (rustls names the certificate in its error; no other transport
+/// failure does).
+fn certificate_refused(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(e);
+    while let Some(s) = source {
+        let text = s.to_string();
+        if text.contains("invalid peer certificate") || text.contains("UnknownIssuer") {
+            return true;
+        }
+        source = s.source();
+    }
+    false
 }
 
 /// A line for item failures whose fix is on the server's side.

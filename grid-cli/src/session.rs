@@ -497,6 +497,7 @@ mod tests {
                 size_bytes: 12,
                 created_at: Millis(0),
                 url: "http://h/downloads/sessions/ses_1/report.csv?expires=1&sig=ab".into(),
+                suggested_name: Some("report.csv".into()),
             }],
             total_bytes: 12,
             limit_bytes: 100,

@@ -82,6 +82,23 @@ pub fn job_logs(job_id: &str, attempt: Option<u32>) -> Endpoint<Bytes> {
     }
 }
 
+/// GET /jobs/{jobId}/logs?follow=true[&attempt=N]: the attempt's output as
+/// it is written, a streamed text answer. Perform it with
+/// [`crate::GridClient::follow_job_logs`].
+pub fn follow_job_logs(job_id: &str, attempt: Option<u32>) -> Endpoint<Bytes> {
+    let endpoint = job_logs(job_id, attempt);
+    endpoint.with_query("follow", "true")
+}
+
+/// What [`crate::GridClient::follow_job_logs`] followed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FollowedLog {
+    /// `x-grid-attempt`: the attempt whose output was followed.
+    pub attempt: u32,
+    /// How many bytes of output came (at most 1 MiB, as the published log).
+    pub byte_length: u64,
+}
+
 /// Parameters of GET /jobs; `None` leaves one out (the server's defaults:
 /// 50 per page, every phase, no label filter, the first page).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -281,6 +298,11 @@ mod tests {
         assert_eq!(url_of(&job_logs("cj_1", None)), "http://127.0.0.1:8080/jobs/cj_1/logs");
         assert_eq!(url_of(&job_logs("cj_1", Some(2))), "http://127.0.0.1:8080/jobs/cj_1/logs?attempt=2");
         assert_eq!(job_logs("cj_1", Some(2)).to_string(), "GET /jobs/cj_1/logs?attempt=2");
+        assert_eq!(url_of(&follow_job_logs("cj_1", None)), "http://127.0.0.1:8080/jobs/cj_1/logs?follow=true");
+        assert_eq!(
+            url_of(&follow_job_logs("cj_1", Some(2))),
+            "http://127.0.0.1:8080/jobs/cj_1/logs?attempt=2&follow=true"
+        );
         assert_eq!(url_of(&job("a/b")), "http://127.0.0.1:8080/jobs/a%2Fb");
         for e in [cancel_job("j").method().clone(), retry_job("j").method().clone()] {
             assert_eq!(e, Method::POST);

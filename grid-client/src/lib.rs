@@ -530,6 +530,49 @@ impl GridClient {
         JobLog::from_reply(&self.send_raw(&jobs::job_logs(job_id, attempt)).await?)
     }
 
+    /// GET /jobs/{jobId}/logs?follow=true: follows `attempt` (default the
+    /// current one) as it runs, calling `on_output` with each piece of its
+    /// stdout and stderr as the server sends it, until the attempt ends (the
+    /// server waits for a queued job's attempt to start). The pieces
+    /// together are the attempt's published log. An answer that breaks off
+    /// before its end is [`ClientError::Transport`]; the client's request
+    /// timeout does not apply (a running attempt is followed as long as it
+    /// runs): wrap the future in `tokio::time::timeout` for a limit.
+    pub async fn follow_job_logs(
+        &self,
+        job_id: &str,
+        attempt: Option<u32>,
+        mut on_output: impl FnMut(&[u8]),
+    ) -> Result<jobs::FollowedLog, ClientError> {
+        let endpoint = jobs::follow_job_logs(job_id, attempt);
+        let mut request = self.http.get(endpoint.url(&self.base)?).header(ACCEPT, "text/plain");
+        if let Some((name, value)) = &self.auth {
+            request = request.header(name, value.clone());
+        }
+        let mut response = request.send().await?;
+        let status = response.status().as_u16();
+        if !(200..300).contains(&status) {
+            let headers = response.headers().clone();
+            let body = response.bytes().await?;
+            return Err(ClientError::from_answer(status, &headers, &body));
+        }
+        let attempt = response
+            .headers()
+            .get("x-grid-attempt")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u32>().ok())
+            .ok_or_else(|| ClientError::Decode {
+                endpoint: endpoint.to_string(),
+                cause: serde::de::Error::custom("answer without a valid x-grid-attempt header"),
+            })?;
+        let mut byte_length = 0u64;
+        while let Some(chunk) = response.chunk().await? {
+            byte_length += chunk.len() as u64;
+            on_output(&chunk);
+        }
+        Ok(jobs::FollowedLog { attempt, byte_length })
+    }
+
     /// Polls GET /jobs/{jobId}/logs every `poll_interval` until the log is
     /// published and returns it. While the answer is 404 LOGS_NOT_AVAILABLE
     /// it keeps polling as long as the job can still produce that log; once

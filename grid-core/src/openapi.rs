@@ -782,13 +782,20 @@ fn describe(route: Route) -> Operation {
                 "description": "An earlier attempt; default the current one.",
                 "schema": {"type": "integer", "minimum": 1, "maximum": u32::MAX}
             });
+            let follow = json!({
+                "name": "follow",
+                "in": "query",
+                "required": false,
+                "description": "true: stream the attempt's output as it is written (chunked text/plain), ending when the attempt ends; waits for a queued job's attempt to start. A streamed answer has no x-grid-artifact-id or x-grid-logs-truncated (the log is published at the end).",
+                "schema": {"type": "boolean"}
+            });
             let text = Answer::with_content(200, "The attempt's stdout and stderr, up to 1 MiB.", "text/plain", json!({"type": "string"}))
                 .header("x-grid-attempt", json!({"type": "string", "pattern": "^[1-9][0-9]*$"}), true)
-                .header("x-grid-artifact-id", json!({"type": "string"}), true)
-                .header("x-grid-logs-truncated", json!({"type": "string", "enum": ["true", "false"]}), true);
+                .header("x-grid-artifact-id", json!({"type": "string"}), false)
+                .header("x-grid-logs-truncated", json!({"type": "string", "enum": ["true", "false"]}), false);
             Operation {
-                description: Some("A log is published once its attempt has ended.".into()),
-                parameters: vec![attempt],
+                description: Some("A log is published once its attempt has ended; with follow=true, a running attempt's output is streamed as it is written.".into()),
+                parameters: vec![attempt, follow],
                 answers: vec![text],
                 errors: vec![
                     ApiError::InvalidLogQuery { detail: detail() },

@@ -318,7 +318,8 @@ fn session_download() -> Value {
         "name": string(),
         "sizeBytes": count(),
         "createdAt": time(),
-        "url": {"type": "string", "format": "uri", "description": "Downloads the file for 15 minutes."}
+        "url": {"type": "string", "format": "uri", "description": "Downloads the file for 15 minutes."},
+        "suggestedName": nullable(string())
     }))
 }
 

@@ -158,6 +158,7 @@ fn session_downloads() -> SessionDownloads {
             size_bytes: 12,
             created_at: T,
             url: "http://127.0.0.1/downloads/sessions/ses_1/report.csv?expires=1&sig=ab".into(),
+            suggested_name: Some("report.csv".into()),
         }],
         total_bytes: 12,
         limit_bytes: 100,

@@ -739,6 +739,9 @@ async fn build_app(
         sessions: sessions.driver.clone(),
         jobs: compute.driver.clone(),
     });
+    // Counters whose label values only their owners know, at zero from the start.
+    metrics::Metrics::known(&metrics::get().engine_errors, &compute::docker::COUNTED_CALLS);
+    metrics::Metrics::known(&metrics::get().connections_cut, &http::limits::Cut::ALL.map(http::limits::Cut::label));
     // The gauges read at scrape time, each set by its owner.
     metrics::get().sessions.with_label_values(&["max"]).set(i64::from(config.max_sessions));
     metrics::get().register(Arc::new(store::metrics::Gauges(store.clone())));

@@ -23,6 +23,12 @@ use prometheus::{
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use grid_core::catalog::Script;
+use grid_core::ledger::EntryKind;
+use grid_core::routes::Route;
+use grid_core::session::EndCause;
+use grid_core::wire::job::{JobPhase, TerminationReason};
+
 /// An owner of gauges read at scrape time: it sets them (through `get()`)
 /// when asked, just before the metrics are rendered.
 pub trait GaugeSource: Send + Sync {
@@ -32,6 +38,10 @@ pub trait GaugeSource: Send + Sync {
 /// Every metric of the server.
 pub struct Metrics {
     registry: Registry,
+    /// The process's own figures (CPU, memory, file descriptors, start
+    /// time), under their conventional `process_` names, so not in the
+    /// `grid_` registry.
+    process: Registry,
     pub http_requests: IntCounterVec,
     pub http_seconds: HistogramVec,
     pub connections_cut: IntCounterVec,
@@ -52,6 +62,8 @@ pub struct Metrics {
     pub pool_pages: IntGaugeVec,
     pub capture_workers: IntGaugeVec,
     pub ledger_micros: IntGaugeVec,
+    /// 1, labelled with this build's version and commit.
+    pub build_info: IntGaugeVec,
     /// Who sets the gauges at scrape time.
     sources: Mutex<Vec<Arc<dyn GaugeSource>>>,
 }
@@ -156,17 +168,103 @@ impl Metrics {
                 "Ledger totals in micro-euros by kind (charge, release, reserve, credit): what was charged and released.",
                 &["kind"],
             ),
+            build_info: gauge(
+                &r,
+                "build_info",
+                "1, labelled with the server's version and the commit it was built from (unknown unless \
+                 GRID_BUILD_COMMIT was set at build time).",
+                &["version", "commit"],
+            ),
             registry: r,
+            process: process_registry(),
             sources: Mutex::new(vec![]),
         }
     }
+
+    /// Every series whose label values are known before anything happens,
+    /// at zero (gauges set by their sources at scrape time need none), so
+    /// each family is there from the start and a rate or an alert has a
+    /// series to read. Label values only other parts know (the engine's
+    /// calls, the reasons a connection is cut) are added by their owners
+    /// through `known`.
+    fn zero_series(&self) {
+        self.build_info.with_label_values(&[BUILD_VERSION, BUILD_COMMIT]).set(1);
+        for route in Route::ALL.iter().map(|r| r.template()).chain(["other"]) {
+            self.http_seconds.with_label_values(&[route]);
+        }
+        for script in Script::ALL.map(Script::as_str) {
+            self.item_seconds.with_label_values(&[script]);
+            for outcome in ITEM_OUTCOMES {
+                self.items_ended.with_label_values(&[script, outcome]);
+            }
+        }
+        for reason in TERMINATION_REASONS {
+            self.job_attempts_ended.with_label_values(&[reason.as_str()]);
+        }
+        for cause in [EndCause::Released, EndCause::Expired, EndCause::Lost] {
+            self.sessions_ended.with_label_values(&[cause.as_str()]);
+        }
+        for phase in JobPhase::ALL {
+            self.jobs.with_label_values(&[phase.as_str()]);
+        }
+        for kind in EntryKind::ALL {
+            self.ledger_micros.with_label_values(&[kind.as_str()]);
+        }
+        self.browser_starts.with_label_values(&["capture"]);
+    }
+
+    /// Adds a zero series for each of `values` to `family` (an owner's known
+    /// label values, registered by `main` at start).
+    pub fn known(family: &IntCounterVec, values: &[&str]) {
+        for v in values {
+            family.with_label_values(&[v]);
+        }
+    }
+}
+
+/// This build's version (Cargo's) and commit (`GRID_BUILD_COMMIT` in the
+/// build's environment, read at compile time; nothing is run to find it).
+pub const BUILD_VERSION: &str = env!("CARGO_PKG_VERSION");
+pub const BUILD_COMMIT: &str = match option_env!("GRID_BUILD_COMMIT") {
+    Some(c) => c,
+    None => "unknown",
+};
+
+/// How an item stands after an attempt (`grid_item_attempts_total`'s
+/// `outcome`).
+const ITEM_OUTCOMES: [&str; 3] = ["completed", "delayed", "failed"];
+
+/// Every termination reason this build names (`Other` is a reason it does
+/// not know, so it has no series until one is seen).
+const TERMINATION_REASONS: [TerminationReason; 8] = [
+    TerminationReason::WorkloadSucceeded,
+    TerminationReason::WorkloadFailed,
+    TerminationReason::PlatformOom,
+    TerminationReason::RunningDeadlineExceeded,
+    TerminationReason::Cancelled,
+    TerminationReason::PlatformEvicted,
+    TerminationReason::PlatformStartFailed,
+    TerminationReason::PlatformLost,
+];
+
+/// The process collector of the `prometheus` crate (Linux: /proc/self).
+fn process_registry() -> Registry {
+    let r = Registry::new();
+    #[cfg(target_os = "linux")]
+    r.register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))
+        .unwrap_or_else(|e| unreachable_metric("process", e));
+    r
 }
 
 static METRICS: OnceLock<Metrics> = OnceLock::new();
 
 /// The server's metrics.
 pub fn get() -> &'static Metrics {
-    METRICS.get_or_init(Metrics::new)
+    METRICS.get_or_init(|| {
+        let m = Metrics::new();
+        m.zero_series();
+        m
+    })
 }
 
 /// Seconds of a duration, for histograms.
@@ -190,7 +288,9 @@ pub async fn render() -> String {
         source.refresh().await;
     }
     let mut out = vec![];
-    if let Err(e) = TextEncoder::new().encode(&m.registry.gather(), &mut out) {
+    let mut families = m.registry.gather();
+    families.extend(m.process.gather());
+    if let Err(e) = TextEncoder::new().encode(&families, &mut out) {
         tracing::error!(error = %e, "metrics could not be encoded");
     }
     String::from_utf8_lossy(&out).into_owned()
@@ -250,5 +350,28 @@ mod tests {
         );
         assert!(text.contains("grid_item_attempts_total{outcome=\"completed\",script=\"metrics-test\"} 1"), "{text}");
         assert!(text.contains("# TYPE grid_session_lease_to_ready_seconds histogram"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn known_label_values_build_info_and_the_process_are_there_from_the_start() {
+        let text = render().await;
+        for series in [
+            "grid_jobs{phase=\"RUNNING\"} 0",
+            "grid_jobs{phase=\"TIMED_OUT\"} 0",
+            "grid_sessions_ended_total{cause=\"lost\"} 0",
+            "grid_job_attempts_ended_total{reason=\"PLATFORM_OOM\"} 0",
+            "grid_item_attempts_total{outcome=\"delayed\",script=\"render-fetch\"} 0",
+            "grid_item_attempt_duration_seconds_count{script=\"browser-fetch\"} 0",
+            "grid_http_request_duration_seconds_count{route=\"/jobs/{jobId}/logs\"} 0",
+            "grid_ledger_micros{kind=\"release\"} 0",
+        ] {
+            assert!(text.lines().any(|l| l == series), "{series} in:\n{text}");
+        }
+        let version = format!("grid_build_info{{commit=\"{BUILD_COMMIT}\",version=\"{BUILD_VERSION}\"}} 1");
+        assert!(text.lines().any(|l| l == version), "{version} in:\n{text}");
+        #[cfg(target_os = "linux")]
+        for family in ["process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds"] {
+            assert!(text.contains(&format!("# TYPE {family} ")), "{family} in:\n{text}");
+        }
     }
 }

@@ -79,3 +79,96 @@ async fn metrics_count_real_work_on_their_own_port_only() {
     let other = Resp::read(http_client().get(format!("http://127.0.0.1:{port}/grid"))).await.expect("request");
     assert_eq!(other.status, 404, "{other}");
 }
+
+/// Every family is there before anything happened, with a zero series for
+/// each label value known up front: job phases, docker calls, the reasons a
+/// connection is cut, every script and item outcome, every route's latency;
+/// and the build and the process.
+#[tokio::test]
+async fn a_fresh_servers_metrics_have_every_family_with_zero_series_build_info_and_the_process() {
+    use grid_core::catalog::Script;
+    use grid_core::routes::Route;
+    use grid_core::wire::job::JobPhase;
+
+    let port = free_port();
+    let mut opts = grid_tests::server::ServerOptions::default();
+    opts.extra_args.extend(["--metrics-listen".to_string(), format!("127.0.0.1:{port}")]);
+    let server = GridServer::start(opts);
+    let text = scrape(port).await;
+    let zero = |series: String| {
+        assert_eq!(value(&text, &format!("{series} ")), Some(0.0), "{series} at 0 in:\n{text}");
+    };
+
+    // `grid_http_requests_total` alone waits for its first request: its
+    // `status` is only known once answered (docs/operations.md).
+    for family in [
+        "grid_http_request_duration_seconds histogram",
+        "grid_http_connections_cut_total counter",
+        "grid_item_attempts_total counter",
+        "grid_item_attempt_duration_seconds histogram",
+        "grid_job_attempts_ended_total counter",
+        "grid_sessions_ended_total counter",
+        "grid_session_lease_to_ready_seconds histogram",
+        "grid_browser_starts_total counter",
+        "grid_browser_kills_total counter",
+        "grid_docker_errors_total counter",
+        "grid_registry_errors_total counter",
+        "grid_settlement_pass_duration_seconds histogram",
+        "grid_credential_check_timeouts_total counter",
+        "grid_queue_items gauge",
+        "grid_jobs gauge",
+        "grid_sessions gauge",
+        "grid_capture_workers gauge",
+        "grid_ledger_micros gauge",
+        "grid_build_info gauge",
+        "process_cpu_seconds_total counter",
+        "process_resident_memory_bytes gauge",
+        "process_virtual_memory_bytes gauge",
+        "process_open_fds gauge",
+        "process_max_fds gauge",
+        "process_start_time_seconds gauge",
+    ] {
+        assert!(text.contains(&format!("# TYPE {family}\n")), "# TYPE {family} in:\n{text}");
+    }
+    for phase in JobPhase::ALL {
+        zero(format!("grid_jobs{{phase=\"{}\"}}", phase.as_str()));
+    }
+    for call in ["pull", "create", "start", "inspect", "kill", "logs"] {
+        zero(format!("grid_docker_errors_total{{call=\"{call}\"}}"));
+    }
+    for reason in ["max_connections", "max_connections_per_peer", "no_request", "idle", "header_timeout"] {
+        zero(format!("grid_http_connections_cut_total{{reason=\"{reason}\"}}"));
+    }
+    for script in Script::ALL.map(Script::as_str) {
+        zero(format!("grid_item_attempt_duration_seconds_count{{script=\"{script}\"}}"));
+        for outcome in ["completed", "delayed", "failed"] {
+            zero(format!("grid_item_attempts_total{{outcome=\"{outcome}\",script=\"{script}\"}}"));
+        }
+    }
+    for reason in ["WORKLOAD_SUCCEEDED", "WORKLOAD_FAILED", "PLATFORM_OOM", "PLATFORM_EVICTED", "PLATFORM_LOST"] {
+        zero(format!("grid_job_attempts_ended_total{{reason=\"{reason}\"}}"));
+    }
+    for cause in ["released", "expired", "lost"] {
+        zero(format!("grid_sessions_ended_total{{cause=\"{cause}\"}}"));
+    }
+    for kind in ["charge", "release", "reserve"] {
+        zero(format!("grid_ledger_micros{{kind=\"{kind}\"}}"));
+    }
+    // Every route but the metrics' own scrape (not an API route) has its latency series.
+    for route in Route::ALL {
+        let series = format!("grid_http_request_duration_seconds_count{{route=\"{}\"}}", route.template());
+        assert!(value(&text, &format!("{series} ")).is_some(), "{series} in:\n{text}");
+    }
+    zero("grid_browser_starts_total{use=\"capture\"}".to_string());
+    zero("grid_registry_errors_total".to_string());
+
+    let build =
+        text.lines().find(|l| l.starts_with("grid_build_info{")).unwrap_or_else(|| panic!("no build_info:\n{text}"));
+    assert!(build.ends_with("} 1"), "{build}");
+    assert!(build.contains(&format!("version=\"{}\"", env!("CARGO_PKG_VERSION"))), "{build}");
+    assert!(build.contains("commit=\""), "{build}");
+    assert!(value(&text, "process_resident_memory_bytes ").is_some_and(|b| b > 0.0), "{text}");
+    assert!(value(&text, "process_open_fds ").is_some_and(|n| n > 0.0), "{text}");
+    assert!(value(&text, "process_cpu_seconds_total ").is_some(), "{text}");
+    drop(server);
+}

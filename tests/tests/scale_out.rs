@@ -1,7 +1,10 @@
 //! Several real grid-server nodes on one PostgreSQL database (issue 10,
 //! docs/scale-out.md): a batch submitted through one node is run by all,
 //! every item exactly once; a killed node's items are taken over; a paused
-//! node whose items were taken over cannot publish or charge them (fencing).
+//! node whose items were taken over cannot publish or charge them (fencing);
+//! a job's log followed through a node not running its container streams
+//! from the node that does (or comes whole at the end when it cannot be
+//! reached).
 //!
 //! Which node holds which items is never left to timing: a node's
 //! dispatcher claims items ahead of its workers (up to 512 beyond them,
@@ -516,4 +519,73 @@ async fn a_capture_batch_through_one_node_is_run_by_all_three() {
     assert_eq!(png.status(), 200);
     assert!(png.bytes().await.unwrap().starts_with(b"\x89PNG"), "not a PNG");
     drop(n2);
+}
+
+/// A follow of a job's log (GET /jobs/{id}/logs?follow=true) through a
+/// node whose engine does not run the container is passed on to the node
+/// that runs it: the first line comes through while the job runs, and the
+/// stream ends after the job with the whole log (docs/jobs.md).
+#[tokio::test]
+async fn a_log_followed_through_another_node_streams_from_the_node_running_the_container() {
+    use grid_tests::jobs::{check_compute_env, job, job_id, sh_job, submit_job, wait_container_removed, JOB_TIMEOUT};
+    check_compute_env();
+    let n1 = GridServer::start(with_engine("n1", LONG_LEASE_SECS, false));
+    let n2 = n1.join(with_engine("n2", LONG_LEASE_SECS, true));
+    let id = job_id(&submit_job(&n2, &sh_job("echo first; sleep 4; echo second")).await);
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let mut follow = client
+        .get(format!("{}/jobs/{id}/logs?follow=true", n1.base_url()))
+        .header("x-api-key", n1.api_key())
+        .send()
+        .await
+        .unwrap_or_else(|e| n1.fail(&format!("follow through n1: {e}")));
+    assert_eq!((follow.status().as_u16(), follow.headers()["x-grid-attempt"].to_str().unwrap()), (200, "1"));
+    let first = tokio::time::timeout(JOB_TIMEOUT, follow.chunk())
+        .await
+        .unwrap_or_else(|_| n1.fail("no first chunk through n1"))
+        .unwrap_or_else(|e| n1.fail(&format!("follow body: {e}")))
+        .unwrap_or_else(|| n1.fail("the follow through n1 ended before its first line"));
+    assert_eq!(job(&n1, &id).await["phase"], "RUNNING", "the first line came while the job ran");
+    assert_eq!(n1.stored().job_node(&id), Some("n2".to_string()));
+    let mut got = first.to_vec();
+    while let Some(chunk) = tokio::time::timeout(JOB_TIMEOUT, follow.chunk())
+        .await
+        .unwrap_or_else(|_| n1.fail("the follow through n1 did not end"))
+        .unwrap_or_else(|e| n1.fail(&format!("the follow through n1 broke off: {e}")))
+    {
+        got.extend_from_slice(&chunk);
+    }
+    assert_eq!(String::from_utf8_lossy(&got), "first\nsecond\n");
+    assert_eq!(job(&n1, &id).await["phase"], "SUCCEEDED");
+    wait_container_removed(&n2, &id, 1).await;
+}
+
+/// When the node running the container cannot be reached (here it
+/// advertises an address nobody answers), a follow through another node is
+/// answered from the store: the published log, whole, once the attempt ends.
+#[tokio::test]
+async fn a_log_followed_through_a_node_that_cannot_reach_the_runner_comes_whole_when_the_attempt_ends() {
+    use grid_tests::jobs::{check_compute_env, job, job_id, sh_job, submit_job, wait_container_removed, JOB_TIMEOUT};
+    check_compute_env();
+    let n1 = GridServer::start(with_engine("n1", LONG_LEASE_SECS, false));
+    let mut unreachable = with_engine("n2", LONG_LEASE_SECS, true);
+    let closed = grid_tests::server::free_port();
+    unreachable.extra_args.extend(["--advertise-url".to_string(), format!("http://127.0.0.1:{closed}")]);
+    let n2 = n1.join(unreachable);
+    let id = job_id(&submit_job(&n2, &sh_job("echo first; sleep 2; echo second")).await);
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let follow = client
+        .get(format!("{}/jobs/{id}/logs?follow=true", n1.base_url()))
+        .header("x-api-key", n1.api_key())
+        .send()
+        .await
+        .unwrap_or_else(|e| n1.fail(&format!("follow through n1: {e}")));
+    assert_eq!(follow.status().as_u16(), 200);
+    let text = tokio::time::timeout(JOB_TIMEOUT, follow.text())
+        .await
+        .unwrap_or_else(|_| n1.fail("the follow through n1 did not end"))
+        .unwrap_or_else(|e| n1.fail(&format!("the follow through n1 broke off: {e}")));
+    assert_eq!(text, "first\nsecond\n");
+    assert_eq!(job(&n1, &id).await["phase"], "SUCCEEDED");
+    wait_container_removed(&n2, &id, 1).await;
 }

@@ -138,6 +138,8 @@ async fn a_clicked_download_is_listed_served_to_its_owner_and_gone_after_the_gra
     assert_eq!(l["refused"], json!([]), "{l}");
     let file = entry(&l, "report.csv").unwrap().clone();
     assert!(chrono::DateTime::parse_from_rfc3339(file["createdAt"].as_str().unwrap_or("")).is_ok(), "{file}");
+    // Saved under the name it suggested (Puppeteer leaves the browser's default).
+    assert_eq!(file["suggestedName"], "report.csv", "{file}");
     let url = file["url"].as_str().unwrap().to_string();
     assert!(url.starts_with(&format!("{}/downloads/sessions/{id}/report.csv?expires=", server.base_url())), "{url}");
 
@@ -202,6 +204,60 @@ async fn a_clicked_download_is_listed_served_to_its_owner_and_gone_after_the_gra
 
     // After the grace: the folder is removed, the URL and the listing answer 404.
     wait_swept(&server, &id, &url).await;
+}
+
+/// Playwright makes a context of its own whose downloads the browser saves
+/// under their guid (`allowAndName`): the listing names the file by that
+/// guid and gives the name the download suggested as `suggestedName`.
+#[tokio::test]
+async fn a_playwright_download_is_listed_under_its_guid_with_its_suggested_name() {
+    let target = Target::start();
+    let server = GridServer::start(opts(&[]));
+    let (id, cdp_url) = running_session(&server).await;
+    let size = 54_321;
+    let dir = grid_tests::bins::workspace_root().join("tests/clients");
+    assert!(
+        dir.join("node_modules/playwright-core").is_dir(),
+        "Playwright is missing from {}: scripts/test.sh installs it (npm install there)",
+        dir.display()
+    );
+    let mut cmd = std::process::Command::new("node");
+    cmd.arg("playwright_downloads.js")
+        .arg(&cdp_url)
+        .arg(target.url(&format!("/download-page/quarterly-report.csv?n={size}")))
+        .current_dir(dir);
+    let out = tokio::task::spawn_blocking(move || cmd.output())
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| server.fail(&format!("node did not run: {e}")));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        server.fail(&format!("Playwright failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
+    }
+    let printed: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| server.fail(&format!("{e}: {stdout}")));
+    assert_eq!(printed, json!({"suggested": ["quarterly-report.csv"], "failures": [null]}));
+
+    let deadline = Instant::now() + LISTED_WITHIN;
+    let (l, file) = loop {
+        let l = listing(&server, &id).await;
+        let found = l["downloads"].as_array().into_iter().flatten().find(|d| d["sizeBytes"] == size).cloned();
+        if let Some(file) = found {
+            break (l, file);
+        }
+        if Instant::now() >= deadline {
+            server.fail(&format!("Playwright's download not listed within {LISTED_WITHIN:?}: {l}"));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(l["downloads"].as_array().unwrap().len(), 1, "{l}");
+    assert_eq!(file["suggestedName"], "quarterly-report.csv", "{file}");
+    let saved = file["name"].as_str().unwrap();
+    assert_ne!(saved, "quarterly-report.csv", "Playwright's file is saved under its guid: {file}");
+    let (status, _, bytes) = fetch(&server, file["url"].as_str().unwrap()).await;
+    assert!(status == 200 && bytes == pattern_bytes(size), "the guid-named file serves the download: {status}");
+    // The MCP tool lists the same field.
+    let tool = mcp_list_downloads(&server, server.api_key(), &id).await;
+    assert_eq!(entry(&tool["structuredContent"], saved).unwrap()["suggestedName"], "quarterly-report.csv", "{tool}");
 }
 
 /// The host reads the folder a stranger's browser writes: symlinks and hard

@@ -153,6 +153,10 @@ async fn sdk_and_cli_trusting_grid_ca_cert_submit_and_download_over_https() {
         !without_ca.success() && without_ca.code.is_some(),
         "the CLI trusted the server without the CA: {without_ca}"
     );
+    // The hint names what to set: the CA, not the URL (which was right).
+    let hint = without_ca.stderr.lines().find(|l| l.starts_with("hint: ")).unwrap_or_default();
+    assert!(hint.contains("GRID_CA_CERT") && hint.contains("--ca-cert"), "{without_ca}");
+    assert!(!hint.contains("GRID_URL"), "{without_ca}");
 }
 
 #[tokio::test]

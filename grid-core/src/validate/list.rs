@@ -169,6 +169,43 @@ pub fn log_query(pairs: &[(String, String)]) -> Result<Option<u32>, ApiError> {
     }
 }
 
+/// The query of GET /jobs/{jobId}/logs as HTTP takes it: `attempt` as in
+/// `log_query`, and `follow` (`true` or `false`, at most once): stream the
+/// attempt's output as it is written (docs/jobs.md). A query without
+/// `follow` is `log_query`'s, answered the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogQuery {
+    pub attempt: Option<u32>,
+    pub follow: bool,
+}
+
+pub fn log_follow_query(pairs: &[(String, String)]) -> Result<LogQuery, ApiError> {
+    let (follows, rest): (Vec<_>, Vec<_>) = pairs.iter().cloned().partition(|(k, _)| k == "follow");
+    let mut problems = vec![];
+    let follow = match follows.as_slice() {
+        [] => false,
+        [(_, v)] if v == "true" => true,
+        [(_, v)] if v == "false" => false,
+        [(_, v)] => {
+            problems.push(format!("follow: must be true or false, got \"{v}\""));
+            false
+        }
+        _ => {
+            problems.push("follow: given more than once".to_string());
+            false
+        }
+    };
+    match log_query(&rest) {
+        Ok(attempt) if problems.is_empty() => Ok(LogQuery { attempt, follow }),
+        Ok(_) => Err(ApiError::InvalidLogQuery { detail: problems }),
+        Err(ApiError::InvalidLogQuery { detail }) => {
+            problems.extend(detail);
+            Err(ApiError::InvalidLogQuery { detail: problems })
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// GET /account: a page of the caller's ledger.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AccountQuery {
@@ -300,6 +337,24 @@ mod tests {
         assert_eq!(log_query(&pairs(&[("attempt", "2")])).unwrap(), Some(2));
         for bad in [&[("attempt", "0")][..], &[("attempt", "x")], &[("attempt", "-1")], &[("tail", "5")]] {
             assert!(matches!(log_query(&pairs(bad)), Err(ApiError::InvalidLogQuery { .. })), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn follow_is_true_or_false_once_beside_attempt() {
+        assert_eq!(log_follow_query(&[]).unwrap(), LogQuery { attempt: None, follow: false });
+        assert_eq!(
+            log_follow_query(&pairs(&[("follow", "true"), ("attempt", "2")])).unwrap(),
+            LogQuery { attempt: Some(2), follow: true }
+        );
+        assert_eq!(
+            log_follow_query(&pairs(&[("follow", "false")])).unwrap(),
+            LogQuery { attempt: None, follow: false }
+        );
+        for bad in
+            [&[("follow", "1")][..], &[("follow", "true"), ("follow", "true")], &[("follow", "true"), ("tail", "5")]]
+        {
+            assert!(matches!(log_follow_query(&pairs(bad)), Err(ApiError::InvalidLogQuery { .. })), "{bad:?}");
         }
     }
 }

@@ -223,6 +223,12 @@ pub struct SessionDownload {
     pub created_at: Millis,
     /// Downloads the file without a credential, for 15 minutes from issue.
     pub url: String,
+    /// The name the page suggested for the download (its
+    /// `Content-Disposition` or link's name), when the grid saw it begin:
+    /// a file a client saved under the download's guid (Playwright) is
+    /// listed under that guid, and this is its real name. Null when unknown.
+    #[serde(default)]
+    pub suggested_name: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -4,7 +4,7 @@
 use grid_core::error::ApiError;
 use grid_core::validate;
 use grid_core::validate::list::{list_query, log_query};
-use grid_core::wire::job::NetworkProfile;
+use grid_core::wire::job::{JobPhase, NetworkProfile};
 use grid_core::wire::job_record::JobArtifacts;
 use serde_json::Value;
 
@@ -145,17 +145,7 @@ pub async fn logs(app: &App, caller: &Caller, id: &str, query: &[(String, String
     let attempt = attempt.unwrap_or(row.job.attempt_number());
     let logs = app.store.read(move |c| jobs::logs(c, &row.id)).await.map_err(JobError::from)?;
     let log = logs.into_iter().find(|l| l.artifact.attempt == attempt).ok_or(ApiError::LogsNotAvailable)?;
-    let artifact_id = log.artifact.artifact_id.clone();
-    let inline = app.store.read(move |c| jobs::log_content(c, &artifact_id)).await.map_err(JobError::from)?;
-    let (root, name, sha) = (app.compute.logs_dir.clone(), log.storage_name.clone(), log.sha256.clone());
-    let data = tokio::task::spawn_blocking(move || match inline {
-        Some(bytes) if crate::ids::sha256_hex(&bytes) == sha => Ok(bytes),
-        Some(_) => Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{name} failed its checksum"))),
-        None => crate::capture::files::read_checked(&root, &name, &sha),
-    })
-    .await
-    .map_err(|_| ApiError::compute_unavailable())?
-    .map_err(|e| {
+    let data = app.compute.driver.read_log(&log).await.map_err(JobError::from)?.map_err(|e| {
         tracing::error!(log = %log.storage_name, error = %e, "log unreadable or failed its integrity check");
         ApiError::compute_unavailable()
     })?;
@@ -163,4 +153,57 @@ pub async fn logs(app: &App, caller: &Caller, id: &str, query: &[(String, String
         .header("x-grid-attempt", attempt.to_string())
         .header("x-grid-artifact-id", log.artifact.artifact_id.clone())
         .header("x-grid-logs-truncated", if log.artifact.truncated { "true" } else { "false" }))
+}
+
+/// Where a follow of a job's log (`GET /jobs/{id}/logs?follow=true`)
+/// starts. The stream itself is the transport's (`http::follow`), fed by
+/// `compute::driver::JobDriver::follow`.
+#[derive(Debug)]
+pub enum Follow {
+    /// The attempt has ended: its published log, answered as without
+    /// `follow` (or its refusal, 404 LOGS_NOT_AVAILABLE).
+    Ended(Reply),
+    /// The attempt runs: `node` is the node whose engine runs its
+    /// container (`None`: this one, or a job from before nodes were
+    /// recorded).
+    Running { job_id: String, attempt: u32, container: String, node: Option<String> },
+}
+
+/// How often a follow reads the job while its attempt has not started or
+/// its log is being published.
+const FOLLOW_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Where a follow of `id`'s log starts: an `attempt` other than the
+/// current one is answered as without `follow`; the current one is waited
+/// for while the job is accepted, queued or provisioning (and while its log
+/// is being published), then streamed while it runs, or answered with its
+/// published log once it has ended.
+pub async fn follow(app: &App, caller: &Caller, id: &str, attempt: Option<u32>) -> Result<Follow, ApiError> {
+    let row = owned(app, caller, id).await?;
+    let by_attempt = |n: u32| vec![("attempt".to_string(), n.to_string())];
+    if let Some(n) = attempt.filter(|n| *n != row.job.attempt_number()) {
+        return Ok(Follow::Ended(logs(app, caller, id, &by_attempt(n)).await?));
+    }
+    let me = app.config.node.clone();
+    let mut row = row;
+    loop {
+        let n = row.job.attempt_number();
+        match row.job.phase {
+            JobPhase::Accepted | JobPhase::Queued | JobPhase::Provisioning | JobPhase::Publishing => {}
+            JobPhase::Running => {
+                let node = row.node.clone().filter(|node| *node != me);
+                let container = crate::compute::driver::recorded_container(&row, n);
+                return Ok(Follow::Running { job_id: row.id, attempt: n, container, node });
+            }
+            JobPhase::Succeeded | JobPhase::Failed | JobPhase::TimedOut | JobPhase::Cancelled => {
+                return Ok(Follow::Ended(logs(app, caller, id, &by_attempt(n.max(1))).await?));
+            }
+        }
+        if attempt.is_some_and(|a| a != n) {
+            // The attempt asked for ended meanwhile and another began.
+            return Ok(Follow::Ended(logs(app, caller, id, &by_attempt(attempt.unwrap_or(n))).await?));
+        }
+        tokio::time::sleep(FOLLOW_WAIT).await;
+        row = owned(app, caller, id).await?;
+    }
 }

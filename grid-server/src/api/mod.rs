@@ -5,7 +5,7 @@
 
 mod account;
 pub mod captures;
-mod jobs;
+pub mod jobs;
 pub mod meta;
 pub mod sessions;
 

@@ -12,6 +12,7 @@ use serde_json::Value;
 use super::Reply;
 use crate::app::App;
 use crate::ids::{now, random_hex};
+use crate::sessions::downloads::Folder;
 use crate::store::accounts::Caller;
 use crate::store::idempotency::{self, Outcome};
 use crate::store::sessions as store;
@@ -88,8 +89,8 @@ pub async fn downloads(app: &App, caller: &Caller, id: &str) -> Result<Reply, Ap
     let folders = app.sessions.downloads.clone();
     let session_id = id.to_string();
     let listed = tokio::task::spawn_blocking(move || {
-        let Some(folder) = folders.open(&session_id)? else { return Ok((vec![], vec![])) };
-        Ok::<_, std::io::Error>((folder.list()?, folder.refused()))
+        let Some(folder) = folders.open(&session_id)? else { return Ok((vec![], vec![], vec![])) };
+        Ok::<_, std::io::Error>((folder.list()?, folder.refused(), folder.suggested()))
     })
     .await
     .map_err(|_| ApiError::Internal)?
@@ -97,11 +98,12 @@ pub async fn downloads(app: &App, caller: &Caller, id: &str) -> Result<Reply, Ap
         tracing::error!(session = id, error = %e, "session downloads unreadable");
         ApiError::Internal
     })?;
-    let (files, refused) = listed;
+    let (files, refused, suggested) = listed;
     let downloads: Vec<SessionDownload> = files
         .into_iter()
         .map(|f| SessionDownload {
             url: app.signer.session_download_url(id, &f.name, now),
+            suggested_name: Folder::suggested_name(&suggested, &f.name),
             name: f.name,
             size_bytes: f.size,
             created_at: f.modified,

@@ -12,7 +12,9 @@ use bollard::query_parameters::{
     LogsOptions, RemoveContainerOptions, WaitContainerOptions,
 };
 use bollard::Docker;
+use bytes::Bytes;
 use futures_util::future::BoxFuture;
+use futures_util::stream::BoxStream;
 use futures_util::StreamExt;
 use grid_core::time::Millis;
 use grid_core::wire::job::{JobSubmission, NetworkProfile};
@@ -81,7 +83,12 @@ impl DockerEngine {
     }
 }
 
-/// Counts a failed engine call by name, then passes its result on.
+/// The engine calls whose failures are counted (`grid_docker_errors_total`'s
+/// `call`).
+pub const COUNTED_CALLS: [&str; 6] = ["pull", "create", "start", "inspect", "kill", "logs"];
+
+/// Counts a failed engine call by name (one of `COUNTED_CALLS`), then passes
+/// its result on.
 fn counted<T>(call: &str, r: Result<T, EngineError>) -> Result<T, EngineError> {
     if r.is_err() {
         crate::metrics::get().engine_errors.with_label_values(&[call]).inc();
@@ -131,6 +138,13 @@ impl Engine for DockerEngine {
 
     fn logs<'a>(&'a self, container: &'a str, cap: usize) -> BoxFuture<'a, Result<(Vec<u8>, bool), EngineError>> {
         Box::pin(async move { counted("logs", async { logs(&self.client()?, container, cap).await }.await) })
+    }
+
+    fn follow_logs(&self, container: &str) -> BoxStream<'static, Result<Bytes, EngineError>> {
+        match self.client() {
+            Ok(d) => follow_logs(&d, container),
+            Err(e) => Box::pin(futures_util::stream::iter([Err(e)])),
+        }
     }
 
     fn grid_containers(&self) -> BoxFuture<'_, Result<Vec<GridContainer>, EngineError>> {
@@ -360,6 +374,15 @@ async fn logs(docker: &Docker, id: &str, cap: usize) -> Result<(Vec<u8>, bool), 
         out.extend_from_slice(&bytes);
     }
     Ok((out, false))
+}
+
+/// The container's output from its start, then as it is written, until it
+/// stops (the engine ends the stream then). Not counted in the engine's
+/// errors: a follower that comes after the container's removal is told
+/// "not found", which is no fault of the engine.
+fn follow_logs(docker: &Docker, id: &str) -> BoxStream<'static, Result<Bytes, EngineError>> {
+    let opts = LogsOptions { follow: true, stdout: true, stderr: true, tail: "all".into(), ..Default::default() };
+    Box::pin(docker.logs(id, Some(opts)).map(|chunk| chunk.map(|c| c.into_bytes()).map_err(EngineError::from)))
 }
 
 /// Containers the grid started, running or not.

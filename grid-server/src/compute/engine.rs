@@ -5,7 +5,9 @@
 
 use std::path::Path;
 
+use bytes::Bytes;
 use futures_util::future::BoxFuture;
+use futures_util::stream::BoxStream;
 use grid_core::time::Millis;
 use grid_core::wire::job::JobSubmission;
 
@@ -65,6 +67,10 @@ pub trait Engine: Send + Sync + 'static {
     /// The container's stdout and stderr, interleaved as written, up to `cap`
     /// bytes; `true` when there was more.
     fn logs<'a>(&'a self, container: &'a str, cap: usize) -> BoxFuture<'a, Result<(Vec<u8>, bool), EngineError>>;
+    /// The container's stdout and stderr from its start, interleaved as
+    /// written (the bytes `logs` answers), then as they are written; the
+    /// stream ends once the container has stopped.
+    fn follow_logs(&self, container: &str) -> BoxStream<'static, Result<Bytes, EngineError>>;
     fn grid_containers(&self) -> BoxFuture<'_, Result<Vec<GridContainer>, EngineError>>;
 }
 
@@ -281,6 +287,13 @@ pub mod fake {
                 let cut = c.output.len() > cap;
                 Ok((c.output[..c.output.len().min(cap)].to_vec(), cut))
             })
+        }
+
+        /// The output written so far, at once (the fake's containers write
+        /// all of it when made).
+        fn follow_logs(&self, container: &str) -> BoxStream<'static, Result<Bytes, EngineError>> {
+            let output = Self::find(&mut self.state.lock().unwrap(), container).map(|c| Bytes::from(c.output.clone()));
+            Box::pin(futures_util::stream::iter([output]))
         }
 
         fn grid_containers(&self) -> BoxFuture<'_, Result<Vec<GridContainer>, EngineError>> {

@@ -50,7 +50,6 @@ pub struct Compute {
     pub registries: Registries,
     docker: Arc<DockerEngine>,
     pub driver: JobDriver,
-    pub logs_dir: PathBuf,
 }
 
 impl Compute {
@@ -78,7 +77,7 @@ impl Compute {
             node: node.into(),
             peers,
         });
-        Ok(Compute { registries: Registries::new(config.admitted.clone())?, config, docker, driver, logs_dir })
+        Ok(Compute { registries: Registries::new(config.admitted.clone())?, config, docker, driver })
     }
 
     pub fn unavailable() -> ApiError {

@@ -101,7 +101,7 @@ pub async fn forward(app: &App, to: &str, req: Request<Incoming>, unreachable: A
     match pass_on(app, to, &base, req).await {
         Ok(resp) => Ok(resp),
         Err(e) => {
-            tracing::warn!(node = to, error = %e, "request for another node's session not passed on");
+            tracing::warn!(node = to, error = %e, "request for another node not passed on");
             Err(unreachable)
         }
     }

@@ -136,6 +136,9 @@ pub enum Cut {
 }
 
 impl Cut {
+    pub const ALL: [Cut; 5] =
+        [Cut::TooManyConnections, Cut::TooManyFromPeer, Cut::NoRequest, Cut::Idle, Cut::HeaderTimeout];
+
     pub fn label(self) -> &'static str {
         match self {
             Cut::TooManyConnections => "max_connections",

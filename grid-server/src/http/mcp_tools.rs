@@ -773,6 +773,16 @@ mod tests {
             if name == "get_capture" {
                 continue;
             }
+            // A browser tool drives a session: good arguments of its schema read.
+            if browser_tools::is_browser_tool(name) {
+                let good = json!({"sessionId": "ses_1", "url": "http://a.test/", "ref": "e1", "text": "x",
+                                  "fields": [{"ref": "e1", "value": "x"}], "key": "Enter", "values": ["a"],
+                                  "timeMs": 0, "expression": "1", "action": "list"});
+                let mut args = good.as_object().cloned().unwrap_or_default();
+                args.retain(|k, _| t["inputSchema"]["properties"].get(k).is_some());
+                assert!(browser_tools::parse(name, &args).is_ok(), "{name}: {:?}", browser_tools::parse(name, &args));
+                continue;
+            }
             // Every other tool maps to a call (arguments aside).
             let mut args = Map::new();
             for f in t["inputSchema"]["required"].as_array().unwrap() {

@@ -6,6 +6,7 @@ mod cdp;
 mod downloads;
 mod forward;
 pub mod limits;
+mod logs;
 mod mcp;
 mod mcp_tools;
 pub mod respond;
@@ -291,6 +292,15 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiErr
         Route::RetryJob => Call::Retry(p(0)),
         Route::CancelJob => Call::Cancel(p(0)),
         Route::JobArtifacts => Call::JobArtifacts(p(0)),
+        Route::JobLogs if query().iter().any(|(k, _)| k == "follow") => {
+            let q = grid_core::validate::list::log_follow_query(&query())?;
+            if q.follow {
+                let caller = caller.as_ref().ok_or(ApiError::Internal)?;
+                return logs::follow(app, caller, &p(0), q.attempt, req).await;
+            }
+            let rest = query().into_iter().filter(|(k, _)| k != "follow").collect();
+            Call::JobLogs { id: p(0), query: rest }
+        }
         Route::JobLogs => Call::JobLogs { id: p(0), query: query() },
         Route::ArtifactUrl => Call::ArtifactUrl { item: p(0), kind: p(1) },
         Route::ListSessions => Call::ListSessions,

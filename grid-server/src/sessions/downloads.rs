@@ -51,6 +51,11 @@ const WARM_PREFIX: &str = "warm-";
 const PARTIAL_SUFFIX: &str = ".crdownload";
 /// Entries kept in `refused.json`; older ones are dropped.
 const MAX_REFUSED: usize = 100;
+/// The grid's record of the names pages suggested for their downloads
+/// (`Browser.downloadWillBegin`), by download guid, beside `files`.
+const SUGGESTED: &str = "suggested.json";
+/// Entries kept in `suggested.json`; older ones are dropped.
+const MAX_SUGGESTED: usize = 1000;
 /// How often the sweep looks for folders past their grace.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
@@ -86,7 +91,8 @@ pub struct Folder {
     dir: OwnedFd,
     /// The browser's (`files`).
     files: OwnedFd,
-    /// Serializes writes of `refused.json`.
+    /// Serializes writes of the grid's records (`refused.json`,
+    /// `suggested.json`).
     refused_lock: Mutex<()>,
 }
 
@@ -396,7 +402,44 @@ impl Folder {
         if all.len() > MAX_REFUSED {
             all.drain(..all.len() - MAX_REFUSED);
         }
-        let tmp = format!("{REFUSED}.tmp");
+        self.write_record(REFUSED, &all)
+    }
+
+    /// The names pages suggested for their downloads, oldest first:
+    /// (download guid, suggested file name).
+    pub fn suggested(&self) -> Vec<(String, String)> {
+        let Ok(fd) = open_beneath(&self.dir, SUGGESTED, OFlags::RDONLY) else { return vec![] };
+        serde_json::from_reader(std::io::BufReader::new(File::from(fd))).unwrap_or_default()
+    }
+
+    /// Records the name a page suggested for download `guid`.
+    pub fn add_suggested(&self, guid: &str, name: &str) -> std::io::Result<()> {
+        let _held = self.refused_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut all = self.suggested();
+        all.retain(|(g, _)| g != guid);
+        all.push((guid.to_string(), name.to_string()));
+        if all.len() > MAX_SUGGESTED {
+            all.drain(..all.len() - MAX_SUGGESTED);
+        }
+        self.write_record(SUGGESTED, &all)
+    }
+
+    /// The name the page suggested for the file listed as `file`: a file
+    /// saved under its download's guid (Playwright asks the browser for
+    /// that) has its download's suggested name; one saved under a name
+    /// that was suggested has that name; else none is known.
+    pub fn suggested_name(suggested: &[(String, String)], file: &str) -> Option<String> {
+        suggested
+            .iter()
+            .find(|(guid, _)| guid == file)
+            .or_else(|| suggested.iter().find(|(_, name)| name == file))
+            .map(|(_, name)| name.clone())
+            .filter(|name| !name.is_empty())
+    }
+
+    /// Writes one of the grid's records whole, then renames it into place.
+    fn write_record<T: serde::Serialize>(&self, name: &str, value: &T) -> std::io::Result<()> {
+        let tmp = format!("{name}.tmp");
         let fd = rfs::openat(
             &self.dir,
             tmp.as_str(),
@@ -404,8 +447,8 @@ impl Folder {
             Mode::from_raw_mode(0o600),
         )?;
         let mut file = File::from(fd);
-        serde_json::to_writer(&mut file, &all).map_err(std::io::Error::other)?;
-        rfs::renameat(&self.dir, tmp.as_str(), &self.dir, REFUSED)?;
+        serde_json::to_writer(&mut file, value).map_err(std::io::Error::other)?;
+        rfs::renameat(&self.dir, tmp.as_str(), &self.dir, name)?;
         Ok(())
     }
 }
@@ -541,6 +584,24 @@ mod tests {
         std::fs::remove_file(files.join("report.csv")).unwrap();
         symlink(&secret, files.join("report.csv")).unwrap();
         assert!(f.open_file("report.csv").unwrap().is_none());
+    }
+
+    #[test]
+    fn suggested_names_are_found_by_guid_or_by_the_name_saved() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, folder) = folder(dir.path());
+        assert!(folder.suggested().is_empty());
+        folder.add_suggested("0b5c-guid", "report.csv").unwrap();
+        folder.add_suggested("1d7e-guid", "photo.png").unwrap();
+        folder.add_suggested("0b5c-guid", "report.csv").unwrap();
+        let s = folder.suggested();
+        assert_eq!(
+            s,
+            vec![("1d7e-guid".to_string(), "photo.png".to_string()), ("0b5c-guid".into(), "report.csv".into())]
+        );
+        assert_eq!(Folder::suggested_name(&s, "0b5c-guid").as_deref(), Some("report.csv"));
+        assert_eq!(Folder::suggested_name(&s, "photo.png").as_deref(), Some("photo.png"));
+        assert_eq!(Folder::suggested_name(&s, "other.txt"), None);
     }
 
     #[test]

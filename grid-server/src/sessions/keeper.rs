@@ -121,6 +121,13 @@ impl Keeper {
             "Browser.downloadWillBegin" => {
                 let guid = p["guid"].as_str().unwrap_or_default().to_string();
                 let name = p["suggestedFilename"].as_str().unwrap_or_default().to_string();
+                // The listing shows it beside the file (saved under the guid
+                // when the lessee asked for `allowAndName`, as Playwright does).
+                if !guid.is_empty() && !name.is_empty() {
+                    if let Err(e) = self.folder.add_suggested(&guid, &name) {
+                        tracing::warn!(error = %e, "suggested download name not recorded");
+                    }
+                }
                 self.downloads.insert(guid, Download { name, began: now(), received: 0, total: 0, cancelled: false });
             }
             "Browser.downloadProgress" => self.progress(p),

@@ -1,6 +1,9 @@
 //! What the metrics gauges read from the database at scrape time: the
 //! store's `GaugeSource` (`Gauges`), registered by `main`.
 
+use grid_core::ledger::EntryKind;
+use grid_core::wire::job::JobPhase;
+
 use super::sql::json_text;
 use super::Conn;
 
@@ -50,14 +53,21 @@ impl crate::metrics::GaugeSource for Gauges {
             for (state, n) in s.queue {
                 m.queue.with_label_values(&[state]).set(n);
             }
-            for (phase, n) in s.jobs {
-                m.jobs.with_label_values(&[&phase]).set(n);
+            // Every phase and kind is set, at 0 when the database has none,
+            // so a count that falls to nothing is not left at its last value.
+            let count =
+                |pairs: &[(String, i64)], key: &str| pairs.iter().find(|(k, _)| k == key).map_or(0, |(_, n)| *n);
+            for phase in JobPhase::ALL.map(JobPhase::as_str) {
+                m.jobs.with_label_values(&[phase]).set(count(&s.jobs, phase));
+            }
+            for (phase, n) in s.jobs.iter().filter(|(p, _)| !JobPhase::ALL.iter().any(|k| k.as_str() == p)) {
+                m.jobs.with_label_values(&[phase]).set(*n);
             }
             for (status, n) in s.sessions {
                 m.sessions.with_label_values(&[status]).set(n);
             }
-            for (kind, n) in s.ledger {
-                m.ledger_micros.with_label_values(&[&kind]).set(n);
+            for kind in EntryKind::ALL.map(EntryKind::as_str) {
+                m.ledger_micros.with_label_values(&[kind]).set(count(&s.ledger, kind));
             }
         })
     }

@@ -118,7 +118,7 @@ pub fn container_name(job_id: &str, attempt: u32) -> String {
 
 /// The attempt's container as recorded when it was created (its name
 /// otherwise: a container not created yet is not found under it either).
-fn recorded_container(row: &JobRow, attempt: u32) -> String {
+pub fn recorded_container(row: &JobRow, attempt: u32) -> String {
     row.executors.get(&attempt).map_or_else(|| container_name(&row.id, attempt), |e| e.container_name.clone())
 }
 
