@@ -305,7 +305,13 @@ async fn tab_action(c: &mut Client, tabs: &Tab, current: &str, action: &TabActio
         .await?
         .iter()
         .enumerate()
-        .map(|(i, p)| json!({"index": i, "url": p["url"], "title": p["title"], "current": p["targetId"] == chosen.as_str()}))
+        .map(|(i, p)| {
+            // The browser's target list learns a new page's title a moment
+            // late: the current tab's is read from the page itself.
+            let current = p["targetId"] == chosen.as_str();
+            let (u, t) = if current { (json!(url), json!(title)) } else { (p["url"].clone(), p["title"].clone()) };
+            json!({"index": i, "url": u, "title": t, "current": current})
+        })
         .collect();
     let snapshot = if matches!(action, TabAction::List) { None } else { Some(c.snapshot(s).await?) };
     Ok(Answer { url, title, snapshot, result: Some(Value::Array(list)), image: None })
