@@ -130,3 +130,41 @@ async fn another_accounts_session_is_unknown_to_every_tool_and_a_cdp_client_driv
     assert_eq!(seen, "set by a tool");
     release(&server, &lease.id).await;
 }
+
+/// The same kind of task with the official TypeScript SDK, both its clients.
+#[tokio::test]
+async fn the_typescript_sdks_drive_a_session_through_the_tools() {
+    let server = GridServer::start(ServerOptions::default());
+    let target = Target::start();
+    let site = format!("http://{}", target.addr());
+    let mcp = format!("{}/mcp", server.base_url());
+    let dir = workspace_root().join("tests/clients");
+    assert!(
+        dir.join("node_modules/@modelcontextprotocol/sdk").is_dir()
+            && dir.join("node_modules/@modelcontextprotocol/client").is_dir(),
+        "the TypeScript MCP SDK clients are missing from {}: scripts/test.sh installs them (npm install there)",
+        dir.display()
+    );
+    for (sdk, mode) in [("v1", "legacy"), ("v2", "auto")] {
+        let out = Command::new("node")
+            .args(["mcp_agent.mjs", &mcp, server.api_key(), sdk, mode, &site])
+            .current_dir(&dir)
+            .output()
+            .unwrap_or_else(|e| server.fail(&format!("node did not start: {e}")));
+        if !out.status.success() {
+            server.fail(&format!(
+                "mcp_agent.mjs {sdk} failed ({}):\n{}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let out: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(out["signedIn"], "Home", "{sdk}: {out}");
+        assert!(out["doneUrl"].as_str().unwrap().contains("/shop/done?qty=2&note=leave+at+door"), "{sdk}: {out}");
+        assert!(out["doneSnapshot"].as_str().unwrap().contains("heading \"Order placed: 2 teapots\""), "{sdk}: {out}");
+        assert_eq!(out["screenshot"], json!(["image/png"]), "{sdk}");
+        assert_eq!(out["evaluated"], "/shop/done", "{sdk}");
+        assert!(out["afterRelease"].as_str().unwrap().contains("unknown session"), "{sdk}: {out}");
+    }
+}
