@@ -914,6 +914,11 @@ fn describe(route: Route) -> Operation {
             answers: vec![Answer::empty(204, "In line with the record.")],
             ..op("nodeSessionSync", "internal", "Bring a session's browser in line with its record")
         },
+        NodeSessionTool => Operation {
+            description: Some("Runs an MCP browser tool on the session's browser, which runs on this node, for a call another node received (`{tool, arguments, accountId}`); answers the tool's result.".into()),
+            answers: vec![Answer::json(200, "The tool's MCP result.", json!({"type": "object"}))],
+            ..op("nodeSessionTool", "internal", "Run a browser tool on a session's browser")
+        },
         NodeJobSync => Operation {
             description: Some("Asks the node whose engine runs the job's attempt to bring its container in line with the record: stop one another node cancelled.".into()),
             answers: vec![Answer::empty(204, "In line with the record.")],

@@ -74,6 +74,9 @@ pub enum Route {
     /// Node to node: the node running a job's attempt brings its container
     /// in line with the record (stops one another node cancelled).
     NodeJobSync,
+    /// Node to node: an MCP browser tool run by the node holding the
+    /// session's browser, for a call that reached another node.
+    NodeSessionTool,
 }
 
 /// What a route takes as its credential.
@@ -97,7 +100,7 @@ pub enum Access {
 }
 
 impl Route {
-    pub const ALL: [Route; 41] = [
+    pub const ALL: [Route; 42] = [
         Route::Healthz,
         Route::ProtectedResource,
         Route::ProtectedResourceMcp,
@@ -139,6 +142,7 @@ impl Route {
         Route::CdpPageSocket,
         Route::NodeSessionSync,
         Route::NodeJobSync,
+        Route::NodeSessionTool,
     ];
 
     /// The HTTP method, upper case.
@@ -146,7 +150,7 @@ impl Route {
         use Route::*;
         match self {
             SubmitBatch | SubmitJob | RetryJob | CancelJob | LeaseSession | Screenshot | Pdf | Content | Mcp
-            | NodeSessionSync | NodeJobSync => "POST",
+            | NodeSessionSync | NodeJobSync | NodeSessionTool => "POST",
             ReleaseSession => "DELETE",
             CdpNewTarget => "PUT",
             McpPreflight => "OPTIONS",
@@ -201,6 +205,7 @@ impl Route {
             CdpPageSocket => "/cdp/{sessionId}/{token}/devtools/page/{targetId}",
             NodeSessionSync => "/internal/sessions/{sessionId}/sync",
             NodeJobSync => "/internal/jobs/{jobId}/sync",
+            NodeSessionTool => "/internal/sessions/{sessionId}/tool",
         }
     }
 
@@ -216,7 +221,7 @@ impl Route {
             Download | SessionDownload => Access::SignedUrl,
             CdpSocket | CdpVersion | CdpTargets | CdpTargetList | CdpNewTarget | CdpNewTargetGet | CdpCloseTarget
             | CdpActivateTarget | CdpView | CdpBrowserSocket | CdpPageSocket => Access::SessionToken,
-            NodeSessionSync | NodeJobSync => Access::Node,
+            NodeSessionSync | NodeJobSync | NodeSessionTool => Access::Node,
         }
     }
 
@@ -363,6 +368,7 @@ mod tests {
                 | Route::CdpBrowserSocket
                 | Route::CdpPageSocket
                 | Route::NodeSessionSync
+                | Route::NodeSessionTool
                 | Route::NodeJobSync => {}
             }
         }

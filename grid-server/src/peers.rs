@@ -24,6 +24,9 @@ const CREDENTIAL_SETTING: &str = "node_credential";
 /// Longest a call to another node may take (a job's container stop
 /// included).
 const CALL_TIMEOUT: Duration = Duration::from_secs(15);
+/// Longest a browser tool run on another node may take: its longest wait
+/// (`browser_wait_for`, 60 s) and a page's load after it.
+const TOOL_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// What another node is asked to bring in line with its record.
 #[derive(Debug, Clone, Copy)]
@@ -92,6 +95,36 @@ impl Peers {
     pub async fn address(&self, node: &str) -> Result<Option<String>, StoreError> {
         let name = node.to_string();
         self.store.read(move |c| nodes::advertise_url(c, &name)).await
+    }
+
+    /// Asks `node`, which runs the session's browser, to run an MCP browser
+    /// tool on it for `account_id`; answers the tool's MCP result.
+    pub async fn browser_tool(
+        &self,
+        node: &str,
+        session_id: &str,
+        account_id: &str,
+        tool: &str,
+        arguments: &serde_json::Value,
+    ) -> Result<serde_json::Value, PeerError> {
+        let base = self.address(node).await?.ok_or_else(|| PeerError::NoAddress(node.to_string()))?;
+        let url = format!("{}/internal/sessions/{session_id}/tool", base.trim_end_matches('/'));
+        let body = serde_json::json!({"tool": tool, "arguments": arguments, "accountId": account_id});
+        let call = |source| PeerError::Call { node: node.to_string(), source };
+        let answer = self
+            .client
+            .post(&url)
+            .header(CREDENTIAL_HEADER, &self.credential)
+            .json(&body)
+            // A tool may wait for a page up to its own bound.
+            .timeout(TOOL_TIMEOUT)
+            .send()
+            .await
+            .map_err(call)?;
+        match answer.status().as_u16() {
+            200 => answer.json().await.map_err(call),
+            status => Err(PeerError::Refused { node: node.to_string(), status }),
+        }
     }
 
     /// Asks `node` to bring `subject` in line with its record, and waits

@@ -589,3 +589,38 @@ async fn a_log_followed_through_a_node_that_cannot_reach_the_runner_comes_whole_
     assert_eq!(job(&n1, &id).await["phase"], "SUCCEEDED");
     wait_container_removed(&n2, &id, 1).await;
 }
+
+/// An MCP browser tool call reaching a node other than the one running the
+/// session's browser drives it there: the tools work through any node.
+#[tokio::test]
+async fn browser_tools_through_any_node_drive_the_session_where_its_browser_runs() {
+    use grid_tests::sessions::{lease_as, wait_running_as};
+    const LEASE_SECS: u32 = 3;
+    let target = Target::start();
+    let n1 = GridServer::start(one_slot("n1", LEASE_SECS));
+    let n2 = n1.join(one_slot("n2", LEASE_SECS));
+    let key = n1.api_key().to_string();
+    let lease = lease_as(&n1, &key, json!({"ttlMinutes": 10})).await;
+    assert_eq!(session_node(&n1, &lease.id).as_deref(), Some("n1"));
+    wait_running_as(&n2, &key, &lease.id).await;
+    let calls = json!([
+        ["browser_navigate", {"sessionId": lease.id, "url": target.url("/page/22")}],
+        ["browser_evaluate", {"sessionId": lease.id, "expression": "document.title"}],
+    ]);
+    let script = grid_tests::bins::workspace_root().join("tests/mcp/client.py");
+    let out = std::process::Command::new("python3")
+        .arg(&script)
+        .arg(format!("{}/mcp", n2.base_url()))
+        .arg(&key)
+        .arg("auto")
+        .arg(calls.to_string())
+        .output()
+        .unwrap_or_else(|e| n2.fail(&format!("python3 (the MCP SDK: PyPI package mcp): {e}")));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let navigated = &out["calls"][0];
+    assert_eq!(navigated["isError"], false, "{out}");
+    assert!(navigated["structured"]["snapshot"].as_str().unwrap().contains("heading \"page 22\""), "{out}");
+    assert_eq!(out["calls"][1]["structured"]["result"], "page 22", "{out}");
+    assert_eq!(target.hits("/page/22"), 1, "the page was loaded once, by the session's browser on n1");
+}

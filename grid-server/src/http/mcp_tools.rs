@@ -593,8 +593,29 @@ async fn one_call_result(app: &Arc<App>, caller: &Caller, reply: &Reply) -> Valu
 
 /// A browser tool on one of the caller's live sessions (docs/mcp.md,
 /// "Browser tools"). Another account's session, an ended one and one that
-/// never existed are the same refusal, and show nothing of any page.
+/// never existed are the same refusal, and show nothing of any page. A
+/// session whose browser runs on another node is driven there
+/// (`Peers::browser_tool`, `POST /internal/sessions/{id}/tool`).
 async fn browser_tool(app: &Arc<App>, caller: &Caller, name: &str, args: &Map<String, Value>) -> Value {
+    browser_tool_for(app, &caller.account_id, name, args, true).await
+}
+
+/// `browser_tool` for another node's call (`Route::NodeSessionTool`): the
+/// browser runs here, or the session is unknown.
+pub async fn browser_tool_from_peer(app: &Arc<App>, account_id: &str, name: &str, args: &Map<String, Value>) -> Value {
+    browser_tool_for(app, account_id, name, args, false).await
+}
+
+async fn browser_tool_for(
+    app: &Arc<App>,
+    account_id: &str,
+    name: &str,
+    args: &Map<String, Value>,
+    may_forward: bool,
+) -> Value {
+    if !browser_tools::is_browser_tool(name) {
+        return refusal(&ApiError::InvalidBody { detail: vec![format!("tool: {name} is not a browser tool")] });
+    }
     let (session_id, tool) = match browser_tools::parse(name, args) {
         Ok(parsed) => parsed,
         Err(detail) => return refusal(&ApiError::InvalidBody { detail }),
@@ -604,16 +625,22 @@ async fn browser_tool(app: &Arc<App>, caller: &Caller, name: &str, args: &Map<St
         Ok(row) => row,
         Err(e) => return refusal(&ApiError::from(e)),
     };
-    if !row.is_some_and(|r| r.account_id == caller.account_id && r.session.is_live()) {
+    let Some(row) = row.filter(|r| r.account_id == account_id && r.session.is_live()) else {
         return refusal(&ApiError::UnknownSession);
-    }
+    };
     let Some(live) = app.sessions.live(&session_id) else {
-        // Leased through this node, its browser runs on another.
-        return refusal(&ApiError::NotImplemented {
-            what: "browser tools on a session whose browser runs on another node: call this node's MCP endpoint \
-                   through the node that leased it"
-                .into(),
-        });
+        // Its browser runs on another node: driven there.
+        return match row.node.filter(|n| may_forward && *n != app.config.node) {
+            Some(node) => {
+                let arguments = Value::Object(args.clone());
+                let forwarded = app.peers.browser_tool(&node, &session_id, account_id, name, &arguments).await;
+                forwarded.unwrap_or_else(|e| {
+                    tracing::warn!(session = %session_id, error = %e, "browser tool not run on the session's node");
+                    refusal(&ApiError::UnknownSession)
+                })
+            }
+            None => refusal(&ApiError::UnknownSession),
+        };
     };
     match crate::sessions::tools::run(live, tool).await {
         Ok(a) => {

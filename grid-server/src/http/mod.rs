@@ -276,6 +276,15 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiErr
             crate::sessions::sync(&app.sessions.driver, &p(0)).await?;
             return Ok(respond::reply(api::Reply::no_content()));
         }
+        Route::NodeSessionTool => {
+            let body = respond::json_body(req.into_body(), &app.limits.conn, |detail| ApiError::InvalidBody { detail })
+                .await?;
+            let (tool, account) =
+                (body["tool"].as_str().unwrap_or_default(), body["accountId"].as_str().unwrap_or_default());
+            let args = body["arguments"].as_object().cloned().unwrap_or_default();
+            let result = mcp_tools::browser_tool_from_peer(app, account, tool, &args).await;
+            return Ok(respond::json(200, &result));
+        }
         Route::NodeJobSync => {
             match app.compute.driver.sync(&p(0)).await {
                 Ok(()) | Err(crate::store::StoreError::NotFound(_)) => {}
