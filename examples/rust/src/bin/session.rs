@@ -41,7 +41,8 @@ async fn drive(client: &GridClient, session_id: &str, cdp_url: &str, page: Strin
     client.wait_session_running(session_id, Duration::from_millis(250)).await?.ok_or("the session ended early")?;
 
     // Discovery needs no credential: the cdpUrl's token is one. A plain GET.
-    let version: serde_json::Value = serde_json::from_slice(&client.download(&format!("{cdp_url}/json/version")).await?)?;
+    let version: serde_json::Value =
+        serde_json::from_slice(&client.download(&format!("{cdp_url}/json/version")).await?)?;
     let ws = version["webSocketDebuggerUrl"].as_str().ok_or("no webSocketDebuggerUrl")?.to_string();
 
     // headless_chrome blocks: run it off the async runtime.
