@@ -67,6 +67,13 @@ if ! python3 -c "import yaml" >/dev/null 2>&1; then
     say "installing PyYAML (PyPI package pyyaml)"
     python3 -m pip install --quiet --disable-pip-version-check pyyaml
 fi
+# The Python example (examples/python/playwright_session.py, run by
+# tests/tests/examples.rs) drives a session with Playwright: the PyPI package
+# only, never `playwright install` (it connects to the grid's browser).
+if ! python3 -c "import playwright.sync_api" >/dev/null 2>&1; then
+    say "installing Playwright for Python (PyPI package playwright)"
+    python3 -m pip install --quiet --disable-pip-version-check playwright
+fi
 # tests/tests/openapi.rs checks GET /openapi.json with openapi-spec-validator
 # (is it valid OpenAPI 3.1) and runs Schemathesis 4 against the live server
 # from it (does the server answer as it says).

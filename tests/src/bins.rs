@@ -45,6 +45,17 @@ pub fn grid_cli_bin() -> PathBuf {
     bin_path("GRID_CLI_BIN", "grid")
 }
 
+/// A binary of the `grid-examples` crate (examples/rust): `batch`,
+/// `session`, `screenshot`, in `<target>/debug` (CARGO_TARGET_DIR honoured);
+/// panics when it was not built.
+pub fn example_bin(name: &str) -> PathBuf {
+    let path = target_dir().join("debug").join(name);
+    if !path.is_file() {
+        panic!("example {name} not found at {}: build it first: cargo build --workspace --bins", path.display());
+    }
+    path
+}
+
 /// Tests only send traffic to 127.0.0.1: no proxy may pick it up, and no
 /// GRID_ setting of the developer's shell may leak into a binary under test.
 pub fn scrub_env(cmd: &mut Command) {

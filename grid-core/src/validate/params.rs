@@ -425,7 +425,7 @@ fn margin_inches(v: &Value) -> Option<f64> {
         }
         _ => return None,
     };
-    (inches >= 0.0 && inches <= MAX_MARGIN_INCHES).then_some(inches)
+    (0.0..=MAX_MARGIN_INCHES).contains(&inches).then_some(inches)
 }
 
 /// `MARGIN_PATTERN`, checked by hand: one to four digits, optionally a dot

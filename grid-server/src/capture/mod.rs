@@ -473,13 +473,8 @@ pub async fn run_attended(
         AttemptEnd::Succeeded(_) => None,
     };
     let outcome = app.items.finish(&claim, end).await?;
-    let charged_micros = outcome
-        .effects
-        .in_tx
-        .iter()
-        .any(|e| *e == grid_core::item::TxEffect::Settle(grid_core::item::Settlement::Charge))
-        .then_some(claim.price_micros)
-        .unwrap_or(0);
+    let charge = grid_core::item::TxEffect::Settle(grid_core::item::Settlement::Charge);
+    let charged_micros = if outcome.effects.in_tx.contains(&charge) { claim.price_micros } else { 0 };
     Ok(match (failure, kept) {
         (None, Some((file, target_status))) => Attended::Completed { file, target_status, charged_micros },
         (Some(failure), _) => Attended::Failed(failure),

@@ -168,11 +168,14 @@ async fn start_shell() -> Shell {
         .stderr(Stdio::null())
         .spawn()
         .unwrap_or_else(|e| panic!("chromium-headless-shell (Debian package chromium-headless-shell): {e}"));
+    // Held from here, so the shell is killed and reaped on every way out.
+    let mut shell = Shell { child, ws: String::new(), _dir: dir };
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if let Ok(ws) = grid_tests::cdp::ws_url(&http, &format!("http://127.0.0.1:{port}")).await {
-            return Shell { child, ws, _dir: dir };
+            shell.ws = ws;
+            return shell;
         }
         assert!(Instant::now() < deadline, "chromium-headless-shell did not open its DevTools port");
         tokio::time::sleep(Duration::from_millis(100)).await;
