@@ -144,22 +144,8 @@ fn view_page(base_url: &str) -> Resp {
 
 const VIEW_HTML: &str = include_str!("assets/view.html");
 
-async fn wait_ready(mut live: Live) -> Result<Endpoint, ApiError> {
-    let wait = async {
-        loop {
-            if let Some(ep) = live.endpoint.borrow().clone() {
-                return Ok(ep);
-            }
-            if *live.ended.borrow() {
-                return Err(ApiError::UnknownSession);
-            }
-            tokio::select! {
-                r = live.endpoint.changed() => if r.is_err() { return Err(ApiError::UnknownSession) },
-                _ = live.ended.changed() => {}
-            }
-        }
-    };
-    tokio::time::timeout(READY_WAIT, wait).await.map_err(|_| ApiError::UnknownSession)?
+async fn wait_ready(live: Live) -> Result<Endpoint, ApiError> {
+    live.ready(READY_WAIT).await.ok_or(ApiError::UnknownSession)
 }
 
 fn ws_base(public_http: &str) -> String {

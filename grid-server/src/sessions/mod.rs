@@ -92,6 +92,28 @@ pub struct Live {
     pub tab: tools::Tab,
 }
 
+impl Live {
+    /// The session's browser once it is up, waiting at most `within`;
+    /// `None` when the session ended first or the wait ran out.
+    pub async fn ready(mut self, within: Duration) -> Option<Endpoint> {
+        let wait = async {
+            loop {
+                if let Some(ep) = self.endpoint.borrow().clone() {
+                    return Some(ep);
+                }
+                if *self.ended.borrow() {
+                    return None;
+                }
+                tokio::select! {
+                    r = self.endpoint.changed() => if r.is_err() { return None },
+                    _ = self.ended.changed() => {}
+                }
+            }
+        };
+        tokio::time::timeout(within, wait).await.ok().flatten()
+    }
+}
+
 /// The session tasks' handle: everything they use (their configuration,
 /// the driver, the download folders, the warm browsers), built once by
 /// `main` and shared with the transports.

@@ -19,7 +19,7 @@ use base64::Engine as _;
 use grid_core::browser_tools::{BrowserTool, Ref, TabAction};
 use serde_json::{json, Value};
 
-use super::{gate, Endpoint, Live};
+use super::{gate, Live};
 use crate::browser::cdp::ClientLink;
 
 /// Longest one command may take to answer.
@@ -81,7 +81,7 @@ impl From<String> for ToolError {
 /// Runs `tool` on the session's browser, once it is up.
 pub async fn run(live: Live, tool: BrowserTool) -> Result<Answer, ToolError> {
     let tabs = live.tab.clone();
-    let endpoint = ready(live).await?;
+    let endpoint = live.ready(READY_WAIT).await.ok_or(ToolError::Gone)?;
     let mut c = Client { link: endpoint.cdp.link_client(), next: 1, events: VecDeque::new() };
     let page = current_tab(&mut c, &tabs).await?;
     if let BrowserTool::Tabs { action } = &tool {
@@ -100,7 +100,11 @@ pub async fn run(live: Live, tool: BrowserTool) -> Result<Answer, ToolError> {
             if let Some(error) = nav["errorText"].as_str().filter(|e| !e.is_empty()) {
                 return Err(ToolError::Failed(format!("navigating to {url} failed: {error}")));
             }
-            c.loaded(s).await?;
+            // A new document (a loader id) fires load; a same-document
+            // navigation (a fragment) has none to wait for.
+            if !nav["loaderId"].is_null() {
+                c.load_event(s).await?;
+            }
         }
         BrowserTool::NavigateBack => {
             let history = c.call(s, "Page.getNavigationHistory", json!({})).await?;
@@ -209,24 +213,6 @@ pub async fn run(live: Live, tool: BrowserTool) -> Result<Answer, ToolError> {
     Ok(answer)
 }
 
-async fn ready(mut live: Live) -> Result<Endpoint, ToolError> {
-    let wait = async {
-        loop {
-            if let Some(ep) = live.endpoint.borrow().clone() {
-                return Ok(ep);
-            }
-            if *live.ended.borrow() {
-                return Err(ToolError::Gone);
-            }
-            tokio::select! {
-                r = live.endpoint.changed() => if r.is_err() { return Err(ToolError::Gone) },
-                _ = live.ended.changed() => {}
-            }
-        }
-    };
-    tokio::time::timeout(READY_WAIT, wait).await.map_err(|_| ToolError::Gone)?
-}
-
 /// The page targets of the browser, oldest first (Chromium lists the
 /// newest first): a tab keeps its index while newer ones open.
 async fn pages(c: &mut Client) -> Result<Vec<Value>, ToolError> {
@@ -297,7 +283,12 @@ async fn tab_action(c: &mut Client, tabs: &Tab, current: &str, action: &TabActio
     let ps = c.attach(&chosen).await?;
     let s = Some(ps.as_str());
     c.call(s, "Page.enable", json!({})).await?;
-    if matches!(action, TabAction::New { .. }) {
+    if let TabAction::New { url: Some(url) } = action {
+        // A new tab starts on about:blank, complete before its navigation
+        // has committed: wait for the page asked for.
+        if url != "about:blank" {
+            c.off_blank(s).await?;
+        }
         c.loaded(s).await?;
     }
     let (url, title) = c.location(s).await?;
@@ -470,6 +461,41 @@ impl Client {
             }
             if Instant::now() >= deadline {
                 return Err(ToolError::Failed(format!("the page did not finish loading within {LOAD_TIMEOUT:?}")));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits for the tab's next load event (the previous document's
+    /// `readyState` would answer too early).
+    async fn load_event(&mut self, s: Option<&str>) -> Result<(), ToolError> {
+        let deadline = Instant::now() + LOAD_TIMEOUT;
+        let fired = |e: &VecDeque<Value>| e.iter().any(|v| v["method"] == "Page.loadEventFired");
+        while !fired(&self.events) {
+            if Instant::now() >= deadline {
+                return Err(ToolError::Failed(format!("the page did not finish loading within {LOAD_TIMEOUT:?}")));
+            }
+            // An answer comes after the events before it.
+            self.call(s, "Runtime.evaluate", json!({"expression": "1", "returnByValue": true})).await?;
+            if !fired(&self.events) {
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+        }
+        self.events.clear();
+        Ok(())
+    }
+
+    /// Waits until the tab has left its initial about:blank.
+    async fn off_blank(&mut self, s: Option<&str>) -> Result<(), ToolError> {
+        let deadline = Instant::now() + LOAD_TIMEOUT;
+        loop {
+            let r =
+                self.call(s, "Runtime.evaluate", json!({"expression": "location.href", "returnByValue": true})).await?;
+            if r["result"]["value"] != "about:blank" {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(ToolError::Failed(format!("the new tab did not start loading within {LOAD_TIMEOUT:?}")));
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
