@@ -98,6 +98,10 @@ pub struct LeaseArgs {
     /// The time zone of Date and Intl, an IANA name such as America/Toronto.
     #[arg(long, value_name = "ZONE")]
     timezone: Option<String>,
+    /// Let a person at the live view (the printed `view` address) take over the page: mouse,
+    /// keyboard and scroll; without it the view only watches.
+    #[arg(long)]
+    take_over: bool,
     /// Sent as the Idempotency-Key header: leasing again with the same key and flags (within 24 h) answers the first lease, cdpUrl included, and takes no second slot. Default: a fresh random key, also used when the lease is resent after a connection error.
     #[arg(long, value_name = "KEY")]
     idempotency_key: Option<String>,
@@ -134,6 +138,7 @@ fn new_session(args: &LeaseArgs) -> NewSession {
         user_agent: args.user_agent.clone(),
         locale: args.locale.clone(),
         timezone: args.timezone.clone(),
+        take_over: args.take_over.then_some(true),
     }
 }
 

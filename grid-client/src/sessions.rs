@@ -71,6 +71,7 @@ mod tests {
             user_agent: Some("Agent/1".into()),
             locale: Some("fr-CA".into()),
             timezone: Some("America/Toronto".into()),
+            take_over: None,
         });
         assert_eq!(
             std::str::from_utf8(full.body().unwrap()).unwrap(),

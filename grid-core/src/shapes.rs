@@ -569,6 +569,11 @@ pub fn new_session() -> Value {
                 "pattern": session::LOCALE_PATTERN,
                 "description": "navigator.language, Accept-Language and Intl's default locale instead of the profile's, e.g. fr-CA."
             },
+            "takeOver": {
+                "type": "boolean",
+                "default": false,
+                "description": "Whether a person at the live view (liveViewUrl) may take over the page: mouse, keyboard and scroll sent to it. Without it the view only watches."
+            },
             "timezone": {
                 "type": "string",
                 // The list itself, not a format: a client (or a generator

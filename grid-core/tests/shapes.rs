@@ -263,6 +263,7 @@ fn full_session() -> Value {
         user_agent: Some("Agent/1.0 (grid test)".into()),
         locale: Some("fr-CA".into()),
         timezone: Some("America/Toronto".into()),
+        take_over: Some(true),
     })
     .unwrap()
 }

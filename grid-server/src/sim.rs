@@ -354,6 +354,7 @@ impl Sim {
             ttl_minutes: [1, 5, 30][rng.random_range(0..3)],
             network_policy: None,
             overrides: Default::default(),
+            take_over: false,
         };
         match self
             .sessions

@@ -105,3 +105,61 @@ async fn the_view_page_shows_the_sessions_page_live() {
     release(&server, &id).await;
     release(&server, &viewer_lease.id).await;
 }
+
+/// A lease that asked for take-over: the view offers it, and once a person
+/// takes over, a click on the picture is a click on the session's page; a
+/// click before that sends nothing. A lease without it gets a view that
+/// only watches.
+#[tokio::test]
+async fn in_take_over_mode_a_click_in_the_view_clicks_the_page() {
+    let target = Target::start();
+    let server = GridServer::start(ServerOptions {
+        extra_args: vec!["--max-sessions".into(), "2".into()],
+        ..ServerOptions::default()
+    });
+    let (watched, mut lessee) = lease_running(&server, json!({"takeOver": true})).await;
+    let (_, page) = lessee.open_page(&target.url("/color/ff0000")).await.expect("red page");
+    let count = "window.clicks = 0; document.addEventListener('click', () => { window.clicks += 1; }); 1";
+    lessee.evaluate(&page, count).await.expect("a click counter");
+
+    let (viewer_lease, mut viewer) = lease_running(&server, json!({})).await;
+    let view_url = watched.answer["liveViewUrl"].as_str().expect("liveViewUrl").to_string();
+    let (_, viewing) = viewer.open_page(&view_url).await.expect("view page");
+    wait_for_colour(&mut viewer, &viewing, [255, 0, 0]).await;
+    let offered = viewer.evaluate(&viewing, "!document.getElementById('takeover').hidden").await.expect("button");
+    assert_eq!(offered, json!(true), "the view offers take-over");
+
+    let centre = "(() => { const r = document.getElementById('frame').getBoundingClientRect(); \
+                  return [r.left + r.width / 2, r.top + r.height / 2]; })()";
+    let at = viewer.evaluate(&viewing, centre).await.expect("the picture's centre");
+    let (x, y) = (at[0].as_f64().unwrap(), at[1].as_f64().unwrap());
+    let click = |kind: &'static str| json!({"type": kind, "x": x, "y": y, "button": "left", "clickCount": 1});
+    // Before taking over: a click on the picture reaches nothing.
+    for kind in ["mousePressed", "mouseReleased"] {
+        viewer.call("Input.dispatchMouseEvent", click(kind), Some(&viewing)).await.expect("a click in the view");
+    }
+    viewer.evaluate(&viewing, "document.getElementById('takeover').click(); 1").await.expect("take over");
+    for kind in ["mousePressed", "mouseReleased"] {
+        viewer.call("Input.dispatchMouseEvent", click(kind), Some(&viewing)).await.expect("a click in the view");
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let clicks = lessee.evaluate(&page, "window.clicks").await.expect("the counter");
+        if clicks == json!(1) {
+            break;
+        }
+        assert!(clicks == json!(0) && Instant::now() < deadline, "the page counted {clicks} clicks, not 1");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Only the click after taking over reached the page (both travelled in order).
+    assert_eq!(lessee.evaluate(&page, "window.clicks").await.unwrap(), json!(1));
+
+    // A lease without takeOver: its view only watches.
+    let own_view = viewer_lease.answer["liveViewUrl"].as_str().unwrap().to_string();
+    let html = Resp::read(http_client().get(&own_view)).await.expect("view");
+    assert!(html.text.contains("data-take-over=\"false\""), "{}", html.text);
+    let offered = Resp::read(http_client().get(&view_url)).await.expect("view");
+    assert!(offered.text.contains("data-take-over=\"true\""));
+    release(&server, &watched.id).await;
+    release(&server, &viewer_lease.id).await;
+}

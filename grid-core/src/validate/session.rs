@@ -17,7 +17,8 @@ pub const MIN_TTL_MINUTES: i64 = 1;
 pub const MAX_TTL_MINUTES: i64 = 240;
 pub const DEFAULT_TTL_MINUTES: u32 = 30;
 /// The members a body may have.
-pub const FIELDS: &[&str] = &["profileId", "ttlMinutes", "network", "viewport", "userAgent", "locale", "timezone"];
+pub const FIELDS: &[&str] =
+    &["profileId", "ttlMinutes", "network", "viewport", "userAgent", "locale", "timezone", "takeOver"];
 /// The members of `viewport`.
 pub const VIEWPORT_FIELDS: &[&str] = params::VIEWPORT_FIELDS;
 /// Bounds of `viewport`: a capture's `viewport` has the same.
@@ -51,12 +52,21 @@ pub fn validate(body: &Value) -> Result<SessionSubmission, ApiError> {
         locale: obj.get("locale").and_then(|v| locale(&mut p, v)),
         timezone: obj.get("timezone").and_then(|v| timezone(&mut p, v)),
     };
+    let take_over = match obj.get("takeOver") {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(v) => {
+            p.push("takeOver", format!("must be a boolean, got {}", json_type(v)));
+            false
+        }
+    };
     match (profile, network) {
         (Some(profile), Some(network_policy)) if p.is_empty() => Ok(SessionSubmission {
             profile,
             ttl_minutes: ttl.map_or(DEFAULT_TTL_MINUTES, |n| n as u32),
             network_policy,
             overrides,
+            take_over,
         }),
         _ => Err(ApiError::InvalidSessionBody { detail: p.into_vec() }),
     }
@@ -261,7 +271,8 @@ mod tests {
                 profile: Profile::DesktopBrowserNl,
                 ttl_minutes: 30,
                 network_policy: None,
-                overrides: SessionOverrides::default()
+                overrides: SessionOverrides::default(),
+                take_over: false,
             }
         );
     }

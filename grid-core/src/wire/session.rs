@@ -28,6 +28,10 @@ pub struct NewSession {
     /// An IANA time zone name (`America/Toronto`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timezone: Option<String>,
+    /// Whether a person at the live view may take over the page (mouse,
+    /// keyboard, scroll); default false: the view only watches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub take_over: Option<bool>,
 }
 
 /// `viewport` of POST /sessions: the page's size in CSS pixels.
@@ -55,6 +59,11 @@ pub struct SessionSubmission {
     /// The requested network policy (`public-web-only/v1`), or none.
     pub network_policy: Option<String>,
     pub overrides: SessionOverrides,
+    /// The live view may send the page a person's input (`takeOver`).
+    /// Stored leases before it read as false; written only when true, so
+    /// the rows of every other lease keep their shape.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub take_over: bool,
 }
 
 impl SessionSubmission {
@@ -64,7 +73,13 @@ impl SessionSubmission {
     /// before submissions were stored starts from it (with its recorded
     /// network policy).
     pub fn default_for(profile: Profile) -> SessionSubmission {
-        SessionSubmission { profile, ttl_minutes: 0, network_policy: None, overrides: SessionOverrides::default() }
+        SessionSubmission {
+            profile,
+            ttl_minutes: 0,
+            network_policy: None,
+            overrides: SessionOverrides::default(),
+            take_over: false,
+        }
     }
 }
 
@@ -256,13 +271,14 @@ mod tests {
             user_agent: Some("Agent/1".into()),
             locale: Some("fr-CA".into()),
             timezone: Some("America/Toronto".into()),
+            take_over: Some(true),
         };
         let v = serde_json::to_value(&full).unwrap();
         assert_eq!(
             v,
             json!({"profileId": "native-headless-browser/v2", "ttlMinutes": 5, "network": "public-web-only/v1",
                    "viewport": {"width": 390, "height": 844, "deviceScaleFactor": 3.0, "mobile": true},
-                   "userAgent": "Agent/1", "locale": "fr-CA", "timezone": "America/Toronto"})
+                   "userAgent": "Agent/1", "locale": "fr-CA", "timezone": "America/Toronto", "takeOver": true})
         );
         assert_eq!(serde_json::from_value::<NewSession>(v).unwrap(), full);
     }

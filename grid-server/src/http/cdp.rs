@@ -67,7 +67,7 @@ pub async fn handle(app: &Arc<App>, route: Route, params: &[String], req: Reques
     let is_upgrade =
         req.headers().get(UPGRADE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.eq_ignore_ascii_case("websocket"));
     let socket = match route {
-        Route::CdpView => return Ok(view_page(&public_base)),
+        Route::CdpView => return Ok(view_page(&public_base, live.take_over)),
         Route::CdpSocket | Route::CdpBrowserSocket => Some(None),
         Route::CdpPageSocket => Some(target.clone()),
         _ => None,
@@ -120,13 +120,16 @@ async fn locate(app: &Arc<App>, id: &str, token: &str, headers: &hyper::HeaderMa
 /// The live-view page (assets/view.html). Its address carries the
 /// session's token, so it is never cached, never sent on as a referrer and
 /// never framed; its script may talk only to this server.
-fn view_page(base_url: &str) -> Resp {
+/// The live view's page; `take_over` (the lease's `takeOver`) offers a
+/// person the page's controls.
+fn view_page(base_url: &str, take_over: bool) -> Resp {
     let ws_origin = ws_base(base_url);
     let csp = format!(
         "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; \
          connect-src 'self' {ws_origin}; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
     );
-    let mut r = respond::bytes(StatusCode::OK, "text/html; charset=utf-8", VIEW_HTML.as_bytes().to_vec());
+    let html = VIEW_HTML.replace("data-take-over=\"false\"", &format!("data-take-over=\"{take_over}\""));
+    let mut r = respond::bytes(StatusCode::OK, "text/html; charset=utf-8", html.into_bytes());
     let h = r.headers_mut();
     for (name, value) in [
         ("content-security-policy", csp.as_str()),

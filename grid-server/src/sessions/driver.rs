@@ -70,6 +70,7 @@ impl Browsers {
         &self,
         id: &str,
         token_sha256: String,
+        take_over: bool,
     ) -> Option<(watch::Sender<Option<Endpoint>>, watch::Receiver<bool>)> {
         let mut map = self.map();
         if map.contains_key(id) {
@@ -78,7 +79,13 @@ impl Browsers {
         let (endpoint, endpoint_rx) = watch::channel(None);
         let (end, ended) = watch::channel(false);
         let handle = Handle {
-            live: Live { token_sha256, endpoint: endpoint_rx, ended: ended.clone(), tab: Default::default() },
+            live: Live {
+                token_sha256,
+                endpoint: endpoint_rx,
+                ended: ended.clone(),
+                tab: Default::default(),
+                take_over,
+            },
             end,
         };
         map.insert(id.to_string(), handle);
@@ -389,7 +396,10 @@ impl SessionDriver {
     /// whoever asks first (its lease on this node, a sync from the node
     /// that leased it, this node's reconciliation) starts it, once.
     pub fn start_here(&self, row: SessionRow) {
-        let Some((endpoint, ended)) = self.browsers.register(&row.id, row.token_sha256.clone()) else { return };
+        let take_over = row.submission.as_ref().is_some_and(|s| s.take_over);
+        let Some((endpoint, ended)) = self.browsers.register(&row.id, row.token_sha256.clone(), take_over) else {
+            return;
+        };
         if let Err(mpsc::error::SendError(start)) = self.starts.send(Start { row, endpoint, ended }) {
             // Nobody runs session tasks (the server is stopping): the
             // session is lost at its launch deadline.
@@ -616,6 +626,7 @@ pub(crate) mod tests {
                 ttl_minutes,
                 network_policy: None,
                 overrides: Default::default(),
+                take_over: false,
             }
         }
 

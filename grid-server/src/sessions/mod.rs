@@ -90,6 +90,8 @@ pub struct Live {
     pub ended: watch::Receiver<bool>,
     /// The tab the MCP browser tools act on (`tools.rs`), gone with the session.
     pub tab: tools::Tab,
+    /// Whether the live view may send the page a person's input.
+    pub take_over: bool,
 }
 
 impl Live {

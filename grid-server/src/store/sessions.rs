@@ -317,6 +317,7 @@ mod tests {
                     ttl_minutes: 30,
                     network_policy: None,
                     overrides: SessionOverrides::default(),
+                    take_over: false,
                 },
             ),
             (
@@ -331,6 +332,17 @@ mod tests {
                         locale: Some("fr-CA".into()),
                         timezone: Some("America/Toronto".into()),
                     },
+                    take_over: false,
+                },
+            ),
+            (
+                r#"{"profile":"desktop-browser-nl/v2","ttlMinutes":30,"networkPolicy":null,"overrides":{"viewport":null,"userAgent":null,"locale":null,"timezone":null},"takeOver":true}"#,
+                SessionSubmission {
+                    profile: Profile::DesktopBrowserNl,
+                    ttl_minutes: 30,
+                    network_policy: None,
+                    overrides: SessionOverrides::default(),
+                    take_over: true,
                 },
             ),
         ];
