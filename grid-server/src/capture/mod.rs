@@ -390,32 +390,49 @@ async fn run_item(app: &Runner, fetcher: &Fetcher, row: Arc<ItemRow>, slot: Slot
 async fn run_attempt(app: &Runner, fetcher: &Fetcher, row: Arc<ItemRow>, slot: Slot) {
     let started = Instant::now();
     let result = match row.script.row().needs {
-        Needs::Browser => match &app.browsers {
-            // Boxed: a browser script's state machine is about 14 KiB, and
-            // inline it would make every fetch item's task that large too,
-            // copied as the task is spawned and as it finishes.
-            Some(pool) => Box::pin(scripts::run(pool, &row)).await,
-            None => Err(Failure::Terminal(format!(
-                "script {} needs the browser pool, which this grid does not run (--browsers 0 or no Chromium)",
-                row.script.as_str()
-            ))),
-        },
+        Needs::Browser => browser_script(app, &row).await,
         Needs::Http => fetcher.run(&row).await,
     };
-    let end = match result {
-        Ok(files) => match write_files(app, &row.id, files).await {
-            Ok(stored) => AttemptEnd::Succeeded(stored),
-            Err(e) => AttemptEnd::Failed(Failure::Transient(format!("storing files failed: {e}"))),
-        },
-        Err(failure) => AttemptEnd::Failed(failure),
-    };
+    let end = stored_end(app, &row.id, result).await;
     let took = started.elapsed();
     // The worker is free once its files are stored and checked: it takes
     // the next item while this end travels to the database.
     drop(slot);
     app.workers.observe(took);
-    crate::metrics::get().item_seconds.with_label_values(&[row.script.as_str()]).observe(crate::metrics::secs(took));
+    observe_item(&row, took);
     app.items.end(row, end);
+}
+
+/// A browser script's attempt on the pool, or the failure of a grid that
+/// runs no browsers.
+async fn browser_script(app: &Runner, row: &ItemRow) -> Result<Vec<FileContent>, Failure> {
+    match &app.browsers {
+        // Boxed: a browser script's state machine is about 14 KiB, and
+        // inline it would make every fetch item's task that large too,
+        // copied as the task is spawned and as it finishes.
+        Some(pool) => Box::pin(scripts::run(pool, row)).await,
+        None => Err(Failure::Terminal(format!(
+            "script {} needs the browser pool, which this grid does not run (--browsers 0 or no Chromium)",
+            row.script.as_str()
+        ))),
+    }
+}
+
+/// An attempt's end from what its script gave: its files written and
+/// checked, or its failure.
+async fn stored_end(app: &Runner, item_id: &str, result: Result<Vec<FileContent>, Failure>) -> AttemptEnd {
+    match result {
+        Ok(files) => match write_files(app, item_id, files).await {
+            Ok(stored) => AttemptEnd::Succeeded(stored),
+            Err(e) => AttemptEnd::Failed(Failure::Transient(format!("storing files failed: {e}"))),
+        },
+        Err(failure) => AttemptEnd::Failed(failure),
+    }
+}
+
+/// An attempt's duration in the metrics, per script.
+fn observe_item(row: &ItemRow, took: Duration) {
+    crate::metrics::get().item_seconds.with_label_values(&[row.script.as_str()]).observe(crate::metrics::secs(took));
 }
 
 /// How a one-call capture's attempt ended, once stored.
@@ -438,36 +455,26 @@ pub async fn run_attended(
     claim: Arc<ItemRow>,
     answers: grid_core::catalog::ArtifactKind,
 ) -> Result<Attended, ItemError> {
-    let Some(pool) = &app.browsers else {
-        // The API refuses first (CAPABILITY_NOT_AVAILABLE); an end is owed anyway.
-        let failure = Failure::Terminal("this grid runs no browsers (--browsers 0 or no Chromium)".into());
-        app.items.finish(&claim, AttemptEnd::Failed(failure.clone())).await?;
-        return Ok(Attended::Failed(failure));
-    };
     let slot = app.workers.take(true);
     let started = Instant::now();
-    let result = Box::pin(scripts::run(pool, &claim)).await;
-    let (end, kept) = match result {
-        Ok(files) => {
-            let file = files.iter().find(|f| f.kind == answers).cloned();
-            let target_status = files
-                .iter()
-                .find(|f| f.kind == grid_core::catalog::ArtifactKind::Meta)
-                .and_then(|m| serde_json::from_slice::<serde_json::Value>(&m.bytes).ok())
-                .and_then(|meta| meta["status"].as_u64());
-            match (file, write_files(app, &claim.id, files).await) {
-                (Some(file), Ok(stored)) => (AttemptEnd::Succeeded(stored), Some((file, target_status))),
-                (None, _) => {
-                    (AttemptEnd::Failed(Failure::Transient(format!("the page gave no {answers:?} file"))), None)
-                }
-                (_, Err(e)) => (AttemptEnd::Failed(Failure::Transient(format!("storing files failed: {e}"))), None),
-            }
+    let result = browser_script(app, &claim).await;
+    // What the answer needs of the files, before they are written.
+    let kept = result.as_ref().ok().map(|files| {
+        let target_status = files
+            .iter()
+            .find(|f| f.kind == grid_core::catalog::ArtifactKind::Meta)
+            .and_then(|m| serde_json::from_slice::<serde_json::Value>(&m.bytes).ok())
+            .and_then(|meta| meta["status"].as_u64());
+        (files.iter().find(|f| f.kind == answers).cloned(), target_status)
+    });
+    let end = match (stored_end(app, &claim.id, result).await, &kept) {
+        (AttemptEnd::Succeeded(_), Some((None, _))) => {
+            AttemptEnd::Failed(Failure::Transient(format!("the page gave no {answers:?} file")))
         }
-        Err(failure) => (AttemptEnd::Failed(failure), None),
+        (end, _) => end,
     };
-    let took = started.elapsed();
     drop(slot);
-    crate::metrics::get().item_seconds.with_label_values(&[claim.script.as_str()]).observe(crate::metrics::secs(took));
+    observe_item(&claim, started.elapsed());
     let failure = match &end {
         AttemptEnd::Failed(f) => Some(f.clone()),
         AttemptEnd::Succeeded(_) => None,
@@ -476,9 +483,9 @@ pub async fn run_attended(
     let charge = grid_core::item::TxEffect::Settle(grid_core::item::Settlement::Charge);
     let charged_micros = if outcome.effects.in_tx.contains(&charge) { claim.price_micros } else { 0 };
     Ok(match (failure, kept) {
-        (None, Some((file, target_status))) => Attended::Completed { file, target_status, charged_micros },
+        (None, Some((Some(file), target_status))) => Attended::Completed { file, target_status, charged_micros },
         (Some(failure), _) => Attended::Failed(failure),
-        (None, None) => Attended::Failed(Failure::Transient("the attempt kept no file".into())),
+        (None, _) => Attended::Failed(Failure::Transient("the attempt kept no file".into())),
     })
 }
 
