@@ -284,15 +284,9 @@ impl ItemDriver {
                 let (created, rows) = create(tx, &caller, &sub, item::submit_attended(), now, after)?;
                 // Its one item, as stored (its `seq` is the store's).
                 let id = rows.first().map(|r| r.id.clone()).unwrap_or_default();
-                let row = items::load_item(tx, &id)?
-                    .ok_or_else(|| StoreError::NotFound(format!("the item of batch {}", created.batch_id)))?;
-                let outcome = item::apply(&row.item, Event::Claim, now, backoff)?;
-                let token = items::take_lease(tx, &[(row.seq, row.lease_token)], &outcome.item, &node, now)?;
-                let mut writes = Writes::default();
-                execute_in_tx(&row, &[], &outcome.effects.in_tx, now, &mut writes);
-                execute_after_commit(&outcome.effects.after_commit, after);
-                writes.store(tx, now)?;
-                Ok(ItemRow { item: outcome.item, lease_token: token[0], ..row })
+                let missing = || StoreError::NotFound(format!("the item of batch {}", created.batch_id));
+                let row = items::load_item(tx, &id)?.ok_or_else(missing)?;
+                Ok(claim_rows(tx, &node, vec![row], now, backoff, after)?.pop().ok_or_else(missing)?)
             })
             .await?;
         tracing::debug!(item = %claim.id, batch = %claim.batch_id, "one-call capture taken");
@@ -705,7 +699,7 @@ fn claim_batch(
     after: &mut After,
 ) -> Result<Vec<ItemRow>, ItemError> {
     wake_due(tx, now, backoff, after)?;
-    let mut claimed = Vec::new();
+    let mut rows = Vec::new();
     let mut browsers = 0;
     for row in items::queue_head(tx, limit)? {
         if row.script.needs_browser() {
@@ -714,6 +708,24 @@ fn claim_batch(
             }
             browsers += 1;
         }
+        rows.push(row);
+    }
+    claim_rows(tx, node, rows, now, backoff, after)
+}
+
+/// Claims `rows` for `node` in the caller's transaction: each through the
+/// machine (`Event::Claim`) under a fencing token of its own
+/// (`items::take_lease`); the rows as claimed, in order.
+fn claim_rows(
+    tx: &Conn,
+    node: &str,
+    rows: Vec<ItemRow>,
+    now: Millis,
+    backoff: Backoff,
+    after: &mut After,
+) -> Result<Vec<ItemRow>, ItemError> {
+    let mut claimed = Vec::with_capacity(rows.len());
+    for row in rows {
         let outcome = item::apply(&row.item, Event::Claim, now, backoff)?;
         claimed.push((row, outcome));
     }
