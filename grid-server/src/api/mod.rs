@@ -80,6 +80,11 @@ impl Reply {
         self
     }
 
+    /// The value of one of the answer's extra headers (`name` lower case).
+    pub fn header_value(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| *k == name).map(|(_, v)| v.as_str())
+    }
+
     /// The body's bytes (empty for no content).
     pub fn bytes(&self) -> &[u8] {
         match &self.body {

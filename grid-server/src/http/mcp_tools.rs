@@ -340,6 +340,11 @@ fn tools_table() -> Vec<Tool> {
 }
 
 /// The tool name of a one-call capture.
+/// The one-call capture a tool name names.
+fn one_call_named(name: &str) -> Option<OneCall> {
+    OneCall::ALL.into_iter().find(|c| one_call_name(*c) == name)
+}
+
 fn one_call_name(call: OneCall) -> &'static str {
     match call {
         OneCall::Screenshot => "capture_screenshot",
@@ -467,11 +472,10 @@ fn to_call(name: &str, args: &Map<String, Value>) -> Result<Call, ToolError> {
         "list_sessions" => Call::ListSessions,
         "release_session" => Call::ReleaseSession(string_arg(args, "sessionId")?),
         "list_session_downloads" => Call::SessionDownloads(string_arg(args, "sessionId")?),
-        other if OneCall::ALL.iter().any(|c| one_call_name(*c) == other) => {
-            let call = OneCall::ALL.into_iter().find(|c| one_call_name(*c) == other).unwrap_or(OneCall::Screenshot);
-            Call::OneCall { call, body: body() }
-        }
-        other => return Err(ToolError::Params(format!("Unknown tool: {other}"))),
+        other => match one_call_named(other) {
+            Some(call) => Call::OneCall { call, body: body() },
+            None => return Err(ToolError::Params(format!("Unknown tool: {other}"))),
+        },
     })
 }
 
@@ -525,18 +529,20 @@ pub async fn call(app: &Arc<App>, caller: &Caller, name: &str, args: &Map<String
         }
         ("get_job_logs", _) => {
             let log = String::from_utf8_lossy(reply.bytes()).into_owned();
-            let header = |n: &str| reply.headers.iter().find(|(k, _)| *k == n).map(|(_, v)| v.clone());
-            let attempt = header("x-grid-attempt").and_then(|a| a.parse::<u32>().ok()).unwrap_or(1);
+            let attempt = reply.header_value("x-grid-attempt").and_then(|a| a.parse::<u32>().ok()).unwrap_or(1);
             let structured = json!({
                 "jobId": string_arg(args, "jobId").unwrap_or_default(),
                 "attempt": attempt,
-                "artifactId": header("x-grid-artifact-id").unwrap_or_default(),
-                "truncated": header("x-grid-logs-truncated").as_deref() == Some("true"),
+                "artifactId": reply.header_value("x-grid-artifact-id").unwrap_or_default(),
+                "truncated": reply.header_value("x-grid-logs-truncated") == Some("true"),
                 "log": log,
             });
             success(log, structured, vec![])
         }
-        (name, _) if name.starts_with("capture_") => one_call_result(app, caller, &reply).await,
+        (name, _) if one_call_named(name).is_some() => {
+            let kind = one_call_named(name).map_or(ArtifactKind::Screenshot, OneCall::answers);
+            one_call_result(app, caller, kind, &reply).await
+        }
         ("list_sessions", _) => {
             let text = String::from_utf8_lossy(reply.bytes()).into_owned();
             let sessions: Value = serde_json::from_slice(reply.bytes()).unwrap_or(json!([]));
@@ -552,16 +558,11 @@ pub async fn call(app: &Arc<App>, caller: &Caller, name: &str, args: &Map<String
 
 /// A one-call capture's file as content, within `inline_limit` (beyond it,
 /// its download URL), and its item as `structuredContent`.
-async fn one_call_result(app: &Arc<App>, caller: &Caller, reply: &Reply) -> Value {
-    let header = |n: &str| reply.headers.iter().find(|(k, _)| *k == n).map(|(_, v)| v.clone());
-    let job_id = header("x-grid-job-id").unwrap_or_default();
+async fn one_call_result(app: &Arc<App>, caller: &Caller, kind: ArtifactKind, reply: &Reply) -> Value {
+    let header = |n: &str| reply.header_value(n);
+    let job_id = header("x-grid-job-id").unwrap_or_default().to_string();
     let ReplyBody::File { content_type, bytes } = &reply.body else {
         return success(String::from_utf8_lossy(reply.bytes()).into_owned(), json!({}), vec![]);
-    };
-    let kind = match content_type.as_str() {
-        "application/pdf" => ArtifactKind::Pdf,
-        t if t.starts_with("text/html") => ArtifactKind::Html,
-        _ => ArtifactKind::Screenshot,
     };
     let file = ItemFile {
         kind,
