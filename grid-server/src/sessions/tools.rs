@@ -451,18 +451,32 @@ impl Client {
 
     /// Waits until the tab's document is complete (after a navigation).
     async fn loaded(&mut self, s: Option<&str>) -> Result<(), ToolError> {
-        let deadline = Instant::now() + LOAD_TIMEOUT;
+        let complete = |v: &Value| v == "complete";
+        let late = || format!("the page did not finish loading within {LOAD_TIMEOUT:?}");
+        self.poll(s, "document.readyState", complete, LOAD_TIMEOUT, Duration::from_millis(50), late).await
+    }
+
+    /// Evaluates `expression` in the tab every `every` until its value
+    /// satisfies `done`; fails with `late()` past `within`.
+    async fn poll(
+        &mut self,
+        s: Option<&str>,
+        expression: &str,
+        done: impl Fn(&Value) -> bool,
+        within: Duration,
+        every: Duration,
+        late: impl Fn() -> String,
+    ) -> Result<(), ToolError> {
+        let deadline = Instant::now() + within;
         loop {
-            let r = self
-                .call(s, "Runtime.evaluate", json!({"expression": "document.readyState", "returnByValue": true}))
-                .await?;
-            if r["result"]["value"] == "complete" {
+            let r = self.call(s, "Runtime.evaluate", json!({"expression": expression, "returnByValue": true})).await?;
+            if done(&r["result"]["value"]) {
                 return Ok(());
             }
             if Instant::now() >= deadline {
-                return Err(ToolError::Failed(format!("the page did not finish loading within {LOAD_TIMEOUT:?}")));
+                return Err(ToolError::Failed(late()));
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(every).await;
         }
     }
 
@@ -487,18 +501,9 @@ impl Client {
 
     /// Waits until the tab has left its initial about:blank.
     async fn off_blank(&mut self, s: Option<&str>) -> Result<(), ToolError> {
-        let deadline = Instant::now() + LOAD_TIMEOUT;
-        loop {
-            let r =
-                self.call(s, "Runtime.evaluate", json!({"expression": "location.href", "returnByValue": true})).await?;
-            if r["result"]["value"] != "about:blank" {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                return Err(ToolError::Failed(format!("the new tab did not start loading within {LOAD_TIMEOUT:?}")));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let away = |v: &Value| v != "about:blank";
+        let late = || format!("the new tab did not start loading within {LOAD_TIMEOUT:?}");
+        self.poll(s, "location.href", away, LOAD_TIMEOUT, Duration::from_millis(50), late).await
     }
 
     /// After an action: if the tab starts navigating within a moment, waits
@@ -603,21 +608,13 @@ impl Client {
         present: bool,
         limit: Duration,
     ) -> Result<(), ToolError> {
-        let deadline = Instant::now() + limit;
         let expression = format!(
             "!!document.body && document.body.innerText.includes({})",
             serde_json::to_string(text).unwrap_or_default()
         );
-        loop {
-            let r = self.call(s, "Runtime.evaluate", json!({"expression": expression, "returnByValue": true})).await?;
-            if r["result"]["value"].as_bool() == Some(present) {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                let what = if present { "appear" } else { "disappear" };
-                return Err(ToolError::Failed(format!("{text:?} did not {what} within {limit:?}")));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let what = if present { "appear" } else { "disappear" };
+        let late = || format!("{text:?} did not {what} within {limit:?}");
+        let reached = |v: &Value| v.as_bool() == Some(present);
+        self.poll(s, &expression, reached, limit, Duration::from_millis(100), late).await
     }
 }
