@@ -14,6 +14,7 @@
 pub mod bench;
 pub mod bins;
 pub mod cdp;
+pub mod child;
 pub mod cli;
 pub mod host;
 pub mod http;

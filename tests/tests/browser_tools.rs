@@ -12,6 +12,7 @@ use base64::Engine as _;
 use serde_json::{json, Value};
 
 use grid_tests::bins::workspace_root;
+use grid_tests::child::run_json;
 use grid_tests::server::{GridServer, ServerOptions};
 use grid_tests::sessions::{lease_running, release};
 use grid_tests::target::Target;
@@ -20,20 +21,8 @@ const PNG_MAGIC: &[u8] = b"\x89PNG\r\n\x1a\n";
 
 fn python(server: &GridServer, script: &str, args: &[&str]) -> Value {
     let path = workspace_root().join("tests/mcp").join(script);
-    let out = Command::new("python3")
-        .arg(&path)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| server.fail(&format!("python3 did not start (the MCP SDK: PyPI package mcp): {e}")));
-    if !out.status.success() {
-        server.fail(&format!(
-            "{script} failed ({}):\nstdout: {}\nstderr: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| server.fail(&format!("{script} printed no JSON: {e}")))
+    let what = format!("{script} (python3 with the MCP SDK: PyPI package mcp)");
+    run_json(server, &what, Command::new("python3").arg(&path).args(args))
 }
 
 #[tokio::test]
@@ -146,20 +135,9 @@ async fn the_typescript_sdks_drive_a_session_through_the_tools() {
         dir.display()
     );
     for (sdk, mode) in [("v1", "legacy"), ("v2", "auto")] {
-        let out = Command::new("node")
-            .args(["mcp_agent.mjs", &mcp, server.api_key(), sdk, mode, &site])
-            .current_dir(&dir)
-            .output()
-            .unwrap_or_else(|e| server.fail(&format!("node did not start: {e}")));
-        if !out.status.success() {
-            server.fail(&format!(
-                "mcp_agent.mjs {sdk} failed ({}):\n{}\n{}",
-                out.status,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        let out: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let mut agent = Command::new("node");
+        agent.args(["mcp_agent.mjs", &mcp, server.api_key(), sdk, mode, &site]).current_dir(&dir);
+        let out = run_json(&server, &format!("mcp_agent.mjs {sdk} (node)"), &mut agent);
         assert_eq!(out["signedIn"], "Home", "{sdk}: {out}");
         assert!(out["doneUrl"].as_str().unwrap().contains("/shop/done?qty=2&note=leave+at+door"), "{sdk}: {out}");
         assert!(out["doneSnapshot"].as_str().unwrap().contains("heading \"Order placed: 2 teapots\""), "{sdk}: {out}");

@@ -46,15 +46,10 @@ async fn run(server: &GridServer, what: &str, cmd: Command) -> String {
     let mut cmd = tokio::process::Command::from(cmd);
     cmd.kill_on_drop(true);
     let out = match tokio::time::timeout(EXAMPLE_WITHIN, cmd.output()).await {
-        Ok(Ok(out)) => out,
-        Ok(Err(e)) => server.fail(&format!("{what} did not start: {e}")),
+        Ok(out) => grid_tests::child::checked(server, what, out),
         Err(_) => server.fail(&format!("{what} did not end within {EXAMPLE_WITHIN:?}")),
     };
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    if !out.status.success() {
-        server.fail(&format!("{what} failed ({}):\nstdout: {stdout}\nstderr: {stderr}", out.status));
-    }
-    stdout.into_owned()
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// Fails the test naming `tool` unless `cmd` runs and exits 0.

@@ -24,22 +24,7 @@ fn clients_dir() -> PathBuf {
     workspace_root().join("tests/clients")
 }
 
-/// Runs a client command; its stdout is one JSON object. Panics with its
-/// stderr when it fails.
-fn run_json(server: &GridServer, what: &str, cmd: &mut Command) -> Value {
-    let out = cmd.output().unwrap_or_else(|e| server.fail(&format!("{what} did not start: {e}")));
-    if !out.status.success() {
-        server.fail(&format!(
-            "{what} failed ({}):\nstdout: {}\nstderr: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        server.fail(&format!("{what} printed no JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
-    })
-}
+use grid_tests::child::run_json;
 
 /// The official Python SDK (tests/mcp/client.py): `mode` is `legacy`,
 /// `auto` or `2026-07-28`; the key goes in `x-api-key`.

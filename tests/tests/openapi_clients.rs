@@ -29,19 +29,8 @@ async fn served_document(server: &GridServer, dir: &Path) -> PathBuf {
 /// Runs `cmd` off the async runtime; fails the test with its output unless
 /// it succeeds.
 async fn run(server: &GridServer, what: &str, mut cmd: Command) -> Output {
-    let out = tokio::task::spawn_blocking(move || cmd.output())
-        .await
-        .expect("join")
-        .unwrap_or_else(|e| server.fail(&format!("{what} did not start: {e}")));
-    if !out.status.success() {
-        server.fail(&format!(
-            "{what} failed ({}):\nstdout: {}\nstderr: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    out
+    let out = tokio::task::spawn_blocking(move || cmd.output()).await.expect("join");
+    grid_tests::child::checked(server, what, out)
 }
 
 /// The configuration docs/openapi.md gives Python users: answers of bytes

@@ -608,16 +608,9 @@ async fn browser_tools_through_any_node_drive_the_session_where_its_browser_runs
         ["browser_evaluate", {"sessionId": lease.id, "expression": "document.title"}],
     ]);
     let script = grid_tests::bins::workspace_root().join("tests/mcp/client.py");
-    let out = std::process::Command::new("python3")
-        .arg(&script)
-        .arg(format!("{}/mcp", n2.base_url()))
-        .arg(&key)
-        .arg("auto")
-        .arg(calls.to_string())
-        .output()
-        .unwrap_or_else(|e| n2.fail(&format!("python3 (the MCP SDK: PyPI package mcp): {e}")));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let out: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut client = std::process::Command::new("python3");
+    client.arg(&script).arg(format!("{}/mcp", n2.base_url())).arg(&key).arg("auto").arg(calls.to_string());
+    let out = grid_tests::child::run_json(&n2, "client.py (python3 with the MCP SDK: PyPI package mcp)", &mut client);
     let navigated = &out["calls"][0];
     assert_eq!(navigated["isError"], false, "{out}");
     assert!(navigated["structured"]["snapshot"].as_str().unwrap().contains("heading \"page 22\""), "{out}");
