@@ -1,6 +1,5 @@
 //! `grid artifact get`.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -45,24 +44,7 @@ pub async fn run(cx: &Context, command: ArtifactCommand) -> anyhow::Result<ExitC
     }
     let ArtifactUrl { url } = reply.decode()?;
     let bytes = cx.client.download(&url).await?;
-    match file {
-        Some(path) if path.as_os_str() != "-" => {
-            std::fs::write(&path, &bytes).with_context(|| format!("cannot write {}", path.display()))?;
-        }
-        _ => {
-            use std::io::IsTerminal as _;
-            // Binary on a terminal garbles it and helps nobody.
-            if file.is_none() && std::io::stdout().is_terminal() && std::str::from_utf8(&bytes).is_err() {
-                anyhow::bail!(
-                    "the {} of {job_id} is binary ({} bytes); not writing it to the terminal: pass -o FILE, or pipe it",
-                    kind.as_str(),
-                    bytes.len()
-                );
-            }
-            let mut stdout = std::io::stdout().lock();
-            stdout.write_all(&bytes)?;
-            stdout.flush()?;
-        }
-    }
+    let what = || (format!("the {} of {job_id}", kind.as_str()), format!("{} bytes", bytes.len()));
+    output::file_or_stdout(file.as_deref(), &bytes, what)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -1,11 +1,9 @@
 //! `grid shot`, `grid pdf`, `grid content`: one-call captures (POST
 //! /screenshot, /pdf, /content), the file written where `-o` says.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context as _;
 use clap::Args;
 use grid_core::validate::one_call::OneCall;
 use grid_core::validate::params;
@@ -55,35 +53,19 @@ pub async fn run(cx: &Context, call: OneCall, args: CaptureArgs) -> anyhow::Resu
         "byteLength": captured.bytes.len(),
         "targetStatus": captured.target_status,
     });
+    let what = || ("the answer".to_string(), format!("{}, {} bytes", captured.content_type, captured.bytes.len()));
+    let to_file = output::file_or_stdout(args.file.as_deref(), &captured.bytes, what)?;
     match &args.file {
-        Some(path) if path.as_os_str() != "-" => {
-            std::fs::write(path, &captured.bytes).with_context(|| format!("cannot write {}", path.display()))?;
-            if cx.json {
-                output::json_value(&summary)?;
-            } else {
-                eprintln!(
-                    "wrote {} ({} bytes, {}): item {}, charged {} micro-euros",
-                    path.display(),
-                    captured.bytes.len(),
-                    captured.content_type,
-                    captured.job_id,
-                    captured.charged_micros
-                );
-            }
-        }
-        _ => {
-            use std::io::IsTerminal as _;
-            if args.file.is_none() && std::io::stdout().is_terminal() && std::str::from_utf8(&captured.bytes).is_err() {
-                anyhow::bail!(
-                    "the answer is binary ({}, {} bytes); not writing it to the terminal: pass -o FILE, or pipe it",
-                    captured.content_type,
-                    captured.bytes.len()
-                );
-            }
-            let mut stdout = std::io::stdout().lock();
-            stdout.write_all(&captured.bytes)?;
-            stdout.flush()?;
-        }
+        Some(path) if to_file && cx.json => output::json_value(&summary)?,
+        Some(path) if to_file => eprintln!(
+            "wrote {} ({} bytes, {}): item {}, charged {} micro-euros",
+            path.display(),
+            captured.bytes.len(),
+            captured.content_type,
+            captured.job_id,
+            captured.charged_micros
+        ),
+        _ => {}
     }
     Ok(ExitCode::SUCCESS)
 }

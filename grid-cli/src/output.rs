@@ -47,6 +47,35 @@ pub fn json_line(reply: &RawReply) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Writes a downloaded file to `file` (`-o FILE`), or to stdout for none
+/// or `-`. Binary on a terminal garbles it and helps nobody: without `-o`
+/// it is refused, naming `what`: the file, and what it is (its size).
+/// Answers whether it went to a file.
+pub fn file_or_stdout(
+    file: Option<&std::path::Path>,
+    bytes: &[u8],
+    what: impl FnOnce() -> (String, String),
+) -> anyhow::Result<bool> {
+    use anyhow::Context as _;
+    use std::io::IsTerminal as _;
+    match file {
+        Some(path) if path.as_os_str() != "-" => {
+            std::fs::write(path, bytes).with_context(|| format!("cannot write {}", path.display()))?;
+            Ok(true)
+        }
+        _ => {
+            if file.is_none() && io::stdout().is_terminal() && std::str::from_utf8(bytes).is_err() {
+                let (file, size) = what();
+                anyhow::bail!("{file} is binary ({size}); not writing it to the terminal: pass -o FILE, or pipe it");
+            }
+            let mut stdout = io::stdout().lock();
+            stdout.write_all(bytes)?;
+            stdout.flush()?;
+            Ok(false)
+        }
+    }
+}
+
 /// Prints one document the CLI made itself (not an API answer) as one line
 /// of JSON, or a YAML document with `--output yaml`.
 pub fn json_value(value: &serde_json::Value) -> anyhow::Result<()> {
