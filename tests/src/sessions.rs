@@ -118,12 +118,6 @@ pub async fn click_downloads(server: &GridServer, target: &Target, cdp_url: &str
     for (name, bytes) in files {
         cmd.arg(target.url(&format!("/download-page/{name}?n={bytes}")));
     }
-    let out = tokio::task::spawn_blocking(move || cmd.output())
-        .await
-        .unwrap()
-        .unwrap_or_else(|e| server.fail(&format!("node did not run: {e}")));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() {
-        server.fail(&format!("Puppeteer failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
-    }
+    let out = tokio::task::spawn_blocking(move || cmd.output()).await.unwrap();
+    crate::child::checked(server, "Puppeteer (node session_downloads.js)", out);
 }

@@ -226,14 +226,9 @@ async fn a_playwright_download_is_listed_under_its_guid_with_its_suggested_name(
         .arg(&cdp_url)
         .arg(target.url(&format!("/download-page/quarterly-report.csv?n={size}")))
         .current_dir(dir);
-    let out = tokio::task::spawn_blocking(move || cmd.output())
-        .await
-        .unwrap()
-        .unwrap_or_else(|e| server.fail(&format!("node did not run: {e}")));
+    let out = tokio::task::spawn_blocking(move || cmd.output()).await.unwrap();
+    let out = grid_tests::child::checked(&server, "Playwright (node playwright_downloads.js)", out);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    if !out.status.success() {
-        server.fail(&format!("Playwright failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
-    }
     let printed: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| server.fail(&format!("{e}: {stdout}")));
     assert_eq!(printed, json!({"suggested": ["quarterly-report.csv"], "failures": [null]}));
 
