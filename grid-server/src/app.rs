@@ -38,4 +38,7 @@ pub struct App {
     /// The worker pool, which one-call captures run their attempt beside.
     pub runner: Arc<crate::capture::Runner>,
     pub artifacts_dir: std::path::PathBuf,
+    /// Secrets at rest, sealed per account (`vault.rs`).
+    #[allow(dead_code)]
+    pub vault: Arc<crate::vault::Vault>,
 }

@@ -23,6 +23,10 @@ mod signing;
 mod sim;
 mod store;
 mod tokens;
+// Sealed secrets for browser contexts and proxy credentials (issue 29),
+// whose users land next.
+#[allow(dead_code)]
+mod vault;
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -155,6 +159,12 @@ struct ServeArgs {
     node_lease_secs: u64,
     #[command(flatten)]
     data: DataDir,
+    /// The grid's master key for secrets at rest (browser contexts' state,
+    /// proxy credentials; docs/security.md): 64 hex digits, created mode
+    /// 0600 when absent. Nodes sharing a store must be given the same key.
+    /// Default: vault.key in --data-dir.
+    #[arg(long, env = "GRID_VAULT_KEY_FILE", value_name = "PATH")]
+    vault_key_file: Option<PathBuf>,
     /// Requests per second one credential (an API key, or a sign-in token's account) may make,
     /// sustained; beyond it the API answers 429 with retry-after (docs/limits.md).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
@@ -685,6 +695,7 @@ async fn build_app(
     let secret =
         store.write(|tx| store::setting_or_init(tx, "download_signing_secret", || ids::random_hex(32))).await?;
     let peers = Arc::new(peers::Peers::load(store.clone()).await.context("reading the nodes' credential")?);
+    let vault = open_vault(args, &store).await?;
     let clock: Arc<dyn clock::Clock> = Arc::new(clock::SystemClock);
     let wake = capture::driver::Wake::default();
     let items = Arc::new(
@@ -773,9 +784,29 @@ async fn build_app(
         tokens: tokens::TokenVerifier::new(config.auth_url.clone(), args.jwks_url.clone())
             .context("building the JWKS client")?,
         artifacts_dir: config.data_dir.join("artifacts"),
+        vault,
         config,
     });
     Ok(Built { app, runner, settlement, node: this_node })
+}
+
+/// The grid's vault, its key checked against the one the store was first
+/// sealed with (every node sharing a store must hold the same).
+async fn open_vault(args: &ServeArgs, store: &Store) -> anyhow::Result<Arc<vault::Vault>> {
+    let path = args.vault_key_file.clone().unwrap_or_else(|| args.data.data_dir.join("vault.key"));
+    let vault = vault::Vault::load_or_create(&path)?;
+    let mine = vault.check_value();
+    let first = {
+        let mine = mine.clone();
+        store.write(move |tx| store::setting_or_init(tx, "vault_key_check", || mine)).await?
+    };
+    anyhow::ensure!(
+        first == mine,
+        "the vault key in {} is not the one this store's secrets were sealed with: give every node sharing \
+         the store the same --vault-key-file",
+        path.display()
+    );
+    Ok(Arc::new(vault))
 }
 
 /// The last moment this node is known alive: the later of its node

@@ -304,6 +304,11 @@ impl GridServer {
             self.database_url.clone().unwrap_or_else(|| self.fail("join: this server is not on PostgreSQL"));
         let mut server = GridServer::unstarted(opts, self.bin.clone(), None, Some(database_url));
         server.first_start = self.first_start.clone();
+        // Nodes sharing a store share its vault key, as an operator copies it.
+        let key = self.data_dir.join("vault.key");
+        if let Err(e) = std::fs::copy(&key, server.data_dir.join("vault.key")) {
+            self.fail(&format!("join: copying the first node's vault key {}: {e}", key.display()));
+        }
         let mut last_error = String::new();
         for _ in 0..5 {
             server.port = free_port();
