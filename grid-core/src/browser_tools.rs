@@ -6,6 +6,7 @@
 //! runs a tool through the session's CDP gate (`grid-server
 //! sessions/tools.rs`).
 
+use base64::Engine as _;
 use serde_json::{json, Map, Value};
 
 use crate::snapshot;
@@ -18,6 +19,13 @@ pub const MAX_EXPRESSION_CHARS: usize = 100_000;
 pub const MAX_WAIT_MS: u64 = 60_000;
 /// Most fields `browser_fill_form` fills at once.
 pub const MAX_FORM_FIELDS: usize = 100;
+/// Most files one `browser_file_upload` gives a file input.
+pub const MAX_UPLOAD_FILES: usize = 10;
+/// Most bytes (decoded) one `browser_file_upload` carries, all files
+/// together: its base64 fits in one MCP request (8 MiB).
+pub const MAX_UPLOAD_BYTES: usize = 5 * 1024 * 1024;
+/// Longest name of an uploaded file.
+pub const MAX_FILE_NAME_CHARS: usize = 255;
 
 /// One call of a browser tool, its arguments checked.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,6 +43,19 @@ pub enum BrowserTool {
     TakeScreenshot { full_page: bool },
     Evaluate { expression: String },
     Tabs { action: TabAction },
+    Drag { start: Ref, end: Ref },
+    FileUpload { target: Ref, files: Vec<Upload> },
+    ConsoleMessages { only_errors: bool },
+    NetworkRequests,
+}
+
+/// A file an agent gives a page's file input, with its bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upload {
+    pub name: String,
+    /// Its media type (`application/octet-stream` when not given).
+    pub mime_type: String,
+    pub content: Vec<u8>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -76,6 +97,10 @@ pub const TOOLS: &[ToolRow] = &[
     row("browser_wait_for", "Wait", "Waits until a text appears (`text`), disappears (`textGone`), or for a time (`timeMs`, at most 60000); answers the snapshot.", true),
     row("browser_take_screenshot", "Take a screenshot", "A PNG screenshot of the current tab's viewport (or the whole page with `fullPage`), as image content you can see.", true),
     row("browser_evaluate", "Evaluate JavaScript", "Evaluates a JavaScript expression in the current tab (awaiting a promise) and answers its value as JSON.", false),
+    row("browser_drag", "Drag and drop", "Drags the element `startRef` names onto the one `endRef` names (the mouse pressed, moved and released; HTML drag and drop included) and answers the new snapshot.", false),
+    row("browser_file_upload", "Upload files", "Gives the file input a ref names the files you send with their bytes (`files`: name, base64 content, media type; at most 10 files, 5 MiB in all), as if a person chose them, firing input and change. Nothing is read from any disk.", false),
+    row("browser_console_messages", "Read console messages", "The current tab's console messages since its page loaded (console calls, uncaught errors, the browser's own warnings such as a failed resource), oldest first; `onlyErrors` keeps the errors.", true),
+    row("browser_network_requests", "Read network requests", "The requests the current tab's page made since it loaded: method, URL, resource type and the answer's status (or why it failed), oldest first.", true),
     row("browser_tabs", "Manage tabs", "Lists the session's tabs, opens a new one (`action: new`, optional `url`), selects one (`select`, `index`) or closes one (`close`, optional `index`, default the current).", false),
 ];
 
@@ -139,6 +164,22 @@ pub fn input_schema(name: &str) -> Value {
                    "url": {"type": "string"}}),
             &["action"],
         ),
+        "browser_drag" => (
+            json!({"startRef": target, "startElement": element, "endRef": target, "endElement": element}),
+            &["startRef", "endRef"],
+        ),
+        "browser_file_upload" => (
+            json!({"ref": target, "element": element, "files": {
+                "type": "array", "minItems": 1, "maxItems": MAX_UPLOAD_FILES,
+                "items": {"type": "object", "additionalProperties": false, "required": ["name", "contentBase64"],
+                          "properties": {
+                              "name": {"type": "string", "minLength": 1, "maxLength": MAX_FILE_NAME_CHARS, "description": "The file's name, without a folder."},
+                              "contentBase64": {"type": "string", "contentEncoding": "base64", "description": "The file's bytes, base64 (standard alphabet)."},
+                              "mimeType": {"type": "string", "maxLength": 255, "default": "application/octet-stream"}}}
+            }}),
+            &["ref", "files"],
+        ),
+        "browser_console_messages" => (json!({"onlyErrors": {"type": "boolean", "default": false}}), &[]),
         _ => (json!({}), &[]),
     };
     let mut props = Map::new();
@@ -163,7 +204,7 @@ pub fn output_schema() -> Value {
             "url": {"type": "string", "description": "The current tab's URL after the action."},
             "title": {"type": "string"},
             "snapshot": {"type": "string", "description": "The page as lines `- role \"name\" [ref=eN]` (left out where the tool says nothing of the page)."},
-            "result": {"description": "browser_evaluate's value; browser_tabs' list."}
+            "result": {"description": "browser_evaluate's value; browser_tabs' list; browser_console_messages' messages; browser_network_requests' requests."}
         },
         "required": ["sessionId", "url", "title"]
     })
@@ -268,6 +309,26 @@ pub fn parse(name: &str, args: &Map<String, Value>) -> Result<(String, BrowserTo
             }
             .map(|action| BrowserTool::Tabs { action })
         }
+        "browser_drag" => {
+            let start = element_ref(&mut p, args.get("startRef"), "startRef");
+            let end = element_ref(&mut p, args.get("endRef"), "endRef");
+            match (start, end) {
+                (Some(start), Some(end)) => Some(BrowserTool::Drag { start, end }),
+                _ => None,
+            }
+        }
+        "browser_file_upload" => {
+            let target = element_ref(&mut p, args.get("ref"), "ref");
+            let files = uploads(&mut p, args.get("files"));
+            match (target, files) {
+                (Some(target), Some(files)) => Some(BrowserTool::FileUpload { target, files }),
+                _ => None,
+            }
+        }
+        "browser_console_messages" => {
+            Some(BrowserTool::ConsoleMessages { only_errors: flag(&mut p, args, "onlyErrors") })
+        }
+        "browser_network_requests" => Some(BrowserTool::NetworkRequests),
         other => {
             p.push(format!("{other}: not a browser tool"));
             None
@@ -277,6 +338,81 @@ pub fn parse(name: &str, args: &Map<String, Value>) -> Result<(String, BrowserTo
         Some(tool) if p.is_empty() => Ok((session, tool)),
         _ => Err(p),
     }
+}
+
+/// `browser_file_upload`'s files, their bytes decoded, within the bounds.
+fn uploads(p: &mut Vec<String>, v: Option<&Value>) -> Option<Vec<Upload>> {
+    let Some(list) = v.and_then(Value::as_array).filter(|l| (1..=MAX_UPLOAD_FILES).contains(&l.len())) else {
+        p.push(format!("files: must be a list of 1 to {MAX_UPLOAD_FILES} files"));
+        return None;
+    };
+    let before = p.len();
+    let mut files = vec![];
+    let mut total = 0usize;
+    for (i, f) in list.iter().enumerate() {
+        let Some(f) = f.as_object() else {
+            p.push(format!("files[{i}]: must be an object with name and contentBase64"));
+            continue;
+        };
+        for k in f.keys().filter(|k| !matches!(k.as_str(), "name" | "contentBase64" | "mimeType")) {
+            p.push(format!("files[{i}].{k}: unknown field (name, contentBase64, mimeType)"));
+        }
+        let name = match f.get("name").and_then(Value::as_str) {
+            Some(n)
+                if !n.is_empty()
+                    && n.chars().count() <= MAX_FILE_NAME_CHARS
+                    && !n.contains(['/', '\\', '\0'])
+                    && n != "."
+                    && n != ".." =>
+            {
+                Some(n.to_string())
+            }
+            _ => {
+                p.push(format!(
+                    "files[{i}].name: must be a file name of 1 to {MAX_FILE_NAME_CHARS} characters, without a folder"
+                ));
+                None
+            }
+        };
+        let mime_type = match f.get("mimeType") {
+            None => Some("application/octet-stream".to_string()),
+            Some(Value::String(m))
+                if m.len() <= 255 && !m.is_empty() && m.is_ascii() && !m.contains(char::is_control) =>
+            {
+                Some(m.clone())
+            }
+            Some(_) => {
+                p.push(format!("files[{i}].mimeType: must be a media type such as text/plain"));
+                None
+            }
+        };
+        let content = match f.get("contentBase64").and_then(Value::as_str) {
+            // Bounded before decoding: base64 is 4 characters per 3 bytes.
+            Some(b) if b.len() > (MAX_UPLOAD_BYTES / 3 + 1) * 4 => {
+                p.push(format!("files[{i}].contentBase64: over {MAX_UPLOAD_BYTES} bytes"));
+                None
+            }
+            Some(b) => match base64::engine::general_purpose::STANDARD.decode(b) {
+                Ok(bytes) => Some(bytes),
+                Err(_) => {
+                    p.push(format!("files[{i}].contentBase64: not base64 (standard alphabet, padded)"));
+                    None
+                }
+            },
+            None => {
+                p.push(format!("files[{i}].contentBase64: required, the file's bytes as base64"));
+                None
+            }
+        };
+        if let (Some(name), Some(mime_type), Some(content)) = (name, mime_type, content) {
+            total += content.len();
+            files.push(Upload { name, mime_type, content });
+        }
+    }
+    if total > MAX_UPLOAD_BYTES {
+        p.push(format!("files: {total} bytes in all, over {MAX_UPLOAD_BYTES}"));
+    }
+    (p.len() == before).then_some(files)
 }
 
 fn text(p: &mut Vec<String>, args: &Map<String, Value>, field: &str, required: bool, max: usize) -> Option<String> {
@@ -402,6 +538,47 @@ mod tests {
         assert_eq!(t, BrowserTool::Tabs { action: TabAction::Select { index: 1 } });
         let e = parse("browser_fill_form", &args(json!({"sessionId": "s", "fields": [{"ref": "e1"}]}))).unwrap_err();
         assert_eq!(e, ["fields[0].value: required, a string"]);
+    }
+
+    #[test]
+    fn uploads_arrive_decoded_within_their_bounds_and_drags_name_both_ends() {
+        let (_, t) = parse(
+            "browser_file_upload",
+            &args(json!({"sessionId": "s", "ref": "e7",
+                         "files": [{"name": "a.txt", "contentBase64": "aGk=", "mimeType": "text/plain"},
+                                   {"name": "b.bin", "contentBase64": ""}]})),
+        )
+        .unwrap();
+        let BrowserTool::FileUpload { target, files } = t else { panic!("{t:?}") };
+        assert_eq!(target.backend_node_id, 7);
+        assert_eq!(files[0], Upload { name: "a.txt".into(), mime_type: "text/plain".into(), content: b"hi".to_vec() });
+        assert_eq!((files[1].mime_type.as_str(), files[1].content.len()), ("application/octet-stream", 0));
+        let too_big = "A".repeat((MAX_UPLOAD_BYTES / 3 + 2) * 4);
+        let e = parse(
+            "browser_file_upload",
+            &args(json!({"sessionId": "s", "ref": "e7",
+                         "files": [{"name": "../etc/passwd", "contentBase64": "!!"},
+                                   {"name": "x", "contentBase64": too_big, "path": "/etc"}]})),
+        )
+        .unwrap_err();
+        for want in [
+            "files[0].name: must be a file name",
+            "files[0].contentBase64: not base64",
+            "files[1].path: unknown field",
+            "files[1].contentBase64: over",
+        ] {
+            assert!(e.iter().any(|m| m.starts_with(want)), "{want}: {e:?}");
+        }
+        let e = parse("browser_file_upload", &args(json!({"sessionId": "s", "ref": "e7", "files": []}))).unwrap_err();
+        assert!(e[0].starts_with("files: must be a list of 1 to 10"), "{e:?}");
+        let (_, t) = parse("browser_drag", &args(json!({"sessionId": "s", "startRef": "e1", "endRef": "e2"}))).unwrap();
+        assert!(
+            matches!(t, BrowserTool::Drag { start, end } if start.backend_node_id == 1 && end.backend_node_id == 2)
+        );
+        let e = parse("browser_drag", &args(json!({"sessionId": "s", "startRef": "e1"}))).unwrap_err();
+        assert_eq!(e, ["endRef: required, a ref from the last snapshot (e12)"]);
+        let (_, t) = parse("browser_console_messages", &args(json!({"sessionId": "s", "onlyErrors": true}))).unwrap();
+        assert_eq!(t, BrowserTool::ConsoleMessages { only_errors: true });
     }
 
     #[test]

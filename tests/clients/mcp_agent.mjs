@@ -59,6 +59,16 @@ async function main() {
   const shot = await call('browser_take_screenshot', { sessionId: sid });
   out.screenshot = shot.images.map((i) => i.mimeType);
   out.evaluated = (await call('browser_evaluate', { sessionId: sid, expression: 'location.pathname' })).structured.result;
+  // A file the agent holds, a tab opened and closed, the page's console.
+  snap = (await call('browser_navigate', { sessionId: sid, url: `${site}/shop/extras` })).structured.snapshot;
+  const receipt = /- button "Receipt"[^\n]*\[ref=(e\d+)\]/.exec(snap)?.[1] ?? findRef(snap, 'textbox', 'Receipt');
+  await call('browser_file_upload', { sessionId: sid, ref: receipt,
+    files: [{ name: 'note.csv', contentBase64: Buffer.from('a,b\n1,2').toString('base64'), mimeType: 'text/csv' }] });
+  await call('browser_wait_for', { sessionId: sid, text: 'Chosen: note.csv' });
+  out.chosen = (await call('browser_evaluate', { sessionId: sid, expression: "document.getElementById('chosen').textContent" })).structured.result;
+  out.console = (await call('browser_console_messages', { sessionId: sid, onlyErrors: true })).structured.result;
+  out.tabsAfterNew = (await call('browser_tabs', { sessionId: sid, action: 'new', url: `${site}/page/2` })).structured.result;
+  out.tabsAfterClose = (await call('browser_tabs', { sessionId: sid, action: 'close', index: 1 })).structured.result;
   await call('release_session', { sessionId: sid });
   out.afterRelease = (await call('browser_navigate', { sessionId: sid, url: `${site}/page/1` }, true)).text;
   await client.close();

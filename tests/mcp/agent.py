@@ -13,6 +13,7 @@ output schema by the SDK.
 """
 
 import asyncio
+import base64
 import json
 import re
 import sys
@@ -84,6 +85,30 @@ async def main(url: str, key: str, mode: str, site: str) -> None:
             shot = await call("browser_take_screenshot", {"sessionId": sid})
             out["screenshot"] = shot["imageData"][0] if shot["imageData"] else None
             out["screenshotType"] = shot["images"]
+            # Upload a file the agent holds, drag and drop, read the console and
+            # the requests.
+            extras = await call("browser_navigate", {"sessionId": sid, "url": f"{site}/shop/extras"})
+            snap = extras["structured"]["snapshot"]
+            out["extrasSnapshot"] = snap
+            receipt = re.search(r'- button "Receipt"[^\n]*\[ref=(e\d+)\]', snap)
+            receipt = receipt.group(1) if receipt else find_ref(snap, "textbox", "Receipt")
+            await call("browser_file_upload", {"sessionId": sid, "ref": receipt, "files": [
+                {"name": "receipt.txt", "contentBase64": base64.b64encode(b"paid in full").decode(), "mimeType": "text/plain"}]})
+            chosen = await call("browser_wait_for", {"sessionId": sid, "text": "Chosen: receipt.txt"})
+            out["chosen"] = (await call("browser_evaluate", {"sessionId": sid,
+                                                           "expression": "document.getElementById('chosen').textContent"}))["structured"]["result"]
+            snap = chosen["structured"]["snapshot"]
+            await call("browser_drag", {"sessionId": sid, "startRef": find_ref(snap, "button", "Teapot card"),
+                                        "endRef": find_ref(snap, "region", "Drop zone")})
+            await call("browser_wait_for", {"sessionId": sid, "text": "Dropped: Teapot"})
+            console = await call("browser_console_messages", {"sessionId": sid})
+            out["console"] = console["structured"]["result"]
+            out["consoleText"] = console["text"]
+            out["consoleErrors"] = (await call("browser_console_messages", {"sessionId": sid, "onlyErrors": True}))["structured"]["result"]
+            network = await call("browser_network_requests", {"sessionId": sid})
+            out["network"] = network["structured"]["result"]
+            out["networkText"] = network["text"]
+            await call("browser_navigate_back", {"sessionId": sid})
             # Back, and tabs.
             back = await call("browser_navigate_back", {"sessionId": sid})
             out["backTitle"] = back["structured"]["title"]

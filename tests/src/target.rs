@@ -33,7 +33,7 @@
 //!   `/img/NAME.png` (from ORIGIN when given), text built by JavaScript and an
 //!   element `#late` added MS ms after the script ran (none without `late`).
 //! - `/img/{name}`: the 1x1 PNG.
-//! - `/shop/{signin|home|product|cart|done}`: a small multi-page site for
+//! - `/shop/{signin|home|product|cart|done|extras}`: a small multi-page site for
 //!   agents ([`browser_pages::shop`]): a sign-in form whose submit leads to
 //!   `home` ("Signed in as NAME"), links to a product with a quantity select
 //!   and a gift checkbox, a cart form, and a done page naming the order.
@@ -545,6 +545,33 @@ pub mod browser_pages {
                     if q("gift") == "yes" { ", gift wrapped" } else { "" },
                     html_escape(&q("qty"))
                 ),
+            ),
+            // What the last tools need: a file input that shows what it was
+            // given, an HTML drag and drop, console messages and a request
+            // of the page's own.
+            "extras" => (
+                "Extras",
+                "<h1>Extras</h1>\
+                 <label for=\"receipt\">Receipt</label><input id=\"receipt\" type=\"file\">\
+                 <p id=\"chosen\">No file chosen</p>\
+                 <div id=\"item\" draggable=\"true\" role=\"button\" aria-label=\"Teapot card\">Teapot</div>\
+                 <div id=\"bin\" role=\"region\" aria-label=\"Drop zone\" style=\"margin-top: 40px; width: 200px; height: 80px; border: 1px solid\">Drop here</div>\
+                 <p id=\"dropped\">Nothing dropped</p>\
+                 <script>\
+                 console.log('extras ready', 3);\
+                 console.error('grid test error');\
+                 fetch('/page/extras-ping').then(r => r.text());\
+                 document.getElementById('receipt').addEventListener('change', async (e) => {\
+                   const f = e.target.files[0];\
+                   const text = await f.text();\
+                   document.getElementById('chosen').textContent = 'Chosen: ' + f.name + ' (' + f.size + ' bytes, ' + f.type + '): ' + text;\
+                 });\
+                 document.getElementById('item').addEventListener('dragstart', e => e.dataTransfer.setData('text/plain', 'Teapot'));\
+                 const bin = document.getElementById('bin');\
+                 bin.addEventListener('dragover', e => e.preventDefault());\
+                 bin.addEventListener('drop', e => { e.preventDefault(); document.getElementById('dropped').textContent = 'Dropped: ' + e.dataTransfer.getData('text/plain'); });\
+                 </script>"
+                    .to_string(),
             ),
             "done" => (
                 "Order placed",

@@ -2,7 +2,8 @@
 //! the MCP endpoint leases a browser and drives it by snapshot refs. A
 //! scripted agent (tests/mcp/agent.py, the official Python MCP SDK, no
 //! model) signs in to a local site, shops through five pages, reads a value,
-//! takes a screenshot it sees, opens and closes a tab, and is refused what a
+//! takes a screenshot it sees, uploads a file it holds, drags and drops,
+//! reads the console and the requests, opens and closes a tab, and is refused what a
 //! CDP client is refused; another account gets not-found on every tool; a
 //! CDP client and the tools drive one session at once.
 
@@ -45,6 +46,28 @@ async fn a_scripted_agent_signs_in_and_orders_through_snapshot_refs_in_both_eras
             base64::engine::general_purpose::STANDARD.decode(out["screenshot"].as_str().unwrap_or_default()).unwrap();
         assert!(png.starts_with(PNG_MAGIC), "{mode}: not a PNG");
         assert_eq!(out["backTitle"], "Cart", "{mode}: {out}");
+        // The file the agent sent reached the page, bytes, name and type.
+        assert_eq!(out["chosen"], "Chosen: receipt.txt (12 bytes, text/plain): paid in full", "{mode}: {out}");
+        // The page's console, in order, and the errors alone.
+        let console = out["console"]["messages"].as_array().unwrap_or_else(|| panic!("{mode}: {out}"));
+        let texts: Vec<&str> = console.iter().filter_map(|m| m["text"].as_str()).collect();
+        assert!(texts.starts_with(&["extras ready 3", "grid test error"]), "{mode}: {texts:?}");
+        assert_eq!(console[1]["type"], "error", "{mode}");
+        assert!(out["consoleText"].as_str().unwrap().contains("[ERROR] grid test error"), "{mode}: {out}");
+        let errors = out["consoleErrors"]["messages"].as_array().unwrap();
+        assert!(errors.iter().all(|m| m["type"] == "error") && !errors.is_empty(), "{mode}: {errors:?}");
+        // The page's own requests: its document and its fetch, answered.
+        let requests = out["network"]["requests"].as_array().unwrap_or_else(|| panic!("{mode}: {out}"));
+        let find = |path: &str| requests.iter().find(|r| r["url"].as_str().unwrap_or_default().ends_with(path));
+        let document = find("/shop/extras").unwrap_or_else(|| panic!("{mode}: {requests:?}"));
+        assert_eq!((document["resourceType"].clone(), document["status"].clone()), (json!("Document"), json!(200)));
+        let ping = find("/page/extras-ping").unwrap_or_else(|| panic!("{mode}: {requests:?}"));
+        assert_eq!(
+            (ping["method"].clone(), ping["resourceType"].clone(), ping["status"].clone()),
+            (json!("GET"), json!("Fetch"), json!(200))
+        );
+        assert!(out["networkText"].as_str().unwrap().contains("/page/extras-ping => [200]"), "{mode}: {out}");
+        assert!(target.hits("/page/extras-ping") >= 1);
         let tabs = out["tabsAfterNew"].as_array().unwrap();
         assert_eq!(tabs.len(), 2, "{mode}: {out}");
         assert_eq!((tabs[1]["current"].clone(), tabs[1]["title"].clone()), (json!(true), json!("page 3")), "{mode}");
@@ -76,7 +99,8 @@ async fn another_accounts_session_is_unknown_to_every_tool_and_a_cdp_client_driv
         .map(|t| {
             json!([t.name, {"sessionId": lease.id, "url": target.url("/page/1"), "ref": "e1", "text": "x",
                                  "expression": "document.cookie", "key": "Enter", "values": ["a"], "action": "list",
-                                 "fields": [{"ref": "e1", "value": "x"}]}])
+                                 "fields": [{"ref": "e1", "value": "x"}], "startRef": "e1", "endRef": "e2",
+                                 "files": [{"name": "a.txt", "contentBase64": "aGk="}]}])
         })
         .collect();
     // Arguments a tool does not take are refused first: strip them per tool.
@@ -143,6 +167,16 @@ async fn the_typescript_sdks_drive_a_session_through_the_tools() {
         assert!(out["doneSnapshot"].as_str().unwrap().contains("heading \"Order placed: 2 teapots\""), "{sdk}: {out}");
         assert_eq!(out["screenshot"], json!(["image/png"]), "{sdk}");
         assert_eq!(out["evaluated"], "/shop/done", "{sdk}");
+        assert_eq!(out["chosen"], "Chosen: note.csv (7 bytes, text/csv): a,b\n1,2", "{sdk}: {out}");
+        assert_eq!(out["console"]["messages"][0]["text"], "grid test error", "{sdk}: {out}");
+        let opened = out["tabsAfterNew"].as_array().unwrap();
+        assert_eq!(
+            (opened.len(), opened[1]["title"].clone(), opened[1]["current"].clone()),
+            (2, json!("page 2"), json!(true)),
+            "{sdk}: {out}"
+        );
+        let left = out["tabsAfterClose"].as_array().unwrap();
+        assert_eq!((left.len(), left[0]["title"].clone()), (1, json!("Extras")), "{sdk}: {out}");
         assert!(out["afterRelease"].as_str().unwrap().contains("unknown session"), "{sdk}: {out}");
     }
 }

@@ -648,7 +648,10 @@ async fn browser_tool_for(
             let mut text = format!("URL: {}\nTitle: {}", a.url, a.title);
             let mut structured = json!({"sessionId": session_id, "url": a.url, "title": a.title});
             if let Some(result) = &a.result {
-                text.push_str(&format!("\nResult: {result}"));
+                match &a.lines {
+                    Some(lines) => text.push_str(&format!("\n\n{lines}")),
+                    None => text.push_str(&format!("\nResult: {result}")),
+                }
                 structured["result"] = result.clone();
             }
             if let Some(snapshot) = &a.snapshot {

@@ -84,6 +84,7 @@ impl Browsers {
                 endpoint: endpoint_rx,
                 ended: ended.clone(),
                 tab: Default::default(),
+                journal: Default::default(),
                 take_over,
             },
             end,

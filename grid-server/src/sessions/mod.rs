@@ -20,6 +20,7 @@
 pub mod downloads;
 pub mod driver;
 pub mod gate;
+pub mod journal;
 pub mod keeper;
 pub mod launch;
 pub mod tools;
@@ -90,6 +91,9 @@ pub struct Live {
     pub ended: watch::Receiver<bool>,
     /// The tab the MCP browser tools act on (`tools.rs`), gone with the session.
     pub tab: tools::Tab,
+    /// What the session's pages logged and requested, followed from the
+    /// first browser tool call (`journal.rs`).
+    pub journal: journal::Journal,
     /// Whether the live view may send the page a person's input.
     pub take_over: bool,
 }

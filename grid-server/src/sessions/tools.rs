@@ -1,7 +1,8 @@
 //! The MCP browser tools on a session's browser (docs/mcp.md, "Browser
 //! tools"): navigate, read the page as an accessibility snapshot with refs,
-//! click, type, fill forms, press keys, select options, hover, wait, take a
-//! screenshot, evaluate, manage tabs.
+//! click, type, fill forms, press keys, select options, hover, drag, upload
+//! files, wait, take a screenshot, evaluate, manage tabs, read the console
+//! and the network requests (kept by the session's journal, `journal.rs`).
 //!
 //! A tool speaks to the browser exactly as a lessee's CDP connection does:
 //! over a `ClientLink` of the browser's pipe, every command through the CDP
@@ -38,16 +39,46 @@ const READY_WAIT: Duration = Duration::from_secs(30);
 
 /// The tab a session's tools act on (its target id), kept with the
 /// session's live handle; a tab that closed falls back to the first page.
+/// Also the order the tools list tabs in: the order they were first seen
+/// (Chromium's target list has no stable order).
 #[derive(Clone, Default)]
-pub struct Tab(Arc<Mutex<Option<String>>>);
+pub struct Tab(Arc<Mutex<TabState>>);
+
+#[derive(Default)]
+struct TabState {
+    current: Option<String>,
+    order: Vec<String>,
+}
 
 impl Tab {
     fn get(&self) -> Option<String> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).current.clone()
     }
 
     fn set(&self, target: &str) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(target.to_string());
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).current = Some(target.to_string());
+    }
+
+    /// `pages` in the order first seen: the known ones keep their places,
+    /// the others follow (Chromium lists the newest first: reversed).
+    fn ordered(&self, mut pages: Vec<Value>) -> Vec<Value> {
+        let mut state = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let id = |p: &Value| p["targetId"].as_str().unwrap_or_default().to_string();
+        state.order.retain(|t| pages.iter().any(|p| id(p) == *t));
+        for p in pages.iter().rev() {
+            if !state.order.contains(&id(p)) {
+                state.order.push(id(p));
+            }
+        }
+        pages.sort_by_key(|p| state.order.iter().position(|t| *t == id(p)));
+        pages
+    }
+
+    /// Places a tab the tools just opened last.
+    fn opened(&self, target: &str) {
+        let mut state = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        state.order.retain(|t| t != target);
+        state.order.push(target.to_string());
     }
 }
 
@@ -61,6 +92,9 @@ pub struct Answer {
     pub result: Option<Value>,
     /// A PNG (`browser_take_screenshot`).
     pub image: Option<Vec<u8>>,
+    /// The result as lines a person reads, where JSON would be hard going
+    /// (the console, the requests).
+    pub lines: Option<String>,
 }
 
 /// Why a tool did not do what it was asked.
@@ -81,7 +115,9 @@ impl From<String> for ToolError {
 /// Runs `tool` on the session's browser, once it is up.
 pub async fn run(live: Live, tool: BrowserTool) -> Result<Answer, ToolError> {
     let tabs = live.tab.clone();
+    let journal = live.journal.clone();
     let endpoint = live.ready(READY_WAIT).await.ok_or(ToolError::Gone)?;
+    journal.follow(&endpoint.cdp).await;
     let mut c = Client { link: endpoint.cdp.link_client(), next: 1, events: VecDeque::new() };
     let page = current_tab(&mut c, &tabs).await?;
     if let BrowserTool::Tabs { action } = &tool {
@@ -202,6 +238,59 @@ pub async fn run(live: Live, tool: BrowserTool) -> Result<Answer, ToolError> {
             answer.result = Some(r["result"]["value"].clone());
             snapshot_after = false;
         }
+        BrowserTool::Drag { start, end } => {
+            c.drag(s, &start, &end).await?;
+            c.settle(s).await?;
+        }
+        BrowserTool::FileUpload { target, files } => {
+            let files: Vec<Value> = files
+                .iter()
+                .map(|f| {
+                    json!({"name": f.name, "type": f.mime_type,
+                           "b64": base64::engine::general_purpose::STANDARD.encode(&f.content)})
+                })
+                .collect();
+            let outcome = c.call_on(s, &target, UPLOAD_JS, json!([files])).await?;
+            if let Some(problem) = outcome.as_str() {
+                return Err(ToolError::Failed(format!("{}: {problem}", target.text)));
+            }
+            c.settle(s).await?;
+        }
+        BrowserTool::ConsoleMessages { only_errors } => {
+            let (messages, dropped) = journal.messages(&page, only_errors);
+            answer.lines = Some(listing(&messages, dropped, "messages", |m| {
+                let at = match (m["url"].as_str(), m["line"].as_i64()) {
+                    (Some(u), Some(l)) => format!(" @ {u}:{l}"),
+                    (Some(u), None) => format!(" @ {u}"),
+                    _ => String::new(),
+                };
+                format!(
+                    "[{}] {}{at}",
+                    m["type"].as_str().unwrap_or("log").to_uppercase(),
+                    m["text"].as_str().unwrap_or_default()
+                )
+            }));
+            answer.result = Some(json!({"messages": messages, "dropped": dropped}));
+            snapshot_after = false;
+        }
+        BrowserTool::NetworkRequests => {
+            let (requests, dropped) = journal.requests(&page);
+            answer.lines = Some(listing(&requests, dropped, "requests", |r| {
+                let outcome = match (r["status"].as_i64(), r["failure"].as_str()) {
+                    (_, Some(why)) => format!("failed: {why}"),
+                    (Some(status), None) => format!("[{status}] {}", r["statusText"].as_str().unwrap_or_default()),
+                    (None, None) => "(no answer yet)".into(),
+                };
+                format!(
+                    "[{}] {} => {}",
+                    r["method"].as_str().unwrap_or("GET"),
+                    r["url"].as_str().unwrap_or_default(),
+                    outcome.trim_end()
+                )
+            }));
+            answer.result = Some(json!({"requests": requests, "dropped": dropped}));
+            snapshot_after = false;
+        }
         BrowserTool::Tabs { .. } => {}
     }
     let (url, title) = c.location(s).await?;
@@ -213,21 +302,20 @@ pub async fn run(live: Live, tool: BrowserTool) -> Result<Answer, ToolError> {
     Ok(answer)
 }
 
-/// The page targets of the browser, oldest first (Chromium lists the
-/// newest first): a tab keeps its index while newer ones open.
-async fn pages(c: &mut Client) -> Result<Vec<Value>, ToolError> {
+/// The page targets of the browser, oldest first: a tab keeps its index
+/// while newer ones open.
+async fn pages(c: &mut Client, tabs: &Tab) -> Result<Vec<Value>, ToolError> {
     let all = c.call(None, "Target.getTargets", json!({})).await?;
-    let mut pages: Vec<Value> =
+    let pages: Vec<Value> =
         all["targetInfos"].as_array().into_iter().flatten().filter(|t| t["type"] == "page").cloned().collect();
-    pages.reverse();
-    Ok(pages)
+    Ok(tabs.ordered(pages))
 }
 
 /// The tab the session's tools act on: the one selected last, or the first
 /// page showing something (a CDP client's page, say), or the first page (a
 /// new blank one when there is none).
 async fn current_tab(c: &mut Client, tabs: &Tab) -> Result<String, ToolError> {
-    let pages = pages(c).await?;
+    let pages = pages(c, tabs).await?;
     let selected = tabs.get();
     if let Some(t) = selected.filter(|t| pages.iter().any(|p| p["targetId"] == t.as_str())) {
         return Ok(t);
@@ -250,17 +338,19 @@ async fn tab_action(c: &mut Client, tabs: &Tab, current: &str, action: &TabActio
         TabAction::New { url } => {
             let url = url.clone().unwrap_or_else(|| "about:blank".into());
             let created = c.call(None, "Target.createTarget", json!({"url": url})).await?;
-            created["targetId"].as_str().unwrap_or_default().to_string()
+            let target = created["targetId"].as_str().unwrap_or_default().to_string();
+            tabs.opened(&target);
+            target
         }
         TabAction::Select { index } => {
-            let pages = pages(c).await?;
+            let pages = pages(c, tabs).await?;
             let p = pages.get(*index).ok_or_else(|| {
                 ToolError::Failed(format!("there is no tab {index}; the session has {} (from 0)", pages.len()))
             })?;
             p["targetId"].as_str().unwrap_or_default().to_string()
         }
         TabAction::Close { index } => {
-            let pages = pages(c).await?;
+            let pages = pages(c, tabs).await?;
             let close = match index {
                 Some(i) => pages.get(*i).and_then(|p| p["targetId"].as_str()).map(str::to_string).ok_or_else(|| {
                     ToolError::Failed(format!("there is no tab {i}; the session has {} (from 0)", pages.len()))
@@ -292,7 +382,7 @@ async fn tab_action(c: &mut Client, tabs: &Tab, current: &str, action: &TabActio
         c.loaded(s).await?;
     }
     let (url, title) = c.location(s).await?;
-    let list: Vec<Value> = pages(c)
+    let list: Vec<Value> = pages(c, tabs)
         .await?
         .iter()
         .enumerate()
@@ -305,7 +395,18 @@ async fn tab_action(c: &mut Client, tabs: &Tab, current: &str, action: &TabActio
         })
         .collect();
     let snapshot = if matches!(action, TabAction::List) { None } else { Some(c.snapshot(s).await?) };
-    Ok(Answer { url, title, snapshot, result: Some(Value::Array(list)), image: None })
+    Ok(Answer { url, title, snapshot, result: Some(Value::Array(list)), image: None, lines: None })
+}
+
+/// Entries as one line each, oldest first, saying how many were dropped.
+fn listing(entries: &[Value], dropped: u64, what: &str, line: impl Fn(&Value) -> String) -> String {
+    let mut out = if entries.is_empty() { format!("No {what}.") } else { String::new() };
+    if dropped > 0 {
+        out.push_str(&format!("({dropped} older {what} dropped)\n"));
+    }
+    let lines: Vec<String> = entries.iter().map(line).collect();
+    out.push_str(&lines.join("\n"));
+    out
 }
 
 /// A ref the browser no longer knows.
@@ -346,6 +447,29 @@ const FILL_JS: &str = "function (value) {
   }
   el.dispatchEvent(new Event('input', {bubbles: true}));
   el.dispatchEvent(new Event('change', {bubbles: true}));
+  return null;
+}";
+
+/// Gives a file input (the element, the input a label names, or the one
+/// inside the element) the files sent, as if a person chose them.
+const UPLOAD_JS: &str = "function (files) {
+  const el = this;
+  if (!(el instanceof Element)) return 'not an element';
+  const input = el instanceof HTMLLabelElement ? el.control
+    : (el instanceof HTMLInputElement ? el : el.querySelector('input[type=file]'));
+  if (!(input instanceof HTMLInputElement) || input.type !== 'file') return 'not a file input (<input type=file>), nor a label or element holding one';
+  if (input.disabled) return 'the file input is disabled';
+  if (!input.multiple && files.length > 1) return 'the file input takes one file; ' + files.length + ' were given';
+  const dt = new DataTransfer();
+  for (const f of files) {
+    const bin = atob(f.b64);
+    const bytes = new Uint8Array(bin.length);
+    for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+    dt.items.add(new File([bytes], f.name, {type: f.type}));
+  }
+  input.files = dt.files;
+  input.dispatchEvent(new Event('input', {bubbles: true}));
+  input.dispatchEvent(new Event('change', {bubbles: true}));
   return null;
 }";
 
@@ -553,6 +677,58 @@ impl Client {
             params["clickCount"] = json!(count);
         }
         self.call(s, "Input.dispatchMouseEvent", params).await.map(drop)
+    }
+
+    /// Presses the mouse on `start`, moves it onto `end` and releases it.
+    /// An HTML drag the page starts is intercepted (`Input.setInterceptDrags`)
+    /// and dropped on `end` with its data, as Chromium would on a screen.
+    async fn drag(&mut self, s: Option<&str>, start: &Ref, end: &Ref) -> Result<(), ToolError> {
+        let (x0, y0) = self.centre(s, start).await?;
+        self.call(s, "Input.setInterceptDrags", json!({"enabled": true})).await?;
+        let dragged = async {
+            self.mouse(s, "mouseMoved", x0, y0, 0).await?;
+            self.mouse(s, "mousePressed", x0, y0, 1).await?;
+            // A few pixels first: pages start a drag past a threshold.
+            self.pressed_move(s, x0 + 5.0, y0 + 5.0).await?;
+            let (x1, y1) = self.centre(s, end).await?;
+            for step in 1..=4 {
+                let f = f64::from(step) / 4.0;
+                self.pressed_move(s, x0 + (x1 - x0) * f, y0 + (y1 - y0) * f).await?;
+            }
+            // An answer comes after the events before it: the intercepted
+            // drag, if the page started one, is in by now.
+            self.call(s, "Runtime.evaluate", json!({"expression": "1", "returnByValue": true})).await?;
+            let data = self
+                .events
+                .iter()
+                .rev()
+                .find(|e| e["method"] == "Input.dragIntercepted")
+                .map(|e| e["params"]["data"].clone());
+            if let Some(data) = data {
+                for kind in ["dragEnter", "dragOver", "drop"] {
+                    self.call(
+                        s,
+                        "Input.dispatchDragEvent",
+                        json!({"type": kind, "x": x1, "y": y1, "data": data.clone()}),
+                    )
+                    .await?;
+                }
+            }
+            self.mouse(s, "mouseReleased", x1, y1, 1).await
+        }
+        .await;
+        let _ = self.call(s, "Input.setInterceptDrags", json!({"enabled": false})).await;
+        dragged
+    }
+
+    async fn pressed_move(&mut self, s: Option<&str>, x: f64, y: f64) -> Result<(), ToolError> {
+        self.call(
+            s,
+            "Input.dispatchMouseEvent",
+            json!({"type": "mouseMoved", "x": x, "y": y, "button": "left", "buttons": 1}),
+        )
+        .await
+        .map(drop)
     }
 
     async fn key(&mut self, s: Option<&str>, key: &str) -> Result<(), ToolError> {
