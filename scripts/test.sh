@@ -98,16 +98,19 @@ fi
 # never download a browser) and MCP clients (the official TypeScript SDK, v1
 # and v2, and the MCP Inspector, whose CLI mode the MCP tests run headless),
 # and openapi-typescript with the TypeScript compiler (types generated from
-# the grid's OpenAPI document, type-checked: tests/tests/openapi_clients.rs).
+# the grid's OpenAPI document, type-checked: tests/tests/openapi_clients.rs),
+# and Playwright MCP, the peer of the grid's browser tools (run through a
+# session's cdpUrl: tests/tests/browser_tools.rs, bench/browser_tools.sh).
 command -v node >/dev/null 2>&1 || need_pkg nodejs
 command -v npm >/dev/null 2>&1 || need_pkg npm
 node_clients_missing=0
-for package in playwright-core puppeteer-core @modelcontextprotocol/sdk @modelcontextprotocol/client @modelcontextprotocol/inspector openapi-typescript typescript; do
+for package in playwright-core puppeteer-core @modelcontextprotocol/sdk @modelcontextprotocol/client @modelcontextprotocol/inspector openapi-typescript typescript @playwright/mcp; do
     [ -d "tests/clients/node_modules/$package" ] || node_clients_missing=1
 done
 if [ "$node_clients_missing" -eq 1 ]; then
     say "installing the CDP, MCP and OpenAPI clients (npm, tests/clients/package.json)"
-    (cd tests/clients && npm install --no-package-lock --no-audit --no-fund --silent)
+    # No client downloads a browser: they connect to sessions' cdpUrls.
+    (cd tests/clients && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 PUPPETEER_SKIP_DOWNLOAD=1 npm install --no-package-lock --no-audit --no-fund --silent)
 fi
 
 say "cargo $(cargo --version | cut -d' ' -f2), rustc $(rustc --version | cut -d' ' -f2)"

@@ -28,7 +28,10 @@ pub const MAX_LINES: usize = 5_000;
 pub const MAX_TEXT_CHARS: usize = 300;
 
 /// Roles that only group their children: written only when named.
-const GENERIC: &[&str] = &["generic", "none", "presentation", "LineBreak", "InlineTextBox", "RootWebArea", "WebArea"];
+/// (`LabelText` is Chromium's own role for a `<label>`, which ARIA and
+/// Playwright's snapshots do not name: the field it labels carries its text.)
+const GENERIC: &[&str] =
+    &["generic", "none", "presentation", "LineBreak", "InlineTextBox", "RootWebArea", "WebArea", "LabelText"];
 /// Boolean properties written as `[name]` when true.
 const FLAGS: &[&str] = &["checked", "disabled", "expanded", "selected", "pressed", "required", "focused"];
 

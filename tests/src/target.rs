@@ -33,6 +33,7 @@
 //!   `/img/NAME.png` (from ORIGIN when given), text built by JavaScript and an
 //!   element `#late` added MS ms after the script ran (none without `late`).
 //! - `/img/{name}`: the 1x1 PNG.
+//! - `/buttons/{n}`: a page of `n` buttons (snapshot benches).
 //! - `/shop/{signin|home|product|cart|done|extras}`: a small multi-page site for
 //!   agents ([`browser_pages::shop`]): a sign-in form whose submit leads to
 //!   `home` ("Signed in as NAME"), links to a product with a quantity select
@@ -278,6 +279,13 @@ async fn route(
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     match segments.as_slice() {
         ["page", n] => respond(StatusCode::OK, "text/html; charset=utf-8", page_html(n)),
+        ["buttons", n] => {
+            let n: usize = n.parse().unwrap_or(0).min(100_000);
+            let buttons: String = (0..n).map(|i| format!("<button>button {i}</button>")).collect();
+            let html =
+                format!("<!doctype html><html><head><title>{n} buttons</title></head><body>{buttons}</body></html>\n");
+            respond(StatusCode::OK, "text/html; charset=utf-8", html)
+        }
         ["shop", page] => respond(StatusCode::OK, "text/html; charset=utf-8", browser_pages::shop(page, &req)),
         ["flaky", key] => {
             let fail: u64 = query_param(&req, "fail").and_then(|v| v.parse().ok()).unwrap_or(1);

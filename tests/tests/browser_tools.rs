@@ -180,3 +180,52 @@ async fn the_typescript_sdks_drive_a_session_through_the_tools() {
         assert!(out["afterRelease"].as_str().unwrap().contains("unknown session"), "{sdk}: {out}");
     }
 }
+
+/// The grid's snapshot names what Playwright MCP's names: Playwright MCP
+/// (the field's reference, run as its users run it, on stdio) reads a page
+/// through a session's cdpUrl, the grid's `browser_snapshot` reads the same
+/// page on another session, and every element an agent acts on (headings,
+/// fields, buttons, links, choices) is there in both, with the same role
+/// and name.
+#[tokio::test]
+async fn snapshots_name_the_elements_playwright_mcp_names() {
+    let server = GridServer::start(ServerOptions::default());
+    let target = Target::start();
+    let dir = workspace_root().join("tests/clients");
+    assert!(
+        dir.join("node_modules/@playwright/mcp").is_dir(),
+        "Playwright MCP is missing from {}: scripts/test.sh installs it (npm install there)",
+        dir.display()
+    );
+    let roles = ["heading", "textbox", "button", "link", "combobox", "checkbox", "region"];
+    let named = |snapshot: &str| -> std::collections::BTreeSet<(String, String)> {
+        // Playwright writes its snapshot as YAML, quoting a line that holds
+        // `: ` ('heading "Cart: 2"'); the grid writes every line bare.
+        let line = regex::Regex::new(r#"- '?(\w+) "((?:[^"\\]|\\.)*)""#).unwrap();
+        line.captures_iter(snapshot)
+            .map(|c| (c[1].to_string(), c[2].to_string()))
+            .filter(|(role, _)| roles.contains(&role.as_str()))
+            .collect()
+    };
+    let mcp = format!("{}/mcp", server.base_url());
+    for page in ["/shop/signin", "/shop/product?user=ada", "/shop/cart?qty=2", "/shop/extras"] {
+        let theirs_lease = grid_tests::sessions::lease_as(&server, server.api_key(), json!({"ttlMinutes": 5})).await;
+        let out_dir = tempfile::tempdir().unwrap();
+        let mut pw = Command::new("node");
+        pw.arg("playwright_mcp_snapshot.mjs")
+            .args([&theirs_lease.cdp_url, &target.url(page), "1"])
+            .arg(out_dir.path())
+            .current_dir(&dir);
+        let theirs = run_json(&server, "playwright_mcp_snapshot.mjs (node, @playwright/mcp)", &mut pw);
+        release(&server, &theirs_lease.id).await;
+        let mine_lease = grid_tests::sessions::lease_as(&server, server.api_key(), json!({"ttlMinutes": 5})).await;
+        let calls = json!([["browser_navigate", {"sessionId": mine_lease.id, "url": target.url(page)}]]);
+        let out = python(&server, "client.py", &[&mcp, server.api_key(), "auto", &calls.to_string()]);
+        let mine = out["calls"][0]["structured"]["snapshot"].as_str().unwrap_or_else(|| panic!("{out}")).to_string();
+        release(&server, &mine_lease.id).await;
+        let theirs = theirs["snapshot"].as_str().unwrap_or_default();
+        let (a, b) = (named(&mine), named(theirs));
+        assert!(!b.is_empty(), "{page}: Playwright MCP named nothing:\n{theirs}");
+        assert_eq!(a, b, "{page}: the grid's snapshot:\n{mine}\n\nPlaywright MCP's:\n{theirs}");
+    }
+}
