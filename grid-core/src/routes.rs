@@ -162,8 +162,9 @@ impl Route {
             McpPreflight => "OPTIONS",
             Healthz | ProtectedResource | ProtectedResourceMcp | OpenApi | Account | GridStatus | QueueDepth
             | GetBatch | ListJobs | GetJob | JobArtifacts | JobLogs | ArtifactUrl | ListSessions | SessionDownloads
-            | SessionRecording | Download | SessionDownload | RecordingFile | CdpSocket | CdpVersion | CdpTargets | CdpTargetList | CdpNewTargetGet
-            | CdpCloseTarget | CdpActivateTarget | CdpView | CdpBrowserSocket | CdpPageSocket => "GET",
+            | SessionRecording | Download | SessionDownload | RecordingFile | CdpSocket | CdpVersion | CdpTargets
+            | CdpTargetList | CdpNewTargetGet | CdpCloseTarget | CdpActivateTarget | CdpView | CdpBrowserSocket
+            | CdpPageSocket => "GET",
         }
     }
 

@@ -21,8 +21,7 @@ use grid_core::wire::job::{JobPhase, Termination, TerminationReason};
 use grid_core::wire::job_record::{AttemptRecord, Executor, JobArtifact, JobArtifacts, JobList, JobRecord, LogsInfo};
 use grid_core::wire::session::{
     Attestation, NetworkAttestation, NetworkProbe, RefusedDownload, SessionDownload, SessionDownloads, SessionLease,
-    SessionRecording,
-    SessionOverrides, SessionView, Viewport, Window,
+    SessionOverrides, SessionRecording, SessionView, Viewport, Window,
 };
 use serde::Serialize;
 use serde_json::{json, Value};

@@ -15,13 +15,15 @@
 //! Each browser saves downloads in a folder of its session on the host
 //! (`downloads.rs`), followed and bounded by the grid's own DevTools session
 //! on the browser (`keeper.rs`), which also applies a lease's viewport to
-//! every page.
+//! every page. A lease with `recording` gets another (`recorder.rs`) that
+//! screencasts its pages into a replay page kept beside those files.
 
 pub mod downloads;
 pub mod driver;
 pub mod gate;
 pub mod keeper;
 pub mod launch;
+pub mod recorder;
 pub mod tools;
 
 use std::collections::HashMap;
@@ -71,6 +73,8 @@ pub struct SessionConfig {
     /// Where session downloads are kept (`DATA_DIR`), their limit and grace.
     pub data_dir: PathBuf,
     pub downloads: DownloadConfig,
+    /// The bounds of a session's recording (`recorder.rs`).
+    pub recording: grid_core::recording::Bounds,
 }
 
 /// A running session's browser, as its CDP endpoint serves it.
@@ -343,6 +347,10 @@ async fn start(app: &Sessions, id: &str, sub: &SessionSubmission) -> Result<Star
             downloads.discard_warm(&w.folder_name);
             return Err(format!("download folder not adopted: {e}"));
         }
+        if let Err(e) = record(app, &w.browser, id, sub).await {
+            w.browser.stop();
+            return Err(e);
+        }
         let ready_at = app.driver.now();
         return Ok(Started { browser: w.browser, ready_at, attestation: w.attestation, network: None });
     }
@@ -355,7 +363,26 @@ async fn start(app: &Sessions, id: &str, sub: &SessionSubmission) -> Result<Star
     if network.as_ref().is_some_and(|n| n.probes.iter().any(|p| p.outcome != "refused")) {
         return Err("network policy not enforced: the probe was reached".into());
     }
+    record(app, &browser, id, sub).await?;
     Ok(Started { browser, ready_at, attestation, network })
+}
+
+/// For a lease with `recording`, starts recording the browser's pages
+/// into the session's folder (`recorder.rs`), once it is set up and
+/// attested (the attestation's own pages are not recorded).
+async fn record(app: &Sessions, browser: &BrowserProcess, id: &str, sub: &SessionSubmission) -> Result<(), String> {
+    if !sub.recording {
+        return Ok(());
+    }
+    let folder = app
+        .downloads
+        .open(id)
+        .map_err(|e| format!("recording: the session's folder not opened: {e}"))?
+        .ok_or("recording: the session has no folder")?;
+    tokio::time::timeout(ATTEST_TIMEOUT, recorder::start(&browser.cdp, id, folder, app.config.recording))
+        .await
+        .map_err(|_| format!("recording: no answer within {ATTEST_TIMEOUT:?}"))?
+        .map_err(|e| format!("recording not started: {e}"))
 }
 
 /// Sets a started browser up (its downloads go to `folder`, its pages get
@@ -570,6 +597,7 @@ mod tests {
             allow_private_networks: false,
             data_dir: dir.path().to_path_buf(),
             downloads: DownloadConfig { limit_bytes: 1 << 20, grace: Duration::from_secs(60) },
+            recording: Default::default(),
         };
         let peers = Arc::new(Peers::new(store.clone(), "credential".into()));
         let sessions =
