@@ -129,6 +129,10 @@ pub async fn downloads(app: &App, caller: &Caller, id: &str) -> Result<Reply, Ap
     ))
 }
 
+/// How long after its session's end a recording's page may still be being
+/// written (409); past it, a missing page is 404 recording not present.
+const RECORDING_WRITTEN_WITHIN_MS: i64 = 60_000;
+
 /// GET /sessions/{sessionId}/recording: a signed URL to the replay page of
 /// the caller's session, once the session has ended and its page is
 /// written. Another identity's session answers 404 as one that does not
@@ -167,6 +171,13 @@ pub async fn recording(app: &App, caller: &Caller, id: &str) -> Result<Reply, Ap
         ApiError::Internal
     })?;
     let Some(Recording { size, facts, .. }) = found else {
+        // Written when the browser is gone, within moments of the end; a
+        // page still missing long after was never written (its server
+        // stopped abruptly while the session ran).
+        let ended = row.session.ended.map_or(now, |e| e.at);
+        if now.0.saturating_sub(ended.0) > RECORDING_WRITTEN_WITHIN_MS {
+            return Err(ApiError::RecordingNotPresent);
+        }
         return Err(ApiError::RecordingNotReady {
             detail: "the session has ended; its recording is still being written: ask again in a moment".into(),
         });
