@@ -5,10 +5,13 @@
 # (from /proc, every process under the server) of each, their ratio, and the
 # recording's bytes per minute. One run, release build; only 127.0.0.1.
 #
+# Then the same with a page of one colour, which paints once (an idle page).
+#
 #   bench/recording.sh [SECONDS]     # default 60
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 seconds="${1:-60}"
 . bench/common.sh
 build_release
-exec "$target_dir/release/bench_recording" --seconds "$seconds"
+"$target_dir/release/bench_recording" --seconds "$seconds"
+exec "$target_dir/release/bench_recording" --seconds "$seconds" --static 1

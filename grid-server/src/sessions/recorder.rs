@@ -97,9 +97,11 @@ impl Recorder {
                 },
                 Some((page, e)) = page_events.recv() => self.page_event(&page, e).await,
                 _ = tick.tick() => {
+                    let was_stopped = self.take.stopped();
                     if let Some(entry) = self.take.tick(now().0) {
                         self.write(entry).await;
                     }
+                    self.stop_at_the_bound(was_stopped);
                 }
             }
         }
@@ -183,12 +185,11 @@ impl Recorder {
                     url: self.pages.get(page).cloned().unwrap_or_default(),
                     jpeg_base64: p["data"].as_str().unwrap_or_default().to_string(),
                 };
+                let was_stopped = self.take.stopped();
                 for entry in self.take.offer(frame) {
                     self.write(entry).await;
                 }
-                if self.take.stopped() {
-                    self.stop_screencasts();
-                }
+                self.stop_at_the_bound(was_stopped);
             }
             "Page.frameNavigated" => {
                 let frame = &p["frame"];
@@ -203,8 +204,13 @@ impl Recorder {
         }
     }
 
-    /// Past the bound: no page sends another frame.
-    fn stop_screencasts(&self) {
+    /// Once the bound is reached (it was not before the last frame): no
+    /// page sends another frame.
+    fn stop_at_the_bound(&self, was_stopped: bool) {
+        if was_stopped || !self.take.stopped() {
+            return;
+        }
+        tracing::info!(max_bytes = self.bounds.max_bytes, "session recording at its bound: stopped");
         for page in self.pages.keys() {
             let stop = self.cdp.send(Some(page), "Page.stopScreencast", json!({}));
             tokio::spawn(async move {

@@ -6,16 +6,17 @@
 //! under it (the session's sandbox and Chromium), from /proc, over those S
 //! seconds; for the recorded one also the replay page's bytes and frames.
 //! Prints both, the CPU ratio, and the recording's bytes per minute
-//! (docs/sessions.md, Recordings).
+//! (docs/sessions.md, Recordings). `--static` shows a page of one colour
+//! instead, which paints once: what an idle page costs.
 //!
-//!     bench_recording [--seconds S]
+//!     bench_recording [--seconds S] [--static 1]
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use grid_tests::bench::{cpu_ticks, parse, positive, ticks_per_second};
+use grid_tests::bench::{count, cpu_ticks, parse, positive, ticks_per_second};
 use grid_tests::server::{GridServer, ServerOptions};
 use grid_tests::sessions::{lease_running, release};
 use grid_tests::target::Target;
@@ -60,10 +61,10 @@ struct Run {
     recording: Option<Value>,
 }
 
-async fn run(server: &GridServer, target: &Target, seconds: u64, recording: bool) -> Run {
+async fn run(server: &GridServer, page: &str, seconds: u64, recording: bool) -> Run {
     let pid = server.pid().expect("the server runs");
     let (lease, mut cdp) = lease_running(server, json!({"ttlMinutes": 10, "recording": recording})).await;
-    cdp.open_page(&target.url("/animated")).await.expect("the animated page");
+    cdp.open_page(page).await.expect("the page");
     let (before, t0) = (ticks(pid), Instant::now());
     tokio::time::sleep(Duration::from_secs(seconds)).await;
     let (after, wall) = (ticks(pid), t0.elapsed());
@@ -87,21 +88,26 @@ async fn run(server: &GridServer, target: &Target, seconds: u64, recording: bool
 
 #[tokio::main]
 async fn main() {
-    let f = parse("bench_recording", &[positive("--seconds", 60)]);
+    let f = parse("bench_recording", &[positive("--seconds", 60), count("--static", 0)]);
     let seconds = f.get("--seconds");
     let target = Target::start();
+    let (path, what) = match f.get("--static") {
+        1 => ("/color/3366cc", "a page of one colour, painted once"),
+        _ => ("/animated", "repaints every animation frame"),
+    };
+    let page = target.url(path);
     // No warm or pool browsers: only the measured session's runs.
     let server = GridServer::start(ServerOptions {
         warm_sessions: Some(0),
         extra_args: vec!["--browsers".into(), "0".into()],
         ..ServerOptions::default()
     });
-    let plain = run(&server, &target, seconds, false).await;
-    let recorded = run(&server, &target, seconds, true).await;
+    let plain = run(&server, &page, seconds, false).await;
+    let recorded = run(&server, &page, seconds, true).await;
     let r = recorded.recording.clone().unwrap_or_default();
     let (bytes, frames) = (r["sizeBytes"].as_f64().unwrap_or(0.0), r["frames"].as_f64().unwrap_or(0.0));
     let minutes = recorded.wall_secs / 60.0;
-    println!("page: /animated (repaints every animation frame), {seconds} s per session, server + browser CPU");
+    println!("page: {path} ({what}), {seconds} s per session, server + browser CPU");
     for (name, run) in [("unrecorded", &plain), ("recorded", &recorded)] {
         println!(
             "{name:>10}: {:.2} CPU s over {:.1} s ({:.1}% of one core)",
