@@ -57,6 +57,8 @@ fn spent(before: &HashMap<u32, u64>, after: &HashMap<u32, u64>) -> u64 {
 
 struct Run {
     cpu_secs: f64,
+    /// The server process's own part of `cpu_secs`.
+    server_cpu_secs: f64,
     wall_secs: f64,
     recording: Option<Value>,
 }
@@ -83,7 +85,13 @@ async fn run(server: &GridServer, page: &str, seconds: u64, recording: bool) -> 
     } else {
         None
     };
-    Run { cpu_secs: spent(&before, &after) as f64 / ticks_per_second(), wall_secs: wall.as_secs_f64(), recording }
+    let server_ticks = after.get(&pid).copied().unwrap_or(0).saturating_sub(before.get(&pid).copied().unwrap_or(0));
+    Run {
+        cpu_secs: spent(&before, &after) as f64 / ticks_per_second(),
+        server_cpu_secs: server_ticks as f64 / ticks_per_second(),
+        wall_secs: wall.as_secs_f64(),
+        recording,
+    }
 }
 
 #[tokio::main]
@@ -110,10 +118,11 @@ async fn main() {
     println!("page: {path} ({what}), {seconds} s per session, server + browser CPU");
     for (name, run) in [("unrecorded", &plain), ("recorded", &recorded)] {
         println!(
-            "{name:>10}: {:.2} CPU s over {:.1} s ({:.1}% of one core)",
+            "{name:>10}: {:.2} CPU s over {:.1} s ({:.1}% of one core), of which the server {:.2} s",
             run.cpu_secs,
             run.wall_secs,
-            100.0 * run.cpu_secs / run.wall_secs
+            100.0 * run.cpu_secs / run.wall_secs,
+            run.server_cpu_secs
         );
     }
     println!(
