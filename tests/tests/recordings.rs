@@ -267,3 +267,33 @@ async fn a_recording_past_its_bound_stops_and_says_it_was_truncated() {
     assert!(text.contains("\"truncated\":true"), "the page knows it was truncated");
     assert!(text.contains("Truncated: recording stopped at the session's bound"), "and says so");
 }
+
+/// A server stopped with SIGTERM ends its sessions and writes their
+/// recordings before it exits: the next run serves the page.
+#[tokio::test]
+async fn a_server_stopped_with_sigterm_writes_its_sessions_recordings() {
+    let target = Target::start();
+    let mut server = GridServer::start(opts(Some(0), &[]));
+    let (id, cdp_url) = running(&server, json!({"ttlMinutes": 10, "recording": true})).await;
+    let args = vec!["drive".to_string(), cdp_url, DWELL_MS.to_string(), target.url("/color/0000ff")];
+    client(&server, &args).await;
+    let status = server.sigterm();
+    assert!(status.success(), "{status:?}");
+    assert!(
+        server.data_dir().join("session-downloads").join(&id).join("recording.html").is_file(),
+        "the page was written before the server exited"
+    );
+    server.restart();
+    let answer = wait_recording(&server, &id).await;
+    assert!(answer["frames"].as_u64().unwrap_or(0) >= 1, "{answer}");
+    let page = server.download(answer["url"].as_str().unwrap()).await;
+    assert_eq!(page.status, 200, "{page}");
+    let decoded: Vec<Option<&str>> = frames_of(&page.text)
+        .iter()
+        .map(|(_, _, jpeg)| {
+            let img = image::load_from_memory_with_format(jpeg, image::ImageFormat::Jpeg).expect("a JPEG").to_rgb8();
+            colour_of(img.get_pixel(img.width() / 2, img.height() / 2).0)
+        })
+        .collect();
+    assert_eq!(runs(decoded), ["0000ff"], "the blue page was recorded");
+}

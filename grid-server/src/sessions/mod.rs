@@ -136,6 +136,9 @@ pub struct Sessions {
     pub downloads: Arc<Downloads>,
     build: OnceLock<Result<BrowserBuild, String>>,
     warm: Mutex<HashMap<Profile, Vec<Warm>>>,
+    /// The recordings of this process's sessions, each writing its page
+    /// once its browser is gone: shutdown waits for them.
+    recorders: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 /// A browser started ahead of a lease, set up (its downloads go to its
@@ -165,6 +168,7 @@ impl Sessions {
             starts: Mutex::new(Some(starts)),
             build: OnceLock::new(),
             warm: Mutex::new(HashMap::new()),
+            recorders: Mutex::new(Vec::new()),
         }
     }
 
@@ -379,11 +383,22 @@ async fn record(app: &Sessions, browser: &BrowserProcess, id: &str, sub: &Sessio
         .open(id)
         .map_err(|e| format!("recording: the session's folder not opened: {e}"))?
         .ok_or("recording: the session has no folder")?;
-    tokio::time::timeout(ATTEST_TIMEOUT, recorder::start(&browser.cdp, id, folder, app.config.recording))
-        .await
-        .map_err(|_| format!("recording: no answer within {ATTEST_TIMEOUT:?}"))?
-        .map_err(|e| format!("recording not started: {e}"))
+    let recording =
+        tokio::time::timeout(ATTEST_TIMEOUT, recorder::start(&browser.cdp, id, folder, app.config.recording))
+            .await
+            .map_err(|_| format!("recording: no answer within {ATTEST_TIMEOUT:?}"))?
+            .map_err(|e| format!("recording not started: {e}"))?;
+    if let Some(task) = recording {
+        let mut recorders = app.recorders.lock().unwrap_or_else(|p| p.into_inner());
+        recorders.retain(|t| !t.is_finished());
+        recorders.push(task);
+    }
+    Ok(())
 }
+
+/// Longest shutdown waits for the recordings of the sessions it ended to
+/// be written.
+const RECORDINGS_WRITTEN_WITHIN: Duration = Duration::from_secs(20);
 
 /// Sets a started browser up (its downloads go to `folder`, its pages get
 /// the session's viewport) and attests it, within `ATTEST_TIMEOUT`.
@@ -552,6 +567,11 @@ pub async fn shutdown(app: &Sessions) {
     for w in warm {
         w.browser.stop();
         app.downloads.discard_warm(&w.folder_name);
+    }
+    // Their browsers stopped, the recordings write their pages.
+    let recorders: Vec<_> = app.recorders.lock().unwrap_or_else(|p| p.into_inner()).drain(..).collect();
+    if tokio::time::timeout(RECORDINGS_WRITTEN_WITHIN, futures_util::future::join_all(recorders)).await.is_err() {
+        tracing::warn!("session recordings not all written within {RECORDINGS_WRITTEN_WITHIN:?}");
     }
 }
 

@@ -38,14 +38,20 @@ const MAX_WIDTH: u32 = 1280;
 const MAX_HEIGHT: u32 = 1280;
 
 /// Starts recording session `session_id`'s browser into `folder`. Answers
-/// once the grid is attached; recording then follows the browser until it
-/// is gone.
-pub async fn start(cdp: &Connection, session_id: &str, folder: Folder, bounds: Bounds) -> Result<(), CdpError> {
+/// once the grid is attached, with the recording's task, which follows the
+/// browser until it is gone and then writes the page (none when the frame
+/// list could not be created: nothing is recorded).
+pub async fn start(
+    cdp: &Connection,
+    session_id: &str,
+    folder: Folder,
+    bounds: Bounds,
+) -> Result<Option<tokio::task::JoinHandle<()>>, CdpError> {
     let part = match folder.recording_part() {
         Ok(f) => tokio::fs::File::from_std(f),
         Err(e) => {
             tracing::warn!(error = %e, "recording not started: its frame list could not be created");
-            return Ok(());
+            return Ok(None);
         }
     };
     let attached = cdp.send(None, "Target.attachToBrowserTarget", json!({})).await?;
@@ -67,8 +73,7 @@ pub async fn start(cdp: &Connection, session_id: &str, folder: Folder, bounds: B
         pages: HashMap::new(),
         written_bytes: 0,
     };
-    tokio::spawn(recorder.run(events));
-    Ok(())
+    Ok(Some(tokio::spawn(recorder.run(events))))
 }
 
 struct Recorder {
