@@ -1,4 +1,4 @@
-//! `grid session lease | list | view | downloads | release`: leased browser sessions.
+//! `grid session lease | list | view | downloads | recording | release`: leased browser sessions.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -11,7 +11,9 @@ use grid_client::sessions as session_calls;
 use grid_client::RawReply;
 use grid_core::session::SessionStatus;
 use grid_core::validate::session::{MAX_TTL_MINUTES, MIN_TTL_MINUTES};
-use grid_core::wire::session::{NewSession, NewViewport, SessionDownload, SessionDownloads, SessionLease, SessionView};
+use grid_core::wire::session::{
+    NewSession, NewViewport, SessionDownload, SessionDownloads, SessionLease, SessionRecording, SessionView,
+};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::input::parse_seconds;
@@ -63,6 +65,20 @@ pub enum SessionCommand {
         #[arg(short = 'o', long = "output-file", value_name = "FILE|DIR")]
         file: Option<PathBuf>,
     },
+    /// The replay page of a session leased with --record (GET /sessions/{sessionId}/recording), once
+    /// the session has ended: one HTML file of its pages' frames with a small player, to open in any
+    /// browser. Kept for the grid's grace after the session ends, like its downloads.
+    ///
+    /// Writes the page to stdout, or with -o to FILE; with --json prints the API's answer (its
+    /// signed URL, size, frames, duration, whether it was truncated) and fetches nothing.
+    ///   grid session recording ses_01J... -o session.html
+    Recording {
+        /// The session id.
+        session_id: String,
+        /// Write the page to FILE (created or replaced once it is complete); - is stdout.
+        #[arg(short = 'o', long = "output-file", value_name = "FILE")]
+        file: Option<PathBuf>,
+    },
     /// End a session (DELETE /sessions/{sessionId}); its cdpUrl stops working at once. Prints nothing with --json.
     Release {
         /// The session id.
@@ -102,6 +118,9 @@ pub struct LeaseArgs {
     /// keyboard and scroll; without it the view only watches.
     #[arg(long)]
     take_over: bool,
+    /// Record the session's pages into a replay page (`grid session recording ID` once it ended).
+    #[arg(long)]
+    record: bool,
     /// Sent as the Idempotency-Key header: leasing again with the same key and flags (within 24 h) answers the first lease, cdpUrl included, and takes no second slot. Default: a fresh random key, also used when the lease is resent after a connection error.
     #[arg(long, value_name = "KEY")]
     idempotency_key: Option<String>,
@@ -125,6 +144,7 @@ pub async fn run(cx: &Context, command: SessionCommand) -> anyhow::Result<ExitCo
         SessionCommand::Downloads { session_id, name, file } => {
             downloads(cx, &session_id, name.as_deref(), file.as_deref()).await?
         }
+        SessionCommand::Recording { session_id, file } => recording(cx, &session_id, file.as_deref()).await?,
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -139,6 +159,7 @@ fn new_session(args: &LeaseArgs) -> NewSession {
         locale: args.locale.clone(),
         timezone: args.timezone.clone(),
         take_over: args.take_over.then_some(true),
+        recording: args.record.then_some(true),
     }
 }
 
@@ -302,6 +323,35 @@ async fn downloads(cx: &Context, session_id: &str, name: Option<&str>, output: O
     }
 }
 
+async fn recording(cx: &Context, session_id: &str, output: Option<&Path>) -> anyhow::Result<()> {
+    if cx.json && output.is_some() {
+        anyhow::bail!("--json prints the API's answer (the page's URL included); leave out -o, or --json");
+    }
+    let reply = cx.client.send_raw(&session_calls::session_recording(session_id)).await?;
+    if cx.json {
+        return output::json_line(&reply);
+    }
+    let found: SessionRecording = reply.decode()?;
+    let bytes = cx.client.download(&found.url).await?;
+    match output {
+        Some(path) if path.as_os_str() != "-" => {
+            write_whole(path, &bytes)?;
+            let truncated = if found.truncated { ", truncated at the session's bound" } else { "" };
+            eprintln!(
+                "{}: {} frames over {:.1} s, {} bytes{truncated}",
+                path.display(),
+                found.frames,
+                found.duration_ms as f64 / 1000.0,
+                bytes.len()
+            );
+            Ok(())
+        }
+        _ => {
+            output::file_or_stdout(None, &bytes, || (found.name.clone(), format!("{} bytes", bytes.len()))).map(|_| ())
+        }
+    }
+}
+
 /// One file to stdout, to FILE, or into DIR.
 async fn fetch_one(cx: &Context, file: &SessionDownload, output: Option<&Path>) -> anyhow::Result<()> {
     let bytes = cx.client.download(&file.url).await?;
@@ -357,7 +407,10 @@ fn downloads_lines(listing: &SessionDownloads) -> Vec<String> {
         let rows: Vec<Vec<String>> = listing
             .downloads
             .iter()
-            .map(|d| vec![d.name.clone(), d.size_bytes.to_string(), d.created_at.to_iso()])
+            .map(|d| {
+                let name = if d.recording { format!("{} (recording)", d.name) } else { d.name.clone() };
+                vec![name, d.size_bytes.to_string(), d.created_at.to_iso()]
+            })
             .collect();
         output::table(&["NAME", "BYTES", "CREATED"], &rows)
     };
@@ -479,6 +532,10 @@ mod tests {
             serde_json::json!({"viewport": {"width": 1280, "height": 720}})
         );
         assert!(Wrap::try_parse_from(["t", "create", "--viewport", "800X600"]).is_ok(), "create is lease");
+        assert_eq!(
+            serde_json::to_value(new_session(&lease_args(&["--record"]).unwrap())).unwrap(),
+            serde_json::json!({"recording": true})
+        );
     }
 
     #[test]
@@ -497,13 +554,24 @@ mod tests {
     #[test]
     fn downloads_read_as_a_table_with_what_was_refused() {
         let listing = SessionDownloads {
-            downloads: vec![SessionDownload {
-                name: "report.csv".into(),
-                size_bytes: 12,
-                created_at: Millis(0),
-                url: "http://h/downloads/sessions/ses_1/report.csv?expires=1&sig=ab".into(),
-                suggested_name: Some("report.csv".into()),
-            }],
+            downloads: vec![
+                SessionDownload {
+                    name: "report.csv".into(),
+                    size_bytes: 12,
+                    created_at: Millis(0),
+                    url: "http://h/downloads/sessions/ses_1/report.csv?expires=1&sig=ab".into(),
+                    suggested_name: Some("report.csv".into()),
+                    recording: false,
+                },
+                SessionDownload {
+                    name: "recording.html".into(),
+                    size_bytes: 900,
+                    created_at: Millis(0),
+                    url: "http://h/recordings/ses_1?expires=1&sig=ab".into(),
+                    suggested_name: None,
+                    recording: true,
+                },
+            ],
             total_bytes: 12,
             limit_bytes: 100,
             refused: vec![grid_core::wire::session::RefusedDownload {
@@ -516,8 +584,9 @@ mod tests {
         assert_eq!(
             downloads_lines(&listing),
             vec![
-                "NAME        BYTES  CREATED",
-                "report.csv  12     1970-01-01T00:00:00.000Z",
+                "NAME                        BYTES  CREATED",
+                "report.csv                  12     1970-01-01T00:00:00.000Z",
+                "recording.html (recording)  900    1970-01-01T00:00:00.000Z",
                 "12 of 100 bytes used",
                 "refused big.iso: cancelled: too big",
                 "session ended: files kept until 1970-01-01T00:15:00.000Z",

@@ -40,7 +40,7 @@ use grid_core::wire::grid::{GridStatus, Health, ProtectedResource, QueueDepth};
 use grid_core::wire::item::{ArtifactUrl, CaptureItem, ItemRetried};
 use grid_core::wire::job::NewJob;
 use grid_core::wire::job_record::{JobArtifacts, JobList, JobRecord};
-use grid_core::wire::session::{NewSession, SessionDownloads, SessionLease, SessionView};
+use grid_core::wire::session::{NewSession, SessionDownloads, SessionLease, SessionRecording, SessionView};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
 use reqwest::Method;
 use serde::de::DeserializeOwned;
@@ -643,6 +643,16 @@ impl GridClient {
     /// grid's grace after it ends.
     pub async fn session_downloads(&self, session_id: &str) -> Result<SessionDownloads, ClientError> {
         self.send(&sessions::session_downloads(session_id)).await
+    }
+
+    /// GET /sessions/{sessionId}/recording: for a session leased with
+    /// `recording` that has ended, a signed URL (15 minutes) of its replay
+    /// page for [`GridClient::download`], with its size, frames and whether
+    /// it was truncated at the session's bound. A live session answers 409
+    /// `recording not ready`; one leased without recording, 404
+    /// `recording not present`.
+    pub async fn session_recording(&self, session_id: &str) -> Result<SessionRecording, ClientError> {
+        self.send(&sessions::session_recording(session_id)).await
     }
 
     /// Polls GET /sessions every `poll_interval` until the session is

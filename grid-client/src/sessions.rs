@@ -19,7 +19,7 @@
 //! ```
 
 use bytes::Bytes;
-use grid_core::wire::session::{NewSession, SessionDownloads, SessionLease, SessionView};
+use grid_core::wire::session::{NewSession, SessionDownloads, SessionLease, SessionRecording, SessionView};
 use reqwest::Method;
 
 use crate::endpoint::Endpoint;
@@ -50,6 +50,17 @@ pub fn session_downloads(session_id: &str) -> Endpoint<SessionDownloads> {
     Endpoint::new(Method::GET, &["sessions", session_id, "downloads"], true)
 }
 
+/// GET /sessions/{sessionId}/recording.
+pub fn session_recording(session_id: &str) -> Endpoint<SessionRecording> {
+    Endpoint::new(Method::GET, &["sessions", session_id, "recording"], true)
+}
+
+/// `error` of the 409 answered for a recording asked for while its session
+/// is live (or its page is still being written).
+pub const RECORDING_NOT_READY: &str = "recording not ready";
+/// `error` of the 404 answered for a session leased without recording.
+pub const RECORDING_NOT_PRESENT: &str = "recording not present";
+
 #[cfg(test)]
 mod tests {
     use grid_core::wire::session::NewViewport;
@@ -72,13 +83,16 @@ mod tests {
             locale: Some("fr-CA".into()),
             timezone: Some("America/Toronto".into()),
             take_over: None,
+            recording: Some(true),
         });
         assert_eq!(
             std::str::from_utf8(full.body().unwrap()).unwrap(),
-            r#"{"profileId":"native-headless-browser/v2","ttlMinutes":2,"network":"public-web-only/v1","viewport":{"width":390,"height":844,"mobile":true},"userAgent":"Agent/1","locale":"fr-CA","timezone":"America/Toronto"}"#
+            r#"{"profileId":"native-headless-browser/v2","ttlMinutes":2,"network":"public-web-only/v1","viewport":{"width":390,"height":844,"mobile":true},"userAgent":"Agent/1","locale":"fr-CA","timezone":"America/Toronto","recording":true}"#
         );
         assert_eq!(session_downloads("gs_1").to_string(), "GET /sessions/gs_1/downloads");
         assert!(session_downloads("gs_1").sends_credential());
+        assert_eq!(session_recording("gs_1").to_string(), "GET /sessions/gs_1/recording");
+        assert!(session_recording("gs_1").sends_credential());
         assert_eq!(sessions().url(&base).unwrap().as_str(), "http://127.0.0.1:8080/sessions");
         assert_eq!(release_session("gs_1").to_string(), "DELETE /sessions/gs_1");
         assert_eq!(release_session("a/b").url(&base).unwrap().as_str(), "http://127.0.0.1:8080/sessions/a%2Fb");

@@ -84,6 +84,9 @@ pub enum ApiError {
     /// A session download's signed URL whose file is gone (removed over the
     /// cap, past the session's grace) or is not a file the grid serves.
     SessionDownloadNotPresent,
+    /// The caller's session was leased without `recording`, or its
+    /// recording is gone (past the grace).
+    RecordingNotPresent,
 
     OnlyFailedCanBeRetried,
     PublishedFailureImmutable,
@@ -93,6 +96,11 @@ pub enum ApiError {
     IdempotencyConflict,
     SessionLimitReached {
         max_sessions: u32,
+    },
+    /// A recording asked for before its page is written: the session is
+    /// still live, or has just ended (docs/sessions.md, Recordings).
+    RecordingNotReady {
+        detail: String,
     },
 
     CapabilityNotAvailable {
@@ -216,6 +224,7 @@ impl ApiError {
             RouteNotFound => row(404, "not found"),
             DownloadLinkInvalid => row(404, "download link invalid or expired"),
             SessionDownloadNotPresent => row(404, "download not present"),
+            RecordingNotPresent => row(404, "recording not present"),
             MethodNotAllowed => row(405, "method not allowed"),
             OnlyFailedCanBeRetried => row(409, "only failed jobs can be retried"),
             PublishedFailureImmutable => row(409, "published terminal failures are immutable and cannot be retried"),
@@ -226,6 +235,7 @@ impl ApiError {
             SessionLimitReached { max_sessions } => {
                 row(409, format!("session limit reached: all {max_sessions} session slots are taken"))
             }
+            RecordingNotReady { detail } => row(409, "recording not ready").with("detail", detail.clone()),
             CapabilityNotAvailable { capability } => {
                 row(422, "CAPABILITY_NOT_AVAILABLE").with("capability", capability.clone())
             }
@@ -308,6 +318,7 @@ pub(crate) fn every_variant() -> Vec<ApiError> {
         MethodNotAllowed,
         DownloadLinkInvalid,
         SessionDownloadNotPresent,
+        RecordingNotPresent,
         OnlyFailedCanBeRetried,
         PublishedFailureImmutable,
         ProfileNotSelectable,
@@ -315,6 +326,7 @@ pub(crate) fn every_variant() -> Vec<ApiError> {
         JobStateConflict,
         IdempotencyConflict,
         SessionLimitReached { max_sessions: 4 },
+        RecordingNotReady { detail: "the session is live".into() },
         CapabilityNotAvailable { capability: "x".into() },
         IdempotencyKeyReused,
         NotImplemented { what: "x".into() },
@@ -421,6 +433,8 @@ mod tests {
                 "method not allowed",
                 "download link invalid or expired",
                 "download not present",
+                "recording not present",
+                "recording not ready",
                 "idempotency key reused",
                 "not implemented",
                 "rate_limited",

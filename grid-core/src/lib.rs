@@ -16,6 +16,7 @@ pub mod ledger;
 pub mod netaddr;
 pub mod openapi;
 pub mod pricing;
+pub mod recording;
 pub mod registry;
 pub mod reply_shapes;
 pub mod routes;

@@ -851,6 +851,17 @@ fn describe(route: Route) -> Operation {
             errors: vec![ApiError::UnknownSession, ApiError::SessionsDisabled],
             ..op("listSessionDownloads", "sessions", "A session's downloaded files")
         },
+        SessionRecording => Operation {
+            description: Some("The replay page of a session leased with `recording: true`, once the session has ended: a URL that opens it without credential for 15 minutes, its size, frame count and duration, and whether recording stopped at the session's bound. A live session (or one whose page is still being written) answers 409 recording not ready; a session leased without recording, or past its grace, 404 recording not present; another account's, 404 unknown session (docs/sessions.md, Recordings).".into()),
+            answers: vec![Answer::json(200, "The recording's signed URL.", replies::session_recording())],
+            errors: vec![
+                ApiError::UnknownSession,
+                ApiError::RecordingNotPresent,
+                ApiError::RecordingNotReady { detail: "the session is live".into() },
+                ApiError::SessionsDisabled,
+            ],
+            ..op("getSessionRecording", "sessions", "A session's recording")
+        },
         Screenshot => one_call(OneCall::Screenshot, "takeScreenshot", "A page's screenshot, in one call"),
         Pdf => one_call(OneCall::Pdf, "printPdf", "A page printed as a PDF, in one call"),
         Content => one_call(OneCall::Content, "getContent", "A page's rendered HTML, in one call"),
@@ -907,6 +918,17 @@ fn describe(route: Route) -> Operation {
                 .header("content-disposition", json!({"type": "string"}), true)],
             errors: vec![ApiError::SessionDownloadNotPresent],
             ..op("downloadSessionFile", "downloads", "Download a file of a session's downloads")
+        },
+        RecordingFile => Operation {
+            description: Some("The address GET /sessions/{sessionId}/recording gave: the self-contained replay page (text/html), served under a sandboxing Content-Security-Policy, until the session's grace is over.".into()),
+            parameters: vec![
+                json!({"name": "expires", "in": "query", "required": true, "schema": {"type": "integer"}, "description": "When the URL stops working (Unix seconds)."}),
+                json!({"name": "sig", "in": "query", "required": true, "schema": {"type": "string"}, "description": "The URL's signature."}),
+            ],
+            answers: vec![Answer::with_content(200, "The replay page.", "text/html", json!({"type": "string"}))
+                .header("content-security-policy", json!({"type": "string"}), true)],
+            errors: vec![ApiError::RecordingNotPresent],
+            ..op("downloadSessionRecording", "downloads", "Open a session's replay page")
         },
         // Not published (`published`): described for the exhaustive match only.
         NodeSessionSync => Operation {

@@ -61,6 +61,7 @@ pub fn named() -> Vec<(&'static str, Value)> {
         ("NetworkProbe", network_probe()),
         ("SessionDownloads", session_downloads()),
         ("SessionDownload", session_download()),
+        ("SessionRecording", session_recording()),
         ("RefusedDownload", refused_download()),
     ]
 }
@@ -319,7 +320,22 @@ fn session_download() -> Value {
         "sizeBytes": count(),
         "createdAt": time(),
         "url": {"type": "string", "format": "uri", "description": "Downloads the file for 15 minutes."},
-        "suggestedName": nullable(string())
+        "suggestedName": nullable(string()),
+        "recording": {"type": "boolean", "description": "True for the session's recording (recording.html, written by the grid): its url opens the replay page."}
+    }))
+}
+
+/// GET /sessions/{id}/recording (`wire::session::SessionRecording`).
+pub fn session_recording() -> Value {
+    object(json!({
+        "url": {"type": "string", "format": "uri", "description": "Opens the replay page without credential for 15 minutes."},
+        "expiresAt": time(),
+        "name": string(),
+        "sizeBytes": count(),
+        "frames": count(),
+        "durationMs": count(),
+        "truncated": {"type": "boolean"},
+        "keptUntil": nullable(time())
     }))
 }
 

@@ -42,6 +42,8 @@ pub enum Route {
     ReleaseSession,
     /// The files a session's pages downloaded, with signed URLs.
     SessionDownloads,
+    /// A signed URL to the session's recording (docs/sessions.md, Recordings).
+    SessionRecording,
     /// One-call captures (docs/one-call.md): the page's screenshot, PDF or
     /// rendered HTML as the answer's body.
     Screenshot,
@@ -54,6 +56,8 @@ pub enum Route {
     Download,
     /// One file of a session's downloads, by the URL its listing gave.
     SessionDownload,
+    /// A session's replay page, by the URL GET /sessions/{id}/recording gave.
+    RecordingFile,
     /// The `cdpUrl` itself: a WebSocket to the browser target.
     CdpSocket,
     CdpVersion,
@@ -100,7 +104,7 @@ pub enum Access {
 }
 
 impl Route {
-    pub const ALL: [Route; 42] = [
+    pub const ALL: [Route; 44] = [
         Route::Healthz,
         Route::ProtectedResource,
         Route::ProtectedResourceMcp,
@@ -122,6 +126,7 @@ impl Route {
         Route::ListSessions,
         Route::ReleaseSession,
         Route::SessionDownloads,
+        Route::SessionRecording,
         Route::Screenshot,
         Route::Pdf,
         Route::Content,
@@ -129,6 +134,7 @@ impl Route {
         Route::McpPreflight,
         Route::Download,
         Route::SessionDownload,
+        Route::RecordingFile,
         Route::CdpSocket,
         Route::CdpVersion,
         Route::CdpTargets,
@@ -156,8 +162,9 @@ impl Route {
             McpPreflight => "OPTIONS",
             Healthz | ProtectedResource | ProtectedResourceMcp | OpenApi | Account | GridStatus | QueueDepth
             | GetBatch | ListJobs | GetJob | JobArtifacts | JobLogs | ArtifactUrl | ListSessions | SessionDownloads
-            | Download | SessionDownload | CdpSocket | CdpVersion | CdpTargets | CdpTargetList | CdpNewTargetGet
-            | CdpCloseTarget | CdpActivateTarget | CdpView | CdpBrowserSocket | CdpPageSocket => "GET",
+            | SessionRecording | Download | SessionDownload | RecordingFile | CdpSocket | CdpVersion | CdpTargets
+            | CdpTargetList | CdpNewTargetGet | CdpCloseTarget | CdpActivateTarget | CdpView | CdpBrowserSocket
+            | CdpPageSocket => "GET",
         }
     }
 
@@ -184,6 +191,7 @@ impl Route {
             LeaseSession | ListSessions => "/sessions",
             ReleaseSession => "/sessions/{sessionId}",
             SessionDownloads => "/sessions/{sessionId}/downloads",
+            SessionRecording => "/sessions/{sessionId}/recording",
             Screenshot => "/screenshot",
             Pdf => "/pdf",
             Content => "/content",
@@ -193,6 +201,7 @@ impl Route {
             // as a capture file's, which a route table (and OpenAPI) cannot
             // tell apart.
             SessionDownload => "/downloads/sessions/{sessionId}/{name}",
+            RecordingFile => "/recordings/{sessionId}",
             CdpSocket => "/cdp/{sessionId}/{token}",
             CdpVersion => "/cdp/{sessionId}/{token}/json/version",
             CdpTargets => "/cdp/{sessionId}/{token}/json",
@@ -216,9 +225,9 @@ impl Route {
             Healthz | ProtectedResource | ProtectedResourceMcp | OpenApi | McpPreflight => Access::Open,
             Account | GridStatus | QueueDepth | SubmitBatch | GetBatch | SubmitJob | ListJobs | GetJob | RetryJob
             | CancelJob | JobArtifacts | JobLogs | ArtifactUrl | LeaseSession | ListSessions | ReleaseSession
-            | SessionDownloads | Screenshot | Pdf | Content => Access::Credential,
+            | SessionDownloads | SessionRecording | Screenshot | Pdf | Content => Access::Credential,
             Mcp => Access::Mcp,
-            Download | SessionDownload => Access::SignedUrl,
+            Download | SessionDownload | RecordingFile => Access::SignedUrl,
             CdpSocket | CdpVersion | CdpTargets | CdpTargetList | CdpNewTarget | CdpNewTargetGet | CdpCloseTarget
             | CdpActivateTarget | CdpView | CdpBrowserSocket | CdpPageSocket => Access::SessionToken,
             NodeSessionSync | NodeJobSync | NodeSessionTool => Access::Node,
@@ -352,6 +361,8 @@ mod tests {
                 | Route::ListSessions
                 | Route::ReleaseSession
                 | Route::SessionDownloads
+                | Route::SessionRecording
+                | Route::RecordingFile
                 | Route::Mcp
                 | Route::McpPreflight
                 | Route::Download

@@ -574,6 +574,11 @@ pub fn new_session() -> Value {
                 "default": false,
                 "description": "Whether a person at the live view (liveViewUrl) may take over the page: mouse, keyboard and scroll sent to it. Without it the view only watches."
             },
+            "recording": {
+                "type": "boolean",
+                "default": false,
+                "description": "Whether the session's pages are recorded as a screencast into a self-contained replay page (recording.html), listed with its downloads and fetched through GET /sessions/{sessionId}/recording once the session has ended. Bounded per session (docs/sessions.md)."
+            },
             "timezone": {
                 "type": "string",
                 // The list itself, not a format: a client (or a generator

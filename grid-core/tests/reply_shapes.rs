@@ -21,7 +21,7 @@ use grid_core::wire::job::{JobPhase, Termination, TerminationReason};
 use grid_core::wire::job_record::{AttemptRecord, Executor, JobArtifact, JobArtifacts, JobList, JobRecord, LogsInfo};
 use grid_core::wire::session::{
     Attestation, NetworkAttestation, NetworkProbe, RefusedDownload, SessionDownload, SessionDownloads, SessionLease,
-    SessionOverrides, SessionView, Viewport, Window,
+    SessionOverrides, SessionRecording, SessionView, Viewport, Window,
 };
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -159,6 +159,7 @@ fn session_downloads() -> SessionDownloads {
             created_at: T,
             url: "http://127.0.0.1/downloads/sessions/ses_1/report.csv?expires=1&sig=ab".into(),
             suggested_name: Some("report.csv".into()),
+            recording: false,
         }],
         total_bytes: 12,
         limit_bytes: 100,
@@ -337,6 +338,20 @@ fn every_answer_fits_its_schema_field_for_field() {
         }],
     );
     check("SessionDownloads", replies::session_downloads(), session_downloads());
+    check(
+        "SessionRecording",
+        replies::session_recording(),
+        SessionRecording {
+            url: "http://127.0.0.1/recordings/ses_1?expires=1&sig=ab".into(),
+            expires_at: T,
+            name: "recording.html".into(),
+            size_bytes: 4096,
+            frames: 12,
+            duration_ms: 3000,
+            truncated: false,
+            kept_until: Some(T),
+        },
+    );
     check(
         "SessionView",
         replies::session_view(),

@@ -264,6 +264,7 @@ fn full_session() -> Value {
         locale: Some("fr-CA".into()),
         timezone: Some("America/Toronto".into()),
         take_over: Some(true),
+        recording: Some(true),
     })
     .unwrap()
 }

@@ -247,6 +247,11 @@ struct ServeArgs {
     /// How long a session's downloaded files stay after the session ends, in seconds.
     #[arg(long, default_value_t = 900)]
     session_download_grace_secs: u64,
+    /// What one session's recording may take, in bytes of its frames (base64 JPEG): past it recording
+    /// stops and the replay page says it was truncated (docs/sessions.md, Recordings).
+    #[arg(long, default_value_t = grid_core::recording::DEFAULT_MAX_BYTES,
+          value_parser = clap::value_parser!(u64).range(1..=4 * 1024 * 1024 * 1024))]
+    session_recording_max_bytes: u64,
     /// Chromium processes of the browser pool (capture, render-fetch, browser-fetch); 0 runs none.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(0..=64))]
     browsers: u64,
@@ -666,6 +671,10 @@ fn configs(args: &ServeArgs, node: &nodes::NodeConfig, base_url: &str, accountin
         downloads: sessions::downloads::DownloadConfig {
             limit_bytes: args.session_download_limit_mib * 1024 * 1024,
             grace: Duration::from_secs(args.session_download_grace_secs),
+        },
+        recording: grid_core::recording::Bounds {
+            max_bytes: args.session_recording_max_bytes,
+            min_interval_ms: grid_core::recording::MIN_FRAME_INTERVAL_MS,
         },
     };
     Configs { serve: config, compute: compute_config, sessions: session_config }

@@ -64,6 +64,18 @@ impl Signer {
         now.0 / 1000 <= expires && self.check("session-download", &format!("{session}\n{name}\n{expires}"), sig_hex)
     }
 
+    /// `{base}/recordings/{session}?expires=S&sig=HEX`, valid 15 minutes: a
+    /// session's replay page; answered with the time it stops working.
+    pub fn recording_url(&self, session: &str, now: Millis) -> (String, Millis) {
+        let expires = now.0 / 1000 + DOWNLOAD_VALIDITY_SECS;
+        let sig = self.seal("session-recording", &format!("{session}\n{expires}"));
+        (format!("{}/recordings/{session}?expires={expires}&sig={sig}", self.base_url), Millis(expires * 1000))
+    }
+
+    pub fn recording_valid(&self, session: &str, expires: i64, sig_hex: &str, now: Millis) -> bool {
+        now.0 / 1000 <= expires && self.check("session-recording", &format!("{session}\n{expires}"), sig_hex)
+    }
+
     /// An opaque cursor to continue a listing after `position`, bound to
     /// `scope` (the caller and the filters) so it only works for that query.
     pub fn seal_cursor(&self, scope: &str, position: i64) -> String {
@@ -140,6 +152,24 @@ mod tests {
         let cq = capture.split_once('?').unwrap().1;
         assert!(!s.session_download_valid("ses_1", "body", exp, query_param(cq, "sig"), t));
         assert!(!s.download_valid("ses_1", "Rapport Q1 (2)/../é.pdf", exp, sig, t));
+    }
+
+    #[test]
+    fn recording_signatures_bind_the_session_and_expiry_and_open_nothing_else() {
+        let s = signer();
+        let t = Millis(1_000_000_000);
+        let (url, expires_at) = s.recording_url("ses_1", t);
+        let (path, q) = url.split_once('?').unwrap();
+        assert_eq!(path, "http://h/recordings/ses_1");
+        let (exp, sig) = (query_param(q, "expires").parse::<i64>().unwrap(), query_param(q, "sig"));
+        assert_eq!(expires_at, Millis(exp * 1000));
+        assert!(s.recording_valid("ses_1", exp, sig, t));
+        assert!(!s.recording_valid("ses_2", exp, sig, t));
+        assert!(!s.recording_valid("ses_1", exp, sig, Millis((exp + 1) * 1000)));
+        // A session download's signature is no recording's, and back.
+        let file = s.session_download_url("ses_1", "recording.html", t);
+        assert!(!s.recording_valid("ses_1", exp, query_param(file.split_once('?').unwrap().1, "sig"), t));
+        assert!(!s.session_download_valid("ses_1", "recording.html", exp, sig, t));
     }
 
     #[test]

@@ -28,6 +28,9 @@
 //!   devicePixelRatio, user agent.
 //! - `/throws`: HTML whose script throws `Error("grid test error")`.
 //! - `/color/{rrggbb}`: an HTML page filled with that one colour.
+//! - `/animated`: a page that repaints on every animation frame (a moving
+//!   box, a changing colour and a counter): what a busy page costs a
+//!   recording.
 //! - `/options?img=NAME&other=ORIGIN&late=MS`: the capture options' page
 //!   ([`browser_pages::options`]): a red fixed banner, a blue box, an image
 //!   `/img/NAME.png` (from ORIGIN when given), text built by JavaScript and an
@@ -365,6 +368,7 @@ async fn route(
             "text/html; charset=utf-8",
             format!("<!doctype html><html><body style=\"margin:0;height:100vh;background:#{hex}\"></body></html>"),
         ),
+        ["animated"] => respond(StatusCode::OK, "text/html; charset=utf-8", browser_pages::ANIMATED),
         ["throws"] => respond(StatusCode::OK, "text/html; charset=utf-8", browser_pages::THROWS),
         ["pixel.png"] | ["img", _] => respond(StatusCode::OK, "image/png", browser_pages::PIXEL_PNG),
         ["options"] => {
@@ -445,6 +449,17 @@ impl Drop for CountingListener {
 pub mod browser_pages {
     /// The text `/js/{n}` shows once its script ran. The raw HTML never
     /// contains it (the script builds it from pieces).
+    pub const ANIMATED: &str = "<!doctype html><html><head><title>animated</title><style>\
+        html, body { margin: 0; height: 100%; font: 48px sans-serif; }\
+        #box { position: absolute; width: 200px; height: 200px; background: #333; }\
+        </style></head><body><div id=\"n\">0</div><div id=\"box\"></div><script>\
+        var n = 0, box = document.getElementById('box'), out = document.getElementById('n');\
+        function step() { n++; out.textContent = n;\
+          document.body.style.background = 'hsl(' + (n % 360) + ', 60%, 70%)';\
+          box.style.left = (50 + (n * 7) % 600) + 'px'; box.style.top = (80 + (n * 3) % 300) + 'px';\
+          requestAnimationFrame(step); }\
+        requestAnimationFrame(step);</script></body></html>\n";
+
     pub fn js_text(n: &str) -> String {
         format!("built by javascript {n}")
     }

@@ -345,8 +345,8 @@ fn session_node(server: &GridServer, id: &str) -> Option<String> {
 }
 
 /// Sessions across nodes: a lease through one node runs where a slot is
-/// free; its cdpUrl (discovery and WebSocket, Puppeteer too) and its
-/// downloads work through every node; a release through any node cuts
+/// free; its cdpUrl (discovery and WebSocket, Puppeteer too), its
+/// downloads and its recording work through every node; a release through any node cuts
 /// every connection; 409 only when every live node is full; a session on a
 /// killed node ends as lost, settled to its reservation.
 #[tokio::test]
@@ -365,8 +365,8 @@ async fn sessions_are_leased_driven_and_released_through_any_node() {
     assert_eq!(n2.get("/grid").await.json["maxSessions"], json!(3));
     let through = |url: &str, from: &GridServer, to: &GridServer| url.replacen(&from.base_url(), &to.base_url(), 1);
 
-    // A: leased through n1, which has a slot: its browser runs on n1.
-    let a = lease_as(&n1, &key, json!({"ttlMinutes": 10})).await;
+    // A: leased through n1, which has a slot: its browser runs on n1, recorded.
+    let a = lease_as(&n1, &key, json!({"ttlMinutes": 10, "recording": true})).await;
     assert_eq!(session_node(&n1, &a.id).as_deref(), Some("n1"));
     wait_running_as(&n2, &key, &a.id).await;
     // Driven through n2: discovery answers point back through n2, and a
@@ -418,6 +418,25 @@ async fn sessions_are_leased_driven_and_released_through_any_node() {
     assert!(a_conn.closes_within(Duration::from_secs(5)).await, "the release through n3 did not cut A's connection");
     let r = n2.get(&format!("{}/json/version", a_via_n2.replacen(&n2.base_url(), "", 1))).await;
     assert_error(&r, 404, "unknown session");
+    // A's recording (written on n1) is found through n2 and served through n3.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let recording = loop {
+        let r = n2.get(&format!("/sessions/{}/recording", a.id)).await;
+        if r.status == 200 {
+            break r.json;
+        }
+        assert_error(&r, 409, "recording not ready");
+        assert!(Instant::now() < deadline, "A's recording not written within 30 s: {r}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(recording["frames"].as_u64().unwrap_or(0) >= 1, "{recording}");
+    let page_via_n3 = through(recording["url"].as_str().unwrap_or_default(), &n1, &n3);
+    assert!(page_via_n3.starts_with(&n3.base_url()), "{page_via_n3}");
+    let got = n3.http().get(&page_via_n3).send().await.unwrap();
+    assert_eq!(got.status(), 200);
+    let page = got.text().await.unwrap();
+    assert_eq!(Some(page.len() as u64), recording["sizeBytes"].as_u64());
+    assert!(page.contains("const FRAMES = ["), "a replay page");
     // n1's slot is free again: the next lease through n3 (full) runs there.
     let d = lease_as(&n3, &key, json!({"ttlMinutes": 10})).await;
     assert_eq!(session_node(&n1, &d.id).as_deref(), Some("n1"));

@@ -18,7 +18,7 @@ pub const MAX_TTL_MINUTES: i64 = 240;
 pub const DEFAULT_TTL_MINUTES: u32 = 30;
 /// The members a body may have.
 pub const FIELDS: &[&str] =
-    &["profileId", "ttlMinutes", "network", "viewport", "userAgent", "locale", "timezone", "takeOver"];
+    &["profileId", "ttlMinutes", "network", "viewport", "userAgent", "locale", "timezone", "takeOver", "recording"];
 /// The members of `viewport`.
 pub const VIEWPORT_FIELDS: &[&str] = params::VIEWPORT_FIELDS;
 /// Bounds of `viewport`: a capture's `viewport` has the same.
@@ -52,14 +52,8 @@ pub fn validate(body: &Value) -> Result<SessionSubmission, ApiError> {
         locale: obj.get("locale").and_then(|v| locale(&mut p, v)),
         timezone: obj.get("timezone").and_then(|v| timezone(&mut p, v)),
     };
-    let take_over = match obj.get("takeOver") {
-        None => false,
-        Some(Value::Bool(b)) => *b,
-        Some(v) => {
-            p.push("takeOver", format!("must be a boolean, got {}", json_type(v)));
-            false
-        }
-    };
+    let take_over = boolean(&mut p, obj, "takeOver");
+    let recording = boolean(&mut p, obj, "recording");
     match (profile, network) {
         (Some(profile), Some(network_policy)) if p.is_empty() => Ok(SessionSubmission {
             profile,
@@ -67,8 +61,21 @@ pub fn validate(body: &Value) -> Result<SessionSubmission, ApiError> {
             network_policy,
             overrides,
             take_over,
+            recording,
         }),
         _ => Err(ApiError::InvalidSessionBody { detail: p.into_vec() }),
+    }
+}
+
+/// A boolean member, false when absent.
+fn boolean(p: &mut Problems, obj: &Map<String, Value>, field: &str) -> bool {
+    match obj.get(field) {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(v) => {
+            p.push(field, format!("must be a boolean, got {}", json_type(v)));
+            false
+        }
     }
 }
 
@@ -273,8 +280,11 @@ mod tests {
                 network_policy: None,
                 overrides: SessionOverrides::default(),
                 take_over: false,
+                recording: false,
             }
         );
+        assert!(validate(&json!({"recording": true})).unwrap().recording);
+        assert_eq!(detail(json!({"recording": "yes"})), ["recording: must be a boolean, got a string"]);
     }
 
     #[test]

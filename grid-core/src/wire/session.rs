@@ -32,6 +32,10 @@ pub struct NewSession {
     /// keyboard, scroll); default false: the view only watches.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub take_over: Option<bool>,
+    /// Whether the session's pages are recorded as a replay page
+    /// (docs/sessions.md, Recordings); default false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recording: Option<bool>,
 }
 
 /// `viewport` of POST /sessions: the page's size in CSS pixels.
@@ -64,6 +68,10 @@ pub struct SessionSubmission {
     /// the rows of every other lease keep their shape.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub take_over: bool,
+    /// The session's pages are recorded (`recording`). Stored leases
+    /// before it read as false; written only when true.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub recording: bool,
 }
 
 impl SessionSubmission {
@@ -79,6 +87,7 @@ impl SessionSubmission {
             network_policy: None,
             overrides: SessionOverrides::default(),
             take_over: false,
+            recording: false,
         }
     }
 }
@@ -217,7 +226,8 @@ pub struct NetworkProbe {
 #[serde(rename_all = "camelCase")]
 pub struct SessionDownloads {
     pub downloads: Vec<SessionDownload>,
-    /// What the listed files take together.
+    /// What the browser's listed downloads take together (the recording,
+    /// listed with them but bounded on its own, is not counted).
     pub total_bytes: u64,
     /// The session's download cap: downloads that would pass it are
     /// cancelled, files found past it removed.
@@ -244,6 +254,33 @@ pub struct SessionDownload {
     /// listed under that guid, and this is its real name. Null when unknown.
     #[serde(default)]
     pub suggested_name: Option<String>,
+    /// True for the session's recording (`recording.html`, written by the
+    /// grid, not the browser: its `url` is the replay page's); false for
+    /// the browser's downloads.
+    #[serde(default)]
+    pub recording: bool,
+}
+
+/// GET /sessions/{sessionId}/recording: the session's replay page
+/// (docs/sessions.md, Recordings).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionRecording {
+    /// The replay page without a credential, for 15 minutes from issue.
+    pub url: String,
+    /// When `url` stops working.
+    pub expires_at: Millis,
+    /// `recording.html`.
+    pub name: String,
+    pub size_bytes: u64,
+    /// Frames the page holds.
+    pub frames: u64,
+    /// From the first frame to the last, in milliseconds.
+    pub duration_ms: u64,
+    /// Recording stopped at the session's bound; the page says so too.
+    pub truncated: bool,
+    /// When the file is removed: the session's end plus the grid's grace.
+    pub kept_until: Option<Millis>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -272,13 +309,15 @@ mod tests {
             locale: Some("fr-CA".into()),
             timezone: Some("America/Toronto".into()),
             take_over: Some(true),
+            recording: Some(true),
         };
         let v = serde_json::to_value(&full).unwrap();
         assert_eq!(
             v,
             json!({"profileId": "native-headless-browser/v2", "ttlMinutes": 5, "network": "public-web-only/v1",
                    "viewport": {"width": 390, "height": 844, "deviceScaleFactor": 3.0, "mobile": true},
-                   "userAgent": "Agent/1", "locale": "fr-CA", "timezone": "America/Toronto", "takeOver": true})
+                   "userAgent": "Agent/1", "locale": "fr-CA", "timezone": "America/Toronto", "takeOver": true,
+                   "recording": true})
         );
         assert_eq!(serde_json::from_value::<NewSession>(v).unwrap(), full);
     }

@@ -138,6 +138,8 @@ pub enum Call {
     ReleaseSession(String),
     /// GET /sessions/{sessionId}/downloads.
     SessionDownloads(String),
+    /// GET /sessions/{sessionId}/recording.
+    SessionRecording(String),
 }
 
 impl Call {
@@ -183,5 +185,6 @@ pub async fn perform(app: &Arc<App>, caller: &Caller, call: Call) -> Result<Repl
         Call::ListSessions => sessions::list(app, caller).await,
         Call::ReleaseSession(id) => sessions::release(app, caller, &id).await,
         Call::SessionDownloads(id) => sessions::downloads(app, caller, &id).await,
+        Call::SessionRecording(id) => sessions::recording(app, caller, &id).await,
     }
 }

@@ -135,6 +135,59 @@ pub async fn serve_session_file(
     Ok(r)
 }
 
+/// What a replay page may do when opened from the grid's origin: run its
+/// own inline player and show its frames (data: images), nothing else. The
+/// `sandbox` gives it a unique origin: it reaches no cookie, storage or API
+/// of the grid's, and loads nothing from anywhere.
+pub const RECORDING_CSP: &str = "sandbox allow-scripts; default-src 'none'; img-src data:; \
+     style-src 'unsafe-inline'; script-src 'unsafe-inline'; base-uri 'none'; form-action 'none'";
+
+/// A session's replay page (`/recordings/{sessionId}`), by the URL GET
+/// /sessions/{sessionId}/recording gave, until the session's grace is over.
+pub async fn serve_recording(app: &App, session: &str, query: Option<&str>) -> Result<Resp, ApiError> {
+    let query = query.unwrap_or("");
+    let expires = query_param(query, "expires").and_then(|s| s.parse::<i64>().ok());
+    let sig = query_param(query, "sig");
+    let (Some(expires), Some(sig)) = (expires, sig) else { return Err(ApiError::DownloadLinkInvalid) };
+    let now = now();
+    if !app.signer.recording_valid(session, expires, sig, now) {
+        return Err(ApiError::DownloadLinkInvalid);
+    }
+    let id = session.to_string();
+    let row = app.store.read(move |c| crate::store::sessions::load(c, &id)).await?;
+    let grace = app.sessions.downloads.config.grace;
+    let gone = match &row {
+        None => true,
+        Some(r) => crate::api::sessions::kept_until(r, grace).is_none_or(|t| t <= now),
+    };
+    if gone {
+        return Err(ApiError::RecordingNotPresent);
+    }
+    let (folders, id) = (app.sessions.downloads.clone(), session.to_string());
+    let opened = tokio::task::spawn_blocking(move || match folders.open(&id)? {
+        Some(folder) => folder.recording(),
+        None => Ok(None),
+    })
+    .await
+    .map_err(|_| ApiError::Internal)?
+    .map_err(|e| {
+        tracing::error!(session, error = %e, "session recording unreadable");
+        ApiError::Internal
+    })?;
+    let recording = opened.ok_or(ApiError::RecordingNotPresent)?;
+    let length = recording.size;
+    let mut r = Response::new(stream_file(tokio::fs::File::from_std(recording.file), length));
+    *r.status_mut() = StatusCode::OK;
+    let headers = r.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
+    headers.insert(CONTENT_LENGTH, HeaderValue::from(length));
+    headers.insert(CONTENT_SECURITY_POLICY, HeaderValue::from_static(RECORDING_CSP));
+    headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    headers.insert(CONTENT_DISPOSITION, HeaderValue::from_static("inline; filename=\"recording.html\""));
+    Ok(r)
+}
+
 /// `attachment` with the file's name twice (RFC 6266): `filename` in plain
 /// ASCII (every other byte, quote and backslash written `_`) for old
 /// clients, `filename*` percent-encoded UTF-8 for the rest. Nothing of the

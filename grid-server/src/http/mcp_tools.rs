@@ -318,6 +318,18 @@ fn tools_table() -> Vec<Tool> {
             output: replies::session_downloads(),
             hints: READ,
         },
+        Tool {
+            name: "get_session_recording",
+            title: "Get a session's recording",
+            description: "For a session leased with recording: true and since ended, a 15-minute URL of its \
+                          replay page (one HTML file of the pages' screencast frames with a small player), its \
+                          size, frame count, duration and whether it stopped at the session's bound. A live \
+                          session's recording is not ready until it ends. Free."
+                .into(),
+            input: id_argument("sessionId", "The sessionId lease_session answered."),
+            output: replies::session_recording(),
+            hints: READ,
+        },
     ];
     tools.extend(OneCall::ALL.map(one_call_tool));
     tools.extend(browser_tools::TOOLS.iter().map(|t| Tool {
@@ -472,6 +484,7 @@ fn to_call(name: &str, args: &Map<String, Value>) -> Result<Call, ToolError> {
         "list_sessions" => Call::ListSessions,
         "release_session" => Call::ReleaseSession(string_arg(args, "sessionId")?),
         "list_session_downloads" => Call::SessionDownloads(string_arg(args, "sessionId")?),
+        "get_session_recording" => Call::SessionRecording(string_arg(args, "sessionId")?),
         other => match one_call_named(other) {
             Some(call) => Call::OneCall { call, body: body() },
             None => return Err(ToolError::Params(format!("Unknown tool: {other}"))),
@@ -866,5 +879,6 @@ mod tests {
         assert_eq!(tool("lease_session")["outputSchema"], replies::session_lease());
         assert_eq!(tool("list_jobs")["outputSchema"], replies::job_list());
         assert_eq!(tool("list_session_downloads")["outputSchema"], replies::session_downloads());
+        assert_eq!(tool("get_session_recording")["outputSchema"], replies::session_recording());
     }
 }

@@ -238,13 +238,17 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiErr
         Access::Node => return Err(ApiError::RouteNotFound),
     };
     // A session's files live on the node that ran its browser.
-    if matches!(route, Route::SessionDownloads | Route::SessionDownload) {
+    if matches!(
+        route,
+        Route::SessionDownloads | Route::SessionDownload | Route::SessionRecording | Route::RecordingFile
+    ) {
         let session = params.first().map(String::as_str).unwrap_or_default();
         // Unknown here, or unreadable: answered from what this node holds.
         let located = forward::locate(app, session, req.headers()).await.ok().flatten();
         if let Some(forward::Whereabouts { served: forward::Served::At(to), .. }) = located {
             let unreachable = match route {
                 Route::SessionDownload => ApiError::SessionDownloadNotPresent,
+                Route::RecordingFile => ApiError::RecordingNotPresent,
                 _ => ApiError::UnknownSession,
             };
             return forward::forward(app, &to, req, unreachable).await;
@@ -261,6 +265,7 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiErr
         Route::Mcp | Route::McpPreflight => return mcp::handle(app, req).await,
         Route::Download => return downloads::serve(app, &p(0), &p(1), req.uri().query()).await,
         Route::SessionDownload => return downloads::serve_session_file(app, &p(0), &p(1), req.uri().query()).await,
+        Route::RecordingFile => return downloads::serve_recording(app, &p(0), req.uri().query()).await,
         Route::CdpSocket
         | Route::CdpVersion
         | Route::CdpTargets
@@ -315,6 +320,7 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiErr
         Route::ListSessions => Call::ListSessions,
         Route::ReleaseSession => Call::ReleaseSession(p(0)),
         Route::SessionDownloads => Call::SessionDownloads(p(0)),
+        Route::SessionRecording => Call::SessionRecording(p(0)),
         Route::SubmitBatch => Call::SubmitBatch {
             idempotency_key: respond::idempotency_key(req.headers())?,
             body: respond::json_body(req.into_body(), &app.limits.conn, |detail| ApiError::InvalidBatchBody { detail })

@@ -5,6 +5,9 @@
 //! session-downloads/            root 0700
 //!   ses_…/                      root 0700, never in a browser's world
 //!     refused.json              what the grid cancelled or removed, and why
+//!     recording.part            a recording's frames so far (`recorder.rs`)
+//!     recording.html            its replay page, written whole at the end,
+//!     recording.json            and what it holds
 //!     files/                    the browser's uid, 0700: bound at /home/grid/downloads
 //! ```
 //!
@@ -56,6 +59,10 @@ const MAX_REFUSED: usize = 100;
 const SUGGESTED: &str = "suggested.json";
 /// Entries kept in `suggested.json`; older ones are dropped.
 const MAX_SUGGESTED: usize = 1000;
+/// A recording's frame list while the session runs, beside `files`.
+const RECORDING_PART: &str = "recording.part";
+/// What the replay page holds, beside it.
+const RECORDING_FACTS: &str = "recording.json";
 /// How often the sweep looks for folders past their grace.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
@@ -136,6 +143,24 @@ pub fn listable(name: &str) -> bool {
         && !name.ends_with(PARTIAL_SUFFIX)
         && !name.contains('/')
         && !name.chars().any(|c| c.is_control() || direction(c))
+}
+
+/// What a session's replay page holds (`recording.json`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecordingFacts {
+    pub frames: u64,
+    pub duration_ms: u64,
+    pub truncated: bool,
+}
+
+/// A session's replay page, open.
+pub struct Recording {
+    pub file: File,
+    pub size: u64,
+    /// When it was written: the session's end.
+    pub modified: Millis,
+    pub facts: RecordingFacts,
 }
 
 /// Bytes of a folder's files, see [`Folder::usage`].
@@ -437,6 +462,69 @@ impl Folder {
             .filter(|name| !name.is_empty())
     }
 
+    /// A fresh, empty frame list for the session's recording, in the grid's
+    /// own part of the folder (never the browser's).
+    pub fn recording_part(&self) -> std::io::Result<File> {
+        let fd = rfs::openat(
+            &self.dir,
+            RECORDING_PART,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )?;
+        Ok(File::from(fd))
+    }
+
+    /// The replay page written whole (`head`, the frame list so far,
+    /// `tail`), synced and renamed into place with its facts beside it; the
+    /// frame list goes.
+    pub fn finish_recording(&self, head: &str, tail: &str, facts: RecordingFacts) -> std::io::Result<()> {
+        use std::io::Write;
+        let tmp = format!("{}.tmp", grid_core::recording::NAME);
+        let fd = rfs::openat(
+            &self.dir,
+            tmp.as_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )?;
+        let mut page = std::io::BufWriter::new(File::from(fd));
+        page.write_all(head.as_bytes())?;
+        match rfs::openat(&self.dir, RECORDING_PART, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
+        {
+            Ok(part) => {
+                std::io::copy(&mut File::from(part), &mut page)?;
+            }
+            Err(Errno::NOENT) => {}
+            Err(e) => return Err(e.into()),
+        }
+        page.write_all(tail.as_bytes())?;
+        page.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        self.write_record(RECORDING_FACTS, &facts)?;
+        rfs::renameat(&self.dir, tmp.as_str(), &self.dir, grid_core::recording::NAME)?;
+        match rfs::unlinkat(&self.dir, RECORDING_PART, AtFlags::empty()) {
+            Ok(()) | Err(Errno::NOENT) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The session's replay page, once written.
+    pub fn recording(&self) -> std::io::Result<Option<Recording>> {
+        let fd = match open_beneath(&self.dir, grid_core::recording::NAME, OFlags::RDONLY) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let st = rfs::fstat(&fd)?;
+        let Ok(facts_fd) = open_beneath(&self.dir, RECORDING_FACTS, OFlags::RDONLY) else { return Ok(None) };
+        let facts: RecordingFacts =
+            serde_json::from_reader(std::io::BufReader::new(File::from(facts_fd))).map_err(std::io::Error::other)?;
+        Ok(Some(Recording {
+            file: File::from(fd),
+            size: st.st_size.max(0) as u64,
+            modified: millis(st.st_mtime, st.st_mtime_nsec),
+            facts,
+        }))
+    }
+
     /// Writes one of the grid's records whole, then renames it into place.
     fn write_record<T: serde::Serialize>(&self, name: &str, value: &T) -> std::io::Result<()> {
         let tmp = format!("{name}.tmp");
@@ -631,6 +719,32 @@ mod tests {
         assert_eq!(listed, ["old.bin", "mid.bin"]);
         assert_eq!(f.refused(), removed, "the refusal is recorded for the listing");
         assert!(f.enforce(100, Millis(6)).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_recording_is_written_whole_beside_the_files_and_read_back() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (_d, f) = folder(tmp.path());
+        assert!(f.recording().unwrap().is_none());
+        {
+            use std::io::Write;
+            let mut part = f.recording_part().unwrap();
+            part.write_all(b"[1,\"u\",\"AA==\"],\n").unwrap();
+        }
+        // Not served before it is whole.
+        assert!(f.recording().unwrap().is_none());
+        let facts = RecordingFacts { frames: 1, duration_ms: 0, truncated: true };
+        f.finish_recording("<head>", "<tail>", facts).unwrap();
+        let mut r = f.recording().unwrap().unwrap();
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut r.file, &mut text).unwrap();
+        assert_eq!(text, "<head>[1,\"u\",\"AA==\"],\n<tail>");
+        assert_eq!((r.size, r.facts), (text.len() as u64, facts));
+        let grid_dir = tmp.path().join(DIR).join("ses_1");
+        assert!(!grid_dir.join(RECORDING_PART).exists());
+        assert!(grid_dir.join(grid_core::recording::NAME).exists());
+        // Not in the browser's part of the folder, nor listed with its files.
+        assert!(f.list().unwrap().is_empty());
     }
 
     #[test]

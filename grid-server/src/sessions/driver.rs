@@ -628,6 +628,7 @@ pub(crate) mod tests {
                 network_policy: None,
                 overrides: Default::default(),
                 take_over: false,
+                recording: false,
             }
         }
 

@@ -15,7 +15,8 @@
 //! Each browser saves downloads in a folder of its session on the host
 //! (`downloads.rs`), followed and bounded by the grid's own DevTools session
 //! on the browser (`keeper.rs`), which also applies a lease's viewport to
-//! every page.
+//! every page. A lease with `recording` gets another (`recorder.rs`) that
+//! screencasts its pages into a replay page kept beside those files.
 
 pub mod downloads;
 pub mod driver;
@@ -23,6 +24,7 @@ pub mod gate;
 pub mod journal;
 pub mod keeper;
 pub mod launch;
+pub mod recorder;
 pub mod tools;
 
 use std::collections::HashMap;
@@ -72,6 +74,8 @@ pub struct SessionConfig {
     /// Where session downloads are kept (`DATA_DIR`), their limit and grace.
     pub data_dir: PathBuf,
     pub downloads: DownloadConfig,
+    /// The bounds of a session's recording (`recorder.rs`).
+    pub recording: grid_core::recording::Bounds,
 }
 
 /// A running session's browser, as its CDP endpoint serves it.
@@ -136,6 +140,9 @@ pub struct Sessions {
     pub downloads: Arc<Downloads>,
     build: OnceLock<Result<BrowserBuild, String>>,
     warm: Mutex<HashMap<Profile, Vec<Warm>>>,
+    /// The recordings of this process's sessions, each writing its page
+    /// once its browser is gone: shutdown waits for them.
+    recorders: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 /// A browser started ahead of a lease, set up (its downloads go to its
@@ -165,6 +172,7 @@ impl Sessions {
             starts: Mutex::new(Some(starts)),
             build: OnceLock::new(),
             warm: Mutex::new(HashMap::new()),
+            recorders: Mutex::new(Vec::new()),
         }
     }
 
@@ -347,6 +355,10 @@ async fn start(app: &Sessions, id: &str, sub: &SessionSubmission) -> Result<Star
             downloads.discard_warm(&w.folder_name);
             return Err(format!("download folder not adopted: {e}"));
         }
+        if let Err(e) = record(app, &w.browser, id, sub).await {
+            w.browser.stop();
+            return Err(e);
+        }
         let ready_at = app.driver.now();
         return Ok(Started { browser: w.browser, ready_at, attestation: w.attestation, network: None });
     }
@@ -359,8 +371,38 @@ async fn start(app: &Sessions, id: &str, sub: &SessionSubmission) -> Result<Star
     if network.as_ref().is_some_and(|n| n.probes.iter().any(|p| p.outcome != "refused")) {
         return Err("network policy not enforced: the probe was reached".into());
     }
+    record(app, &browser, id, sub).await?;
     Ok(Started { browser, ready_at, attestation, network })
 }
+
+/// For a lease with `recording`, starts recording the browser's pages
+/// into the session's folder (`recorder.rs`), once it is set up and
+/// attested (the attestation's own pages are not recorded).
+async fn record(app: &Sessions, browser: &BrowserProcess, id: &str, sub: &SessionSubmission) -> Result<(), String> {
+    if !sub.recording {
+        return Ok(());
+    }
+    let folder = app
+        .downloads
+        .open(id)
+        .map_err(|e| format!("recording: the session's folder not opened: {e}"))?
+        .ok_or("recording: the session has no folder")?;
+    let recording =
+        tokio::time::timeout(ATTEST_TIMEOUT, recorder::start(&browser.cdp, id, folder, app.config.recording))
+            .await
+            .map_err(|_| format!("recording: no answer within {ATTEST_TIMEOUT:?}"))?
+            .map_err(|e| format!("recording not started: {e}"))?;
+    if let Some(task) = recording {
+        let mut recorders = app.recorders.lock().unwrap_or_else(|p| p.into_inner());
+        recorders.retain(|t| !t.is_finished());
+        recorders.push(task);
+    }
+    Ok(())
+}
+
+/// Longest shutdown waits for the recordings of the sessions it ended to
+/// be written.
+const RECORDINGS_WRITTEN_WITHIN: Duration = Duration::from_secs(20);
 
 /// Sets a started browser up (its downloads go to `folder`, its pages get
 /// the session's viewport) and attests it, within `ATTEST_TIMEOUT`.
@@ -530,6 +572,11 @@ pub async fn shutdown(app: &Sessions) {
         w.browser.stop();
         app.downloads.discard_warm(&w.folder_name);
     }
+    // Their browsers stopped, the recordings write their pages.
+    let recorders: Vec<_> = app.recorders.lock().unwrap_or_else(|p| p.into_inner()).drain(..).collect();
+    if tokio::time::timeout(RECORDINGS_WRITTEN_WITHIN, futures_util::future::join_all(recorders)).await.is_err() {
+        tracing::warn!("session recordings not all written within {RECORDINGS_WRITTEN_WITHIN:?}");
+    }
 }
 
 /// The token's hash, as stored.
@@ -574,6 +621,7 @@ mod tests {
             allow_private_networks: false,
             data_dir: dir.path().to_path_buf(),
             downloads: DownloadConfig { limit_bytes: 1 << 20, grace: Duration::from_secs(60) },
+            recording: Default::default(),
         };
         let peers = Arc::new(Peers::new(store.clone(), "credential".into()));
         let sessions =

@@ -318,6 +318,7 @@ mod tests {
                     network_policy: None,
                     overrides: SessionOverrides::default(),
                     take_over: false,
+                    recording: false,
                 },
             ),
             (
@@ -333,6 +334,7 @@ mod tests {
                         timezone: Some("America/Toronto".into()),
                     },
                     take_over: false,
+                    recording: false,
                 },
             ),
             (
@@ -343,6 +345,18 @@ mod tests {
                     network_policy: None,
                     overrides: SessionOverrides::default(),
                     take_over: true,
+                    recording: false,
+                },
+            ),
+            (
+                r#"{"profile":"desktop-browser-nl/v2","ttlMinutes":30,"networkPolicy":null,"overrides":{"viewport":null,"userAgent":null,"locale":null,"timezone":null},"recording":true}"#,
+                SessionSubmission {
+                    profile: Profile::DesktopBrowserNl,
+                    ttl_minutes: 30,
+                    network_policy: None,
+                    overrides: SessionOverrides::default(),
+                    take_over: false,
+                    recording: true,
                 },
             ),
         ];

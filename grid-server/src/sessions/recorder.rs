@@ -1,0 +1,255 @@
+//! A session's recording (`"recording": true` at lease; docs/sessions.md,
+//! Recordings): a DevTools session of the grid's own on the browser,
+//! beside the keeper's, that
+//!
+//! - attaches to every page of every context as it opens, and to those
+//!   already open (`Target.setAutoAttach` on a browser-target session,
+//!   paused until the grid has set it up), and starts a screencast on each
+//!   (`Page.startScreencast`, JPEG), acking every frame
+//!   (`Page.screencastFrameAck`) so the browser sends the next;
+//! - keeps a frame of any page as `grid_core::recording::Take` decides (at
+//!   most 5 a second, up to the byte bound; past it every screencast is
+//!   stopped) with its time and the URL its page last navigated to,
+//!   appended to the frame list in the grid's own part of the session's
+//!   folder (`recording.part`, never the browser's);
+//! - when the browser is gone (its events end when the pipe closes: a
+//!   release, an expiry, a loss), writes the replay page whole
+//!   (`recording.html`) and what it holds (`recording.json`).
+//!
+//! A page's screencast sends frames only when it paints, so a page in the
+//! background (or one that does not change) costs nothing.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use grid_core::recording::{self, Bounds, Ending, Frame, Take};
+use serde_json::{json, Value};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::mpsc;
+
+use super::downloads::{Folder, RecordingFacts};
+use crate::browser::cdp::{CdpError, Connection, Event};
+use crate::ids::now;
+
+/// The screencast's JPEG quality (0 to 100).
+const QUALITY: u32 = 60;
+/// Frames are scaled down to fit this box (CSS pixels of the page).
+const MAX_WIDTH: u32 = 1280;
+const MAX_HEIGHT: u32 = 1280;
+
+/// Starts recording session `session_id`'s browser into `folder`. Answers
+/// once the grid is attached, with the recording's task, which follows the
+/// browser until it is gone and then writes the page (none when the frame
+/// list could not be created: nothing is recorded).
+pub async fn start(
+    cdp: &Connection,
+    session_id: &str,
+    folder: Folder,
+    bounds: Bounds,
+) -> Result<Option<tokio::task::JoinHandle<()>>, CdpError> {
+    let part = match folder.recording_part() {
+        Ok(f) => tokio::fs::File::from_std(f),
+        Err(e) => {
+            tracing::warn!(error = %e, "recording not started: its frame list could not be created");
+            return Ok(None);
+        }
+    };
+    let attached = cdp.send(None, "Target.attachToBrowserTarget", json!({})).await?;
+    let session = attached["sessionId"].as_str().unwrap_or_default().to_string();
+    let events = cdp.subscribe(&session);
+    cdp.send(
+        Some(&session),
+        "Target.setAutoAttach",
+        json!({"autoAttach": true, "waitForDebuggerOnStart": true, "flatten": true, "filter": [{"type": "page"}]}),
+    )
+    .await?;
+    let recorder = Recorder {
+        cdp: cdp.clone(),
+        session_id: session_id.to_string(),
+        folder,
+        part,
+        bounds,
+        take: Take::new(bounds),
+        pages: HashMap::new(),
+        written_bytes: 0,
+    };
+    Ok(Some(tokio::spawn(recorder.run(events))))
+}
+
+struct Recorder {
+    cdp: Connection,
+    session_id: String,
+    folder: Folder,
+    /// The frame list so far.
+    part: tokio::fs::File,
+    bounds: Bounds,
+    take: Take,
+    /// Attached pages by DevTools session: the URL each last navigated to.
+    pages: HashMap<String, String>,
+    written_bytes: u64,
+}
+
+impl Recorder {
+    async fn run(mut self, mut events: mpsc::UnboundedReceiver<Event>) {
+        let (page_tx, mut page_events) = mpsc::unbounded_channel::<(String, Event)>();
+        let mut tick = tokio::time::interval(Duration::from_millis(self.bounds.min_interval_ms.max(10) as u64));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                event = events.recv() => match event {
+                    Some(e) => self.browser_event(e, &page_tx),
+                    None => break,
+                },
+                Some((page, e)) = page_events.recv() => self.page_event(&page, e).await,
+                _ = tick.tick() => {
+                    let was_stopped = self.take.stopped();
+                    if let Some(entry) = self.take.tick(now().0) {
+                        self.write(entry).await;
+                    }
+                    self.stop_at_the_bound(was_stopped);
+                }
+            }
+        }
+        // The browser is gone: the page is written whole.
+        if let Some(entry) = self.take.finish() {
+            self.write(entry).await;
+        }
+        self.finish().await;
+    }
+
+    fn browser_event(&mut self, event: Event, page_tx: &mpsc::UnboundedSender<(String, Event)>) {
+        let p = &event.params;
+        match event.method.as_str() {
+            "Target.attachedToTarget" => {
+                let Some(child) = p["sessionId"].as_str() else { return };
+                let url = p["targetInfo"]["url"].as_str().unwrap_or_default().to_string();
+                // The page's events are the grid's; without a subscriber
+                // they would be sent to the lessee's connections.
+                let mut child_events = self.cdp.subscribe(child);
+                let (tx, name) = (page_tx.clone(), child.to_string());
+                tokio::spawn(async move {
+                    while let Some(e) = child_events.recv().await {
+                        if tx.send((name.clone(), e)).is_err() {
+                            break;
+                        }
+                    }
+                });
+                self.pages.insert(child.to_string(), url);
+                self.set_up_page(child);
+            }
+            "Target.detachedFromTarget" => {
+                if let Some(child) = p["sessionId"].as_str() {
+                    self.pages.remove(child);
+                    self.cdp.unsubscribe(child);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Starts a page's screencast (unless the bound was reached), then lets
+    /// it run. Written in this order on the page's session, so its first
+    /// paint is recorded.
+    fn set_up_page(&self, child: &str) {
+        let enable = self.cdp.send(Some(child), "Page.enable", json!({}));
+        let screencast = (!self.take.stopped()).then(|| {
+            self.cdp.send(
+                Some(child),
+                "Page.startScreencast",
+                json!({"format": "jpeg", "quality": QUALITY, "maxWidth": MAX_WIDTH, "maxHeight": MAX_HEIGHT, "everyNthFrame": 1}),
+            )
+        });
+        let run = self.cdp.send(Some(child), "Runtime.runIfWaitingForDebugger", Value::Null);
+        tokio::spawn(async move {
+            // A page closed at once takes its calls with it.
+            if let Err(e) = enable.await {
+                tracing::debug!(error = %e, "recording: a page's events not enabled");
+            }
+            if let Some(s) = screencast {
+                if let Err(e) = s.await {
+                    tracing::debug!(error = %e, "recording: a page's screencast not started");
+                }
+            }
+            let _ = run.await;
+        });
+    }
+
+    async fn page_event(&mut self, page: &str, event: Event) {
+        let p = &event.params;
+        match event.method.as_str() {
+            "Page.screencastFrame" => {
+                // Acked first, whatever is kept: the browser sends the next
+                // frame only after the last one's ack.
+                let ack = self.cdp.send(Some(page), "Page.screencastFrameAck", json!({"sessionId": p["sessionId"]}));
+                tokio::spawn(async move {
+                    let _ = ack.await;
+                });
+                let at_ms = p["metadata"]["timestamp"].as_f64().map_or(now().0, |s| (s * 1000.0) as i64);
+                let frame = Frame {
+                    at_ms,
+                    url: self.pages.get(page).cloned().unwrap_or_default(),
+                    jpeg_base64: p["data"].as_str().unwrap_or_default().to_string(),
+                };
+                let was_stopped = self.take.stopped();
+                for entry in self.take.offer(frame) {
+                    self.write(entry).await;
+                }
+                self.stop_at_the_bound(was_stopped);
+            }
+            "Page.frameNavigated" => {
+                let frame = &p["frame"];
+                // The page's own frame, not one of its iframes.
+                if frame.get("parentId").is_none_or(Value::is_null) {
+                    if let (Some(url), Some(known)) = (frame["url"].as_str(), self.pages.get_mut(page)) {
+                        *known = url.to_string();
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Once the bound is reached (it was not before the last frame): no
+    /// page sends another frame.
+    fn stop_at_the_bound(&self, was_stopped: bool) {
+        if was_stopped || !self.take.stopped() {
+            return;
+        }
+        tracing::info!(max_bytes = self.bounds.max_bytes, "session recording at its bound: stopped");
+        for page in self.pages.keys() {
+            let stop = self.cdp.send(Some(page), "Page.stopScreencast", json!({}));
+            tokio::spawn(async move {
+                let _ = stop.await;
+            });
+        }
+    }
+
+    async fn write(&mut self, entry: String) {
+        match self.part.write_all(entry.as_bytes()).await {
+            Ok(()) => self.written_bytes += entry.len() as u64,
+            Err(e) => tracing::warn!(error = %e, "recording: a frame not written"),
+        }
+    }
+
+    async fn finish(mut self) {
+        if let Err(e) = self.part.flush().await {
+            tracing::warn!(error = %e, "recording: the frame list not flushed");
+        }
+        let summary = self.take.summary();
+        let ending = Ending { session_id: self.session_id.clone(), summary, bounds: self.bounds };
+        let facts =
+            RecordingFacts { frames: summary.frames, duration_ms: summary.duration_ms(), truncated: summary.truncated };
+        let (folder, head, tail) = (self.folder, recording::page_head(), recording::page_tail(&ending));
+        let written = tokio::task::spawn_blocking(move || folder.finish_recording(&head, &tail, facts)).await;
+        match written {
+            Ok(Ok(())) => tracing::info!(
+                frames = summary.frames,
+                bytes = self.written_bytes,
+                truncated = summary.truncated,
+                "session recording written"
+            ),
+            Ok(Err(e)) => tracing::error!(error = %e, "session recording not written"),
+            Err(e) => tracing::error!(error = %e, "session recording not written"),
+        }
+    }
+}
