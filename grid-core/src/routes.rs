@@ -42,6 +42,10 @@ pub enum Route {
     ReleaseSession,
     /// The files a session's pages downloaded, with signed URLs.
     SessionDownloads,
+    /// Persistent browser contexts (docs/sessions.md, "Contexts").
+    CreateContext,
+    ListContexts,
+    DeleteContext,
     /// One-call captures (docs/one-call.md): the page's screenshot, PDF or
     /// rendered HTML as the answer's body.
     Screenshot,
@@ -100,7 +104,7 @@ pub enum Access {
 }
 
 impl Route {
-    pub const ALL: [Route; 42] = [
+    pub const ALL: [Route; 45] = [
         Route::Healthz,
         Route::ProtectedResource,
         Route::ProtectedResourceMcp,
@@ -122,6 +126,9 @@ impl Route {
         Route::ListSessions,
         Route::ReleaseSession,
         Route::SessionDownloads,
+        Route::CreateContext,
+        Route::ListContexts,
+        Route::DeleteContext,
         Route::Screenshot,
         Route::Pdf,
         Route::Content,
@@ -150,14 +157,16 @@ impl Route {
         use Route::*;
         match self {
             SubmitBatch | SubmitJob | RetryJob | CancelJob | LeaseSession | Screenshot | Pdf | Content | Mcp
-            | NodeSessionSync | NodeJobSync | NodeSessionTool => "POST",
-            ReleaseSession => "DELETE",
+            | NodeSessionSync | NodeJobSync | NodeSessionTool | CreateContext => "POST",
+            ReleaseSession | DeleteContext => "DELETE",
             CdpNewTarget => "PUT",
             McpPreflight => "OPTIONS",
             Healthz | ProtectedResource | ProtectedResourceMcp | OpenApi | Account | GridStatus | QueueDepth
             | GetBatch | ListJobs | GetJob | JobArtifacts | JobLogs | ArtifactUrl | ListSessions | SessionDownloads
-            | Download | SessionDownload | CdpSocket | CdpVersion | CdpTargets | CdpTargetList | CdpNewTargetGet
-            | CdpCloseTarget | CdpActivateTarget | CdpView | CdpBrowserSocket | CdpPageSocket => "GET",
+            | ListContexts | Download | SessionDownload | CdpSocket | CdpVersion | CdpTargets | CdpTargetList
+            | CdpNewTargetGet | CdpCloseTarget | CdpActivateTarget | CdpView | CdpBrowserSocket | CdpPageSocket => {
+                "GET"
+            }
         }
     }
 
@@ -184,6 +193,8 @@ impl Route {
             LeaseSession | ListSessions => "/sessions",
             ReleaseSession => "/sessions/{sessionId}",
             SessionDownloads => "/sessions/{sessionId}/downloads",
+            CreateContext | ListContexts => "/contexts",
+            DeleteContext => "/contexts/{contextId}",
             Screenshot => "/screenshot",
             Pdf => "/pdf",
             Content => "/content",
@@ -216,7 +227,9 @@ impl Route {
             Healthz | ProtectedResource | ProtectedResourceMcp | OpenApi | McpPreflight => Access::Open,
             Account | GridStatus | QueueDepth | SubmitBatch | GetBatch | SubmitJob | ListJobs | GetJob | RetryJob
             | CancelJob | JobArtifacts | JobLogs | ArtifactUrl | LeaseSession | ListSessions | ReleaseSession
-            | SessionDownloads | Screenshot | Pdf | Content => Access::Credential,
+            | SessionDownloads | CreateContext | ListContexts | DeleteContext | Screenshot | Pdf | Content => {
+                Access::Credential
+            }
             Mcp => Access::Mcp,
             Download | SessionDownload => Access::SignedUrl,
             CdpSocket | CdpVersion | CdpTargets | CdpTargetList | CdpNewTarget | CdpNewTargetGet | CdpCloseTarget
@@ -369,7 +382,10 @@ mod tests {
                 | Route::CdpPageSocket
                 | Route::NodeSessionSync
                 | Route::NodeSessionTool
-                | Route::NodeJobSync => {}
+                | Route::NodeJobSync
+                | Route::CreateContext
+                | Route::ListContexts
+                | Route::DeleteContext => {}
             }
         }
         let routes: std::collections::BTreeSet<Route> = Route::ALL.into_iter().collect();

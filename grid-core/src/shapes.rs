@@ -569,6 +569,21 @@ pub fn new_session() -> Value {
                 "pattern": session::LOCALE_PATTERN,
                 "description": "navigator.language, Accept-Language and Intl's default locale instead of the profile's, e.g. fr-CA."
             },
+            "context": object(
+                json!({
+                    "id": {
+                        "type": "string",
+                        "pattern": session::CONTEXT_ID_PATTERN,
+                        "description": "A context of the caller's (POST /contexts)."
+                    },
+                    "persist": {
+                        "type": "boolean",
+                        "default": false,
+                        "description": "Save the session's cookies and storage back to the context when it ends; without it the context is read-only."
+                    }
+                }),
+                &["id"]
+            ),
             "takeOver": {
                 "type": "boolean",
                 "default": false,

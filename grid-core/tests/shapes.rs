@@ -34,7 +34,7 @@ use grid_core::validate::quantity::{format_bytes, format_cpu_millis, parse_bytes
 use grid_core::validate::{batch, job, list, params, session};
 use grid_core::wire::batch::NewBatch;
 use grid_core::wire::job::{NetworkProfile, NewCapabilities, NewJob, NewResources, QuantityBounds};
-use grid_core::wire::session::{NewSession, NewViewport};
+use grid_core::wire::session::{NewSession, NewSessionContext, NewViewport};
 use proptest::prelude::*;
 use regex::Regex;
 use serde_json::{json, Map, Value};
@@ -264,6 +264,7 @@ fn full_session() -> Value {
         locale: Some("fr-CA".into()),
         timezone: Some("America/Toronto".into()),
         take_over: Some(true),
+        context: Some(NewSessionContext { id: "ctx_01ABC".into(), persist: Some(true) }),
     })
     .unwrap()
 }

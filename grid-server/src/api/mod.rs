@@ -5,6 +5,7 @@
 
 mod account;
 pub mod captures;
+pub mod contexts;
 pub mod jobs;
 pub mod meta;
 pub mod sessions;
@@ -138,6 +139,9 @@ pub enum Call {
     ReleaseSession(String),
     /// GET /sessions/{sessionId}/downloads.
     SessionDownloads(String),
+    CreateContext,
+    ListContexts,
+    DeleteContext(String),
 }
 
 impl Call {
@@ -183,5 +187,8 @@ pub async fn perform(app: &Arc<App>, caller: &Caller, call: Call) -> Result<Repl
         Call::ListSessions => sessions::list(app, caller).await,
         Call::ReleaseSession(id) => sessions::release(app, caller, &id).await,
         Call::SessionDownloads(id) => sessions::downloads(app, caller, &id).await,
+        Call::CreateContext => contexts::create(app, caller).await,
+        Call::ListContexts => contexts::list(app, caller).await,
+        Call::DeleteContext(id) => contexts::delete(app, caller, &id).await,
     }
 }

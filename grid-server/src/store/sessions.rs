@@ -318,6 +318,7 @@ mod tests {
                     network_policy: None,
                     overrides: SessionOverrides::default(),
                     take_over: false,
+                    context: None,
                 },
             ),
             (
@@ -333,6 +334,7 @@ mod tests {
                         timezone: Some("America/Toronto".into()),
                     },
                     take_over: false,
+                    context: None,
                 },
             ),
             (
@@ -343,6 +345,18 @@ mod tests {
                     network_policy: None,
                     overrides: SessionOverrides::default(),
                     take_over: true,
+                    context: None,
+                },
+            ),
+            (
+                r#"{"profile":"desktop-browser-nl/v2","ttlMinutes":30,"networkPolicy":null,"overrides":{"viewport":null,"userAgent":null,"locale":null,"timezone":null},"context":{"id":"ctx_1","persist":true}}"#,
+                SessionSubmission {
+                    profile: Profile::DesktopBrowserNl,
+                    ttl_minutes: 30,
+                    network_policy: None,
+                    overrides: SessionOverrides::default(),
+                    take_over: false,
+                    context: Some(grid_core::wire::session::SessionContext { id: "ctx_1".into(), persist: true }),
                 },
             ),
         ];
