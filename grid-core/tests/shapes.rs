@@ -934,6 +934,7 @@ fn validator_fields(shape: &str, path: &Path) -> &'static [&'static str] {
         ("NewJob", ["capabilities"]) => job::CAPABILITIES_FIELDS,
         ("NewSession", []) => session::FIELDS,
         ("NewSession", ["viewport"]) => session::VIEWPORT_FIELDS,
+        ("NewSession", ["context"]) => session::CONTEXT_FIELDS,
         ("JobListQuery", []) => list::PARAMETERS,
         ("AccountQuery", []) => list::ACCOUNT_PARAMETERS,
         (params_shape, rest) if params_shape.ends_with("Params") || params_shape.contains("Params(") => {

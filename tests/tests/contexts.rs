@@ -258,3 +258,67 @@ async fn a_context_saved_through_one_node_is_loaded_on_another() {
     let n2 = n1.join(node("n2"));
     contexts_keep_a_sign_in(&n1, &n2, &target).await;
 }
+
+/// A tool call on POST /mcp with the first-start key: its result.
+async fn mcp_tool(server: &GridServer, name: &str, arguments: Value) -> Value {
+    let rpc =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name, "arguments": arguments}});
+    let r = Resp::read(
+        server
+            .http()
+            .post(format!("{}/mcp", server.base_url()))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("x-api-key", server.api_key())
+            .body(rpc.to_string()),
+    )
+    .await
+    .unwrap_or_else(|e| server.fail(&format!("MCP request: {e}")));
+    assert_eq!(r.status, 200, "{r}");
+    r.json["result"].clone()
+}
+
+/// The same calls through the SDK, the CLI and the MCP tools; the lease's
+/// `--context` flag reaches the API (an unknown context is its 404).
+#[tokio::test]
+async fn contexts_through_the_sdk_the_cli_and_mcp() {
+    let server = GridServer::start(options());
+    let client = server.client();
+    let by_sdk = client.create_context().await.unwrap().context_id;
+    assert!(client.list_contexts().await.unwrap().iter().any(|c| c.context_id == by_sdk));
+
+    let created = server.cli(&["context", "create"]);
+    assert!(created.success(), "{created}");
+    let by_cli = created.stdout.trim().to_string();
+    assert!(by_cli.starts_with("ctx_"), "{created}");
+    let listed = server.cli(&["--json", "context", "list"]);
+    let ids: Vec<Value> = listed.json().and_then(|l| l.as_array().cloned()).unwrap_or_default();
+    let ids: Vec<&str> = ids.iter().filter_map(|c| c["contextId"].as_str()).collect();
+    assert_eq!(ids, [by_sdk.as_str(), by_cli.as_str()], "{listed}");
+    let table = server.cli(&["context", "list"]);
+    assert!(table.success() && table.stdout.contains(&by_cli), "{table}");
+    let lease = server.cli(&["session", "lease", "--context", "ctx_01NOSUCHCONTEXT", "--persist"]);
+    assert!(!lease.success() && lease.stderr.contains("unknown context"), "{lease}");
+    let deleted = server.cli(&["context", "delete", &by_cli]);
+    assert!(deleted.success(), "{deleted}");
+    let again = server.cli(&["context", "delete", &by_cli]);
+    assert!(!again.success() && again.stderr.contains("unknown context"), "{again}");
+
+    let made = mcp_tool(&server, "create_context", json!({})).await;
+    let by_mcp = made["structuredContent"]["contextId"].as_str().unwrap_or_else(|| server.fail(&format!("{made}")));
+    let listed = mcp_tool(&server, "list_contexts", json!({})).await;
+    let ids: Vec<&str> = listed["structuredContent"]["contexts"]
+        .as_array()
+        .map(|l| l.iter().filter_map(|c| c["contextId"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(ids, [by_sdk.as_str(), by_mcp], "{listed}");
+    let gone = mcp_tool(&server, "delete_context", json!({"contextId": by_mcp})).await;
+    assert_eq!(gone["structuredContent"], json!({"contextId": by_mcp, "deleted": true}), "{gone}");
+    let again = mcp_tool(&server, "delete_context", json!({"contextId": by_mcp})).await;
+    assert_eq!(again["isError"], json!(true), "{again}");
+    assert!(again["content"][0]["text"].as_str().unwrap_or("").contains("unknown context"), "{again}");
+    let lease = mcp_tool(&server, "lease_session", json!({"context": {"id": by_mcp, "persist": true}})).await;
+    assert!(lease["content"][0]["text"].as_str().unwrap_or("").contains("unknown context"), "{lease}");
+    client.delete_context(&by_sdk).await.unwrap();
+    assert!(client.list_contexts().await.unwrap().is_empty());
+}

@@ -320,13 +320,13 @@ mod tests {
         let s = validate(&json!({"context": {"id": "ctx_01ABC"}})).unwrap();
         assert_eq!(s.context, Some(SessionContext { id: "ctx_01ABC".into(), persist: false }));
         assert_eq!(validate(&json!({})).unwrap().context, None);
-        assert_eq!(detail(json!({"context": "ctx_1"})), ["context: must be an object {id, persist}, got string"]);
+        assert_eq!(detail(json!({"context": "ctx_1"})), ["context: must be an object {id, persist}, got a string"]);
         assert_eq!(
             detail(json!({"context": {"persist": 1, "x": 1}})),
             [
                 "context.x: unknown field",
                 "context.id: is required: a context id from POST /contexts",
-                "context.persist: must be a boolean, got number"
+                "context.persist: must be a boolean, got a number"
             ]
         );
         assert_eq!(

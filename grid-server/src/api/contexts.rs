@@ -1,14 +1,14 @@
 //! POST /contexts, GET /contexts, DELETE /contexts/{contextId}: persistent
 //! browser contexts (docs/sessions.md, "Contexts"). Another account's
 //! context answers 404 exactly as one that does not exist
-//! (`store::contexts`, by account in SQL).
+//! (`store::contexts`, by account in SQL). Created and deleted through the
+//! session tasks' handle (`sessions::Sessions`), which owns contexts' rows.
 
 use grid_core::error::ApiError;
 use grid_core::wire::session::ContextCreated;
 
 use super::Reply;
 use crate::app::App;
-use crate::ids::now;
 use crate::store::accounts::Caller;
 use crate::store::contexts as store;
 
@@ -22,8 +22,7 @@ fn enabled(app: &App) -> Result<(), ApiError> {
 
 pub async fn create(app: &App, caller: &Caller) -> Result<Reply, ApiError> {
     enabled(app)?;
-    let (account, at) = (caller.account_id.clone(), now());
-    let context_id = app.store.write(move |tx| store::create(tx, &account, at)).await?;
+    let context_id = app.sessions.create_context(&caller.account_id).await?;
     tracing::info!(context = %context_id, "context created");
     Ok(Reply::json(201, &ContextCreated { context_id }))
 }
@@ -37,8 +36,7 @@ pub async fn list(app: &App, caller: &Caller) -> Result<Reply, ApiError> {
 
 pub async fn delete(app: &App, caller: &Caller, id: &str) -> Result<Reply, ApiError> {
     enabled(app)?;
-    let (account, context) = (caller.account_id.clone(), id.to_string());
-    app.store.write(move |tx| store::delete(tx, &account, &context)).await?;
+    app.sessions.delete_context(&caller.account_id, id).await?;
     tracing::info!(context = %id, "context deleted");
     Ok(Reply::no_content())
 }

@@ -195,6 +195,20 @@ impl Sessions {
         self.driver.browsers().live(id)
     }
 
+    /// POST /contexts: a new empty context of `account` (docs/sessions.md,
+    /// "Contexts"); its id.
+    pub async fn create_context(&self, account: &str) -> Result<String, StoreError> {
+        let (account, at) = (account.to_string(), self.driver.now());
+        self.store.write(move |tx| contexts::create(tx, &account, at)).await
+    }
+
+    /// DELETE /contexts/{id}: the context and its state, unless it is none
+    /// of `account`'s or a live session holds it.
+    pub async fn delete_context(&self, account: &str, id: &str) -> Result<(), contexts::ContextError> {
+        let (account, id) = (account.to_string(), id.to_string());
+        self.store.write(move |tx| contexts::delete(tx, &account, &id)).await
+    }
+
     fn take_warm(&self, profile: Profile) -> Option<Warm> {
         self.warm.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&profile).and_then(Vec::pop)
     }
