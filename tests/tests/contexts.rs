@@ -161,6 +161,10 @@ async fn contexts_keep_a_sign_in(first: &GridServer, second: &GridServer, target
 
     // Leased again (on the second node): the sign-in is there.
     let (b, b_url, attested) = running(second, &key, persist.clone()).await;
+    if !std::ptr::eq(first, second) {
+        let (on_a, on_b) = (first.stored().session(&a).node, second.stored().session(&b).node);
+        assert_ne!(on_a, on_b, "both sessions ran on one node");
+    }
     assert_ne!(attested["context"]["stateSha256"], empty_digest, "the digest names the state loaded: {attested}");
     assert!(!attested.to_string().contains(&secret), "the attestation shows the state: {attested}");
     let seen = playwright(second, &b_url, &page, &["check"]).await;
