@@ -117,6 +117,11 @@ pub fn new_batch() -> Value {
                 "minimum": batch::MIN_PRIORITY,
                 "maximum": batch::MAX_PRIORITY,
                 "description": "Lower runs sooner; items without priority run first."
+            },
+            "context": {
+                "type": "string",
+                "pattern": crate::validate::session::CONTEXT_ID_PATTERN,
+                "description": "A context of yours (POST /contexts) whose cookies every item sends, by the browser's rules; read-only (docs/captures.md, Signed-in captures)."
             }
         }),
         &["urls"],

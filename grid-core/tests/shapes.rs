@@ -221,6 +221,7 @@ fn full_batch() -> Value {
         profile_id: Some(Profile::NativeHeadlessBrowser.as_str().into()),
         params,
         priority: Some(7),
+        context: Some("ctx_01ABC".into()),
     })
     .unwrap()
 }

@@ -730,6 +730,7 @@ async fn build_app(
     ));
     let compute = Arc::new(compute);
     let runner = Arc::new(capture::Runner {
+        vault: vault.clone(),
         items: items.clone(),
         store: store.clone(),
         workers: Default::default(),

@@ -326,3 +326,57 @@ async fn contexts_through_the_sdk_the_cli_and_mcp() {
     client.delete_context(&by_sdk).await.unwrap();
     assert!(client.list_contexts().await.unwrap().is_empty());
 }
+
+/// The `Cookie` header of each request `target` saw on `path`.
+fn cookies_seen(target: &Target, path: &str) -> Vec<Option<String>> {
+    target.requests(path).iter().map(|r| r.header("cookie").map(str::to_string)).collect()
+}
+
+/// Signed-in captures: a `fetch` batch naming a context sends its cookies
+/// by the browser's rules, the first URL's and each redirect's (here a
+/// host-only cookie of 127.0.0.1: sent there, not to `localhost`); a batch
+/// without it sends none; another account's context is 404.
+#[tokio::test]
+async fn a_fetch_batch_naming_a_context_sends_its_cookies_by_the_browsers_rules() {
+    let target = Target::start();
+    let server = GridServer::start(options());
+    let key = server.api_key().to_string();
+    let id = create_context(&server, &key).await;
+    let secret = canary();
+    let persist = json!({"ttlMinutes": 10, "context": {"id": id, "persist": true}});
+    let (s, url, _) = running(&server, &key, persist).await;
+    playwright(&server, &url, &target.url("/page/1"), &["signin", &secret]).await;
+    release(&server, &key, &s).await;
+    wait_context(&server, &key, &id, "a save", |c| c["sessionId"].is_null() && c["savedAt"].is_string()).await;
+
+    let port = target.addr().port();
+    let urls = [
+        format!("http://127.0.0.1:{port}/page/2"),
+        format!("http://localhost:{port}/redirect?to=http://127.0.0.1:{port}/page/3"),
+        format!("http://127.0.0.1:{port}/redirect?to=http://localhost:{port}/page/4"),
+    ];
+    let batch = server.submit_as(&key, &json!({"urls": urls, "script": "fetch", "context": id})).await;
+    let done = server.wait_batch_done(&batch, Duration::from_secs(60)).await;
+    assert_eq!(done["counts"]["completed"], json!(3), "{done}");
+    let signed = Some(format!("grid_signin={secret}"));
+    assert_eq!(cookies_seen(&target, "/page/2"), [signed.clone()]);
+    assert_eq!(cookies_seen(&target, "/page/3"), [signed.clone()], "the redirect's 127.0.0.1 hop");
+    assert_eq!(cookies_seen(&target, "/page/4"), [None], "a host-only cookie went to another host");
+    let redirects = cookies_seen(&target, "/redirect");
+    assert!(redirects.contains(&None) && redirects.contains(&signed), "{redirects:?}");
+
+    // Without the context, nothing.
+    let plain = server.submit_as(&key, &json!({"urls": [target.url("/page/5")], "script": "fetch"})).await;
+    server.wait_batch_done(&plain, Duration::from_secs(60)).await;
+    assert_eq!(cookies_seen(&target, "/page/5"), [None]);
+    // Another account's context is unknown; a malformed id is a bad body.
+    let (_, other) = server.create_account("other", 50_000_000);
+    let body = json!({"urls": [target.url("/page/6")], "script": "fetch", "context": id});
+    let r = server.post_as(Some(&other), "/batches", Some(&body)).await;
+    assert_eq!((r.status, r.json["error"].clone()), (404, json!("unknown context")), "{r}");
+    let r = server.post_as(Some(&key), "/batches", Some(&json!({"urls": [target.url("/")], "context": "x"}))).await;
+    assert_eq!(r.status, 400, "{r}");
+    assert_eq!(target.hits("/page/6"), 0);
+    // Read-only: the context is as the session left it.
+    assert!(context_of(&server, &key, &id).await["lastUsedAt"].is_string());
+}

@@ -24,6 +24,13 @@ pub async fn submit_batch(
     idempotency_key: Option<String>,
 ) -> Result<Reply, ApiError> {
     let submission = validate::batch::validate(&body)?;
+    if let Some(context) = &submission.context {
+        // Another account's context is unknown, as one that does not exist.
+        let (account, id) = (caller.account_id.clone(), context.clone());
+        if !app.store.lookup(move |c| crate::store::contexts::owned(c, &account, &id)).await? {
+            return Err(ApiError::UnknownContext);
+        }
+    }
     let key = idempotency_key.map(|k| idempotency::Key::new(k, "POST /batches", &body));
     Ok(match app.items.submit(caller, submission, key).await? {
         Outcome::Performed(_, answer) => Reply::answer(answer, false),

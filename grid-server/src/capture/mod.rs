@@ -207,6 +207,8 @@ pub struct Runner {
     pub max_workers: usize,
     /// `--allow-private-networks`.
     pub allow_private_networks: bool,
+    /// Opens a signed-in capture's context (`vault.rs`).
+    pub vault: Arc<crate::vault::Vault>,
 }
 
 /// This node's workers, busy, claimed ahead and at most, on every scrape of
@@ -389,9 +391,13 @@ async fn run_item(app: &Runner, fetcher: &Fetcher, row: Arc<ItemRow>, slot: Slot
 
 async fn run_attempt(app: &Runner, fetcher: &Fetcher, row: Arc<ItemRow>, slot: Slot) {
     let started = Instant::now();
-    let result = match row.script.row().needs {
-        Needs::Browser => browser_script(app, &row).await,
-        Needs::Http => fetcher.run(&row).await,
+    let result = match (row.script.row().needs, &row.context_id) {
+        (Needs::Browser, _) => browser_script(app, &row).await,
+        (Needs::Http, None) => fetcher.run(&row, &[]).await,
+        (Needs::Http, Some(context)) => match context_cookies(app, &row.account_id, context).await {
+            Ok(cookies) => fetcher.run(&row, &cookies).await,
+            Err(failure) => Err(failure),
+        },
     };
     let end = stored_end(app, &row.id, result).await;
     let took = started.elapsed();
@@ -401,6 +407,33 @@ async fn run_attempt(app: &Runner, fetcher: &Fetcher, row: Arc<ItemRow>, slot: S
     app.workers.observe(took);
     observe_item(&row, took);
     app.items.end(row, end);
+}
+
+/// The cookies of a signed-in capture's context, opened for its account;
+/// a context deleted since the submission fails the item.
+async fn context_cookies(app: &Runner, account: &str, context: &str) -> Result<Vec<serde_json::Value>, Failure> {
+    let (acc, id) = (account.to_string(), context.to_string());
+    let sealed = app
+        .store
+        .read(move |c| {
+            Ok(match crate::store::contexts::owned(c, &acc, &id)? {
+                true => Some(crate::store::contexts::sealed_state(c, &id)?),
+                false => None,
+            })
+        })
+        .await
+        .map_err(|e| Failure::Transient(format!("the context was not read: {e}")))?;
+    let Some(sealed) = sealed else {
+        return Err(Failure::Terminal(format!("context {context} was deleted")));
+    };
+    let Some(sealed) = sealed else { return Ok(vec![]) };
+    let plain = app
+        .vault
+        .open(account, crate::vault::Purpose::ContextState, context, &sealed)
+        .map_err(|e| Failure::Terminal(format!("context {context}: {e}")))?;
+    let state: serde_json::Value = serde_json::from_slice(&plain)
+        .map_err(|e| Failure::Terminal(format!("context {context} does not read: {e}")))?;
+    Ok(state["cookies"].as_array().cloned().unwrap_or_default())
 }
 
 /// A browser script's attempt on the pool, or the failure of a grid that

@@ -71,6 +71,14 @@ pub fn list(conn: &Conn, account: &str) -> StoreResult<Vec<ContextView>> {
     conn.query_map(&sql, [account], view)
 }
 
+/// Whether `id` is one of `account`'s contexts.
+pub fn owned(conn: &Conn, account: &str, id: &str) -> StoreResult<bool> {
+    Ok(conn
+        .query_row("SELECT 1 FROM contexts WHERE id = ?1 AND account_id = ?2", [id, account], |r| r.get::<i64>(0))
+        .optional()?
+        .is_some())
+}
+
 /// Who holds a context: the session, and whether it is live.
 struct Holder {
     account: String,

@@ -16,3 +16,6 @@ CREATE TABLE IF NOT EXISTS contexts (
     last_save_refused TEXT
 );
 CREATE INDEX IF NOT EXISTS contexts_account ON contexts (account_id, created_at);
+-- A signed-in capture's batch names the context whose cookies its items
+-- send (docs/captures.md, "Signed-in captures"); read-only.
+ALTER TABLE batches ADD COLUMN context_id TEXT;
