@@ -60,6 +60,35 @@ pub fn header_for(cookies: &[Value], url: &Url, now_secs: f64) -> Option<String>
     Some(sent.iter().map(|(n, v, _)| format!("{n}={v}")).collect::<Vec<_>>().join("; "))
 }
 
+/// The fields `Storage.setCookies` takes of a cookie as
+/// `Storage.getCookies` gave it; a session cookie gets no expiry.
+pub fn set_param(c: &Value) -> Value {
+    let mut p = serde_json::Map::new();
+    for k in [
+        "name",
+        "value",
+        "domain",
+        "path",
+        "secure",
+        "httpOnly",
+        "sameSite",
+        "priority",
+        "sourceScheme",
+        "sourcePort",
+        "partitionKey",
+    ] {
+        if let Some(v) = c.get(k) {
+            p.insert(k.into(), v.clone());
+        }
+    }
+    if c["session"] != Value::Bool(true) {
+        if let Some(v) = c.get("expires") {
+            p.insert("expires".into(), v.clone());
+        }
+    }
+    Value::Object(p)
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -93,6 +122,15 @@ mod tests {
         assert_eq!(header_for(&cookies, &url("http://xa.example/"), now), None);
         // Expired at 10 s: sent before, not after.
         assert!(header_for(&cookies, &url("http://a.example/"), 5.0).unwrap().contains("old=5"));
+    }
+
+    #[test]
+    fn a_cookie_is_set_as_read_and_a_session_cookie_gets_no_expiry() {
+        let session =
+            json!({"name": "a", "value": "b", "domain": "x", "path": "/", "expires": -1, "session": true, "size": 2});
+        assert_eq!(set_param(&session), json!({"name": "a", "value": "b", "domain": "x", "path": "/"}));
+        let kept = json!({"name": "a", "value": "b", "expires": 5.0, "session": false});
+        assert_eq!(set_param(&kept), json!({"name": "a", "value": "b", "expires": 5.0}));
     }
 
     #[test]

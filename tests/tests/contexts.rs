@@ -334,8 +334,9 @@ fn cookies_seen(target: &Target, path: &str) -> Vec<Option<String>> {
 
 /// Signed-in captures: a `fetch` batch naming a context sends its cookies
 /// by the browser's rules, the first URL's and each redirect's (here a
-/// host-only cookie of 127.0.0.1: sent there, not to `localhost`); a batch
-/// without it sends none; another account's context is 404.
+/// host-only cookie of 127.0.0.1: sent there, not to `localhost`); a
+/// browser item's page sends them too; a batch without it sends none;
+/// another account's context is 404.
 #[tokio::test]
 async fn a_fetch_batch_naming_a_context_sends_its_cookies_by_the_browsers_rules() {
     let target = Target::start();
@@ -364,6 +365,14 @@ async fn a_fetch_batch_naming_a_context_sends_its_cookies_by_the_browsers_rules(
     assert_eq!(cookies_seen(&target, "/page/4"), [None], "a host-only cookie went to another host");
     let redirects = cookies_seen(&target, "/redirect");
     assert!(redirects.contains(&None) && redirects.contains(&signed), "{redirects:?}");
+
+    // A browser item starts its own browser context with them.
+    let rendered = server
+        .submit_as(&key, &json!({"urls": [target.url("/page/7")], "script": "render-fetch", "context": id}))
+        .await;
+    let done = server.wait_batch_done(&rendered, Duration::from_secs(90)).await;
+    assert_eq!(done["counts"]["completed"], json!(1), "{done}");
+    assert_eq!(cookies_seen(&target, "/page/7"), [signed.clone()], "the browser item's request");
 
     // Without the context, nothing.
     let plain = server.submit_as(&key, &json!({"urls": [target.url("/page/5")], "script": "fetch"})).await;

@@ -391,13 +391,14 @@ async fn run_item(app: &Runner, fetcher: &Fetcher, row: Arc<ItemRow>, slot: Slot
 
 async fn run_attempt(app: &Runner, fetcher: &Fetcher, row: Arc<ItemRow>, slot: Slot) {
     let started = Instant::now();
-    let result = match (row.script.row().needs, &row.context_id) {
-        (Needs::Browser, _) => browser_script(app, &row).await,
-        (Needs::Http, None) => fetcher.run(&row, &[]).await,
-        (Needs::Http, Some(context)) => match context_cookies(app, &row.account_id, context).await {
-            Ok(cookies) => fetcher.run(&row, &cookies).await,
-            Err(failure) => Err(failure),
-        },
+    let cookies = match &row.context_id {
+        None => Ok(vec![]),
+        Some(context) => context_cookies(app, &row.account_id, context).await,
+    };
+    let result = match (row.script.row().needs, cookies) {
+        (_, Err(failure)) => Err(failure),
+        (Needs::Browser, Ok(cookies)) => browser_script(app, &row, &cookies).await,
+        (Needs::Http, Ok(cookies)) => fetcher.run(&row, &cookies).await,
     };
     let end = stored_end(app, &row.id, result).await;
     let took = started.elapsed();
@@ -438,12 +439,16 @@ async fn context_cookies(app: &Runner, account: &str, context: &str) -> Result<V
 
 /// A browser script's attempt on the pool, or the failure of a grid that
 /// runs no browsers.
-async fn browser_script(app: &Runner, row: &ItemRow) -> Result<Vec<FileContent>, Failure> {
+async fn browser_script(
+    app: &Runner,
+    row: &ItemRow,
+    cookies: &[serde_json::Value],
+) -> Result<Vec<FileContent>, Failure> {
     match &app.browsers {
         // Boxed: a browser script's state machine is about 14 KiB, and
         // inline it would make every fetch item's task that large too,
         // copied as the task is spawned and as it finishes.
-        Some(pool) => Box::pin(scripts::run(pool, row)).await,
+        Some(pool) => Box::pin(scripts::run(pool, row, cookies)).await,
         None => Err(Failure::Terminal(format!(
             "script {} needs the browser pool, which this grid does not run (--browsers 0 or no Chromium)",
             row.script.as_str()
@@ -490,7 +495,7 @@ pub async fn run_attended(
 ) -> Result<Attended, ItemError> {
     let slot = app.workers.take(true);
     let started = Instant::now();
-    let result = browser_script(app, &claim).await;
+    let result = browser_script(app, &claim, &[]).await;
     // What the answer needs of the files, before they are written.
     let kept = result.as_ref().ok().map(|files| {
         let target_status = files

@@ -130,40 +130,11 @@ pub async fn follow(cdp: &Connection) -> Result<Origins, CdpError> {
     Ok(origins)
 }
 
-/// The cookie fields `Storage.setCookies` takes from what
-/// `Storage.getCookies` gave; a session cookie gets no expiry.
-fn cookie_param(c: &Value) -> Value {
-    let mut p = serde_json::Map::new();
-    for k in [
-        "name",
-        "value",
-        "domain",
-        "path",
-        "secure",
-        "httpOnly",
-        "sameSite",
-        "priority",
-        "sourceScheme",
-        "sourcePort",
-        "partitionKey",
-    ] {
-        if let Some(v) = c.get(k) {
-            p.insert(k.into(), v.clone());
-        }
-    }
-    if c["session"] != json!(true) {
-        if let Some(v) = c.get("expires") {
-            p.insert("expires".into(), v.clone());
-        }
-    }
-    Value::Object(p)
-}
-
 /// The browser set up with `state`: its cookies, then each origin's
 /// storage.
 pub async fn restore(cdp: &Connection, state: &State) -> Result<(), CdpError> {
     if !state.cookies.is_empty() {
-        let cookies: Vec<Value> = state.cookies.iter().map(cookie_param).collect();
+        let cookies: Vec<Value> = state.cookies.iter().map(grid_core::cookies::set_param).collect();
         cdp.send(None, "Storage.setCookies", json!({"cookies": cookies})).await?;
     }
     if state.origins.is_empty() {
@@ -294,7 +265,7 @@ mod tests {
     }
 
     #[test]
-    fn a_state_reads_back_and_a_session_cookie_gets_no_expiry() {
+    fn a_state_reads_back() {
         let s = State {
             cookies: vec![
                 json!({"name": "a", "value": "b", "domain": "x", "path": "/", "expires": -1, "session": true, "size": 2}),
@@ -302,9 +273,6 @@ mod tests {
             origins: vec![OriginStorage { origin: "http://x".into(), local_storage: vec![("k".into(), "v".into())] }],
         };
         assert_eq!(State::from_bytes(&s.to_bytes()).unwrap(), s);
-        assert_eq!(cookie_param(&s.cookies[0]), json!({"name": "a", "value": "b", "domain": "x", "path": "/"}));
-        let kept = json!({"name": "a", "value": "b", "expires": 5.0, "session": false});
-        assert_eq!(cookie_param(&kept), json!({"name": "a", "value": "b", "expires": 5.0}));
         assert!(State::from_bytes(b"nope").is_err());
     }
 }
