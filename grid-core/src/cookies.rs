@@ -56,7 +56,7 @@ pub fn header_for(cookies: &[Value], url: &Url, now_secs: f64) -> Option<String>
         return None;
     }
     // Longer paths first; the sort is stable, so otherwise as stored.
-    sent.sort_by(|a, b| b.2.cmp(&a.2));
+    sent.sort_by_key(|c| std::cmp::Reverse(c.2));
     Some(sent.iter().map(|(n, v, _)| format!("{n}={v}")).collect::<Vec<_>>().join("; "))
 }
 
