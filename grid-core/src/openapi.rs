@@ -687,6 +687,7 @@ fn describe(route: Route) -> Operation {
                     ApiError::InvalidBatchBody { detail: detail() },
                     ApiError::InvalidIdempotencyKey { detail: detail() },
                     ApiError::IdempotencyKeyReused,
+                    ApiError::UnknownContext,
                 ],
                 billing_errors().to_vec(),
             ]
