@@ -16,6 +16,13 @@
 //! (`downloads.rs`), followed and bounded by the grid's own DevTools session
 //! on the browser (`keeper.rs`), which also applies a lease's viewport to
 //! every page.
+//!
+//! A lease naming a persistent context (`context.rs`) holds it from its
+//! lease's transaction on; its browser is started for it (never a warm
+//! one) and gets the context's state before it is marked running; when an
+//! end stops a `persist` session, the task reads the state back, seals it
+//! and stores it before the browser goes, and however the task ends it
+//! lets the context go (`finish_context`).
 
 pub mod context;
 pub mod downloads;
