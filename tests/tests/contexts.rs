@@ -188,12 +188,16 @@ async fn contexts_keep_a_sign_in(first: &GridServer, second: &GridServer, target
 
     // persist: false reads the state and writes nothing back.
     let read_only = json!({"ttlMinutes": 10, "context": {"id": id, "persist": false}});
-    let (d, d_url, attested) = running(first, &key, read_only.clone()).await;
+    let (d, d_url, attested) = running(first, &key, read_only).await;
     assert_eq!(attested["context"]["persist"], json!(false), "{attested}");
     let changed = playwright(first, &d_url, &page, &["signin", "someone-else"]).await;
     assert_eq!(changed["user"], json!("someone-else"), "{changed}");
     release(first, &key, &d).await;
-    let (e, e_url, _) = running(second, &key, read_only).await;
+    // (With a viewport too: the grid's own DevTools session then holds
+    // every new page until it is set up, the state's page included.)
+    let with_viewport = json!({"ttlMinutes": 10, "viewport": {"width": 800, "height": 600},
+                               "context": {"id": id, "persist": false}});
+    let (e, e_url, _) = running(second, &key, with_viewport).await;
     let seen = playwright(second, &e_url, &page, &["check"]).await;
     assert_eq!(seen["user"], json!(secret), "persist: false wrote back: {seen}");
     release(second, &key, &e).await;
