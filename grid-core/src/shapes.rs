@@ -142,7 +142,12 @@ pub fn one_call_body(call: OneCall) -> Value {
             "pattern": "^[hH][tT][tT][pP][sS]?:[/\\\\]*[^/\\\\?#]",
             "description": "The page: an absolute http or https URL."
         },
-        "profileId": profile_id(&Profile::ALL)
+        "profileId": profile_id(&Profile::ALL),
+        "context": {
+            "type": "string",
+            "pattern": crate::validate::session::CONTEXT_ID_PATTERN,
+            "description": "A context of yours (POST /contexts) whose cookies the page starts with; read-only (docs/captures.md, Signed-in captures)."
+        }
     });
     for (name, schema) in params["properties"].as_object().into_iter().flatten() {
         properties[name] = schema.clone();

@@ -339,7 +339,8 @@ fn cookies_seen(target: &Target, path: &str) -> Vec<Option<String>> {
 /// Signed-in captures: a `fetch` batch naming a context sends its cookies
 /// by the browser's rules, the first URL's and each redirect's (here a
 /// host-only cookie of 127.0.0.1: sent there, not to `localhost`); a
-/// browser item's page sends them too; a batch without it sends none;
+/// browser item's page and a one-call capture's send them too; a batch
+/// without it sends none;
 /// another account's context is 404.
 #[tokio::test]
 async fn a_fetch_batch_naming_a_context_sends_its_cookies_by_the_browsers_rules() {
@@ -378,6 +379,11 @@ async fn a_fetch_batch_naming_a_context_sends_its_cookies_by_the_browsers_rules(
     assert_eq!(done["counts"]["completed"], json!(1), "{done}");
     assert_eq!(cookies_seen(&target, "/page/7"), std::slice::from_ref(&signed), "the browser item's request");
 
+    // A one-call capture too.
+    let r = server.post_as(Some(&key), "/content", Some(&json!({"url": target.url("/page/8"), "context": id}))).await;
+    assert_eq!(r.status, 200, "{r}");
+    assert_eq!(cookies_seen(&target, "/page/8"), std::slice::from_ref(&signed), "the one-call capture's request");
+
     // Without the context, nothing.
     let plain = server.submit_as(&key, &json!({"urls": [target.url("/page/5")], "script": "fetch"})).await;
     server.wait_batch_done(&plain, Duration::from_secs(60)).await;
@@ -386,6 +392,8 @@ async fn a_fetch_batch_naming_a_context_sends_its_cookies_by_the_browsers_rules(
     let (_, other) = server.create_account("other", 50_000_000);
     let body = json!({"urls": [target.url("/page/6")], "script": "fetch", "context": id});
     let r = server.post_as(Some(&other), "/batches", Some(&body)).await;
+    assert_eq!((r.status, r.json["error"].clone()), (404, json!("unknown context")), "{r}");
+    let r = server.post_as(Some(&other), "/content", Some(&json!({"url": target.url("/page/6"), "context": id}))).await;
     assert_eq!((r.status, r.json["error"].clone()), (404, json!("unknown context")), "{r}");
     let r = server.post_as(Some(&key), "/batches", Some(&json!({"urls": [target.url("/")], "context": "x"}))).await;
     assert_eq!(r.status, 400, "{r}");

@@ -44,7 +44,18 @@ pub fn validate(body: &Value) -> Result<BatchSubmission, ApiError> {
         }
     };
     let priority = int_in_range(&mut p, obj, "priority", MIN_PRIORITY, MAX_PRIORITY);
-    let context = match obj.get("context") {
+    let context = context(&mut p, obj);
+    match (urls, script, profile, params) {
+        (Some(urls), Some(script), Some(profile), Some(params)) if p.is_empty() => {
+            Ok(BatchSubmission { urls, script, profile, params, priority: priority.map(|n| n as u32), context })
+        }
+        _ => Err(ApiError::InvalidBatchBody { detail: p.into_vec() }),
+    }
+}
+
+/// `context`: a signed-in capture's context id (docs/captures.md).
+pub fn context(p: &mut Problems, obj: &Map<String, Value>) -> Option<String> {
+    match obj.get("context") {
         None => None,
         Some(Value::String(id)) if super::session::is_context_id(id) => Some(id.clone()),
         Some(Value::String(_)) => {
@@ -55,12 +66,6 @@ pub fn validate(body: &Value) -> Result<BatchSubmission, ApiError> {
             p.push("context", format!("must be a string, got {}", json_type(v)));
             None
         }
-    };
-    match (urls, script, profile, params) {
-        (Some(urls), Some(script), Some(profile), Some(params)) if p.is_empty() => {
-            Ok(BatchSubmission { urls, script, profile, params, priority: priority.map(|n| n as u32), context })
-        }
-        _ => Err(ApiError::InvalidBatchBody { detail: p.into_vec() }),
     }
 }
 

@@ -495,7 +495,13 @@ pub async fn run_attended(
 ) -> Result<Attended, ItemError> {
     let slot = app.workers.take(true);
     let started = Instant::now();
-    let result = browser_script(app, &claim, &[]).await;
+    let result = match &claim.context_id {
+        None => browser_script(app, &claim, &[]).await,
+        Some(context) => match context_cookies(app, &claim.account_id, context).await {
+            Ok(cookies) => browser_script(app, &claim, &cookies).await,
+            Err(failure) => Err(failure),
+        },
+    };
     // What the answer needs of the files, before they are written.
     let kept = result.as_ref().ok().map(|files| {
         let target_status = files
