@@ -622,6 +622,7 @@ fn one_call(call: OneCall, id: &'static str, summary: &'static str) -> Operation
                 ApiError::CaptureRefused { reason: String::new(), job_id: String::new() },
                 ApiError::CaptureFailed { reason: String::new(), job_id: String::new() },
                 ApiError::CapabilityNotAvailable { capability: String::new() },
+                ApiError::UnknownContext,
             ],
             billing_errors().to_vec(),
         ]
