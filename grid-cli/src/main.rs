@@ -9,6 +9,7 @@ mod artifact;
 mod batch;
 mod capture;
 mod config;
+mod context;
 mod input;
 mod item;
 mod job;
@@ -87,6 +88,10 @@ enum Command {
     /// Leased browser sessions: lease, list, release.
     #[command(subcommand)]
     Session(session::SessionCommand),
+    /// Persistent browser contexts (cookies and local storage kept across sessions): create, list,
+    /// delete.
+    #[command(subcommand)]
+    Context(context::ContextCommand),
     /// A page's screenshot in one call (POST /screenshot): `grid shot URL -o page.png --param fullPage=true`.
     Shot(capture::CaptureArgs),
     /// A page printed as a PDF in one call (POST /pdf): `grid pdf URL -o page.pdf --param format=A4`.
@@ -200,6 +205,7 @@ async fn run(cli: Cli, settings: Settings) -> anyhow::Result<ExitCode> {
         Command::Artifact(command) => artifact::run(&cx, command).await,
         Command::Job(command) => job::run(&cx, command).await,
         Command::Session(command) => session::run(&cx, command).await,
+        Command::Context(command) => context::run(&cx, command).await,
         Command::Shot(args) => capture::run(&cx, OneCall::Screenshot, args).await,
         Command::Pdf(args) => capture::run(&cx, OneCall::Pdf, args).await,
         Command::Content(args) => capture::run(&cx, OneCall::Content, args).await,

@@ -12,7 +12,8 @@ use grid_client::RawReply;
 use grid_core::session::SessionStatus;
 use grid_core::validate::session::{MAX_TTL_MINUTES, MIN_TTL_MINUTES};
 use grid_core::wire::session::{
-    NewSession, NewViewport, SessionDownload, SessionDownloads, SessionLease, SessionRecording, SessionView,
+    NewSession, NewSessionContext, NewViewport, SessionDownload, SessionDownloads, SessionLease, SessionRecording,
+    SessionView,
 };
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
@@ -121,6 +122,14 @@ pub struct LeaseArgs {
     /// Record the session's pages into a replay page (`grid session recording ID` once it ended).
     #[arg(long)]
     record: bool,
+    /// Start the browser with a persistent context's cookies and local storage (`grid context
+    /// create` makes one); read-only unless --persist.
+    #[arg(long, value_name = "CONTEXT_ID")]
+    context: Option<String>,
+    /// With --context: save the session's cookies and local storage back to the context when
+    /// it ends.
+    #[arg(long, requires = "context")]
+    persist: bool,
     /// Sent as the Idempotency-Key header: leasing again with the same key and flags (within 24 h) answers the first lease, cdpUrl included, and takes no second slot. Default: a fresh random key, also used when the lease is resent after a connection error.
     #[arg(long, value_name = "KEY")]
     idempotency_key: Option<String>,
@@ -160,6 +169,7 @@ fn new_session(args: &LeaseArgs) -> NewSession {
         timezone: args.timezone.clone(),
         take_over: args.take_over.then_some(true),
         recording: args.record.then_some(true),
+        context: args.context.clone().map(|id| NewSessionContext { id, persist: Some(args.persist) }),
     }
 }
 

@@ -637,6 +637,23 @@ impl GridClient {
         self.send_raw(&sessions::release_session(session_id)).await.map(|_| ())
     }
 
+    /// POST /contexts: a new persistent browser context; lease with
+    /// `NewSession { context: Some(NewSessionContext { id, persist }) }`.
+    pub async fn create_context(&self) -> Result<grid_core::wire::session::ContextCreated, ClientError> {
+        self.send(&sessions::create_context()).await
+    }
+
+    /// GET /contexts: the caller's contexts, oldest first.
+    pub async fn list_contexts(&self) -> Result<Vec<grid_core::wire::session::ContextView>, ClientError> {
+        self.send(&sessions::contexts()).await
+    }
+
+    /// DELETE /contexts/{contextId}: the context and its saved state (204);
+    /// 409 while a live session holds it.
+    pub async fn delete_context(&self, context_id: &str) -> Result<(), ClientError> {
+        self.send_raw(&sessions::delete_context(context_id)).await.map(|_| ())
+    }
+
     /// GET /sessions/{sessionId}/downloads: the files the session's pages
     /// downloaded, each with a signed URL (15 minutes) for
     /// [`GridClient::download`]; listed while the session runs and for the

@@ -19,7 +19,9 @@
 //! ```
 
 use bytes::Bytes;
-use grid_core::wire::session::{NewSession, SessionDownloads, SessionLease, SessionRecording, SessionView};
+use grid_core::wire::session::{
+    ContextCreated, ContextView, NewSession, SessionDownloads, SessionLease, SessionRecording, SessionView,
+};
 use reqwest::Method;
 
 use crate::endpoint::Endpoint;
@@ -60,6 +62,26 @@ pub fn session_recording(session_id: &str) -> Endpoint<SessionRecording> {
 pub const RECORDING_NOT_READY: &str = "recording not ready";
 /// `error` of the 404 answered for a session leased without recording.
 pub const RECORDING_NOT_PRESENT: &str = "recording not present";
+/// `error` of the 404 answered for a context that does not exist, was
+/// deleted, or is another account's.
+pub const UNKNOWN_CONTEXT: &str = "unknown context";
+
+/// POST /contexts: a new persistent browser context (docs/sessions.md,
+/// "Contexts"); a lease names it in `NewSession::context`.
+pub fn create_context() -> Endpoint<ContextCreated> {
+    Endpoint::new(Method::POST, &["contexts"], true).with_json(&serde_json::json!({}))
+}
+
+/// GET /contexts: the caller's contexts, oldest first.
+pub fn contexts() -> Endpoint<Vec<ContextView>> {
+    Endpoint::new(Method::GET, &["contexts"], true)
+}
+
+/// DELETE /contexts/{contextId}: 204 without a body (see
+/// [`crate::GridClient::delete_context`]).
+pub fn delete_context(context_id: &str) -> Endpoint<Bytes> {
+    Endpoint::new(Method::DELETE, &["contexts", context_id], true)
+}
 
 #[cfg(test)]
 mod tests {
@@ -84,6 +106,7 @@ mod tests {
             timezone: Some("America/Toronto".into()),
             take_over: None,
             recording: Some(true),
+            context: None,
         });
         assert_eq!(
             std::str::from_utf8(full.body().unwrap()).unwrap(),
@@ -97,5 +120,14 @@ mod tests {
         assert_eq!(release_session("gs_1").to_string(), "DELETE /sessions/gs_1");
         assert_eq!(release_session("a/b").url(&base).unwrap().as_str(), "http://127.0.0.1:8080/sessions/a%2Fb");
         assert!(lease.sends_credential() && sessions().sends_credential() && release_session("s").sends_credential());
+        let with_context = lease_session(&NewSession {
+            context: Some(grid_core::wire::session::NewSessionContext { id: "ctx_1".into(), persist: Some(true) }),
+            ..NewSession::default()
+        });
+        assert_eq!(with_context.body().unwrap(), br#"{"context":{"id":"ctx_1","persist":true}}"#);
+        assert_eq!(create_context().to_string(), "POST /contexts");
+        assert_eq!(contexts().to_string(), "GET /contexts");
+        assert_eq!(delete_context("ctx_1").to_string(), "DELETE /contexts/ctx_1");
+        assert!(create_context().sends_credential() && contexts().sends_credential());
     }
 }

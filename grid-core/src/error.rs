@@ -74,6 +74,9 @@ pub enum ApiError {
     UnknownItemOrJob,
     UnknownBatch,
     UnknownSession,
+    /// A context id that is not the caller's (none such, deleted, or
+    /// another account's): docs/sessions.md, "Contexts".
+    UnknownContext,
     ArtifactNotPresent,
     LogsNotAvailable,
     /// A path no route serves (or serves only after a later release).
@@ -101,6 +104,11 @@ pub enum ApiError {
     /// still live, or has just ended (docs/sessions.md, Recordings).
     RecordingNotReady {
         detail: String,
+    },
+    /// A lease or a delete of a context that a live session holds (one live
+    /// session per context): names the session.
+    ContextInUse {
+        session_id: String,
     },
 
     CapabilityNotAvailable {
@@ -219,6 +227,7 @@ impl ApiError {
             UnknownItemOrJob => row(404, "unknown job"),
             UnknownBatch => row(404, "unknown batch"),
             UnknownSession => row(404, "unknown session"),
+            UnknownContext => row(404, "unknown context"),
             ArtifactNotPresent => row(404, "artifact not present").with("reason", NO_ARTIFACT_FAMILY),
             LogsNotAvailable => row(404, "LOGS_NOT_AVAILABLE"),
             RouteNotFound => row(404, "not found"),
@@ -236,6 +245,7 @@ impl ApiError {
                 row(409, format!("session limit reached: all {max_sessions} session slots are taken"))
             }
             RecordingNotReady { detail } => row(409, "recording not ready").with("detail", detail.clone()),
+            ContextInUse { session_id } => row(409, "context in use").with("sessionId", session_id.clone()),
             CapabilityNotAvailable { capability } => {
                 row(422, "CAPABILITY_NOT_AVAILABLE").with("capability", capability.clone())
             }
@@ -336,6 +346,8 @@ pub(crate) fn every_variant() -> Vec<ApiError> {
         BodyTooSlow { limit_secs: 60 },
         ComputeUnavailable { retry_after_secs: COMPUTE_RETRY_AFTER_SECS },
         SessionsDisabled,
+        UnknownContext,
+        ContextInUse { session_id: "ses_x".into() },
         InvalidCaptureBody { detail: d() },
         CaptureRefused { reason: "destination refused".into(), job_id: "job_x".into() },
         CaptureFailed { reason: "timeout".into(), job_id: "job_x".into() },
@@ -440,6 +452,8 @@ mod tests {
                 "rate_limited",
                 "body too large",
                 "body too slow",
+                "unknown context",
+                "context in use",
                 "invalid capture body",
                 "capture refused",
                 "capture failed",

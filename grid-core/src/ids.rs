@@ -6,6 +6,8 @@ pub const ITEM: &str = "it_";
 pub const COMPUTE_JOB: &str = "cj_";
 pub const COMPUTE_ARTIFACT: &str = "ca_";
 pub const SESSION: &str = "ses_";
+/// A persistent browser context (docs/sessions.md, "Contexts").
+pub const CONTEXT: &str = "ctx_";
 pub const ACCOUNT: &str = "acc_";
 pub const KEY: &str = "key_";
 

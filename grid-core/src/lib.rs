@@ -6,6 +6,7 @@
 
 pub mod browser_tools;
 pub mod catalog;
+pub mod cookies;
 pub mod effects;
 pub mod error;
 pub mod idempotency;

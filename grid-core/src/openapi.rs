@@ -622,6 +622,7 @@ fn one_call(call: OneCall, id: &'static str, summary: &'static str) -> Operation
                 ApiError::CaptureRefused { reason: String::new(), job_id: String::new() },
                 ApiError::CaptureFailed { reason: String::new(), job_id: String::new() },
                 ApiError::CapabilityNotAvailable { capability: String::new() },
+                ApiError::UnknownContext,
             ],
             billing_errors().to_vec(),
         ]
@@ -687,6 +688,7 @@ fn describe(route: Route) -> Operation {
                     ApiError::InvalidBatchBody { detail: detail() },
                     ApiError::InvalidIdempotencyKey { detail: detail() },
                     ApiError::IdempotencyKeyReused,
+                    ApiError::UnknownContext,
                 ],
                 billing_errors().to_vec(),
             ]
@@ -827,6 +829,8 @@ fn describe(route: Route) -> Operation {
                     ApiError::InvalidIdempotencyKey { detail: detail() },
                     ApiError::IdempotencyKeyReused,
                     ApiError::SessionLimitReached { max_sessions: 0 },
+                    ApiError::UnknownContext,
+                    ApiError::ContextInUse { session_id: String::new() },
                     ApiError::SessionsDisabled,
                 ],
                 billing_errors().to_vec(),
@@ -861,6 +865,27 @@ fn describe(route: Route) -> Operation {
                 ApiError::SessionsDisabled,
             ],
             ..op("getSessionRecording", "sessions", "A session's recording")
+        },
+        CreateContext => Operation {
+            description: Some("An empty persistent context of the caller's: a lease naming it (`context: {id, persist}`) starts its browser with the cookies and local storage the context holds, and a `persist: true` session saves them back when it ends (docs/sessions.md, Contexts).".into()),
+            answers: vec![Answer::json(201, "The new context.", replies::context_created())
+                .link("DeleteContext", "deleteContext", "contextId", "/contextId", &[])],
+            errors: vec![ApiError::SessionsDisabled],
+            ..op("createContext", "sessions", "Create a persistent browser context")
+        },
+        ListContexts => Operation {
+            answers: vec![Answer::json(200, "The caller's contexts, oldest first.", replies::context_list())],
+            errors: vec![ApiError::SessionsDisabled],
+            ..op("listContexts", "sessions", "The caller's persistent contexts")
+        },
+        DeleteContext => Operation {
+            answers: vec![Answer::empty(204, "Deleted with its saved state.")],
+            errors: vec![
+                ApiError::UnknownContext,
+                ApiError::ContextInUse { session_id: String::new() },
+                ApiError::SessionsDisabled,
+            ],
+            ..op("deleteContext", "sessions", "Delete a persistent context and its state")
         },
         Screenshot => one_call(OneCall::Screenshot, "takeScreenshot", "A page's screenshot, in one call"),
         Pdf => one_call(OneCall::Pdf, "printPdf", "A page printed as a PDF, in one call"),

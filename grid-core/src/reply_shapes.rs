@@ -63,6 +63,10 @@ pub fn named() -> Vec<(&'static str, Value)> {
         ("SessionDownload", session_download()),
         ("SessionRecording", session_recording()),
         ("RefusedDownload", refused_download()),
+        ("AttestedContext", attested_context()),
+        ("ContextCreated", context_created()),
+        ("Context", context_view()),
+        ("ContextList", context_list()),
     ]
 }
 
@@ -368,9 +372,38 @@ fn attestation() -> Value {
         "timeZone": string(),
         "window": browser_window(),
         "overrides": nullable(session_overrides()),
+        "context": nullable(attested_context()),
         "launchManifestHash": string(),
         "attestedAt": time()
     }))
+}
+
+/// The context a session's browser started from (`wire::session::AttestedContext`).
+fn attested_context() -> Value {
+    object(json!({"contextId": string(), "stateSha256": string(), "persist": {"type": "boolean"}}))
+}
+
+/// POST /contexts (`wire::session::ContextCreated`).
+pub fn context_created() -> Value {
+    object(json!({"contextId": string()}))
+}
+
+/// An entry of GET /contexts (`wire::session::ContextView`).
+pub fn context_view() -> Value {
+    object(json!({
+        "contextId": string(),
+        "sizeBytes": count(),
+        "createdAt": time(),
+        "lastUsedAt": nullable(time()),
+        "savedAt": nullable(time()),
+        "sessionId": nullable(string()),
+        "lastSaveRefused": nullable(string())
+    }))
+}
+
+/// GET /contexts: the caller's contexts, oldest first.
+pub fn context_list() -> Value {
+    array(context_view())
 }
 
 /// A page's size as the browser was set up: the profile's window, or a

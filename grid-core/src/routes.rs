@@ -44,6 +44,10 @@ pub enum Route {
     SessionDownloads,
     /// A signed URL to the session's recording (docs/sessions.md, Recordings).
     SessionRecording,
+    /// Persistent browser contexts (docs/sessions.md, "Contexts").
+    CreateContext,
+    ListContexts,
+    DeleteContext,
     /// One-call captures (docs/one-call.md): the page's screenshot, PDF or
     /// rendered HTML as the answer's body.
     Screenshot,
@@ -104,7 +108,7 @@ pub enum Access {
 }
 
 impl Route {
-    pub const ALL: [Route; 44] = [
+    pub const ALL: [Route; 47] = [
         Route::Healthz,
         Route::ProtectedResource,
         Route::ProtectedResourceMcp,
@@ -127,6 +131,9 @@ impl Route {
         Route::ReleaseSession,
         Route::SessionDownloads,
         Route::SessionRecording,
+        Route::CreateContext,
+        Route::ListContexts,
+        Route::DeleteContext,
         Route::Screenshot,
         Route::Pdf,
         Route::Content,
@@ -156,15 +163,15 @@ impl Route {
         use Route::*;
         match self {
             SubmitBatch | SubmitJob | RetryJob | CancelJob | LeaseSession | Screenshot | Pdf | Content | Mcp
-            | NodeSessionSync | NodeJobSync | NodeSessionTool => "POST",
-            ReleaseSession => "DELETE",
+            | NodeSessionSync | NodeJobSync | NodeSessionTool | CreateContext => "POST",
+            ReleaseSession | DeleteContext => "DELETE",
             CdpNewTarget => "PUT",
             McpPreflight => "OPTIONS",
             Healthz | ProtectedResource | ProtectedResourceMcp | OpenApi | Account | GridStatus | QueueDepth
             | GetBatch | ListJobs | GetJob | JobArtifacts | JobLogs | ArtifactUrl | ListSessions | SessionDownloads
-            | SessionRecording | Download | SessionDownload | RecordingFile | CdpSocket | CdpVersion | CdpTargets
-            | CdpTargetList | CdpNewTargetGet | CdpCloseTarget | CdpActivateTarget | CdpView | CdpBrowserSocket
-            | CdpPageSocket => "GET",
+            | SessionRecording | ListContexts | Download | SessionDownload | RecordingFile | CdpSocket | CdpVersion
+            | CdpTargets | CdpTargetList | CdpNewTargetGet | CdpCloseTarget | CdpActivateTarget | CdpView
+            | CdpBrowserSocket | CdpPageSocket => "GET",
         }
     }
 
@@ -192,6 +199,8 @@ impl Route {
             ReleaseSession => "/sessions/{sessionId}",
             SessionDownloads => "/sessions/{sessionId}/downloads",
             SessionRecording => "/sessions/{sessionId}/recording",
+            CreateContext | ListContexts => "/contexts",
+            DeleteContext => "/contexts/{contextId}",
             Screenshot => "/screenshot",
             Pdf => "/pdf",
             Content => "/content",
@@ -225,7 +234,8 @@ impl Route {
             Healthz | ProtectedResource | ProtectedResourceMcp | OpenApi | McpPreflight => Access::Open,
             Account | GridStatus | QueueDepth | SubmitBatch | GetBatch | SubmitJob | ListJobs | GetJob | RetryJob
             | CancelJob | JobArtifacts | JobLogs | ArtifactUrl | LeaseSession | ListSessions | ReleaseSession
-            | SessionDownloads | SessionRecording | Screenshot | Pdf | Content => Access::Credential,
+            | SessionDownloads | SessionRecording | CreateContext | ListContexts | DeleteContext | Screenshot | Pdf
+            | Content => Access::Credential,
             Mcp => Access::Mcp,
             Download | SessionDownload | RecordingFile => Access::SignedUrl,
             CdpSocket | CdpVersion | CdpTargets | CdpTargetList | CdpNewTarget | CdpNewTargetGet | CdpCloseTarget
@@ -380,7 +390,10 @@ mod tests {
                 | Route::CdpPageSocket
                 | Route::NodeSessionSync
                 | Route::NodeSessionTool
-                | Route::NodeJobSync => {}
+                | Route::NodeJobSync
+                | Route::CreateContext
+                | Route::ListContexts
+                | Route::DeleteContext => {}
             }
         }
         let routes: std::collections::BTreeSet<Route> = Route::ALL.into_iter().collect();

@@ -117,6 +117,11 @@ pub fn new_batch() -> Value {
                 "minimum": batch::MIN_PRIORITY,
                 "maximum": batch::MAX_PRIORITY,
                 "description": "Lower runs sooner; items without priority run first."
+            },
+            "context": {
+                "type": "string",
+                "pattern": crate::validate::session::CONTEXT_ID_PATTERN,
+                "description": "A context of yours (POST /contexts) whose cookies every item sends, by the browser's rules; read-only (docs/captures.md, Signed-in captures)."
             }
         }),
         &["urls"],
@@ -137,7 +142,12 @@ pub fn one_call_body(call: OneCall) -> Value {
             "pattern": "^[hH][tT][tT][pP][sS]?:[/\\\\]*[^/\\\\?#]",
             "description": "The page: an absolute http or https URL."
         },
-        "profileId": profile_id(&Profile::ALL)
+        "profileId": profile_id(&Profile::ALL),
+        "context": {
+            "type": "string",
+            "pattern": crate::validate::session::CONTEXT_ID_PATTERN,
+            "description": "A context of yours (POST /contexts) whose cookies the page starts with; read-only (docs/captures.md, Signed-in captures)."
+        }
     });
     for (name, schema) in params["properties"].as_object().into_iter().flatten() {
         properties[name] = schema.clone();
@@ -569,6 +579,21 @@ pub fn new_session() -> Value {
                 "pattern": session::LOCALE_PATTERN,
                 "description": "navigator.language, Accept-Language and Intl's default locale instead of the profile's, e.g. fr-CA."
             },
+            "context": object(
+                json!({
+                    "id": {
+                        "type": "string",
+                        "pattern": session::CONTEXT_ID_PATTERN,
+                        "description": "A context of the caller's (POST /contexts)."
+                    },
+                    "persist": {
+                        "type": "boolean",
+                        "default": false,
+                        "description": "Save the session's cookies and storage back to the context when it ends; without it the context is read-only."
+                    }
+                }),
+                &["id"]
+            ),
             "takeOver": {
                 "type": "boolean",
                 "default": false,

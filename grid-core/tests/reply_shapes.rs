@@ -20,8 +20,8 @@ use grid_core::wire::item::{ArtifactUrl, CaptureItem, ItemRetried};
 use grid_core::wire::job::{JobPhase, Termination, TerminationReason};
 use grid_core::wire::job_record::{AttemptRecord, Executor, JobArtifact, JobArtifacts, JobList, JobRecord, LogsInfo};
 use grid_core::wire::session::{
-    Attestation, NetworkAttestation, NetworkProbe, RefusedDownload, SessionDownload, SessionDownloads, SessionLease,
-    SessionOverrides, SessionRecording, SessionView, Viewport, Window,
+    Attestation, AttestedContext, ContextCreated, ContextView, NetworkAttestation, NetworkProbe, RefusedDownload,
+    SessionDownload, SessionDownloads, SessionLease, SessionOverrides, SessionRecording, SessionView, Viewport, Window,
 };
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -132,6 +132,7 @@ fn attestation() -> Attestation {
             locale: Some("fr-CA".into()),
             timezone: Some("America/Toronto".into()),
         }),
+        context: Some(AttestedContext { context_id: "ctx_1".into(), state_sha256: "sha256:ab".into(), persist: true }),
         launch_manifest_hash: "cd".into(),
         attested_at: T,
     }
@@ -338,6 +339,20 @@ fn every_answer_fits_its_schema_field_for_field() {
         }],
     );
     check("SessionDownloads", replies::session_downloads(), session_downloads());
+    check("ContextCreated", replies::context_created(), ContextCreated { context_id: "ctx_1".into() });
+    check(
+        "ContextList",
+        replies::context_list(),
+        vec![ContextView {
+            context_id: "ctx_1".into(),
+            size_bytes: 10,
+            created_at: T,
+            last_used_at: Some(T),
+            saved_at: Some(T),
+            session_id: Some("ses_1".into()),
+            last_save_refused: Some("over the bound".into()),
+        }],
+    );
     check(
         "SessionRecording",
         replies::session_recording(),

@@ -34,7 +34,7 @@ use grid_core::validate::quantity::{format_bytes, format_cpu_millis, parse_bytes
 use grid_core::validate::{batch, job, list, params, session};
 use grid_core::wire::batch::NewBatch;
 use grid_core::wire::job::{NetworkProfile, NewCapabilities, NewJob, NewResources, QuantityBounds};
-use grid_core::wire::session::{NewSession, NewViewport};
+use grid_core::wire::session::{NewSession, NewSessionContext, NewViewport};
 use proptest::prelude::*;
 use regex::Regex;
 use serde_json::{json, Map, Value};
@@ -221,6 +221,7 @@ fn full_batch() -> Value {
         profile_id: Some(Profile::NativeHeadlessBrowser.as_str().into()),
         params,
         priority: Some(7),
+        context: Some("ctx_01ABC".into()),
     })
     .unwrap()
 }
@@ -265,6 +266,7 @@ fn full_session() -> Value {
         timezone: Some("America/Toronto".into()),
         take_over: Some(true),
         recording: Some(true),
+        context: Some(NewSessionContext { id: "ctx_01ABC".into(), persist: Some(true) }),
     })
     .unwrap()
 }
@@ -934,6 +936,7 @@ fn validator_fields(shape: &str, path: &Path) -> &'static [&'static str] {
         ("NewJob", ["capabilities"]) => job::CAPABILITIES_FIELDS,
         ("NewSession", []) => session::FIELDS,
         ("NewSession", ["viewport"]) => session::VIEWPORT_FIELDS,
+        ("NewSession", ["context"]) => session::CONTEXT_FIELDS,
         ("JobListQuery", []) => list::PARAMETERS,
         ("AccountQuery", []) => list::ACCOUNT_PARAMETERS,
         (params_shape, rest) if params_shape.ends_with("Params") || params_shape.contains("Params(") => {

@@ -23,9 +23,7 @@ mod signing;
 mod sim;
 mod store;
 mod tokens;
-// Sealed secrets for browser contexts and proxy credentials (issue 29),
-// whose users land next.
-#[allow(dead_code)]
+// Sealed secrets: browser contexts' state, proxy credentials (issue 29).
 mod vault;
 
 use std::io::Write;
@@ -244,6 +242,10 @@ struct ServeArgs {
     /// it is cancelled.
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=102_400))]
     session_download_limit_mib: u64,
+    /// The bound of one persistent context's saved state, sealed, in KiB (docs/sessions.md,
+    /// "Contexts"): a session's end whose state is larger saves nothing and keeps the state before.
+    #[arg(long, default_value_t = sessions::context::DEFAULT_MAX_BYTES / 1024, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+    context_max_kib: u64,
     /// How long a session's downloaded files stay after the session ends, in seconds.
     #[arg(long, default_value_t = 900)]
     session_download_grace_secs: u64,
@@ -676,6 +678,7 @@ fn configs(args: &ServeArgs, node: &nodes::NodeConfig, base_url: &str, accountin
             max_bytes: args.session_recording_max_bytes,
             min_interval_ms: grid_core::recording::MIN_FRAME_INTERVAL_MS,
         },
+        context_max_bytes: args.context_max_kib * 1024,
     };
     Configs { serve: config, compute: compute_config, sessions: session_config }
 }
@@ -732,9 +735,11 @@ async fn build_app(
         &node.name,
         node.lease,
         peers.clone(),
+        vault.clone(),
     ));
     let compute = Arc::new(compute);
     let runner = Arc::new(capture::Runner {
+        vault: vault.clone(),
         items: items.clone(),
         store: store.clone(),
         workers: Default::default(),

@@ -174,6 +174,7 @@ impl Sim {
             profile: Profile::DEFAULT,
             params: Default::default(),
             priority: rng.random_bool(0.3).then_some(rng.random_range(1..5)),
+            context: None,
         };
         match self.items.submit(&self.caller, sub, None).await {
             Ok(crate::store::idempotency::Outcome::Performed(created, _)) => {
@@ -356,6 +357,7 @@ impl Sim {
             overrides: Default::default(),
             take_over: false,
             recording: false,
+            context: None,
         };
         match self
             .sessions

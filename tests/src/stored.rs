@@ -262,6 +262,33 @@ impl Stored<'_> {
         }
     }
 
+    // ----- contexts -----
+
+    /// Every row of `contexts` as text, the sealed state as the bytes it
+    /// holds (decoded from hex): what a dump of the table would show.
+    pub fn contexts_dump(&self) -> Vec<u8> {
+        let state = if self.on_postgres() { "encode(state, 'hex')" } else { "hex(state)" };
+        let rows =
+            self.rows(&format!("SELECT id, account_id, holder, last_save_refused, {state} FROM contexts ORDER BY id"));
+        let mut out = vec![];
+        for row in rows {
+            for (i, v) in row.into_iter().enumerate() {
+                let v = v.unwrap_or_default();
+                if i == 4 {
+                    let digits = v.as_bytes();
+                    out.extend(
+                        digits.chunks(2).filter_map(|p| u8::from_str_radix(std::str::from_utf8(p).ok()?, 16).ok()),
+                    );
+                } else {
+                    out.extend(v.into_bytes());
+                }
+                out.push(b'\t');
+            }
+            out.push(b'\n');
+        }
+        out
+    }
+
     // ----- settings and nodes -----
 
     /// The value of a server setting (`node_credential`,

@@ -13,7 +13,7 @@ pub const MAX_URLS: usize = 1_000;
 pub const MIN_PRIORITY: i64 = 1;
 pub const MAX_PRIORITY: i64 = 1_000_000;
 /// The members a body may have.
-pub const FIELDS: &[&str] = &["urls", "script", "profileId", "params", "priority"];
+pub const FIELDS: &[&str] = &["urls", "script", "profileId", "params", "priority", "context"];
 
 pub fn validate(body: &Value) -> Result<BatchSubmission, ApiError> {
     let mut p = Problems::default();
@@ -44,11 +44,28 @@ pub fn validate(body: &Value) -> Result<BatchSubmission, ApiError> {
         }
     };
     let priority = int_in_range(&mut p, obj, "priority", MIN_PRIORITY, MAX_PRIORITY);
+    let context = context(&mut p, obj);
     match (urls, script, profile, params) {
         (Some(urls), Some(script), Some(profile), Some(params)) if p.is_empty() => {
-            Ok(BatchSubmission { urls, script, profile, params, priority: priority.map(|n| n as u32) })
+            Ok(BatchSubmission { urls, script, profile, params, priority: priority.map(|n| n as u32), context })
         }
         _ => Err(ApiError::InvalidBatchBody { detail: p.into_vec() }),
+    }
+}
+
+/// `context`: a signed-in capture's context id (docs/captures.md).
+pub fn context(p: &mut Problems, obj: &Map<String, Value>) -> Option<String> {
+    match obj.get("context") {
+        None => None,
+        Some(Value::String(id)) if super::session::is_context_id(id) => Some(id.clone()),
+        Some(Value::String(_)) => {
+            p.push("context", "must be a context id from POST /contexts (ctx_ and letters or digits)");
+            None
+        }
+        Some(v) => {
+            p.push("context", format!("must be a string, got {}", json_type(v)));
+            None
+        }
     }
 }
 

@@ -13,7 +13,7 @@ use crate::error::ApiError;
 use crate::wire::batch::BatchSubmission;
 
 /// The members every one-call body may have besides its script's parameters.
-pub const FIELDS: &[&str] = &["url", "profileId"];
+pub const FIELDS: &[&str] = &["url", "profileId", "context"];
 
 /// A one-call capture: which route, so which script and which of its files
 /// the answer carries.
@@ -78,6 +78,7 @@ pub fn validate(call: OneCall, body: &Value) -> Result<BatchSubmission, ApiError
         }
     };
     let profile = profile(&mut p, obj, "profileId", &Profile::ALL);
+    let context = super::batch::context(&mut p, obj);
     let params: Map<String, Value> =
         obj.iter().filter(|(k, _)| !FIELDS.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect();
     let mut problems = p.into_vec();
@@ -91,7 +92,7 @@ pub fn validate(call: OneCall, body: &Value) -> Result<BatchSubmission, ApiError
     }
     match (url, profile) {
         (Some(url), Some(profile)) if problems.is_empty() => {
-            Ok(BatchSubmission { urls: vec![url], script, profile, params, priority: None })
+            Ok(BatchSubmission { urls: vec![url], script, profile, params, priority: None, context })
         }
         _ => Err(ApiError::InvalidCaptureBody { detail: problems }),
     }

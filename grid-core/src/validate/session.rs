@@ -11,14 +11,29 @@ use super::{int_in_range, json_type, params, whole_number, Problems};
 use crate::catalog::{Profile, PUBLIC_WEB_ONLY_V1};
 use crate::error::ApiError;
 use crate::time_zones;
-use crate::wire::session::{SessionOverrides, SessionSubmission, Viewport};
+use crate::wire::session::{SessionContext, SessionOverrides, SessionSubmission, Viewport};
 
 pub const MIN_TTL_MINUTES: i64 = 1;
 pub const MAX_TTL_MINUTES: i64 = 240;
 pub const DEFAULT_TTL_MINUTES: u32 = 30;
 /// The members a body may have.
-pub const FIELDS: &[&str] =
-    &["profileId", "ttlMinutes", "network", "viewport", "userAgent", "locale", "timezone", "takeOver", "recording"];
+pub const FIELDS: &[&str] = &[
+    "profileId",
+    "ttlMinutes",
+    "network",
+    "viewport",
+    "userAgent",
+    "locale",
+    "timezone",
+    "takeOver",
+    "recording",
+    "context",
+];
+/// The members of `context`.
+pub const CONTEXT_FIELDS: &[&str] = &["id", "persist"];
+/// `context.id`: a context id as POST /contexts makes them (`ctx_` and a
+/// ULID); anything else names no context.
+pub const CONTEXT_ID_PATTERN: &str = "^ctx_[0-9A-Za-z]{1,64}$";
 /// The members of `viewport`.
 pub const VIEWPORT_FIELDS: &[&str] = params::VIEWPORT_FIELDS;
 /// Bounds of `viewport`: a capture's `viewport` has the same.
@@ -54,6 +69,7 @@ pub fn validate(body: &Value) -> Result<SessionSubmission, ApiError> {
     };
     let take_over = boolean(&mut p, obj, "takeOver");
     let recording = boolean(&mut p, obj, "recording");
+    let context = obj.get("context").and_then(|v| context(&mut p, v));
     match (profile, network) {
         (Some(profile), Some(network_policy)) if p.is_empty() => Ok(SessionSubmission {
             profile,
@@ -62,6 +78,7 @@ pub fn validate(body: &Value) -> Result<SessionSubmission, ApiError> {
             overrides,
             take_over,
             recording,
+            context,
         }),
         _ => Err(ApiError::InvalidSessionBody { detail: p.into_vec() }),
     }
@@ -77,6 +94,49 @@ fn boolean(p: &mut Problems, obj: &Map<String, Value>, field: &str) -> bool {
             false
         }
     }
+}
+
+/// Whether `id` has the form of a context id (`CONTEXT_ID_PATTERN`).
+pub fn is_context_id(id: &str) -> bool {
+    id.strip_prefix(crate::ids::CONTEXT)
+        .is_some_and(|rest| (1..=64).contains(&rest.len()) && rest.bytes().all(|b| b.is_ascii_alphanumeric()))
+}
+
+/// `context`: `{id, persist}`, `persist` false when left out.
+fn context(p: &mut Problems, v: &Value) -> Option<SessionContext> {
+    let Some(obj) = v.as_object() else {
+        p.push("context", format!("must be an object {{id, persist}}, got {}", json_type(v)));
+        return None;
+    };
+    let before = p.len();
+    for k in obj.keys().filter(|k| !CONTEXT_FIELDS.contains(&k.as_str())) {
+        p.push(&format!("context.{k}"), "unknown field");
+    }
+    let id = match obj.get("id") {
+        None => {
+            p.push("context.id", "is required: a context id from POST /contexts");
+            None
+        }
+        Some(Value::String(id)) if is_context_id(id) => Some(id.clone()),
+        Some(Value::String(_)) => {
+            p.push("context.id", "must be a context id from POST /contexts (ctx_ and letters or digits)");
+            None
+        }
+        Some(v) => {
+            p.push("context.id", format!("must be a string, got {}", json_type(v)));
+            None
+        }
+    };
+    let persist = match obj.get("persist") {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(v) => {
+            p.push("context.persist", format!("must be a boolean, got {}", json_type(v)));
+            false
+        }
+    };
+    let id = id?;
+    (p.len() == before).then_some(SessionContext { id, persist })
 }
 
 /// `viewport`; `profile` is `None` when `profileId` itself was refused.
@@ -271,6 +331,31 @@ mod tests {
     }
 
     #[test]
+    fn a_context_is_an_id_and_whether_to_persist() {
+        let s = validate(&json!({"context": {"id": "ctx_01ABC", "persist": true}})).unwrap();
+        assert_eq!(s.context, Some(SessionContext { id: "ctx_01ABC".into(), persist: true }));
+        let s = validate(&json!({"context": {"id": "ctx_01ABC"}})).unwrap();
+        assert_eq!(s.context, Some(SessionContext { id: "ctx_01ABC".into(), persist: false }));
+        assert_eq!(validate(&json!({})).unwrap().context, None);
+        assert_eq!(detail(json!({"context": "ctx_1"})), ["context: must be an object {id, persist}, got a string"]);
+        assert_eq!(
+            detail(json!({"context": {"persist": 1, "x": 1}})),
+            [
+                "context.x: unknown field",
+                "context.id: is required: a context id from POST /contexts",
+                "context.persist: must be a boolean, got a number"
+            ]
+        );
+        assert_eq!(
+            detail(json!({"context": {"id": "ses_1"}})),
+            ["context.id: must be a context id from POST /contexts (ctx_ and letters or digits)"]
+        );
+        assert!(!is_context_id("ctx_"));
+        assert!(!is_context_id(&format!("ctx_{}", "a".repeat(65))));
+        assert!(is_context_id(&format!("ctx_{}", "a".repeat(64))));
+    }
+
+    #[test]
     fn empty_body_takes_defaults() {
         assert_eq!(
             validate(&json!({})).unwrap(),
@@ -281,6 +366,7 @@ mod tests {
                 overrides: SessionOverrides::default(),
                 take_over: false,
                 recording: false,
+                context: None,
             }
         );
         assert!(validate(&json!({"recording": true})).unwrap().recording);

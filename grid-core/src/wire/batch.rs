@@ -20,6 +20,10 @@ pub struct NewBatch {
     pub params: Option<Map<String, Value>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub priority: Option<u32>,
+    /// A persistent context whose cookies the items send (docs/captures.md,
+    /// "Signed-in captures"); read-only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
 }
 
 /// A batch body that passed validation, defaults applied.
@@ -30,6 +34,8 @@ pub struct BatchSubmission {
     pub profile: Profile,
     pub params: Map<String, Value>,
     pub priority: Option<u32>,
+    /// The context whose cookies the items send, read-only.
+    pub context: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

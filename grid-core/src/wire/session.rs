@@ -36,6 +36,22 @@ pub struct NewSession {
     /// (docs/sessions.md, Recordings); default false.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recording: Option<bool>,
+    /// A persistent context the browser starts from (docs/sessions.md,
+    /// "Contexts").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<NewSessionContext>,
+}
+
+/// `context` of POST /sessions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NewSessionContext {
+    /// A context of the caller's (POST /contexts).
+    pub id: String,
+    /// Whether the session's state is saved back to the context when it
+    /// ends; default false: the context is used read-only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persist: Option<bool>,
 }
 
 /// `viewport` of POST /sessions: the page's size in CSS pixels.
@@ -72,6 +88,18 @@ pub struct SessionSubmission {
     /// before it read as false; written only when true.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub recording: bool,
+    /// The context the browser starts from, and whether its end saves it
+    /// back. Written only when asked for, like `take_over`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<SessionContext>,
+}
+
+/// A validated `context` of a lease.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionContext {
+    pub id: String,
+    pub persist: bool,
 }
 
 impl SessionSubmission {
@@ -88,6 +116,7 @@ impl SessionSubmission {
             overrides: SessionOverrides::default(),
             take_over: false,
             recording: false,
+            context: None,
         }
     }
 }
@@ -176,9 +205,51 @@ pub struct Attestation {
     /// what was read from inside (`userAgent`, `locale`, `timeZone`, `window`).
     #[serde(default)]
     pub overrides: Option<SessionOverrides>,
+    /// The persistent context the browser started from (null: none): its
+    /// id and a digest of the state loaded, never the state.
+    #[serde(default)]
+    pub context: Option<AttestedContext>,
     /// `sha256:<hex>` of the canonical JSON of the launch manifest.
     pub launch_manifest_hash: String,
     pub attested_at: Millis,
+}
+
+/// `context` of an attestation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AttestedContext {
+    pub context_id: String,
+    /// `sha256:<hex>` of the state as loaded (its plain JSON); the digest
+    /// of an empty state when the context had none saved yet.
+    pub state_sha256: String,
+    /// Whether the session's end saves its state back to the context.
+    pub persist: bool,
+}
+
+/// POST /contexts's 201 answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContextCreated {
+    pub context_id: String,
+}
+
+/// An entry of GET /contexts (docs/sessions.md, "Contexts").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContextView {
+    pub context_id: String,
+    /// Bytes of the saved state as stored (sealed); 0 before a first save.
+    pub size_bytes: u64,
+    pub created_at: Millis,
+    /// The last lease that started from it (null: never used).
+    pub last_used_at: Option<Millis>,
+    /// The last time a session saved its state into it (null: never).
+    pub saved_at: Option<Millis>,
+    /// The live session holding it now (null: free).
+    pub session_id: Option<String>,
+    /// Why the last save was refused (the state kept is the one before),
+    /// null when the last save was stored.
+    pub last_save_refused: Option<String>,
 }
 
 /// A page of the session as it measures itself.
@@ -310,6 +381,7 @@ mod tests {
             timezone: Some("America/Toronto".into()),
             take_over: Some(true),
             recording: Some(true),
+            context: Some(NewSessionContext { id: "ctx_1".into(), persist: Some(true) }),
         };
         let v = serde_json::to_value(&full).unwrap();
         assert_eq!(
@@ -317,7 +389,8 @@ mod tests {
             json!({"profileId": "native-headless-browser/v2", "ttlMinutes": 5, "network": "public-web-only/v1",
                    "viewport": {"width": 390, "height": 844, "deviceScaleFactor": 3.0, "mobile": true},
                    "userAgent": "Agent/1", "locale": "fr-CA", "timezone": "America/Toronto", "takeOver": true,
-                   "recording": true})
+                   "recording": true,
+                   "context": {"id": "ctx_1", "persist": true}})
         );
         assert_eq!(serde_json::from_value::<NewSession>(v).unwrap(), full);
     }

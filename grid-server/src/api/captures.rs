@@ -24,11 +24,28 @@ pub async fn submit_batch(
     idempotency_key: Option<String>,
 ) -> Result<Reply, ApiError> {
     let submission = validate::batch::validate(&body)?;
+    check_context(app, caller, &submission).await?;
     let key = idempotency_key.map(|k| idempotency::Key::new(k, "POST /batches", &body));
     Ok(match app.items.submit(caller, submission, key).await? {
         Outcome::Performed(_, answer) => Reply::answer(answer, false),
         Outcome::Replayed(answer) => Reply::answer(answer, true),
     })
+}
+
+/// A signed-in capture's context must be the caller's: another account's
+/// is unknown, as one that does not exist.
+async fn check_context(
+    app: &App,
+    caller: &Caller,
+    submission: &grid_core::wire::batch::BatchSubmission,
+) -> Result<(), ApiError> {
+    let Some(context) = &submission.context else { return Ok(()) };
+    let (account, id) = (caller.account_id.clone(), context.clone());
+    if app.store.lookup(move |c| crate::store::contexts::owned(c, &account, &id)).await? {
+        Ok(())
+    } else {
+        Err(ApiError::UnknownContext)
+    }
 }
 
 /// POST /screenshot, /pdf or /content: a batch of the body's one URL whose
@@ -40,6 +57,7 @@ pub async fn submit_batch(
 /// is charged if it completed, docs/one-call.md).
 pub async fn one_call(app: &App, caller: &Caller, call: OneCall, body: Value) -> Result<Reply, ApiError> {
     let submission = validate::one_call::validate(call, &body)?;
+    check_context(app, caller, &submission).await?;
     if app.runner.browsers.is_none() {
         // As the contract answers a job asking for what no node has.
         return Err(ApiError::CapabilityNotAvailable { capability: "browser".into() });

@@ -5,6 +5,7 @@
 
 mod account;
 pub mod captures;
+pub mod contexts;
 pub mod jobs;
 pub mod meta;
 pub mod sessions;
@@ -140,6 +141,9 @@ pub enum Call {
     SessionDownloads(String),
     /// GET /sessions/{sessionId}/recording.
     SessionRecording(String),
+    CreateContext,
+    ListContexts,
+    DeleteContext(String),
 }
 
 impl Call {
@@ -186,5 +190,8 @@ pub async fn perform(app: &Arc<App>, caller: &Caller, call: Call) -> Result<Repl
         Call::ReleaseSession(id) => sessions::release(app, caller, &id).await,
         Call::SessionDownloads(id) => sessions::downloads(app, caller, &id).await,
         Call::SessionRecording(id) => sessions::recording(app, caller, &id).await,
+        Call::CreateContext => contexts::create(app, caller).await,
+        Call::ListContexts => contexts::list(app, caller).await,
+        Call::DeleteContext(id) => contexts::delete(app, caller, &id).await,
     }
 }

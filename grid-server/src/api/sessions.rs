@@ -33,6 +33,9 @@ pub async fn lease(
 ) -> Result<Reply, ApiError> {
     enabled(app)?;
     let sub = validate::session::validate(&body)?;
+    if let Some(c) = &sub.context {
+        wait_for_save(app, &c.id).await?;
+    }
     let key = idempotency_key.map(|k| idempotency::Key::new(k, "POST /sessions", &body));
     let token = random_hex(32);
     let (base_url, t) = (app.config.base_url.clone(), token.clone());
@@ -51,6 +54,25 @@ pub async fn lease(
         // The first request started the browser; nothing more to do.
         Outcome::Replayed(answer) => Reply::answer(answer, true),
     })
+}
+
+/// Longest a lease waits for the context's last session to save it back
+/// (its end answered before its browser gave up the state). Past it the
+/// lease takes the context over with the state saved before.
+const SAVE_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Waits while the context's last session has ended but not yet saved it,
+/// so a lease right after a release starts from what that session saved.
+async fn wait_for_save(app: &App, context_id: &str) -> Result<(), ApiError> {
+    let deadline = tokio::time::Instant::now() + SAVE_WAIT;
+    loop {
+        let id = context_id.to_string();
+        let saving = app.store.lookup(move |c| crate::store::contexts::saving(c, &id)).await?;
+        if saving.is_none() || tokio::time::Instant::now() >= deadline {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }
 
 pub async fn list(app: &App, caller: &Caller) -> Result<Reply, ApiError> {

@@ -59,6 +59,10 @@ pub struct PageSpec {
     pub params: BrowserParams,
     pub rules: RequestRules,
     pub want: Want,
+    /// A signed-in capture's context's cookies (`Storage.setCookies`
+    /// fields), set in the item's own browser context: nothing the page
+    /// sets reaches the context.
+    pub context_cookies: Vec<Value>,
 }
 
 impl PageSpec {
@@ -412,6 +416,14 @@ impl PageDriver {
                     e => classify(e, "Storage.setCookies"),
                 })
             }));
+        }
+        if !spec.context_cookies.is_empty() {
+            let answer = self.cdp.send(
+                None,
+                "Storage.setCookies",
+                json!({"cookies": spec.context_cookies, "browserContextId": self.context_id}),
+            );
+            setup.push(Box::pin(async move { answer.await.map(drop).map_err(|e| classify(e, "Storage.setCookies")) }));
         }
         if spec.intercepts() {
             let all = Fetch::RequestPattern { url_pattern: Some("*".into()), resource_Type: None, request_stage: None };

@@ -1312,6 +1312,7 @@ mod tests {
             profile: Profile::DEFAULT,
             params: serde_json::Map::new(),
             priority: None,
+            context: None,
         };
         let c = c.clone();
         store.write_blocking(move |tx| create_batch(tx, &c, &sub, T)).unwrap();

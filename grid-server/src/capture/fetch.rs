@@ -72,12 +72,14 @@ impl Fetcher {
         Ok(Fetcher { client, allow_private })
     }
 
-    pub async fn run(&self, row: &ItemRow) -> Result<Vec<FileContent>, Failure> {
+    /// `cookies`: a signed-in capture's context's (`grid_core::cookies`
+    /// picks what each request sends); empty for the others.
+    pub async fn run(&self, row: &ItemRow, cookies: &[serde_json::Value]) -> Result<Vec<FileContent>, Failure> {
         let p = params::fetch(&row.params).map_err(Failure::Terminal)?;
         let url = Url::parse(&row.url).map_err(|e| Failure::Terminal(format!("url: {e}")))?;
         let started = Instant::now();
         let fetched_at = now();
-        let x = match tokio::time::timeout(Duration::from_millis(p.timeout_ms), self.exchange(url)).await {
+        let x = match tokio::time::timeout(Duration::from_millis(p.timeout_ms), self.exchange(url, cookies)).await {
             Err(_) => return Err(Failure::Transient(format!("timed out after {} ms", p.timeout_ms))),
             Ok(r) => r?,
         };
@@ -107,7 +109,7 @@ impl Fetcher {
     /// GETs `url`, following up to `MAX_REDIRECTS` redirects, and reads the
     /// body of the last answer. Every URL asked, the first and each
     /// redirect's, passes the guard's literal-host check first.
-    async fn exchange(&self, mut url: Url) -> Result<Exchange, Failure> {
+    async fn exchange(&self, mut url: Url, cookies: &[serde_json::Value]) -> Result<Exchange, Failure> {
         let mut redirects = 0;
         let resp = loop {
             if !self.allow_private {
@@ -122,6 +124,15 @@ impl Fetcher {
             headers.insert(ACCEPT, HeaderValue::from_static("*/*"));
             if let Some(credentials) = credentials {
                 headers.insert(AUTHORIZATION, credentials);
+            }
+            // The context's cookies for this URL, the first and each
+            // redirect's, as a browser would send them.
+            let now_secs = now().0 as f64 / 1000.0;
+            if let Some(cookie) = grid_core::cookies::header_for(cookies, &url, now_secs) {
+                let mut value = HeaderValue::from_str(&cookie)
+                    .map_err(|_| Failure::Terminal("a context cookie is not a header value".into()))?;
+                value.set_sensitive(true);
+                headers.insert(http::header::COOKIE, value);
             }
             let resp = self.client.request(request).await.map_err(|e| classify(&e))?;
             let Some(next) = redirect_to(resp.status(), resp.headers().get(LOCATION), &url) else { break resp };

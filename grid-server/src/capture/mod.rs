@@ -207,6 +207,8 @@ pub struct Runner {
     pub max_workers: usize,
     /// `--allow-private-networks`.
     pub allow_private_networks: bool,
+    /// Opens a signed-in capture's context (`vault.rs`).
+    pub vault: Arc<crate::vault::Vault>,
 }
 
 /// This node's workers, busy, claimed ahead and at most, on every scrape of
@@ -389,9 +391,14 @@ async fn run_item(app: &Runner, fetcher: &Fetcher, row: Arc<ItemRow>, slot: Slot
 
 async fn run_attempt(app: &Runner, fetcher: &Fetcher, row: Arc<ItemRow>, slot: Slot) {
     let started = Instant::now();
-    let result = match row.script.row().needs {
-        Needs::Browser => browser_script(app, &row).await,
-        Needs::Http => fetcher.run(&row).await,
+    let cookies = match &row.context_id {
+        None => Ok(vec![]),
+        Some(context) => context_cookies(app, &row.account_id, context).await,
+    };
+    let result = match (row.script.row().needs, cookies) {
+        (_, Err(failure)) => Err(failure),
+        (Needs::Browser, Ok(cookies)) => browser_script(app, &row, &cookies).await,
+        (Needs::Http, Ok(cookies)) => fetcher.run(&row, &cookies).await,
     };
     let end = stored_end(app, &row.id, result).await;
     let took = started.elapsed();
@@ -403,14 +410,45 @@ async fn run_attempt(app: &Runner, fetcher: &Fetcher, row: Arc<ItemRow>, slot: S
     app.items.end(row, end);
 }
 
+/// The cookies of a signed-in capture's context, opened for its account;
+/// a context deleted since the submission fails the item.
+async fn context_cookies(app: &Runner, account: &str, context: &str) -> Result<Vec<serde_json::Value>, Failure> {
+    let (acc, id) = (account.to_string(), context.to_string());
+    let sealed = app
+        .store
+        .read(move |c| {
+            Ok(match crate::store::contexts::owned(c, &acc, &id)? {
+                true => Some(crate::store::contexts::sealed_state(c, &id)?),
+                false => None,
+            })
+        })
+        .await
+        .map_err(|e| Failure::Transient(format!("the context was not read: {e}")))?;
+    let Some(sealed) = sealed else {
+        return Err(Failure::Terminal(format!("context {context} was deleted")));
+    };
+    let Some(sealed) = sealed else { return Ok(vec![]) };
+    let plain = app
+        .vault
+        .open(account, crate::vault::Purpose::ContextState, context, &sealed)
+        .map_err(|e| Failure::Terminal(format!("context {context}: {e}")))?;
+    let state: serde_json::Value = serde_json::from_slice(&plain)
+        .map_err(|e| Failure::Terminal(format!("context {context} does not read: {e}")))?;
+    Ok(state["cookies"].as_array().cloned().unwrap_or_default())
+}
+
 /// A browser script's attempt on the pool, or the failure of a grid that
 /// runs no browsers.
-async fn browser_script(app: &Runner, row: &ItemRow) -> Result<Vec<FileContent>, Failure> {
+async fn browser_script(
+    app: &Runner,
+    row: &ItemRow,
+    cookies: &[serde_json::Value],
+) -> Result<Vec<FileContent>, Failure> {
     match &app.browsers {
         // Boxed: a browser script's state machine is about 14 KiB, and
         // inline it would make every fetch item's task that large too,
         // copied as the task is spawned and as it finishes.
-        Some(pool) => Box::pin(scripts::run(pool, row)).await,
+        Some(pool) => Box::pin(scripts::run(pool, row, cookies)).await,
         None => Err(Failure::Terminal(format!(
             "script {} needs the browser pool, which this grid does not run (--browsers 0 or no Chromium)",
             row.script.as_str()
@@ -457,7 +495,13 @@ pub async fn run_attended(
 ) -> Result<Attended, ItemError> {
     let slot = app.workers.take(true);
     let started = Instant::now();
-    let result = browser_script(app, &claim).await;
+    let result = match &claim.context_id {
+        None => browser_script(app, &claim, &[]).await,
+        Some(context) => match context_cookies(app, &claim.account_id, context).await {
+            Ok(cookies) => browser_script(app, &claim, &cookies).await,
+            Err(failure) => Err(failure),
+        },
+    };
     // What the answer needs of the files, before they are written.
     let kept = result.as_ref().ok().map(|files| {
         let target_status = files

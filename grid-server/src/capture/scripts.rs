@@ -31,7 +31,13 @@ use crate::store::items::ItemRow;
 /// reading screenshot, DOM and body, before its browser counts as hung.
 pub const COLLECT_ALLOWANCE: Duration = Duration::from_secs(30);
 
-pub async fn run(pool: &Arc<BrowserPool>, row: &ItemRow) -> Result<Vec<FileContent>, Failure> {
+/// `context_cookies`: a signed-in capture's context's cookies (as
+/// `Storage.getCookies` gave them); empty for the others.
+pub async fn run(
+    pool: &Arc<BrowserPool>,
+    row: &ItemRow,
+    context_cookies: &[serde_json::Value],
+) -> Result<Vec<FileContent>, Failure> {
     let script = row.script;
     let p = params::browser(script, &row.params).map_err(Failure::Terminal)?;
     let url = Url::parse(&row.url).map_err(|e| Failure::Terminal(format!("url: {e}")))?;
@@ -50,6 +56,7 @@ pub async fn run(pool: &Arc<BrowserPool>, row: &ItemRow) -> Result<Vec<FileConte
         rules: RequestRules { allowed_hosts: p.allowed_hosts.clone().map(|a| (host, a)), guard_private },
         want: want(script),
         params: p.clone(),
+        context_cookies: context_cookies.iter().map(grid_core::cookies::set_param).collect(),
     };
     let started = Instant::now();
     let fetched_at = now();

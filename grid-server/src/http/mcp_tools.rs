@@ -103,6 +103,8 @@ fn tools_table() -> Vec<Tool> {
     let prices: Vec<String> = Script::ALL.iter().map(|s| format!("{} {} µ€", s.as_str(), s.price_micros())).collect();
     let mut sessions_list = replies::object(json!({"sessions": {"type": "array", "items": replies::session_view()}}));
     sessions_list["description"] = json!("GET /sessions' array, as {sessions: [...]}");
+    let mut contexts_list = replies::object(json!({"contexts": replies::context_list()}));
+    contexts_list["description"] = json!("GET /contexts' array, as {contexts: [...]}");
     let mut tools = vec![
         Tool {
             name: "get_account",
@@ -330,6 +332,37 @@ fn tools_table() -> Vec<Tool> {
             output: replies::session_recording(),
             hints: READ,
         },
+        Tool {
+            name: "create_context",
+            title: "Create a browser context",
+            description: "A persistent context of your account: lease_session with context {id, persist: true} \
+                          starts the browser with its cookies and local storage and saves them back when the \
+                          session ends, so a site signed in once stays signed in. Free."
+                .into(),
+            input: arguments(json!({}), &[]),
+            output: replies::context_created(),
+            hints: Hints { read_only: false, destructive: false, idempotent: false, open_world: false },
+        },
+        Tool {
+            name: "list_contexts",
+            title: "List browser contexts",
+            description: "Your persistent contexts: size, when created, last used and saved, the session holding \
+                          each. Free."
+                .into(),
+            input: arguments(json!({}), &[]),
+            output: contexts_list,
+            hints: READ,
+        },
+        Tool {
+            name: "delete_context",
+            title: "Delete a browser context",
+            description: "Deletes a context and its saved cookies and storage; refused while a live session holds \
+                          it. Free."
+                .into(),
+            input: id_argument("contextId", "The contextId create_context answered."),
+            output: replies::object(json!({"contextId": {"type": "string"}, "deleted": {"const": true}})),
+            hints: Hints { read_only: false, destructive: true, idempotent: true, open_world: false },
+        },
     ];
     tools.extend(OneCall::ALL.map(one_call_tool));
     tools.extend(browser_tools::TOOLS.iter().map(|t| Tool {
@@ -485,6 +518,9 @@ fn to_call(name: &str, args: &Map<String, Value>) -> Result<Call, ToolError> {
         "release_session" => Call::ReleaseSession(string_arg(args, "sessionId")?),
         "list_session_downloads" => Call::SessionDownloads(string_arg(args, "sessionId")?),
         "get_session_recording" => Call::SessionRecording(string_arg(args, "sessionId")?),
+        "create_context" => Call::CreateContext,
+        "list_contexts" => Call::ListContexts,
+        "delete_context" => Call::DeleteContext(string_arg(args, "contextId")?),
         other => match one_call_named(other) {
             Some(call) => Call::OneCall { call, body: body() },
             None => return Err(ToolError::Params(format!("Unknown tool: {other}"))),
@@ -524,6 +560,10 @@ pub async fn call(app: &Arc<App>, caller: &Caller, name: &str, args: &Map<String
         Call::ReleaseSession(id) => Some(id.clone()),
         _ => None,
     };
+    let deleted = match &call {
+        Call::DeleteContext(id) => Some(id.clone()),
+        _ => None,
+    };
     let reply = match calls::perform(app, caller, call).await {
         Ok(r) if r.status < 400 => r,
         Ok(r) => {
@@ -555,6 +595,15 @@ pub async fn call(app: &Arc<App>, caller: &Caller, name: &str, args: &Map<String
         (name, _) if one_call_named(name).is_some() => {
             let kind = one_call_named(name).map_or(ArtifactKind::Screenshot, OneCall::answers);
             one_call_result(app, caller, kind, &reply).await
+        }
+        _ if deleted.is_some() => {
+            let out = json!({"contextId": deleted, "deleted": true});
+            success(out.to_string(), out, vec![])
+        }
+        ("list_contexts", _) => {
+            let text = String::from_utf8_lossy(reply.bytes()).into_owned();
+            let contexts: Value = serde_json::from_slice(reply.bytes()).unwrap_or(json!([]));
+            success(text, json!({ "contexts": contexts }), vec![])
         }
         ("list_sessions", _) => {
             let text = String::from_utf8_lossy(reply.bytes()).into_owned();

@@ -321,6 +321,9 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiErr
         Route::ReleaseSession => Call::ReleaseSession(p(0)),
         Route::SessionDownloads => Call::SessionDownloads(p(0)),
         Route::SessionRecording => Call::SessionRecording(p(0)),
+        Route::CreateContext => Call::CreateContext,
+        Route::ListContexts => Call::ListContexts,
+        Route::DeleteContext => Call::DeleteContext(p(0)),
         Route::SubmitBatch => Call::SubmitBatch {
             idempotency_key: respond::idempotency_key(req.headers())?,
             body: respond::json_body(req.into_body(), &app.limits.conn, |detail| ApiError::InvalidBatchBody { detail })

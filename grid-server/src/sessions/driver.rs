@@ -513,6 +513,12 @@ fn create(
     };
     let outcome = session::lease(at, sub.ttl_minutes);
     let row = store::insert(tx, caller, sub, token, &node, &outcome.session, at)?;
+    if let Some(context) = &sub.context {
+        crate::store::contexts::take(tx, &caller.account_id, &context.id, &row.id, at).map_err(|e| match e {
+            crate::store::contexts::ContextError::Refused(api) => TransitionError::Refused(api).into(),
+            crate::store::contexts::ContextError::Store(s) => SessionError::Store(s),
+        })?;
+    }
     execute_in_tx(tx, &row, &outcome.effects.in_tx, at, Some(caller))?;
     Ok(Stepped { row, effects: outcome.effects })
 }
@@ -629,6 +635,7 @@ pub(crate) mod tests {
                 overrides: Default::default(),
                 take_over: false,
                 recording: false,
+                context: None,
             }
         }
 

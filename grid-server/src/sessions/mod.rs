@@ -17,7 +17,16 @@
 //! on the browser (`keeper.rs`), which also applies a lease's viewport to
 //! every page. A lease with `recording` gets another (`recorder.rs`) that
 //! screencasts its pages into a replay page kept beside those files.
+//! every page.
+//!
+//! A lease naming a persistent context (`context.rs`) holds it from its
+//! lease's transaction on; its browser is started for it (never a warm
+//! one) and gets the context's state before it is marked running; when an
+//! end stops a `persist` session, the task reads the state back, seals it
+//! and stores it before the browser goes, and however the task ends it
+//! lets the context go (`finish_context`).
 
+pub mod context;
 pub mod downloads;
 pub mod driver;
 pub mod gate;
@@ -38,7 +47,7 @@ use grid_core::catalog::{Profile, PUBLIC_WEB_ONLY_V1};
 use grid_core::error::ApiError;
 use grid_core::time::Millis;
 use grid_core::wire::session::{
-    Attestation, NetworkAttestation, NetworkProbe, SessionOverrides, SessionSubmission, Window,
+    Attestation, AttestedContext, NetworkAttestation, NetworkProbe, SessionOverrides, SessionSubmission, Window,
 };
 use tokio::sync::{mpsc, watch};
 use tracing::Instrument;
@@ -51,8 +60,10 @@ use crate::clock::Clock;
 use crate::egress::{self, EgressPolicy, Policy};
 use crate::ids::{now, sha256_hex};
 use crate::peers::Peers;
+use crate::store::contexts::{self, Finish};
 use crate::store::sessions::{SessionError, SessionRow};
 use crate::store::{Store, StoreError};
+use crate::vault::Purpose;
 use downloads::{DownloadConfig, Downloads, Folder};
 use driver::SessionDriver;
 use launch::{BrowserBuild, LaunchManifest};
@@ -76,6 +87,8 @@ pub struct SessionConfig {
     pub downloads: DownloadConfig,
     /// The bounds of a session's recording (`recorder.rs`).
     pub recording: grid_core::recording::Bounds,
+    /// Bound of a context's sealed state (`context.rs`).
+    pub context_max_bytes: u64,
 }
 
 /// A running session's browser, as its CDP endpoint serves it.
@@ -143,6 +156,10 @@ pub struct Sessions {
     /// The recordings of this process's sessions, each writing its page
     /// once its browser is gone: shutdown waits for them.
     recorders: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Where contexts' states are loaded from and saved back to.
+    store: Store,
+    /// Seals and opens contexts' states.
+    vault: Arc<crate::vault::Vault>,
 }
 
 /// A browser started ahead of a lease, set up (its downloads go to its
@@ -162,8 +179,9 @@ impl Sessions {
         node: &str,
         node_lease: Duration,
         peers: Arc<Peers>,
+        vault: Arc<crate::vault::Vault>,
     ) -> Sessions {
-        let (driver, starts) = SessionDriver::new(store, clock, node, node_lease, peers);
+        let (driver, starts) = SessionDriver::new(store.clone(), clock, node, node_lease, peers);
         Sessions {
             node: node.into(),
             downloads: Arc::new(Downloads::new(&config.data_dir, config.downloads)),
@@ -173,6 +191,8 @@ impl Sessions {
             build: OnceLock::new(),
             warm: Mutex::new(HashMap::new()),
             recorders: Mutex::new(Vec::new()),
+            store,
+            vault,
         }
     }
 
@@ -193,6 +213,20 @@ impl Sessions {
     /// A live session's browser in this process, as its CDP endpoint serves it.
     pub fn live(&self, id: &str) -> Option<Live> {
         self.driver.browsers().live(id)
+    }
+
+    /// POST /contexts: a new empty context of `account` (docs/sessions.md,
+    /// "Contexts"); its id.
+    pub async fn create_context(&self, account: &str) -> Result<String, StoreError> {
+        let (account, at) = (account.to_string(), self.driver.now());
+        self.store.write(move |tx| contexts::create(tx, &account, at)).await
+    }
+
+    /// DELETE /contexts/{id}: the context and its state, unless it is none
+    /// of `account`'s or a live session holds it.
+    pub async fn delete_context(&self, account: &str, id: &str) -> Result<(), contexts::ContextError> {
+        let (account, id) = (account.to_string(), id.to_string());
+        self.store.write(move |tx| contexts::delete(tx, &account, &id)).await
     }
 
     fn take_warm(&self, profile: Profile) -> Option<Warm> {
@@ -243,14 +277,19 @@ fn spawn(app: Arc<Sessions>, start: driver::Start) {
         ..SessionSubmission::default_for(row.profile)
     });
     let span = tracing::info_span!("session", id = %id);
+    let account = row.account_id.clone();
     tokio::spawn(
         async move {
-            match AssertUnwindSafe(run(&app, &id, &sub, endpoint, ended)).catch_unwind().await {
+            let mut finish = Finish::Keep;
+            match AssertUnwindSafe(run(&app, &id, &account, &sub, endpoint, ended, &mut finish)).catch_unwind().await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => tracing::warn!(error = %e, "session task failed"),
                 Err(_) => tracing::error!("session task panicked"),
             }
             app.driver.task_exited(&id).await;
+            if let Some(c) = &sub.context {
+                finish_context(&app, &c.id, &id, finish).await;
+            }
             refill_warm(app.clone());
         }
         .instrument(span),
@@ -295,6 +334,83 @@ struct Started {
     ready_at: Millis,
     attestation: Attestation,
     network: Option<NetworkAttestation>,
+    /// The origins its pages open, for a context saved back at its end.
+    origins: Option<context::Origins>,
+}
+
+/// The end of a session on its context, stored: the context free again,
+/// its state saved back (or the refusal recorded) as `finish` says. A
+/// failed write leaves the holder set; the next lease takes it over.
+async fn finish_context(app: &Sessions, context_id: &str, session: &str, finish: Finish) {
+    let (c, s, at) = (context_id.to_string(), session.to_string(), app.driver.now());
+    let kind = match &finish {
+        Finish::Keep => "kept",
+        Finish::Save(_) => "saved",
+        Finish::Refused(_) => "refused",
+    };
+    match app.store.write(move |tx| contexts::finish(tx, &c, &s, &finish, at)).await {
+        Ok(true) => tracing::info!(context = context_id, state = kind, "context released"),
+        Ok(false) => tracing::warn!(context = context_id, "the context was taken over or deleted; nothing saved"),
+        Err(e) => tracing::error!(context = context_id, error = %e, "the context's end was not stored"),
+    }
+}
+
+/// What a `persist` session's end saves: its state read from the browser,
+/// sealed and held to the bound.
+async fn save_context(
+    app: &Sessions,
+    browser: &BrowserProcess,
+    account: &str,
+    context_id: &str,
+    origins: &context::Origins,
+) -> Finish {
+    let read = tokio::time::timeout(context::STATE_TIMEOUT, context::capture(&browser.cdp, &origins.get())).await;
+    let state = match read {
+        Ok(Ok(state)) => state,
+        Ok(Err(e)) => {
+            tracing::warn!(context = context_id, error = %e, "the context's state could not be read; the saved one is kept");
+            return Finish::Keep;
+        }
+        Err(_) => {
+            tracing::warn!(context = context_id, "the context's state was not read in time; the saved one is kept");
+            return Finish::Keep;
+        }
+    };
+    let sealed = match app.vault.seal(account, Purpose::ContextState, context_id, &state.to_bytes()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(context = context_id, error = %e, "the context's state was not sealed; the saved one is kept");
+            return Finish::Keep;
+        }
+    };
+    match context::check_bound(sealed.len(), app.config.context_max_bytes) {
+        Ok(()) => Finish::Save(sealed),
+        Err(why) => {
+            tracing::warn!(context = context_id, reason = %why, "context save refused");
+            Finish::Refused(why)
+        }
+    }
+}
+
+/// The state of `context_id` opened for `account` (empty before a first
+/// save).
+async fn load_context(app: &Sessions, account: &str, context_id: &str) -> Result<(context::State, Vec<u8>), String> {
+    let id = context_id.to_string();
+    let sealed = app
+        .store
+        .read(move |c| contexts::sealed_state(c, &id))
+        .await
+        .map_err(|e| format!("the context's state was not read: {e}"))?;
+    let Some(sealed) = sealed else {
+        let empty = context::State::default();
+        let bytes = empty.to_bytes();
+        return Ok((empty, bytes));
+    };
+    let plain = app
+        .vault
+        .open(account, Purpose::ContextState, context_id, &sealed)
+        .map_err(|e| format!("the context's state: {e}"))?;
+    Ok((context::State::from_bytes(&plain)?, plain))
 }
 
 /// Runs one session until its browser is lost (an error) or an end stops it
@@ -302,17 +418,19 @@ struct Started {
 async fn run(
     app: &Sessions,
     id: &str,
+    account: &str,
     sub: &SessionSubmission,
     endpoint: watch::Sender<Option<Endpoint>>,
     mut ended: watch::Receiver<bool>,
+    finish: &mut Finish,
 ) -> Result<(), String> {
     let driver = &app.driver;
     let started = tokio::select! {
-        started = start(app, id, sub) => started?,
+        started = start(app, id, account, sub) => started?,
         // Released, or lost at its launch deadline, while starting.
         _ = stopped(&mut ended) => return Ok(()),
     };
-    let Started { mut browser, ready_at, attestation, network } = started;
+    let Started { mut browser, ready_at, attestation, network, origins } = started;
     match driver.ready(id, ready_at, attestation, network).await {
         Ok(_) => {}
         // Ended (or past its expiry) while starting.
@@ -328,6 +446,13 @@ async fn run(
         status = browser.child.wait() => Err(format!("the session browser exited ({status:?})")),
         _ = stopped(&mut ended) => Ok(()),
     };
+    // An end stopped it (release, expiry): a `persist` context gets the
+    // state back before the browser goes. A lost browser saves nothing.
+    if let (Ok(()), Some(c), Some(origins)) = (&outcome, &sub.context, &origins) {
+        if c.persist {
+            *finish = save_context(app, &browser, account, &c.id, origins).await;
+        }
+    }
     browser.stop();
     outcome
 }
@@ -340,13 +465,19 @@ async fn stopped(ended: &mut watch::Receiver<bool>) {
 /// Launches (or takes a warm) browser for the session, sets it up (its
 /// downloads, its viewport) and attests it. A lease with a network policy
 /// or with overrides gets a browser launched for it: both are launch flags.
-async fn start(app: &Sessions, id: &str, sub: &SessionSubmission) -> Result<Started, String> {
+async fn start(app: &Sessions, id: &str, account: &str, sub: &SessionSubmission) -> Result<Started, String> {
     let build = app.build().map_err(|e| e.to_string())?.clone();
     let public_web_only = wants_policy(sub);
     let (policy, network) = policy(&app.config, public_web_only);
     let manifest = LaunchManifest::new(sub.profile, &build, network, &sub.overrides);
     let downloads = &app.downloads;
-    let warm = if public_web_only || !sub.overrides.is_empty() { None } else { app.take_warm(sub.profile) };
+    // A context's state is loaded before the lessee connects, and its pages
+    // followed from the start: a browser started for the session.
+    let warm = if public_web_only || !sub.overrides.is_empty() || sub.context.is_some() {
+        None
+    } else {
+        app.take_warm(sub.profile)
+    };
     if let Some(w) = warm {
         // Set up and attested before the lease: ready as soon as its folder
         // is the session's.
@@ -360,19 +491,43 @@ async fn start(app: &Sessions, id: &str, sub: &SessionSubmission) -> Result<Star
             return Err(e);
         }
         let ready_at = app.driver.now();
-        return Ok(Started { browser: w.browser, ready_at, attestation: w.attestation, network: None });
+        return Ok(Started { browser: w.browser, ready_at, attestation: w.attestation, network: None, origins: None });
     }
     let folder = downloads.create(id).map_err(|e| format!("download folder not created: {e}"))?;
     let browser = launch::start(&app.config.sandbox, &build, &manifest, policy, folder.files())
         .await
         .map_err(|e| format!("browser did not start: {e}"))?;
     let ready_at = app.driver.now();
-    let (attestation, network) = prepare(app, &browser, folder, &build, &manifest, sub, public_web_only).await?;
+    let (mut attestation, network) = prepare(app, &browser, folder, &build, &manifest, sub, public_web_only).await?;
     if network.as_ref().is_some_and(|n| n.probes.iter().any(|p| p.outcome != "refused")) {
         return Err("network policy not enforced: the probe was reached".into());
     }
+    let origins = match &sub.context {
+        None => None,
+        Some(c) => {
+            let (state, plain) = load_context(app, account, &c.id).await?;
+            let set_up = async {
+                let origins = context::follow(&browser.cdp).await?;
+                origins.extend(&state);
+                context::restore(&browser.cdp, &state).await?;
+                Ok::<_, crate::browser::cdp::CdpError>(origins)
+            };
+            let origins = tokio::time::timeout(context::STATE_TIMEOUT, set_up)
+                .await
+                .map_err(|_| "the context's state was not loaded in time".to_string())?
+                .map_err(|e| format!("the context's state was not loaded: {e}"))?;
+            attestation.context = Some(AttestedContext {
+                context_id: c.id.clone(),
+                state_sha256: format!("sha256:{}", sha256_hex(&plain)),
+                persist: c.persist,
+            });
+            Some(origins)
+        }
+    };
+    // After the context's state is in: the grid's own pages that load it
+    // are not the session's.
     record(app, &browser, id, sub).await?;
-    Ok(Started { browser, ready_at, attestation, network })
+    Ok(Started { browser, ready_at, attestation, network, origins })
 }
 
 /// For a lease with `recording`, starts recording the browser's pages
@@ -469,6 +624,7 @@ async fn attest(
             mobile: inside["touch"].as_u64().unwrap_or(0) > 0,
         },
         overrides: Some(manifest.overrides.clone()).filter(|o: &SessionOverrides| !o.is_empty()),
+        context: None,
         launch_manifest_hash: manifest.hash(),
         attested_at: now(),
     };
@@ -622,10 +778,12 @@ mod tests {
             data_dir: dir.path().to_path_buf(),
             downloads: DownloadConfig { limit_bytes: 1 << 20, grace: Duration::from_secs(60) },
             recording: Default::default(),
+            context_max_bytes: context::DEFAULT_MAX_BYTES,
         };
         let peers = Arc::new(Peers::new(store.clone(), "credential".into()));
+        let vault = Arc::new(crate::vault::Vault::from_key(&[1; 32]));
         let sessions =
-            Arc::new(Sessions::new(config, store.clone(), clock.clone(), "n1", Duration::from_secs(30), peers));
+            Arc::new(Sessions::new(config, store.clone(), clock.clone(), "n1", Duration::from_secs(30), peers, vault));
         Fixture { _dir: dir, store, clock, sessions, caller }
     }
 

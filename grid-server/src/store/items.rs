@@ -48,6 +48,9 @@ pub struct ItemRow {
     /// find it by this, one seek, where the `id` takes two (its index, then
     /// the row).
     pub seq: i64,
+    /// The persistent context whose cookies the item sends (its batch's
+    /// `context`; docs/captures.md, "Signed-in captures").
+    pub context_id: Option<String>,
 }
 
 /// A file written to the artifact store and checked, ready to publish.
@@ -85,6 +88,7 @@ pub fn new_rows(batch_id: &str, caller: &Caller, sub: &BatchSubmission, item: &I
             price_micros: sub.script.price_micros(),
             reservation_day: now.utc_day(),
             seq: 0,
+            context_id: sub.context.clone(),
         })
         .collect()
 }
@@ -105,8 +109,8 @@ pub fn insert_batch(
     let attended = rows.first().is_some_and(|r| r.item.attended);
     tx.execute(
         "INSERT INTO batches (id, account_id, key_id, script, profile_id, params, priority, item_count, created_at,
-                              attended)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                              attended, context_id)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
         params![
             batch_id,
             caller.account_id,
@@ -117,7 +121,8 @@ pub fn insert_batch(
             sub.priority,
             rows.len() as i64,
             now.0,
-            attended
+            attended,
+            sub.context
         ],
     )?;
     let state = rows.first().map_or(ItemState::queued(sub.priority), |r| r.item.state);
@@ -187,7 +192,7 @@ macro_rules! item_columns {
     () => {
         "i.id, i.batch_id, i.account_id, i.url, i.script, i.profile_id, b.params, i.state, i.priority,
          i.attempts_made, i.failed_reason, i.failure_published, i.run_at, i.billable, i.lease_token,
-         i.key_id, i.price_micros, i.reservation_day, i.seq, b.attended"
+         i.key_id, i.price_micros, i.reservation_day, i.seq, b.attended, b.context_id"
     };
 }
 
@@ -225,6 +230,7 @@ fn item_row_owned(mut r: Row) -> StoreResult<ItemRow> {
         price_micros: r.get(16)?,
         reservation_day: r.get(17)?,
         seq: r.get(18)?,
+        context_id: r.take(20)?,
     })
 }
 
@@ -677,6 +683,7 @@ pub(crate) mod tests {
             profile: Profile::DEFAULT,
             params: Map::new(),
             priority,
+            context: None,
         }
     }
 

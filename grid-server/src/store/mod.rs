@@ -11,6 +11,7 @@
 
 pub mod accounts;
 mod checkpoints;
+pub mod contexts;
 pub mod idempotency;
 pub mod items;
 pub mod jobs;

@@ -319,6 +319,7 @@ mod tests {
                     overrides: SessionOverrides::default(),
                     take_over: false,
                     recording: false,
+                    context: None,
                 },
             ),
             (
@@ -335,6 +336,7 @@ mod tests {
                     },
                     take_over: false,
                     recording: false,
+                    context: None,
                 },
             ),
             (
@@ -346,6 +348,7 @@ mod tests {
                     overrides: SessionOverrides::default(),
                     take_over: true,
                     recording: false,
+                    context: None,
                 },
             ),
             (
@@ -357,6 +360,19 @@ mod tests {
                     overrides: SessionOverrides::default(),
                     take_over: false,
                     recording: true,
+                    context: None,
+                },
+            ),
+            (
+                r#"{"profile":"desktop-browser-nl/v2","ttlMinutes":30,"networkPolicy":null,"overrides":{"viewport":null,"userAgent":null,"locale":null,"timezone":null},"context":{"id":"ctx_1","persist":true}}"#,
+                SessionSubmission {
+                    profile: Profile::DesktopBrowserNl,
+                    ttl_minutes: 30,
+                    network_policy: None,
+                    overrides: SessionOverrides::default(),
+                    take_over: false,
+                    recording: false,
+                    context: Some(grid_core::wire::session::SessionContext { id: "ctx_1".into(), persist: true }),
                 },
             ),
         ];

@@ -1,0 +1,278 @@
+//! A session's persistent context (docs/sessions.md, "Contexts"): the
+//! state a lease naming a context starts its browser with, and what its
+//! end saves back.
+//!
+//! The state is what a signed-in site keeps in the browser's default
+//! context: every cookie (`Storage.getCookies`, browser-wide, restored with
+//! `Storage.setCookies`) and the local storage of every origin the
+//! session's pages opened (followed as they navigate, `Target.
+//! setDiscoverTargets` on a browser session of the grid's own) and of the
+//! origins the state already held. An origin's storage is read and written
+//! on a page of the grid's own whose navigation to the origin the grid
+//! answers itself (`Fetch.fulfillRequest` of an empty page): the storage is
+//! the origin's, and nothing goes to the network. IndexedDB, session
+//! storage and caches are not kept.
+//!
+//! The state travels as JSON, sealed by the vault under the account's key
+//! (row = the context's id) before it reaches the store, and bounded in
+//! its sealed size: a save over the bound is refused, the state before it
+//! kept and the reason shown on the context.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::browser::cdp::{CdpError, Connection};
+
+/// Default bound of a context's sealed state (`--context-max-mib`).
+pub const DEFAULT_MAX_BYTES: u64 = 10 * 1024 * 1024;
+/// Origins whose storage one state keeps at most.
+pub const MAX_ORIGINS: usize = 200;
+/// Longest a restore or a save may take.
+pub const STATE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A context's state in clear (only ever in memory).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct State {
+    /// As `Storage.getCookies` gives them.
+    pub cookies: Vec<Value>,
+    pub origins: Vec<OriginStorage>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OriginStorage {
+    /// `scheme://host[:port]`.
+    pub origin: String,
+    /// Key and value pairs, in the order the page listed them.
+    pub local_storage: Vec<(String, String)>,
+}
+
+impl State {
+    pub fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_else(|_| b"{}".to_vec())
+    }
+
+    pub fn from_bytes(bytes: &[u8]) -> Result<State, String> {
+        serde_json::from_slice(bytes).map_err(|e| format!("the context's state does not read: {e}"))
+    }
+}
+
+/// Whether a sealed state of `sealed_len` bytes may be stored under
+/// `max_bytes`; the refusal's reason otherwise.
+pub fn check_bound(sealed_len: usize, max_bytes: u64) -> Result<(), String> {
+    if sealed_len as u64 > max_bytes {
+        return Err(format!(
+            "the session's state takes {sealed_len} bytes sealed, more than the context's bound of {max_bytes}; \
+             the state saved before was kept"
+        ));
+    }
+    Ok(())
+}
+
+/// The origin of a page's URL, when it is one whose storage is kept
+/// (http or https).
+pub fn origin_of(url: &str) -> Option<String> {
+    let u = url::Url::parse(url).ok()?;
+    matches!(u.scheme(), "http" | "https").then(|| u.origin().ascii_serialization())
+}
+
+/// The origins the session's pages opened, followed from the browser's
+/// start.
+#[derive(Clone, Default)]
+pub struct Origins(Arc<Mutex<BTreeSet<String>>>);
+
+impl Origins {
+    fn add(&self, url: &str) {
+        if let Some(origin) = origin_of(url) {
+            let mut set = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            if set.len() < MAX_ORIGINS {
+                set.insert(origin);
+            }
+        }
+    }
+
+    /// The origins a loaded state holds: saved again even when no page
+    /// opens them.
+    pub fn extend(&self, state: &State) {
+        for o in &state.origins {
+            self.add(&o.origin);
+        }
+    }
+
+    pub fn get(&self) -> BTreeSet<String> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// Follows every page's URL on a browser session of the grid's own, until
+/// the browser is gone.
+pub async fn follow(cdp: &Connection) -> Result<Origins, CdpError> {
+    let attached = cdp.send(None, "Target.attachToBrowserTarget", json!({})).await?;
+    let session = attached["sessionId"].as_str().unwrap_or_default().to_string();
+    let mut events = cdp.subscribe(&session);
+    cdp.send(Some(&session), "Target.setDiscoverTargets", json!({"discover": true})).await?;
+    let origins = Origins::default();
+    let seen = origins.clone();
+    tokio::spawn(async move {
+        while let Some(e) = events.recv().await {
+            if matches!(e.method.as_str(), "Target.targetCreated" | "Target.targetInfoChanged")
+                && e.params["targetInfo"]["type"] == "page"
+            {
+                seen.add(e.params["targetInfo"]["url"].as_str().unwrap_or(""));
+            }
+        }
+    });
+    Ok(origins)
+}
+
+/// The browser set up with `state`: its cookies, then each origin's
+/// storage.
+pub async fn restore(cdp: &Connection, state: &State) -> Result<(), CdpError> {
+    if !state.cookies.is_empty() {
+        let cookies: Vec<Value> = state.cookies.iter().map(grid_core::cookies::set_param).collect();
+        cdp.send(None, "Storage.setCookies", json!({"cookies": cookies})).await?;
+    }
+    if state.origins.is_empty() {
+        return Ok(());
+    }
+    let writes: Vec<(String, Value)> = state
+        .origins
+        .iter()
+        .map(|o| {
+            let items = serde_json::to_string(&o.local_storage).unwrap_or_else(|_| "[]".into());
+            (o.origin.clone(), Value::String(format!("for (const [k, v] of {items}) localStorage.setItem(k, v); true")))
+        })
+        .collect();
+    on_origins(cdp, &writes).await?;
+    Ok(())
+}
+
+/// The browser's state now: every cookie, and the storage of `origins`.
+pub async fn capture(cdp: &Connection, origins: &BTreeSet<String>) -> Result<State, CdpError> {
+    let cookies = cdp.send(None, "Storage.getCookies", json!({})).await?;
+    let cookies = cookies["cookies"].as_array().cloned().unwrap_or_default();
+    let reads: Vec<(String, Value)> = origins
+        .iter()
+        .take(MAX_ORIGINS)
+        .map(|o| (o.clone(), Value::String("JSON.stringify(Object.entries(localStorage))".into())))
+        .collect();
+    let mut state = State { cookies, origins: vec![] };
+    for ((origin, _), value) in reads.iter().zip(on_origins(cdp, &reads).await?) {
+        let pairs: Vec<(String, String)> =
+            value.as_str().and_then(|s| serde_json::from_str(s).ok()).unwrap_or_default();
+        if !pairs.is_empty() {
+            state.origins.push(OriginStorage { origin: origin.clone(), local_storage: pairs });
+        }
+    }
+    Ok(state)
+}
+
+/// An empty page the grid answers for every origin it opens.
+const EMPTY_PAGE_BASE64: &str = "PCFkb2N0eXBlIGh0bWw+PHRpdGxlPjwvdGl0bGU+"; // <!doctype html><title></title>
+
+/// Evaluates each expression on a page of its origin, on one page of the
+/// grid's own whose every request the grid answers with an empty page; the
+/// values in order. The page is closed after.
+async fn on_origins(cdp: &Connection, scripts: &[(String, Value)]) -> Result<Vec<Value>, CdpError> {
+    let target = cdp.send(None, "Target.createTarget", json!({"url": "about:blank"})).await?;
+    let target_id = target["targetId"].as_str().unwrap_or_default().to_string();
+    let result = async {
+        let attached = cdp.send(None, "Target.attachToTarget", json!({"targetId": target_id, "flatten": true})).await?;
+        let session = attached["sessionId"].as_str().unwrap_or_default().to_string();
+        let mut events = cdp.subscribe(&session);
+        cdp.send(Some(&session), "Fetch.enable", json!({"patterns": [{"urlPattern": "*"}]})).await?;
+        let mut values = Vec::with_capacity(scripts.len());
+        for (origin, expression) in scripts {
+            let navigate = cdp.send(Some(&session), "Page.navigate", json!({"url": format!("{origin}/")}));
+            tokio::pin!(navigate);
+            loop {
+                tokio::select! {
+                    done = &mut navigate => { done?; break; }
+                    e = events.recv() => {
+                        let Some(e) = e else { return Err(CdpError::Closed) };
+                        if e.method == "Fetch.requestPaused" {
+                            let id = e.params["requestId"].clone();
+                            // Sent, not awaited: the navigation's answer follows it.
+                            drop(cdp.send(Some(&session), "Fetch.fulfillRequest", json!({
+                                "requestId": id,
+                                "responseCode": 200,
+                                "responseHeaders": [{"name": "content-type", "value": "text/html"}],
+                                "body": EMPTY_PAGE_BASE64,
+                            })));
+                        }
+                    }
+                }
+            }
+            // The navigation committed; wait until the page is the origin's.
+            let check = format!("location.origin === {}", Value::String(origin.clone()));
+            let mut tries = 0;
+            loop {
+                let r = cdp
+                    .send(Some(&session), "Runtime.evaluate", json!({"expression": check, "returnByValue": true}))
+                    .await?;
+                if r["result"]["value"] == json!(true) {
+                    break;
+                }
+                tries += 1;
+                if tries > 100 {
+                    return Err(CdpError::Protocol("Page.navigate".into(), format!("{origin} did not open")));
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let r = cdp
+                .send(
+                    Some(&session),
+                    "Runtime.evaluate",
+                    json!({"expression": expression, "returnByValue": true, "awaitPromise": true}),
+                )
+                .await?;
+            if let Some(ex) = r.get("exceptionDetails") {
+                return Err(CdpError::Protocol("Runtime.evaluate".into(), ex.to_string()));
+            }
+            values.push(r["result"]["value"].clone());
+        }
+        cdp.unsubscribe(&session);
+        Ok(values)
+    }
+    .await;
+    let _ = cdp.send(None, "Target.closeTarget", json!({"targetId": target_id})).await;
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_state_over_the_bound_is_refused_naming_both_sizes() {
+        assert!(check_bound(10, 10).is_ok());
+        let why = check_bound(11, 10).unwrap_err();
+        assert!(why.contains("11 bytes") && why.contains("bound of 10"), "{why}");
+    }
+
+    #[test]
+    fn only_http_origins_are_kept() {
+        assert_eq!(origin_of("https://example.com/a?b#c").as_deref(), Some("https://example.com"));
+        assert_eq!(origin_of("http://127.0.0.1:8080/x").as_deref(), Some("http://127.0.0.1:8080"));
+        assert_eq!(origin_of("about:blank"), None);
+        assert_eq!(origin_of("chrome://newtab/"), None);
+        assert_eq!(origin_of("data:text/html,x"), None);
+    }
+
+    #[test]
+    fn a_state_reads_back() {
+        let s = State {
+            cookies: vec![
+                json!({"name": "a", "value": "b", "domain": "x", "path": "/", "expires": -1, "session": true, "size": 2}),
+            ],
+            origins: vec![OriginStorage { origin: "http://x".into(), local_storage: vec![("k".into(), "v".into())] }],
+        };
+        assert_eq!(State::from_bytes(&s.to_bytes()).unwrap(), s);
+        assert!(State::from_bytes(b"nope").is_err());
+    }
+}

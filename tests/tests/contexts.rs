@@ -1,0 +1,403 @@
+//! Persistent browser contexts (issue 29, docs/sessions.md "Contexts"):
+//! Playwright signs in to a local site (a cookie and a localStorage value)
+//! in a session leased with `context: {id, persist: true}`; released, a
+//! new lease with the context finds both, a lease without it starts clean,
+//! `persist: false` writes nothing back, a second live session on the
+//! context is 409 naming the first, another account's context is 404 on
+//! every route, a state over the bound is refused and the state before
+//! kept, and no byte of the state is in clear under the data dir (nor, on
+//! PostgreSQL, in the table). On PostgreSQL the context saved through one
+//! node is loaded by a session on another.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use grid_tests::bins::workspace_root;
+use grid_tests::http::Resp;
+use grid_tests::server::{GridServer, ServerOptions};
+use grid_tests::sessions::{lease_as, release_as, wait_running_as};
+use grid_tests::target::Target;
+use serde_json::{json, Value};
+
+/// The bound the tests run the grid with (`--context-max-kib`): a sign-in
+/// fits many times, the filler below does not.
+const MAX_KIB: u64 = 64;
+const FILLER_BYTES: u64 = 200 * 1024;
+
+fn clients_dir() -> PathBuf {
+    let dir = workspace_root().join("tests/clients");
+    assert!(
+        dir.join("node_modules/playwright-core").is_dir(),
+        "Playwright is missing from {}: scripts/test.sh installs it (npm install there)",
+        dir.display()
+    );
+    dir
+}
+
+fn options() -> ServerOptions {
+    ServerOptions { extra_args: vec!["--context-max-kib".into(), MAX_KIB.to_string()], ..ServerOptions::default() }
+}
+
+/// Runs tests/clients/contexts.js on the session's cdpUrl: what the page
+/// saw of the sign-in.
+async fn playwright(server: &GridServer, cdp_url: &str, page: &str, mode: &[&str]) -> Value {
+    let mut cmd = Command::new("node");
+    cmd.arg("contexts.js").arg(cdp_url).arg(page).args(mode).current_dir(clients_dir());
+    grid_tests::child::run_json(server, &format!("contexts.js {mode:?}"), &mut cmd)
+}
+
+async fn create_context(server: &GridServer, key: &str) -> String {
+    let r = server.post_as(Some(key), "/contexts", Some(&json!({}))).await;
+    assert_eq!(r.status, 201, "{r}");
+    let id = r.json["contextId"].as_str().unwrap_or_else(|| server.fail(&format!("no contextId: {r}"))).to_string();
+    assert!(id.starts_with("ctx_"), "{id}");
+    id
+}
+
+async fn contexts_of(server: &GridServer, key: &str) -> Vec<Value> {
+    let r = server.get_as(Some(key), "/contexts").await;
+    assert_eq!(r.status, 200, "{r}");
+    r.json.as_array().cloned().unwrap_or_else(|| server.fail(&format!("GET /contexts is no list: {r}")))
+}
+
+async fn context_of(server: &GridServer, key: &str, id: &str) -> Value {
+    contexts_of(server, key)
+        .await
+        .into_iter()
+        .find(|c| c["contextId"] == id)
+        .unwrap_or_else(|| server.fail(&format!("context {id} not listed")))
+}
+
+async fn delete_context(server: &GridServer, key: &str, id: &str) -> Resp {
+    server.request(reqwest::Method::DELETE, &format!("/contexts/{id}"), Some(key), None).await
+}
+
+/// A session leased through `server` with `body`, running; its cdpUrl and
+/// its attestation.
+async fn running(server: &GridServer, key: &str, body: Value) -> (String, String, Value) {
+    let lease = lease_as(server, key, body).await;
+    let (entry, _) = wait_running_as(server, key, &lease.id).await;
+    (lease.id, lease.cdp_url, entry["attestation"].clone())
+}
+
+async fn release(server: &GridServer, key: &str, id: &str) {
+    let r = release_as(server, key, id).await;
+    assert_eq!(r.status, 204, "{r}");
+}
+
+/// Waits until `probe` holds for the context's entry.
+async fn wait_context(server: &GridServer, key: &str, id: &str, what: &str, probe: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let c = context_of(server, key, id).await;
+        if probe(&c) {
+            return c;
+        }
+        if Instant::now() > deadline {
+            server.fail(&format!("context {id}: {what} not seen within 60 s: {c}"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Files under `dir` holding `needle`, found by reading every regular file.
+fn files_holding(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
+    let mut found = vec![];
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for e in entries.flatten() {
+            let (path, Ok(kind)) = (e.path(), e.file_type()) else { continue };
+            if kind.is_dir() {
+                stack.push(path);
+            } else if kind.is_file() {
+                if let Ok(bytes) = std::fs::read(&path) {
+                    if bytes.windows(needle.len()).any(|w| w == needle) {
+                        found.push(path);
+                    }
+                }
+            }
+        }
+    }
+    found
+}
+
+fn canary() -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    format!("canary{nanos:x}{}", std::process::id())
+}
+
+/// The whole story on one grid (`second` is where the later leases go: the
+/// same server on SQLite, another node on PostgreSQL).
+async fn contexts_keep_a_sign_in(first: &GridServer, second: &GridServer, target: &Target) {
+    let key = first.api_key().to_string();
+    let page = target.url("/page/1");
+    let id = create_context(first, &key).await;
+    let fresh = context_of(first, &key, &id).await;
+    assert_eq!((fresh["sizeBytes"].clone(), fresh["sessionId"].clone()), (json!(0), Value::Null), "{fresh}");
+    assert_eq!(fresh["lastUsedAt"], Value::Null, "{fresh}");
+
+    // Signed in through the first node, in a session that persists.
+    let secret = canary();
+    let persist = json!({"ttlMinutes": 10, "context": {"id": id, "persist": true}});
+    let (a, a_url, attested) = running(first, &key, persist.clone()).await;
+    assert_eq!(attested["context"]["contextId"], json!(id), "{attested}");
+    let empty_digest = attested["context"]["stateSha256"].clone();
+    assert!(empty_digest.as_str().is_some_and(|d| d.starts_with("sha256:")), "{attested}");
+    let signed_in = playwright(first, &a_url, &page, &["signin", &secret]).await;
+    assert_eq!(signed_in["user"], json!(secret), "{signed_in}");
+    // Held while it lives: a second lease and a delete are refused, naming it.
+    let r = first.post_as(Some(&key), "/sessions", Some(&persist)).await;
+    assert_eq!(
+        (r.status, r.json["error"].clone(), r.json["sessionId"].clone()),
+        (409, json!("context in use"), json!(a)),
+        "{r}"
+    );
+    let r = delete_context(first, &key, &id).await;
+    assert_eq!((r.status, r.json["sessionId"].clone()), (409, json!(a)), "{r}");
+    assert_eq!(context_of(first, &key, &id).await["sessionId"], json!(a));
+    release(first, &key, &a).await;
+
+    // Leased again (on the second node): the sign-in is there.
+    let (b, b_url, attested) = running(second, &key, persist.clone()).await;
+    if !std::ptr::eq(first, second) {
+        let (on_a, on_b) = (first.stored().session(&a).node, second.stored().session(&b).node);
+        assert_ne!(on_a, on_b, "both sessions ran on one node");
+    }
+    assert_ne!(attested["context"]["stateSha256"], empty_digest, "the digest names the state loaded: {attested}");
+    assert!(!attested.to_string().contains(&secret), "the attestation shows the state: {attested}");
+    let seen = playwright(second, &b_url, &page, &["check"]).await;
+    assert_eq!(seen["user"], json!(secret), "localStorage not restored: {seen}");
+    assert!(
+        seen["cookie"].as_str().unwrap_or("").contains(&format!("grid_signin={secret}")),
+        "cookie not restored: {seen}"
+    );
+    release(second, &key, &b).await;
+    let saved =
+        wait_context(first, &key, &id, "a save", |c| c["sessionId"].is_null() && c["savedAt"].is_string()).await;
+    assert!(saved["sizeBytes"].as_u64().unwrap_or(0) > 0, "{saved}");
+    assert!(saved["lastUsedAt"].is_string(), "{saved}");
+
+    // A session without the context starts clean.
+    let (c, c_url, attested) = running(second, &key, json!({"ttlMinutes": 10})).await;
+    assert_eq!(attested["context"], Value::Null, "{attested}");
+    let clean = playwright(second, &c_url, &page, &["check"]).await;
+    assert_eq!((clean["user"].clone(), clean["cookie"].clone()), (Value::Null, json!("")), "{clean}");
+    release(second, &key, &c).await;
+
+    // persist: false reads the state and writes nothing back.
+    let read_only = json!({"ttlMinutes": 10, "context": {"id": id, "persist": false}});
+    let (d, d_url, attested) = running(first, &key, read_only).await;
+    assert_eq!(attested["context"]["persist"], json!(false), "{attested}");
+    let changed = playwright(first, &d_url, &page, &["signin", "someone-else"]).await;
+    assert_eq!(changed["user"], json!("someone-else"), "{changed}");
+    release(first, &key, &d).await;
+    // (With a viewport too: the grid's own DevTools session then holds
+    // every new page until it is set up, the state's page included.)
+    let with_viewport = json!({"ttlMinutes": 10, "viewport": {"width": 800, "height": 600},
+                               "context": {"id": id, "persist": false}});
+    let (e, e_url, _) = running(second, &key, with_viewport).await;
+    let seen = playwright(second, &e_url, &page, &["check"]).await;
+    assert_eq!(seen["user"], json!(secret), "persist: false wrote back: {seen}");
+    release(second, &key, &e).await;
+
+    // A state over the bound: refused with its reason, the state before kept.
+    let (f, f_url, _) = running(first, &key, persist.clone()).await;
+    playwright(first, &f_url, &page, &["fill", &FILLER_BYTES.to_string()]).await;
+    release(first, &key, &f).await;
+    let refused =
+        wait_context(first, &key, &id, "a refusal", |c| c["sessionId"].is_null() && c["lastSaveRefused"].is_string())
+            .await;
+    assert!(refused["lastSaveRefused"].as_str().unwrap_or("").contains("bound"), "{refused}");
+    assert_eq!(refused["sizeBytes"], saved["sizeBytes"], "{refused}");
+    let (g, g_url, _) = running(second, &key, persist.clone()).await;
+    let seen = playwright(second, &g_url, &page, &["check"]).await;
+    assert_eq!(seen["user"], json!(secret), "the state before the refusal is gone: {seen}");
+    release(second, &key, &g).await;
+
+    // Another account: 404 on every context route and on a lease.
+    let (_, other) = first.create_account("other", 50_000_000);
+    assert!(contexts_of(first, &other).await.is_empty());
+    let r = delete_context(first, &other, &id).await;
+    assert_eq!((r.status, r.json["error"].clone()), (404, json!("unknown context")), "{r}");
+    let r = first.post_as(Some(&other), "/sessions", Some(&persist)).await;
+    assert_eq!((r.status, r.json["error"].clone()), (404, json!("unknown context")), "{r}");
+    let r = delete_context(first, &key, "ctx_01NOSUCHCONTEXT").await;
+    assert_eq!(r.status, 404, "{r}");
+
+    // Nothing of the state in clear: not under either data dir, not in the
+    // table (on PostgreSQL, where the data dirs hold no table).
+    for server in [first, second] {
+        let found = files_holding(server.data_dir(), secret.as_bytes());
+        assert!(found.is_empty(), "the canary is in clear in {found:?}");
+    }
+    let dump = first.stored().contexts_dump();
+    assert!(dump.windows(id.len()).any(|w| w == id.as_bytes()), "the dump holds the context");
+    assert!(!dump.windows(secret.len()).any(|w| w == secret.as_bytes()), "the canary is in clear in the table");
+
+    // Deleted with its state; gone for its account too.
+    assert_eq!(delete_context(first, &key, &id).await.status, 204);
+    assert!(contexts_of(first, &key).await.iter().all(|c| c["contextId"] != id));
+    let r = first.post_as(Some(&key), "/sessions", Some(&persist)).await;
+    assert_eq!(r.status, 404, "{r}");
+}
+
+#[tokio::test]
+async fn a_context_keeps_a_sign_in_across_sessions() {
+    let target = Target::start();
+    let server = GridServer::start(options());
+    contexts_keep_a_sign_in(&server, &server, &target).await;
+}
+
+/// Two nodes on one PostgreSQL database: saved through one node, loaded by
+/// a session on the other (each lease runs on the node it came through:
+/// both have free slots). Needs PostgreSQL whatever the run's store
+/// (`GRID_TEST_DATABASE_URL`), as tests/scale_out.rs does.
+#[tokio::test]
+async fn a_context_saved_through_one_node_is_loaded_on_another() {
+    let target = Target::start();
+    let node = |name: &str| ServerOptions {
+        postgres: true,
+        extra_args: [options().extra_args, vec!["--node".into(), name.into()]].concat(),
+        ..ServerOptions::default()
+    };
+    let n1 = GridServer::start(node("n1"));
+    let n2 = n1.join(node("n2"));
+    contexts_keep_a_sign_in(&n1, &n2, &target).await;
+}
+
+/// A tool call on POST /mcp with the first-start key: its result.
+async fn mcp_tool(server: &GridServer, name: &str, arguments: Value) -> Value {
+    let rpc =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name, "arguments": arguments}});
+    let r = Resp::read(
+        server
+            .http()
+            .post(format!("{}/mcp", server.base_url()))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("x-api-key", server.api_key())
+            .body(rpc.to_string()),
+    )
+    .await
+    .unwrap_or_else(|e| server.fail(&format!("MCP request: {e}")));
+    assert_eq!(r.status, 200, "{r}");
+    r.json["result"].clone()
+}
+
+/// The same calls through the SDK, the CLI and the MCP tools; the lease's
+/// `--context` flag reaches the API (an unknown context is its 404).
+#[tokio::test]
+async fn contexts_through_the_sdk_the_cli_and_mcp() {
+    let server = GridServer::start(options());
+    let client = server.client();
+    let by_sdk = client.create_context().await.unwrap().context_id;
+    assert!(client.list_contexts().await.unwrap().iter().any(|c| c.context_id == by_sdk));
+
+    let created = server.cli(&["context", "create"]);
+    assert!(created.success(), "{created}");
+    let by_cli = created.stdout.trim().to_string();
+    assert!(by_cli.starts_with("ctx_"), "{created}");
+    let listed = server.cli(&["--json", "context", "list"]);
+    let ids: Vec<Value> = listed.json().and_then(|l| l.as_array().cloned()).unwrap_or_default();
+    let ids: Vec<&str> = ids.iter().filter_map(|c| c["contextId"].as_str()).collect();
+    assert_eq!(ids, [by_sdk.as_str(), by_cli.as_str()], "{listed}");
+    let table = server.cli(&["context", "list"]);
+    assert!(table.success() && table.stdout.contains(&by_cli), "{table}");
+    let lease = server.cli(&["session", "lease", "--context", "ctx_01NOSUCHCONTEXT", "--persist"]);
+    assert!(!lease.success() && lease.stderr.contains("unknown context"), "{lease}");
+    let deleted = server.cli(&["context", "delete", &by_cli]);
+    assert!(deleted.success(), "{deleted}");
+    let again = server.cli(&["context", "delete", &by_cli]);
+    assert!(!again.success() && again.stderr.contains("unknown context"), "{again}");
+
+    let made = mcp_tool(&server, "create_context", json!({})).await;
+    let by_mcp = made["structuredContent"]["contextId"].as_str().unwrap_or_else(|| server.fail(&format!("{made}")));
+    let listed = mcp_tool(&server, "list_contexts", json!({})).await;
+    let ids: Vec<&str> = listed["structuredContent"]["contexts"]
+        .as_array()
+        .map(|l| l.iter().filter_map(|c| c["contextId"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(ids, [by_sdk.as_str(), by_mcp], "{listed}");
+    let gone = mcp_tool(&server, "delete_context", json!({"contextId": by_mcp})).await;
+    assert_eq!(gone["structuredContent"], json!({"contextId": by_mcp, "deleted": true}), "{gone}");
+    let again = mcp_tool(&server, "delete_context", json!({"contextId": by_mcp})).await;
+    assert_eq!(again["isError"], json!(true), "{again}");
+    assert!(again["content"][0]["text"].as_str().unwrap_or("").contains("unknown context"), "{again}");
+    let lease = mcp_tool(&server, "lease_session", json!({"context": {"id": by_mcp, "persist": true}})).await;
+    assert!(lease["content"][0]["text"].as_str().unwrap_or("").contains("unknown context"), "{lease}");
+    client.delete_context(&by_sdk).await.unwrap();
+    assert!(client.list_contexts().await.unwrap().is_empty());
+}
+
+/// The `Cookie` header of each request `target` saw on `path`.
+fn cookies_seen(target: &Target, path: &str) -> Vec<Option<String>> {
+    target.requests(path).iter().map(|r| r.header("cookie").map(str::to_string)).collect()
+}
+
+/// Signed-in captures: a `fetch` batch naming a context sends its cookies
+/// by the browser's rules, the first URL's and each redirect's (here a
+/// host-only cookie of 127.0.0.1: sent there, not to `localhost`); a
+/// browser item's page and a one-call capture's send them too; a batch
+/// without it sends none;
+/// another account's context is 404.
+#[tokio::test]
+async fn a_fetch_batch_naming_a_context_sends_its_cookies_by_the_browsers_rules() {
+    let target = Target::start();
+    let server = GridServer::start(options());
+    let key = server.api_key().to_string();
+    let id = create_context(&server, &key).await;
+    let secret = canary();
+    let persist = json!({"ttlMinutes": 10, "context": {"id": id, "persist": true}});
+    let (s, url, _) = running(&server, &key, persist).await;
+    playwright(&server, &url, &target.url("/page/1"), &["signin", &secret]).await;
+    release(&server, &key, &s).await;
+    wait_context(&server, &key, &id, "a save", |c| c["sessionId"].is_null() && c["savedAt"].is_string()).await;
+
+    let port = target.addr().port();
+    let urls = [
+        format!("http://127.0.0.1:{port}/page/2"),
+        format!("http://localhost:{port}/redirect?to=http://127.0.0.1:{port}/page/3"),
+        format!("http://127.0.0.1:{port}/redirect?to=http://localhost:{port}/page/4"),
+    ];
+    let batch = server.submit_as(&key, &json!({"urls": urls, "script": "fetch", "context": id})).await;
+    let done = server.wait_batch_done(&batch, Duration::from_secs(60)).await;
+    assert_eq!(done["counts"]["completed"], json!(3), "{done}");
+    let signed = Some(format!("grid_signin={secret}"));
+    assert_eq!(cookies_seen(&target, "/page/2"), std::slice::from_ref(&signed));
+    assert_eq!(cookies_seen(&target, "/page/3"), std::slice::from_ref(&signed), "the redirect's 127.0.0.1 hop");
+    assert_eq!(cookies_seen(&target, "/page/4"), [None], "a host-only cookie went to another host");
+    let redirects = cookies_seen(&target, "/redirect");
+    assert!(redirects.contains(&None) && redirects.contains(&signed), "{redirects:?}");
+
+    // A browser item starts its own browser context with them.
+    let rendered = server
+        .submit_as(&key, &json!({"urls": [target.url("/page/7")], "script": "render-fetch", "context": id}))
+        .await;
+    let done = server.wait_batch_done(&rendered, Duration::from_secs(90)).await;
+    assert_eq!(done["counts"]["completed"], json!(1), "{done}");
+    assert_eq!(cookies_seen(&target, "/page/7"), std::slice::from_ref(&signed), "the browser item's request");
+
+    // A one-call capture too.
+    let r = server.post_as(Some(&key), "/content", Some(&json!({"url": target.url("/page/8"), "context": id}))).await;
+    assert_eq!(r.status, 200, "{r}");
+    assert_eq!(cookies_seen(&target, "/page/8"), std::slice::from_ref(&signed), "the one-call capture's request");
+
+    // Without the context, nothing.
+    let plain = server.submit_as(&key, &json!({"urls": [target.url("/page/5")], "script": "fetch"})).await;
+    server.wait_batch_done(&plain, Duration::from_secs(60)).await;
+    assert_eq!(cookies_seen(&target, "/page/5"), [None]);
+    // Another account's context is unknown; a malformed id is a bad body.
+    let (_, other) = server.create_account("other", 50_000_000);
+    let body = json!({"urls": [target.url("/page/6")], "script": "fetch", "context": id});
+    let r = server.post_as(Some(&other), "/batches", Some(&body)).await;
+    assert_eq!((r.status, r.json["error"].clone()), (404, json!("unknown context")), "{r}");
+    let r = server.post_as(Some(&other), "/content", Some(&json!({"url": target.url("/page/6"), "context": id}))).await;
+    assert_eq!((r.status, r.json["error"].clone()), (404, json!("unknown context")), "{r}");
+    let r = server.post_as(Some(&key), "/batches", Some(&json!({"urls": [target.url("/")], "context": "x"}))).await;
+    assert_eq!(r.status, 400, "{r}");
+    assert_eq!(target.hits("/page/6"), 0);
+    // Read-only: the context is as the session left it.
+    assert!(context_of(&server, &key, &id).await["lastUsedAt"].is_string());
+}
