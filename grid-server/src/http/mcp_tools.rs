@@ -870,7 +870,8 @@ mod tests {
             if browser_tools::is_browser_tool(name) {
                 let good = json!({"sessionId": "ses_1", "url": "http://a.test/", "ref": "e1", "text": "x",
                                   "fields": [{"ref": "e1", "value": "x"}], "key": "Enter", "values": ["a"],
-                                  "timeMs": 0, "expression": "1", "action": "list"});
+                                  "timeMs": 0, "expression": "1", "action": "list", "startRef": "e1", "endRef": "e2",
+                                  "files": [{"name": "a.txt", "contentBase64": "aGk="}]});
                 let mut args = good.as_object().cloned().unwrap_or_default();
                 args.retain(|k, _| t["inputSchema"]["properties"].get(k).is_some());
                 assert!(browser_tools::parse(name, &args).is_ok(), "{name}: {:?}", browser_tools::parse(name, &args));
