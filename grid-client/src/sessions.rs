@@ -72,6 +72,7 @@ mod tests {
             locale: Some("fr-CA".into()),
             timezone: Some("America/Toronto".into()),
             take_over: None,
+            proxy: None,
         });
         assert_eq!(
             std::str::from_utf8(full.body().unwrap()).unwrap(),

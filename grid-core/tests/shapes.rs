@@ -264,6 +264,11 @@ fn full_session() -> Value {
         locale: Some("fr-CA".into()),
         timezone: Some("America/Toronto".into()),
         take_over: Some(true),
+        proxy: Some(grid_core::wire::proxy::NewProxy {
+            server: "socks5://proxy.example:1080".into(),
+            username: Some("u".into()),
+            password: Some("p".into()),
+        }),
     })
     .unwrap()
 }
@@ -933,6 +938,7 @@ fn validator_fields(shape: &str, path: &Path) -> &'static [&'static str] {
         ("NewJob", ["capabilities"]) => job::CAPABILITIES_FIELDS,
         ("NewSession", []) => session::FIELDS,
         ("NewSession", ["viewport"]) => session::VIEWPORT_FIELDS,
+        ("NewSession", ["proxy"]) => grid_core::validate::proxy::FIELDS,
         ("JobListQuery", []) => list::PARAMETERS,
         ("AccountQuery", []) => list::ACCOUNT_PARAMETERS,
         (params_shape, rest) if params_shape.ends_with("Params") || params_shape.contains("Params(") => {

@@ -355,6 +355,7 @@ impl Sim {
             network_policy: None,
             overrides: Default::default(),
             take_over: false,
+            proxy: None,
         };
         match self
             .sessions

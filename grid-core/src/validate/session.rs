@@ -18,7 +18,7 @@ pub const MAX_TTL_MINUTES: i64 = 240;
 pub const DEFAULT_TTL_MINUTES: u32 = 30;
 /// The members a body may have.
 pub const FIELDS: &[&str] =
-    &["profileId", "ttlMinutes", "network", "viewport", "userAgent", "locale", "timezone", "takeOver"];
+    &["profileId", "ttlMinutes", "network", "viewport", "userAgent", "locale", "timezone", "takeOver", "proxy"];
 /// The members of `viewport`.
 pub const VIEWPORT_FIELDS: &[&str] = params::VIEWPORT_FIELDS;
 /// Bounds of `viewport`: a capture's `viewport` has the same.
@@ -60,8 +60,10 @@ pub fn validate(body: &Value) -> Result<SessionSubmission, ApiError> {
             false
         }
     };
+    let proxy = obj.get("proxy").and_then(|v| super::proxy::validate(&mut p, "proxy", v));
     match (profile, network) {
         (Some(profile), Some(network_policy)) if p.is_empty() => Ok(SessionSubmission {
+            proxy,
             profile,
             ttl_minutes: ttl.map_or(DEFAULT_TTL_MINUTES, |n| n as u32),
             network_policy,
@@ -273,6 +275,7 @@ mod tests {
                 network_policy: None,
                 overrides: SessionOverrides::default(),
                 take_over: false,
+                proxy: None,
             }
         );
     }

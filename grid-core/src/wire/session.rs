@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::catalog::Profile;
 use crate::session::SessionStatus;
 use crate::time::Millis;
+use crate::wire::proxy::{NewProxy, UpstreamProxy};
 
 /// What a client sends to POST /sessions; `{}` is a valid body. The last
 /// four fields override the profile's (docs/sessions.md).
@@ -32,6 +33,10 @@ pub struct NewSession {
     /// keyboard, scroll); default false: the view only watches.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub take_over: Option<bool>,
+    /// An upstream proxy the browser's allowed traffic goes through
+    /// (docs/proxies.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<NewProxy>,
 }
 
 /// `viewport` of POST /sessions: the page's size in CSS pixels.
@@ -64,6 +69,10 @@ pub struct SessionSubmission {
     /// the rows of every other lease keep their shape.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub take_over: bool,
+    /// The upstream proxy the lease named: its scheme, host and port are
+    /// stored here, its credentials only sealed (the `proxy_sealed` column).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<UpstreamProxy>,
 }
 
 impl SessionSubmission {
@@ -79,6 +88,7 @@ impl SessionSubmission {
             network_policy: None,
             overrides: SessionOverrides::default(),
             take_over: false,
+            proxy: None,
         }
     }
 }
@@ -272,6 +282,7 @@ mod tests {
             locale: Some("fr-CA".into()),
             timezone: Some("America/Toronto".into()),
             take_over: Some(true),
+            proxy: None,
         };
         let v = serde_json::to_value(&full).unwrap();
         assert_eq!(

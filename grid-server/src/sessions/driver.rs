@@ -627,6 +627,7 @@ pub(crate) mod tests {
                 network_policy: None,
                 overrides: Default::default(),
                 take_over: false,
+                proxy: None,
             }
         }
 

@@ -318,6 +318,7 @@ mod tests {
                     network_policy: None,
                     overrides: SessionOverrides::default(),
                     take_over: false,
+                    proxy: None,
                 },
             ),
             (
@@ -333,6 +334,7 @@ mod tests {
                         timezone: Some("America/Toronto".into()),
                     },
                     take_over: false,
+                    proxy: None,
                 },
             ),
             (
@@ -343,6 +345,7 @@ mod tests {
                     network_policy: None,
                     overrides: SessionOverrides::default(),
                     take_over: true,
+                    proxy: None,
                 },
             ),
         ];
