@@ -33,6 +33,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+use crate::upstream::{self, Tunnel, Upstream};
+
 const MAX_HEAD: usize = 32 * 1024;
 /// How refusals name `public-web-only/v1`.
 pub const PUBLIC_WEB_ONLY_RULE: &str = "the grid's network policy public-web-only/v1";
@@ -56,6 +58,44 @@ pub trait Policy: Send + Sync + 'static {
     fn refuse_ip(&self, ip: IpAddr) -> Option<Special>;
     /// How refusals name the rule [`Policy::refuse_ip`] applies.
     fn address_rule(&self) -> &'static str;
+    /// The upstream proxy allowed traffic goes through (docs/proxies.md);
+    /// `None`: straight to the destination.
+    fn upstream(&self) -> Option<&Upstream> {
+        None
+    }
+}
+
+/// A policy whose allowed traffic goes through an upstream proxy: its
+/// checks are `inner`'s, made before anything reaches the upstream.
+pub struct Routed {
+    pub inner: Arc<dyn Policy>,
+    pub upstream: Upstream,
+}
+
+impl Policy for Routed {
+    fn refuse_host(&self, host: &str) -> Option<HostRefusal> {
+        self.inner.refuse_host(host)
+    }
+
+    fn refuse_ip(&self, ip: IpAddr) -> Option<Special> {
+        self.inner.refuse_ip(ip)
+    }
+
+    fn address_rule(&self) -> &'static str {
+        self.inner.address_rule()
+    }
+
+    fn upstream(&self) -> Option<&Upstream> {
+        Some(&self.upstream)
+    }
+}
+
+/// `policy`, through `upstream` when there is one.
+pub fn routed(policy: Arc<dyn Policy>, upstream: Option<Upstream>) -> Arc<dyn Policy> {
+    match upstream {
+        Some(upstream) => Arc::new(Routed { inner: policy, upstream }),
+        None => policy,
+    }
 }
 
 /// A host refused by a policy's host rule.
@@ -216,7 +256,22 @@ async fn serve(mut client: TcpStream, policy: &dyn Policy, decisions: &Mutex<Vec
         record(decisions, Decision { host: host.clone(), allowed: false, detail, reason });
         return refuse(&mut client, policy.address_rule(), &why).await;
     }
-    let mut upstream = match TcpStream::connect(&allowed[..]).await {
+    if let Some(through) = policy.upstream() {
+        let server = through.proxy.server();
+        return match upstream::connect(through, allowed[0]).await {
+            Ok(tunnel) => {
+                let detail = format!("allowed: {} via upstream proxy {server}", allowed[0].ip());
+                record(decisions, Decision { host: host.clone(), allowed: true, detail, reason: String::new() });
+                relay(client, tunnel, connect, lines, (method, &path, version), &rest).await
+            }
+            Err(e) => {
+                let detail = format!("allowed; {e}");
+                record(decisions, Decision { host: host.clone(), allowed: true, detail, reason: String::new() });
+                bad_gateway(&mut client, &e.to_string()).await
+            }
+        };
+    }
+    let upstream = match TcpStream::connect(&allowed[..]).await {
         Ok(s) => s,
         Err(e) => {
             record(
@@ -233,6 +288,20 @@ async fn serve(mut client: TcpStream, policy: &dyn Policy, decisions: &Mutex<Vec
     };
     let detail = format!("allowed: {}", allowed[0].ip());
     record(decisions, Decision { host: host.clone(), allowed: true, detail, reason: String::new() });
+    relay(client, Box::new(upstream), connect, lines, (method, &path, version), &rest).await
+}
+
+/// Joins the browser's connection to `upstream` (the destination, or a
+/// tunnel to it): a CONNECT is answered 200, a plain request is sent on in
+/// origin form.
+async fn relay(
+    mut client: TcpStream,
+    mut upstream: Tunnel,
+    connect: bool,
+    lines: std::str::Split<'_, &str>,
+    (method, path, version): (&str, &str, &str),
+    rest: &[u8],
+) -> std::io::Result<()> {
     if connect {
         client.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n").await?;
     } else {
@@ -248,7 +317,7 @@ async fn serve(mut client: TcpStream, policy: &dyn Policy, decisions: &Mutex<Vec
         out.push_str("Connection: close\r\n\r\n");
         upstream.write_all(out.as_bytes()).await?;
     }
-    upstream.write_all(&rest).await?;
+    upstream.write_all(rest).await?;
     let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
     Ok(())
 }

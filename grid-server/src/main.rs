@@ -23,9 +23,7 @@ mod signing;
 mod sim;
 mod store;
 mod tokens;
-// Sealed secrets for browser contexts and proxy credentials (issue 29),
-// whose users land next.
-#[allow(dead_code)]
+mod upstream;
 mod vault;
 
 use std::io::Write;
@@ -237,6 +235,12 @@ struct ServeArgs {
     /// Treat this range as public for the public-web-only/v1 policy (for closed test networks); repeatable.
     #[arg(long = "session-treat-as-public", value_name = "CIDR")]
     session_treat_as_public: Vec<ipnet::IpNet>,
+    /// The grid's default upstream proxy for sessions and batches that name none:
+    /// http://, https:// or socks5://[user:password@]host:port (docs/proxies.md). Its credentials
+    /// are never logged; its address passes the private-network guard. Prefer the environment
+    /// variable to the flag: a command line is visible to every user of the machine.
+    #[arg(long, env = "GRID_UPSTREAM_PROXY", hide_env_values = true, value_name = "URL")]
+    upstream_proxy: Option<String>,
     /// A non-public address the network attestation of a policy session must find refused.
     #[arg(long, default_value = "http://169.254.169.254/latest/meta-data/")]
     session_probe_url: String,
@@ -498,7 +502,7 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     let (tls, store, accounting_timeout) = open_store(&args)?;
     let bound = bind(&args, tls.is_some()).await?;
     let (node, last_heartbeat) = register_node(&args, &store, tls.is_some(), bound.addr).await?;
-    let configs = configs(&args, &node, &bound.base_url, accounting_timeout);
+    let configs = configs(&args, &node, &bound.base_url, accounting_timeout)?;
     let Built { app, runner, settlement, node } = build_app(&args, store, &node, &bound.base_url, configs).await?;
     let last_alive = last_alive(&app, last_heartbeat).await?;
     let running = spawn_loops(&app, runner, settlement)?;
@@ -606,7 +610,20 @@ struct Configs {
 
 /// Reads the configurations off the command line (and removes the
 /// browser profiles' old folders).
-fn configs(args: &ServeArgs, node: &nodes::NodeConfig, base_url: &str, accounting_timeout: Duration) -> Configs {
+fn configs(
+    args: &ServeArgs,
+    node: &nodes::NodeConfig,
+    base_url: &str,
+    accounting_timeout: Duration,
+) -> anyhow::Result<Configs> {
+    // Parsed here rather than by clap, whose error would repeat the value
+    // (and a password in it).
+    let upstream_proxy = args
+        .upstream_proxy
+        .as_deref()
+        .map(grid_core::validate::proxy::parse_url)
+        .transpose()
+        .map_err(|why| anyhow::anyhow!("--upstream-proxy {why}"))?;
     let config = ServeConfig {
         node: node.name.clone(),
         node_lease: node.lease,
@@ -667,8 +684,9 @@ fn configs(args: &ServeArgs, node: &nodes::NodeConfig, base_url: &str, accountin
             limit_bytes: args.session_download_limit_mib * 1024 * 1024,
             grace: Duration::from_secs(args.session_download_grace_secs),
         },
+        upstream_proxy,
     };
-    Configs { serve: config, compute: compute_config, sessions: session_config }
+    Ok(Configs { serve: config, compute: compute_config, sessions: session_config })
 }
 
 /// Every subsystem, built: the `App` the transports reach them through, and
@@ -723,6 +741,7 @@ async fn build_app(
         &node.name,
         node.lease,
         peers.clone(),
+        vault.clone(),
     ));
     let compute = Arc::new(compute);
     let runner = Arc::new(capture::Runner {
