@@ -353,6 +353,7 @@ fn attestation() -> Value {
         "window": browser_window(),
         "overrides": nullable(session_overrides()),
         "launchManifestHash": string(),
+        "upstreamProxy": nullable(string()),
         "attestedAt": time()
     }))
 }

@@ -359,7 +359,7 @@ impl Sim {
         };
         match self
             .sessions
-            .lease(&self.caller, sub, None, "t".into(), crate::sessions::driver::tests::lease_answer)
+            .lease(&self.caller, sub, None, None, "t".into(), crate::sessions::driver::tests::lease_answer)
             .await
         {
             Ok(crate::store::idempotency::Outcome::Performed(row, _)) => {

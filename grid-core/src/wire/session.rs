@@ -179,6 +179,11 @@ pub struct Attestation {
     pub overrides: Option<SessionOverrides>,
     /// `sha256:<hex>` of the canonical JSON of the launch manifest.
     pub launch_manifest_hash: String,
+    /// `host:port` of the upstream proxy the browser's allowed traffic goes
+    /// through (the lease's, or the grid's `--upstream-proxy`); null: none.
+    /// Never its credentials (docs/proxies.md).
+    #[serde(default)]
+    pub upstream_proxy: Option<String>,
     pub attested_at: Millis,
 }
 

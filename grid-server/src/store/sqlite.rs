@@ -226,7 +226,7 @@ pub(super) fn connect(path: &Path, busy_timeout: Duration) -> StoreResult<Connec
 
 /// Each step runs once, in order; a released step is never edited. The
 /// database's `user_version` is the number of steps applied.
-const STEPS: [&str; 15] = [
+const STEPS: [&str; 16] = [
     include_str!("schema.sql"),
     include_str!("schema_v2_jobs.sql"),
     include_str!("schema_v3_identities.sql"),
@@ -242,6 +242,8 @@ const STEPS: [&str; 15] = [
     include_str!("schema_v13_daily_use_index.sql"),
     include_str!("schema_v14_balances.sql"),
     include_str!("schema_v15_attended_batches.sql"),
+    // Step 16 is schema_v16_contexts.sql (its own branch); proxies follow it.
+    include_str!("schema_v17_proxies.sql"),
 ];
 
 fn migrate(conn: &Connection) -> StoreResult<()> {
