@@ -118,7 +118,8 @@ pub fn new_batch() -> Value {
                 "minimum": batch::MIN_PRIORITY,
                 "maximum": batch::MAX_PRIORITY,
                 "description": "Lower runs sooner; items without priority run first."
-            }
+            },
+            "proxy": upstream_proxy()
         }),
         &["urls"],
     );

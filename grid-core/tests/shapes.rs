@@ -221,6 +221,11 @@ fn full_batch() -> Value {
         profile_id: Some(Profile::NativeHeadlessBrowser.as_str().into()),
         params,
         priority: Some(7),
+        proxy: Some(grid_core::wire::proxy::NewProxy {
+            server: "http://proxy.example:3128".into(),
+            username: Some("u".into()),
+            password: Some("p".into()),
+        }),
     })
     .unwrap()
 }
@@ -932,6 +937,7 @@ fn validator_fields(shape: &str, path: &Path) -> &'static [&'static str] {
         .collect();
     match (shape, keys.as_slice()) {
         ("NewBatch", []) => batch::FIELDS,
+        ("NewBatch", ["proxy"]) => grid_core::validate::proxy::FIELDS,
         ("NewJob", []) => job::FIELDS,
         ("NewJob", ["resources"]) => job::RESOURCES_FIELDS,
         ("NewJob", ["resources", _]) => job::BOUNDS_FIELDS,

@@ -710,6 +710,7 @@ async fn build_app(
     configs: Configs,
 ) -> anyhow::Result<Built> {
     let Configs { serve: config, compute: compute_config, sessions: session_config } = configs;
+    let default_upstream = session_config.upstream_proxy.clone();
     let secret =
         store.write(|tx| store::setting_or_init(tx, "download_signing_secret", || ids::random_hex(32))).await?;
     let peers = Arc::new(peers::Peers::load(store.clone()).await.context("reading the nodes' credential")?);
@@ -753,6 +754,8 @@ async fn build_app(
         artifacts_dir: config.data_dir.join("artifacts"),
         max_workers: config.max_workers,
         allow_private_networks: config.allow_private_networks,
+        vault: vault.clone(),
+        upstream_proxy: default_upstream,
     });
     let settlement = Arc::new(settlement::Settlement {
         store: store.clone(),

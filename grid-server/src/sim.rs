@@ -174,8 +174,9 @@ impl Sim {
             profile: Profile::DEFAULT,
             params: Default::default(),
             priority: rng.random_bool(0.3).then_some(rng.random_range(1..5)),
+            proxy: None,
         };
-        match self.items.submit(&self.caller, sub, None).await {
+        match self.items.submit(&self.caller, sub, None, None).await {
             Ok(crate::store::idempotency::Outcome::Performed(created, _)) => {
                 let batch = created.batch_id.clone();
                 let mut ids = self

@@ -41,7 +41,8 @@ pub type Tunnel = Box<dyn Stream>;
 
 /// An upstream proxy as the grid uses it: the proxy (with its credentials,
 /// opened from the vault) and whether its address may be a private one.
-#[derive(Clone)]
+/// `Debug` shows no password (`ProxyCredentials`'s own).
+#[derive(Debug, Clone)]
 pub struct Upstream {
     pub proxy: UpstreamProxy,
     pub allow_private: bool,

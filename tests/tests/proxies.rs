@@ -342,3 +342,46 @@ async fn the_operators_upstream_proxy_serves_leases_that_name_none() {
     assert!(!proxy.seen().tunnels.contains(&second.addr().to_string()), "{:?}", proxy.seen());
     assert_canary_nowhere(&server, &[&lease.answer, &view]).await;
 }
+
+#[tokio::test]
+async fn a_batchs_fetch_and_capture_items_go_through_its_proxy() {
+    let http = TestProxy::start(Kind::Http).await;
+    let socks = TestProxy::start(Kind::Socks5).await;
+    let target = Target::start();
+    let server = GridServer::start(ServerOptions::default());
+    let key = server.api_key().to_string();
+    let proxy = |p: &TestProxy, kind: Kind, password: &str| json!({"server": p.server(kind), "username": USER, "password": password});
+    let within = Duration::from_secs(90);
+
+    let fetch = json!({"urls": [target.url("/page/5")], "script": "fetch", "proxy": proxy(&http, Kind::Http, CANARY)});
+    let id = server.submit_as(&key, &fetch).await;
+    let fetched = server.wait_batch_done(&id, within).await;
+    assert_eq!(fetched["counts"]["completed"], 1, "{fetched}");
+    assert!(http.seen().tunnels.contains(&target.addr().to_string()), "{:?}", http.seen());
+    assert_eq!(target.hits("/page/5"), 1);
+
+    let capture =
+        json!({"urls": [target.url("/page/6")], "script": "capture", "proxy": proxy(&socks, Kind::Socks5, CANARY)});
+    let id = server.submit_as(&key, &capture).await;
+    let captured = server.wait_batch_done(&id, within).await;
+    assert_eq!(captured["counts"]["completed"], 1, "{captured}");
+    assert!(socks.seen().tunnels.contains(&target.addr().to_string()), "{:?}", socks.seen());
+    assert_eq!(target.hits("/page/6"), 1);
+
+    // Wrong credentials: the item fails, naming the proxy and why, at once.
+    let wrong = json!({"urls": [target.url("/page/8")], "script": "fetch", "proxy": proxy(&http, Kind::Http, "wrong")});
+    let id = server.submit_as(&key, &wrong).await;
+    let failed = server.wait_batch_done(&id, within).await;
+    assert_eq!(failed["counts"]["failed"], 1, "{failed}");
+    let reason = failed["jobs"][0]["failedReason"].as_str().unwrap_or_default();
+    assert!(reason.contains(&format!("upstream proxy http://{} refused the credentials", http.addr)), "{failed}");
+    assert_eq!(target.hits("/page/8"), 0);
+
+    // The guard on the proxy's address holds for batches too.
+    let guarded = GridServer::start(ServerOptions { allow_private_networks: false, ..ServerOptions::default() });
+    let r = guarded.post("/batches", &fetch).await;
+    assert_eq!(r.status, 400, "{r}");
+    assert!(r.json["detail"].to_string().contains("proxy.server: refused by the grid's private-network guard"), "{r}");
+    assert_canary_nowhere(&server, &[&fetched, &captured, &failed]).await;
+    assert_canary_nowhere(&guarded, &[&r.json]).await;
+}

@@ -5,6 +5,7 @@ use serde_json::{Map, Value};
 
 use crate::catalog::{Profile, Script};
 use crate::item::ItemState;
+use crate::wire::proxy::{NewProxy, UpstreamProxy};
 
 /// What a client sends to POST /batches. Optional fields left out take the
 /// contract's defaults.
@@ -20,6 +21,10 @@ pub struct NewBatch {
     pub params: Option<Map<String, Value>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub priority: Option<u32>,
+    /// An upstream proxy for the batch's fetch and browser items
+    /// (docs/proxies.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<NewProxy>,
 }
 
 /// A batch body that passed validation, defaults applied.
@@ -30,6 +35,9 @@ pub struct BatchSubmission {
     pub profile: Profile,
     pub params: Map<String, Value>,
     pub priority: Option<u32>,
+    /// The proxy the batch named, its credentials included (the server
+    /// stores them only sealed).
+    pub proxy: Option<UpstreamProxy>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

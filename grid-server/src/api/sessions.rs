@@ -73,7 +73,7 @@ pub fn seal_proxy(
     caller: &Caller,
     prefix: &str,
     proxy: &UpstreamProxy,
-) -> Result<Option<store::SealedProxy>, ApiError> {
+) -> Result<Option<crate::store::SealedProxy>, ApiError> {
     let Some(credentials) = &proxy.credentials else { return Ok(None) };
     let id = new_id(prefix);
     let bytes = app
@@ -83,7 +83,7 @@ pub fn seal_proxy(
             tracing::error!(error = %e, "proxy credentials not sealed");
             ApiError::Internal
         })?;
-    Ok(Some(store::SealedProxy { id, bytes }))
+    Ok(Some(crate::store::SealedProxy { id, bytes }))
 }
 
 pub async fn list(app: &App, caller: &Caller) -> Result<Reply, ApiError> {

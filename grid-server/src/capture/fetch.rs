@@ -18,10 +18,19 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use serde::Serialize;
 use url::Url;
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use hyper_util::client::legacy::connect::{Connected, Connection};
+use hyper_util::rt::TokioIo;
+
 use super::files::FileContent;
 use super::guard::{self, Resolver};
 use crate::ids::{now, sha256_hex};
 use crate::store::items::ItemRow;
+use crate::upstream::{self, Tunnel, Upstream};
 
 /// Bodies larger than this fail the item: the grid is not a bulk downloader.
 pub const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
@@ -72,12 +81,13 @@ impl Fetcher {
         Ok(Fetcher { client, allow_private })
     }
 
-    pub async fn run(&self, row: &ItemRow) -> Result<Vec<FileContent>, Failure> {
+    /// Runs the item's exchange, through `upstream` when it has one.
+    pub async fn run(&self, row: &ItemRow, upstream: Option<&Upstream>) -> Result<Vec<FileContent>, Failure> {
         let p = params::fetch(&row.params).map_err(Failure::Terminal)?;
         let url = Url::parse(&row.url).map_err(|e| Failure::Terminal(format!("url: {e}")))?;
         let started = Instant::now();
         let fetched_at = now();
-        let x = match tokio::time::timeout(Duration::from_millis(p.timeout_ms), self.exchange(url)).await {
+        let x = match tokio::time::timeout(Duration::from_millis(p.timeout_ms), self.exchange(url, upstream)).await {
             Err(_) => return Err(Failure::Transient(format!("timed out after {} ms", p.timeout_ms))),
             Ok(r) => r?,
         };
@@ -98,6 +108,7 @@ impl Fetcher {
             script: row.script.as_str(),
             sha256: sha256_hex(&x.body),
             status: x.status,
+            upstream_proxy: upstream.map(|u| u.proxy.host_port()),
             url: &row.url,
         };
         let meta = FileContent::meta(&meta);
@@ -107,8 +118,17 @@ impl Fetcher {
     /// GETs `url`, following up to `MAX_REDIRECTS` redirects, and reads the
     /// body of the last answer. Every URL asked, the first and each
     /// redirect's, passes the guard's literal-host check first.
-    async fn exchange(&self, mut url: Url) -> Result<Exchange, Failure> {
+    async fn exchange(&self, mut url: Url, upstream: Option<&Upstream>) -> Result<Exchange, Failure> {
         let mut redirects = 0;
+        // Through an upstream: a client of the item's own (no pool shared
+        // with items that go straight out), its connector resolving and
+        // guarding each destination before the upstream sees it.
+        let proxied = match upstream {
+            Some(u) => {
+                Some(proxied_client(u.clone(), !self.allow_private).map_err(|e| Failure::Terminal(e.to_string()))?)
+            }
+            None => None,
+        };
         let resp = loop {
             if !self.allow_private {
                 guard::check_literal_host(&url).map_err(|r| Failure::Terminal(r.to_string()))?;
@@ -123,7 +143,11 @@ impl Fetcher {
             if let Some(credentials) = credentials {
                 headers.insert(AUTHORIZATION, credentials);
             }
-            let resp = self.client.request(request).await.map_err(|e| classify(&e))?;
+            let resp = match &proxied {
+                Some(client) => client.request(request).await,
+                None => self.client.request(request).await,
+            }
+            .map_err(|e| classify(&e))?;
             let Some(next) = redirect_to(resp.status(), resp.headers().get(LOCATION), &url) else { break resp };
             if redirects == MAX_REDIRECTS {
                 return Err(Failure::Terminal(format!("redirect refused: more than {MAX_REDIRECTS} redirects")));
@@ -209,7 +233,92 @@ struct Meta<'a> {
     script: &'static str,
     sha256: String,
     status: u16,
+    /// `host:port` of the upstream proxy the exchange went through
+    /// (docs/proxies.md); left out when none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    upstream_proxy: Option<String>,
     url: &'a str,
+}
+
+/// A client whose every connection is a tunnel through `upstream` to an
+/// address `guard::resolve` allowed (TLS to https targets over it).
+fn proxied_client(
+    upstream: Upstream,
+    public_only: bool,
+) -> Result<Client<ProxiedConnector, Empty<Bytes>>, rustls::Error> {
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())?
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(Tunnels { upstream: Arc::new(upstream), public_only });
+    Ok(Client::builder(TokioExecutor::new()).pool_max_idle_per_host(0).build(connector))
+}
+
+type ProxiedConnector = hyper_rustls::HttpsConnector<Tunnels>;
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Connects through an upstream proxy, the destination resolved and
+/// guarded here first.
+#[derive(Clone)]
+struct Tunnels {
+    upstream: Arc<Upstream>,
+    public_only: bool,
+}
+
+impl tower_service::Service<http::Uri> for Tunnels {
+    type Response = TunnelIo;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<TunnelIo, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        let (upstream, public_only) = (self.upstream.clone(), self.public_only);
+        Box::pin(async move {
+            let host = uri.host().ok_or("the URL has no host")?.trim_matches(['[', ']']).to_string();
+            let port = uri.port_u16().unwrap_or(if uri.scheme_str() == Some("https") { 443 } else { 80 });
+            let addrs = guard::resolve(&host, public_only).await?;
+            let mut target = *addrs.first().ok_or_else(|| format!("{host} does not resolve"))?;
+            target.set_port(port);
+            let tunnel = upstream::connect(&upstream, target).await?;
+            Ok(TunnelIo(TokioIo::new(tunnel)))
+        })
+    }
+}
+
+/// A tunnel as hyper's client drives it.
+struct TunnelIo(TokioIo<Tunnel>);
+
+impl Connection for TunnelIo {
+    fn connected(&self) -> Connected {
+        Connected::new()
+    }
+}
+
+impl hyper::rt::Read for TunnelIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_read(cx, buf)
+    }
+}
+
+impl hyper::rt::Write for TunnelIo {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
+    }
 }
 
 /// Whether trying again can help: refused destinations cannot; refused
@@ -218,6 +327,20 @@ struct Meta<'a> {
 fn classify(e: &(dyn std::error::Error + 'static)) -> Failure {
     if let Some(refused) = guard::refused_in(e) {
         return Failure::Terminal(refused.to_string());
+    }
+    // An upstream proxy that refuses the credentials, or that the guard
+    // refuses, refuses the next attempt too.
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(u) = err.downcast_ref::<upstream::UpstreamError>() {
+            return match u {
+                upstream::UpstreamError::Credentials { .. } | upstream::UpstreamError::Guarded { .. } => {
+                    Failure::Terminal(u.to_string())
+                }
+                _ => Failure::Transient(format!("request failed: {u}")),
+            };
+        }
+        cur = err.source();
     }
     Failure::Transient(format!("request failed: {}", source_chain(e)))
 }
@@ -293,6 +416,7 @@ mod tests {
             script: "fetch",
             sha256: "ab".into(),
             status: 404,
+            upstream_proxy: None,
             url: "http://t/a",
         };
         let expected = json!({

@@ -45,9 +45,12 @@ use tracing::Instrument;
 use crate::browser::pool::BrowserPool;
 use crate::store::items::{ItemError, ItemRow, PublishedFile};
 use crate::store::Store;
+use crate::upstream::Upstream;
+use crate::vault::{Purpose, Vault};
 use driver::{AttemptEnd, ItemDriver};
 use fetch::Fetcher;
 use files::FileContent;
+use grid_core::wire::proxy::{ProxyCredentials, UpstreamProxy};
 
 /// How long the dispatcher waits before looking at a queue it found empty
 /// again (the driver wakes it sooner when items become claimable).
@@ -207,6 +210,11 @@ pub struct Runner {
     pub max_workers: usize,
     /// `--allow-private-networks`.
     pub allow_private_networks: bool,
+    /// Opens a batch's sealed proxy credentials.
+    pub vault: Arc<Vault>,
+    /// The grid's default upstream proxy (`--upstream-proxy`) for items
+    /// whose batch names none.
+    pub upstream_proxy: Option<UpstreamProxy>,
 }
 
 /// This node's workers, busy, claimed ahead and at most, on every scrape of
@@ -389,9 +397,12 @@ async fn run_item(app: &Runner, fetcher: &Fetcher, row: Arc<ItemRow>, slot: Slot
 
 async fn run_attempt(app: &Runner, fetcher: &Fetcher, row: Arc<ItemRow>, slot: Slot) {
     let started = Instant::now();
-    let result = match row.script.row().needs {
-        Needs::Browser => browser_script(app, &row).await,
-        Needs::Http => fetcher.run(&row).await,
+    let result = match item_upstream(app, &row) {
+        Err(failure) => Err(failure),
+        Ok(upstream) => match row.script.row().needs {
+            Needs::Browser => browser_script(app, &row, upstream).await,
+            Needs::Http => fetcher.run(&row, upstream.as_ref()).await,
+        },
     };
     let end = stored_end(app, &row.id, result).await;
     let took = started.elapsed();
@@ -405,17 +416,32 @@ async fn run_attempt(app: &Runner, fetcher: &Fetcher, row: Arc<ItemRow>, slot: S
 
 /// A browser script's attempt on the pool, or the failure of a grid that
 /// runs no browsers.
-async fn browser_script(app: &Runner, row: &ItemRow) -> Result<Vec<FileContent>, Failure> {
+async fn browser_script(app: &Runner, row: &ItemRow, upstream: Option<Upstream>) -> Result<Vec<FileContent>, Failure> {
     match &app.browsers {
         // Boxed: a browser script's state machine is about 14 KiB, and
         // inline it would make every fetch item's task that large too,
         // copied as the task is spawned and as it finishes.
-        Some(pool) => Box::pin(scripts::run(pool, row)).await,
+        Some(pool) => Box::pin(scripts::run(pool, row, upstream)).await,
         None => Err(Failure::Terminal(format!(
             "script {} needs the browser pool, which this grid does not run (--browsers 0 or no Chromium)",
             row.script.as_str()
         ))),
     }
+}
+
+/// The upstream proxy an item's traffic goes through: its batch's (the
+/// credentials opened from their sealed column), else the grid's default
+/// (docs/proxies.md, precedence).
+fn item_upstream(app: &Runner, row: &ItemRow) -> Result<Option<Upstream>, Failure> {
+    let Some(mut proxy) = row.proxy.clone().or_else(|| app.upstream_proxy.clone()) else { return Ok(None) };
+    if let (Some(sealed), true) = (&row.proxy_sealed, row.proxy.is_some()) {
+        let plain = app
+            .vault
+            .open(&row.account_id, Purpose::ProxyCredentials, &row.batch_id, sealed)
+            .map_err(|e| Failure::Terminal(format!("the batch's proxy credentials could not be opened: {e}")))?;
+        proxy.credentials = ProxyCredentials::from_sealable(&plain);
+    }
+    Ok(Some(Upstream { proxy, allow_private: app.allow_private_networks }))
 }
 
 /// An attempt's end from what its script gave: its files written and
@@ -457,7 +483,10 @@ pub async fn run_attended(
 ) -> Result<Attended, ItemError> {
     let slot = app.workers.take(true);
     let started = Instant::now();
-    let result = browser_script(app, &claim).await;
+    let result = match item_upstream(app, &claim) {
+        Ok(upstream) => browser_script(app, &claim, upstream).await,
+        Err(failure) => Err(failure),
+    };
     // What the answer needs of the files, before they are written.
     let kept = result.as_ref().ok().map(|files| {
         let target_status = files

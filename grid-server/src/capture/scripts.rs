@@ -26,12 +26,17 @@ use crate::browser::pool::BrowserPool;
 use crate::browser::profiles::{manifest, manifest_sha256};
 use crate::ids::{now, sha256_hex};
 use crate::store::items::ItemRow;
+use crate::upstream::Upstream;
 
 /// Time an item may take beyond its `timeoutMs` for setting up the page and
 /// reading screenshot, DOM and body, before its browser counts as hung.
 pub const COLLECT_ALLOWANCE: Duration = Duration::from_secs(30);
 
-pub async fn run(pool: &Arc<BrowserPool>, row: &ItemRow) -> Result<Vec<FileContent>, Failure> {
+pub async fn run(
+    pool: &Arc<BrowserPool>,
+    row: &ItemRow,
+    upstream: Option<Upstream>,
+) -> Result<Vec<FileContent>, Failure> {
     let script = row.script;
     let p = params::browser(script, &row.params).map_err(Failure::Terminal)?;
     let url = Url::parse(&row.url).map_err(|e| Failure::Terminal(format!("url: {e}")))?;
@@ -50,6 +55,7 @@ pub async fn run(pool: &Arc<BrowserPool>, row: &ItemRow) -> Result<Vec<FileConte
         rules: RequestRules { allowed_hosts: p.allowed_hosts.clone().map(|a| (host, a)), guard_private },
         want: want(script),
         params: p.clone(),
+        upstream,
     };
     let started = Instant::now();
     let fetched_at = now();

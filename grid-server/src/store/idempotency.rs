@@ -289,6 +289,7 @@ mod tests {
             profile: Profile::DEFAULT,
             params: Default::default(),
             priority: None,
+            proxy: None,
         };
         let key = key.map(|k| Key::new(k.into(), "POST /batches", &body(n)));
         let c = c.clone();

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use super::sql::{chunk_sql, chunks, placeholders, value_rows, Conn, Optional, Row, ToValue};
+use super::to_json;
 use crate::params;
 use grid_core::catalog::{ArtifactKind, Profile, Script};
 use grid_core::error::ApiError;
@@ -19,6 +20,7 @@ use grid_core::time::Millis;
 use grid_core::wire::batch::{BatchJob, BatchSubmission, BatchView};
 use grid_core::wire::grid::QueueCounts;
 use grid_core::wire::item::CaptureItem;
+use grid_core::wire::proxy::UpstreamProxy;
 use serde_json::{Map, Value};
 
 use super::accounts::{self, Caller, Entry, ReserveError};
@@ -48,6 +50,10 @@ pub struct ItemRow {
     /// find it by this, one seek, where the `id` takes two (its index, then
     /// the row).
     pub seq: i64,
+    /// The batch's upstream proxy (scheme, host, port; the worker opens the
+    /// credentials from `proxy_sealed` with the vault).
+    pub proxy: Option<UpstreamProxy>,
+    pub proxy_sealed: Option<Vec<u8>>,
 }
 
 /// A file written to the artifact store and checked, ready to publish.
@@ -85,6 +91,8 @@ pub fn new_rows(batch_id: &str, caller: &Caller, sub: &BatchSubmission, item: &I
             price_micros: sub.script.price_micros(),
             reservation_day: now.utc_day(),
             seq: 0,
+            proxy: sub.proxy.clone(),
+            proxy_sealed: None,
         })
         .collect()
 }
@@ -99,14 +107,17 @@ pub fn insert_batch(
     batch_id: &str,
     rows: &[ItemRow],
     now: Millis,
+    proxy_sealed: Option<&[u8]>,
 ) -> StoreResult<()> {
     let params = Value::Object(sub.params.clone()).to_string();
+    // Scheme, host and port only: the credentials are in `proxy_sealed`.
+    let proxy = sub.proxy.as_ref().map(to_json).transpose()?;
     // A batch's items are all made by the same first step.
     let attended = rows.first().is_some_and(|r| r.item.attended);
     tx.execute(
         "INSERT INTO batches (id, account_id, key_id, script, profile_id, params, priority, item_count, created_at,
-                              attended)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                              attended, proxy, proxy_sealed)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
         params![
             batch_id,
             caller.account_id,
@@ -117,7 +128,9 @@ pub fn insert_batch(
             sub.priority,
             rows.len() as i64,
             now.0,
-            attended
+            attended,
+            proxy,
+            proxy_sealed.map(<[u8]>::to_vec)
         ],
     )?;
     let state = rows.first().map_or(ItemState::queued(sub.priority), |r| r.item.state);
@@ -187,7 +200,7 @@ macro_rules! item_columns {
     () => {
         "i.id, i.batch_id, i.account_id, i.url, i.script, i.profile_id, b.params, i.state, i.priority,
          i.attempts_made, i.failed_reason, i.failure_published, i.run_at, i.billable, i.lease_token,
-         i.key_id, i.price_micros, i.reservation_day, i.seq, b.attended"
+         i.key_id, i.price_micros, i.reservation_day, i.seq, b.attended, b.proxy, b.proxy_sealed"
     };
 }
 
@@ -202,6 +215,7 @@ fn item_row_owned(mut r: Row) -> StoreResult<ItemRow> {
     let profile: String = r.take(5)?;
     let params: String = r.take(6)?;
     let state: String = r.take(7)?;
+    let proxy: Option<String> = r.take(20)?;
     Ok(ItemRow {
         id: r.take(0)?,
         batch_id: r.take(1)?,
@@ -225,6 +239,8 @@ fn item_row_owned(mut r: Row) -> StoreResult<ItemRow> {
         price_micros: r.get(16)?,
         reservation_day: r.get(17)?,
         seq: r.get(18)?,
+        proxy: proxy.map(|p| serde_json::from_str(&p)).transpose().map_err(|_| bad(20, "proxy"))?,
+        proxy_sealed: r.take(21)?,
     })
 }
 
@@ -677,6 +693,7 @@ pub(crate) mod tests {
             profile: Profile::DEFAULT,
             params: Map::new(),
             priority,
+            proxy: None,
         }
     }
 

@@ -12,7 +12,7 @@ use grid_core::time::Millis;
 use grid_core::wire::session::{Attestation, NetworkAttestation, SessionSubmission, SessionView};
 
 use super::accounts::{self, Caller, Entry, ReserveError};
-use super::{to_json, StoreError, StoreResult};
+use super::{to_json, SealedProxy, StoreError, StoreResult};
 use crate::ids::{new_id, sha256_hex};
 
 #[derive(Debug, Clone)]
@@ -160,14 +160,6 @@ pub fn insert(
         ],
     )?;
     load(tx, &id)?.ok_or_else(|| StoreError::Invalid(format!("session {id} not found right after its insert")))
-}
-
-/// A row's id drawn before its insert and the proxy credentials sealed
-/// under it (the vault binds sealed bytes to their row).
-#[derive(Clone)]
-pub struct SealedProxy {
-    pub id: String,
-    pub bytes: Vec<u8>,
 }
 
 /// Reserves a session's whole lifetime (`row.reserved_micros`) for `payer`.
