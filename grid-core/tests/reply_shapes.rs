@@ -133,6 +133,7 @@ fn attestation() -> Attestation {
             timezone: Some("America/Toronto".into()),
         }),
         launch_manifest_hash: "cd".into(),
+        upstream_proxy: Some("proxy.example:1080".into()),
         attested_at: T,
     }
 }

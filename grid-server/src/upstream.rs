@@ -18,9 +18,18 @@
 //! error, a log line or an answer: errors name the proxy as
 //! `scheme://host:port`.
 
+use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Empty;
+use hyper_util::client::legacy::connect::{Connected, Connection};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 
 use base64::Engine;
 use grid_core::netaddr;
@@ -294,6 +303,93 @@ fn socks5_reply(code: u8) -> &'static str {
         7 => "command not supported",
         8 => "address type not supported",
         _ => "unassigned",
+    }
+}
+
+/// The fetch script's client for an item with an upstream (`capture::fetch`):
+/// every connection a tunnel through `upstream` to an address
+/// `capture::guard::resolve` allowed (TLS to https targets over it).
+pub fn proxied_client(
+    upstream: Upstream,
+    resolve: Resolve,
+) -> Result<Client<ProxiedConnector, Empty<Bytes>>, rustls::Error> {
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())?
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(Tunnels { upstream: Arc::new(upstream), resolve });
+    Ok(Client::builder(TokioExecutor::new()).pool_max_idle_per_host(0).build(connector))
+}
+
+pub type ProxiedConnector = hyper_rustls::HttpsConnector<Tunnels>;
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Connects through an upstream proxy, the destination resolved and
+/// guarded here first.
+#[derive(Clone)]
+pub struct Tunnels {
+    upstream: Arc<Upstream>,
+    resolve: Resolve,
+}
+
+/// How a destination's name becomes the addresses the grid may connect to
+/// (the fetch script's guard, `capture::guard::resolve`).
+pub type Resolve =
+    Arc<dyn Fn(String) -> Pin<Box<dyn Future<Output = Result<Vec<SocketAddr>, BoxError>> + Send>> + Send + Sync>;
+
+impl tower_service::Service<http::Uri> for Tunnels {
+    type Response = TunnelIo;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<TunnelIo, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        let (upstream, resolve) = (self.upstream.clone(), self.resolve.clone());
+        Box::pin(async move {
+            let host = uri.host().ok_or("the URL has no host")?.trim_matches(['[', ']']).to_string();
+            let port = uri.port_u16().unwrap_or(if uri.scheme_str() == Some("https") { 443 } else { 80 });
+            let addrs = resolve(host.clone()).await?;
+            let mut target = *addrs.first().ok_or_else(|| format!("{host} does not resolve"))?;
+            target.set_port(port);
+            let tunnel = connect(&upstream, target).await?;
+            Ok(TunnelIo(TokioIo::new(tunnel)))
+        })
+    }
+}
+
+/// A tunnel as hyper's client drives it.
+pub struct TunnelIo(TokioIo<Tunnel>);
+
+impl Connection for TunnelIo {
+    fn connected(&self) -> Connected {
+        Connected::new()
+    }
+}
+
+impl hyper::rt::Read for TunnelIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_read(cx, buf)
+    }
+}
+
+impl hyper::rt::Write for TunnelIo {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
     }
 }
 

@@ -3,6 +3,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -18,19 +19,11 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 use serde::Serialize;
 use url::Url;
 
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::Arc;
-use std::task::{Context, Poll};
-
-use hyper_util::client::legacy::connect::{Connected, Connection};
-use hyper_util::rt::TokioIo;
-
 use super::files::FileContent;
 use super::guard::{self, Resolver};
 use crate::ids::{now, sha256_hex};
 use crate::store::items::ItemRow;
-use crate::upstream::{self, Tunnel, Upstream};
+use crate::upstream::{self, proxied_client, Upstream};
 
 /// Bodies larger than this fail the item: the grid is not a bulk downloader.
 pub const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
@@ -125,7 +118,10 @@ impl Fetcher {
         // guarding each destination before the upstream sees it.
         let proxied = match upstream {
             Some(u) => {
-                Some(proxied_client(u.clone(), !self.allow_private).map_err(|e| Failure::Terminal(e.to_string()))?)
+                let public_only = !self.allow_private;
+                let resolve: upstream::Resolve =
+                    Arc::new(move |host: String| Box::pin(async move { guard::resolve(&host, public_only).await }));
+                Some(proxied_client(u.clone(), resolve).map_err(|e| Failure::Terminal(e.to_string()))?)
             }
             None => None,
         };
@@ -238,87 +234,6 @@ struct Meta<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     upstream_proxy: Option<String>,
     url: &'a str,
-}
-
-/// A client whose every connection is a tunnel through `upstream` to an
-/// address `guard::resolve` allowed (TLS to https targets over it).
-fn proxied_client(
-    upstream: Upstream,
-    public_only: bool,
-) -> Result<Client<ProxiedConnector, Empty<Bytes>>, rustls::Error> {
-    let connector = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())?
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(Tunnels { upstream: Arc::new(upstream), public_only });
-    Ok(Client::builder(TokioExecutor::new()).pool_max_idle_per_host(0).build(connector))
-}
-
-type ProxiedConnector = hyper_rustls::HttpsConnector<Tunnels>;
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// Connects through an upstream proxy, the destination resolved and
-/// guarded here first.
-#[derive(Clone)]
-struct Tunnels {
-    upstream: Arc<Upstream>,
-    public_only: bool,
-}
-
-impl tower_service::Service<http::Uri> for Tunnels {
-    type Response = TunnelIo;
-    type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<TunnelIo, BoxError>> + Send>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, uri: http::Uri) -> Self::Future {
-        let (upstream, public_only) = (self.upstream.clone(), self.public_only);
-        Box::pin(async move {
-            let host = uri.host().ok_or("the URL has no host")?.trim_matches(['[', ']']).to_string();
-            let port = uri.port_u16().unwrap_or(if uri.scheme_str() == Some("https") { 443 } else { 80 });
-            let addrs = guard::resolve(&host, public_only).await?;
-            let mut target = *addrs.first().ok_or_else(|| format!("{host} does not resolve"))?;
-            target.set_port(port);
-            let tunnel = upstream::connect(&upstream, target).await?;
-            Ok(TunnelIo(TokioIo::new(tunnel)))
-        })
-    }
-}
-
-/// A tunnel as hyper's client drives it.
-struct TunnelIo(TokioIo<Tunnel>);
-
-impl Connection for TunnelIo {
-    fn connected(&self) -> Connected {
-        Connected::new()
-    }
-}
-
-impl hyper::rt::Read for TunnelIo {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: hyper::rt::ReadBufCursor<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().0).poll_read(cx, buf)
-    }
-}
-
-impl hyper::rt::Write for TunnelIo {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().0).poll_write(cx, buf)
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().0).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
-    }
 }
 
 /// Whether trying again can help: refused destinations cannot; refused
