@@ -385,3 +385,31 @@ async fn a_batchs_fetch_and_capture_items_go_through_its_proxy() {
     assert_canary_nowhere(&server, &[&fetched, &captured, &failed]).await;
     assert_canary_nowhere(&guarded, &[&r.json]).await;
 }
+
+/// A lease placed on another node: that node reads the proxy and opens its
+/// sealed credentials from the shared store (PostgreSQL), and the page
+/// driven through the first node loads through the proxy.
+#[tokio::test]
+async fn a_session_placed_on_another_node_opens_its_proxy_from_the_store() {
+    let proxy = TestProxy::start(Kind::Socks5).await;
+    let target = Target::start();
+    let node = |name: &str| ServerOptions {
+        postgres: true,
+        extra_args: vec!["--node".into(), name.into(), "--max-sessions".into(), "1".into()],
+        ..ServerOptions::default()
+    };
+    let n1 = GridServer::start(node("n1"));
+    let n2 = n1.join(node("n2"));
+    // n1's one slot taken, the proxied lease runs on n2.
+    let (_filler, _) = lease_running(&n1, json!({"ttlMinutes": 5})).await;
+    let (lease, mut cdp) = lease_running(&n1, proxy_body(&proxy.server(Kind::Socks5), CANARY)).await;
+    assert_eq!(n1.stored().session(&lease.id).node.as_deref(), Some("n2"));
+    let text = page_text(&n1, &mut cdp, &target.url("/page/9")).await;
+    assert!(text.contains("page 9"), "{text}");
+    let seen = proxy.seen();
+    assert!(seen.tunnels.contains(&target.addr().to_string()), "{seen:?}");
+    assert!(seen.logins.iter().all(|l| good(&l.0, &l.1)) && !seen.logins.is_empty(), "{seen:?}");
+    let log = std::fs::read_to_string(n2.log_path()).unwrap_or_default();
+    assert!(!log.contains(CANARY), "n2's log holds the password");
+    assert_canary_nowhere(&n1, &[&lease.answer]).await;
+}
