@@ -413,3 +413,59 @@ async fn a_session_placed_on_another_node_opens_its_proxy_from_the_store() {
     assert!(!log.contains(CANARY), "n2's log holds the password");
     assert_canary_nowhere(&n1, &[&lease.answer]).await;
 }
+
+/// The CLI's `--proxy` (credentials from the environment) and the MCP lease
+/// tool's `proxy` argument lease sessions whose pages go through the proxy.
+#[tokio::test]
+async fn the_cli_and_the_mcp_lease_tool_name_a_proxy() {
+    use grid_tests::cli::{run_cli, CLI_TIMEOUT};
+    use grid_tests::sessions::connect;
+    let proxy = TestProxy::start(Kind::Http).await;
+    let (via_cli, via_mcp) = (Target::start(), Target::start());
+    let server = GridServer::start(ServerOptions::default());
+    let url = server.base_url();
+    let server_url = proxy.server(Kind::Http);
+    let out = run_cli(
+        &["session", "lease", "--ttl", "5", "--proxy", &server_url, "--json"],
+        &[
+            ("GRID_URL", url.as_str()),
+            ("GRID_API_KEY", server.api_key()),
+            ("GRID_PROXY_USERNAME", USER),
+            ("GRID_PROXY_PASSWORD", CANARY),
+        ],
+        CLI_TIMEOUT,
+    );
+    assert!(out.success(), "{out}");
+    let lease = out.json().unwrap_or_else(|| server.fail(&format!("no JSON: {out}")));
+    assert!(!out.stdout.contains(CANARY) && !out.stderr.contains(CANARY), "{out}");
+    let id = lease["sessionId"].as_str().unwrap_or_default().to_string();
+    wait_running_as(&server, server.api_key(), &id).await;
+    let mut cdp = connect(&server, lease["cdpUrl"].as_str().unwrap_or_default()).await;
+    let text = page_text(&server, &mut cdp, &via_cli.url("/page/10")).await;
+    assert!(text.contains("page 10"), "{text}");
+    assert!(proxy.seen().tunnels.contains(&via_cli.addr().to_string()), "{:?}", proxy.seen());
+
+    let rpc = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                     "params": {"name": "lease_session", "arguments": proxy_body(&server_url, CANARY)}});
+    let r = grid_tests::http::Resp::read(
+        server
+            .http()
+            .post(format!("{url}/mcp"))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("x-api-key", server.api_key())
+            .body(rpc.to_string()),
+    )
+    .await
+    .unwrap_or_else(|e| server.fail(&format!("MCP request: {e}")));
+    assert_eq!(r.json["result"]["isError"], json!(false), "{r}");
+    let text = r.json["result"]["content"][0]["text"].as_str().unwrap_or_default();
+    let leased: Value = serde_json::from_str(text).unwrap_or_else(|e| server.fail(&format!("{e}: {r}")));
+    let id = leased["sessionId"].as_str().unwrap_or_default().to_string();
+    wait_running_as(&server, server.api_key(), &id).await;
+    let mut cdp = connect(&server, leased["cdpUrl"].as_str().unwrap_or_default()).await;
+    let text = page_text(&server, &mut cdp, &via_mcp.url("/page/11")).await;
+    assert!(text.contains("page 11"), "{text}");
+    assert!(proxy.seen().tunnels.contains(&via_mcp.addr().to_string()), "{:?}", proxy.seen());
+    assert_canary_nowhere(&server, &[&lease, &r.json]).await;
+}
