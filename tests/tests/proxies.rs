@@ -359,6 +359,11 @@ async fn a_batchs_fetch_and_capture_items_go_through_its_proxy() {
     assert_eq!(fetched["counts"]["completed"], 1, "{fetched}");
     assert!(http.seen().tunnels.contains(&target.addr().to_string()), "{:?}", http.seen());
     assert_eq!(target.hits("/page/5"), 1);
+    // Its meta names the proxy, host and port only.
+    let item = fetched["jobs"][0]["jobId"].as_str().unwrap_or_default().to_string();
+    let meta = server.download(&server.artifact_url(&item, "meta").await).await;
+    assert_eq!(meta.json["upstreamProxy"], json!(http.addr.to_string()), "{}", meta.text);
+    assert!(!meta.text.contains(CANARY), "{}", meta.text);
 
     let capture =
         json!({"urls": [target.url("/page/6")], "script": "capture", "proxy": proxy(&socks, Kind::Socks5, CANARY)});
