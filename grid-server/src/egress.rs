@@ -515,6 +515,63 @@ mod tests {
         assert_eq!(&got, b"ping");
     }
 
+    /// An upstream on 127.0.0.1 that answers every CONNECT 200 and relays to
+    /// the address asked for; returns its port and the CONNECT lines it saw.
+    async fn connect_upstream() -> (u16, Arc<Mutex<Vec<String>>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((mut c, _)) = listener.accept().await {
+                let s = s.clone();
+                tokio::spawn(async move {
+                    let (head, _) = read_head(&mut c, MAX_HEAD).await.unwrap();
+                    let line = String::from_utf8_lossy(&head).lines().next().unwrap_or("").to_string();
+                    s.lock().unwrap().push(line.clone());
+                    let target = line.split_whitespace().nth(1).unwrap_or("").to_string();
+                    let mut up = TcpStream::connect(target).await.unwrap();
+                    c.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.unwrap();
+                    let _ = tokio::io::copy_bidirectional(&mut c, &mut up).await;
+                });
+            }
+        });
+        (port, seen)
+    }
+
+    #[tokio::test]
+    async fn routed_traffic_is_checked_first_and_reaches_the_upstream_as_the_checked_address() {
+        let (up_port, seen) = connect_upstream().await;
+        let origin = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let origin_port = origin.local_addr().unwrap().port();
+        let upstream = Upstream {
+            proxy: grid_core::validate::proxy::parse_url(&format!("http://127.0.0.1:{up_port}")).unwrap(),
+            allow_private: true,
+        };
+        let proxy = start(routed(Arc::new(OnlyHost("localhost")), Some(upstream))).await;
+
+        // Refused by the host rule: the upstream sees nothing.
+        let answer = ask(&proxy, "CONNECT 127.0.0.1:443 HTTP/1.1\r\n\r\n").await;
+        assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+        assert!(seen.lock().unwrap().is_empty());
+
+        // Allowed: the upstream is asked for the address the proxy resolved, not the name.
+        let mut s = TcpStream::connect(("127.0.0.1", proxy.port)).await.unwrap();
+        s.write_all(format!("CONNECT localhost:{origin_port} HTTP/1.1\r\n\r\n").as_bytes()).await.unwrap();
+        let (mut inside, _) = origin.accept().await.unwrap();
+        let mut head = [0u8; 39];
+        s.read_exact(&mut head).await.unwrap();
+        assert_eq!(&head, b"HTTP/1.1 200 Connection Established\r\n\r\n");
+        s.write_all(b"ping").await.unwrap();
+        let mut got = [0u8; 4];
+        inside.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"ping");
+        let line = seen.lock().unwrap()[0].clone();
+        assert!(line == format!("CONNECT 127.0.0.1:{origin_port} HTTP/1.1") || line.contains("[::1]"), "{line}");
+        let d = proxy.decision_for("localhost").unwrap();
+        assert!(d.allowed && d.detail.ends_with(&format!("via upstream proxy http://127.0.0.1:{up_port}")), "{d:?}");
+    }
+
     #[tokio::test]
     async fn a_name_that_does_not_resolve_is_a_bad_gateway_not_a_refusal() {
         let proxy = start(Arc::new(EgressPolicy::default())).await;
