@@ -711,6 +711,14 @@ async fn build_app(
 ) -> anyhow::Result<Built> {
     let Configs { serve: config, compute: compute_config, sessions: session_config } = configs;
     let default_upstream = session_config.upstream_proxy.clone();
+    // A default the guard refuses would fail every request through it: say so now.
+    if let Some(proxy) = &default_upstream {
+        if let Err(e @ upstream::UpstreamError::Guarded { .. }) =
+            upstream::resolve(proxy, config.allow_private_networks).await
+        {
+            anyhow::bail!("--upstream-proxy: {e}");
+        }
+    }
     let secret =
         store.write(|tx| store::setting_or_init(tx, "download_signing_secret", || ids::random_hex(32))).await?;
     let peers = Arc::new(peers::Peers::load(store.clone()).await.context("reading the nodes' credential")?);

@@ -474,3 +474,41 @@ async fn the_cli_and_the_mcp_lease_tool_name_a_proxy() {
     assert!(proxy.seen().tunnels.contains(&via_mcp.addr().to_string()), "{:?}", proxy.seen());
     assert_canary_nowhere(&server, &[&lease, &r.json]).await;
 }
+
+/// A default upstream the guard refuses (127.0.0.1 without
+/// `--allow-private-networks`) stops the server at start, naming the flag
+/// and the rule, and never repeating the password.
+#[test]
+fn a_guarded_default_upstream_stops_the_server_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = grid_tests::server::free_port();
+    let mut cmd = std::process::Command::new(grid_tests::bins::grid_server_bin());
+    grid_tests::bins::scrub_env(&mut cmd);
+    let out = cmd
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+        .arg(dir.path())
+        .env("GRID_UPSTREAM_PROXY", format!("http://{USER}:{CANARY}@127.0.0.1:9"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(
+            "--upstream-proxy: upstream proxy http://127.0.0.1:9 refused by the grid's private-network guard"
+        ),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(CANARY) && !String::from_utf8_lossy(&out.stdout).contains(CANARY), "{stderr}");
+    // A bad URL is refused without repeating it either.
+    let mut cmd = std::process::Command::new(grid_tests::bins::grid_server_bin());
+    grid_tests::bins::scrub_env(&mut cmd);
+    let out = cmd
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+        .arg(dir.path())
+        .env("GRID_UPSTREAM_PROXY", format!("ftp://{USER}:{CANARY}@127.0.0.1:9"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("--upstream-proxy scheme must be"), "{stderr}");
+    assert!(!stderr.contains(CANARY), "{stderr}");
+}
