@@ -64,6 +64,11 @@ pub struct SubmitArgs {
     /// A persistent context (`grid context create`) whose cookies every item sends, read-only.
     #[arg(long, value_name = "CONTEXT_ID")]
     context: Option<String>,
+    /// An upstream proxy for the fetch and browser items, after the grid's own network checks:
+    /// http://, https:// or socks5://[user:password@]host:port; without credentials in the URL,
+    /// GRID_PROXY_USERNAME and GRID_PROXY_PASSWORD are used when set (docs/proxies.md).
+    #[arg(long, value_name = "URL")]
+    proxy: Option<crate::input::ProxyArg>,
     /// A script parameter; repeatable. VALUE is taken as JSON when it parses (3, true, ["a.example"], "3"), else as text. A later KEY replaces an earlier one, and any KEY replaces the same one of --params.
     #[arg(long = "param", value_name = "KEY=VALUE", value_parser = parse_param)]
     param_pairs: Vec<(String, Value)>,
@@ -116,6 +121,8 @@ async fn submit(cx: &Context, args: SubmitArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(EXIT_USAGE));
         }
     }
+    let env = |k: &str| std::env::var(k).ok();
+    let proxy = args.proxy.as_ref().map(|p| crate::input::proxy(p, env)).transpose().map_err(anyhow::Error::msg)?;
     let batch = NewBatch {
         urls,
         script: args.script,
@@ -123,6 +130,7 @@ async fn submit(cx: &Context, args: SubmitArgs) -> anyhow::Result<ExitCode> {
         params,
         priority: args.priority,
         context: args.context,
+        proxy,
     };
     let key = args.idempotency_key.unwrap_or_else(new_idempotency_key);
     let reply = cx.client.send_raw_resending(&endpoint::submit_batch(&batch).with_idempotency_key(&key)).await?;

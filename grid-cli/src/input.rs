@@ -7,6 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use grid_core::wire::proxy::NewProxy;
 use serde_json::{Map, Value};
 
 /// Whether an argument is a URL rather than a file name.
@@ -78,6 +79,41 @@ pub fn parse_seconds(arg: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(secs).map_err(|_| format!("{arg:?} is not a non-negative number of seconds"))
 }
 
+/// `--proxy URL`, kept out of `Debug` (it may hold a password).
+#[derive(Clone)]
+pub struct ProxyArg(pub String);
+
+impl std::fmt::Debug for ProxyArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProxyArg(<redacted>)")
+    }
+}
+
+impl std::str::FromStr for ProxyArg {
+    type Err = std::convert::Infallible;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(ProxyArg(s.to_string()))
+    }
+}
+
+/// Where `--proxy`'s credentials come from when its URL holds none.
+pub const PROXY_USERNAME_ENV: &str = "GRID_PROXY_USERNAME";
+pub const PROXY_PASSWORD_ENV: &str = "GRID_PROXY_PASSWORD";
+
+/// `--proxy URL` as a request's `proxy`: `scheme://[user:password@]host:port`,
+/// the credentials from the URL, else from `GRID_PROXY_USERNAME` and
+/// `GRID_PROXY_PASSWORD` (`env` reads them). The error never repeats the URL.
+pub fn proxy(arg: &ProxyArg, env: impl Fn(&str) -> Option<String>) -> Result<NewProxy, String> {
+    let parsed = grid_core::validate::proxy::parse_url(&arg.0).map_err(|why| format!("--proxy: {why}"))?;
+    let server = parsed.server();
+    let (username, password) = match parsed.credentials {
+        Some(c) => (Some(c.username), Some(c.password)),
+        None => (env(PROXY_USERNAME_ENV), env(PROXY_PASSWORD_ENV)),
+    };
+    Ok(NewProxy { server, username, password })
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -146,6 +182,22 @@ mod tests {
         std::fs::write(&file, "{format: jpeg}").unwrap();
         assert!(params_object(Some(&file), vec![]).unwrap_err().to_string().contains("not JSON"));
         assert!(params_object(Some(&dir.path().join("nope")), vec![]).is_err());
+    }
+
+    #[test]
+    fn proxy_credentials_come_from_the_url_else_the_environment() {
+        let none = |_: &str| None;
+        let p = proxy(&ProxyArg("socks5://u%40x:p%3Aw@10.0.0.1:1080".into()), none).unwrap();
+        assert_eq!(
+            (p.server.as_str(), p.username.as_deref(), p.password.as_deref()),
+            ("socks5://10.0.0.1:1080", Some("u@x"), Some("p:w"))
+        );
+        let env = |k: &str| Some(if k == PROXY_USERNAME_ENV { "eu" } else { "ep" }.to_string());
+        let p = proxy(&ProxyArg("http://h:3128".into()), env).unwrap();
+        assert_eq!((p.username.as_deref(), p.password.as_deref()), (Some("eu"), Some("ep")));
+        let e = proxy(&ProxyArg("ftp://u:hunter2@h".into()), none).unwrap_err();
+        assert!(e.starts_with("--proxy: ") && !e.contains("hunter2"), "{e}");
+        assert!(!format!("{:?}", ProxyArg("http://u:hunter2@h".into())).contains("hunter2"));
     }
 
     #[test]

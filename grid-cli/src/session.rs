@@ -17,7 +17,7 @@ use grid_core::wire::session::{
 };
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::input::parse_seconds;
+use crate::input::{self, parse_seconds, ProxyArg};
 use crate::{output, Context};
 
 #[derive(Debug, Subcommand)]
@@ -130,6 +130,11 @@ pub struct LeaseArgs {
     /// it ends.
     #[arg(long, requires = "context")]
     persist: bool,
+    /// An upstream proxy for the browser's traffic, after the grid's own network checks:
+    /// http://, https:// or socks5://[user:password@]host:port; without credentials in the URL,
+    /// GRID_PROXY_USERNAME and GRID_PROXY_PASSWORD are used when set (docs/proxies.md).
+    #[arg(long, value_name = "URL")]
+    proxy: Option<ProxyArg>,
     /// Sent as the Idempotency-Key header: leasing again with the same key and flags (within 24 h) answers the first lease, cdpUrl included, and takes no second slot. Default: a fresh random key, also used when the lease is resent after a connection error.
     #[arg(long, value_name = "KEY")]
     idempotency_key: Option<String>,
@@ -158,8 +163,10 @@ pub async fn run(cx: &Context, command: SessionCommand) -> anyhow::Result<ExitCo
     Ok(ExitCode::SUCCESS)
 }
 
-fn new_session(args: &LeaseArgs) -> NewSession {
-    NewSession {
+fn new_session(args: &LeaseArgs) -> anyhow::Result<NewSession> {
+    let env = |k: &str| std::env::var(k).ok();
+    let proxy = args.proxy.as_ref().map(|p| input::proxy(p, env)).transpose().map_err(anyhow::Error::msg)?;
+    Ok(NewSession {
         profile_id: args.profile_id.clone(),
         ttl_minutes: args.ttl_minutes,
         network: args.network.clone(),
@@ -170,7 +177,8 @@ fn new_session(args: &LeaseArgs) -> NewSession {
         take_over: args.take_over.then_some(true),
         recording: args.record.then_some(true),
         context: args.context.clone().map(|id| NewSessionContext { id, persist: Some(args.persist) }),
-    }
+        proxy,
+    })
 }
 
 /// `WIDTHxHEIGHT` or `WIDTHxHEIGHT@SCALE`; bounds are the server's to check
@@ -192,7 +200,7 @@ fn parse_viewport(s: &str) -> Result<NewViewport, String> {
 
 async fn lease(cx: &Context, args: LeaseArgs) -> anyhow::Result<()> {
     let key = args.idempotency_key.clone().unwrap_or_else(new_idempotency_key);
-    let endpoint = session_calls::lease_session(&new_session(&args)).with_idempotency_key(&key);
+    let endpoint = session_calls::lease_session(&new_session(&args)?).with_idempotency_key(&key);
     let reply = cx.client.send_raw_resending(&endpoint).await?;
     let lease: SessionLease = reply.decode()?;
     if reply.replayed() {
@@ -515,10 +523,13 @@ mod tests {
             lease_args(&["--profile", "native-headless-browser/v2", "--ttl", "2", "--network", "public-web-only/v1"])
                 .unwrap();
         assert_eq!(
-            serde_json::to_value(new_session(&args)).unwrap(),
+            serde_json::to_value(new_session(&args).unwrap()).unwrap(),
             serde_json::json!({"profileId": "native-headless-browser/v2", "ttlMinutes": 2, "network": "public-web-only/v1"})
         );
-        assert_eq!(serde_json::to_value(new_session(&lease_args(&[]).unwrap())).unwrap(), serde_json::json!({}));
+        assert_eq!(
+            serde_json::to_value(new_session(&lease_args(&[]).unwrap()).unwrap()).unwrap(),
+            serde_json::json!({})
+        );
         let args = lease_args(&[
             "--viewport",
             "390x844@3",
@@ -532,18 +543,18 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(
-            serde_json::to_value(new_session(&args)).unwrap(),
+            serde_json::to_value(new_session(&args).unwrap()).unwrap(),
             serde_json::json!({"viewport": {"width": 390, "height": 844, "deviceScaleFactor": 3.0, "mobile": true},
                                "userAgent": "Agent/1 (x)", "locale": "fr-CA", "timezone": "America/Toronto"})
         );
-        let plain = new_session(&lease_args(&["--viewport", "1280x720"]).unwrap());
+        let plain = new_session(&lease_args(&["--viewport", "1280x720"]).unwrap()).unwrap();
         assert_eq!(
             serde_json::to_value(plain).unwrap(),
             serde_json::json!({"viewport": {"width": 1280, "height": 720}})
         );
         assert!(Wrap::try_parse_from(["t", "create", "--viewport", "800X600"]).is_ok(), "create is lease");
         assert_eq!(
-            serde_json::to_value(new_session(&lease_args(&["--record"]).unwrap())).unwrap(),
+            serde_json::to_value(new_session(&lease_args(&["--record"]).unwrap()).unwrap()).unwrap(),
             serde_json::json!({"recording": true})
         );
     }

@@ -85,6 +85,7 @@ pub fn delete_context(context_id: &str) -> Endpoint<Bytes> {
 
 #[cfg(test)]
 mod tests {
+    use grid_core::wire::proxy::NewProxy;
     use grid_core::wire::session::NewViewport;
     use url::Url;
 
@@ -107,10 +108,15 @@ mod tests {
             take_over: None,
             recording: Some(true),
             context: None,
+            proxy: Some(NewProxy {
+                server: "socks5://proxy.example:1080".into(),
+                username: Some("u".into()),
+                password: Some("pw".into()),
+            }),
         });
         assert_eq!(
             std::str::from_utf8(full.body().unwrap()).unwrap(),
-            r#"{"profileId":"native-headless-browser/v2","ttlMinutes":2,"network":"public-web-only/v1","viewport":{"width":390,"height":844,"mobile":true},"userAgent":"Agent/1","locale":"fr-CA","timezone":"America/Toronto","recording":true}"#
+            r#"{"profileId":"native-headless-browser/v2","ttlMinutes":2,"network":"public-web-only/v1","viewport":{"width":390,"height":844,"mobile":true},"userAgent":"Agent/1","locale":"fr-CA","timezone":"America/Toronto","recording":true,"proxy":{"server":"socks5://proxy.example:1080","username":"u","password":"pw"}}"#
         );
         assert_eq!(session_downloads("gs_1").to_string(), "GET /sessions/gs_1/downloads");
         assert!(session_downloads("gs_1").sends_credential());

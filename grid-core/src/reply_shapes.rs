@@ -374,6 +374,7 @@ fn attestation() -> Value {
         "overrides": nullable(session_overrides()),
         "context": nullable(attested_context()),
         "launchManifestHash": string(),
+        "upstreamProxy": nullable(string()),
         "attestedAt": time()
     }))
 }

@@ -18,7 +18,7 @@ use crate::catalog::{ParamGroup, Profile, Script, PUBLIC_WEB_ONLY_V1};
 use crate::validate::one_call::OneCall;
 use crate::validate::params::{self, ImageFormat, ResourceType, SameSite, WaitUntil};
 use crate::validate::quantity::{format_bytes, format_cpu_millis, BYTE_QUANTITY_PATTERN, CPU_QUANTITY_PATTERN};
-use crate::validate::{batch, job, list, session};
+use crate::validate::{batch, job, list, proxy, session};
 use crate::wire::job::{JobPhase, NetworkProfile};
 
 /// The requests' shapes that have a name: each body, each script's
@@ -35,6 +35,7 @@ pub fn named() -> Vec<(String, Value)> {
         ("JobCapabilities".into(), job_capabilities()),
         ("SessionRequest".into(), new_session()),
         ("SessionViewport".into(), session_viewport()),
+        ("UpstreamProxy".into(), upstream_proxy()),
         ("CaptureClip".into(), script_param(ParamGroup::Screenshot, "clip")),
         ("CaptureViewport".into(), script_param(ParamGroup::Rendering, "viewport")),
         ("CaptureWaitFor".into(), script_param(ParamGroup::Rendering, "waitFor")),
@@ -122,7 +123,8 @@ pub fn new_batch() -> Value {
                 "type": "string",
                 "pattern": crate::validate::session::CONTEXT_ID_PATTERN,
                 "description": "A context of yours (POST /contexts) whose cookies every item sends, by the browser's rules; read-only (docs/captures.md, Signed-in captures)."
-            }
+            },
+            "proxy": upstream_proxy()
         }),
         &["urls"],
     );
@@ -594,6 +596,7 @@ pub fn new_session() -> Value {
                 }),
                 &["id"]
             ),
+            "proxy": upstream_proxy(),
             "takeOver": {
                 "type": "boolean",
                 "default": false,
@@ -625,6 +628,37 @@ pub fn new_session() -> Value {
         {"required": ["profileId"], "properties": {"profileId": {"enum": mobile_profiles}}}
     ]}});
     schema
+}
+
+/// `proxy` of a lease or a batch (`wire::proxy::NewProxy`).
+pub fn upstream_proxy() -> Value {
+    let credential = |what: &str| {
+        json!({
+            "type": "string",
+            "maxLength": proxy::MAX_CREDENTIAL_BYTES,
+            "pattern": "^[^\\u0000-\\u001f\\u007f]*$",
+            "description": format!("The proxy's {what}; sealed at rest, never logged or shown.")
+        })
+    };
+    let mut username = credential("user name");
+    username["minLength"] = json!(1);
+    json!({
+        "type": "object",
+        "properties": {
+            "server": {
+                "type": "string",
+                "maxLength": proxy::MAX_SERVER_CHARS,
+                "pattern": proxy::SERVER_PATTERN,
+                "description": "http://host:port, https://host:port or socks5://host:port, without credentials. Its address passes the grid's private-network guard."
+            },
+            "username": username,
+            "password": credential("password")
+        },
+        "required": ["server"],
+        "additionalProperties": false,
+        "dependentSchemas": {"password": {"required": ["username"]}},
+        "description": "An upstream proxy the allowed traffic goes through, after the grid's own network checks (docs/proxies.md)."
+    })
 }
 
 /// A lease's `viewport` (`wire::session::NewViewport`).

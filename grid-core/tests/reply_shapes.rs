@@ -134,6 +134,7 @@ fn attestation() -> Attestation {
         }),
         context: Some(AttestedContext { context_id: "ctx_1".into(), state_sha256: "sha256:ab".into(), persist: true }),
         launch_manifest_hash: "cd".into(),
+        upstream_proxy: Some("proxy.example:1080".into()),
         attested_at: T,
     }
 }

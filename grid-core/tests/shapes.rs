@@ -222,6 +222,11 @@ fn full_batch() -> Value {
         params,
         priority: Some(7),
         context: Some("ctx_01ABC".into()),
+        proxy: Some(grid_core::wire::proxy::NewProxy {
+            server: "http://proxy.example:3128".into(),
+            username: Some("u".into()),
+            password: Some("p".into()),
+        }),
     })
     .unwrap()
 }
@@ -267,6 +272,11 @@ fn full_session() -> Value {
         take_over: Some(true),
         recording: Some(true),
         context: Some(NewSessionContext { id: "ctx_01ABC".into(), persist: Some(true) }),
+        proxy: Some(grid_core::wire::proxy::NewProxy {
+            server: "socks5://proxy.example:1080".into(),
+            username: Some("u".into()),
+            password: Some("p".into()),
+        }),
     })
     .unwrap()
 }
@@ -930,6 +940,7 @@ fn validator_fields(shape: &str, path: &Path) -> &'static [&'static str] {
         .collect();
     match (shape, keys.as_slice()) {
         ("NewBatch", []) => batch::FIELDS,
+        ("NewBatch", ["proxy"]) => grid_core::validate::proxy::FIELDS,
         ("NewJob", []) => job::FIELDS,
         ("NewJob", ["resources"]) => job::RESOURCES_FIELDS,
         ("NewJob", ["resources", _]) => job::BOUNDS_FIELDS,
@@ -937,6 +948,7 @@ fn validator_fields(shape: &str, path: &Path) -> &'static [&'static str] {
         ("NewSession", []) => session::FIELDS,
         ("NewSession", ["viewport"]) => session::VIEWPORT_FIELDS,
         ("NewSession", ["context"]) => session::CONTEXT_FIELDS,
+        ("NewSession", ["proxy"]) => grid_core::validate::proxy::FIELDS,
         ("JobListQuery", []) => list::PARAMETERS,
         ("AccountQuery", []) => list::ACCOUNT_PARAMETERS,
         (params_shape, rest) if params_shape.ends_with("Params") || params_shape.contains("Params(") => {

@@ -39,6 +39,5 @@ pub struct App {
     pub runner: Arc<crate::capture::Runner>,
     pub artifacts_dir: std::path::PathBuf,
     /// Secrets at rest, sealed per account (`vault.rs`).
-    #[allow(dead_code)]
     pub vault: Arc<crate::vault::Vault>,
 }

@@ -33,6 +33,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+use crate::upstream::{self, Tunnel, Upstream};
+
 const MAX_HEAD: usize = 32 * 1024;
 /// How refusals name `public-web-only/v1`.
 pub const PUBLIC_WEB_ONLY_RULE: &str = "the grid's network policy public-web-only/v1";
@@ -56,6 +58,44 @@ pub trait Policy: Send + Sync + 'static {
     fn refuse_ip(&self, ip: IpAddr) -> Option<Special>;
     /// How refusals name the rule [`Policy::refuse_ip`] applies.
     fn address_rule(&self) -> &'static str;
+    /// The upstream proxy allowed traffic goes through (docs/proxies.md);
+    /// `None`: straight to the destination.
+    fn upstream(&self) -> Option<&Upstream> {
+        None
+    }
+}
+
+/// A policy whose allowed traffic goes through an upstream proxy: its
+/// checks are `inner`'s, made before anything reaches the upstream.
+pub struct Routed {
+    pub inner: Arc<dyn Policy>,
+    pub upstream: Upstream,
+}
+
+impl Policy for Routed {
+    fn refuse_host(&self, host: &str) -> Option<HostRefusal> {
+        self.inner.refuse_host(host)
+    }
+
+    fn refuse_ip(&self, ip: IpAddr) -> Option<Special> {
+        self.inner.refuse_ip(ip)
+    }
+
+    fn address_rule(&self) -> &'static str {
+        self.inner.address_rule()
+    }
+
+    fn upstream(&self) -> Option<&Upstream> {
+        Some(&self.upstream)
+    }
+}
+
+/// `policy`, through `upstream` when there is one.
+pub fn routed(policy: Arc<dyn Policy>, upstream: Option<Upstream>) -> Arc<dyn Policy> {
+    match upstream {
+        Some(upstream) => Arc::new(Routed { inner: policy, upstream }),
+        None => policy,
+    }
 }
 
 /// A host refused by a policy's host rule.
@@ -216,7 +256,22 @@ async fn serve(mut client: TcpStream, policy: &dyn Policy, decisions: &Mutex<Vec
         record(decisions, Decision { host: host.clone(), allowed: false, detail, reason });
         return refuse(&mut client, policy.address_rule(), &why).await;
     }
-    let mut upstream = match TcpStream::connect(&allowed[..]).await {
+    if let Some(through) = policy.upstream() {
+        let server = through.proxy.server();
+        return match upstream::connect(through, allowed[0]).await {
+            Ok(tunnel) => {
+                let detail = format!("allowed: {} via upstream proxy {server}", allowed[0].ip());
+                record(decisions, Decision { host: host.clone(), allowed: true, detail, reason: String::new() });
+                relay(client, tunnel, connect, lines, (method, &path, version), &rest).await
+            }
+            Err(e) => {
+                let detail = format!("allowed; {e}");
+                record(decisions, Decision { host: host.clone(), allowed: true, detail, reason: String::new() });
+                bad_gateway(&mut client, &e.to_string()).await
+            }
+        };
+    }
+    let upstream = match TcpStream::connect(&allowed[..]).await {
         Ok(s) => s,
         Err(e) => {
             record(
@@ -233,6 +288,20 @@ async fn serve(mut client: TcpStream, policy: &dyn Policy, decisions: &Mutex<Vec
     };
     let detail = format!("allowed: {}", allowed[0].ip());
     record(decisions, Decision { host: host.clone(), allowed: true, detail, reason: String::new() });
+    relay(client, Box::new(upstream), connect, lines, (method, &path, version), &rest).await
+}
+
+/// Joins the browser's connection to `upstream` (the destination, or a
+/// tunnel to it): a CONNECT is answered 200, a plain request is sent on in
+/// origin form.
+async fn relay(
+    mut client: TcpStream,
+    mut upstream: Tunnel,
+    connect: bool,
+    lines: std::str::Split<'_, &str>,
+    (method, path, version): (&str, &str, &str),
+    rest: &[u8],
+) -> std::io::Result<()> {
     if connect {
         client.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n").await?;
     } else {
@@ -248,7 +317,7 @@ async fn serve(mut client: TcpStream, policy: &dyn Policy, decisions: &Mutex<Vec
         out.push_str("Connection: close\r\n\r\n");
         upstream.write_all(out.as_bytes()).await?;
     }
-    upstream.write_all(&rest).await?;
+    upstream.write_all(rest).await?;
     let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
     Ok(())
 }
@@ -444,6 +513,63 @@ mod tests {
         let mut got = [0u8; 4];
         inside.read_exact(&mut got).await.unwrap();
         assert_eq!(&got, b"ping");
+    }
+
+    /// An upstream on 127.0.0.1 that answers every CONNECT 200 and relays to
+    /// the address asked for; returns its port and the CONNECT lines it saw.
+    async fn connect_upstream() -> (u16, Arc<Mutex<Vec<String>>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((mut c, _)) = listener.accept().await {
+                let s = s.clone();
+                tokio::spawn(async move {
+                    let (head, _) = read_head(&mut c, MAX_HEAD).await.unwrap();
+                    let line = String::from_utf8_lossy(&head).lines().next().unwrap_or("").to_string();
+                    s.lock().unwrap().push(line.clone());
+                    let target = line.split_whitespace().nth(1).unwrap_or("").to_string();
+                    let mut up = TcpStream::connect(target).await.unwrap();
+                    c.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.unwrap();
+                    let _ = tokio::io::copy_bidirectional(&mut c, &mut up).await;
+                });
+            }
+        });
+        (port, seen)
+    }
+
+    #[tokio::test]
+    async fn routed_traffic_is_checked_first_and_reaches_the_upstream_as_the_checked_address() {
+        let (up_port, seen) = connect_upstream().await;
+        let origin = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let origin_port = origin.local_addr().unwrap().port();
+        let upstream = Upstream {
+            proxy: grid_core::validate::proxy::parse_url(&format!("http://127.0.0.1:{up_port}")).unwrap(),
+            allow_private: true,
+        };
+        let proxy = start(routed(Arc::new(OnlyHost("localhost")), Some(upstream))).await;
+
+        // Refused by the host rule: the upstream sees nothing.
+        let answer = ask(&proxy, "CONNECT 127.0.0.1:443 HTTP/1.1\r\n\r\n").await;
+        assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+        assert!(seen.lock().unwrap().is_empty());
+
+        // Allowed: the upstream is asked for the address the proxy resolved, not the name.
+        let mut s = TcpStream::connect(("127.0.0.1", proxy.port)).await.unwrap();
+        s.write_all(format!("CONNECT localhost:{origin_port} HTTP/1.1\r\n\r\n").as_bytes()).await.unwrap();
+        let (mut inside, _) = origin.accept().await.unwrap();
+        let mut head = [0u8; 39];
+        s.read_exact(&mut head).await.unwrap();
+        assert_eq!(&head, b"HTTP/1.1 200 Connection Established\r\n\r\n");
+        s.write_all(b"ping").await.unwrap();
+        let mut got = [0u8; 4];
+        inside.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"ping");
+        let line = seen.lock().unwrap()[0].clone();
+        assert!(line == format!("CONNECT 127.0.0.1:{origin_port} HTTP/1.1") || line.contains("[::1]"), "{line}");
+        let d = proxy.decision_for("localhost").unwrap();
+        assert!(d.allowed && d.detail.ends_with(&format!("via upstream proxy http://127.0.0.1:{up_port}")), "{d:?}");
     }
 
     #[tokio::test]

@@ -23,6 +23,7 @@ mod signing;
 mod sim;
 mod store;
 mod tokens;
+mod upstream;
 // Sealed secrets: browser contexts' state, proxy credentials (issue 29).
 mod vault;
 
@@ -235,6 +236,12 @@ struct ServeArgs {
     /// Treat this range as public for the public-web-only/v1 policy (for closed test networks); repeatable.
     #[arg(long = "session-treat-as-public", value_name = "CIDR")]
     session_treat_as_public: Vec<ipnet::IpNet>,
+    /// The grid's default upstream proxy for sessions and batches that name none:
+    /// http://, https:// or socks5://[user:password@]host:port (docs/proxies.md). Its credentials
+    /// are never logged; its address passes the private-network guard. Prefer the environment
+    /// variable to the flag: a command line is visible to every user of the machine.
+    #[arg(long, env = "GRID_UPSTREAM_PROXY", hide_env_values = true, value_name = "URL")]
+    upstream_proxy: Option<String>,
     /// A non-public address the network attestation of a policy session must find refused.
     #[arg(long, default_value = "http://169.254.169.254/latest/meta-data/")]
     session_probe_url: String,
@@ -505,7 +512,7 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     let (tls, store, accounting_timeout) = open_store(&args)?;
     let bound = bind(&args, tls.is_some()).await?;
     let (node, last_heartbeat) = register_node(&args, &store, tls.is_some(), bound.addr).await?;
-    let configs = configs(&args, &node, &bound.base_url, accounting_timeout);
+    let configs = configs(&args, &node, &bound.base_url, accounting_timeout)?;
     let Built { app, runner, settlement, node } = build_app(&args, store, &node, &bound.base_url, configs).await?;
     let last_alive = last_alive(&app, last_heartbeat).await?;
     let running = spawn_loops(&app, runner, settlement)?;
@@ -613,7 +620,20 @@ struct Configs {
 
 /// Reads the configurations off the command line (and removes the
 /// browser profiles' old folders).
-fn configs(args: &ServeArgs, node: &nodes::NodeConfig, base_url: &str, accounting_timeout: Duration) -> Configs {
+fn configs(
+    args: &ServeArgs,
+    node: &nodes::NodeConfig,
+    base_url: &str,
+    accounting_timeout: Duration,
+) -> anyhow::Result<Configs> {
+    // Parsed here rather than by clap, whose error would repeat the value
+    // (and a password in it).
+    let upstream_proxy = args
+        .upstream_proxy
+        .as_deref()
+        .map(grid_core::validate::proxy::parse_url)
+        .transpose()
+        .map_err(|why| anyhow::anyhow!("--upstream-proxy {why}"))?;
     let config = ServeConfig {
         node: node.name.clone(),
         node_lease: node.lease,
@@ -679,8 +699,9 @@ fn configs(args: &ServeArgs, node: &nodes::NodeConfig, base_url: &str, accountin
             min_interval_ms: grid_core::recording::MIN_FRAME_INTERVAL_MS,
         },
         context_max_bytes: args.context_max_kib * 1024,
+        upstream_proxy,
     };
-    Configs { serve: config, compute: compute_config, sessions: session_config }
+    Ok(Configs { serve: config, compute: compute_config, sessions: session_config })
 }
 
 /// Every subsystem, built: the `App` the transports reach them through, and
@@ -704,6 +725,15 @@ async fn build_app(
     configs: Configs,
 ) -> anyhow::Result<Built> {
     let Configs { serve: config, compute: compute_config, sessions: session_config } = configs;
+    let default_upstream = session_config.upstream_proxy.clone();
+    // A default the guard refuses would fail every request through it: say so now.
+    if let Some(proxy) = &default_upstream {
+        if let Err(e @ upstream::UpstreamError::Guarded { .. }) =
+            upstream::resolve(proxy, config.allow_private_networks).await
+        {
+            anyhow::bail!("--upstream-proxy: {e}");
+        }
+    }
     let secret =
         store.write(|tx| store::setting_or_init(tx, "download_signing_secret", || ids::random_hex(32))).await?;
     let peers = Arc::new(peers::Peers::load(store.clone()).await.context("reading the nodes' credential")?);
@@ -739,7 +769,6 @@ async fn build_app(
     ));
     let compute = Arc::new(compute);
     let runner = Arc::new(capture::Runner {
-        vault: vault.clone(),
         items: items.clone(),
         store: store.clone(),
         workers: Default::default(),
@@ -748,6 +777,8 @@ async fn build_app(
         artifacts_dir: config.data_dir.join("artifacts"),
         max_workers: config.max_workers,
         allow_private_networks: config.allow_private_networks,
+        vault: vault.clone(),
+        upstream_proxy: default_upstream,
     });
     let settlement = Arc::new(settlement::Settlement {
         store: store.clone(),

@@ -205,7 +205,7 @@ mod tests {
         };
         let leased = n1
             .sessions
-            .lease(&g.caller, sub, None, "t".into(), crate::sessions::driver::tests::lease_answer)
+            .lease(&g.caller, sub, None, None, "t".into(), crate::sessions::driver::tests::lease_answer)
             .await
             .unwrap();
         let crate::store::idempotency::Outcome::Performed(session, _) = leased else { panic!("replayed") };

@@ -175,8 +175,9 @@ impl Sim {
             params: Default::default(),
             priority: rng.random_bool(0.3).then_some(rng.random_range(1..5)),
             context: None,
+            proxy: None,
         };
-        match self.items.submit(&self.caller, sub, None).await {
+        match self.items.submit(&self.caller, sub, None, None).await {
             Ok(crate::store::idempotency::Outcome::Performed(created, _)) => {
                 let batch = created.batch_id.clone();
                 let mut ids = self
@@ -358,10 +359,11 @@ impl Sim {
             take_over: false,
             recording: false,
             context: None,
+            proxy: None,
         };
         match self
             .sessions
-            .lease(&self.caller, sub, None, "t".into(), crate::sessions::driver::tests::lease_answer)
+            .lease(&self.caller, sub, None, None, "t".into(), crate::sessions::driver::tests::lease_answer)
             .await
         {
             Ok(crate::store::idempotency::Outcome::Performed(row, _)) => {

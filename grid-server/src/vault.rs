@@ -33,7 +33,6 @@ pub enum Purpose {
     /// A browser context's saved state (cookies, storage).
     ContextState,
     /// An upstream proxy's user name and password.
-    #[allow(dead_code)] // its user, upstream proxies, lands next (issue 29)
     ProxyCredentials,
 }
 

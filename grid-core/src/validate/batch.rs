@@ -13,7 +13,7 @@ pub const MAX_URLS: usize = 1_000;
 pub const MIN_PRIORITY: i64 = 1;
 pub const MAX_PRIORITY: i64 = 1_000_000;
 /// The members a body may have.
-pub const FIELDS: &[&str] = &["urls", "script", "profileId", "params", "priority", "context"];
+pub const FIELDS: &[&str] = &["urls", "script", "profileId", "params", "priority", "context", "proxy"];
 
 pub fn validate(body: &Value) -> Result<BatchSubmission, ApiError> {
     let mut p = Problems::default();
@@ -45,9 +45,10 @@ pub fn validate(body: &Value) -> Result<BatchSubmission, ApiError> {
     };
     let priority = int_in_range(&mut p, obj, "priority", MIN_PRIORITY, MAX_PRIORITY);
     let context = context(&mut p, obj);
+    let proxy = obj.get("proxy").and_then(|v| super::proxy::validate(&mut p, "proxy", v));
     match (urls, script, profile, params) {
         (Some(urls), Some(script), Some(profile), Some(params)) if p.is_empty() => {
-            Ok(BatchSubmission { urls, script, profile, params, priority: priority.map(|n| n as u32), context })
+            Ok(BatchSubmission { urls, script, profile, params, priority: priority.map(|n| n as u32), context, proxy })
         }
         _ => Err(ApiError::InvalidBatchBody { detail: p.into_vec() }),
     }

@@ -8,6 +8,7 @@ pub mod job;
 pub mod list;
 pub mod one_call;
 pub mod params;
+pub mod proxy;
 pub mod quantity;
 pub mod session;
 

@@ -92,7 +92,7 @@ pub fn validate(call: OneCall, body: &Value) -> Result<BatchSubmission, ApiError
     }
     match (url, profile) {
         (Some(url), Some(profile)) if problems.is_empty() => {
-            Ok(BatchSubmission { urls: vec![url], script, profile, params, priority: None, context })
+            Ok(BatchSubmission { urls: vec![url], script, profile, params, priority: None, context, proxy: None })
         }
         _ => Err(ApiError::InvalidCaptureBody { detail: problems }),
     }

@@ -28,6 +28,7 @@ pub const FIELDS: &[&str] = &[
     "takeOver",
     "recording",
     "context",
+    "proxy",
 ];
 /// The members of `context`.
 pub const CONTEXT_FIELDS: &[&str] = &["id", "persist"];
@@ -70,6 +71,7 @@ pub fn validate(body: &Value) -> Result<SessionSubmission, ApiError> {
     let take_over = boolean(&mut p, obj, "takeOver");
     let recording = boolean(&mut p, obj, "recording");
     let context = obj.get("context").and_then(|v| context(&mut p, v));
+    let proxy = obj.get("proxy").and_then(|v| super::proxy::validate(&mut p, "proxy", v));
     match (profile, network) {
         (Some(profile), Some(network_policy)) if p.is_empty() => Ok(SessionSubmission {
             profile,
@@ -79,6 +81,7 @@ pub fn validate(body: &Value) -> Result<SessionSubmission, ApiError> {
             take_over,
             recording,
             context,
+            proxy,
         }),
         _ => Err(ApiError::InvalidSessionBody { detail: p.into_vec() }),
     }
@@ -367,6 +370,7 @@ mod tests {
                 take_over: false,
                 recording: false,
                 context: None,
+                proxy: None,
             }
         );
         assert!(validate(&json!({"recording": true})).unwrap().recording);

@@ -5,6 +5,7 @@ use serde_json::{Map, Value};
 
 use crate::catalog::{Profile, Script};
 use crate::item::ItemState;
+use crate::wire::proxy::{NewProxy, UpstreamProxy};
 
 /// What a client sends to POST /batches. Optional fields left out take the
 /// contract's defaults.
@@ -24,6 +25,10 @@ pub struct NewBatch {
     /// "Signed-in captures"); read-only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<String>,
+    /// An upstream proxy for the batch's fetch and browser items
+    /// (docs/proxies.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<NewProxy>,
 }
 
 /// A batch body that passed validation, defaults applied.
@@ -36,6 +41,9 @@ pub struct BatchSubmission {
     pub priority: Option<u32>,
     /// The context whose cookies the items send, read-only.
     pub context: Option<String>,
+    /// The proxy the batch named, its credentials included (the server
+    /// stores them only sealed).
+    pub proxy: Option<UpstreamProxy>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -7,4 +7,5 @@ pub mod grid;
 pub mod item;
 pub mod job;
 pub mod job_record;
+pub mod proxy;
 pub mod session;

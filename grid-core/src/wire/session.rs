@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::catalog::Profile;
 use crate::session::SessionStatus;
 use crate::time::Millis;
+use crate::wire::proxy::{NewProxy, UpstreamProxy};
 
 /// What a client sends to POST /sessions; `{}` is a valid body. The last
 /// four fields override the profile's (docs/sessions.md).
@@ -32,6 +33,10 @@ pub struct NewSession {
     /// keyboard, scroll); default false: the view only watches.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub take_over: Option<bool>,
+    /// An upstream proxy the browser's allowed traffic goes through
+    /// (docs/proxies.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<NewProxy>,
     /// Whether the session's pages are recorded as a replay page
     /// (docs/sessions.md, Recordings); default false.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -84,6 +89,10 @@ pub struct SessionSubmission {
     /// the rows of every other lease keep their shape.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub take_over: bool,
+    /// The upstream proxy the lease named: its scheme, host and port are
+    /// stored here, its credentials only sealed (the `proxy_sealed` column).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy: Option<UpstreamProxy>,
     /// The session's pages are recorded (`recording`). Stored leases
     /// before it read as false; written only when true.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -117,6 +126,7 @@ impl SessionSubmission {
             take_over: false,
             recording: false,
             context: None,
+            proxy: None,
         }
     }
 }
@@ -211,6 +221,11 @@ pub struct Attestation {
     pub context: Option<AttestedContext>,
     /// `sha256:<hex>` of the canonical JSON of the launch manifest.
     pub launch_manifest_hash: String,
+    /// `host:port` of the upstream proxy the browser's allowed traffic goes
+    /// through (the lease's, or the grid's `--upstream-proxy`); null: none.
+    /// Never its credentials (docs/proxies.md).
+    #[serde(default)]
+    pub upstream_proxy: Option<String>,
     pub attested_at: Millis,
 }
 
@@ -382,6 +397,7 @@ mod tests {
             take_over: Some(true),
             recording: Some(true),
             context: Some(NewSessionContext { id: "ctx_1".into(), persist: Some(true) }),
+            proxy: None,
         };
         let v = serde_json::to_value(&full).unwrap();
         assert_eq!(

@@ -16,6 +16,7 @@ use crate::ids::now;
 use crate::store::accounts::Caller;
 use crate::store::idempotency::{self, Outcome};
 use crate::store::items;
+use crate::upstream;
 
 pub async fn submit_batch(
     app: &App,
@@ -25,8 +26,17 @@ pub async fn submit_batch(
 ) -> Result<Reply, ApiError> {
     let submission = validate::batch::validate(&body)?;
     check_context(app, caller, &submission).await?;
+    let sealed = match &submission.proxy {
+        Some(proxy) => {
+            if let Some(problem) = upstream::refusal("proxy", proxy, app.config.allow_private_networks).await {
+                return Err(ApiError::InvalidBatchBody { detail: vec![problem] });
+            }
+            super::sessions::seal_proxy(app, caller, grid_core::ids::BATCH, proxy)?
+        }
+        None => None,
+    };
     let key = idempotency_key.map(|k| idempotency::Key::new(k, "POST /batches", &body));
-    Ok(match app.items.submit(caller, submission, key).await? {
+    Ok(match app.items.submit(caller, submission, sealed, key).await? {
         Outcome::Performed(_, answer) => Reply::answer(answer, false),
         Outcome::Replayed(answer) => Reply::answer(answer, true),
     })

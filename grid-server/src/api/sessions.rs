@@ -11,11 +11,15 @@ use serde_json::Value;
 
 use super::Reply;
 use crate::app::App;
-use crate::ids::{now, random_hex};
+use crate::ids::{new_id, now, random_hex};
 use crate::sessions::downloads::{Folder, Recording};
 use crate::store::accounts::Caller;
 use crate::store::idempotency::{self, Outcome};
 use crate::store::sessions as store;
+use crate::upstream;
+use crate::vault::Purpose;
+use grid_core::ids;
+use grid_core::wire::proxy::UpstreamProxy;
 
 fn enabled(app: &App) -> Result<(), ApiError> {
     if app.sessions.config.disabled {
@@ -36,6 +40,15 @@ pub async fn lease(
     if let Some(c) = &sub.context {
         wait_for_save(app, &c.id).await?;
     }
+    let sealed = match &sub.proxy {
+        Some(proxy) => {
+            if let Some(problem) = upstream::refusal("proxy", proxy, app.config.allow_private_networks).await {
+                return Err(ApiError::InvalidSessionBody { detail: vec![problem] });
+            }
+            seal_proxy(app, caller, ids::SESSION, proxy)?
+        }
+        None => None,
+    };
     let key = idempotency_key.map(|k| idempotency::Key::new(k, "POST /sessions", &body));
     let token = random_hex(32);
     let (base_url, t) = (app.config.base_url.clone(), token.clone());
@@ -49,7 +62,7 @@ pub async fn lease(
         network_policy: row.network_policy.clone(),
         network_attestation: None,
     };
-    Ok(match app.sessions.driver.lease(caller, sub, key, token, answer).await? {
+    Ok(match app.sessions.driver.lease(caller, sub, sealed, key, token, answer).await? {
         Outcome::Performed(_, answer) => Reply::answer(answer, false),
         // The first request started the browser; nothing more to do.
         Outcome::Replayed(answer) => Reply::answer(answer, true),
@@ -73,6 +86,26 @@ async fn wait_for_save(app: &App, context_id: &str) -> Result<(), ApiError> {
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
+}
+
+/// A row id drawn for a submission naming a proxy with credentials, and
+/// the credentials sealed under it (never stored in clear).
+pub fn seal_proxy(
+    app: &App,
+    caller: &Caller,
+    prefix: &str,
+    proxy: &UpstreamProxy,
+) -> Result<Option<crate::store::SealedProxy>, ApiError> {
+    let Some(credentials) = &proxy.credentials else { return Ok(None) };
+    let id = new_id(prefix);
+    let bytes = app
+        .vault
+        .seal(&caller.account_id, Purpose::ProxyCredentials, &id, &credentials.to_sealable())
+        .map_err(|e| {
+            tracing::error!(error = %e, "proxy credentials not sealed");
+            ApiError::Internal
+        })?;
+    Ok(Some(crate::store::SealedProxy { id, bytes }))
 }
 
 pub async fn list(app: &App, caller: &Caller) -> Result<Reply, ApiError> {

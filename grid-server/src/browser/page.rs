@@ -32,6 +32,7 @@ use super::hosts::RequestRules;
 use super::pool::Chromium;
 use super::profiles::{Manifest, UserAgent};
 use crate::egress::EgressProxy;
+use crate::upstream::Upstream;
 
 /// Longest disposing an item's context may take before the item moves on
 /// (a browser that slow is caught by the next item's watchdog).
@@ -63,6 +64,10 @@ pub struct PageSpec {
     /// fields), set in the item's own browser context: nothing the page
     /// sets reaches the context.
     pub context_cookies: Vec<Value>,
+    /// The batch's (or the grid's default) upstream proxy: the context gets
+    /// an egress proxy of its own that checks `rules` and then sends
+    /// through it (docs/proxies.md).
+    pub upstream: Option<Upstream>,
 }
 
 impl PageSpec {
@@ -230,13 +235,15 @@ fn proxy_refusal(egress: Option<&EgressProxy>, url: &str) -> Option<String> {
 pub async fn run(chromium: &Chromium, spec: &PageSpec) -> Result<PageOutcome, PageError> {
     let cdp = &chromium.process.cdp;
     let mut steps = Steps::new();
-    // The item's rules at the network edge: its context's own proxy.
-    let egress = if spec.rules.intercepts() {
+    // The item's rules at the network edge, and its upstream proxy behind
+    // them: its context's own proxy.
+    let egress = if spec.rules.intercepts() || spec.upstream.is_some() {
         // Bound inside the browser's sandbox, like the browser-wide proxy.
+        let policy = crate::egress::routed(Arc::new(spec.rules.clone()), spec.upstream.clone());
         let proxy = chromium
             .process
             .listen()
-            .and_then(|listener| EgressProxy::serve(listener, Arc::new(spec.rules.clone())))
+            .and_then(|listener| EgressProxy::serve(listener, policy))
             .map_err(|e| PageError::Cdp(format!("starting the item's egress proxy: {e}")))?;
         Some(Arc::new(proxy))
     } else {

@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crate::store::Conn;
+use crate::store::SealedProxy;
 use futures_util::future::BoxFuture;
 use grid_core::catalog::Profile;
 use grid_core::error::ApiError;
@@ -254,13 +255,14 @@ impl ItemDriver {
         &self,
         caller: &Caller,
         sub: BatchSubmission,
+        sealed: Option<SealedProxy>,
         key: Option<idempotency::Key>,
     ) -> Result<idempotency::Outcome<BatchCreated>, ItemError> {
         let caller = caller.clone();
         let outcome = self
             .transact(move |tx, now, _, after| {
                 idempotency::once(tx, &caller.account_id, key.as_ref(), now, |tx| {
-                    let created = submit_batch(tx, &caller, &sub, now, after)?;
+                    let created = submit_batch(tx, &caller, &sub, sealed.as_ref(), now, after)?;
                     let answer = Answer::json(201, &created)?;
                     Ok(Created { subject: created.batch_id.clone(), answer, value: created })
                 })
@@ -281,7 +283,7 @@ impl ItemDriver {
         let (caller, node) = (caller.clone(), self.node.clone());
         let claim = self
             .transact(move |tx, now, backoff, after| {
-                let (created, rows) = create(tx, &caller, &sub, item::submit_attended(), now, after)?;
+                let (created, rows) = create(tx, &caller, &sub, None, item::submit_attended(), now, after)?;
                 // Its one item, as stored (its `seq` is the store's).
                 let id = rows.first().map(|r| r.id.clone()).unwrap_or_default();
                 let missing = || StoreError::NotFound(format!("the item of batch {}", created.batch_id));
@@ -501,10 +503,11 @@ fn submit_batch(
     tx: &Conn,
     caller: &Caller,
     sub: &BatchSubmission,
+    sealed: Option<&SealedProxy>,
     now: Millis,
     after: &mut After,
 ) -> Result<BatchCreated, ItemError> {
-    create(tx, caller, sub, item::submit(sub.priority), now, after).map(|(created, _)| created)
+    create(tx, caller, sub, sealed, item::submit(sub.priority), now, after).map(|(created, _)| created)
 }
 
 /// A batch's creation from its items' first step (`first`, the machine's
@@ -514,14 +517,15 @@ fn create(
     tx: &Conn,
     caller: &Caller,
     sub: &BatchSubmission,
+    sealed: Option<&SealedProxy>,
     first: Outcome,
     now: Millis,
     after: &mut After,
 ) -> Result<(BatchCreated, Vec<ItemRow>), ItemError> {
     let Outcome { item, effects } = first;
-    let batch_id = new_id(ids::BATCH);
+    let batch_id = sealed.map_or_else(|| new_id(ids::BATCH), |s| s.id.clone());
     let rows = items::new_rows(&batch_id, caller, sub, &item, now);
-    items::insert_batch(tx, caller, sub, &batch_id, &rows, now)?;
+    items::insert_batch(tx, caller, sub, &batch_id, &rows, now, sealed.map(|s| s.bytes.as_slice()))?;
     let mut writes = Writes::paid_by(caller, &batch_id);
     for row in &rows {
         execute_in_tx(row, &[], &effects.in_tx, now, &mut writes);
@@ -539,7 +543,7 @@ pub(crate) fn create_batch(
     sub: &BatchSubmission,
     now: Millis,
 ) -> Result<BatchCreated, ItemError> {
-    submit_batch(tx, caller, sub, now, &mut After::default())
+    submit_batch(tx, caller, sub, None, now, &mut After::default())
 }
 
 /// Load → apply → execute → save, all in the caller's transaction.
@@ -1313,6 +1317,7 @@ mod tests {
             params: serde_json::Map::new(),
             priority: None,
             context: None,
+            proxy: None,
         };
         let c = c.clone();
         store.write_blocking(move |tx| create_batch(tx, &c, &sub, T)).unwrap();

@@ -3,6 +3,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -22,6 +23,7 @@ use super::files::FileContent;
 use super::guard::{self, Resolver};
 use crate::ids::{now, sha256_hex};
 use crate::store::items::ItemRow;
+use crate::upstream::{self, proxied_client, Upstream};
 
 /// Bodies larger than this fail the item: the grid is not a bulk downloader.
 pub const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
@@ -74,12 +76,20 @@ impl Fetcher {
 
     /// `cookies`: a signed-in capture's context's (`grid_core::cookies`
     /// picks what each request sends); empty for the others.
-    pub async fn run(&self, row: &ItemRow, cookies: &[serde_json::Value]) -> Result<Vec<FileContent>, Failure> {
+    /// Runs the item's exchange, through `upstream` when it has one.
+    pub async fn run(
+        &self,
+        row: &ItemRow,
+        upstream: Option<&Upstream>,
+        cookies: &[serde_json::Value],
+    ) -> Result<Vec<FileContent>, Failure> {
         let p = params::fetch(&row.params).map_err(Failure::Terminal)?;
         let url = Url::parse(&row.url).map_err(|e| Failure::Terminal(format!("url: {e}")))?;
         let started = Instant::now();
         let fetched_at = now();
-        let x = match tokio::time::timeout(Duration::from_millis(p.timeout_ms), self.exchange(url, cookies)).await {
+        let x = match tokio::time::timeout(Duration::from_millis(p.timeout_ms), self.exchange(url, upstream, cookies))
+            .await
+        {
             Err(_) => return Err(Failure::Transient(format!("timed out after {} ms", p.timeout_ms))),
             Ok(r) => r?,
         };
@@ -100,6 +110,7 @@ impl Fetcher {
             script: row.script.as_str(),
             sha256: sha256_hex(&x.body),
             status: x.status,
+            upstream_proxy: upstream.map(|u| u.proxy.host_port()),
             url: &row.url,
         };
         let meta = FileContent::meta(&meta);
@@ -109,8 +120,25 @@ impl Fetcher {
     /// GETs `url`, following up to `MAX_REDIRECTS` redirects, and reads the
     /// body of the last answer. Every URL asked, the first and each
     /// redirect's, passes the guard's literal-host check first.
-    async fn exchange(&self, mut url: Url, cookies: &[serde_json::Value]) -> Result<Exchange, Failure> {
+    async fn exchange(
+        &self,
+        mut url: Url,
+        upstream: Option<&Upstream>,
+        cookies: &[serde_json::Value],
+    ) -> Result<Exchange, Failure> {
         let mut redirects = 0;
+        // Through an upstream: a client of the item's own (no pool shared
+        // with items that go straight out), its connector resolving and
+        // guarding each destination before the upstream sees it.
+        let proxied = match upstream {
+            Some(u) => {
+                let public_only = !self.allow_private;
+                let resolve: upstream::Resolve =
+                    Arc::new(move |host: String| Box::pin(async move { guard::resolve(&host, public_only).await }));
+                Some(proxied_client(u.clone(), resolve).map_err(|e| Failure::Terminal(e.to_string()))?)
+            }
+            None => None,
+        };
         let resp = loop {
             if !self.allow_private {
                 guard::check_literal_host(&url).map_err(|r| Failure::Terminal(r.to_string()))?;
@@ -134,7 +162,11 @@ impl Fetcher {
                 value.set_sensitive(true);
                 headers.insert(http::header::COOKIE, value);
             }
-            let resp = self.client.request(request).await.map_err(|e| classify(&e))?;
+            let resp = match &proxied {
+                Some(client) => client.request(request).await,
+                None => self.client.request(request).await,
+            }
+            .map_err(|e| classify(&e))?;
             let Some(next) = redirect_to(resp.status(), resp.headers().get(LOCATION), &url) else { break resp };
             if redirects == MAX_REDIRECTS {
                 return Err(Failure::Terminal(format!("redirect refused: more than {MAX_REDIRECTS} redirects")));
@@ -220,6 +252,10 @@ struct Meta<'a> {
     script: &'static str,
     sha256: String,
     status: u16,
+    /// `host:port` of the upstream proxy the exchange went through
+    /// (docs/proxies.md); left out when none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    upstream_proxy: Option<String>,
     url: &'a str,
 }
 
@@ -229,6 +265,20 @@ struct Meta<'a> {
 fn classify(e: &(dyn std::error::Error + 'static)) -> Failure {
     if let Some(refused) = guard::refused_in(e) {
         return Failure::Terminal(refused.to_string());
+    }
+    // An upstream proxy that refuses the credentials, or that the guard
+    // refuses, refuses the next attempt too.
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(u) = err.downcast_ref::<upstream::UpstreamError>() {
+            return match u {
+                upstream::UpstreamError::Credentials { .. } | upstream::UpstreamError::Guarded { .. } => {
+                    Failure::Terminal(u.to_string())
+                }
+                _ => Failure::Transient(format!("request failed: {u}")),
+            };
+        }
+        cur = err.source();
     }
     Failure::Transient(format!("request failed: {}", source_chain(e)))
 }
@@ -304,6 +354,7 @@ mod tests {
             script: "fetch",
             sha256: "ab".into(),
             status: 404,
+            upstream_proxy: None,
             url: "http://t/a",
         };
         let expected = json!({

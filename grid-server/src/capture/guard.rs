@@ -48,7 +48,7 @@ impl tower_service::Service<Name> for Resolver {
     }
 }
 
-async fn resolve(host: &str, public_only: bool) -> Result<Vec<SocketAddr>, BoxError> {
+pub async fn resolve(host: &str, public_only: bool) -> Result<Vec<SocketAddr>, BoxError> {
     let all: Vec<SocketAddr> = tokio::net::lookup_host((host, 0)).await?.collect();
     if !public_only {
         return Ok(all);

@@ -45,9 +45,12 @@ use tracing::Instrument;
 use crate::browser::pool::BrowserPool;
 use crate::store::items::{ItemError, ItemRow, PublishedFile};
 use crate::store::Store;
+use crate::upstream::Upstream;
+use crate::vault::{Purpose, Vault};
 use driver::{AttemptEnd, ItemDriver};
 use fetch::Fetcher;
 use files::FileContent;
+use grid_core::wire::proxy::{ProxyCredentials, UpstreamProxy};
 
 /// How long the dispatcher waits before looking at a queue it found empty
 /// again (the driver wakes it sooner when items become claimable).
@@ -207,8 +210,12 @@ pub struct Runner {
     pub max_workers: usize,
     /// `--allow-private-networks`.
     pub allow_private_networks: bool,
-    /// Opens a signed-in capture's context (`vault.rs`).
-    pub vault: Arc<crate::vault::Vault>,
+    /// Opens a signed-in capture's context and a batch's sealed proxy
+    /// credentials (`vault.rs`).
+    pub vault: Arc<Vault>,
+    /// The grid's default upstream proxy (`--upstream-proxy`) for items
+    /// whose batch names none.
+    pub upstream_proxy: Option<UpstreamProxy>,
 }
 
 /// This node's workers, busy, claimed ahead and at most, on every scrape of
@@ -395,10 +402,12 @@ async fn run_attempt(app: &Runner, fetcher: &Fetcher, row: Arc<ItemRow>, slot: S
         None => Ok(vec![]),
         Some(context) => context_cookies(app, &row.account_id, context).await,
     };
-    let result = match (row.script.row().needs, cookies) {
-        (_, Err(failure)) => Err(failure),
-        (Needs::Browser, Ok(cookies)) => browser_script(app, &row, &cookies).await,
-        (Needs::Http, Ok(cookies)) => fetcher.run(&row, &cookies).await,
+    let result = match (item_upstream(app, &row), cookies) {
+        (Err(failure), _) | (_, Err(failure)) => Err(failure),
+        (Ok(upstream), Ok(cookies)) => match row.script.row().needs {
+            Needs::Browser => browser_script(app, &row, upstream, &cookies).await,
+            Needs::Http => fetcher.run(&row, upstream.as_ref(), &cookies).await,
+        },
     };
     let end = stored_end(app, &row.id, result).await;
     let took = started.elapsed();
@@ -442,18 +451,34 @@ async fn context_cookies(app: &Runner, account: &str, context: &str) -> Result<V
 async fn browser_script(
     app: &Runner,
     row: &ItemRow,
+    upstream: Option<Upstream>,
     cookies: &[serde_json::Value],
 ) -> Result<Vec<FileContent>, Failure> {
     match &app.browsers {
         // Boxed: a browser script's state machine is about 14 KiB, and
         // inline it would make every fetch item's task that large too,
         // copied as the task is spawned and as it finishes.
-        Some(pool) => Box::pin(scripts::run(pool, row, cookies)).await,
+        Some(pool) => Box::pin(scripts::run(pool, row, upstream, cookies)).await,
         None => Err(Failure::Terminal(format!(
             "script {} needs the browser pool, which this grid does not run (--browsers 0 or no Chromium)",
             row.script.as_str()
         ))),
     }
+}
+
+/// The upstream proxy an item's traffic goes through: its batch's (the
+/// credentials opened from their sealed column), else the grid's default
+/// (docs/proxies.md, precedence).
+fn item_upstream(app: &Runner, row: &ItemRow) -> Result<Option<Upstream>, Failure> {
+    let Some(mut proxy) = row.proxy.clone().or_else(|| app.upstream_proxy.clone()) else { return Ok(None) };
+    if let (Some(sealed), true) = (&row.proxy_sealed, row.proxy.is_some()) {
+        let plain = app
+            .vault
+            .open(&row.account_id, Purpose::ProxyCredentials, &row.batch_id, sealed)
+            .map_err(|e| Failure::Terminal(format!("the batch's proxy credentials could not be opened: {e}")))?;
+        proxy.credentials = ProxyCredentials::from_sealable(&plain);
+    }
+    Ok(Some(Upstream { proxy, allow_private: app.allow_private_networks }))
 }
 
 /// An attempt's end from what its script gave: its files written and
@@ -495,11 +520,14 @@ pub async fn run_attended(
 ) -> Result<Attended, ItemError> {
     let slot = app.workers.take(true);
     let started = Instant::now();
-    let result = match &claim.context_id {
-        None => browser_script(app, &claim, &[]).await,
-        Some(context) => match context_cookies(app, &claim.account_id, context).await {
-            Ok(cookies) => browser_script(app, &claim, &cookies).await,
-            Err(failure) => Err(failure),
+    let result = match item_upstream(app, &claim) {
+        Err(failure) => Err(failure),
+        Ok(upstream) => match &claim.context_id {
+            None => browser_script(app, &claim, upstream, &[]).await,
+            Some(context) => match context_cookies(app, &claim.account_id, context).await {
+                Ok(cookies) => browser_script(app, &claim, upstream, &cookies).await,
+                Err(failure) => Err(failure),
+            },
         },
     };
     // What the answer needs of the files, before they are written.

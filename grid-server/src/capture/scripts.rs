@@ -26,6 +26,7 @@ use crate::browser::pool::BrowserPool;
 use crate::browser::profiles::{manifest, manifest_sha256};
 use crate::ids::{now, sha256_hex};
 use crate::store::items::ItemRow;
+use crate::upstream::Upstream;
 
 /// Time an item may take beyond its `timeoutMs` for setting up the page and
 /// reading screenshot, DOM and body, before its browser counts as hung.
@@ -36,6 +37,7 @@ pub const COLLECT_ALLOWANCE: Duration = Duration::from_secs(30);
 pub async fn run(
     pool: &Arc<BrowserPool>,
     row: &ItemRow,
+    upstream: Option<Upstream>,
     context_cookies: &[serde_json::Value],
 ) -> Result<Vec<FileContent>, Failure> {
     let script = row.script;
@@ -57,6 +59,7 @@ pub async fn run(
         want: want(script),
         params: p.clone(),
         context_cookies: context_cookies.iter().map(grid_core::cookies::set_param).collect(),
+        upstream,
     };
     let started = Instant::now();
     let fetched_at = now();

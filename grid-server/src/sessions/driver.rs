@@ -184,6 +184,7 @@ impl SessionDriver {
         &self,
         caller: &Caller,
         sub: SessionSubmission,
+        sealed: Option<crate::store::SealedProxy>,
         key: Option<idempotency::Key>,
         token: String,
         answer: A,
@@ -198,7 +199,7 @@ impl SessionDriver {
                 let at = clock.now();
                 idempotency::once(tx, &caller.account_id, key.as_ref(), at, |tx| {
                     let placement = store::Placement { me: &node, live_after: live_after(at, lease) };
-                    let stepped = create(tx, &caller, &sub, &token, placement, at)?;
+                    let stepped = create(tx, &caller, &sub, sealed.as_ref(), &token, placement, at)?;
                     let answer = Answer::json(201, &answer(&stepped.row))?;
                     Ok(Created { subject: stepped.row.id.clone(), answer, value: stepped })
                 })
@@ -503,6 +504,7 @@ fn create(
     tx: &Conn,
     caller: &Caller,
     sub: &SessionSubmission,
+    sealed: Option<&crate::store::SealedProxy>,
     token: &str,
     placement: store::Placement<'_>,
     at: Millis,
@@ -512,7 +514,7 @@ fn create(
         return Err(TransitionError::Refused(ApiError::SessionLimitReached { max_sessions }).into());
     };
     let outcome = session::lease(at, sub.ttl_minutes);
-    let row = store::insert(tx, caller, sub, token, &node, &outcome.session, at)?;
+    let row = store::insert(tx, caller, sub, token, &node, &outcome.session, at, sealed)?;
     if let Some(context) = &sub.context {
         crate::store::contexts::take(tx, &caller.account_id, &context.id, &row.id, at).map_err(|e| match e {
             crate::store::contexts::ContextError::Refused(api) => TransitionError::Refused(api).into(),
@@ -636,6 +638,7 @@ pub(crate) mod tests {
                 take_over: false,
                 recording: false,
                 context: None,
+                proxy: None,
             }
         }
 
@@ -644,7 +647,7 @@ pub(crate) mod tests {
         /// tells its task to stop.
         async fn lease(&self, ttl_minutes: u32) -> (String, watch::Receiver<bool>) {
             let sub = World::submission(ttl_minutes);
-            let leased = self.driver.lease(&self.caller, sub, None, "token".into(), lease_answer).await.unwrap();
+            let leased = self.driver.lease(&self.caller, sub, None, None, "token".into(), lease_answer).await.unwrap();
             let idempotency::Outcome::Performed(row, _) = leased else { panic!("a lease without a key replayed") };
             let start = self.starts.lock().unwrap().try_recv().expect("the lease started no browser");
             assert_eq!(start.row.id, row.id);
@@ -706,7 +709,7 @@ pub(crate) mod tests {
             w.lease(30).await;
         }
         let reserved = w.balance().1;
-        let refused = w.driver.lease(&w.caller, World::submission(30), None, "t".into(), lease_answer).await;
+        let refused = w.driver.lease(&w.caller, World::submission(30), None, None, "t".into(), lease_answer).await;
         assert!(
             matches!(
                 refused,

@@ -64,6 +64,9 @@ pub struct LaunchManifest {
     /// What the lease asked for instead of the profile's (in the flags and
     /// environment above, and for the viewport also applied per page).
     pub overrides: SessionOverrides,
+    /// `scheme://host:port` of the upstream proxy behind the egress proxy
+    /// (docs/proxies.md), never its credentials; set after `new`.
+    pub upstream_proxy: Option<String>,
 }
 
 impl LaunchManifest {
@@ -105,7 +108,7 @@ impl LaunchManifest {
             ("TZ".into(), overrides.timezone.as_deref().unwrap_or(m.timezone).to_string()),
             ("LANG".into(), format!("{}.UTF-8", locale.replace('-', "_"))),
         ];
-        LaunchManifest { profile, flags, env, network, overrides: overrides.clone() }
+        LaunchManifest { profile, flags, env, network, overrides: overrides.clone(), upstream_proxy: None }
     }
 
     /// Canonical JSON (keys sorted) of what the launch depends on. The
@@ -115,6 +118,9 @@ impl LaunchManifest {
         let mut v = json!({"profileId": self.profile.as_str(), "flags": self.flags, "env": self.env, "network": self.network, "sandbox": "grid-sandbox/v1"});
         if let Some(viewport) = self.overrides.viewport {
             v["pageViewport"] = json!(viewport);
+        }
+        if let Some(proxy) = &self.upstream_proxy {
+            v["upstreamProxy"] = json!(proxy);
         }
         v
     }

@@ -63,9 +63,11 @@ use crate::peers::Peers;
 use crate::store::contexts::{self, Finish};
 use crate::store::sessions::{SessionError, SessionRow};
 use crate::store::{Store, StoreError};
-use crate::vault::Purpose;
+use crate::upstream::Upstream;
+use crate::vault::{Purpose, Vault};
 use downloads::{DownloadConfig, Downloads, Folder};
 use driver::SessionDriver;
+use grid_core::wire::proxy::{ProxyCredentials, UpstreamProxy};
 use launch::{BrowserBuild, LaunchManifest};
 
 #[derive(Debug, Clone)]
@@ -89,6 +91,9 @@ pub struct SessionConfig {
     pub recording: grid_core::recording::Bounds,
     /// Bound of a context's sealed state (`context.rs`).
     pub context_max_bytes: u64,
+    /// The grid's default upstream proxy (`--upstream-proxy`, credentials
+    /// included) for leases that name none (docs/proxies.md).
+    pub upstream_proxy: Option<UpstreamProxy>,
 }
 
 /// A running session's browser, as its CDP endpoint serves it.
@@ -158,8 +163,9 @@ pub struct Sessions {
     recorders: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// Where contexts' states are loaded from and saved back to.
     store: Store,
-    /// Seals and opens contexts' states.
-    vault: Arc<crate::vault::Vault>,
+    /// Seals and opens contexts' states, opens a lease's sealed proxy
+    /// credentials.
+    vault: Arc<Vault>,
 }
 
 /// A browser started ahead of a lease, set up (its downloads go to its
@@ -179,7 +185,7 @@ impl Sessions {
         node: &str,
         node_lease: Duration,
         peers: Arc<Peers>,
-        vault: Arc<crate::vault::Vault>,
+        vault: Arc<Vault>,
     ) -> Sessions {
         let (driver, starts) = SessionDriver::new(store.clone(), clock, node, node_lease, peers);
         Sessions {
@@ -242,13 +248,41 @@ fn wants_policy(sub: &SessionSubmission) -> bool {
 /// Name of the grid's ordinary network access in launch manifests.
 const ORDINARY: &str = "ordinary";
 
-/// The browser-wide egress policy of a session and its name.
-fn policy(config: &SessionConfig, public_web_only: bool) -> (Arc<dyn Policy>, &'static str) {
-    if public_web_only {
+/// The browser-wide egress policy of a session and its name, its allowed
+/// traffic sent through `upstream` when there is one.
+fn policy(
+    config: &SessionConfig,
+    public_web_only: bool,
+    upstream: Option<Upstream>,
+) -> (Arc<dyn Policy>, &'static str) {
+    let (policy, name): (Arc<dyn Policy>, _) = if public_web_only {
         (Arc::new(config.egress.clone()), PUBLIC_WEB_ONLY_V1)
     } else {
         (Arc::new(RequestRules::ordinary(config.allow_private_networks)), ORDINARY)
+    };
+    (egress::routed(policy, upstream), name)
+}
+
+/// The upstream proxy of a session: the lease's, else the grid's default
+/// (docs/proxies.md, precedence).
+fn upstream_for(config: &SessionConfig, sub: &SessionSubmission) -> Option<Upstream> {
+    let proxy = sub.proxy.clone().or_else(|| config.upstream_proxy.clone())?;
+    Some(Upstream { proxy, allow_private: config.allow_private_networks })
+}
+
+/// The submission with its proxy's credentials opened from the row's sealed
+/// column (they are never in the stored submission).
+fn with_credentials(vault: &Vault, row: &SessionRow, mut sub: SessionSubmission) -> Result<SessionSubmission, String> {
+    if let (Some(proxy), Some(sealed)) = (sub.proxy.as_mut(), row.proxy_sealed.as_ref()) {
+        let plain = vault
+            .open(&row.account_id, Purpose::ProxyCredentials, &row.id, sealed)
+            .map_err(|e| format!("the proxy's credentials could not be opened: {e}"))?;
+        proxy.credentials = Some(
+            ProxyCredentials::from_sealable(&plain)
+                .ok_or("the proxy's sealed credentials are not a user and password")?,
+        );
     }
+    Ok(sub)
 }
 
 /// Runs the session tasks the driver asks for (`driver::Start`, from its
@@ -278,17 +312,23 @@ fn spawn(app: Arc<Sessions>, start: driver::Start) {
     });
     let span = tracing::info_span!("session", id = %id);
     let account = row.account_id.clone();
+    let context_id = sub.context.as_ref().map(|c| c.id.clone());
+    let sub = with_credentials(&app.vault, &row, sub);
     tokio::spawn(
         async move {
             let mut finish = Finish::Keep;
-            match AssertUnwindSafe(run(&app, &id, &account, &sub, endpoint, ended, &mut finish)).catch_unwind().await {
+            let task = async {
+                let sub = sub?;
+                run(&app, &id, &account, &sub, endpoint, ended, &mut finish).await
+            };
+            match AssertUnwindSafe(task).catch_unwind().await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => tracing::warn!(error = %e, "session task failed"),
                 Err(_) => tracing::error!("session task panicked"),
             }
             app.driver.task_exited(&id).await;
-            if let Some(c) = &sub.context {
-                finish_context(&app, &c.id, &id, finish).await;
+            if let Some(context_id) = &context_id {
+                finish_context(&app, context_id, &id, finish).await;
             }
             refill_warm(app.clone());
         }
@@ -468,16 +508,17 @@ async fn stopped(ended: &mut watch::Receiver<bool>) {
 async fn start(app: &Sessions, id: &str, account: &str, sub: &SessionSubmission) -> Result<Started, String> {
     let build = app.build().map_err(|e| e.to_string())?.clone();
     let public_web_only = wants_policy(sub);
-    let (policy, network) = policy(&app.config, public_web_only);
-    let manifest = LaunchManifest::new(sub.profile, &build, network, &sub.overrides);
+    let upstream = upstream_for(&app.config, sub);
+    let upstream_proxy = upstream.as_ref().map(|u| u.proxy.server());
+    let (policy, network) = policy(&app.config, public_web_only, upstream);
+    let mut manifest = LaunchManifest::new(sub.profile, &build, network, &sub.overrides);
+    manifest.upstream_proxy = upstream_proxy;
     let downloads = &app.downloads;
     // A context's state is loaded before the lessee connects, and its pages
     // followed from the start: a browser started for the session.
-    let warm = if public_web_only || !sub.overrides.is_empty() || sub.context.is_some() {
-        None
-    } else {
-        app.take_warm(sub.profile)
-    };
+    // A warm browser runs behind the grid's default upstream, if any.
+    let plain = !public_web_only && sub.overrides.is_empty() && sub.context.is_none() && sub.proxy.is_none();
+    let warm = if plain { app.take_warm(sub.profile) } else { None };
     if let Some(w) = warm {
         // Set up and attested before the lease: ready as soon as its folder
         // is the session's.
@@ -626,6 +667,10 @@ async fn attest(
         overrides: Some(manifest.overrides.clone()).filter(|o: &SessionOverrides| !o.is_empty()),
         context: None,
         launch_manifest_hash: manifest.hash(),
+        upstream_proxy: manifest
+            .upstream_proxy
+            .as_ref()
+            .map(|s| s.split_once("://").map_or(s.as_str(), |(_, hp)| hp).to_string()),
         attested_at: now(),
     };
     let network = if !public_web_only {
@@ -672,8 +717,11 @@ pub fn refill_warm(app: Arc<Sessions>) {
                 if have >= app.config.warm {
                     break;
                 }
-                let manifest = LaunchManifest::new(profile, &build, ORDINARY, &SessionOverrides::default());
-                let (policy, _) = policy(&app.config, false);
+                let sub = SessionSubmission::default_for(profile);
+                let upstream = upstream_for(&app.config, &sub);
+                let mut manifest = LaunchManifest::new(profile, &build, ORDINARY, &SessionOverrides::default());
+                manifest.upstream_proxy = upstream.as_ref().map(|u| u.proxy.server());
+                let (policy, _) = policy(&app.config, false, upstream);
                 let downloads = &app.downloads;
                 let (folder_name, folder) = match downloads.create_warm() {
                     Ok(f) => f,
@@ -691,7 +739,6 @@ pub fn refill_warm(app: Arc<Sessions>) {
                         break;
                     }
                 };
-                let sub = SessionSubmission::default_for(profile);
                 match prepare(&app, &browser, folder, &build, &manifest, &sub, false).await {
                     Ok((attestation, _)) => {
                         tracing::info!(profile = profile.as_str(), pid = browser.pid, "warm browser ready");
@@ -779,6 +826,7 @@ mod tests {
             downloads: DownloadConfig { limit_bytes: 1 << 20, grace: Duration::from_secs(60) },
             recording: Default::default(),
             context_max_bytes: context::DEFAULT_MAX_BYTES,
+            upstream_proxy: None,
         };
         let peers = Arc::new(Peers::new(store.clone(), "credential".into()));
         let vault = Arc::new(crate::vault::Vault::from_key(&[1; 32]));
@@ -793,7 +841,7 @@ mod tests {
             let leased = self
                 .sessions
                 .driver
-                .lease(&self.caller, sub, None, "t".into(), driver::tests::lease_answer)
+                .lease(&self.caller, sub, None, None, "t".into(), driver::tests::lease_answer)
                 .await
                 .unwrap();
             let crate::store::idempotency::Outcome::Performed(row, _) = leased else { panic!("replayed") };

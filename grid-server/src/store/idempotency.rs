@@ -290,6 +290,7 @@ mod tests {
             params: Default::default(),
             priority: None,
             context: None,
+            proxy: None,
         };
         let key = key.map(|k| Key::new(k.into(), "POST /batches", &body(n)));
         let c = c.clone();

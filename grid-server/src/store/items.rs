@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use super::sql::{chunk_sql, chunks, placeholders, value_rows, Conn, Optional, Row, ToValue};
+use super::to_json;
 use crate::params;
 use grid_core::catalog::{ArtifactKind, Profile, Script};
 use grid_core::error::ApiError;
@@ -19,6 +20,7 @@ use grid_core::time::Millis;
 use grid_core::wire::batch::{BatchJob, BatchSubmission, BatchView};
 use grid_core::wire::grid::QueueCounts;
 use grid_core::wire::item::CaptureItem;
+use grid_core::wire::proxy::UpstreamProxy;
 use serde_json::{Map, Value};
 
 use super::accounts::{self, Caller, Entry, ReserveError};
@@ -51,6 +53,10 @@ pub struct ItemRow {
     /// The persistent context whose cookies the item sends (its batch's
     /// `context`; docs/captures.md, "Signed-in captures").
     pub context_id: Option<String>,
+    /// The batch's upstream proxy (scheme, host, port; the worker opens the
+    /// credentials from `proxy_sealed` with the vault).
+    pub proxy: Option<UpstreamProxy>,
+    pub proxy_sealed: Option<Vec<u8>>,
 }
 
 /// A file written to the artifact store and checked, ready to publish.
@@ -89,6 +95,8 @@ pub fn new_rows(batch_id: &str, caller: &Caller, sub: &BatchSubmission, item: &I
             reservation_day: now.utc_day(),
             seq: 0,
             context_id: sub.context.clone(),
+            proxy: sub.proxy.clone(),
+            proxy_sealed: None,
         })
         .collect()
 }
@@ -103,14 +111,17 @@ pub fn insert_batch(
     batch_id: &str,
     rows: &[ItemRow],
     now: Millis,
+    proxy_sealed: Option<&[u8]>,
 ) -> StoreResult<()> {
     let params = Value::Object(sub.params.clone()).to_string();
+    // Scheme, host and port only: the credentials are in `proxy_sealed`.
+    let proxy = sub.proxy.as_ref().map(to_json).transpose()?;
     // A batch's items are all made by the same first step.
     let attended = rows.first().is_some_and(|r| r.item.attended);
     tx.execute(
         "INSERT INTO batches (id, account_id, key_id, script, profile_id, params, priority, item_count, created_at,
-                              attended, context_id)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                              attended, context_id, proxy, proxy_sealed)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
         params![
             batch_id,
             caller.account_id,
@@ -122,7 +133,9 @@ pub fn insert_batch(
             rows.len() as i64,
             now.0,
             attended,
-            sub.context
+            sub.context,
+            proxy,
+            proxy_sealed.map(<[u8]>::to_vec)
         ],
     )?;
     let state = rows.first().map_or(ItemState::queued(sub.priority), |r| r.item.state);
@@ -192,7 +205,7 @@ macro_rules! item_columns {
     () => {
         "i.id, i.batch_id, i.account_id, i.url, i.script, i.profile_id, b.params, i.state, i.priority,
          i.attempts_made, i.failed_reason, i.failure_published, i.run_at, i.billable, i.lease_token,
-         i.key_id, i.price_micros, i.reservation_day, i.seq, b.attended, b.context_id"
+         i.key_id, i.price_micros, i.reservation_day, i.seq, b.attended, b.context_id, b.proxy, b.proxy_sealed"
     };
 }
 
@@ -207,6 +220,7 @@ fn item_row_owned(mut r: Row) -> StoreResult<ItemRow> {
     let profile: String = r.take(5)?;
     let params: String = r.take(6)?;
     let state: String = r.take(7)?;
+    let proxy: Option<String> = r.take(21)?;
     Ok(ItemRow {
         id: r.take(0)?,
         batch_id: r.take(1)?,
@@ -231,6 +245,8 @@ fn item_row_owned(mut r: Row) -> StoreResult<ItemRow> {
         reservation_day: r.get(17)?,
         seq: r.get(18)?,
         context_id: r.take(20)?,
+        proxy: proxy.map(|p| serde_json::from_str(&p)).transpose().map_err(|_| bad(21, "proxy"))?,
+        proxy_sealed: r.take(22)?,
     })
 }
 
@@ -684,6 +700,7 @@ pub(crate) mod tests {
             params: Map::new(),
             priority,
             context: None,
+            proxy: None,
         }
     }
 

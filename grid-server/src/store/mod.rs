@@ -345,3 +345,12 @@ mod tests {
         }
     }
 }
+
+/// A row's id drawn before its insert (a session's, a batch's) and its
+/// upstream proxy's credentials sealed under it by the vault
+/// (`vault::Purpose::ProxyCredentials`, which binds sealed bytes to their row).
+#[derive(Clone)]
+pub struct SealedProxy {
+    pub id: String,
+    pub bytes: Vec<u8>,
+}

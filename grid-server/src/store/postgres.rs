@@ -36,7 +36,7 @@ const MIGRATE_LOCK: i64 = 0x6772_6964_6d69;
 
 /// Each step runs once, in order; a released step is never edited. The
 /// `schema_version` table holds the number applied.
-const STEPS: [&str; 8] = [
+const STEPS: [&str; 9] = [
     include_str!("postgres_schema.sql"),
     include_str!("postgres_v2_nodes.sql"),
     include_str!("postgres_v3_placement.sql"),
@@ -45,6 +45,7 @@ const STEPS: [&str; 8] = [
     include_str!("postgres_v6_balances.sql"),
     include_str!("postgres_v7_attended_batches.sql"),
     include_str!("postgres_v8_contexts.sql"),
+    include_str!("postgres_v9_proxies.sql"),
 ];
 
 /// Connections per node. Store calls run on blocking threads (reads on the

@@ -12,7 +12,7 @@ use grid_core::time::Millis;
 use grid_core::wire::session::{Attestation, NetworkAttestation, SessionSubmission, SessionView};
 
 use super::accounts::{self, Caller, Entry, ReserveError};
-use super::{to_json, StoreError, StoreResult};
+use super::{to_json, SealedProxy, StoreError, StoreResult};
 use crate::ids::{new_id, sha256_hex};
 
 #[derive(Debug, Clone)]
@@ -34,6 +34,9 @@ pub struct SessionRow {
     /// What the lease asked for; `None` for sessions leased before it was
     /// stored (they were started by the node that leased them).
     pub submission: Option<SessionSubmission>,
+    /// The lease's upstream proxy credentials, sealed by the vault
+    /// (`vault::Purpose::ProxyCredentials`, this row's id as associated data).
+    pub proxy_sealed: Option<Vec<u8>>,
 }
 
 impl SessionRow {
@@ -121,7 +124,9 @@ pub fn place(conn: &Conn, p: Placement<'_>) -> StoreResult<Option<String>> {
 /// machine) on `node`, with its launch deadline as its first due time, so
 /// a session whose task never runs is still lost on time. Its reservation
 /// (`reserved_micros`, its whole lifetime) is the driver's, written by the
-/// same transaction. Only the session driver calls this.
+/// same transaction. Only the session driver calls this. `sealed` is the
+/// lease's drawn id and its proxy credentials sealed under it, when it has any.
+#[allow(clippy::too_many_arguments)]
 pub fn insert(
     tx: &Conn,
     caller: &Caller,
@@ -130,12 +135,13 @@ pub fn insert(
     node: &str,
     machine: &Session,
     now: Millis,
+    sealed: Option<&SealedProxy>,
 ) -> StoreResult<SessionRow> {
-    let id = new_id(ids::SESSION);
+    let id = sealed.map_or_else(|| new_id(ids::SESSION), |s| s.id.clone());
     tx.execute(
         "INSERT INTO sessions (id, account_id, key_id, profile_id, network_policy, token_sha256, machine,
-                               reserved_micros, reservation_day, created_at, due_at, node, submission)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                               reserved_micros, reservation_day, created_at, due_at, node, submission, proxy_sealed)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
         params![
             id,
             caller.account_id,
@@ -149,7 +155,8 @@ pub fn insert(
             now.0,
             session::next_due(machine).map(|d| d.at.0),
             node,
-            to_json(sub)?
+            to_json(sub)?,
+            sealed.map(|s| s.bytes.clone())
         ],
     )?;
     load(tx, &id)?.ok_or_else(|| StoreError::Invalid(format!("session {id} not found right after its insert")))
@@ -192,7 +199,7 @@ pub fn live_on(conn: &Conn, node: &str) -> StoreResult<Vec<SessionRow>> {
 }
 
 const COLUMNS: &str = "id, account_id, key_id, profile_id, network_policy, machine, attestation,
-     network_attestation, reserved_micros, reservation_day, node, token_sha256, submission";
+     network_attestation, reserved_micros, reservation_day, node, token_sha256, submission, proxy_sealed";
 
 fn row(r: &Row) -> StoreResult<SessionRow> {
     let json_err = |i: usize, e: serde_json::Error| StoreError::Invalid(format!("column {i}: {e}"));
@@ -215,6 +222,7 @@ fn row(r: &Row) -> StoreResult<SessionRow> {
         node: r.get(10)?,
         token_sha256: r.get(11)?,
         submission: submission.map(|s| serde_json::from_str(&s)).transpose().map_err(|e| json_err(12, e))?,
+        proxy_sealed: r.get(13)?,
     })
 }
 
@@ -320,6 +328,7 @@ mod tests {
                     take_over: false,
                     recording: false,
                     context: None,
+                    proxy: None,
                 },
             ),
             (
@@ -337,6 +346,7 @@ mod tests {
                     take_over: false,
                     recording: false,
                     context: None,
+                    proxy: None,
                 },
             ),
             (
@@ -349,6 +359,7 @@ mod tests {
                     take_over: true,
                     recording: false,
                     context: None,
+                    proxy: None,
                 },
             ),
             (
@@ -361,6 +372,7 @@ mod tests {
                     take_over: false,
                     recording: true,
                     context: None,
+                    proxy: None,
                 },
             ),
             (
@@ -373,6 +385,7 @@ mod tests {
                     take_over: false,
                     recording: false,
                     context: Some(grid_core::wire::session::SessionContext { id: "ctx_1".into(), persist: true }),
+                    proxy: None,
                 },
             ),
         ];
