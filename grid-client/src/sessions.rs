@@ -116,7 +116,7 @@ mod tests {
         });
         assert_eq!(
             std::str::from_utf8(full.body().unwrap()).unwrap(),
-            r#"{"profileId":"native-headless-browser/v2","ttlMinutes":2,"network":"public-web-only/v1","viewport":{"width":390,"height":844,"mobile":true},"userAgent":"Agent/1","locale":"fr-CA","timezone":"America/Toronto","recording":true,"proxy":{"server":"socks5://proxy.example:1080","username":"u","password":"pw"}}"#
+            r#"{"profileId":"native-headless-browser/v2","ttlMinutes":2,"network":"public-web-only/v1","viewport":{"width":390,"height":844,"mobile":true},"userAgent":"Agent/1","locale":"fr-CA","timezone":"America/Toronto","proxy":{"server":"socks5://proxy.example:1080","username":"u","password":"pw"},"recording":true}"#
         );
         assert_eq!(session_downloads("gs_1").to_string(), "GET /sessions/gs_1/downloads");
         assert!(session_downloads("gs_1").sends_credential());
