@@ -730,6 +730,27 @@ impl GridServer {
         self.request(reqwest::Method::POST, path, key, body).await
     }
 
+    /// One MCP tool call (a JSON-RPC `tools/call` on POST /mcp) with `key`:
+    /// its `result` (the call must be answered 200).
+    pub async fn mcp_tool_as(&self, key: &str, name: &str, arguments: Value) -> Value {
+        let rpc = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                                     "params": {"name": name, "arguments": arguments}});
+        let r = Resp::read(
+            self.http
+                .post(format!("{}/mcp", self.base_url()))
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream")
+                .header("x-api-key", key)
+                .body(rpc.to_string()),
+        )
+        .await
+        .unwrap_or_else(|e| self.fail(&format!("MCP request {name}: {e}")));
+        if r.status != 200 {
+            self.fail(&format!("MCP {name}: expected 200, got {r}"));
+        }
+        r.json["result"].clone()
+    }
+
     /// POST a JSON body with `key` and an `Idempotency-Key` header for each
     /// of `idempotency_keys` (raw bytes, so a test can send bad ones).
     pub async fn post_idempotent(&self, key: &str, path: &str, body: &Value, idempotency_keys: &[&[u8]]) -> Resp {

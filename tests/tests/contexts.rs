@@ -269,21 +269,7 @@ async fn a_context_saved_through_one_node_is_loaded_on_another() {
 
 /// A tool call on POST /mcp with the first-start key: its result.
 async fn mcp_tool(server: &GridServer, name: &str, arguments: Value) -> Value {
-    let rpc =
-        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name, "arguments": arguments}});
-    let r = Resp::read(
-        server
-            .http()
-            .post(format!("{}/mcp", server.base_url()))
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("x-api-key", server.api_key())
-            .body(rpc.to_string()),
-    )
-    .await
-    .unwrap_or_else(|e| server.fail(&format!("MCP request: {e}")));
-    assert_eq!(r.status, 200, "{r}");
-    r.json["result"].clone()
+    server.mcp_tool_as(server.api_key(), name, arguments).await
 }
 
 /// The same calls through the SDK, the CLI and the MCP tools; the lease's

@@ -450,21 +450,9 @@ async fn the_cli_and_the_mcp_lease_tool_name_a_proxy() {
     assert!(text.contains("page 10"), "{text}");
     assert!(proxy.seen().tunnels.contains(&via_cli.addr().to_string()), "{:?}", proxy.seen());
 
-    let rpc = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                     "params": {"name": "lease_session", "arguments": proxy_body(&server_url, CANARY)}});
-    let r = grid_tests::http::Resp::read(
-        server
-            .http()
-            .post(format!("{url}/mcp"))
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("x-api-key", server.api_key())
-            .body(rpc.to_string()),
-    )
-    .await
-    .unwrap_or_else(|e| server.fail(&format!("MCP request: {e}")));
-    assert_eq!(r.json["result"]["isError"], json!(false), "{r}");
-    let text = r.json["result"]["content"][0]["text"].as_str().unwrap_or_default();
+    let r = server.mcp_tool_as(server.api_key(), "lease_session", proxy_body(&server_url, CANARY)).await;
+    assert_eq!(r["isError"], json!(false), "{r}");
+    let text = r["content"][0]["text"].as_str().unwrap_or_default();
     let leased: Value = serde_json::from_str(text).unwrap_or_else(|e| server.fail(&format!("{e}: {r}")));
     let id = leased["sessionId"].as_str().unwrap_or_default().to_string();
     wait_running_as(&server, server.api_key(), &id).await;
@@ -472,7 +460,7 @@ async fn the_cli_and_the_mcp_lease_tool_name_a_proxy() {
     let text = page_text(&server, &mut cdp, &via_mcp.url("/page/11")).await;
     assert!(text.contains("page 11"), "{text}");
     assert!(proxy.seen().tunnels.contains(&via_mcp.addr().to_string()), "{:?}", proxy.seen());
-    assert_canary_nowhere(&server, &[&lease, &r.json]).await;
+    assert_canary_nowhere(&server, &[&lease, &r]).await;
 }
 
 /// A default upstream the guard refuses (127.0.0.1 without

@@ -226,22 +226,9 @@ async fn a_recorded_session_plays_back_its_three_pages() {
     assert!(!cli.success() && cli.stderr.contains("recording not present"), "{cli:?}");
 
     // The MCP tool answers the same.
-    let rpc = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                     "params": {"name": "get_session_recording", "arguments": {"sessionId": id}}});
-    let r = grid_tests::http::Resp::read(
-        server
-            .http()
-            .post(format!("{}/mcp", server.base_url()))
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("x-api-key", server.api_key())
-            .body(rpc.to_string()),
-    )
-    .await
-    .unwrap();
-    let result = &r.json["result"];
-    assert_eq!(result["isError"], false, "{r}");
-    assert_eq!(result["structuredContent"]["frames"], answer["frames"], "{r}");
+    let result = server.mcp_tool_as(server.api_key(), "get_session_recording", json!({"sessionId": id})).await;
+    assert_eq!(result["isError"], false, "{result}");
+    assert_eq!(result["structuredContent"]["frames"], answer["frames"], "{result}");
 }
 
 #[tokio::test]

@@ -74,21 +74,7 @@ async fn wait_listed(server: &GridServer, id: &str, name: &str, bytes: usize) ->
 /// Fetches a signed URL without a credential: (status, headers, bytes).
 /// The `list_session_downloads` MCP tool's result for `key`.
 async fn mcp_list_downloads(server: &GridServer, key: &str, id: &str) -> Value {
-    let rpc = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                     "params": {"name": "list_session_downloads", "arguments": {"sessionId": id}}});
-    let r = grid_tests::http::Resp::read(
-        server
-            .http()
-            .post(format!("{}/mcp", server.base_url()))
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("x-api-key", key)
-            .body(rpc.to_string()),
-    )
-    .await
-    .unwrap_or_else(|e| server.fail(&format!("MCP request: {e}")));
-    assert_eq!(r.status, 200, "{r}");
-    r.json["result"].clone()
+    server.mcp_tool_as(key, "list_session_downloads", json!({"sessionId": id})).await
 }
 
 async fn fetch(server: &GridServer, url: &str) -> (u16, reqwest::header::HeaderMap, Vec<u8>) {

@@ -80,6 +80,15 @@ pub async fn serve(app: &App, item: &str, kind: &str, query: Option<&str>) -> Re
     Ok(r)
 }
 
+/// Until when a session's files are kept: `None` when there is no such
+/// session, `Some(None)` while it is live.
+async fn files_kept_until(app: &App, session: &str) -> Result<Option<Option<grid_core::time::Millis>>, ApiError> {
+    let id = session.to_string();
+    let row = app.store.read(move |c| crate::store::sessions::load(c, &id)).await?;
+    let grace = app.sessions.downloads.config.grace;
+    Ok(row.map(|r| crate::api::sessions::kept_until(&r, grace)))
+}
+
 /// One file of a session's downloads; `encoded` is its name as the URL's
 /// last path segment carries it.
 pub async fn serve_session_file(
@@ -99,12 +108,10 @@ pub async fn serve_session_file(
     if !app.signer.session_download_valid(session, &name, expires, sig, now) {
         return Err(ApiError::DownloadLinkInvalid);
     }
-    let id = session.to_string();
-    let row = app.store.read(move |c| crate::store::sessions::load(c, &id)).await?;
-    let grace = app.sessions.downloads.config.grace;
-    let gone = match &row {
+    // A live session's files are served; an ended one's until its grace.
+    let gone = match files_kept_until(app, session).await? {
         None => true,
-        Some(r) => crate::api::sessions::kept_until(r, grace).is_some_and(|t| t <= now),
+        Some(kept) => kept.is_some_and(|t| t <= now),
     };
     if gone {
         return Err(ApiError::SessionDownloadNotPresent);
@@ -153,13 +160,8 @@ pub async fn serve_recording(app: &App, session: &str, query: Option<&str>) -> R
     if !app.signer.recording_valid(session, expires, sig, now) {
         return Err(ApiError::DownloadLinkInvalid);
     }
-    let id = session.to_string();
-    let row = app.store.read(move |c| crate::store::sessions::load(c, &id)).await?;
-    let grace = app.sessions.downloads.config.grace;
-    let gone = match &row {
-        None => true,
-        Some(r) => crate::api::sessions::kept_until(r, grace).is_none_or(|t| t <= now),
-    };
+    // A recording is served once its session has ended, until its grace.
+    let gone = files_kept_until(app, session).await?.flatten().is_none_or(|t| t <= now);
     if gone {
         return Err(ApiError::RecordingNotPresent);
     }

@@ -465,9 +465,15 @@ impl Folder {
     /// A fresh, empty frame list for the session's recording, in the grid's
     /// own part of the folder (never the browser's).
     pub fn recording_part(&self) -> std::io::Result<File> {
+        self.create(RECORDING_PART)
+    }
+
+    /// A file of the grid's own in the folder, created empty (or emptied),
+    /// private, never through a link.
+    fn create(&self, name: &str) -> std::io::Result<File> {
         let fd = rfs::openat(
             &self.dir,
-            RECORDING_PART,
+            name,
             OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::from_raw_mode(0o600),
         )?;
@@ -480,13 +486,7 @@ impl Folder {
     pub fn finish_recording(&self, head: &str, tail: &str, facts: RecordingFacts) -> std::io::Result<()> {
         use std::io::Write;
         let tmp = format!("{}.tmp", grid_core::recording::NAME);
-        let fd = rfs::openat(
-            &self.dir,
-            tmp.as_str(),
-            OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o600),
-        )?;
-        let mut page = std::io::BufWriter::new(File::from(fd));
+        let mut page = std::io::BufWriter::new(self.create(&tmp)?);
         page.write_all(head.as_bytes())?;
         match rfs::openat(&self.dir, RECORDING_PART, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
         {
@@ -528,13 +528,7 @@ impl Folder {
     /// Writes one of the grid's records whole, then renames it into place.
     fn write_record<T: serde::Serialize>(&self, name: &str, value: &T) -> std::io::Result<()> {
         let tmp = format!("{name}.tmp");
-        let fd = rfs::openat(
-            &self.dir,
-            tmp.as_str(),
-            OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o600),
-        )?;
-        let mut file = File::from(fd);
+        let mut file = self.create(&tmp)?;
         serde_json::to_writer(&mut file, value).map_err(std::io::Error::other)?;
         rfs::renameat(&self.dir, tmp.as_str(), &self.dir, name)?;
         Ok(())
