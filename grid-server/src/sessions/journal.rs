@@ -27,6 +27,12 @@ const MAX_MESSAGES: usize = 500;
 const MAX_REQUESTS: usize = 500;
 /// Longest text or URL kept of one entry, in characters.
 const MAX_TEXT_CHARS: usize = 2_000;
+/// Longest the pages open now are waited for: a page closing meanwhile
+/// (an attestation's, a client's) never answers the commands sent to it.
+const ENABLE_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+/// Longest a tool waits for the journal to start following; past it the
+/// tool goes on (the browser is then not answering it either).
+const FOLLOW_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// One session's journal, kept with its live handle.
 #[derive(Clone, Default)]
@@ -62,8 +68,10 @@ impl Journal {
         self.0
             .following
             .get_or_init(|| async move {
-                if let Err(e) = start(cdp, inner).await {
-                    tracing::debug!(error = %e, "the journal could not follow the session's pages");
+                match tokio::time::timeout(FOLLOW_WITHIN, start(cdp, inner)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => tracing::debug!(error = %e, "the journal could not follow the session's pages"),
+                    Err(_) => tracing::warn!("the journal did not start following the session's pages in time"),
                 }
             })
             .await;
@@ -102,11 +110,11 @@ async fn start(cdp: &Connection, inner: Arc<Inner>) -> Result<(), crate::browser
     let mut sessions: HashMap<String, String> = HashMap::new();
     // The pages open now were announced before setAutoAttach answered:
     // follow them before answering.
+    let mut enabling = vec![];
     while let Ok(e) = events.try_recv() {
-        if let Some(enabled) = on_browser_event(cdp, &inner, &mut sessions, &page_events, &e) {
-            let _ = futures_util::future::join_all(enabled).await;
-        }
+        enabling.extend(on_browser_event(cdp, &inner, &mut sessions, &page_events, &e).into_iter().flatten());
     }
+    let _ = tokio::time::timeout(ENABLE_WITHIN, futures_util::future::join_all(enabling)).await;
     let cdp = cdp.clone();
     tokio::spawn(async move {
         loop {
