@@ -503,9 +503,15 @@ mod tests {
         let d = proxy.decision_for("LocalHost").expect("recorded");
         assert!(!d.allowed && d.detail.contains("localhost: is not allowed") && d.reason == "is not allowed", "{d:?}");
 
+        tunnel_carries_a_ping(&proxy, &format!("127.0.0.1:{up_port}"), &upstream).await;
+    }
+
+    /// CONNECTs to `authority` through `proxy`, which must answer 200 and
+    /// relay what follows to the connection `arriving` accepts.
+    async fn tunnel_carries_a_ping(proxy: &EgressProxy, authority: &str, arriving: &TcpListener) {
         let mut s = TcpStream::connect(("127.0.0.1", proxy.port)).await.unwrap();
-        s.write_all(format!("CONNECT 127.0.0.1:{up_port} HTTP/1.1\r\n\r\n").as_bytes()).await.unwrap();
-        let (mut inside, _) = upstream.accept().await.unwrap();
+        s.write_all(format!("CONNECT {authority} HTTP/1.1\r\n\r\n").as_bytes()).await.unwrap();
+        let (mut inside, _) = arriving.accept().await.unwrap();
         let mut head = [0u8; 39];
         s.read_exact(&mut head).await.unwrap();
         assert_eq!(&head, b"HTTP/1.1 200 Connection Established\r\n\r\n");
@@ -556,16 +562,7 @@ mod tests {
         assert!(seen.lock().unwrap().is_empty());
 
         // Allowed: the upstream is asked for the address the proxy resolved, not the name.
-        let mut s = TcpStream::connect(("127.0.0.1", proxy.port)).await.unwrap();
-        s.write_all(format!("CONNECT localhost:{origin_port} HTTP/1.1\r\n\r\n").as_bytes()).await.unwrap();
-        let (mut inside, _) = origin.accept().await.unwrap();
-        let mut head = [0u8; 39];
-        s.read_exact(&mut head).await.unwrap();
-        assert_eq!(&head, b"HTTP/1.1 200 Connection Established\r\n\r\n");
-        s.write_all(b"ping").await.unwrap();
-        let mut got = [0u8; 4];
-        inside.read_exact(&mut got).await.unwrap();
-        assert_eq!(&got, b"ping");
+        tunnel_carries_a_ping(&proxy, &format!("localhost:{origin_port}"), &origin).await;
         let line = seen.lock().unwrap()[0].clone();
         assert!(line == format!("CONNECT 127.0.0.1:{origin_port} HTTP/1.1") || line.contains("[::1]"), "{line}");
         let d = proxy.decision_for("localhost").unwrap();

@@ -239,6 +239,22 @@ impl Connection {
         self.shared.routes.lock().map(|r| r.closed).unwrap_or(true)
     }
 
+    /// Evaluates `expression` on the page of `session` (awaiting a
+    /// promise): its value, or the exception it threw as an error.
+    pub async fn evaluate(&self, session: &str, expression: &str) -> Result<Value, CdpError> {
+        let result = self
+            .send(
+                Some(session),
+                "Runtime.evaluate",
+                json!({"expression": expression, "awaitPromise": true, "returnByValue": true}),
+            )
+            .await?;
+        if let Some(ex) = result.get("exceptionDetails") {
+            return Err(CdpError::Protocol("Runtime.evaluate".into(), ex.to_string()));
+        }
+        Ok(result["result"]["value"].clone())
+    }
+
     /// Opens `url` in a fresh page, waits for it to finish loading (or
     /// fail), evaluates `expression` there (awaiting a promise) and closes
     /// the page. Callers bound the whole with their own timeout.
@@ -266,17 +282,7 @@ impl Connection {
                 }
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
-            let result = self
-                .send(
-                    Some(&session),
-                    "Runtime.evaluate",
-                    json!({"expression": expression, "awaitPromise": true, "returnByValue": true}),
-                )
-                .await?;
-            if let Some(ex) = result.get("exceptionDetails") {
-                return Err(CdpError::Protocol("Runtime.evaluate".into(), ex.to_string()));
-            }
-            Ok(result["result"]["value"].clone())
+            self.evaluate(&session, expression).await
         }
         .await;
         let _ = self.send(None, "Target.closeTarget", json!({"targetId": target_id})).await;

@@ -140,12 +140,12 @@ pub async fn restore(cdp: &Connection, state: &State) -> Result<(), CdpError> {
     if state.origins.is_empty() {
         return Ok(());
     }
-    let writes: Vec<(String, Value)> = state
+    let writes: Vec<(String, String)> = state
         .origins
         .iter()
         .map(|o| {
             let items = serde_json::to_string(&o.local_storage).unwrap_or_else(|_| "[]".into());
-            (o.origin.clone(), Value::String(format!("for (const [k, v] of {items}) localStorage.setItem(k, v); true")))
+            (o.origin.clone(), format!("for (const [k, v] of {items}) localStorage.setItem(k, v); true"))
         })
         .collect();
     on_origins(cdp, &writes).await?;
@@ -156,10 +156,10 @@ pub async fn restore(cdp: &Connection, state: &State) -> Result<(), CdpError> {
 pub async fn capture(cdp: &Connection, origins: &BTreeSet<String>) -> Result<State, CdpError> {
     let cookies = cdp.send(None, "Storage.getCookies", json!({})).await?;
     let cookies = cookies["cookies"].as_array().cloned().unwrap_or_default();
-    let reads: Vec<(String, Value)> = origins
+    let reads: Vec<(String, String)> = origins
         .iter()
         .take(MAX_ORIGINS)
-        .map(|o| (o.clone(), Value::String("JSON.stringify(Object.entries(localStorage))".into())))
+        .map(|o| (o.clone(), "JSON.stringify(Object.entries(localStorage))".to_string()))
         .collect();
     let mut state = State { cookies, origins: vec![] };
     for ((origin, _), value) in reads.iter().zip(on_origins(cdp, &reads).await?) {
@@ -178,7 +178,7 @@ const EMPTY_PAGE_BASE64: &str = "PCFkb2N0eXBlIGh0bWw+PHRpdGxlPjwvdGl0bGU+"; // <
 /// Evaluates each expression on a page of its origin, on one page of the
 /// grid's own whose every request the grid answers with an empty page; the
 /// values in order. The page is closed after.
-async fn on_origins(cdp: &Connection, scripts: &[(String, Value)]) -> Result<Vec<Value>, CdpError> {
+async fn on_origins(cdp: &Connection, scripts: &[(String, String)]) -> Result<Vec<Value>, CdpError> {
     let target = cdp.send(None, "Target.createTarget", json!({"url": "about:blank"})).await?;
     let target_id = target["targetId"].as_str().unwrap_or_default().to_string();
     let result = async {
@@ -224,17 +224,7 @@ async fn on_origins(cdp: &Connection, scripts: &[(String, Value)]) -> Result<Vec
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            let r = cdp
-                .send(
-                    Some(&session),
-                    "Runtime.evaluate",
-                    json!({"expression": expression, "returnByValue": true, "awaitPromise": true}),
-                )
-                .await?;
-            if let Some(ex) = r.get("exceptionDetails") {
-                return Err(CdpError::Protocol("Runtime.evaluate".into(), ex.to_string()));
-            }
-            values.push(r["result"]["value"].clone());
+            values.push(cdp.evaluate(&session, expression).await?);
         }
         cdp.unsubscribe(&session);
         Ok(values)
