@@ -156,7 +156,7 @@ if cargo nextest --version >/dev/null 2>&1; then
     # PostgreSQL in either pass, and containment (what a browser can
     # consume: nothing of it touches the store), and schema_parity, which
     # compares both stores' schemas and needs the cluster in either pass.
-    pg_filter='package(grid-tests) and kind(test) and not binary(tidy) and not binary(scale_out) and not binary(containment) and not binary(schema_parity) and not test(store_is_grid_db_in_wal_mode)'
+    pg_filter='package(grid-tests) and kind(test) and not binary(tidy) and not binary(scale_out) and not binary(scale_out_race) and not binary(containment) and not binary(schema_parity) and not test(store_is_grid_db_in_wal_mode)'
     say "running the black-box tests on PostgreSQL ($pg_url): cargo nextest run --workspace --no-fail-fast -E '$pg_filter' $*"
     GRID_TEST_STORE=postgres GRID_TEST_DATABASE_URL="$pg_url" \
         cargo nextest run --workspace --no-fail-fast -E "$pg_filter" "$@" || tests_status=$?

@@ -168,6 +168,28 @@ impl Stored<'_> {
         }
     }
 
+    /// The charges and releases of the account's items, of every batch of it.
+    pub fn account_item_settlements(&self, account_id: &str) -> Settlements {
+        self.settlements_where(&format!("subject IN (SELECT id FROM items WHERE account_id = {})", quoted(account_id)))
+    }
+
+    /// The account's ledger entries summed per kind (`credit`, `reserve`,
+    /// `charge`, `release`), from the entries themselves, not the sums the
+    /// store keeps beside them (which `account show` reads).
+    pub fn ledger_sums(&self, account_id: &str) -> BTreeMap<String, i64> {
+        let sql = format!(
+            "SELECT kind, CAST(SUM(amount) AS BIGINT) FROM ledger WHERE account_id = {} GROUP BY kind",
+            quoted(account_id)
+        );
+        self.rows(&sql)
+            .into_iter()
+            .map(|r| match r.as_slice() {
+                [Some(kind), Some(sum)] => (kind.clone(), self.parse(sum, "a sum")),
+                other => self.server.fail(&format!("ledger sum row {other:?}")),
+            })
+            .collect()
+    }
+
     /// What was charged and released of the reservation whose subject is
     /// `subject`, summed; `None` before either.
     pub fn charged_and_released(&self, subject: &str) -> Option<i64> {
@@ -184,6 +206,45 @@ impl Stored<'_> {
     /// claim); "" for items never claimed.
     pub fn items_by_node(&self, batch_id: &str) -> BTreeMap<String, i64> {
         self.counts_by_node(&format!("batch_id = {}", quoted(batch_id)))
+    }
+
+    /// How many items each node holds or held last, over every batch.
+    pub fn items_by_node_everywhere(&self) -> BTreeMap<String, i64> {
+        self.counts_by_node("1 = 1")
+    }
+
+    /// How many items are in each state (`completed`, `active`, ...), over
+    /// every batch.
+    pub fn items_by_state(&self) -> BTreeMap<String, i64> {
+        self.rows("SELECT state, COUNT(*) FROM items GROUP BY state")
+            .into_iter()
+            .map(|r| (r[0].clone().unwrap_or_default(), self.parse(r[1].as_deref().unwrap_or("0"), "a count")))
+            .collect()
+    }
+
+    /// How many items counted other than one attempt, over every batch.
+    pub fn items_attempted_other_than_once_anywhere(&self) -> i64 {
+        self.number("SELECT COUNT(*) FROM items WHERE attempts_made <> 1")
+    }
+
+    /// How many items each node holds now (active under its claim), over
+    /// every batch.
+    pub fn active_items_by_node_everywhere(&self) -> BTreeMap<String, i64> {
+        self.counts_by_node("state = 'active'")
+    }
+
+    /// How many items still owe the ledger a charge or a release (ended,
+    /// left for the settlement pass).
+    pub fn items_owing_settlement(&self) -> i64 {
+        self.number("SELECT COUNT(*) FROM items WHERE settlement_due IS NOT NULL")
+    }
+
+    /// How many batches had their items run by more than one node.
+    pub fn batches_run_by_several_nodes(&self) -> i64 {
+        self.number(
+            "SELECT COUNT(*) FROM (SELECT batch_id FROM items GROUP BY batch_id \
+             HAVING COUNT(DISTINCT lease_node) > 1) AS split",
+        )
     }
 
     /// How many items of the batch each node holds now (active under its claim).
