@@ -95,6 +95,16 @@ impl Grid {
     }
 }
 
+/// The nodes stop last to first: n1 holds the database, dropped with it,
+/// and the others would log its loss while they stopped.
+impl Drop for Grid {
+    fn drop(&mut self) {
+        for n in self.nodes.iter_mut().rev() {
+            n.kill9();
+        }
+    }
+}
+
 /// A batch an account submitted: its id, the node it went through, and the
 /// target path each of its items fetches (its own).
 struct Submitted {
