@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
-# Scale-out (issue 10): fetch items/s of 1 node on SQLite, 1 node on
-# PostgreSQL and 3 nodes on one PostgreSQL database, same machine, same run,
-# with the CPU per item of the grid's processes and of PostgreSQL.
+# Scale-out (issues 10 and 30): fetch items/s of 1 node on SQLite, 1 node
+# on PostgreSQL and 3 nodes on one PostgreSQL database, same machine, same
+# run, medians of ROUNDS rounds; with the CPU per item of the grid's
+# processes and of PostgreSQL, items per CPU-second, and on PostgreSQL the
+# write transactions per second and the share of transaction time spent
+# waiting on locks (docs/scale-out.md "Capacity").
 #
-#   bench/scale_out.sh [ITEMS]        # default 5000
+#   bench/scale_out.sh [ITEMS]        # default 20000
 #
-# Env: WORKERS per node (default 16), BENCH_TIMEOUT_SECS per run (default
-# 600). Starts a throwaway PostgreSQL cluster (scripts/postgres-env.sh) and
+# Env: WORKERS per node (default 16), ROUNDS (default 3), BENCH_TIMEOUT_SECS
+# per run (default 600). Starts a throwaway PostgreSQL cluster (scripts/postgres-env.sh) and
 # stops it at the end. Only 127.0.0.1 is contacted.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-items="${1:-5000}"
+items="${1:-20000}"
 workers="${WORKERS:-16}"
+rounds="${ROUNDS:-3}"
 timeout="${BENCH_TIMEOUT_SECS:-600}"
 
 . bench/common.sh
@@ -23,6 +27,6 @@ pg_dir="$(printf '%s\n' "$pg_env" | sed -n 's/^GRID_PG_DIR=//p')"
 trap 'bash scripts/postgres-env.sh stop "$pg_dir"' EXIT
 export GRID_TEST_DATABASE_URL="$(printf '%s\n' "$pg_env" | sed -n 's/^GRID_TEST_DATABASE_URL=//p')"
 
-echo "==> bench: $items fetch items, $workers workers per node, timeout ${timeout}s per run"
-timeout --signal=TERM "$((3 * timeout + 60))" \
-    "$target_dir/release/bench_scale_out" --items "$items" --workers "$workers" --timeout-secs "$timeout"
+echo "==> bench: $items fetch items, $workers workers per node, $rounds rounds, timeout ${timeout}s per run"
+timeout --signal=TERM "$((3 * rounds * timeout + 60))" \
+    "$target_dir/release/bench_scale_out" --items "$items" --workers "$workers" --rounds "$rounds" --timeout-secs "$timeout"

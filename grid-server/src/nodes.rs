@@ -95,7 +95,9 @@ pub async fn last_heartbeat(store: &Store, config: &NodeConfig) -> Result<Option
 async fn beat(app: &Node) {
     let config = &app.config;
     let (name, now) = (config.name.clone(), app.clock.now());
-    match app.store.write(move |tx| nodes::heartbeat(tx, &name, now)).await {
+    // One row written, nothing checked: no grid-wide order, so a heartbeat
+    // never waits for the capture queue's transactions in flight.
+    match app.store.write_rows(move |tx| nodes::heartbeat(tx, &name, now)).await {
         Ok(true) => {}
         Ok(false) => {
             tracing::warn!(node = %config.name, "this node was taken for dead and its work taken over; registering again");

@@ -95,12 +95,13 @@ async fn pass_once(app: &Settlement) {
         crate::store::set_setting(tx, HEARTBEAT, &at.0.to_string())?;
         crate::store::set_setting(tx, HEARTBEAT_NODE, &me)
     };
-    if let Err(e) = app.store.write(beat).await {
+    // Two settings written whole, nothing checked: no grid-wide order.
+    if let Err(e) = app.store.write_rows(beat).await {
         tracing::warn!(error = %e, "heartbeat not stored");
     }
     loop {
         let now = app.clock.now();
-        match app.store.write(move |tx| items::settle_due(tx, now, BATCH)).await {
+        match app.store.write_rows(move |tx| items::settle_due(tx, now, BATCH)).await {
             Ok(n) if n == BATCH => continue,
             Ok(0) => return,
             Ok(n) => {

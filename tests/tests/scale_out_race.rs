@@ -337,20 +337,32 @@ async fn a_node_killed_while_accounts_race_loses_and_doubles_nothing() {
             n => Err(format!("{n} in flight")),
         })
         .await;
-        // Killed while it holds items (of batches through the other nodes).
-        wait_until("n1 to hold items", Duration::from_secs(60), || {
-            let held = doomed.stored().active_items_by_node_everywhere();
-            if held.get(NAMES[DOOMED]).copied().unwrap_or(0) > 0 {
-                Ok(())
-            } else {
-                Err(format!("active items by node {held:?}"))
-            }
-        })
-        .await;
+        // Killed while it holds items (of batches through the other nodes),
+        // more than its workers run at once: the ends of those that are
+        // running may still commit after it stopped, but not of the others
+        // (claimed ahead, not started), which the takeover must find. It is
+        // stopped (SIGSTOP) to read what it holds, and killed only then.
         let pid = doomed.pid().unwrap_or_else(|| doomed.fail("no process to kill"));
-        // SAFETY: kill(2) on the pid of a child this test spawned (reaped when `grid` drops).
-        let rc = unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-        assert_eq!(rc, 0, "kill -9 {pid}");
+        let signal = |sig: i32| {
+            // SAFETY: kill(2) on the pid of a child this test spawned (reaped when `grid` drops).
+            let rc = unsafe { libc::kill(pid as i32, sig) };
+            assert_eq!(rc, 0, "kill -{sig} {pid}");
+        };
+        let enough = WORKERS as i64 + 1;
+        let held_by_n1 = || doomed.stored().active_items_by_node_everywhere().get(NAMES[DOOMED]).copied().unwrap_or(0);
+        loop {
+            wait_until("n1 to hold more items than its workers", Duration::from_secs(60), || match held_by_n1() {
+                n if n >= enough => Ok(()),
+                n => Err(format!("n1 holds {n}")),
+            })
+            .await;
+            signal(libc::SIGSTOP);
+            if held_by_n1() >= enough {
+                signal(libc::SIGKILL);
+                break;
+            }
+            signal(libc::SIGCONT);
+        }
         started.elapsed()
     };
     let (submitted, killed_at) = tokio::join!(race(&grid, &routing, started), kill);

@@ -11,15 +11,22 @@
 //! in a savepoint of its own. Savepoints for every request cost SQLite a
 //! copy of each page a request touches (its statement journal), which is
 //! why they are kept for the rare group that needs them.
+//!
+//! On PostgreSQL several groups are written at once, one per commit thread
+//! (`Store::concurrent_writers`): a request says how its transaction must
+//! be ordered (`Order`), and a group is `Order::Rows` only when all of its
+//! requests are. A group PostgreSQL failed to end a deadlock between row
+//! locks (`StoreError::Conflict`) wrote nothing and runs again.
 
 use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::store::Conn;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::store::items::ItemError;
-use crate::store::{Store, StoreError};
+use crate::store::{Order, Store, StoreError};
 
 /// Most requests written in one transaction.
 const MAX_GROUP: usize = 256;
@@ -29,6 +36,9 @@ const MAX_GROUP: usize = 256;
 /// waiting this long for a group to fill costs a request at most this much
 /// latency and saves most of the commits.
 const PACE: Duration = Duration::from_millis(1);
+/// Times a group failed by a deadlock (`StoreError::Conflict`) is run again
+/// before its callers are answered the conflict.
+const CONFLICT_TRIES: u32 = 3;
 
 #[derive(Clone)]
 pub struct Commits {
@@ -40,25 +50,30 @@ impl Commits {
     /// threads or memory); the server then does not start.
     pub fn start(store: Store) -> std::io::Result<Commits> {
         let (tx, rx) = mpsc::unbounded_channel();
-        // A thread of its own rather than a task handing each group to the
+        // Threads of their own rather than a task handing each group to the
         // blocking pool: the group's transaction is blocking work anyway, and
-        // the hop cost two thread wake-ups per group. It ends once every
+        // the hop cost two thread wake-ups per group. They end once every
         // `Commits` is dropped.
-        std::thread::Builder::new().name("grid-commit".into()).spawn(move || run(store, rx))?;
+        let rx = Arc::new(Mutex::new(rx));
+        for _ in 0..store.concurrent_writers() {
+            let (store, rx) = (store.clone(), rx.clone());
+            std::thread::Builder::new().name("grid-commit".into()).spawn(move || run(store, rx))?;
+        }
         Ok(Commits { tx })
     }
 
-    /// Runs `work` in the next group transaction: an `Err` rolls back what
-    /// it wrote and nothing else. Answers once the group has committed (or
-    /// failed as a whole). `work` may run twice (see the module's note), so
-    /// it writes only through `tx`.
-    pub async fn run<T, F>(&self, work: F) -> Result<T, ItemError>
+    /// Runs `work` in the next group transaction, ordered as `order` says
+    /// (`Order::Rows` only for work that locks every row it checks): an
+    /// `Err` rolls back what it wrote and nothing else. Answers once the
+    /// group has committed (or failed as a whole). `work` may run more than
+    /// once (see the module's note), so it writes only through `tx`.
+    pub async fn run<T, F>(&self, order: Order, work: F) -> Result<T, ItemError>
     where
         T: Send + 'static,
         F: Fn(&Conn) -> Result<T, ItemError> + Send + 'static,
     {
         let (reply, answer) = oneshot::channel();
-        let request = Pending { work, done: None, reply };
+        let request = Pending { order, work, done: None, reply };
         self.tx.send(Box::new(request)).map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())?
     }
@@ -70,6 +85,7 @@ fn stopped() -> ItemError {
 
 /// One request of a group, its result type erased.
 trait Request: Send {
+    fn order(&self) -> Order;
     /// Runs inside the group's transaction and keeps the result; in a
     /// savepoint of its own when `alone`. Answers whether it succeeded.
     fn run(&mut self, tx: &Conn, alone: bool) -> bool;
@@ -78,6 +94,7 @@ trait Request: Send {
 }
 
 struct Pending<T, F> {
+    order: Order,
     work: F,
     done: Option<Result<T, ItemError>>,
     reply: oneshot::Sender<Result<T, ItemError>>,
@@ -88,6 +105,10 @@ where
     T: Send,
     F: Fn(&Conn) -> Result<T, ItemError> + Send,
 {
+    fn order(&self) -> Order {
+        self.order
+    }
+
     fn run(&mut self, tx: &Conn, alone: bool) -> bool {
         let done = if alone { in_savepoint(tx, &self.work) } else { (self.work)(tx) };
         let ok = done.is_ok();
@@ -127,25 +148,39 @@ impl From<StoreError> for Plain {
     }
 }
 
-fn run(store: Store, mut rx: mpsc::UnboundedReceiver<Box<dyn Request>>) {
+/// One commit thread: takes what is queued as a group (the threads take
+/// turns at the queue) and writes it.
+fn run(store: Store, rx: Arc<Mutex<mpsc::UnboundedReceiver<Box<dyn Request>>>>) {
     let mut last: Option<Instant> = None;
-    while let Some(first) = rx.blocking_recv() {
+    loop {
         if let Some(wait) = last.and_then(|t| PACE.checked_sub(t.elapsed())) {
             std::thread::sleep(wait);
         }
-        last = Some(Instant::now());
-        let mut group = vec![first];
-        while group.len() < MAX_GROUP {
-            match rx.try_recv() {
-                Ok(r) => group.push(r),
-                Err(_) => break,
+        let mut group = {
+            // A thread that panicked holding the queue left it whole.
+            let mut rx = rx.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let Some(first) = rx.blocking_recv() else { return };
+            let mut group = vec![first];
+            while group.len() < MAX_GROUP {
+                match rx.try_recv() {
+                    Ok(r) => group.push(r),
+                    Err(_) => break,
+                }
             }
-        }
+            group
+        };
+        last = Some(Instant::now());
         // A panic in a request drops the group's senders (its callers see
         // the commit thread as stopped) and leaves the thread serving the
         // next groups.
         let written = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            let committed = commit(&store, &mut group);
+            let mut committed = commit(&store, &mut group);
+            for _ in 1..CONFLICT_TRIES {
+                if !matches!(committed, Err(StoreError::Conflict)) {
+                    break;
+                }
+                committed = commit(&store, &mut group);
+            }
             (group, committed)
         }));
         let Ok((group, committed)) = written else { continue };
@@ -154,9 +189,12 @@ fn run(store: Store, mut rx: mpsc::UnboundedReceiver<Box<dyn Request>>) {
             // Nothing of the group was written; each caller decides to retry.
             Err(e) => {
                 let msg = e.to_string();
-                let busy = matches!(e, StoreError::Busy);
                 for request in group {
-                    let err = if busy { StoreError::Busy } else { StoreError::Task(msg.clone()) };
+                    let err = match e {
+                        StoreError::Busy => StoreError::Busy,
+                        StoreError::Conflict => StoreError::Conflict,
+                        _ => StoreError::Task(msg.clone()),
+                    };
                     request.answer(Some(ItemError::Store(err)));
                 }
             }
@@ -169,7 +207,8 @@ fn run(store: Store, mut rx: mpsc::UnboundedReceiver<Box<dyn Request>>) {
 /// the caller's, so every request is answered even when the transaction
 /// cannot begin or commit.
 fn commit(store: &Store, group: &mut [Box<dyn Request>]) -> Result<(), StoreError> {
-    let plain = store.write_blocking(|tx| match group.iter_mut().all(|r| r.run(tx, false)) {
+    let order = if group.iter().all(|r| r.order() == Order::Rows) { Order::Rows } else { Order::Grid };
+    let plain = store.write_ordered(order, |tx| match group.iter_mut().all(|r| r.run(tx, false)) {
         true => Ok(()),
         false => Err(Plain::RequestFailed),
     });
@@ -179,7 +218,7 @@ fn commit(store: &Store, group: &mut [Box<dyn Request>]) -> Result<(), StoreErro
         // Alone in its group, the failed request's rollback was the whole
         // transaction's: its answer stands as it is.
         Err(Plain::RequestFailed) if group.len() == 1 => Ok(()),
-        Err(Plain::RequestFailed) => store.write_blocking(|tx| {
+        Err(Plain::RequestFailed) => store.write_ordered(order, |tx| {
             for request in group.iter_mut() {
                 request.run(tx, true);
             }

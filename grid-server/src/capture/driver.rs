@@ -45,7 +45,7 @@ use crate::store::accounts::Caller;
 use crate::store::accounts::{self, Entry};
 use crate::store::idempotency::{self, Answer, Created};
 use crate::store::items::{self, ItemError, ItemRow, PublishedFile};
-use crate::store::{retry, Store, StoreError};
+use crate::store::{retry, Order, Store, StoreError};
 
 /// How the driver wakes whoever waits on it, once a transaction committed.
 #[derive(Clone, Default)]
@@ -179,7 +179,7 @@ impl ItemDriver {
             wake: wake.clone(),
             again: ends.downgrade(),
         };
-        tokio::spawn(publish(publisher, pending));
+        tokio::spawn(publish(publisher, pending, store.concurrent_writers()));
         let unstored = Arc::default();
         Ok(ItemDriver { node: node.into(), commits, store, clock, backoff, wake, ends, unstored })
     }
@@ -201,8 +201,10 @@ impl ItemDriver {
     /// own (`items::take_lease`), exactly as if claimed alone.
     pub async fn claim_batch(&self, limit: usize, browser_limit: usize) -> Result<Vec<ItemRow>, ItemError> {
         let node = self.node.clone();
-        self.transact(move |tx, now, backoff, after| claim_batch(tx, &node, limit, browser_limit, now, backoff, after))
-            .await
+        self.transact(Order::Rows, move |tx, now, backoff, after| {
+            claim_batch(tx, &node, limit, browser_limit, now, backoff, after)
+        })
+        .await
     }
 
     /// Ends an attempt of the item `claim` (as its claim answered it); the
@@ -260,7 +262,7 @@ impl ItemDriver {
     ) -> Result<idempotency::Outcome<BatchCreated>, ItemError> {
         let caller = caller.clone();
         let outcome = self
-            .transact(move |tx, now, _, after| {
+            .transact(Order::Rows, move |tx, now, _, after| {
                 idempotency::once(tx, &caller.account_id, key.as_ref(), now, |tx| {
                     let created = submit_batch(tx, &caller, &sub, sealed.as_ref(), now, after)?;
                     let answer = Answer::json(201, &created)?;
@@ -282,7 +284,7 @@ impl ItemDriver {
     pub async fn take_attended(&self, caller: &Caller, sub: BatchSubmission) -> Result<Arc<ItemRow>, ItemError> {
         let (caller, node) = (caller.clone(), self.node.clone());
         let claim = self
-            .transact(move |tx, now, backoff, after| {
+            .transact(Order::Rows, move |tx, now, backoff, after| {
                 let (created, rows) = create(tx, &caller, &sub, None, item::submit_attended(), now, after)?;
                 // Its one item, as stored (its `seq` is the store's).
                 let id = rows.first().map(|r| r.id.clone()).unwrap_or_default();
@@ -298,7 +300,8 @@ impl ItemDriver {
     /// POST /jobs/{id}/retry for a capture item of `account_id`.
     pub async fn retry(&self, account_id: &str, id: &str) -> Result<ItemRetried, ItemError> {
         let (account_id, id) = (account_id.to_string(), id.to_string());
-        self.transact(move |tx, now, backoff, after| retry(tx, &account_id, &id, now, backoff, after)).await
+        self.transact(Order::Grid, move |tx, now, backoff, after| retry(tx, &account_id, &id, now, backoff, after))
+            .await
     }
 
     /// Puts every item left active (by a stopped server, or by workers cut
@@ -312,7 +315,7 @@ impl ItemDriver {
     /// node's own at its start, a dead node's when it is taken over.
     pub async fn recover_node(&self, node: &str) -> Result<usize, ItemError> {
         let node = node.to_string();
-        self.transact(move |tx, now, backoff, after| recover_active(tx, &node, now, backoff, after)).await
+        self.transact(Order::Grid, move |tx, now, backoff, after| recover_active(tx, &node, now, backoff, after)).await
     }
 
     /// Makes delayed items due by `now` claimable; answers the next due time.
@@ -326,7 +329,7 @@ impl ItemDriver {
         let backoff = self.backoff;
         let (next, after) = self
             .commits
-            .run(move |tx| {
+            .run(Order::Grid, move |tx| {
                 let mut after = After::default();
                 wake_due(tx, now, backoff, &mut after)?;
                 Ok((items::next_wake(tx)?, after))
@@ -339,7 +342,7 @@ impl ItemDriver {
     /// Runs `work` as one transaction at the clock's time, then wakes whoever
     /// its effects asked for. `work` may run twice (a group that is run
     /// again request by request, `commits.rs`): it writes only through `tx`.
-    async fn transact<T, F>(&self, work: F) -> Result<T, ItemError>
+    async fn transact<T, F>(&self, order: Order, work: F) -> Result<T, ItemError>
     where
         T: Send + 'static,
         F: Fn(&Conn, Millis, Backoff, &mut After) -> Result<T, ItemError> + Send + 'static,
@@ -347,7 +350,7 @@ impl ItemDriver {
         let (clock, backoff) = (self.clock.clone(), self.backoff);
         let (value, after) = self
             .commits
-            .run(move |tx| {
+            .run(order, move |tx| {
                 let mut after = After::default();
                 let value = work(tx, clock.now(), backoff, &mut after)?;
                 Ok((value, after))
@@ -377,9 +380,17 @@ struct Publisher {
 /// Should that request fail as a whole (a database error), every end of it
 /// is stored alone, each in a request of its own, so only a faulty end
 /// fails; an end that met a database error is tried again later.
-async fn publish(publisher: Publisher, mut pending: mpsc::UnboundedReceiver<EndRequest>) {
-    let Publisher { commits, clock, backoff, wake, .. } = &publisher;
-    while let Some(first) = pending.recv().await {
+///
+/// As many steps are in flight at once as the store writes transactions at
+/// once (`Store::concurrent_writers`: one on SQLite): on PostgreSQL the ends
+/// that arrive while a step waits on its round trips go into the next one,
+/// on another commit thread, instead of waiting for it.
+async fn publish(publisher: Publisher, mut pending: mpsc::UnboundedReceiver<EndRequest>, writers: usize) {
+    let publisher = Arc::new(publisher);
+    let slots = Arc::new(tokio::sync::Semaphore::new(writers.max(1)));
+    loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else { return };
+        let Some(first) = pending.recv().await else { return };
         let mut batch = vec![first];
         while batch.len() < MAX_ENDS {
             match pending.try_recv() {
@@ -387,11 +398,23 @@ async fn publish(publisher: Publisher, mut pending: mpsc::UnboundedReceiver<EndR
                 Err(_) => break,
             }
         }
+        let publisher = publisher.clone();
+        tokio::spawn(async move {
+            store_ends(&publisher, batch).await;
+            drop(slot);
+        });
+    }
+}
+
+/// One step of the publisher: `batch`'s ends stored together, or each alone.
+async fn store_ends(publisher: &Publisher, mut batch: Vec<EndRequest>) {
+    let Publisher { commits, clock, backoff, wake, .. } = publisher;
+    {
         let ends: Arc<Vec<(Arc<ItemRow>, Arc<AttemptEnd>)>> =
             Arc::new(batch.iter().map(|r| (r.claim.clone(), r.end.clone())).collect());
         let (together, at, backoff) = (ends.clone(), clock.clone(), *backoff);
         let stored = commits
-            .run(move |tx| {
+            .run(Order::Rows, move |tx| {
                 let mut after = After::default();
                 let answers = finish_all(tx, &together, at.now(), backoff, &mut after)?;
                 Ok((answers, after))
@@ -411,11 +434,11 @@ async fn publish(publisher: Publisher, mut pending: mpsc::UnboundedReceiver<EndR
             }
             Err(_) => {
                 let alone = batch.into_iter().map(|request| {
-                    let (clock, publisher) = (clock.clone(), &publisher);
+                    let (clock, publisher) = (clock.clone(), publisher);
                     async move {
                         let (claim, end) = (request.claim.clone(), request.end.clone());
                         let stored = commits
-                            .run(move |tx| {
+                            .run(Order::Rows, move |tx| {
                                 let mut after = After::default();
                                 let outcome = finish(tx, &claim, &end, clock.now(), backoff, &mut after)?;
                                 Ok((outcome, after))
@@ -1156,7 +1179,8 @@ mod tests {
         twice.push(twice[0].clone());
         let end = AttemptEnd::Succeeded(twice);
         let claim = row.clone();
-        let failing = g.driver.commits.run(move |tx| finish(tx, &claim, &end, T, B, &mut After::default()));
+        let failing =
+            g.driver.commits.run(Order::Rows, move |tx| finish(tx, &claim, &end, T, B, &mut After::default()));
         let (failed, claimed) = tokio::join!(failing, g.driver.claim());
         assert!(matches!(failed, Err(ItemError::Store(StoreError::Database(_)))), "{failed:?}");
         assert!(claimed.unwrap().is_some(), "the other request of the group committed");

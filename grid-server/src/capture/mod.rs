@@ -56,7 +56,7 @@ use grid_core::wire::proxy::{ProxyCredentials, UpstreamProxy};
 /// again (the driver wakes it sooner when items become claimable).
 const IDLE_POLL: Duration = Duration::from_millis(500);
 /// Most items one claim takes: one transaction, which on PostgreSQL holds
-/// the grid-wide write lock while it runs.
+/// their rows' locks while it runs.
 const CLAIM_MAX: usize = 1024;
 /// Most items a node claims beyond its free workers: enough for fast local
 /// fetches to keep every worker busy while a claim waits behind a

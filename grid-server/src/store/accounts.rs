@@ -1,8 +1,9 @@
 //! Accounts, API keys and the credit ledger.
 
+use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
-use super::sql::{chunk_sql, chunks, value_rows, Conn, Optional};
+use super::sql::{chunk_sql, chunks, value_rows, Conn, Dialect, Optional};
 use grid_core::error::ApiError;
 use grid_core::ids;
 use grid_core::ledger::{Balance, DailyUse, EntryKind};
@@ -277,8 +278,24 @@ pub fn unlink_identity(conn: &Conn, issuer: &str, subject: &str) -> StoreResult<
     Ok(())
 }
 
+/// Locks the account's row until the transaction ends, on PostgreSQL: what
+/// a transaction checks of one account before it writes (credit and daily
+/// use before a reservation, an Idempotency-Key before its request) stays
+/// as read while it writes, whatever runs at once for other accounts,
+/// which never wait on it. `FOR NO KEY UPDATE`, so the ledger rows other
+/// transactions insert for the account (a foreign key's `KEY SHARE`) do
+/// not wait either. Nothing on SQLite, which has one writer.
+pub fn lock_account(conn: &Conn, account_id: &str) -> StoreResult<()> {
+    let lock = conn.row_lock("FOR NO KEY UPDATE");
+    if !lock.is_empty() {
+        conn.query_map(&format!("SELECT 1 FROM accounts WHERE id = ?1 {lock}"), [account_id], |_| Ok(()))?;
+    }
+    Ok(())
+}
+
 /// The account's sums per kind of entry, as `append_all` keeps them: a few
-/// rows, however long the account's ledger.
+/// rows (a kind's shards are summed by `Balance::fold`), however long the
+/// account's ledger.
 pub(crate) const BALANCE: &str = "SELECT kind, amount FROM balances WHERE account_id = ?1";
 
 pub fn balance(conn: &Conn, account_id: &str) -> StoreResult<Balance> {
@@ -305,8 +322,10 @@ pub fn daily_use(conn: &Conn, key_id: &str, day: i64) -> StoreResult<DailyUse> {
 }
 
 /// Checks credit and the daily cap, then takes the reservation, all inside
-/// the caller's transaction so that nothing else can spend the same credit.
+/// the caller's transaction so that nothing else can spend the same credit:
+/// the account is locked first (`lock_account`).
 pub fn reserve(conn: &Conn, caller: &Caller, micros: i64, subject: &str, now: Millis) -> Result<(), ReserveError> {
+    lock_account(conn, &caller.account_id)?;
     balance(conn, &caller.account_id)?.check_reservation(micros)?;
     if let Some(key_id) = &caller.key_id {
         daily_use(conn, key_id, now.utc_day())?.check(caller.daily_cap_micros, micros, now)?;
@@ -378,7 +397,7 @@ pub fn append_all(conn: &Conn, entries: &[Entry], now: Millis) -> StoreResult<()
             let rows = value_rows(n, 7);
             format!(
                 "INSERT INTO ledger (account_id, key_id, kind, amount, subject, reservation_day, created_at)
-                 VALUES {rows} ON CONFLICT DO NOTHING"
+                 VALUES {rows} ON CONFLICT DO NOTHING RETURNING account_id, kind, amount"
             )
         });
         let mut values = Vec::with_capacity(chunk.len() * 7);
@@ -393,51 +412,41 @@ pub fn append_all(conn: &Conn, entries: &[Entry], now: Millis) -> StoreResult<()
                 now.0
             ]);
         }
-        let written = conn.execute(sql, values)?;
-        if written == chunk.len() {
-            add_to_balances(conn, chunk)?;
-        } else {
-            // A settlement already in the ledger was not written again; which
-            // one the statement does not say, so the accounts' sums are taken
-            // again from their ledgers (rare: an end or a pass stored twice).
-            let mut accounts: Vec<&str> = chunk.iter().map(|e| e.account_id).collect();
-            accounts.sort_unstable();
-            accounts.dedup();
-            for account_id in accounts {
-                recount_balance(conn, account_id)?;
-            }
-        }
+        // The entries written (a settlement already in the ledger is not),
+        // added to their accounts' sums.
+        let written =
+            conn.query_map(sql, values, |r| Ok((r.get::<String>(0)?, r.get::<String>(1)?, r.get::<i64>(2)?)))?;
+        add_to_balances(conn, &written)?;
     }
     Ok(())
 }
 
-/// Adds entries, all written, to their accounts' sums: one statement per
-/// account and kind among them.
-fn add_to_balances(conn: &Conn, entries: &[Entry]) -> StoreResult<()> {
-    let mut sums: Vec<(&str, EntryKind, i64)> = Vec::new();
-    for e in entries {
-        match sums.iter_mut().find(|(a, k, _)| *a == e.account_id && *k == e.kind) {
-            Some((_, _, sum)) => *sum += e.amount,
-            None => sums.push((e.account_id, e.kind, e.amount)),
+/// Adds written entries (`account_id`, kind, amount) to their accounts'
+/// sums: one statement per account and kind among them, in that order, so
+/// transactions adding to the same rows take their locks in one order.
+///
+/// On PostgreSQL each connection adds to a shard of the sum of its own
+/// (its backend's pid modulo 64, schema step 10): a transaction holds at
+/// most one row per account and kind, and transactions running at once on
+/// other connections seldom hold the same one, so ends charging one
+/// account do not queue on its sums. SQLite's one writer keeps one row.
+fn add_to_balances(conn: &Conn, written: &[(String, String, i64)]) -> StoreResult<()> {
+    let mut sums: BTreeMap<(&str, &str), i64> = BTreeMap::new();
+    for (account_id, kind, amount) in written {
+        *sums.entry((account_id, kind)).or_default() += amount;
+    }
+    let sql = match conn.dialect() {
+        Dialect::Sqlite => {
+            "INSERT INTO balances (account_id, kind, shard, amount) VALUES (?1, ?2, 0, ?3)
+             ON CONFLICT (account_id, kind, shard) DO UPDATE SET amount = balances.amount + excluded.amount"
         }
+        Dialect::Postgres => {
+            "INSERT INTO balances (account_id, kind, shard, amount) VALUES (?1, ?2, pg_backend_pid() % 64, ?3)
+             ON CONFLICT (account_id, kind, shard) DO UPDATE SET amount = balances.amount + excluded.amount"
+        }
+    };
+    for ((account_id, kind), amount) in sums {
+        conn.execute(sql, crate::params![account_id, kind, amount])?;
     }
-    for (account_id, kind, amount) in sums {
-        conn.execute(
-            "INSERT INTO balances (account_id, kind, amount) VALUES (?1, ?2, ?3)
-             ON CONFLICT (account_id, kind) DO UPDATE SET amount = balances.amount + excluded.amount",
-            crate::params![account_id, kind.as_str(), amount],
-        )?;
-    }
-    Ok(())
-}
-
-/// Sets an account's sums from its ledger.
-fn recount_balance(conn: &Conn, account_id: &str) -> StoreResult<()> {
-    conn.execute("DELETE FROM balances WHERE account_id = ?1", [account_id])?;
-    conn.execute(
-        "INSERT INTO balances (account_id, kind, amount)
-         SELECT account_id, kind, CAST(SUM(amount) AS BIGINT) FROM ledger WHERE account_id = ?1 GROUP BY account_id, kind",
-        [account_id],
-    )?;
     Ok(())
 }

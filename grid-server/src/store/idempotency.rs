@@ -94,6 +94,9 @@ pub fn once<T, E: From<ReserveError>>(
         return Ok(Outcome::Performed(created.value, created.answer));
     };
     let store = |e: StoreError| E::from(ReserveError::Store(e));
+    // The key stays unclaimed as read until this request's answer is
+    // recorded: a resend running at once waits, then replays it.
+    super::accounts::lock_account(tx, account_id).map_err(store)?;
     let found = find(tx, account_id, key).map_err(store)?;
     let decision = rules::decide(found.as_ref().map(|f| &f.key), &key.request_sha256, now);
     match (decision, found) {

@@ -8,7 +8,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
-use super::sql::{chunk_sql, chunks, placeholders, value_rows, Conn, Optional, Row, ToValue};
+use super::sql::{chunk_sql, chunks, placeholders, value_rows, Conn, Dialect, Optional, Row, ToValue};
 use super::to_json;
 use crate::params;
 use grid_core::catalog::{ArtifactKind, Profile, Script};
@@ -289,8 +289,8 @@ fn machine_values(it: &Item, now: Millis) -> Vec<super::sql::Value> {
 /// all share (as `save_item`) and `node` as the holder under a new token,
 /// one above `token`: each item's own token is raised by one, as when
 /// claimed alone. A few statements for the whole batch (the seqs in chunks),
-/// not one per item: on PostgreSQL each statement is a round trip under
-/// the grid-wide write lock. Answers the new tokens, in order.
+/// not one per item: on PostgreSQL each statement is a round trip. Answers
+/// the new tokens, in order.
 pub fn take_lease(conn: &Conn, claims: &[(i64, i64)], it: &Item, node: &str, now: Millis) -> StoreResult<Vec<i64>> {
     static SQL: OnceLock<[String; 4]> = OnceLock::new();
     for chunk in chunks(claims) {
@@ -338,14 +338,21 @@ pub fn save_ends(conn: &Conn, seqs: &[i64], lease_token: i64, it: &Item, now: Mi
     Ok(stored)
 }
 
-/// The fencing tokens of those of the items (by `seq`) that are active.
+/// The fencing tokens of those of the items (by `seq`) that are active; on
+/// PostgreSQL locked until the transaction ends, so they stay as read
+/// while it stores their ends.
 pub fn active_leases(conn: &Conn, seqs: &[i64]) -> StoreResult<Vec<(i64, i64)>> {
-    static SQL: OnceLock<[String; 4]> = OnceLock::new();
+    static PLAIN: OnceLock<[String; 4]> = OnceLock::new();
+    static LOCKING: OnceLock<[String; 4]> = OnceLock::new();
+    fn text(n: usize, lock: &str) -> String {
+        format!("SELECT seq, lease_token FROM items WHERE state = 'active' AND seq IN ({}) {lock}", placeholders(1, n))
+    }
     let mut held = Vec::with_capacity(seqs.len());
     for chunk in chunks(seqs) {
-        let sql = chunk_sql(&SQL, chunk.len(), |n| {
-            format!("SELECT seq, lease_token FROM items WHERE state = 'active' AND seq IN ({})", placeholders(1, n))
-        });
+        let sql = match conn.dialect() {
+            Dialect::Sqlite => chunk_sql(&PLAIN, chunk.len(), |n| text(n, "")),
+            Dialect::Postgres => chunk_sql(&LOCKING, chunk.len(), |n| text(n, "FOR UPDATE")),
+        };
         held.extend(conn.query_map(sql, chunk, |r| Ok((r.get(0)?, r.get(1)?)))?);
     }
     Ok(held)
@@ -440,10 +447,10 @@ const QUEUE_HEAD: &str = concat!(
     item_columns!(),
     "
   FROM (SELECT 0 AS band, seq FROM (SELECT seq FROM items WHERE state = 'waiting'
-                                     ORDER BY seq LIMIT LIMIT_N) AS unprioritized
+                                     ORDER BY seq LIMIT LIMIT_N LOCK) AS unprioritized
         UNION ALL
         SELECT 1 AS band, seq FROM (SELECT seq FROM items WHERE state = 'prioritized'
-                                     ORDER BY priority, seq LIMIT LIMIT_N) AS prioritized) AS candidates
+                                     ORDER BY priority, seq LIMIT LIMIT_N LOCK) AS prioritized) AS candidates
   JOIN items i ON i.seq = candidates.seq
   JOIN batches b ON b.id = i.batch_id
  ORDER BY candidates.band, i.priority, candidates.seq
@@ -454,22 +461,29 @@ const QUEUE_HEAD: &str = concat!(
 /// items without a priority first, then lower priority, then age.
 /// Reads `limit` rounded up to a multiple of 16 (so a few dozen statements
 /// serve every limit) and answers the first `limit`.
+///
+/// On PostgreSQL the rows are locked as they are read, skipping those
+/// another transaction holds (a concurrent claim, on this node or another):
+/// claims running at once take disjoint heads of the queue, each the first
+/// free items in order, and never wait on each other.
 pub fn queue_head(conn: &Conn, limit: usize) -> StoreResult<Vec<ItemRow>> {
-    let rows = conn.query_values(&queue_head_sql(limit), vec![])?;
+    let rows = conn.query_values(&queue_head_sql(limit, conn.row_lock("FOR UPDATE SKIP LOCKED")), vec![])?;
     rows.into_iter().take(limit).map(item_row_owned).collect()
 }
 
-fn queue_head_sql(limit: usize) -> String {
+fn queue_head_sql(limit: usize, lock: &str) -> String {
     let rounded = if limit <= 16 { limit.max(1) } else { limit.next_multiple_of(16) };
-    QUEUE_HEAD.replace("LIMIT_N", &rounded.to_string())
+    QUEUE_HEAD.replace("LIMIT_N", &rounded.to_string()).replace("LOCK", lock)
 }
 
-/// Delayed items whose backoff has passed by `now` (a range of `items_delayed`).
+/// Delayed items whose backoff has passed by `now` (a range of
+/// `items_delayed`); on PostgreSQL locked, skipping those a concurrent
+/// transaction is waking already.
 pub fn due_delayed(conn: &Conn, now: Millis) -> StoreResult<Vec<String>> {
-    Ok(conn
-        .query_map("SELECT id FROM items WHERE state = 'delayed' AND run_at <= ?1", [now.0], |r| r.get(0))?
-        .into_iter()
-        .collect())
+    let lock = conn.row_lock("FOR UPDATE SKIP LOCKED");
+    conn.query_map(&format!("SELECT id FROM items WHERE state = 'delayed' AND run_at <= ?1 {lock}"), [now.0], |r| {
+        r.get(0)
+    })
 }
 
 /// When the earliest delayed item becomes due, if any.
@@ -637,9 +651,14 @@ fn item_entry<'a>(
 /// transaction. Returns how many items it settled. Entries are written up
 /// to 128 at a time (two statements per chunk, not two per item).
 pub fn settle_due(conn: &Conn, now: Millis, limit: usize) -> StoreResult<usize> {
+    // Locked on PostgreSQL (skipping any a concurrent pass holds), so each
+    // debt is settled and cleared by one transaction.
+    let lock = conn.row_lock("FOR UPDATE SKIP LOCKED");
     let due: Vec<(String, String, Option<String>, String, i64, i64)> = conn.query_map(
-        "SELECT id, account_id, key_id, settlement_due, price_micros, reservation_day
-           FROM items WHERE settlement_due IS NOT NULL LIMIT ?1",
+        &format!(
+            "SELECT id, account_id, key_id, settlement_due, price_micros, reservation_day
+               FROM items WHERE settlement_due IS NOT NULL LIMIT ?1 {lock}"
+        ),
         [limit as i64],
         |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)),
     )?;
@@ -725,7 +744,7 @@ pub(crate) mod tests {
         let plan = |sql: String| -> Vec<String> {
             store.read_blocking(|c| c.query_map(&format!("EXPLAIN QUERY PLAN {sql}"), (), |r| r.get(3))).unwrap()
         };
-        let head = plan(queue_head_sql(64));
+        let head = plan(queue_head_sql(64, ""));
         // Each band reads its own index in order (and nothing else: the
         // index holds the rowid it answers), never the table.
         assert!(head.iter().any(|l| l.contains("USING COVERING INDEX items_waiting")), "{head:?}");
@@ -798,7 +817,7 @@ pub(crate) mod tests {
             s.read_blocking(|c| c.query_map(sql, (), |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))).unwrap()
         };
         assert_eq!(
-            sums("SELECT account_id, kind, amount FROM balances ORDER BY 1, 2"),
+            sums("SELECT account_id, kind, CAST(SUM(amount) AS BIGINT) FROM balances GROUP BY 1, 2 ORDER BY 1, 2"),
             sums("SELECT account_id, kind, CAST(SUM(amount) AS BIGINT) FROM ledger GROUP BY account_id, kind ORDER BY 1, 2")
         );
         // a: 10,000 credited, 240 charged; 300 reserved, less the 240 charged

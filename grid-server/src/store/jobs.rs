@@ -87,7 +87,7 @@ impl From<JobError> for ApiError {
                 ApiError::JobStateConflict
             }
             JobError::Store(StoreError::NotFound(_)) => ApiError::UnknownItemOrJob,
-            JobError::Store(StoreError::Busy) => ApiError::compute_unavailable(),
+            JobError::Store(StoreError::Busy | StoreError::Conflict) => ApiError::compute_unavailable(),
             JobError::Store(s) => s.into(),
         }
     }

@@ -48,6 +48,28 @@ pub enum StoreError {
     Invalid(String),
     #[error("store task failed: {0}")]
     Task(String),
+    /// The transaction met a concurrent one that locks the same rows in
+    /// another order (PostgreSQL failed it to end a deadlock): it wrote
+    /// nothing and may run again.
+    #[error("the transaction conflicted with a concurrent one")]
+    Conflict,
+}
+
+/// What a write transaction is ordered against. SQLite has one writer, so
+/// the two are the same there; on PostgreSQL (several nodes, several
+/// writers per node) they are the two modes of the write lock
+/// (`postgres.rs`, docs/scale-out.md "Locking").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// After every write in flight and before every write that follows, as
+    /// on SQLite: for transactions that read, check and write without
+    /// locking what they read. Most writes, none of them per item.
+    Grid,
+    /// Only against the transactions that touch the same rows, which this
+    /// one locks before it checks them (a claim skips the items others
+    /// hold, an end locks its items, a reservation its account): any number
+    /// run at once. The capture queue's hot path.
+    Rows,
 }
 
 /// What a caller of the API sees of a store failure: a busy database is the
@@ -64,7 +86,7 @@ pub enum StoreError {
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
-            StoreError::Busy => ApiError::AccountingUnavailable,
+            StoreError::Busy | StoreError::Conflict => ApiError::AccountingUnavailable,
             other => {
                 tracing::error!(error = %other, "store error");
                 ApiError::Internal
@@ -141,11 +163,46 @@ impl Store {
             .map_err(|e| E::from(StoreError::Task(e.to_string())))?
     }
 
+    /// `write` ordered by its rows (`Order::Rows`): only for a transaction
+    /// that locks every row it checks, or checks none (a heartbeat).
+    pub async fn write_rows<R, E, F>(&self, f: F) -> Result<R, E>
+    where
+        R: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+        F: FnOnce(&Conn) -> Result<R, E> + Send + 'static,
+    {
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || store.write_ordered(Order::Rows, f))
+            .await
+            .map_err(|e| E::from(StoreError::Task(e.to_string())))?
+    }
+
     /// The same as `write`, for callers already off the async runtime.
     pub fn write_blocking<R, E: From<StoreError>>(&self, f: impl FnOnce(&Conn) -> Result<R, E>) -> Result<R, E> {
+        self.write_ordered(Order::Grid, f)
+    }
+
+    /// `write_blocking` ordered as `order` says: `Order::Rows` only for a
+    /// transaction that locks every row it checks (the capture queue's
+    /// group commits, `capture/commits.rs`).
+    pub fn write_ordered<R, E: From<StoreError>>(
+        &self,
+        order: Order,
+        f: impl FnOnce(&Conn) -> Result<R, E>,
+    ) -> Result<R, E> {
         match &*self.backend {
             Backend::Sqlite(db) => db.write(f),
-            Backend::Postgres(db) => db.write(f),
+            Backend::Postgres(db) => db.write(order, f),
+        }
+    }
+
+    /// How many transactions the capture queue's group commits run at once
+    /// (`capture/commits.rs`): one on SQLite, which has one writer; several
+    /// on PostgreSQL, where their row locks let them (`Order::Rows`).
+    pub fn concurrent_writers(&self) -> usize {
+        match &*self.backend {
+            Backend::Sqlite(_) => 1,
+            Backend::Postgres(_) => postgres::CONCURRENT_WRITERS,
         }
     }
 

@@ -8,11 +8,14 @@
 //! connections' I/O never waits on the server's runtime, and the admin
 //! subcommands, which have none, use the same code.
 //!
-//! Writes keep SQLite's one-writer rule grid-wide: every write transaction
-//! first takes one transaction-scoped advisory lock, so what a transaction
-//! reads and checks (credit before a reservation, the next item in the
-//! queue) cannot change under it, whichever node runs it. That is the first
-//! limit of the design (docs/scale-out.md); reads take no lock.
+//! Writes are ordered by one transaction-scoped advisory lock, in one of two
+//! modes (`Order`, docs/scale-out.md "Locking"). Most write transactions
+//! were written for SQLite's one writer and take it exclusively: what they
+//! read and check cannot change under them, whichever node runs them. The
+//! capture queue's hot path (claims, attempts' ends, submissions) locks the
+//! rows it checks instead and takes it shared, so those transactions run at
+//! once on every node and wait only for an exclusive one in flight. Reads
+//! take no lock.
 
 use std::error::Error;
 use std::future::Future;
@@ -25,10 +28,10 @@ use tokio_postgres::types::{to_sql_checked, IsNull, ToSql, Type};
 use tokio_postgres::NoTls;
 
 use super::sql::{numbered_placeholders, Conn, Dialect, Row, Sql, Value};
-use super::{StoreError, StoreResult};
+use super::{Order, StoreError, StoreResult};
 
-/// The advisory lock every write transaction takes (an arbitrary constant:
-/// "grid" in ASCII).
+/// The advisory lock every write transaction takes, exclusively or shared
+/// (`Order`; an arbitrary constant: "grid" in ASCII).
 const WRITE_LOCK: i64 = 0x6772_6964;
 /// The session-level advisory lock held while the schema is migrated, so
 /// nodes starting at once apply each step once.
@@ -36,7 +39,7 @@ const MIGRATE_LOCK: i64 = 0x6772_6964_6d69;
 
 /// Each step runs once, in order; a released step is never edited. The
 /// `schema_version` table holds the number applied.
-const STEPS: [&str; 9] = [
+const STEPS: [&str; 10] = [
     include_str!("postgres_schema.sql"),
     include_str!("postgres_v2_nodes.sql"),
     include_str!("postgres_v3_placement.sql"),
@@ -46,13 +49,20 @@ const STEPS: [&str; 9] = [
     include_str!("postgres_v7_attended_batches.sql"),
     include_str!("postgres_v8_contexts.sql"),
     include_str!("postgres_v9_proxies.sql"),
+    include_str!("postgres_v10_balance_shards.sql"),
 ];
 
-/// Connections per node. Store calls run on blocking threads (reads on the
-/// store's reader threads, writes on tokio's blocking pool), so more would
-/// only queue inside PostgreSQL; several nodes times this
-/// stays under PostgreSQL's default 100 connections.
-const POOL_SIZE: usize = 16;
+/// Connections per node: one per reader thread and per commit thread, and
+/// four for the other writes (heartbeats, sessions, jobs, settlement), which
+/// then never wait for a connection behind a burst of reads. Store calls
+/// run on blocking threads, so more would only queue inside PostgreSQL;
+/// four nodes times this stay under PostgreSQL's default 100 connections.
+const POOL_SIZE: usize = READERS + CONCURRENT_WRITERS + 4;
+/// Group-commit transactions of the capture queue in flight at once on a
+/// node (`capture/commits.rs`, `Order::Rows`): enough that a claim and the
+/// ends before and after it do not wait on each other's round trips; each
+/// holds one connection while it runs.
+pub const CONCURRENT_WRITERS: usize = 4;
 /// Reader threads of `Store::read` (reads in flight at once): most of the
 /// pool, leaving connections for writers.
 pub const READERS: usize = 12;
@@ -156,12 +166,16 @@ impl Postgres {
         })
     }
 
-    /// Runs `f` in one write transaction holding the grid-wide write lock;
-    /// commits only when it returns `Ok`.
-    pub fn write<R, E: From<StoreError>>(&self, f: impl FnOnce(&Conn) -> Result<R, E>) -> Result<R, E> {
+    /// Runs `f` in one write transaction holding the write lock in the
+    /// mode `order` asks for; commits only when it returns `Ok`.
+    pub fn write<R, E: From<StoreError>>(&self, order: Order, f: impl FnOnce(&Conn) -> Result<R, E>) -> Result<R, E> {
         let mut client = self.client()?;
         let tx = self.block_on(client.transaction()).map_err(|e| E::from(e.into()))?;
-        self.block_on(tx.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK])).map_err(|e| E::from(e.into()))?;
+        let lock = match order {
+            Order::Grid => "SELECT pg_advisory_xact_lock($1)",
+            Order::Rows => "SELECT pg_advisory_xact_lock_shared($1)",
+        };
+        self.block_on(tx.execute(lock, &[&WRITE_LOCK])).map_err(|e| E::from(e.into()))?;
         let conn = PgConn { store: self, tx: Tx::Transaction(&tx) };
         // Dropping an uncommitted transaction rolls it back.
         let r = f(&conn)?;
@@ -258,6 +272,12 @@ impl From<tokio_postgres::Error> for StoreError {
                     .contains(c) =>
             {
                 StoreError::Busy
+            }
+            // Transactions that lock rows (`Order::Rows`) may meet in a
+            // deadlock, which PostgreSQL ends by failing one of them: it
+            // wrote nothing and can run again.
+            Some(c) if [SqlState::T_R_DEADLOCK_DETECTED, SqlState::T_R_SERIALIZATION_FAILURE].contains(c) => {
+                StoreError::Conflict
             }
             // A lost connection is a database that did not answer, too.
             None if e.is_closed() || e.source().is_some_and(|s| s.is::<std::io::Error>()) => StoreError::Busy,

@@ -22,7 +22,7 @@ pub fn delay(tries: u32) -> Duration {
 /// Whether trying again may store it: the database failed, not the fact
 /// (a row that is gone or a stored value that does not parse stays so).
 pub fn worth_trying_again(e: &StoreError) -> bool {
-    matches!(e, StoreError::Busy | StoreError::Database(_) | StoreError::Task(_))
+    matches!(e, StoreError::Busy | StoreError::Conflict | StoreError::Database(_) | StoreError::Task(_))
 }
 
 /// Runs `attempt` until it stores: tried again after `delay` while it

@@ -43,6 +43,18 @@ pub trait Sql {
 pub type Conn<'a> = dyn Sql + 'a;
 
 impl Conn<'_> {
+    /// `clause`, a row-locking clause (`FOR UPDATE`, `FOR UPDATE SKIP
+    /// LOCKED`), on PostgreSQL, where transactions ordered by their rows
+    /// (`Order::Rows`) run at once and lock what they check before they
+    /// check it; nothing on SQLite, whose one writer needs no row locks (and
+    /// which has no such clause).
+    pub fn row_lock(&self, clause: &'static str) -> &'static str {
+        match self.dialect() {
+            Dialect::Postgres => clause,
+            Dialect::Sqlite => "",
+        }
+    }
+
     pub fn execute(&self, sql: &str, params: impl Params) -> StoreResult<usize> {
         self.execute_values(sql, params.values())
     }

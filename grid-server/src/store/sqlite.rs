@@ -226,7 +226,7 @@ pub(super) fn connect(path: &Path, busy_timeout: Duration) -> StoreResult<Connec
 
 /// Each step runs once, in order; a released step is never edited. The
 /// database's `user_version` is the number of steps applied.
-const STEPS: [&str; 17] = [
+const STEPS: [&str; 18] = [
     include_str!("schema.sql"),
     include_str!("schema_v2_jobs.sql"),
     include_str!("schema_v3_identities.sql"),
@@ -244,6 +244,7 @@ const STEPS: [&str; 17] = [
     include_str!("schema_v15_attended_batches.sql"),
     include_str!("schema_v16_contexts.sql"),
     include_str!("schema_v17_proxies.sql"),
+    include_str!("schema_v18_balance_shards.sql"),
 ];
 
 fn migrate(conn: &Connection) -> StoreResult<()> {

@@ -1,40 +1,137 @@
 //! Fetch throughput of one grid node on SQLite, one on PostgreSQL and three
-//! on one PostgreSQL database, same machine, same URLs, same run (issue 10).
-//! Everything stays on 127.0.0.1.
+//! on one PostgreSQL database, same machine, same URLs, same run (issues 10
+//! and 30). Everything stays on 127.0.0.1.
 //!
-//!     bench_scale_out [--items N] [--workers W] [--timeout-secs S]
+//!     bench_scale_out [--items N] [--workers W] [--rounds R] [--timeout-secs S]
 //!
 //! Needs GRID_TEST_DATABASE_URL (a throwaway cluster: bench/scale_out.sh
-//! starts one). Each node runs W workers. Besides items/s it prints the CPU
-//! the grid's processes and PostgreSQL's used per item (user + system time
-//! from /proc, fetch included): what claiming, running and publishing one
-//! item costs on each store.
+//! starts one). Each node runs W workers; each set-up runs R rounds (3 by
+//! default) and the medians are printed. Per set-up it prints:
+//! - items/s, and the CPU the grid's processes and PostgreSQL's used per
+//!   item (user + system time from /proc, fetch included; PostgreSQL's
+//!   backends also when they started or exited during the run, the latter
+//!   through the postmaster's reaped children), and items per CPU-second
+//!   of both together;
+//! - on PostgreSQL, the write transactions the database committed per
+//!   second (transaction ids assigned: reads take none), and the share of
+//!   the grid's transaction time spent waiting on a lock: `pg_stat_activity`
+//!   sampled every 10 ms, the grid's backends in a transaction (active or
+//!   idle in it) counted, and those of them waiting on a lock.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use tokio_postgres::NoTls;
 
-use grid_tests::bench::{cpu_ticks, ticks_per_second, FetchConfig};
+use grid_tests::bench::{cpu_ticks, positive, ticks_per_second, FetchConfig};
 use grid_tests::server::{GridServer, ServerOptions};
 use grid_tests::target::Target;
 
-/// Every PostgreSQL process (its backends do the store's work).
-fn postgres_pids() -> Vec<u32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else { return vec![] };
-    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "postgres"))
-        .collect()
+/// The postmaster: its pid is the first line of `postmaster.pid` in the
+/// data dir, which `SHOW data_directory` names.
+async fn postmaster_pid(db: &tokio_postgres::Client) -> Option<u32> {
+    let dir: String = db.query_one("SHOW data_directory", &[]).await.ok()?.get(0);
+    std::fs::read_to_string(format!("{dir}/postmaster.pid")).ok()?.lines().next()?.trim().parse().ok()
 }
 
+/// CPU ticks of every PostgreSQL process alive, plus those of its exited
+/// children (the postmaster's cutime and cstime): all the database's work.
+fn postgres_ticks(postmaster: u32) -> u64 {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return 0 };
+    let live: u64 = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "postgres"))
+        .map(cpu_ticks)
+        .sum();
+    let reaped = std::fs::read_to_string(format!("/proc/{postmaster}/stat"))
+        .ok()
+        .and_then(|stat| {
+            // Fields after the command start at the state (field 3 of
+            // proc(5)): cutime and cstime, fields 16 and 17, are 13 and 14.
+            let f: Vec<&str> = stat.rsplit_once(") ")?.1.split_whitespace().collect();
+            Some(f.get(13)?.parse::<u64>().ok()? + f.get(14)?.parse::<u64>().ok()?)
+        })
+        .unwrap_or(0);
+    live + reaped
+}
+
+/// The next transaction id PostgreSQL will assign: only a transaction
+/// that writes takes one.
+async fn next_xid(db: &tokio_postgres::Client) -> i64 {
+    let row = db
+        .query_one("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint", &[])
+        .await
+        .expect("read the next transaction id");
+    row.get(0)
+}
+
+/// Samples of the grid's backends: how many were in a transaction, and
+/// of them how many waited on each kind of lock (`wait_event`: `advisory`,
+/// `tuple`, `transactionid`, ...).
+#[derive(Default)]
+struct LockSamples {
+    in_tx: u64,
+    waiting: BTreeMap<String, u64>,
+}
+
+impl LockSamples {
+    fn share(&self) -> f64 {
+        self.waiting.values().sum::<u64>() as f64 / self.in_tx.max(1) as f64
+    }
+}
+
+async fn sample_locks(db: tokio_postgres::Client, stop: tokio::sync::watch::Receiver<bool>) -> LockSamples {
+    let mut samples = LockSamples::default();
+    while !*stop.borrow() {
+        if let Ok(rows) = db
+            .query(
+                "SELECT CASE WHEN wait_event_type = 'Lock' THEN wait_event END, count(*)
+                   FROM pg_stat_activity
+                  WHERE application_name = 'grid-server' AND state IN ('active', 'idle in transaction')
+                  GROUP BY 1",
+                &[],
+            )
+            .await
+        {
+            for row in rows {
+                let n = row.get::<_, i64>(1) as u64;
+                samples.in_tx += n;
+                if let Some(event) = row.get::<_, Option<String>>(0) {
+                    *samples.waiting.entry(event).or_default() += n;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    samples
+}
+
+async fn connect(url: &str) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(url, NoTls).await.expect("connect to the bench's database");
+    tokio::spawn(conn);
+    client
+}
+
+#[derive(Clone)]
 struct Run {
-    label: &'static str,
-    seconds: f64,
+    items_per_second: f64,
     completed: u64,
     grid_cpu_us_per_item: f64,
     db_cpu_us_per_item: f64,
+    write_tx_per_second: Option<f64>,
+    lock_wait_share: Option<f64>,
+    /// Each kind of lock waited on, as a share of transaction time.
+    lock_waits: BTreeMap<String, f64>,
 }
 
-async fn run(label: &'static str, nodes: usize, postgres: bool, urls: &[String], config: &FetchConfig) -> Run {
+impl Run {
+    fn items_per_cpu_second(&self) -> f64 {
+        1e6 / (self.grid_cpu_us_per_item + self.db_cpu_us_per_item)
+    }
+}
+
+async fn run(label: &str, nodes: usize, postgres: bool, urls: &[String], config: &FetchConfig) -> Run {
     let opts = |name: String| ServerOptions {
         postgres,
         workers: Some(config.workers),
@@ -45,9 +142,26 @@ async fn run(label: &'static str, nodes: usize, postgres: bool, urls: &[String],
     let first = GridServer::start(opts("n1".into()));
     let others: Vec<GridServer> = (2..=nodes).map(|i| first.join(opts(format!("n{i}")))).collect();
     let grid_pids: Vec<u32> = std::iter::once(&first).chain(&others).filter_map(|s| s.pid()).collect();
-    let db_pids = if postgres { postgres_pids() } else { vec![] };
+    // The database the nodes share, watched from a connection of the bench's own.
+    let watch = match first.database() {
+        Some(d) => {
+            let db = connect(d.url()).await;
+            let postmaster = postmaster_pid(&db).await.unwrap_or_else(|| first.fail("no postmaster pid"));
+            Some((db, postmaster, d.url().to_string()))
+        }
+        None => None,
+    };
+    let db_before = watch.as_ref().map_or(0, |w| postgres_ticks(w.1));
+    let xid_before = match &watch {
+        Some(w) => Some(next_xid(&w.0).await),
+        None => None,
+    };
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let sampler = match &watch {
+        Some(w) => Some(tokio::spawn(sample_locks(connect(&w.2).await, stopped))),
+        None => None,
+    };
     let grid_before: u64 = grid_pids.iter().map(|p| cpu_ticks(*p)).sum();
-    let db_before: u64 = db_pids.iter().map(|p| cpu_ticks(*p)).sum();
     let started = Instant::now();
     let deadline = started + config.timeout;
     let mut pending = Vec::new();
@@ -58,6 +172,8 @@ async fn run(label: &'static str, nodes: usize, postgres: bool, urls: &[String],
     while !pending.is_empty() {
         let mut still = Vec::new();
         for id in pending {
+            // Paced, within the key's request rate however long the run.
+            tokio::time::sleep(Duration::from_millis(20)).await;
             let b = first.batch(&id).await;
             let (c, f) = (b["counts"]["completed"].as_u64().unwrap_or(0), b["counts"]["failed"].as_u64().unwrap_or(0));
             if Some(c + f) == b["total"].as_u64() {
@@ -75,53 +191,128 @@ async fn run(label: &'static str, nodes: usize, postgres: bool, urls: &[String],
         }
     }
     let seconds = started.elapsed().as_secs_f64();
-    let hz = ticks_per_second();
-    let per_item = |ticks: u64| ticks as f64 / hz * 1e6 / urls.len() as f64;
     let grid_cpu = grid_pids.iter().map(|p| cpu_ticks(*p)).sum::<u64>().saturating_sub(grid_before);
-    let db_cpu = db_pids.iter().map(|p| cpu_ticks(*p)).sum::<u64>().saturating_sub(db_before);
+    let _ = stop.send(true);
+    let lock_samples = match sampler {
+        Some(s) => Some(s.await.expect("the lock sampler")),
+        None => None,
+    };
+    let xid_after = match &watch {
+        Some(w) => Some(next_xid(&w.0).await),
+        None => None,
+    };
+    // Every backend alive now counted whole (one that started during the
+    // run did all its work in it), those that exited through the postmaster.
+    let db_cpu = watch.as_ref().map_or(0, |w| postgres_ticks(w.1).saturating_sub(db_before));
     drop(others);
     drop(first);
-    Run { label, seconds, completed, grid_cpu_us_per_item: per_item(grid_cpu), db_cpu_us_per_item: per_item(db_cpu) }
+    let hz = ticks_per_second();
+    let per_item = |ticks: u64| ticks as f64 / hz * 1e6 / urls.len() as f64;
+    Run {
+        items_per_second: urls.len() as f64 / seconds,
+        completed,
+        grid_cpu_us_per_item: per_item(grid_cpu),
+        db_cpu_us_per_item: per_item(db_cpu),
+        write_tx_per_second: xid_before.zip(xid_after).map(|(b, a)| (a - b) as f64 / seconds),
+        lock_wait_share: lock_samples.as_ref().map(LockSamples::share),
+        lock_waits: lock_samples.map_or_else(BTreeMap::new, |l| {
+            l.waiting.iter().map(|(k, n)| (k.clone(), *n as f64 / l.in_tx.max(1) as f64)).collect()
+        }),
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// The median of each figure over the rounds.
+fn medians(runs: &[Run]) -> Run {
+    let m = |f: fn(&Run) -> f64| median(runs.iter().map(f).collect());
+    let mo = |f: fn(&Run) -> Option<f64>| runs.iter().map(f).collect::<Option<Vec<f64>>>().map(median);
+    Run {
+        items_per_second: m(|r| r.items_per_second),
+        completed: runs.iter().map(|r| r.completed).min().unwrap_or(0),
+        grid_cpu_us_per_item: m(|r| r.grid_cpu_us_per_item),
+        db_cpu_us_per_item: m(|r| r.db_cpu_us_per_item),
+        write_tx_per_second: mo(|r| r.write_tx_per_second),
+        lock_wait_share: mo(|r| r.lock_wait_share),
+        // Of the median round by lock waits.
+        lock_waits: {
+            let mut by_share: Vec<&Run> = runs.iter().collect();
+            by_share.sort_by(|a, b| a.lock_wait_share.unwrap_or(0.0).total_cmp(&b.lock_wait_share.unwrap_or(0.0)));
+            by_share[by_share.len() / 2].lock_waits.clone()
+        },
+    }
 }
 
 #[tokio::main]
 async fn main() {
-    let (config, _) = FetchConfig::parse("bench_scale_out", 5000, &[]);
+    let (config, flags) = FetchConfig::parse("bench_scale_out", 20_000, &[positive("--rounds", 3)]);
+    let rounds = flags.get("--rounds") as usize;
     let target = Target::start();
     let urls: Vec<String> = (0..config.items).map(|n| target.url(&format!("/page/{n}"))).collect();
-    eprintln!("bench: {} fetch items, {} workers per node", config.items, config.workers);
-    let mut runs = Vec::new();
-    for (label, nodes, postgres) in
-        [("1 node, SQLite", 1, false), ("1 node, PostgreSQL", 1, true), ("3 nodes, PostgreSQL", 3, true)]
-    {
-        let r = run(label, nodes, postgres, &urls, &config).await;
+    eprintln!("bench: {} fetch items, {} workers per node, {rounds} rounds (medians)", config.items, config.workers);
+    let setups: [(&str, usize, bool); 3] =
+        [("1 node, SQLite", 1, false), ("1 node, PostgreSQL", 1, true), ("3 nodes, PostgreSQL", 3, true)];
+    let mut all: Vec<Vec<Run>> = vec![vec![]; setups.len()];
+    // Round by round, so a slow moment of the machine falls on every set-up.
+    for round in 1..=rounds {
+        for (i, (label, nodes, postgres)) in setups.iter().enumerate() {
+            let r = run(label, *nodes, *postgres, &urls, &config).await;
+            eprintln!("round {round}: {label}: {:.0} items/s", r.items_per_second);
+            all[i].push(r);
+        }
+    }
+    let results: Vec<Run> = all.iter().map(|runs| medians(runs)).collect();
+    for ((label, _, _), r) in setups.iter().zip(&results) {
+        let db = match (r.write_tx_per_second, r.lock_wait_share) {
+            (Some(tx), Some(wait)) => {
+                let kinds: Vec<String> =
+                    r.lock_waits.iter().map(|(k, share)| format!("{k} {:.1}%", share * 100.0)).collect();
+                format!(
+                    "; {tx:.0} write tx/s; lock waits {:.1}% of transaction time ({})",
+                    wait * 100.0,
+                    if kinds.is_empty() { "none".to_string() } else { kinds.join(", ") }
+                )
+            }
+            _ => String::new(),
+        };
         println!(
-            "{:<22} {:>7.1} items/s ({} of {} in {:.2} s); CPU per item: grid {:.0} µs, PostgreSQL {:.0} µs",
-            r.label,
-            config.items as f64 / r.seconds,
+            "{label:<22} {:>7.1} items/s ({} of {}); CPU per item: grid {:.0} µs + PostgreSQL {:.0} µs = {:.0} items per CPU-second{db}",
+            r.items_per_second,
             r.completed,
             config.items,
-            r.seconds,
             r.grid_cpu_us_per_item,
-            r.db_cpu_us_per_item
+            r.db_cpu_us_per_item,
+            r.items_per_cpu_second(),
         );
-        runs.push(r);
     }
-    let base = config.items as f64 / runs[0].seconds;
-    for r in &runs[1..] {
-        println!("ratio {} / 1 node SQLite: {:.3}", r.label, config.items as f64 / r.seconds / base);
+    let base = &results[0];
+    for ((label, _, _), r) in setups.iter().zip(&results).skip(1) {
+        println!("ratio {label} / 1 node SQLite: {:.3} items/s", r.items_per_second / base.items_per_second);
     }
+    println!(
+        "ratio 3 nodes / 1 node on PostgreSQL: {:.3} items per CPU-second",
+        results[2].items_per_cpu_second() / results[1].items_per_cpu_second()
+    );
     println!(
         "{}",
         json!({
             "items": config.items,
             "workersPerNode": config.workers,
-            "runs": runs.iter().map(|r| json!({
-                "label": r.label,
-                "itemsPerSecond": config.items as f64 / r.seconds,
+            "rounds": rounds,
+            "medians": setups.iter().zip(&results).map(|((label, nodes, _), r)| json!({
+                "label": label,
+                "nodes": nodes,
+                "itemsPerSecond": r.items_per_second,
                 "completed": r.completed,
                 "gridCpuMicrosPerItem": r.grid_cpu_us_per_item,
                 "postgresCpuMicrosPerItem": r.db_cpu_us_per_item,
+                "itemsPerCpuSecond": r.items_per_cpu_second(),
+                "writeTransactionsPerSecond": r.write_tx_per_second,
+                "lockWaitShare": r.lock_wait_share,
+                "lockWaits": r.lock_waits,
             })).collect::<Vec<_>>(),
         })
     );

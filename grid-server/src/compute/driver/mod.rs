@@ -388,6 +388,12 @@ impl JobDriver {
         if !self.engine.available() || !self.tracking_ready() {
             return Ok(());
         }
+        // A pass with nothing queued writes nothing: a read, not a write
+        // transaction in the grid-wide order every second on every node
+        // (docs/scale-out.md "Locking"). The write reads the queue again.
+        if self.store.read(|c| jobs::ids_in_phase(c, JobPhase::Queued)).await?.is_empty() {
+            return Ok(());
+        }
         let (cap, now, node) = (self.capacity, self.clock.now(), self.node.clone());
         let provisioned = self
             .store
