@@ -10,6 +10,7 @@
   const POLL_MS = 1500;
   const ACCOUNT_POLL_MS = 5000;
   const THUMB_MS = 4000;
+  const LEDGER_PAGE = 10;
   const CHART_PAGES = 5; // ledger pages of 100 charges the chart reads
   const TERMINAL = new Set(['SUCCEEDED', 'FAILED', 'TIMED_OUT', 'CANCELLED']);
 
@@ -114,7 +115,7 @@
     if (Date.now() - lastAccount < ACCOUNT_POLL_MS) return;
     lastAccount = Date.now();
     const cursor = ledger.cursors[ledger.page];
-    const q = cursor ? `?limit=20&cursor=${encodeURIComponent(cursor)}` : '?limit=20';
+    const q = `?limit=${LEDGER_PAGE}${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`;
     const a = await api(`/account${q}`);
     $('acc-credit').textContent = euros(a.creditMicros);
     $('acc-reserved').textContent = euros(a.reservedMicros);
@@ -175,7 +176,7 @@
     const totals = Object.fromEntries(KINDS.map((k) => [k, { n: 0, micros: 0 }]));
     const shown = entries.filter((e) => kindOf(e.subject));
     svg.replaceChildren();
-    const W = 720, H = 240, left = 64, bottom = 28, top = 12;
+    const W = 720, H = 240, left = 88, bottom = 28, top = 12;
     if (!shown.length) {
       svg.append(s('text', { x: W / 2, y: H / 2, 'text-anchor': 'middle' }, 'No charges yet'));
       $('chart-desc').textContent = 'No charges yet.';
@@ -290,6 +291,7 @@
     if (following) following.abort();
     following = null;
     $('job-log').textContent = '';
+    delete $('job-log').dataset.done;
     await showJob(id);
   }
 
@@ -301,14 +303,16 @@
     replaceRows($('attempts').tBodies[0], j.attempts.map((a) => h('tr', {},
       cell(String(a.attempt), 'num'), cell(a.phase), cell(when(a.startedAt)), cell(when(a.endedAt)),
       cell(a.termination ? a.termination.reason : ''))));
-    if (following) return;
+    // Once followed to its end (or read), a job's log is not asked again.
+    const log = $('job-log');
+    if (following || log.dataset.done === id) return;
     if (!TERMINAL.has(j.phase)) {
       follow(id);
-    } else if (j.logs && j.logs.available && !$('job-log').dataset.done) {
-      $('job-log').textContent = await text(`/jobs/${encodeURIComponent(id)}/logs`);
-      $('job-log').dataset.done = id;
+    } else if (j.logs && j.logs.available) {
+      log.textContent = await text(`/jobs/${encodeURIComponent(id)}/logs`);
+      log.dataset.done = id;
       $('job-log-state').textContent = 'The attempt has ended; its published log.';
-    } else if (!(j.logs && j.logs.available)) {
+    } else {
       $('job-log-state').textContent = 'No log published.';
     }
   }
@@ -323,7 +327,6 @@
     const ctl = new AbortController();
     following = ctl;
     const log = $('job-log');
-    delete log.dataset.done;
     log.textContent = '';
     $('job-log-state').textContent = 'Following the running attempt…';
     try {
@@ -346,7 +349,6 @@
       $('job-log-state').textContent = `The log could not be followed: ${e.message}`;
     } finally {
       if (following === ctl) following = null;
-      if (openJob === id) log.dataset.followed = id;
     }
   }
 
