@@ -228,7 +228,7 @@ async fn batches_are_listed_newest_first_and_only_to_their_account() {
 
     // Another account sees its own only, and cannot use this one's cursor.
     let other = server.get_as(Some(&other_key), "/batches").await;
-    assert_eq!(ids(&other), [theirs.clone()], "{other}");
+    assert_eq!(ids(&other), std::slice::from_ref(&theirs), "{other}");
     assert_error(
         &server.get_as(Some(&other_key), &format!("/batches?cursor={cursor}")).await,
         400,
