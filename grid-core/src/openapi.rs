@@ -669,8 +669,9 @@ fn describe(route: Route) -> Operation {
             ..op("getAccount", "account", "The caller's balance and ledger")
         },
         GridStatus => Operation {
+            description: Some("`nodes` (ours) is the number of live nodes of the grid (docs/scale-out.md); the other figures are the contract's.".into()),
             answers: vec![Answer::json(200, "Figures of the whole grid.", replies::grid_status())],
-            ..op("getGridStatus", "account", "Queue, workers and sessions of the grid")
+            ..op("getGridStatus", "account", "Queue, workers, sessions and nodes of the grid")
         },
         QueueDepth => Operation {
             answers: vec![Answer::json(200, "Capture items waiting, prioritised, delayed or active.", replies::queue_depth())],

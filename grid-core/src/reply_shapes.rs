@@ -78,7 +78,8 @@ pub fn grid_status() -> Value {
         "queue": queue_counts(),
         "workers": count(),
         "sessions": count(),
-        "maxSessions": count()
+        "maxSessions": count(),
+        "nodes": count()
     }))
 }
 

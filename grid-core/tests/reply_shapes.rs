@@ -238,6 +238,7 @@ fn every_answer_fits_its_schema_field_for_field() {
             workers: 1,
             sessions: 0,
             max_sessions: 4,
+            nodes: 1,
         },
     );
     check("QueueDepth", replies::queue_depth(), QueueDepth { depth: 3 });

@@ -256,7 +256,7 @@ async function main() {
   out.grid = await until('the grid figures', () =>
     page.evaluate(() => {
       const t = (id) => document.getElementById(id).textContent;
-      return t('grid-depth') !== '–' ? { depth: t('grid-depth'), workers: t('grid-workers'), sessions: t('grid-sessions') } : null;
+      return t('grid-depth') !== '–' ? { depth: t('grid-depth'), workers: t('grid-workers'), sessions: t('grid-sessions'), nodes: t('grid-nodes') } : null;
     }));
   out.violations.push(...(await axe(page, 'grid')));
   await shoot(page, 'grid');

@@ -174,6 +174,7 @@ async fn the_console_shows_an_accounts_work_live_and_nothing_of_anothers() {
     assert_eq!(seen["ledgerOlder"], true, "{report}");
     assert!(seen["ledgerPage2Rows"].as_u64().unwrap() > 0, "{report}");
     assert!(seen["grid"]["sessions"].as_str().unwrap().ends_with("of 3"), "{report}");
+    assert_eq!(seen["grid"]["nodes"], "1", "{report}");
 
     // The other account saw none of it.
     let other = &seen["other"];

@@ -1,5 +1,5 @@
 // The Grid console (docs/console.md). Everything it shows comes from the
-// public API, asked with the key the person gives: the key lives in this
+// public API, asked with the key (or sign-in token) the person gives: it lives in this
 // closure's `key` only (never a cookie, never a URL, never storage), so a
 // reload or a closed tab forgets it. No framework and no chart library: the
 // page is a few tables, a stacked bar chart drawn as SVG, and polling.
@@ -33,6 +33,10 @@
     return e;
   }
 
+  // The credential as a bearer token: an API key (`grid_...`) or a sign-in
+  // token of a grid with sign-in, which the API takes only this way.
+  const auth = () => ({ authorization: `Bearer ${key}` });
+
   class ApiFailure extends Error {
     constructor(status, error) {
       super(`${status} ${error}`);
@@ -43,7 +47,7 @@
 
   // One call of the API with the key; its JSON (null for 204).
   async function api(path, { method = 'GET', body } = {}) {
-    const headers = { 'x-api-key': key };
+    const headers = auth();
     if (body !== undefined) headers['content-type'] = 'application/json';
     const r = await fetch(path, {
       method,
@@ -318,7 +322,7 @@
   }
 
   async function text(path) {
-    const r = await fetch(path, { headers: { 'x-api-key': key }, cache: 'no-store', credentials: 'omit' });
+    const r = await fetch(path, { headers: auth(), cache: 'no-store', credentials: 'omit' });
     if (!r.ok) throw new ApiFailure(r.status, 'log');
     return r.text();
   }
@@ -331,7 +335,7 @@
     $('job-log-state').textContent = 'Following the running attempt…';
     try {
       const r = await fetch(`/jobs/${encodeURIComponent(id)}/logs?follow=true`, {
-        headers: { 'x-api-key': key }, cache: 'no-store', credentials: 'omit', signal: ctl.signal,
+        headers: auth(), cache: 'no-store', credentials: 'omit', signal: ctl.signal,
       });
       if (!r.ok) throw new ApiFailure(r.status, 'log');
       const reader = r.body.getReader();
@@ -499,6 +503,7 @@
     $('grid-delayed').textContent = g.queue.delayed;
     $('grid-workers').textContent = g.workers;
     $('grid-sessions').textContent = `${g.sessions} of ${g.maxSessions}`;
+    $('grid-nodes').textContent = g.nodes ?? '–';
     $('grid-slots').max = Math.max(g.maxSessions, 1);
     $('grid-slots').value = g.sessions;
     status(`Updated ${new Date().toLocaleTimeString()}`);
