@@ -329,11 +329,10 @@ fn validate_list(args: &Value) -> Result<String, Vec<String>> {
     }
 }
 
-/// JSON to query pairs as GET /account's arguments are (a wrong JSON type
-/// refused by name), then GET /batches' own check.
+/// As the `list_batches` tool runs it: JSON to query pairs, then the query.
 fn validate_batch_list(args: &Value) -> Result<String, Vec<String>> {
     let args = args.as_object().expect("batch list arguments are an object");
-    match list::account_query_pairs(args).and_then(|pairs| list::batch_list_query(&pairs)) {
+    match list::batch_list_query_pairs(args).and_then(|pairs| list::batch_list_query(&pairs)) {
         Ok(q) => Ok(format!("{q:?}")),
         Err(ApiError::InvalidListQuery { detail }) => Err(detail),
         Err(e) => panic!("batch list validator answered {e:?}"),

@@ -195,7 +195,8 @@ async fn the_console_shows_an_accounts_work_live_and_nothing_of_anothers() {
 }
 
 /// GET /batches: the caller's own batches, newest first, paged by a cursor
-/// bound to the caller; the same through the SDK and `grid batch list`.
+/// bound to the caller; the same through MCP's `list_batches`, the SDK and
+/// `grid batch list`.
 #[tokio::test]
 async fn batches_are_listed_newest_first_and_only_to_their_account() {
     let target = Target::start();
@@ -238,6 +239,11 @@ async fn batches_are_listed_newest_first_and_only_to_their_account() {
     assert_error(&server.get_as(Some(&key), "/batches?limit=0").await, 400, "INVALID_LIST_QUERY");
     assert_error(&server.get_as(Some(&key), "/batches?phase=RUNNING").await, 400, "INVALID_LIST_QUERY");
     assert_error(&server.get_as(None, "/batches").await, 401, "unauthorized");
+
+    // The MCP tool answers the same page.
+    let tool = server.mcp_tool_as(&key, "list_batches", json!({"limit": 2})).await;
+    assert_eq!(tool["isError"], false, "{tool}");
+    assert_eq!(tool["structuredContent"]["batches"], first.json["batches"], "{tool}");
 
     // The SDK follows the cursor; the CLI prints a table.
     let all = server.client().recent_batches(10).await.expect("SDK");

@@ -123,12 +123,25 @@ pub const ACCOUNT_PARAMETERS: &[&str] = &["limit", "cursor", "kind"];
 /// `get_account` arguments as GET /account query pairs (checked again by
 /// `account_query`): a wrong JSON type is refused by name here.
 pub fn account_query_pairs(args: &Map<String, Value>) -> Result<Vec<(String, String)>, ApiError> {
+    string_query_pairs(args, ACCOUNT_PARAMETERS)
+}
+
+/// `list_batches` arguments as GET /batches query pairs (checked again by
+/// `batch_list_query`).
+pub fn batch_list_query_pairs(args: &Map<String, Value>) -> Result<Vec<(String, String)>, ApiError> {
+    string_query_pairs(args, BATCH_PARAMETERS)
+}
+
+/// Arguments of a list whose parameters are `limit` (a whole number) and
+/// strings, among `allowed`, as query pairs; a wrong JSON type or an unknown
+/// member is refused by name.
+fn string_query_pairs(args: &Map<String, Value>, allowed: &[&str]) -> Result<Vec<(String, String)>, ApiError> {
     let mut pairs = vec![];
     let mut problems = vec![];
     for (k, v) in args {
         match (k.as_str(), v) {
-            (k, _) if !ACCOUNT_PARAMETERS.contains(&k) => {
-                problems.push(format!("{k}: unknown parameter; one of {}", ACCOUNT_PARAMETERS.join(", ")))
+            (k, _) if !allowed.contains(&k) => {
+                problems.push(format!("{k}: unknown parameter; one of {}", allowed.join(", ")))
             }
             ("limit", v) => match whole_number(v) {
                 Some(n) => pairs.push((k.clone(), n.to_string())),
