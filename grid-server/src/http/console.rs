@@ -47,3 +47,32 @@ pub fn serve(route: Route) -> Resp {
     }
     r
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_page_names_exactly_its_two_routes_and_holds_no_inline_script_or_style() {
+        // Relative to the page's own address (`/console`), as the routes are.
+        for route in [Route::ConsoleScript, Route::ConsoleStyle] {
+            let relative = route.template().trim_start_matches('/');
+            assert!(PAGE.contains(&format!("\"{relative}\"")), "{relative} not named by the page");
+        }
+        assert_eq!(PAGE.matches("<script").count(), 1, "one script, its own file");
+        assert!(PAGE.contains("<script src=\"console/console.js\""));
+        assert!(!PAGE.contains("style=") && !PAGE.contains("<style"), "inline style");
+        // No inline event handler attribute (` onclick="..."`).
+        let handler = PAGE.split(" on").skip(1).find(|rest| {
+            let name: String = rest.chars().take_while(char::is_ascii_lowercase).collect();
+            !name.is_empty() && rest[name.len()..].starts_with('=')
+        });
+        assert_eq!(handler, None, "an inline event handler");
+        // No eval of any kind, and no HTML parsed from data.
+        for banned in ["eval(", "new Function", "innerHTML", "outerHTML", "insertAdjacentHTML", "document.write"] {
+            assert!(!SCRIPT.contains(banned), "{banned} in console.js");
+        }
+        assert!(CONTENT_SECURITY_POLICY.contains("script-src 'self';"));
+        assert!(!CONTENT_SECURITY_POLICY.contains("unsafe"));
+    }
+}
