@@ -43,33 +43,6 @@ async function api(k, method, p, body) {
   }
 }
 
-// A bare CDP connection (ws, puppeteer-core's WebSocket client).
-function cdp(url) {
-  const WebSocket = require('ws');
-  const ws = new WebSocket(url);
-  let next = 1;
-  const pending = new Map();
-  ws.on('message', (data) => {
-    const m = JSON.parse(data.toString());
-    const p = m.id && pending.get(m.id);
-    if (!p) return;
-    pending.delete(m.id);
-    if (m.error) p.reject(new Error(`${m.error.message}`)); else p.resolve(m.result);
-  });
-  return new Promise((resolve, reject) => {
-    ws.on('error', reject);
-    ws.on('open', () => resolve({
-      call: (method, params = {}, sessionId) => new Promise((res, rej) => {
-        const msg = { id: next++, method, params };
-        if (sessionId) msg.sessionId = sessionId;
-        pending.set(msg.id, { resolve: res, reject: rej });
-        ws.send(JSON.stringify(msg));
-      }),
-      close: () => ws.close(),
-    }));
-  });
-}
-
 async function until(what, f, ms = 60000) {
   const end = Date.now() + ms;
   for (;;) {
@@ -178,13 +151,15 @@ async function main() {
   out.sessionId = await page.$eval(live, (r) => r.dataset.sessionId);
   const viewUrl = await page.$eval(`${live} a.live-view`, (a) => a.href);
   await until('the session running', () => page.$eval(`${live} .state`, (c) => c.textContent === 'running'), 60000);
-  // The lessee shows a page in the session (its cdpUrl is the view's
-  // address without /view), in plain CDP beside the console's thumbnails.
-  const lessee = await cdp(viewUrl.replace(/\/view$/, '').replace(/^http/, 'ws'));
-  const { targetInfos } = await lessee.call('Target.getTargets');
-  const target = targetInfos.find((t) => t.type === 'page');
-  const { sessionId } = await lessee.call('Target.attachToTarget', { targetId: target.targetId, flatten: true });
-  await lessee.call('Page.navigate', { url: plan.pageUrl }, sessionId);
+  // The lessee's Playwright shows a page in the session (its cdpUrl is the
+  // view's address without /view) and stays connected while the console
+  // takes its thumbnails beside it.
+  const lessee = await chromium.connectOverCDP(viewUrl.replace(/\/view$/, ''));
+  const lessees = [];
+  lessee.on('disconnected', () => lessees.push('disconnected'));
+  const lc = lessee.contexts()[0] || (await lessee.newContext());
+  const lp = lc.pages()[0] || (await lc.newPage());
+  await lp.goto(plan.pageUrl);
   out.thumbnail = await until('the thumbnail of the session\'s page', () =>
     page.evaluate((u) => {
       const img = document.querySelector('#sessions tbody tr img.thumb');
@@ -208,7 +183,9 @@ async function main() {
       return d[1] > 150 && d[0] < 80 && d[2] < 80 ? { rgb: [d[0], d[1], d[2]], status: document.getElementById('status').textContent } : null;
     }), 30000);
   await view.close();
-  lessee.close();
+  // The lessee's Playwright lived through the thumbnails and the live view.
+  out.lesseeStillWorks = (await lp.evaluate(() => location.href)) === plan.pageUrl && lessees.length === 0;
+  await lessee.close();
 
   // Released in the console: listed as ended, with its charge and recording.
   await page.click(`${live} button`);

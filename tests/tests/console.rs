@@ -160,6 +160,9 @@ async fn the_console_shows_an_accounts_work_live_and_nothing_of_anothers() {
     let session_id = seen["sessionId"].as_str().unwrap().to_string();
     assert!(seen["thumbnail"]["alt"].as_str().unwrap().contains("/color/00c000"), "{report}");
     assert!(seen["liveView"]["rgb"].is_array(), "{report}");
+    // The lessee's Playwright, connected all along, was not disturbed by the
+    // console's thumbnails.
+    assert_eq!(seen["lesseeStillWorks"], true, "{report}");
     assert_eq!(seen["recordingLink"], true, "{report}");
     assert!(seen["endedCharge"].as_str().unwrap().ends_with('€'), "{report}");
 

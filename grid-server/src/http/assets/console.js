@@ -438,7 +438,11 @@
 
   // A thumbnail of a session's page: a screenshot over the session's own CDP
   // endpoint (a lessee's command, through the grid's gate), at most every
-  // THUMB_MS per session.
+  // THUMB_MS per session. The page is attached from a browser session of
+  // the console's own, never at the connection's root: the root's
+  // Target.attachedToTarget reaches every client of the session, and a
+  // lessee's Playwright, already attached to that page, would fail on a
+  // second attachment of it ("Duplicate target").
   const thumbing = new Set();
   function refreshThumb(id, cdpUrl) {
     const t = thumbs.get(id);
@@ -465,13 +469,14 @@
     ws.onerror = () => { clearTimeout(timer); done(); };
     ws.onopen = async () => {
       try {
-        const { targetInfos } = await call('Target.getTargets');
+        const { sessionId: browser } = await call('Target.attachToBrowserTarget');
+        const { targetInfos } = await call('Target.getTargets', {}, browser);
         const pages = targetInfos.filter((x) => x.type === 'page');
         const page = pages.find((x) => x.url !== 'about:blank') || pages[0];
         if (!page) return;
-        const { sessionId } = await call('Target.attachToTarget', { targetId: page.targetId, flatten: true });
+        const { sessionId } = await call('Target.attachToTarget', { targetId: page.targetId, flatten: true }, browser);
         const shot = await call('Page.captureScreenshot', { format: 'jpeg', quality: 50 }, sessionId);
-        await call('Target.detachFromTarget', { sessionId }).catch(() => {});
+        await call('Target.detachFromTarget', { sessionId }, browser).catch(() => {});
         thumbs.set(id, { src: `data:image/jpeg;base64,${shot.data}`, url: page.url, at: Date.now() });
       } catch (_) {
         // The session went away meanwhile: the next poll no longer lists it.
