@@ -100,11 +100,13 @@ fi
 # and openapi-typescript with the TypeScript compiler (types generated from
 # the grid's OpenAPI document, type-checked: tests/tests/openapi_clients.rs),
 # and Playwright MCP, the peer of the grid's browser tools (run through a
-# session's cdpUrl: tests/tests/browser_tools.rs, bench/browser_tools.sh).
+# session's cdpUrl: tests/tests/browser_tools.rs, bench/browser_tools.sh),
+# and axe-core, the accessibility checks of the web console
+# (tests/tests/console.rs).
 command -v node >/dev/null 2>&1 || need_pkg nodejs
 command -v npm >/dev/null 2>&1 || need_pkg npm
 node_clients_missing=0
-for package in playwright-core puppeteer-core @modelcontextprotocol/sdk @modelcontextprotocol/client @modelcontextprotocol/inspector openapi-typescript typescript @playwright/mcp; do
+for package in playwright-core puppeteer-core @modelcontextprotocol/sdk @modelcontextprotocol/client @modelcontextprotocol/inspector openapi-typescript typescript @playwright/mcp axe-core; do
     [ -d "tests/clients/node_modules/$package" ] || node_clients_missing=1
 done
 if [ "$node_clients_missing" -eq 1 ]; then

@@ -1,4 +1,4 @@
-//! `grid batch submit | show | wait`.
+//! `grid batch submit | list | show | wait`.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use grid_client::endpoint;
 use grid_client::jobs::new_idempotency_key;
-use grid_core::wire::batch::{BatchCreated, BatchJobState, BatchView, NewBatch};
+use grid_core::wire::batch::{BatchCreated, BatchJobState, BatchList, BatchSummary, BatchView, NewBatch};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::path::PathBuf;
 
@@ -31,6 +31,8 @@ pub enum BatchCommand {
     /// finish and prints its items (with --json: a second line, the final
     /// batch view), exiting with 3 if any item failed.
     Submit(SubmitArgs),
+    /// List your recent batches, newest first, with their counts (GET /batches).
+    List(ListArgs),
     /// Show a batch's counts and items (GET /batches/{batchId}).
     Show {
         /// The batch id.
@@ -93,6 +95,19 @@ pub struct SubmitArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Batches per page, 1 to 100 (server default 50).
+    #[arg(long)]
+    limit: Option<usize>,
+    /// Start at this page (a previous nextCursor).
+    #[arg(long)]
+    cursor: Option<String>,
+    /// Follow nextCursor to the last page.
+    #[arg(long)]
+    all: bool,
+}
+
+#[derive(Debug, Args)]
 pub struct WaitArgs {
     /// Seconds between polls.
     #[arg(long, value_name = "SECONDS", default_value = "2", value_parser = parse_seconds)]
@@ -105,9 +120,60 @@ pub struct WaitArgs {
 pub async fn run(cx: &Context, command: BatchCommand) -> anyhow::Result<ExitCode> {
     match command {
         BatchCommand::Submit(args) => submit(cx, args).await,
+        BatchCommand::List(args) => list(cx, args).await.map(|()| ExitCode::SUCCESS),
         BatchCommand::Show { batch_id } => show(cx, &batch_id).await,
         BatchCommand::Wait { batch_id, wait } => wait_and_show(cx, &batch_id, wait).await,
     }
+}
+
+/// One page, or every page with --all; with --json each page's answer as a
+/// line, as `grid job list` does.
+async fn list(cx: &Context, args: ListArgs) -> anyhow::Result<()> {
+    let mut cursor = args.cursor;
+    let mut batches = Vec::new();
+    loop {
+        let reply = cx.client.send_raw(&endpoint::list_batches(args.limit, cursor.as_deref())).await?;
+        let page: BatchList = reply.decode()?;
+        if cx.json {
+            output::json_line(&reply)?;
+        } else {
+            batches.extend(page.batches);
+        }
+        match page.next_cursor {
+            Some(next) if args.all => cursor = Some(next),
+            Some(next) => {
+                if !cx.json {
+                    output::lines(&list_lines(&batches))?;
+                    eprintln!("more batches: --cursor {next} (or --all)");
+                }
+                return Ok(());
+            }
+            None => break,
+        }
+    }
+    if !cx.json {
+        output::lines(&list_lines(&batches))?;
+    }
+    Ok(())
+}
+
+fn list_lines(batches: &[BatchSummary]) -> Vec<String> {
+    let rows: Vec<Vec<String>> = batches
+        .iter()
+        .map(|b| {
+            vec![
+                b.batch_id.clone(),
+                b.created_at.to_iso(),
+                b.script.clone(),
+                b.total.to_string(),
+                b.counts.waiting.to_string(),
+                b.counts.active.to_string(),
+                b.counts.completed.to_string(),
+                b.counts.failed.to_string(),
+            ]
+        })
+        .collect();
+    output::table(&["BATCH", "CREATED", "SCRIPT", "ITEMS", "WAITING", "ACTIVE", "COMPLETED", "FAILED"], &rows)
 }
 
 async fn submit(cx: &Context, args: SubmitArgs) -> anyhow::Result<ExitCode> {

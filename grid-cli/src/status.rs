@@ -30,6 +30,7 @@ pub async fn status(cx: &Context) -> anyhow::Result<ExitCode> {
         ("depth", depth.depth.to_string()),
         ("workers", grid.workers.to_string()),
         ("sessions", format!("{} of {}", grid.sessions, grid.max_sessions)),
+        ("nodes", grid.nodes.to_string()),
     ]))?;
     Ok(ExitCode::SUCCESS)
 }

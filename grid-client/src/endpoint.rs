@@ -11,7 +11,7 @@ use std::fmt;
 use std::marker::PhantomData;
 
 use grid_core::catalog::ArtifactKind;
-use grid_core::wire::batch::{BatchCreated, BatchView, NewBatch};
+use grid_core::wire::batch::{BatchCreated, BatchList, BatchView, NewBatch};
 use grid_core::wire::grid::{GridStatus, Health, ProtectedResource, QueueDepth};
 use grid_core::wire::item::{ArtifactUrl, CaptureItem, ItemRetried};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
@@ -209,6 +209,19 @@ pub fn submit_batch(batch: &NewBatch) -> Endpoint<BatchCreated> {
     Endpoint::new(Method::POST, &["batches"], true).with_json(batch)
 }
 
+/// GET /batches: one page of the caller's batches, newest first; `cursor`
+/// is the previous page's `nextCursor`.
+pub fn list_batches(limit: Option<usize>, cursor: Option<&str>) -> Endpoint<BatchList> {
+    let mut endpoint = Endpoint::new(Method::GET, &["batches"], true);
+    if let Some(limit) = limit {
+        endpoint = endpoint.with_query("limit", limit.to_string());
+    }
+    if let Some(cursor) = cursor {
+        endpoint = endpoint.with_query("cursor", cursor.to_string());
+    }
+    endpoint
+}
+
 /// GET /batches/{batchId}.
 pub fn batch(batch_id: &str) -> Endpoint<BatchView> {
     Endpoint::new(Method::GET, &["batches", batch_id], true)
@@ -319,6 +332,16 @@ mod tests {
         let keyed = plain.with_idempotency_key("k-1");
         assert_eq!(keyed.idempotency_key(), Some("k-1"));
         assert_eq!(keyed.to_string(), "POST /batches");
+    }
+
+    #[test]
+    fn batch_list_takes_limit_and_cursor() {
+        let base = "http://127.0.0.1:8080";
+        assert_eq!(url_of(base, &list_batches(None, None)), "http://127.0.0.1:8080/batches");
+        assert_eq!(
+            url_of(base, &list_batches(Some(5), Some("bt_1.ab"))),
+            "http://127.0.0.1:8080/batches?limit=5&cursor=bt_1.ab"
+        );
     }
 
     #[test]

@@ -35,7 +35,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use grid_core::catalog::ArtifactKind;
 use grid_core::validate::one_call::OneCall;
-use grid_core::wire::batch::{BatchCreated, BatchView, NewBatch};
+use grid_core::wire::batch::{BatchCreated, BatchList, BatchSummary, BatchView, NewBatch};
 use grid_core::wire::grid::{GridStatus, Health, ProtectedResource, QueueDepth};
 use grid_core::wire::item::{ArtifactUrl, CaptureItem, ItemRetried};
 use grid_core::wire::job::NewJob;
@@ -390,6 +390,27 @@ impl GridClient {
     ) -> Result<captures::Captured, ClientError> {
         let reply = self.send_raw_within(&captures::one_call(call, url, options), self.download_timeout).await?;
         captures::Captured::from_reply(reply)
+    }
+
+    /// GET /batches: one page of the caller's batches, newest first.
+    pub async fn list_batches(&self, limit: Option<usize>, cursor: Option<&str>) -> Result<BatchList, ClientError> {
+        self.send(&endpoint::list_batches(limit, cursor)).await
+    }
+
+    /// GET /batches, following `nextCursor` until `max` batches or the last
+    /// page; newest first.
+    pub async fn recent_batches(&self, max: usize) -> Result<Vec<BatchSummary>, ClientError> {
+        let mut all = Vec::new();
+        let mut cursor: Option<String> = None;
+        while all.len() < max {
+            let page = self.list_batches(Some((max - all.len()).min(100)), cursor.as_deref()).await?;
+            all.extend(page.batches);
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        Ok(all)
     }
 
     /// GET /batches/{batchId}.

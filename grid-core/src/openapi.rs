@@ -176,7 +176,7 @@ fn replace_children(v: &mut Value, names: &Names) {
     }
 }
 
-const TAGS: [(&str, &str); 8] = [
+const TAGS: [(&str, &str); 9] = [
     ("meta", "Health, OAuth protected-resource metadata and this document; no credential."),
     ("account", "The caller's own account and the grid's state."),
     ("captures", "Capture batches of 1 to 1,000 URLs; each URL is an item with published files."),
@@ -185,6 +185,7 @@ const TAGS: [(&str, &str); 8] = [
     ("mcp", "The grid's calls as MCP tools (stateless Streamable HTTP)."),
     ("downloads", "Published capture files and a session's downloaded files behind short-lived signed URLs; the signature is the credential."),
     ("cdp", "A session's DevTools endpoint; the token in the path is the credential."),
+    ("console", "The web console (docs/console.md): a page and its two assets, served from the binary with no credential; the page calls this API with the key a person gives it."),
 ];
 
 /// A response object of the error table's row, for `components.responses`.
@@ -668,8 +669,9 @@ fn describe(route: Route) -> Operation {
             ..op("getAccount", "account", "The caller's balance and ledger")
         },
         GridStatus => Operation {
+            description: Some("`nodes` (ours) is the number of live nodes of the grid (docs/scale-out.md); the other figures are the contract's.".into()),
             answers: vec![Answer::json(200, "Figures of the whole grid.", replies::grid_status())],
-            ..op("getGridStatus", "account", "Queue, workers and sessions of the grid")
+            ..op("getGridStatus", "account", "Queue, workers, sessions and nodes of the grid")
         },
         QueueDepth => Operation {
             answers: vec![Answer::json(200, "Capture items waiting, prioritised, delayed or active.", replies::queue_depth())],
@@ -694,6 +696,14 @@ fn describe(route: Route) -> Operation {
             ]
             .concat(),
             ..op("submitBatch", "captures", "Submit a capture batch")
+        },
+        ListBatches => Operation {
+            description: Some("The caller's batches, newest first, each with its counts by state (the items themselves: GET /batches/{batchId}). One-call captures are batches of one URL and are listed too.".into()),
+            parameters: query_parameters(&shapes::batch_list_query(), &["limit", "cursor"]),
+            answers: vec![Answer::json(200, "A page of the caller's batches.", replies::batch_list())
+                .link("GetFirstBatch", "getBatch", "batchId", "/batches/0/batchId", &[])],
+            errors: vec![ApiError::InvalidListQuery { detail: detail() }, ApiError::InvalidListCursor],
+            ..op("listBatches", "captures", "The caller's recent batches")
         },
         GetBatch => Operation {
             answers: vec![Answer::json(200, "The batch's counts and items, sorted by jobId.", replies::batch_view())
@@ -954,6 +964,20 @@ fn describe(route: Route) -> Operation {
                 .header("content-security-policy", json!({"type": "string"}), true)],
             errors: vec![ApiError::RecordingNotPresent],
             ..op("downloadSessionRecording", "downloads", "Open a session's replay page")
+        },
+        Console => Operation {
+            description: Some("An HTML page, not an API call: the web console, which asks for an API key and shows the account, batches, jobs, sessions and the grid through this API. Served from the binary under a Content-Security-Policy that allows only its own script and style (docs/console.md).".into()),
+            answers: vec![Answer::with_content(200, "The console's page.", "text/html", json!({"type": "string"}))
+                .header("content-security-policy", json!({"type": "string"}), true)],
+            ..op("getConsole", "console", "The web console")
+        },
+        ConsoleScript => Operation {
+            answers: vec![Answer::with_content(200, "The console's script.", "text/javascript", json!({"type": "string"}))],
+            ..op("getConsoleScript", "console", "The web console's script")
+        },
+        ConsoleStyle => Operation {
+            answers: vec![Answer::with_content(200, "The console's style sheet.", "text/css", json!({"type": "string"}))],
+            ..op("getConsoleStyle", "console", "The web console's style sheet")
         },
         // Not published (`published`): described for the exhaustive match only.
         NodeSessionSync => Operation {

@@ -38,6 +38,8 @@ pub fn named() -> Vec<(&'static str, Value)> {
         ("Batch", batch_view()),
         ("BatchCounts", batch_counts()),
         ("BatchItem", batch_item()),
+        ("BatchSummary", batch_summary()),
+        ("BatchList", batch_list()),
         ("CaptureItem", capture_item()),
         ("ItemState", item_state()),
         ("ItemRetried", item_retried()),
@@ -76,7 +78,8 @@ pub fn grid_status() -> Value {
         "queue": queue_counts(),
         "workers": count(),
         "sessions": count(),
-        "maxSessions": count()
+        "maxSessions": count(),
+        "nodes": count()
     }))
 }
 
@@ -155,6 +158,23 @@ pub fn batch_view() -> Value {
         "total": count(),
         "jobs": array(batch_item())
     }))
+}
+
+/// One batch of GET /batches (`wire::batch::BatchSummary`).
+pub fn batch_summary() -> Value {
+    object(json!({
+        "batchId": string(),
+        "createdAt": time(),
+        "script": string(),
+        "profileId": string(),
+        "counts": batch_counts(),
+        "total": count()
+    }))
+}
+
+/// GET /batches (`wire::batch::BatchList`).
+pub fn batch_list() -> Value {
+    object(json!({"batches": array(batch_summary()), "nextCursor": nullable(string())}))
 }
 
 fn batch_counts() -> Value {

@@ -28,6 +28,8 @@ pub enum Route {
     GridStatus,
     QueueDepth,
     SubmitBatch,
+    /// The caller's recent batches, newest first (the console's list).
+    ListBatches,
     GetBatch,
     SubmitJob,
     ListJobs,
@@ -85,6 +87,13 @@ pub enum Route {
     /// Node to node: an MCP browser tool run by the node holding the
     /// session's browser, for a call that reached another node.
     NodeSessionTool,
+    /// The web console's page (docs/console.md): HTML served from the
+    /// binary; the person gives their key in the page.
+    Console,
+    /// The console's script and its style sheet (a strict
+    /// Content-Security-Policy allows no inline script or style).
+    ConsoleScript,
+    ConsoleStyle,
 }
 
 /// What a route takes as its credential.
@@ -108,7 +117,7 @@ pub enum Access {
 }
 
 impl Route {
-    pub const ALL: [Route; 47] = [
+    pub const ALL: [Route; 51] = [
         Route::Healthz,
         Route::ProtectedResource,
         Route::ProtectedResourceMcp,
@@ -117,6 +126,7 @@ impl Route {
         Route::GridStatus,
         Route::QueueDepth,
         Route::SubmitBatch,
+        Route::ListBatches,
         Route::GetBatch,
         Route::SubmitJob,
         Route::ListJobs,
@@ -156,6 +166,9 @@ impl Route {
         Route::NodeSessionSync,
         Route::NodeJobSync,
         Route::NodeSessionTool,
+        Route::Console,
+        Route::ConsoleScript,
+        Route::ConsoleStyle,
     ];
 
     /// The HTTP method, upper case.
@@ -171,7 +184,7 @@ impl Route {
             | GetBatch | ListJobs | GetJob | JobArtifacts | JobLogs | ArtifactUrl | ListSessions | SessionDownloads
             | SessionRecording | ListContexts | Download | SessionDownload | RecordingFile | CdpSocket | CdpVersion
             | CdpTargets | CdpTargetList | CdpNewTargetGet | CdpCloseTarget | CdpActivateTarget | CdpView
-            | CdpBrowserSocket | CdpPageSocket => "GET",
+            | CdpBrowserSocket | CdpPageSocket | ListBatches | Console | ConsoleScript | ConsoleStyle => "GET",
         }
     }
 
@@ -186,7 +199,7 @@ impl Route {
             Account => "/account",
             GridStatus => "/grid",
             QueueDepth => "/grid/queue-depth",
-            SubmitBatch => "/batches",
+            SubmitBatch | ListBatches => "/batches",
             GetBatch => "/batches/{batchId}",
             SubmitJob | ListJobs => "/jobs",
             GetJob => "/jobs/{jobId}",
@@ -224,6 +237,9 @@ impl Route {
             NodeSessionSync => "/internal/sessions/{sessionId}/sync",
             NodeJobSync => "/internal/jobs/{jobId}/sync",
             NodeSessionTool => "/internal/sessions/{sessionId}/tool",
+            Console => "/console",
+            ConsoleScript => "/console/console.js",
+            ConsoleStyle => "/console/console.css",
         }
     }
 
@@ -231,11 +247,14 @@ impl Route {
         use Route::*;
         match self {
             // A preflight carries no credential (browsers send none).
-            Healthz | ProtectedResource | ProtectedResourceMcp | OpenApi | McpPreflight => Access::Open,
-            Account | GridStatus | QueueDepth | SubmitBatch | GetBatch | SubmitJob | ListJobs | GetJob | RetryJob
-            | CancelJob | JobArtifacts | JobLogs | ArtifactUrl | LeaseSession | ListSessions | ReleaseSession
-            | SessionDownloads | SessionRecording | CreateContext | ListContexts | DeleteContext | Screenshot | Pdf
-            | Content => Access::Credential,
+            // The console's page and assets hold no data: the page asks the
+            // API with the key the person gives it.
+            Healthz | ProtectedResource | ProtectedResourceMcp | OpenApi | McpPreflight | Console | ConsoleScript
+            | ConsoleStyle => Access::Open,
+            Account | GridStatus | QueueDepth | SubmitBatch | ListBatches | GetBatch | SubmitJob | ListJobs
+            | GetJob | RetryJob | CancelJob | JobArtifacts | JobLogs | ArtifactUrl | LeaseSession | ListSessions
+            | ReleaseSession | SessionDownloads | SessionRecording | CreateContext | ListContexts | DeleteContext
+            | Screenshot | Pdf | Content => Access::Credential,
             Mcp => Access::Mcp,
             Download | SessionDownload | RecordingFile => Access::SignedUrl,
             CdpSocket | CdpVersion | CdpTargets | CdpTargetList | CdpNewTarget | CdpNewTargetGet | CdpCloseTarget
@@ -355,6 +374,7 @@ mod tests {
                 | Route::GridStatus
                 | Route::QueueDepth
                 | Route::SubmitBatch
+                | Route::ListBatches
                 | Route::GetBatch
                 | Route::SubmitJob
                 | Route::ListJobs
@@ -393,7 +413,10 @@ mod tests {
                 | Route::NodeJobSync
                 | Route::CreateContext
                 | Route::ListContexts
-                | Route::DeleteContext => {}
+                | Route::DeleteContext
+                | Route::Console
+                | Route::ConsoleScript
+                | Route::ConsoleStyle => {}
             }
         }
         let routes: std::collections::BTreeSet<Route> = Route::ALL.into_iter().collect();

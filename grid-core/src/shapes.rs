@@ -710,6 +710,17 @@ pub fn job_list_query() -> Value {
     )
 }
 
+/// GET /batches' parameters.
+pub fn batch_list_query() -> Value {
+    object(
+        json!({
+            "limit": {"type": "integer", "minimum": list::MIN_LIMIT, "maximum": list::MAX_LIMIT, "default": list::DEFAULT_LIMIT},
+            "cursor": {"type": "string", "description": "nextCursor of the previous page"}
+        }),
+        &[],
+    )
+}
+
 /// GET /account's parameters (the `get_account` tool's arguments).
 pub fn account_query() -> Value {
     object(

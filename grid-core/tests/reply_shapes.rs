@@ -14,7 +14,7 @@ use grid_core::reply_shapes as replies;
 use grid_core::session::SessionStatus;
 use grid_core::time::Millis;
 use grid_core::wire::account::{AccountStatement, AccountView, DailyCapUse, LedgerLine};
-use grid_core::wire::batch::{BatchCounts, BatchCreated, BatchJob, BatchJobState, BatchView};
+use grid_core::wire::batch::{BatchCounts, BatchCreated, BatchJob, BatchJobState, BatchList, BatchSummary, BatchView};
 use grid_core::wire::grid::{GridStatus, Health, ProtectedResource, QueueCounts, QueueDepth, SCOPES_SUPPORTED};
 use grid_core::wire::item::{ArtifactUrl, CaptureItem, ItemRetried};
 use grid_core::wire::job::{JobPhase, Termination, TerminationReason};
@@ -238,6 +238,7 @@ fn every_answer_fits_its_schema_field_for_field() {
             workers: 1,
             sessions: 0,
             max_sessions: 4,
+            nodes: 1,
         },
     );
     check("QueueDepth", replies::queue_depth(), QueueDepth { depth: 3 });
@@ -276,6 +277,21 @@ fn every_answer_fits_its_schema_field_for_field() {
         },
     );
     check("BatchCreated", replies::batch_created(), BatchCreated { batch_id: "bt_1".into(), job_count: 2 });
+    check(
+        "BatchList",
+        replies::batch_list(),
+        BatchList {
+            batches: vec![BatchSummary {
+                batch_id: "bt_1".into(),
+                created_at: Millis(1_700_000_000_000),
+                script: "fetch".into(),
+                profile_id: "desktop-browser-nl/v2".into(),
+                counts: BatchCounts { waiting: 1, active: 0, completed: 2, failed: 0 },
+                total: 3,
+            }],
+            next_cursor: Some("c".into()),
+        },
+    );
     check(
         "BatchView",
         replies::batch_view(),

@@ -87,6 +87,14 @@ fn shapes() -> Vec<Shape> {
             validate: validate_account,
             absent: &[],
         },
+        Shape {
+            name: "BatchListQuery",
+            schema: shapes::batch_list_query(),
+            // No wire type: query parameters of GET /batches.
+            full: json!({"limit": 10, "cursor": "c"}),
+            validate: validate_batch_list,
+            absent: &[],
+        },
         // A batch's `params`, one schema per script (no wire type: a map),
         // each with every parameter the script takes.
         Shape {
@@ -318,6 +326,16 @@ fn validate_list(args: &Value) -> Result<String, Vec<String>> {
         Ok(q) => Ok(format!("{q:?}")),
         Err(ApiError::InvalidListQuery { detail }) => Err(detail),
         Err(e) => panic!("list validator answered {e:?}"),
+    }
+}
+
+/// As the `list_batches` tool runs it: JSON to query pairs, then the query.
+fn validate_batch_list(args: &Value) -> Result<String, Vec<String>> {
+    let args = args.as_object().expect("batch list arguments are an object");
+    match list::batch_list_query_pairs(args).and_then(|pairs| list::batch_list_query(&pairs)) {
+        Ok(q) => Ok(format!("{q:?}")),
+        Err(ApiError::InvalidListQuery { detail }) => Err(detail),
+        Err(e) => panic!("batch list validator answered {e:?}"),
     }
 }
 
@@ -951,6 +969,7 @@ fn validator_fields(shape: &str, path: &Path) -> &'static [&'static str] {
         ("NewSession", ["proxy"]) => grid_core::validate::proxy::FIELDS,
         ("JobListQuery", []) => list::PARAMETERS,
         ("AccountQuery", []) => list::ACCOUNT_PARAMETERS,
+        ("BatchListQuery", []) => list::BATCH_PARAMETERS,
         (params_shape, rest) if params_shape.ends_with("Params") || params_shape.contains("Params(") => {
             let script = match params_shape.split('(').next().unwrap_or_default() {
                 "FetchParams" => Script::Fetch,
@@ -1333,7 +1352,7 @@ fn contract_bounds_are_published() {
         (s["properties"]["ttlMinutes"]["maximum"].clone(), s["properties"]["ttlMinutes"]["default"].clone()),
         (json!(240), json!(30))
     );
-    for schema in [b, j, s, shapes::job_list_query(), shapes::account_query()] {
+    for schema in [b, j, s, shapes::job_list_query(), shapes::batch_list_query(), shapes::account_query()] {
         assert_eq!(schema["type"], "object");
         assert_eq!(schema["additionalProperties"], false);
     }

@@ -82,6 +82,19 @@ impl Signer {
         format!("{position}.{}", &self.seal("cursor", &format!("{scope}\n{position}"))[..32])
     }
 
+    /// A cursor whose position is an id (GET /batches: ids sort in time
+    /// order and hold no `.`), bound to `scope` as `seal_cursor`'s.
+    pub fn seal_id_cursor(&self, scope: &str, id: &str) -> String {
+        format!("{id}.{}", &self.seal("id-cursor", &format!("{scope}\n{id}"))[..32])
+    }
+
+    pub fn open_id_cursor(&self, scope: &str, cursor: &str) -> Option<String> {
+        let (id, sig) = cursor.rsplit_once('.')?;
+        let full = self.seal("id-cursor", &format!("{scope}\n{id}"));
+        let ok = sig.len() == 32 && sig.bytes().zip(full.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
+        ok.then(|| id.to_string())
+    }
+
     pub fn open_cursor(&self, scope: &str, cursor: &str) -> Option<i64> {
         let (position, sig) = cursor.split_once('.')?;
         let position: i64 = position.parse().ok()?;
@@ -133,6 +146,11 @@ mod tests {
             "1b881a421519fe42c18550fc746fe8fd683fa877c763fe619bd4a31e4c71a41c"
         );
         assert_eq!(s.seal_cursor("acc_1|None", 42), "42.9e11c1879e26767d9f37f84aeab9e495");
+        let id_cursor = s.seal_id_cursor("acc_1", "bt_01J");
+        assert_eq!(s.open_id_cursor("acc_1", &id_cursor).as_deref(), Some("bt_01J"));
+        assert_eq!(s.open_id_cursor("acc_2", &id_cursor), None, "bound to its caller");
+        assert_eq!(s.open_id_cursor("acc_1", &id_cursor.replace("bt_01J", "bt_01K")), None);
+        assert_eq!(s.open_cursor("acc_1", &id_cursor), None, "an id cursor is no seq cursor");
     }
 
     #[test]

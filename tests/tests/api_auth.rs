@@ -169,7 +169,7 @@ async fn grid_status_and_queue_depth_have_contract_shape() {
     for field in ["wait", "prioritized", "delayed"] {
         assert!(r.json["queue"][field].is_u64(), "queue.{field} not an integer: {r}");
     }
-    for field in ["workers", "sessions", "maxSessions"] {
+    for field in ["workers", "sessions", "maxSessions", "nodes"] {
         assert!(r.json[field].is_u64(), "{field} not an integer: {r}");
     }
     let d = server.get("/grid/queue-depth").await;

@@ -1,4 +1,4 @@
-//! GET /jobs, GET /jobs/{jobId}/logs and GET /account query strings, already
+//! GET /jobs, GET /batches, GET /jobs/{jobId}/logs and GET /account query strings, already
 //! split into decoded pairs by the server, and the same parameters given as
 //! JSON (the `list_jobs` and `get_account` tools' arguments).
 
@@ -123,12 +123,25 @@ pub const ACCOUNT_PARAMETERS: &[&str] = &["limit", "cursor", "kind"];
 /// `get_account` arguments as GET /account query pairs (checked again by
 /// `account_query`): a wrong JSON type is refused by name here.
 pub fn account_query_pairs(args: &Map<String, Value>) -> Result<Vec<(String, String)>, ApiError> {
+    string_query_pairs(args, ACCOUNT_PARAMETERS)
+}
+
+/// `list_batches` arguments as GET /batches query pairs (checked again by
+/// `batch_list_query`).
+pub fn batch_list_query_pairs(args: &Map<String, Value>) -> Result<Vec<(String, String)>, ApiError> {
+    string_query_pairs(args, BATCH_PARAMETERS)
+}
+
+/// Arguments of a list whose parameters are `limit` (a whole number) and
+/// strings, among `allowed`, as query pairs; a wrong JSON type or an unknown
+/// member is refused by name.
+fn string_query_pairs(args: &Map<String, Value>, allowed: &[&str]) -> Result<Vec<(String, String)>, ApiError> {
     let mut pairs = vec![];
     let mut problems = vec![];
     for (k, v) in args {
         match (k.as_str(), v) {
-            (k, _) if !ACCOUNT_PARAMETERS.contains(&k) => {
-                problems.push(format!("{k}: unknown parameter; one of {}", ACCOUNT_PARAMETERS.join(", ")))
+            (k, _) if !allowed.contains(&k) => {
+                problems.push(format!("{k}: unknown parameter; one of {}", allowed.join(", ")))
             }
             ("limit", v) => match whole_number(v) {
                 Some(n) => pairs.push((k.clone(), n.to_string())),
@@ -247,6 +260,41 @@ pub fn account_query(pairs: &[(String, String)]) -> Result<AccountQuery, ApiErro
     }
 }
 
+/// GET /batches: a page of the caller's batches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchListQuery {
+    pub limit: usize,
+    pub cursor: Option<String>,
+}
+
+/// Parameters of GET /batches.
+pub const BATCH_PARAMETERS: &[&str] = &["limit", "cursor"];
+
+pub fn batch_list_query(pairs: &[(String, String)]) -> Result<BatchListQuery, ApiError> {
+    let mut q = BatchListQuery { limit: DEFAULT_LIMIT, cursor: None };
+    let mut problems = vec![];
+    let mut seen = std::collections::BTreeSet::new();
+    for (k, v) in pairs {
+        if !seen.insert(k.as_str()) {
+            problems.push(format!("{k}: given more than once"));
+            continue;
+        }
+        match k.as_str() {
+            "limit" => match parse_limit(v) {
+                Ok(n) => q.limit = n,
+                Err(problem) => problems.push(problem),
+            },
+            "cursor" => q.cursor = Some(v.clone()),
+            _ => problems.push(format!("{k}: unknown query parameter; one of {}", BATCH_PARAMETERS.join(", "))),
+        }
+    }
+    if problems.is_empty() {
+        Ok(q)
+    } else {
+        Err(ApiError::InvalidListQuery { detail: problems })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -325,6 +373,19 @@ mod tests {
             [(("limit", "0"), "limit:"), (("kind", "charges"), "kind:"), (("phase", "RUNNING"), "phase:")]
         {
             match account_query(&pairs(&[bad])) {
+                Err(ApiError::InvalidListQuery { detail }) => assert!(detail[0].starts_with(field), "{detail:?}"),
+                other => panic!("expected INVALID_LIST_QUERY, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn batch_list_query_takes_limit_and_cursor_only() {
+        assert_eq!(batch_list_query(&[]).unwrap(), BatchListQuery { limit: 50, cursor: None });
+        let q = batch_list_query(&pairs(&[("limit", "3"), ("cursor", "c")])).unwrap();
+        assert_eq!(q, BatchListQuery { limit: 3, cursor: Some("c".into()) });
+        for (bad, field) in [(("limit", "101"), "limit:"), (("phase", "RUNNING"), "phase:")] {
+            match batch_list_query(&pairs(&[bad])) {
                 Err(ApiError::InvalidListQuery { detail }) => assert!(detail[0].starts_with(field), "{detail:?}"),
                 other => panic!("expected INVALID_LIST_QUERY, got {other:?}"),
             }

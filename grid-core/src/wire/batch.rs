@@ -1,10 +1,12 @@
-//! POST /batches and GET /batches/{batchId}.
+//! POST /batches, GET /batches (the caller's recent batches) and GET
+//! /batches/{batchId}.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::catalog::{Profile, Script};
 use crate::item::ItemState;
+use crate::time::Millis;
 use crate::wire::proxy::{NewProxy, UpstreamProxy};
 
 /// What a client sends to POST /batches. Optional fields left out take the
@@ -127,4 +129,26 @@ impl BatchView {
     pub fn is_done(&self) -> bool {
         self.counts.completed + self.counts.failed == self.total
     }
+}
+
+/// One batch of GET /batches: what it ran and how far it got, without its
+/// items (GET /batches/{batchId} has them).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BatchSummary {
+    pub batch_id: String,
+    pub created_at: Millis,
+    pub script: String,
+    pub profile_id: String,
+    pub counts: BatchCounts,
+    pub total: u32,
+}
+
+/// GET /batches: a page of the caller's batches, newest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BatchList {
+    pub batches: Vec<BatchSummary>,
+    /// Opaque; pass as `cursor` for the next (older) page. `null` on the last.
+    pub next_cursor: Option<String>,
 }

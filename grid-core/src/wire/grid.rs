@@ -16,6 +16,11 @@ pub struct GridStatus {
     pub workers: u32,
     pub sessions: u32,
     pub max_sessions: u32,
+    /// The grid's live nodes (ours, beside the contract's figures; a
+    /// count only: node names are the operator's, `grid-server node list`).
+    /// Absent from an older server's answer, read as 0.
+    #[serde(default)]
+    pub nodes: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -112,6 +112,21 @@ pub async fn batch(app: &App, caller: &Caller, id: &str) -> Result<Reply, ApiErr
     view.map(|v| Reply::json(200, &v)).ok_or(ApiError::UnknownBatch)
 }
 
+/// GET /batches: a page of the caller's own batches (the store filters by
+/// account in SQL), the cursor bound to the caller.
+pub async fn list_batches(app: &App, caller: &Caller, query: &[(String, String)]) -> Result<Reply, ApiError> {
+    let q = validate::list::batch_list_query(query)?;
+    let scope = format!("batches|{}", caller.account_id);
+    let before = match &q.cursor {
+        Some(c) => Some(app.signer.open_id_cursor(&scope, c).ok_or(ApiError::InvalidListCursor)?),
+        None => None,
+    };
+    let (account, limit) = (caller.account_id.clone(), q.limit);
+    let (batches, next) = app.store.read(move |c| items::list_batches(c, &account, before.as_deref(), limit)).await?;
+    let next_cursor = next.map(|id| app.signer.seal_id_cursor(&scope, &id));
+    Ok(Reply::json(200, &grid_core::wire::batch::BatchList { batches, next_cursor }))
+}
+
 pub async fn item(app: &App, caller: &Caller, id: &str) -> Result<Reply, ApiError> {
     let (account, id) = (caller.account_id.clone(), id.to_string());
     let view = app.store.lookup(move |c| items::item_view(c, &account, &id)).await?;

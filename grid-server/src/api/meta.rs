@@ -29,15 +29,17 @@ pub async fn grid_status(app: &App) -> Result<Reply, ApiError> {
     // item), every live session, and the slots of every live node.
     let (me, live_after) =
         (app.config.node.clone(), crate::store::nodes::live_after(app.clock.now(), app.config.node_lease));
-    let (queue, active, sessions, max_sessions) = app
+    let (queue, active, sessions, max_sessions, nodes) = app
         .store
         .read(move |c| {
             let (queue, active) = items::queue_counts(c)?;
             let sessions = crate::store::sessions::live_count(c)?;
-            Ok((queue, active, sessions, crate::store::nodes::live_max_sessions(c, &me, live_after)?))
+            let max_sessions = crate::store::nodes::live_max_sessions(c, &me, live_after)?;
+            let nodes = crate::store::nodes::list(c, live_after)?.iter().filter(|n| n.live).count() as u32;
+            Ok((queue, active, sessions, max_sessions, nodes))
         })
         .await?;
-    Ok(Reply::json(200, &GridStatus { queue, workers: active, sessions, max_sessions }))
+    Ok(Reply::json(200, &GridStatus { queue, workers: active, sessions, max_sessions, nodes }))
 }
 
 pub async fn queue_depth(app: &App) -> Result<Reply, ApiError> {

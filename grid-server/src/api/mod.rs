@@ -107,6 +107,8 @@ pub enum Call {
         body: Value,
         idempotency_key: Option<String>,
     },
+    /// GET /batches: the caller's recent batches.
+    ListBatches(Query),
     Batch(String),
     /// GET /jobs/{id}: a capture item or an analytical job.
     GetJob(String),
@@ -171,6 +173,7 @@ pub async fn perform(app: &Arc<App>, caller: &Caller, call: Call) -> Result<Repl
         Call::GridStatus => meta::grid_status(app).await,
         Call::QueueDepth => meta::queue_depth(app).await,
         Call::SubmitBatch { body, idempotency_key } => captures::submit_batch(app, caller, body, idempotency_key).await,
+        Call::ListBatches(query) => captures::list_batches(app, caller, &query).await,
         Call::Batch(id) => captures::batch(app, caller, &id).await,
         Call::OneCall { call, body } => captures::one_call(app, caller, call, body).await,
         Call::GetJob(id) if is_compute(&id) => jobs::get(app, caller, &id).await,

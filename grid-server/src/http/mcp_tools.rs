@@ -18,7 +18,7 @@ use grid_core::browser_tools;
 use grid_core::catalog::{ArtifactKind, Script};
 use grid_core::error::ApiError;
 use grid_core::pricing::{JOB_MICROS_PER_GIB_HOUR, JOB_MICROS_PER_VCPU_HOUR, SESSION_MICROS_PER_HOUR};
-use grid_core::validate::list::{account_query_pairs, query_pairs};
+use grid_core::validate::list::{account_query_pairs, batch_list_query_pairs, query_pairs};
 use grid_core::validate::one_call::OneCall;
 use grid_core::{reply_shapes as replies, shapes};
 use serde_json::{json, Map, Value};
@@ -154,6 +154,16 @@ fn tools_table() -> Vec<Tool> {
             description: "Counts and items (ids and states) of a capture batch. Free.".into(),
             input: id_argument("batchId", "The batchId submit_batch answered."),
             output: replies::batch_view(),
+            hints: READ,
+        },
+        Tool {
+            name: "list_batches",
+            title: "List capture batches",
+            description: "Your capture batches, newest first, a page at a time, each with its counts by state \
+                          (its items: get_batch). Free."
+                .into(),
+            input: shapes::batch_list_query(),
+            output: replies::batch_list(),
             hints: READ,
         },
         Tool {
@@ -499,6 +509,7 @@ fn to_call(name: &str, args: &Map<String, Value>) -> Result<Call, ToolError> {
         // Tools take no Idempotency-Key (docs/idempotency.md).
         "submit_batch" => Call::SubmitBatch { body: body(), idempotency_key: None },
         "get_batch" => Call::Batch(string_arg(args, "batchId")?),
+        "list_batches" => Call::ListBatches(batch_list_query_pairs(args).map_err(ToolError::Refused)?),
         "get_job" => Call::GetJob(string_arg(args, "jobId")?),
         "retry_job" => Call::Retry(string_arg(args, "jobId")?),
         "get_artifact_url" => Call::ArtifactUrl { item: string_arg(args, "jobId")?, kind: string_arg(args, "kind")? },
@@ -919,6 +930,21 @@ mod tests {
     }
 
     #[test]
+    fn list_batches_arguments_become_query_pairs() {
+        let args = json!({"limit": 5, "cursor": "c"});
+        let Ok(Call::ListBatches(q)) = to_call("list_batches", args.as_object().unwrap()) else {
+            panic!("list_batches is a ListBatches call");
+        };
+        assert_eq!(q, [("cursor".to_string(), "c".to_string()), ("limit".into(), "5".into())]);
+        match to_call("list_batches", json!({"phase": "RUNNING"}).as_object().unwrap()) {
+            Err(ToolError::Refused(ApiError::InvalidListQuery { detail })) => {
+                assert_eq!(detail, ["phase: unknown parameter; one of limit, cursor"])
+            }
+            other => panic!("expected INVALID_LIST_QUERY, got {other:?}"),
+        }
+    }
+
+    #[test]
     fn request_tools_publish_the_request_and_reply_shapes() {
         let tool = |name: &str| tools().into_iter().find(|t| t["name"] == name).unwrap();
         assert_eq!(tool("submit_batch")["inputSchema"], shapes::new_batch());
@@ -928,6 +954,8 @@ mod tests {
         assert_eq!(tool("submit_batch")["outputSchema"], replies::batch_created());
         assert_eq!(tool("lease_session")["outputSchema"], replies::session_lease());
         assert_eq!(tool("list_jobs")["outputSchema"], replies::job_list());
+        assert_eq!(tool("list_batches")["inputSchema"], shapes::batch_list_query());
+        assert_eq!(tool("list_batches")["outputSchema"], replies::batch_list());
         assert_eq!(tool("list_session_downloads")["outputSchema"], replies::session_downloads());
         assert_eq!(tool("get_session_recording")["outputSchema"], replies::session_recording());
     }

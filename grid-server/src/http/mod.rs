@@ -3,6 +3,7 @@
 
 pub mod auth;
 mod cdp;
+mod console;
 mod downloads;
 mod forward;
 pub mod limits;
@@ -266,6 +267,7 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiErr
         Route::Download => return downloads::serve(app, &p(0), &p(1), req.uri().query()).await,
         Route::SessionDownload => return downloads::serve_session_file(app, &p(0), &p(1), req.uri().query()).await,
         Route::RecordingFile => return downloads::serve_recording(app, &p(0), req.uri().query()).await,
+        Route::Console | Route::ConsoleScript | Route::ConsoleStyle => return Ok(console::serve(route)),
         Route::CdpSocket
         | Route::CdpVersion
         | Route::CdpTargets
@@ -300,6 +302,7 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiErr
         Route::Account => Call::Account(query()),
         Route::GridStatus => Call::GridStatus,
         Route::QueueDepth => Call::QueueDepth,
+        Route::ListBatches => Call::ListBatches(query()),
         Route::GetBatch => Call::Batch(p(0)),
         Route::ListJobs => Call::ListJobs(query()),
         Route::GetJob => Call::GetJob(p(0)),

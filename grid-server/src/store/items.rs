@@ -17,7 +17,7 @@ use grid_core::ids;
 use grid_core::item::{Item, ItemState, Settlement, TransitionError};
 use grid_core::ledger::EntryKind;
 use grid_core::time::Millis;
-use grid_core::wire::batch::{BatchJob, BatchSubmission, BatchView};
+use grid_core::wire::batch::{BatchCounts, BatchJob, BatchJobState, BatchSubmission, BatchSummary, BatchView};
 use grid_core::wire::grid::QueueCounts;
 use grid_core::wire::item::CaptureItem;
 use grid_core::wire::proxy::UpstreamProxy;
@@ -198,6 +198,48 @@ pub fn batch_view(conn: &Conn, account_id: &str, batch_id: &str) -> StoreResult<
         },
     )?;
     Ok(Some(BatchView::from_jobs(batch_id.to_string(), jobs)))
+}
+
+/// GET /batches: the account's batches newest first (ids are time-ordered),
+/// `limit` of them with an id below `before`, each with its counts by
+/// state. Returns them and the id to continue from when there are more.
+pub fn list_batches(
+    conn: &Conn,
+    account_id: &str,
+    before: Option<&str>,
+    limit: usize,
+) -> StoreResult<(Vec<BatchSummary>, Option<String>)> {
+    // Ids are ASCII, so any id sorts below "~".
+    let rows: Vec<(String, i64, String, String)> = conn.query_map(
+        "SELECT id, created_at, script, profile_id FROM batches
+          WHERE account_id = ?1 AND id < ?2 ORDER BY id DESC LIMIT ?3",
+        params![account_id, before.unwrap_or("~"), limit as i64 + 1],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+    )?;
+    let more = rows.len() > limit;
+    let mut out = Vec::with_capacity(limit);
+    for (batch_id, created_at, script, profile_id) in rows.into_iter().take(limit) {
+        let states: Vec<(String, i64)> = conn.query_map(
+            "SELECT state, COUNT(*) FROM items WHERE batch_id = ?1 GROUP BY state",
+            [batch_id.as_str()],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        let mut counts = BatchCounts::default();
+        let mut total = 0;
+        for (state, n) in states {
+            let n = n as u32;
+            match BatchJobState::from(ItemState::parse(&state).unwrap_or(ItemState::Waiting)) {
+                BatchJobState::Waiting => counts.waiting += n,
+                BatchJobState::Active => counts.active += n,
+                BatchJobState::Completed => counts.completed += n,
+                BatchJobState::Failed => counts.failed += n,
+            }
+            total += n;
+        }
+        out.push(BatchSummary { batch_id, created_at: Millis(created_at), script, profile_id, counts, total });
+    }
+    let next = if more { out.last().map(|b| b.batch_id.clone()) } else { None };
+    Ok((out, next))
 }
 
 /// The columns `item_row` reads, of `items i JOIN batches b`.
