@@ -24,6 +24,7 @@ pub mod sessions;
 pub mod store;
 pub mod stored;
 pub mod target;
+pub mod wait;
 
 /// Contract price of one `fetch` item, µ€.
 pub const FETCH_PRICE_MICROS: i64 = 120;

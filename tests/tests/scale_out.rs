@@ -23,6 +23,7 @@ use grid_core::catalog::Script;
 use grid_tests::server::{GridServer, ServerOptions};
 use grid_tests::stored::{ServerConnections, Settlements};
 use grid_tests::target::Target;
+use grid_tests::wait::wait_until;
 use serde_json::{json, Value};
 
 /// Credit of the first account: every test's items many times over.
@@ -53,20 +54,6 @@ fn signal(server: &GridServer, sig: i32) {
     // SAFETY: kill(2) on the pid of a child this test spawned.
     let rc = unsafe { libc::kill(pid as i32, sig) };
     assert_eq!(rc, 0, "kill({pid}, {sig})");
-}
-
-/// Polls `probe` every 50 ms until it answers `Ok`; fails the test after
-/// `timeout`, naming `what` and the probe's last answer.
-async fn wait_until<T>(what: &str, timeout: Duration, mut probe: impl FnMut() -> Result<T, String>) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let seen = match probe() {
-            Ok(v) => return v,
-            Err(seen) => seen,
-        };
-        assert!(Instant::now() < deadline, "{what}: not within {timeout:?}; last seen: {seen}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// A batch of `n` URLs of the target's gate (`/gate/{i}`) through `server`:

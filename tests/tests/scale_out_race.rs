@@ -31,6 +31,7 @@ use grid_core::catalog::Script;
 use grid_tests::server::{GridServer, ServerOptions};
 use grid_tests::stored::Settlements;
 use grid_tests::target::Target;
+use grid_tests::wait::wait_until;
 use serde_json::json;
 
 /// Credit of the first-start account; the others get a little more each,
@@ -135,20 +136,6 @@ impl Routing {
 
     fn leave(&self, k: usize) {
         self.in_flight[k].set(self.in_flight[k].get() - 1);
-    }
-}
-
-/// Polls `probe` every 50 ms until it answers `Ok`; fails the test after
-/// `timeout`, naming `what` and the probe's last answer.
-async fn wait_until<T>(what: &str, timeout: Duration, mut probe: impl FnMut() -> Result<T, String>) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let seen = match probe() {
-            Ok(v) => return v,
-            Err(seen) => seen,
-        };
-        assert!(Instant::now() < deadline, "{what}: not within {timeout:?}; last seen: {seen}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
