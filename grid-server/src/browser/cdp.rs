@@ -51,11 +51,44 @@ pub struct Event {
 
 type Reply = Result<Value, String>;
 
-/// Who waits for the answer of an id written to the pipe.
+/// Who waits for the answer of an id written to the pipe, and what it
+/// was sent for.
 enum Waiter {
-    Grid(oneshot::Sender<Reply>),
+    Grid(oneshot::Sender<Reply>, Sent),
     /// A client link, and the id it used.
-    Client(u64, Value),
+    Client(u64, Value, Sent),
+}
+
+impl Waiter {
+    fn sent(&self) -> &Sent {
+        match self {
+            Waiter::Grid(_, sent) | Waiter::Client(_, _, sent) => sent,
+        }
+    }
+}
+
+/// What a command written to the pipe was about, besides its reply.
+struct Sent {
+    /// The target session it was sent on (none: the browser's). A session
+    /// that detaches before answering never answers: its commands are
+    /// failed when it detaches.
+    session: Option<String>,
+    /// The target a browser-level `Target.attachToTarget` attaches: the
+    /// browser announces the new session with a browser-level
+    /// `Target.attachedToTarget`, which only the attacher may see (any
+    /// other client would take it for a target of its own: Playwright
+    /// fails with "Duplicate target").
+    attaching: Option<String>,
+}
+
+impl Sent {
+    fn new(session: Option<&str>, method: &str, params: &Value) -> Sent {
+        let attaching = match (session, method) {
+            (None, "Target.attachToTarget") => params["targetId"].as_str().map(str::to_string),
+            _ => None,
+        };
+        Sent { session: session.map(str::to_string), attaching }
+    }
 }
 
 #[derive(Default)]
@@ -67,6 +100,12 @@ struct Routes {
     clients: HashMap<u64, mpsc::Sender<String>>,
     /// Target sessions a client attached, by session id.
     owners: HashMap<String, u64>,
+    /// Targets being attached at the browser's level, and by whom (a
+    /// client, or the grid: `None`), until the browser announces it.
+    attaching: HashMap<String, Option<u64>>,
+    /// Target sessions the grid attached whose announcement is still to
+    /// come (the reply came first): never shown to a client.
+    grid_attached: std::collections::HashSet<String>,
 }
 
 struct Shared {
@@ -184,8 +223,12 @@ impl Connection {
             if routes.closed {
                 false
             } else {
-                routes.pending.insert(id, Waiter::Grid(tx));
                 let params = if params.is_null() { json!({}) } else { params };
+                let sent = Sent::new(session, method, &params);
+                if let Some(target) = &sent.attaching {
+                    routes.attaching.insert(target.clone(), None);
+                }
+                routes.pending.insert(id, Waiter::Grid(tx, sent));
                 let mut msg = json!({"id": id, "method": method, "params": params});
                 if let Some(s) = session {
                     msg["sessionId"] = json!(s);
@@ -300,7 +343,12 @@ impl ClientLink {
             return Err(CdpError::Closed);
         }
         let theirs = msg.get("id").cloned().unwrap_or(Value::Null);
-        routes.pending.insert(id, Waiter::Client(self.id, theirs));
+        let method = msg.get("method").and_then(Value::as_str).unwrap_or_default();
+        let sent = Sent::new(msg.get("sessionId").and_then(Value::as_str), method, &msg["params"]);
+        if let Some(target) = &sent.attaching {
+            routes.attaching.insert(target.clone(), Some(self.id));
+        }
+        routes.pending.insert(id, Waiter::Client(self.id, theirs, sent));
         msg["id"] = json!(id);
         self.conn.out.send(msg.to_string()).map_err(|_| CdpError::Closed)
     }
@@ -321,7 +369,8 @@ impl Drop for ClientLink {
         let (owned, last) = {
             let Ok(mut routes) = self.conn.shared.routes.lock() else { return };
             routes.clients.remove(&self.id);
-            routes.pending.retain(|_, w| !matches!(w, Waiter::Client(c, _) if *c == self.id));
+            routes.pending.retain(|_, w| !matches!(w, Waiter::Client(c, _, _) if *c == self.id));
+            routes.attaching.retain(|_, attacher| *attacher != Some(self.id));
             let owned: Vec<String> =
                 routes.owners.iter().filter(|(_, o)| **o == self.id).map(|(s, _)| s.clone()).collect();
             routes.owners.retain(|_, owner| *owner != self.id);
@@ -343,6 +392,31 @@ impl Drop for ClientLink {
 }
 
 impl Routes {
+    /// Answers every command sent on target session `session` with an
+    /// error: the session detached, and the browser answers none of them.
+    fn fail_pending_on(&mut self, session: &str) {
+        let ids: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(_, w)| w.sent().session.as_deref() == Some(session))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            match self.pending.remove(&id) {
+                Some(Waiter::Grid(tx, _)) => {
+                    let _ = tx.send(Err(format!("the target session {session} detached before answering")));
+                }
+                Some(Waiter::Client(client, theirs, _)) => {
+                    // What the browser answers a command sent to a session it no longer has.
+                    let error =
+                        json!({"id": theirs, "error": {"code": -32001, "message": "Session with given id not found."}});
+                    self.deliver(client, error.to_string());
+                }
+                None => {}
+            }
+        }
+    }
+
     /// Queues `text` for `client`; a client whose backlog is full is cut
     /// off (its relay sees the end of its messages and closes).
     fn deliver(&mut self, client: u64, text: String) {
@@ -358,8 +432,18 @@ impl Shared {
     fn route(&self, mut msg: Value) {
         let Ok(mut routes) = self.routes.lock() else { return };
         if let Some(id) = msg.get("id").and_then(Value::as_u64) {
-            match routes.pending.remove(&id) {
-                Some(Waiter::Grid(tx)) => {
+            let Some(waiter) = routes.pending.remove(&id) else { return };
+            // An attach answered before the browser announced it: the
+            // announcement, when it comes, is the attacher's alone.
+            let child = msg["result"]["sessionId"].as_str().map(str::to_string);
+            if let Some(target) = &waiter.sent().attaching {
+                let announced = routes.attaching.remove(target).is_none();
+                if let (false, Waiter::Grid(..), Some(child)) = (announced, &waiter, &child) {
+                    routes.grid_attached.insert(child.clone());
+                }
+            }
+            match waiter {
+                Waiter::Grid(tx, _) => {
                     let reply = match msg.get_mut("error") {
                         Some(e) => Err(e
                             .get("message")
@@ -370,17 +454,23 @@ impl Shared {
                     };
                     let _ = tx.send(reply);
                 }
-                Some(Waiter::Client(client, theirs)) => {
+                Waiter::Client(client, theirs, _) => {
                     // A session the client attached is the client's.
-                    if let Some(session) = msg["result"]["sessionId"].as_str() {
-                        routes.owners.insert(session.to_string(), client);
+                    if let Some(session) = child {
+                        routes.owners.insert(session, client);
                     }
                     msg["id"] = theirs;
                     routes.deliver(client, msg.to_string());
                 }
-                None => {}
             }
             return;
+        }
+        // A target session gone: what was sent on it is never answered.
+        if msg["method"] == "Target.detachedFromTarget" {
+            if let Some(child) = msg["params"]["sessionId"].as_str() {
+                routes.fail_pending_on(child);
+                routes.grid_attached.remove(child);
+            }
         }
         let session = msg.get("sessionId").and_then(Value::as_str).map(str::to_string);
         if let Some(tx) = session.as_ref().and_then(|s| routes.sessions.get(s)) {
@@ -394,10 +484,25 @@ impl Shared {
             return;
         }
         // Not the grid's: the owning client's, or every client's.
-        let owner = session.as_ref().and_then(|s| routes.owners.get(s)).copied();
+        let mut owner = session.as_ref().and_then(|s| routes.owners.get(s)).copied();
         if msg["method"] == "Target.attachedToTarget" {
-            if let (Some(child), Some(owner)) = (msg["params"]["sessionId"].as_str(), owner) {
-                routes.owners.insert(child.to_string(), owner);
+            let child = msg["params"]["sessionId"].as_str().unwrap_or_default().to_string();
+            if session.is_none() {
+                // A browser-level attach's announcement: the attacher's alone.
+                let target = msg["params"]["targetInfo"]["targetId"].as_str().unwrap_or_default();
+                let attacher = match routes.attaching.remove(target) {
+                    Some(attacher) => Some(attacher),
+                    None if routes.grid_attached.remove(&child) => Some(None),
+                    None => routes.owners.get(&child).map(|c| Some(*c)),
+                };
+                match attacher {
+                    Some(None) => return,
+                    Some(Some(client)) => owner = Some(client),
+                    None => {}
+                }
+            }
+            if let Some(owner) = owner {
+                routes.owners.insert(child, owner);
             }
         }
         if msg["method"] == "Target.detachedFromTarget" {
@@ -424,6 +529,8 @@ impl Shared {
             routes.sessions.clear();
             routes.clients.clear();
             routes.owners.clear();
+            routes.attaching.clear();
+            routes.grid_attached.clear();
         }
     }
 }
@@ -486,6 +593,62 @@ mod tests {
         assert_eq!(recv(&mut a).await["method"], "Page.loadEventFired");
         assert_eq!(recv(&mut a).await["method"], "Target.targetCreated");
         assert_eq!(recv(&mut b).await["method"], "Target.targetCreated", "b never sees a's session");
+    }
+
+    fn attached(session: &str, target: &str) -> Value {
+        json!({"method": "Target.attachedToTarget",
+               "params": {"sessionId": session, "targetInfo": {"targetId": target, "type": "page"}}})
+    }
+
+    /// A browser-level attach is announced at the browser's level: only the
+    /// attacher sees it (another client, Playwright, would take the target
+    /// for its own and fail with "Duplicate target"), whether the
+    /// announcement comes before the reply or after it; the grid's own
+    /// attaches are shown to no client.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_browser_level_attach_is_announced_to_its_attacher_alone() {
+        let (conn, mut commands, mut browser) = fake_browser();
+        let mut a = conn.link_client();
+        let mut b = conn.link_client();
+        // a attaches T: announcement first, then the reply.
+        a.send(json!({"id": 1, "method": "Target.attachToTarget", "params": {"targetId": "T", "flatten": true}}))
+            .unwrap();
+        let sent = next_command(&mut commands);
+        write(&mut browser, attached("S-A", "T"));
+        write(&mut browser, json!({"id": sent["id"], "result": {"sessionId": "S-A"}}));
+        // The grid attaches U: the reply first, then the announcement.
+        let grid = conn.send(None, "Target.attachToTarget", json!({"targetId": "U", "flatten": true}));
+        let sent = next_command(&mut commands);
+        write(&mut browser, json!({"id": sent["id"], "result": {"sessionId": "S-G"}}));
+        write(&mut browser, attached("S-G", "U"));
+        assert_eq!(grid.await.unwrap()["sessionId"], "S-G");
+        // A target nobody attached (a client's auto-attach) is everyone's news.
+        write(&mut browser, attached("S-X", "X"));
+        assert_eq!(recv(&mut a).await["params"]["sessionId"], "S-A");
+        assert_eq!(recv(&mut a).await, json!({"id": 1, "result": {"sessionId": "S-A"}}));
+        assert_eq!(recv(&mut a).await["params"]["sessionId"], "S-X", "a never sees the grid's S-G");
+        assert_eq!(recv(&mut b).await["params"]["sessionId"], "S-X", "b sees neither S-A nor S-G");
+    }
+
+    /// A target session that detaches before it answers never answers:
+    /// what the grid and the clients sent on it fails when it detaches
+    /// instead of waiting forever.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn commands_on_a_session_that_detaches_fail_instead_of_waiting_forever() {
+        let (conn, mut commands, mut browser) = fake_browser();
+        let mut a = conn.link_client();
+        let grid = conn.send(Some("S-1"), "Runtime.enable", Value::Null);
+        next_command(&mut commands);
+        a.send(json!({"id": 7, "method": "Page.enable", "sessionId": "S-1"})).unwrap();
+        next_command(&mut commands);
+        let other = conn.send(Some("S-2"), "Runtime.enable", Value::Null);
+        let on_other = next_command(&mut commands);
+        write(&mut browser, json!({"method": "Target.detachedFromTarget", "params": {"sessionId": "S-1"}}));
+        assert!(matches!(grid.await, Err(CdpError::Protocol(_, m)) if m.contains("detached")));
+        let answer = recv(&mut a).await;
+        assert_eq!((answer["id"].clone(), answer["error"]["code"].clone()), (json!(7), json!(-32001)));
+        write(&mut browser, json!({"id": on_other["id"], "result": {}}));
+        assert_eq!(other.await.unwrap(), json!({}), "another session's commands are answered as before");
     }
 
     // The fake browser blocks on its pipes: the connection's tasks need a thread of their own.
