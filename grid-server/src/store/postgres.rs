@@ -52,17 +52,19 @@ const STEPS: [&str; 10] = [
     include_str!("postgres_v10_balance_shards.sql"),
 ];
 
-/// Connections per node: one per reader thread and per commit thread, and
-/// four for the other writes (heartbeats, sessions, jobs, settlement), which
+/// Connections per node (18): one per reader thread and per commit thread,
+/// and four for the other writes (heartbeats, sessions, jobs, settlement), which
 /// then never wait for a connection behind a burst of reads. Store calls
 /// run on blocking threads, so more would only queue inside PostgreSQL;
-/// four nodes times this stay under PostgreSQL's default 100 connections.
+/// five nodes times this stay under PostgreSQL's default 100 connections.
 const POOL_SIZE: usize = READERS + CONCURRENT_WRITERS + 4;
 /// Group-commit transactions of the capture queue in flight at once on a
-/// node (`capture/commits.rs`, `Order::Rows`): enough that a claim and the
-/// ends before and after it do not wait on each other's round trips; each
-/// holds one connection while it runs.
-pub const CONCURRENT_WRITERS: usize = 4;
+/// node (`capture/commits.rs`, `Order::Rows`): a claim and the ends before
+/// and after it do not wait on each other's round trips; each holds one
+/// connection while it runs. Two beat four in bench/scale_out.sh (three
+/// nodes: 11,177 items/s against 10,051, and fewer items per group
+/// transaction with four, so more statements per item).
+pub const CONCURRENT_WRITERS: usize = 2;
 /// Reader threads of `Store::read` (reads in flight at once): most of the
 /// pool, leaving connections for writers.
 pub const READERS: usize = 12;
