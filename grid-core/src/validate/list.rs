@@ -229,7 +229,29 @@ pub struct AccountQuery {
 }
 
 pub fn account_query(pairs: &[(String, String)]) -> Result<AccountQuery, ApiError> {
-    let mut q = AccountQuery { limit: DEFAULT_LIMIT, cursor: None, kind: None };
+    let mut kind = None;
+    let (limit, cursor) = paged_query(pairs, |k, v, problems| match k {
+        "kind" => match EntryKind::parse(v) {
+            Some(k) => kind = Some(k),
+            None => problems.push(format!(
+                "kind: unknown ledger kind \"{v}\"; one of {}",
+                EntryKind::ALL.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ")
+            )),
+        },
+        _ => problems.push(format!("{k}: unknown query parameter")),
+    })?;
+    Ok(AccountQuery { limit, cursor, kind })
+}
+
+/// A paged list's query: each name at most once, `limit` and `cursor` as
+/// every page reads them, and any other name through `other`, which notes
+/// a problem for a name or value it does not take. Every problem is
+/// named, in the query's order.
+fn paged_query(
+    pairs: &[(String, String)],
+    mut other: impl FnMut(&str, &str, &mut Vec<String>),
+) -> Result<(usize, Option<String>), ApiError> {
+    let (mut limit, mut cursor) = (DEFAULT_LIMIT, None);
     let mut problems = vec![];
     let mut seen = std::collections::BTreeSet::new();
     for (k, v) in pairs {
@@ -239,22 +261,15 @@ pub fn account_query(pairs: &[(String, String)]) -> Result<AccountQuery, ApiErro
         }
         match k.as_str() {
             "limit" => match parse_limit(v) {
-                Ok(n) => q.limit = n,
+                Ok(n) => limit = n,
                 Err(problem) => problems.push(problem),
             },
-            "cursor" => q.cursor = Some(v.clone()),
-            "kind" => match EntryKind::parse(v) {
-                Some(kind) => q.kind = Some(kind),
-                None => problems.push(format!(
-                    "kind: unknown ledger kind \"{v}\"; one of {}",
-                    EntryKind::ALL.iter().map(|k| k.as_str()).collect::<Vec<_>>().join(", ")
-                )),
-            },
-            _ => problems.push(format!("{k}: unknown query parameter")),
+            "cursor" => cursor = Some(v.clone()),
+            name => other(name, v, &mut problems),
         }
     }
     if problems.is_empty() {
-        Ok(q)
+        Ok((limit, cursor))
     } else {
         Err(ApiError::InvalidListQuery { detail: problems })
     }
@@ -271,28 +286,10 @@ pub struct BatchListQuery {
 pub const BATCH_PARAMETERS: &[&str] = &["limit", "cursor"];
 
 pub fn batch_list_query(pairs: &[(String, String)]) -> Result<BatchListQuery, ApiError> {
-    let mut q = BatchListQuery { limit: DEFAULT_LIMIT, cursor: None };
-    let mut problems = vec![];
-    let mut seen = std::collections::BTreeSet::new();
-    for (k, v) in pairs {
-        if !seen.insert(k.as_str()) {
-            problems.push(format!("{k}: given more than once"));
-            continue;
-        }
-        match k.as_str() {
-            "limit" => match parse_limit(v) {
-                Ok(n) => q.limit = n,
-                Err(problem) => problems.push(problem),
-            },
-            "cursor" => q.cursor = Some(v.clone()),
-            _ => problems.push(format!("{k}: unknown query parameter; one of {}", BATCH_PARAMETERS.join(", "))),
-        }
-    }
-    if problems.is_empty() {
-        Ok(q)
-    } else {
-        Err(ApiError::InvalidListQuery { detail: problems })
-    }
+    let (limit, cursor) = paged_query(pairs, |k, _, problems| {
+        problems.push(format!("{k}: unknown query parameter; one of {}", BATCH_PARAMETERS.join(", ")))
+    })?;
+    Ok(BatchListQuery { limit, cursor })
 }
 
 #[cfg(test)]

@@ -157,10 +157,7 @@ impl Store {
         E: From<StoreError> + Send + 'static,
         F: FnOnce(&Conn) -> Result<R, E> + Send + 'static,
     {
-        let store = self.clone();
-        tokio::task::spawn_blocking(move || store.write_blocking(f))
-            .await
-            .map_err(|e| E::from(StoreError::Task(e.to_string())))?
+        self.write_off_runtime(Order::Grid, f).await
     }
 
     /// `write` ordered by its rows (`Order::Rows`): only for a transaction
@@ -171,8 +168,18 @@ impl Store {
         E: From<StoreError> + Send + 'static,
         F: FnOnce(&Conn) -> Result<R, E> + Send + 'static,
     {
+        self.write_off_runtime(Order::Rows, f).await
+    }
+
+    /// `write_ordered` on a blocking thread.
+    async fn write_off_runtime<R, E, F>(&self, order: Order, f: F) -> Result<R, E>
+    where
+        R: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+        F: FnOnce(&Conn) -> Result<R, E> + Send + 'static,
+    {
         let store = self.clone();
-        tokio::task::spawn_blocking(move || store.write_ordered(Order::Rows, f))
+        tokio::task::spawn_blocking(move || store.write_ordered(order, f))
             .await
             .map_err(|e| E::from(StoreError::Task(e.to_string())))?
     }
