@@ -65,10 +65,17 @@ use grid_tests::stored::Row;
 /// entry must still be found, so the list does not outlive its reason.
 /// A real drift that needs a migration to fix would be listed here with a
 /// reason starting "DRIFT:".
-const ALLOWED: &[(&str, &str)] = &[(
-    "table schema_version: postgres only",
-    "PostgreSQL's count of applied migration steps (store/postgres.rs); SQLite's is PRAGMA user_version",
-)];
+const ALLOWED: &[(&str, &str)] = &[
+    (
+        "table schema_version: postgres only",
+        "PostgreSQL's count of applied migration steps (store/postgres.rs); SQLite's is PRAGMA user_version",
+    ),
+    // PostgreSQL's step 11 (postgres_v11_hot_references.sql): there each
+    // check locked the referenced row, once per file, charge and item.
+    ("foreign key artifacts (item_id): sqlite only", "not checked on PostgreSQL's hot inserts (its step 11)"),
+    ("foreign key items (batch_id): sqlite only", "not checked on PostgreSQL's hot inserts (its step 11)"),
+    ("foreign key ledger (account_id): sqlite only", "not checked on PostgreSQL's hot inserts (its step 11)"),
+];
 
 /// A schema as facts: what each is about -> its value.
 type Facts = BTreeMap<String, String>;
@@ -424,7 +431,7 @@ fn sqlite_and_postgres_migrate_to_the_same_schema() {
             ("column ", 100),
             ("primary key ", 15),
             ("unique ", 3),
-            ("foreign key ", 10),
+            ("foreign key ", 9),
             ("index ", 15),
         ] {
             let n = facts.keys().filter(|k| k.starts_with(kind)).count();

@@ -19,7 +19,7 @@
 //! items claimable and wakes idle workers, whichever process set it.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -29,7 +29,7 @@ use futures_util::future::BoxFuture;
 use grid_core::catalog::Profile;
 use grid_core::error::ApiError;
 use grid_core::ids;
-use grid_core::item::{self, Backoff, Event, Failure, Item, Outcome, OutsideEffect, TransitionError, TxEffect};
+use grid_core::item::{self, Backoff, Event, Failure, Outcome, OutsideEffect, TransitionError, TxEffect};
 use grid_core::time::Millis;
 use grid_core::wire::batch::{BatchCreated, BatchSubmission};
 use grid_core::wire::item::ItemRetried;
@@ -795,7 +795,7 @@ fn finish(
     let outcome = item::apply(&claim.item, end.event(), now, backoff)?;
     let mut writes = Writes::default();
     execute_in_tx(claim, end.files(), &outcome.effects.in_tx, now, &mut writes);
-    if items::save_ends(tx, &[claim.seq], claim.lease_token, &outcome.item, now)? != 1 {
+    if items::save_ends(tx, &[claim.seq], claim.lease_token, &outcome.item, now)?.len() != 1 {
         return Err(ItemError::LeaseLost(claim.id.clone()));
     }
     // Only an end that was stored wakes anyone.
@@ -805,11 +805,13 @@ fn finish(
 }
 
 /// The ends of many attempts in one step: each through the machine from its
-/// claim, the fences of all read at once, the states saved a run of alike
-/// items per statement (fenced again in it), every file in one statement.
-/// Each end answers on its own: a refused transition or a lost claim writes
-/// nothing for that end and does not stop the others. Only a database
-/// failure fails the whole step (the caller then stores each end alone).
+/// claim, the states saved a run of alike items per statement, each fenced
+/// by its statement (`items::save_ends` answers the items it stored), then
+/// every file and every ledger entry of the ends stored in one statement
+/// each. Each end answers on its own: a refused transition or a lost claim
+/// writes nothing for that end and does not stop the others. Only a
+/// database failure fails the whole step (the caller then stores each end
+/// alone).
 fn finish_all(
     tx: &Conn,
     ends: &[(Arc<ItemRow>, Arc<AttemptEnd>)],
@@ -819,36 +821,36 @@ fn finish_all(
 ) -> Result<Vec<Result<Outcome, ItemError>>, ItemError> {
     let mut answers: Vec<Result<Outcome, ItemError>> =
         ends.iter().map(|(claim, end)| Ok(item::apply(&claim.item, end.event(), now, backoff)?)).collect();
-    let seqs: Vec<i64> = ends.iter().zip(&answers).filter(|(_, a)| a.is_ok()).map(|((c, _), _)| c.seq).collect();
-    let held: HashMap<i64, i64> = items::active_leases(tx, &seqs)?.into_iter().collect();
+    // Runs of ends the machine left alike under the same token: usually
+    // the whole group (completed, first claim).
+    let mut order: Vec<usize> = (0..ends.len()).filter(|&i| answers[i].is_ok()).collect();
+    let key = |i: &usize| {
+        let item = &answers[*i].as_ref().expect("only ends the machine took are saved").item;
+        (ends[*i].0.lease_token, item.state.as_str(), item.attempts_made, item)
+    };
+    order.sort_by(|a, b| {
+        let (ka, kb) = (key(a), key(b));
+        (ka.0, ka.1, ka.2).cmp(&(kb.0, kb.1, kb.2))
+    });
+    let mut kept = HashSet::with_capacity(order.len());
+    for run in order.chunk_by(|a, b| {
+        let (ka, kb) = (key(a), key(b));
+        ka.0 == kb.0 && ka.3 == kb.3
+    }) {
+        let seqs: Vec<i64> = run.iter().map(|&i| ends[i].0.seq).collect();
+        let (token, _, _, item) = key(&run[0]);
+        kept.extend(items::save_ends(tx, &seqs, token, item, now)?);
+    }
     for ((claim, _), answer) in ends.iter().zip(answers.iter_mut()) {
-        if answer.is_ok() && held.get(&claim.seq) != Some(&claim.lease_token) {
+        if answer.is_ok() && !kept.contains(&claim.seq) {
             *answer = Err(ItemError::LeaseLost(claim.id.clone()));
         }
     }
-    let mut stored: Vec<(&ItemRow, &AttemptEnd, &Outcome)> = ends
-        .iter()
-        .zip(&answers)
-        .filter_map(|((claim, end), answer)| answer.as_ref().ok().map(|o| (&**claim, &**end, o)))
-        .collect();
-    fn key<'a>(&(claim, _, o): &(&ItemRow, &AttemptEnd, &'a Outcome)) -> (i64, &'a Item) {
-        (claim.lease_token, &o.item)
-    }
     let mut writes = Writes::default();
-    for (claim, end, outcome) in &stored {
-        execute_in_tx(claim, end.files(), &outcome.effects.in_tx, now, &mut writes);
-        execute_after_commit(&outcome.effects.after_commit, after);
-    }
-    // Runs of ends the machine left alike under the same token: usually
-    // the whole group (completed, first claim).
-    stored.sort_by_key(|e| (e.0.lease_token, e.2.item.state.as_str(), e.2.item.attempts_made));
-    for run in stored.chunk_by(|a, b| key(a) == key(b)) {
-        let seqs: Vec<i64> = run.iter().map(|(claim, _, _)| claim.seq).collect();
-        let (token, item) = key(&run[0]);
-        if items::save_ends(tx, &seqs, token, item, now)? != seqs.len() {
-            // The fences were read in this transaction: a claim cannot have
-            // changed since. Fail the step; each end is then stored alone.
-            return Err(StoreError::Invalid("an item changed under its end".into()).into());
+    for ((claim, end), answer) in ends.iter().zip(&answers) {
+        if let Ok(outcome) = answer {
+            execute_in_tx(claim, end.files(), &outcome.effects.in_tx, now, &mut writes);
+            execute_after_commit(&outcome.effects.after_commit, after);
         }
     }
     writes.store(tx, now)?;

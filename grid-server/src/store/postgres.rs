@@ -39,7 +39,7 @@ const MIGRATE_LOCK: i64 = 0x6772_6964_6d69;
 
 /// Each step runs once, in order; a released step is never edited. The
 /// `schema_version` table holds the number applied.
-const STEPS: [&str; 10] = [
+const STEPS: [&str; 11] = [
     include_str!("postgres_schema.sql"),
     include_str!("postgres_v2_nodes.sql"),
     include_str!("postgres_v3_placement.sql"),
@@ -50,6 +50,7 @@ const STEPS: [&str; 10] = [
     include_str!("postgres_v8_contexts.sql"),
     include_str!("postgres_v9_proxies.sql"),
     include_str!("postgres_v10_balance_shards.sql"),
+    include_str!("postgres_v11_hot_references.sql"),
 ];
 
 /// Connections per node (18): one per reader thread and per commit thread,
@@ -86,7 +87,7 @@ impl Postgres {
         // past a generous multiple of it: the database did not answer.
         let ms = busy_timeout.as_millis().max(1);
         config.options(format!(
-            "-c client_min_messages=warning -c lock_timeout={ms} -c statement_timeout={}",
+            "-c client_min_messages=warning -c jit=off -c lock_timeout={ms} -c statement_timeout={}",
             ms.saturating_mul(20).max(30_000)
         ));
         config.application_name("grid-server");

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tokio_postgres::NoTls;
 
-use grid_tests::bench::{cpu_ticks, positive, ticks_per_second, FetchConfig};
+use grid_tests::bench::{count, cpu_ticks, positive, ticks_per_second, FetchConfig};
 use grid_tests::server::{GridServer, ServerOptions};
 use grid_tests::target::Target;
 
@@ -248,8 +248,11 @@ fn medians(runs: &[Run]) -> Run {
 
 #[tokio::main]
 async fn main() {
-    let (config, flags) = FetchConfig::parse("bench_scale_out", 20_000, &[positive("--rounds", 3)]);
+    let (config, flags) = FetchConfig::parse("bench_scale_out", 20_000, &[positive("--rounds", 3), count("--only", 0)]);
     let rounds = flags.get("--rounds") as usize;
+    // `--only K` runs the K-th set-up alone (1, 2 or 3), to profile it;
+    // the ratios then are not printed.
+    let only = flags.get("--only") as usize;
     let target = Target::start();
     let urls: Vec<String> = (0..config.items).map(|n| target.url(&format!("/page/{n}"))).collect();
     eprintln!("bench: {} fetch items, {} workers per node, {rounds} rounds (medians)", config.items, config.workers);
@@ -259,10 +262,26 @@ async fn main() {
     // Round by round, so a slow moment of the machine falls on every set-up.
     for round in 1..=rounds {
         for (i, (label, nodes, postgres)) in setups.iter().enumerate() {
+            if only != 0 && only != i + 1 {
+                continue;
+            }
             let r = run(label, *nodes, *postgres, &urls, &config).await;
             eprintln!("round {round}: {label}: {:.0} items/s", r.items_per_second);
             all[i].push(r);
         }
+    }
+    if only != 0 {
+        let r = medians(&all[only - 1]);
+        println!(
+            "{}: {:.1} items/s; CPU per item: grid {:.0} µs + PostgreSQL {:.0} µs; write tx/s {:?}; lock waits {:?}",
+            setups[only - 1].0,
+            r.items_per_second,
+            r.grid_cpu_us_per_item,
+            r.db_cpu_us_per_item,
+            r.write_tx_per_second,
+            r.lock_wait_share
+        );
+        return;
     }
     let results: Vec<Run> = all.iter().map(|runs| medians(runs)).collect();
     for ((label, _, _), r) in setups.iter().zip(&results) {
