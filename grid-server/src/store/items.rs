@@ -364,13 +364,20 @@ pub fn take_lease(conn: &Conn, claims: &[(i64, i64)], it: &Item, node: &str, now
 /// or a recovery (which ends `active`) writes an active item, a row that
 /// passes the fence is the row its claim stored. No read of the fences
 /// comes first: it would lock every row once more.
+///
+/// The state is compared as `state || ''` so that no planner takes the
+/// fence for the predicate of `items_active` and reads that index instead
+/// of the seqs' primary key: PostgreSQL then read every entry it held,
+/// each item ended since the last vacuum included (a bitmap scan never marks
+/// an entry dead), so an end's cost grew with the items run before it
+/// (measured: ends took 27 µs per item in a run of 40,000, claims 9).
 pub fn save_ends(conn: &Conn, seqs: &[i64], lease_token: i64, it: &Item, now: Millis) -> StoreResult<Vec<i64>> {
     static SQL: OnceLock<[String; 4]> = OnceLock::new();
     let mut stored = Vec::with_capacity(seqs.len());
     for chunk in chunks(seqs) {
         let sql = chunk_sql(&SQL, chunk.len(), |n| {
             format!(
-                "UPDATE items SET {MACHINE_COLUMNS} WHERE state = 'active' AND lease_token = ?8 AND seq IN ({}) \
+                "UPDATE items SET {MACHINE_COLUMNS} WHERE seq IN ({}) AND lease_token = ?8 AND state || '' = 'active' \
                  RETURNING seq",
                 placeholders(9, n)
             )
