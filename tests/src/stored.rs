@@ -387,6 +387,39 @@ impl Stored<'_> {
         }
     }
 
+    // ----- PostgreSQL's own counters (scale_out.rs) -----
+
+    /// Refreshes the planner's statistics of `table` now (`ANALYZE`), as
+    /// autovacuum would: a test takes them while a queue is short.
+    pub fn analyze(&self, table: Table) {
+        if !self.on_postgres() {
+            self.server.fail("analyze takes PostgreSQL's statistics: this test needs PostgreSQL");
+        }
+        self.execute(&format!("ANALYZE {}", table.name()));
+    }
+
+    /// Connections of grid-server processes to the database: a killed
+    /// node's count falls to 0 once its backends exited, each having
+    /// reported its statistics.
+    pub fn server_backends(&self) -> i64 {
+        self.number(
+            "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'grid-server'",
+        )
+    }
+
+    /// Index entries PostgreSQL read from `index` (`idx_tup_read` of
+    /// pg_stat_user_indexes: every entry a scan returned, dead ones
+    /// included), as reported by backends that exited or reported since.
+    pub fn index_entries_read(&self, index: &str) -> i64 {
+        if !self.on_postgres() {
+            self.server.fail("index_entries_read reads pg_stat_user_indexes: this test needs PostgreSQL");
+        }
+        self.number(&format!(
+            "SELECT COALESCE(SUM(idx_tup_read), 0) FROM pg_stat_user_indexes WHERE indexrelname = {}",
+            quoted(index)
+        ))
+    }
+
     // ----- faults a test plants -----
 
     /// Makes every INSERT into `table` fail ("injected fault") until

@@ -4,7 +4,8 @@
 //! node whose items were taken over cannot publish or charge them (fencing);
 //! a job's log followed through a node not running its container streams
 //! from the node that does (or comes whole at the end when it cannot be
-//! reached).
+//! reached); and claims and ends read the queue's indexes in proportion to
+//! their items whatever the planner's statistics (issue 30).
 //!
 //! Which node holds which items is never left to timing: a node's
 //! dispatcher claims items ahead of its workers (up to 512 beyond them,
@@ -21,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use grid_core::catalog::Script;
 use grid_tests::server::{GridServer, ServerOptions};
-use grid_tests::stored::{ServerConnections, Settlements};
+use grid_tests::stored::{ServerConnections, Settlements, Table};
 use grid_tests::target::Target;
 use grid_tests::wait::wait_until;
 use serde_json::{json, Value};
@@ -108,6 +109,53 @@ async fn pause_between_transactions(server: &GridServer) {
         .await;
     }
     server.fail("the node was in a transaction each of 20 times it was stopped");
+}
+
+/// The claims and the ends of attempts read the queue's indexes in
+/// proportion to the items they take, whatever PostgreSQL's statistics say.
+/// The statistics are taken while the queue is empty, as autovacuum takes
+/// them on a quiet grid, and then a backlog arrives: PostgreSQL planned each
+/// claim as a read of every claimable item (`items_waiting`, sorted, then
+/// cut to the claim), and each end as a read of every entry `items_active`
+/// ever held since the last vacuum, so the work per item grew with the
+/// backlog and with the items run before it. Counted from PostgreSQL's own
+/// statistics (`idx_tup_read`), which a backend reports as it exits.
+#[tokio::test]
+async fn claims_and_ends_read_the_queue_indexes_in_proportion_to_their_items() {
+    const N: usize = 3000;
+    let target = Target::start();
+    let mut n1 = GridServer::start(node("n1", LONG_LEASE_SECS, 4));
+    n1.stored().analyze(Table::Items);
+    let urls: Vec<String> = (0..N).map(|i| target.url(&format!("/page/{i}"))).collect();
+    let mut batches = Vec::new();
+    for chunk in urls.chunks(1000) {
+        batches.push(n1.submit_fetch(chunk).await);
+    }
+    for batch in &batches {
+        let done = n1.wait_batch_done(batch, Duration::from_secs(240)).await;
+        assert_eq!(done["counts"]["completed"], json!(1000), "{}", done["counts"]);
+    }
+    n1.kill9();
+    let stored = n1.stored();
+    wait_until("the node's backends to exit", Duration::from_secs(30), || match stored.server_backends() {
+        0 => Ok(()),
+        n => Err(format!("{n} backends")),
+    })
+    .await;
+    // Each item's entry in `items_waiting` is read by the claim that takes
+    // it and, dead, by a few claims after (until one marks it dead); an
+    // end reads no `items_active` entry (a node's recovery at start and the
+    // counts read a few). Read every claimable item per claim, or every
+    // entry per end, and the counts are tens of times N.
+    let waiting = stored.index_entries_read("items_waiting");
+    let active = stored.index_entries_read("items_active");
+    eprintln!("{N} items: {waiting} entries of items_waiting read, {active} of items_active");
+    assert!(
+        waiting >= N as i64,
+        "the claims read {waiting} entries of items_waiting for {N} items: the counters are not read"
+    );
+    assert!(waiting <= 6 * N as i64, "the claims read {waiting} entries of items_waiting for {N} items");
+    assert!(active <= N as i64, "the ends read {active} entries of items_active for {N} items");
 }
 
 #[tokio::test]
