@@ -379,6 +379,44 @@ fn session_node(server: &GridServer, id: &str) -> Option<String> {
     server.stored().session(id).node
 }
 
+/// Leases racing through three nodes of one slot each take the three slots
+/// and no more: a lease locks the rows of the nodes it counts the slots of
+/// (no grid-wide lock), so two leases never both see a node's last slot
+/// free. Nine leases at once, three through each node, each of another
+/// account (leases of one account run one after another anyway: each
+/// locks its account first): three 201s on three different nodes, six
+/// 409s, and the grid counts three live sessions.
+#[tokio::test]
+async fn leases_racing_through_three_nodes_take_each_slot_once() {
+    let n1 = GridServer::start(one_slot("n1", LONG_LEASE_SECS));
+    let n2 = n1.join(one_slot("n2", LONG_LEASE_SECS));
+    let n3 = n1.join(one_slot("n3", LONG_LEASE_SECS));
+    let nodes = [&n1, &n2, &n3];
+    let keys: Vec<String> = (0..9).map(|i| n1.create_account(&format!("lessee-{i}"), CREDIT).1).collect();
+    let body = json!({"ttlMinutes": 10});
+    let leases = (0..9).map(|i| nodes[i % 3].post_as(Some(&keys[i]), "/sessions", Some(&body)));
+    let answers = futures_util::future::join_all(leases).await;
+    let mut leased = Vec::new();
+    for r in &answers {
+        match r.status {
+            201 => leased.push(r.json["sessionId"].as_str().unwrap_or_else(|| n1.fail(&format!("{r}"))).to_string()),
+            409 => assert_eq!(r.error(), "session limit reached: all 3 session slots are taken", "{r}"),
+            _ => n1.fail(&format!("a racing lease answered {r}")),
+        }
+    }
+    assert_eq!(leased.len(), 3, "{answers:?}");
+    let mut on: Vec<String> = leased.iter().filter_map(|id| session_node(&n1, id)).collect();
+    on.sort();
+    assert_eq!(on, ["n1", "n2", "n3"], "each node's one slot taken once");
+    assert_eq!(n2.get("/grid").await.json["sessions"], json!(3));
+    for (r, key) in answers.iter().zip(&keys) {
+        if let Some(id) = r.json["sessionId"].as_str() {
+            let r = n1.request(reqwest::Method::DELETE, &format!("/sessions/{id}"), Some(key), None).await;
+            assert_eq!(r.status, 204, "{r}");
+        }
+    }
+}
+
 /// Sessions across nodes: a lease through one node runs where a slot is
 /// free; its cdpUrl (discovery and WebSocket, Puppeteer too), its
 /// downloads and its recording work through every node; a release through any node cuts

@@ -193,9 +193,11 @@ impl SessionDriver {
         A: Fn(&SessionRow) -> SessionLease + Send + 'static,
     {
         let (caller, node, lease, clock) = (caller.clone(), self.node.clone(), self.node_lease, self.clock.clone());
+        // Ordered by rows (docs/scale-out.md "Locking"): `create` locks the
+        // account, then the nodes whose slots it counts.
         let outcome = self
             .store
-            .write(move |tx| -> Result<_, SessionError> {
+            .write_rows(move |tx| -> Result<_, SessionError> {
                 let at = clock.now();
                 idempotency::once(tx, &caller.account_id, key.as_ref(), at, |tx| {
                     let placement = store::Placement { me: &node, live_after: live_after(at, lease) };
@@ -349,10 +351,13 @@ impl SessionDriver {
         F: FnOnce(&Conn, SessionRow) -> Result<Stepped, SessionError> + Send + 'static,
     {
         let sid = id.to_string();
+        // Ordered by rows: a step locks its session's row and checks nothing
+        // else (its charge adds to the ledger's sums, which lock their own).
         let stepped = self
             .store
-            .write(move |tx| {
-                let row = store::load(tx, &sid)?.ok_or_else(|| StoreError::NotFound(format!("session {sid}")))?;
+            .write_rows(move |tx| {
+                let row =
+                    store::load_for_step(tx, &sid)?.ok_or_else(|| StoreError::NotFound(format!("session {sid}")))?;
                 f(tx, row)
             })
             .await?;
@@ -509,6 +514,10 @@ fn create(
     placement: store::Placement<'_>,
     at: Millis,
 ) -> Result<Stepped, SessionError> {
+    // The account first (its credit and its contexts are checked below, as
+    // every reservation of the account locks it first), then the slots.
+    crate::store::accounts::lock_account(tx, &caller.account_id)?;
+    store::lock_slots(tx, placement)?;
     let Some(node) = store::place(tx, placement)? else {
         let max_sessions = crate::store::nodes::live_max_sessions(tx, placement.me, placement.live_after)?;
         return Err(TransitionError::Refused(ApiError::SessionLimitReached { max_sessions }).into());

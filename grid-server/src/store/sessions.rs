@@ -100,6 +100,27 @@ pub struct Placement<'a> {
     pub live_after: Millis,
 }
 
+/// Locks the rows of the nodes `place` counts the slots of (on PostgreSQL;
+/// SQLite has one writer), in name order, so that leases placing at once
+/// count one after another and never both take a node's last slot. A
+/// lease's only grid-wide wait: captures, jobs and other sessions' steps do
+/// not lock node rows (a heartbeat writes its own row and waits for a lease
+/// in flight).
+pub fn lock_slots(conn: &Conn, p: Placement<'_>) -> StoreResult<()> {
+    let lock = conn.row_lock("FOR UPDATE");
+    if !lock.is_empty() {
+        conn.query_map(
+            &format!(
+                "SELECT name FROM nodes WHERE name = ?1 OR (heartbeat_at >= ?2 AND advertise_url IS NOT NULL)
+                  ORDER BY name {lock}"
+            ),
+            (p.me, p.live_after.0),
+            |_| Ok(()),
+        )?;
+    }
+    Ok(())
+}
+
 /// The node a new session's browser runs on, or `None` when every live
 /// node's slots are taken. A session leased before nodes were recorded
 /// counts against `me`.
@@ -228,6 +249,15 @@ fn row(r: &Row) -> StoreResult<SessionRow> {
 
 pub fn load(conn: &Conn, id: &str) -> StoreResult<Option<SessionRow>> {
     let sql = format!("SELECT {COLUMNS} FROM sessions WHERE id = ?1");
+    conn.query_row(&sql, [id], row).optional()
+}
+
+/// `load` for a step of the session's machine: on PostgreSQL the row stays
+/// locked until the transaction ends, so two steps of one session (a
+/// release through one node, its expiry fired by another) run one after
+/// the other, each from what the other stored.
+pub fn load_for_step(conn: &Conn, id: &str) -> StoreResult<Option<SessionRow>> {
+    let sql = format!("SELECT {COLUMNS} FROM sessions WHERE id = ?1 {}", conn.row_lock("FOR UPDATE"));
     conn.query_row(&sql, [id], row).optional()
 }
 
