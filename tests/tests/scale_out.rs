@@ -320,6 +320,41 @@ fn with_engine(name: &str, lease_secs: u32, engine: bool) -> ServerOptions {
     o
 }
 
+/// Jobs submitted at once through three nodes, each node's scheduler
+/// placing on its own engine with no grid-wide lock (each locks its node's
+/// row, then each queued job's as it places it): every job runs once, on
+/// one node, in one attempt, and is settled once.
+#[tokio::test]
+async fn jobs_submitted_at_once_through_three_nodes_each_run_once() {
+    use grid_tests::jobs::{all_containers, check_compute_env, job_body, job_id, submit_job, wait_finished};
+    const JOBS: usize = 9;
+    check_compute_env();
+    let n1 = GridServer::start(with_engine("n1", LONG_LEASE_SECS, true));
+    let n2 = n1.join(with_engine("n2", LONG_LEASE_SECS, true));
+    let n3 = n1.join(with_engine("n3", LONG_LEASE_SECS, true));
+    let nodes = [&n1, &n2, &n3];
+    // Each body has an idempotency key of its own.
+    let bodies: Vec<Value> = (0..JOBS).map(|_| job_body(&["true"])).collect();
+    let submitted =
+        futures_util::future::join_all(bodies.iter().enumerate().map(|(i, b)| submit_job(nodes[i % 3], b))).await;
+    let ids: Vec<String> = submitted.iter().map(job_id).collect();
+    for id in &ids {
+        let done = wait_finished(&n1, id).await;
+        assert_eq!(done["phase"], "SUCCEEDED", "{done}");
+        assert_eq!(done["attempts"].as_array().map(Vec::len), Some(1), "{done}");
+        assert!(all_containers(id, 2).is_empty(), "job {id} had a second attempt's container");
+        assert!(n1.stored().job_node(id).is_some_and(|n| ["n1", "n2", "n3"].contains(&n.as_str())), "{id}");
+        // One reservation, settled once: charged what ran (perhaps 0), the
+        // rest released.
+        let ledger = n1.stored().job_ledger(id);
+        let of = |kind: &str| ledger.iter().filter(|e| e.0 == kind).map(|e| e.1).collect::<Vec<i64>>();
+        let (reserved, charged, released) = (of("reserve"), of("charge"), of("release"));
+        assert_eq!(reserved.len(), 1, "{ledger:?}");
+        assert!(charged.len() <= 1 && released.len() <= 1, "{ledger:?}");
+        assert_eq!(charged.iter().sum::<i64>() + released.iter().sum::<i64>(), reserved[0], "{ledger:?}");
+    }
+}
+
 /// A job whose attempt runs on a node that dies is taken over: the attempt
 /// ends as evicted (a platform reason, free) and is replayed within its
 /// retries on a node with an engine; only the replay is charged.

@@ -210,7 +210,19 @@ fn job_row(r: &Row) -> StoreResult<JobRow> {
 }
 
 pub fn load(conn: &Conn, id: &str) -> StoreResult<Option<JobRow>> {
-    let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1");
+    load_locked(conn, id, "")
+}
+
+/// `load` for a step of the job's machine: on PostgreSQL the row stays
+/// locked until the transaction ends, so two steps of one job (a cancel
+/// through one node, its attempt's end on another, a due time fired by a
+/// third) run one after the other, each from what the other stored.
+pub fn load_for_step(conn: &Conn, id: &str) -> StoreResult<Option<JobRow>> {
+    load_locked(conn, id, conn.row_lock("FOR UPDATE"))
+}
+
+fn load_locked(conn: &Conn, id: &str, lock: &str) -> StoreResult<Option<JobRow>> {
+    let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1 {lock}");
     let Some(mut row) = conn.query_row(&sql, [id], job_row).optional()? else { return Ok(None) };
     row.labels = labels(conn, id)?;
     Ok(Some(row))

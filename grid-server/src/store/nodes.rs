@@ -61,6 +61,18 @@ pub fn register(conn: &Conn, name: &str, advertise_url: Option<&str>, offer: Off
     Ok(())
 }
 
+/// Locks `name`'s row until the transaction ends (on PostgreSQL; SQLite
+/// has one writer): the node's job scheduler holds it while it counts the
+/// capacity in use on the node and places jobs there, so two passes never
+/// both place on capacity one of them took. A heartbeat waits for it.
+pub fn lock(conn: &Conn, name: &str) -> StoreResult<()> {
+    let lock = conn.row_lock("FOR UPDATE");
+    if !lock.is_empty() {
+        conn.query_map(&format!("SELECT name FROM nodes WHERE name = ?1 {lock}"), [name], |_| Ok(()))?;
+    }
+    Ok(())
+}
+
 /// Whether some live node's engine (heartbeat at or after `live_after`;
 /// `me` always counts) could hold a job requesting `cpu_millis` and
 /// `memory_bytes`; when none could, the largest capacities offered, for the

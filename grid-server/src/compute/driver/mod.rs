@@ -134,7 +134,7 @@ pub fn transition(
     at: Millis,
     payer: Option<&Caller>,
 ) -> Result<(JobRow, Vec<OutsideEffect>), JobError> {
-    let row = jobs::load(tx, id)?.ok_or_else(|| StoreError::NotFound(format!("job {id}")))?;
+    let row = jobs::load_for_step(tx, id)?.ok_or_else(|| StoreError::NotFound(format!("job {id}")))?;
     transition_row(tx, row, event, at, payer)
 }
 
@@ -151,6 +151,9 @@ pub fn create(
     image_digest: &str,
     at: Millis,
 ) -> Result<(JobRow, bool), JobError> {
+    // The account first: its idempotency keys and its credit are checked
+    // below, and every reservation of the account locks it first.
+    accounts::lock_account(tx, &caller.account_id)?;
     if let Some((row, hash)) = jobs::find_by_idempotency_key(tx, &caller.account_id, &sub.idempotency_key)? {
         if hash != jobs::body_hash(sub) {
             return Err(TransitionError::Refused(ApiError::IdempotencyConflict).into());
@@ -288,7 +291,9 @@ impl JobDriver {
         payer: Option<Caller>,
     ) -> Result<(JobRow, Vec<OutsideEffect>), JobError> {
         let jid = id.to_string();
-        let (row, effects) = self.store.write(move |tx| transition(tx, &jid, event, at, payer.as_ref())).await?;
+        // Ordered by rows (docs/scale-out.md "Locking"): the step locks its
+        // job's row, and a retry's reservation the account's.
+        let (row, effects) = self.store.write_rows(move |tx| transition(tx, &jid, event, at, payer.as_ref())).await?;
         if row.job.next_due().is_some() {
             self.due_wake.notify_one();
         }
@@ -310,7 +315,7 @@ impl JobDriver {
         let (caller, at) = (caller.clone(), self.clock.now());
         let (row, created) = self
             .store
-            .write(move |tx| match (create(tx, &caller, &sub, &body, &image_digest, at)?, refusal) {
+            .write_rows(move |tx| match (create(tx, &caller, &sub, &body, &image_digest, at)?, refusal) {
                 ((_, true), Some(refusal)) => Err(JobError::from(TransitionError::Refused(refusal))),
                 (created, _) => Ok(created),
             })
@@ -397,11 +402,19 @@ impl JobDriver {
         let (cap, now, node) = (self.capacity, self.clock.now(), self.node.clone());
         let provisioned = self
             .store
-            .write(move |tx| {
+            // Ordered by rows: this node's row is locked while its capacity is
+            // counted and spent, and each job's as it is placed (in queue
+            // order, as every node's pass locks them); a job another node
+            // placed meanwhile is no longer queued once its lock is ours.
+            .write_rows(move |tx| {
+                crate::store::nodes::lock(tx, &node)?;
                 let (mut cpu, mut mem) = jobs::capacity_in_use(tx, &node)?;
                 let mut provisioned = vec![];
                 for id in jobs::ids_in_phase(tx, JobPhase::Queued)? {
-                    let Some(mut row) = jobs::load(tx, &id)? else { continue };
+                    let Some(mut row) = jobs::load_for_step(tx, &id)? else { continue };
+                    if row.job.phase != JobPhase::Queued {
+                        continue;
+                    }
                     if cpu + row.cpu_millis > cap.cpu_millis || mem + row.memory_bytes > cap.memory_bytes {
                         break;
                     }
@@ -431,8 +444,8 @@ impl JobDriver {
         let jid = id.to_string();
         let fired = self
             .store
-            .write(move |tx| {
-                let row = jobs::load(tx, &jid)?.ok_or_else(|| StoreError::NotFound(format!("job {jid}")))?;
+            .write_rows(move |tx| {
+                let row = jobs::load_for_step(tx, &jid)?.ok_or_else(|| StoreError::NotFound(format!("job {jid}")))?;
                 match row.job.next_due() {
                     Some(due) if due.at <= now => transition_row(tx, row, due.event, due.at, None).map(Some),
                     // The stored due time was stale: saved again with the right one.
