@@ -823,23 +823,17 @@ fn finish_all(
         ends.iter().map(|(claim, end)| Ok(item::apply(&claim.item, end.event(), now, backoff)?)).collect();
     // Runs of ends the machine left alike under the same token: usually
     // the whole group (completed, first claim).
-    let mut order: Vec<usize> = (0..ends.len()).filter(|&i| answers[i].is_ok()).collect();
-    let key = |i: &usize| {
-        let item = &answers[*i].as_ref().expect("only ends the machine took are saved").item;
-        (ends[*i].0.lease_token, item.state.as_str(), item.attempts_made, item)
-    };
-    order.sort_by(|a, b| {
-        let (ka, kb) = (key(a), key(b));
-        (ka.0, ka.1, ka.2).cmp(&(kb.0, kb.1, kb.2))
-    });
-    let mut kept = HashSet::with_capacity(order.len());
-    for run in order.chunk_by(|a, b| {
-        let (ka, kb) = (key(a), key(b));
-        ka.0 == kb.0 && ka.3 == kb.3
-    }) {
-        let seqs: Vec<i64> = run.iter().map(|&i| ends[i].0.seq).collect();
-        let (token, _, _, item) = key(&run[0]);
-        kept.extend(items::save_ends(tx, &seqs, token, item, now)?);
+    let mut taken: Vec<(&ItemRow, &Outcome)> = ends
+        .iter()
+        .zip(&answers)
+        .filter_map(|((claim, _), answer)| answer.as_ref().ok().map(|o| (&**claim, o)))
+        .collect();
+    taken.sort_by_key(|(claim, o)| (claim.lease_token, o.item.state.as_str(), o.item.attempts_made));
+    let mut kept = HashSet::with_capacity(taken.len());
+    for run in taken.chunk_by(|(a, oa), (b, ob)| a.lease_token == b.lease_token && oa.item == ob.item) {
+        let seqs: Vec<i64> = run.iter().map(|(claim, _)| claim.seq).collect();
+        let (claim, outcome) = run[0];
+        kept.extend(items::save_ends(tx, &seqs, claim.lease_token, &outcome.item, now)?);
     }
     for ((claim, _), answer) in ends.iter().zip(answers.iter_mut()) {
         if answer.is_ok() && !kept.contains(&claim.seq) {

@@ -500,9 +500,9 @@ const QUEUE_HEAD: &str = concat!(
 /// claims running at once take disjoint heads of the queue, each the first
 /// free items in order, and never wait on each other.
 ///
-/// On PostgreSQL sorting is turned off for the read (`enable_sort`, for the
-/// rest of this transaction's statement only), so each band is read in its
-/// index's order and stops at the limit. The planner estimates a band's
+/// On PostgreSQL sorting is turned off for this one statement (`SET LOCAL
+/// enable_sort` off before it and on again after it), so each band is read
+/// in its index's order and stops at the limit. The planner estimates a band's
 /// size from the table's statistics, which a queue outruns: analyzed while
 /// the queue was short, it took a backlog for a few rows and read every
 /// claimable item, sorted them and kept the first (measured: 5,763 rows read
