@@ -376,9 +376,7 @@ impl Stored<'_> {
     /// told apart by their application name (so every node on it counts);
     /// PostgreSQL only.
     pub fn server_connections(&self) -> ServerConnections {
-        if self.server.database_url().is_none() {
-            self.server.fail("server_connections reads pg_stat_activity: this test needs PostgreSQL");
-        }
+        self.postgres_only("server_connections reads pg_stat_activity");
         let sql = "SELECT COUNT(*) FILTER (WHERE state = 'active'), COUNT(*) FILTER (WHERE xact_start IS NOT NULL) \
                    FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'grid-server'";
         match self.numbers(sql).as_slice() {
@@ -392,9 +390,7 @@ impl Stored<'_> {
     /// Refreshes the planner's statistics of `table` now (`ANALYZE`), as
     /// autovacuum would: a test takes them while a queue is short.
     pub fn analyze(&self, table: Table) {
-        if !self.on_postgres() {
-            self.server.fail("analyze takes PostgreSQL's statistics: this test needs PostgreSQL");
-        }
+        self.postgres_only("analyze takes PostgreSQL's statistics");
         self.execute(&format!("ANALYZE {}", table.name()));
     }
 
@@ -402,6 +398,7 @@ impl Stored<'_> {
     /// node's count falls to 0 once its backends exited, each having
     /// reported its statistics.
     pub fn server_backends(&self) -> i64 {
+        self.postgres_only("server_backends reads pg_stat_activity");
         self.number(
             "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'grid-server'",
         )
@@ -411,9 +408,7 @@ impl Stored<'_> {
     /// pg_stat_user_indexes: every entry a scan returned, dead ones
     /// included), as reported by backends that exited or reported since.
     pub fn index_entries_read(&self, index: &str) -> i64 {
-        if !self.on_postgres() {
-            self.server.fail("index_entries_read reads pg_stat_user_indexes: this test needs PostgreSQL");
-        }
+        self.postgres_only("index_entries_read reads pg_stat_user_indexes");
         self.number(&format!(
             "SELECT COALESCE(SUM(idx_tup_read), 0) FROM pg_stat_user_indexes WHERE indexrelname = {}",
             quoted(index)
@@ -490,6 +485,12 @@ impl Stored<'_> {
 
     fn on_postgres(&self) -> bool {
         self.server.database_url().is_some()
+    }
+
+    fn postgres_only(&self, what: &str) {
+        if !self.on_postgres() {
+            self.server.fail(&format!("{what}: this test needs PostgreSQL"));
+        }
     }
 
     fn sqlite_only(&self, what: &str) {

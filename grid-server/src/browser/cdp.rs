@@ -465,11 +465,13 @@ impl Shared {
             }
             return;
         }
-        // A target session gone: what was sent on it is never answered.
+        // A target session gone: what was sent on it is never answered,
+        // and it is nobody's any more.
         if msg["method"] == "Target.detachedFromTarget" {
             if let Some(child) = msg["params"]["sessionId"].as_str() {
                 routes.fail_pending_on(child);
                 routes.grid_attached.remove(child);
+                routes.owners.remove(child);
             }
         }
         let session = msg.get("sessionId").and_then(Value::as_str).map(str::to_string);
@@ -503,11 +505,6 @@ impl Shared {
             }
             if let Some(owner) = owner {
                 routes.owners.insert(child, owner);
-            }
-        }
-        if msg["method"] == "Target.detachedFromTarget" {
-            if let Some(child) = msg["params"]["sessionId"].as_str() {
-                routes.owners.remove(child);
             }
         }
         let text = msg.to_string();

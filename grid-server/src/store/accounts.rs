@@ -286,11 +286,7 @@ pub fn unlink_identity(conn: &Conn, issuer: &str, subject: &str) -> StoreResult<
 /// transactions insert for the account (a foreign key's `KEY SHARE`) do
 /// not wait either. Nothing on SQLite, which has one writer.
 pub fn lock_account(conn: &Conn, account_id: &str) -> StoreResult<()> {
-    let lock = conn.row_lock("FOR NO KEY UPDATE");
-    if !lock.is_empty() {
-        conn.query_map(&format!("SELECT 1 FROM accounts WHERE id = ?1 {lock}"), [account_id], |_| Ok(()))?;
-    }
-    Ok(())
+    conn.lock_rows("SELECT 1 FROM accounts WHERE id = ?1", [account_id], "FOR NO KEY UPDATE")
 }
 
 /// The account's sums per kind of entry, as `append_all` keeps them: a few

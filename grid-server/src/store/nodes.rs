@@ -66,11 +66,7 @@ pub fn register(conn: &Conn, name: &str, advertise_url: Option<&str>, offer: Off
 /// capacity in use on the node and places jobs there, so two passes never
 /// both place on capacity one of them took. A heartbeat waits for it.
 pub fn lock(conn: &Conn, name: &str) -> StoreResult<()> {
-    let lock = conn.row_lock("FOR UPDATE");
-    if !lock.is_empty() {
-        conn.query_map(&format!("SELECT name FROM nodes WHERE name = ?1 {lock}"), [name], |_| Ok(()))?;
-    }
-    Ok(())
+    conn.lock_rows("SELECT name FROM nodes WHERE name = ?1", [name], "FOR UPDATE")
 }
 
 /// Whether some live node's engine (heartbeat at or after `live_after`;

@@ -107,18 +107,11 @@ pub struct Placement<'a> {
 /// not lock node rows (a heartbeat writes its own row and waits for a lease
 /// in flight).
 pub fn lock_slots(conn: &Conn, p: Placement<'_>) -> StoreResult<()> {
-    let lock = conn.row_lock("FOR UPDATE");
-    if !lock.is_empty() {
-        conn.query_map(
-            &format!(
-                "SELECT name FROM nodes WHERE name = ?1 OR (heartbeat_at >= ?2 AND advertise_url IS NOT NULL)
-                  ORDER BY name {lock}"
-            ),
-            (p.me, p.live_after.0),
-            |_| Ok(()),
-        )?;
-    }
-    Ok(())
+    conn.lock_rows(
+        "SELECT name FROM nodes WHERE name = ?1 OR (heartbeat_at >= ?2 AND advertise_url IS NOT NULL) ORDER BY name",
+        (p.me, p.live_after.0),
+        "FOR UPDATE",
+    )
 }
 
 /// The node a new session's browser runs on, or `None` when every live
@@ -248,8 +241,7 @@ fn row(r: &Row) -> StoreResult<SessionRow> {
 }
 
 pub fn load(conn: &Conn, id: &str) -> StoreResult<Option<SessionRow>> {
-    let sql = format!("SELECT {COLUMNS} FROM sessions WHERE id = ?1");
-    conn.query_row(&sql, [id], row).optional()
+    load_locked(conn, id, "")
 }
 
 /// `load` for a step of the session's machine: on PostgreSQL the row stays
@@ -257,7 +249,11 @@ pub fn load(conn: &Conn, id: &str) -> StoreResult<Option<SessionRow>> {
 /// release through one node, its expiry fired by another) run one after
 /// the other, each from what the other stored.
 pub fn load_for_step(conn: &Conn, id: &str) -> StoreResult<Option<SessionRow>> {
-    let sql = format!("SELECT {COLUMNS} FROM sessions WHERE id = ?1 {}", conn.row_lock("FOR UPDATE"));
+    load_locked(conn, id, conn.row_lock("FOR UPDATE"))
+}
+
+fn load_locked(conn: &Conn, id: &str, lock: &str) -> StoreResult<Option<SessionRow>> {
+    let sql = format!("SELECT {COLUMNS} FROM sessions WHERE id = ?1 {lock}");
     conn.query_row(&sql, [id], row).optional()
 }
 

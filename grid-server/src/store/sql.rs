@@ -55,6 +55,17 @@ impl Conn<'_> {
         }
     }
 
+    /// Locks the rows `select` reads with `clause` until the transaction
+    /// ends, on PostgreSQL (`row_lock`); reads nothing on SQLite, whose one
+    /// writer needs no row locks.
+    pub fn lock_rows(&self, select: &str, params: impl Params, clause: &'static str) -> StoreResult<()> {
+        let lock = self.row_lock(clause);
+        if !lock.is_empty() {
+            self.query_values(&format!("{select} {lock}"), params.values())?;
+        }
+        Ok(())
+    }
+
     pub fn execute(&self, sql: &str, params: impl Params) -> StoreResult<usize> {
         self.execute_values(sql, params.values())
     }
