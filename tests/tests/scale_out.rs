@@ -446,7 +446,7 @@ async fn leases_racing_through_three_nodes_take_each_slot_once() {
     assert_eq!(n2.get("/grid").await.json["sessions"], json!(3));
     for (r, key) in answers.iter().zip(&keys) {
         if let Some(id) = r.json["sessionId"].as_str() {
-            let r = n1.request(reqwest::Method::DELETE, &format!("/sessions/{id}"), Some(key), None).await;
+            let r = grid_tests::sessions::release_as(&n1, key, id).await;
             assert_eq!(r.status, 204, "{r}");
         }
     }

@@ -221,6 +221,31 @@ async fn run(label: &str, nodes: usize, postgres: bool, urls: &[String], config:
     }
 }
 
+/// A set-up's line of the report: items/s, CPU per item and, on
+/// PostgreSQL, write transactions and lock waits.
+fn summary(label: &str, r: &Run, items: usize) -> String {
+    let db = match (r.write_tx_per_second, r.lock_wait_share) {
+        (Some(tx), Some(wait)) => {
+            let kinds: Vec<String> =
+                r.lock_waits.iter().map(|(k, share)| format!("{k} {:.1}%", share * 100.0)).collect();
+            format!(
+                "; {tx:.0} write tx/s; lock waits {:.1}% of transaction time ({})",
+                wait * 100.0,
+                if kinds.is_empty() { "none".to_string() } else { kinds.join(", ") }
+            )
+        }
+        _ => String::new(),
+    };
+    format!(
+        "{label:<22} {:>7.1} items/s ({} of {items}); CPU per item: grid {:.0} µs + PostgreSQL {:.0} µs = {:.0} items per CPU-second{db}",
+        r.items_per_second,
+        r.completed,
+        r.grid_cpu_us_per_item,
+        r.db_cpu_us_per_item,
+        r.items_per_cpu_second(),
+    )
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
@@ -253,6 +278,10 @@ async fn main() {
     // `--only K` runs the K-th set-up alone (1, 2 or 3), to profile it;
     // the ratios then are not printed.
     let only = flags.get("--only") as usize;
+    if only > 3 {
+        eprintln!("bench_scale_out: --only {only}: one of 1, 2 or 3 (0: all)");
+        std::process::exit(2);
+    }
     let target = Target::start();
     let urls: Vec<String> = (0..config.items).map(|n| target.url(&format!("/page/{n}"))).collect();
     eprintln!("bench: {} fetch items, {} workers per node, {rounds} rounds (medians)", config.items, config.workers);
@@ -271,41 +300,12 @@ async fn main() {
         }
     }
     if only != 0 {
-        let r = medians(&all[only - 1]);
-        println!(
-            "{}: {:.1} items/s; CPU per item: grid {:.0} µs + PostgreSQL {:.0} µs; write tx/s {:?}; lock waits {:?}",
-            setups[only - 1].0,
-            r.items_per_second,
-            r.grid_cpu_us_per_item,
-            r.db_cpu_us_per_item,
-            r.write_tx_per_second,
-            r.lock_wait_share
-        );
+        println!("{}", summary(setups[only - 1].0, &medians(&all[only - 1]), config.items));
         return;
     }
     let results: Vec<Run> = all.iter().map(|runs| medians(runs)).collect();
     for ((label, _, _), r) in setups.iter().zip(&results) {
-        let db = match (r.write_tx_per_second, r.lock_wait_share) {
-            (Some(tx), Some(wait)) => {
-                let kinds: Vec<String> =
-                    r.lock_waits.iter().map(|(k, share)| format!("{k} {:.1}%", share * 100.0)).collect();
-                format!(
-                    "; {tx:.0} write tx/s; lock waits {:.1}% of transaction time ({})",
-                    wait * 100.0,
-                    if kinds.is_empty() { "none".to_string() } else { kinds.join(", ") }
-                )
-            }
-            _ => String::new(),
-        };
-        println!(
-            "{label:<22} {:>7.1} items/s ({} of {}); CPU per item: grid {:.0} µs + PostgreSQL {:.0} µs = {:.0} items per CPU-second{db}",
-            r.items_per_second,
-            r.completed,
-            config.items,
-            r.grid_cpu_us_per_item,
-            r.db_cpu_us_per_item,
-            r.items_per_cpu_second(),
-        );
+        println!("{}", summary(label, r, config.items));
     }
     let base = &results[0];
     for ((label, _, _), r) in setups.iter().zip(&results).skip(1) {
