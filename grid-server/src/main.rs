@@ -426,7 +426,21 @@ enum KeyCommand {
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Turns transparent huge pages off for this process (`PR_SET_THP_DISABLE`,
+/// what mimalloc's `allow_thp=0` does, an option it reads before `main`).
+/// mimalloc advises huge pages for its arenas, so each time it takes back
+/// memory it had purged the kernel zeroes a whole 2 MiB page for it: up to
+/// 7 µs of a grid-commit thread's CPU per fetch item when three nodes share
+/// a machine (perf, bench/scale_out.sh; docs/scale-out.md "Capacity"). The
+/// flag crosses fork and exec, so the browsers the server starts run without
+/// huge pages too.
+fn without_transparent_huge_pages() {
+    // SAFETY: integer arguments only; failure leaves the kernel's default.
+    let _ = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+}
+
 fn main() -> anyhow::Result<()> {
+    without_transparent_huge_pages();
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(

@@ -239,6 +239,13 @@ impl Stored<'_> {
         self.number("SELECT COUNT(*) FROM items WHERE settlement_due IS NOT NULL")
     }
 
+    /// When an item last changed (its machine's `updated_at`, ms since the
+    /// epoch by the server's clock), over every batch; `None` with no item.
+    /// The settlement pass leaves it as the attempt's end wrote it.
+    pub fn last_item_change_ms(&self) -> Option<i64> {
+        self.value("SELECT MAX(updated_at) FROM items").map(|v| self.parse(&v, "a time"))
+    }
+
     /// How many batches had their items run by more than one node.
     pub fn batches_run_by_several_nodes(&self) -> i64 {
         self.number(
