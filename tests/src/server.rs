@@ -673,6 +673,17 @@ impl GridServer {
         }
     }
 
+    /// PostgreSQL only: a session holding the grid-wide write lock shared
+    /// until the returned guard is dropped, so every write that takes it
+    /// exclusively waits (and fails after its busy timeout) while writes
+    /// ordered by their rows run.
+    pub fn lock_db_exclusive_writes(&self) -> DbLock {
+        match &self.database {
+            Some(db) => DbLock::Postgres(db.lock_shared()),
+            None => self.fail("lock_db_exclusive_writes: the grid-wide write lock is PostgreSQL's"),
+        }
+    }
+
     fn lock_shm(&self, len: i64) -> DbLock {
         let shm = self.data_dir.join("grid.db-shm");
         let file = OpenOptions::new()

@@ -87,6 +87,26 @@ impl Database {
     /// every table in ACCESS EXCLUSIVE mode (so reads wait too), until the
     /// returned guard is dropped.
     pub fn lock(&self, tables: bool) -> PgLock {
+        let mut script = format!("BEGIN;\nSELECT pg_advisory_xact_lock({WRITE_LOCK});\n");
+        if tables {
+            script.push_str(
+                "LOCK TABLE accounts, api_keys, identities, ledger, batches, items, artifacts, jobs, sessions, \
+                 settings, idempotency_keys IN ACCESS EXCLUSIVE MODE;\n",
+            );
+        }
+        self.hold(script)
+    }
+
+    /// A psql session holding the grid-wide write lock shared, as a write
+    /// ordered by its rows does: writes that take it exclusively wait until
+    /// the guard is dropped, those ordered by rows do not.
+    pub fn lock_shared(&self) -> PgLock {
+        self.hold(format!("BEGIN;\nSELECT pg_advisory_xact_lock_shared({WRITE_LOCK});\n"))
+    }
+
+    /// Runs `script` (which takes locks in a transaction left open) in a psql
+    /// session kept until the guard is dropped.
+    fn hold(&self, mut script: String) -> PgLock {
         use std::io::{BufRead, Write};
         let mut child = Command::new("psql")
             .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", &self.url])
@@ -95,13 +115,6 @@ impl Database {
             .stderr(Stdio::inherit())
             .spawn()
             .unwrap_or_else(|e| panic!("psql could not be run: {e}"));
-        let mut script = format!("BEGIN;\nSELECT pg_advisory_xact_lock({WRITE_LOCK});\n");
-        if tables {
-            script.push_str(
-                "LOCK TABLE accounts, api_keys, identities, ledger, batches, items, artifacts, jobs, sessions, \
-                 settings, idempotency_keys IN ACCESS EXCLUSIVE MODE;\n",
-            );
-        }
         script.push_str("\\echo locked\n");
         let mut stdin = child.stdin.take().expect("piped stdin");
         stdin.write_all(script.as_bytes()).expect("write to psql");

@@ -297,10 +297,11 @@ impl ItemDriver {
         Ok(Arc::new(claim))
     }
 
-    /// POST /jobs/{id}/retry for a capture item of `account_id`.
+    /// POST /jobs/{id}/retry for a capture item of `account_id`. Ordered by
+    /// its row (`retry` locks the item before it checks it).
     pub async fn retry(&self, account_id: &str, id: &str) -> Result<ItemRetried, ItemError> {
         let (account_id, id) = (account_id.to_string(), id.to_string());
-        self.transact(Order::Grid, move |tx, now, backoff, after| retry(tx, &account_id, &id, now, backoff, after))
+        self.transact(Order::Rows, move |tx, now, backoff, after| retry(tx, &account_id, &id, now, backoff, after))
             .await
     }
 
@@ -320,7 +321,8 @@ impl ItemDriver {
 
     /// Makes delayed items due by `now` claimable; answers the next due time.
     /// Writes only when something is due, so an idle grid's due loop costs
-    /// one read per pass.
+    /// one read per pass. Ordered by rows, as the claims that wake due items
+    /// too: `items::due_delayed` locks each item it wakes.
     pub async fn fire(&self, now: Millis) -> Result<Option<Millis>, ItemError> {
         let next = self.store.read(items::next_wake).await?;
         if next.is_none_or(|t| t > now) {
@@ -329,7 +331,7 @@ impl ItemDriver {
         let backoff = self.backoff;
         let (next, after) = self
             .commits
-            .run(Order::Grid, move |tx| {
+            .run(Order::Rows, move |tx| {
                 let mut after = After::default();
                 wake_due(tx, now, backoff, &mut after)?;
                 Ok((items::next_wake(tx)?, after))
@@ -867,7 +869,9 @@ fn retry(
     backoff: Backoff,
     after: &mut After,
 ) -> Result<ItemRetried, ItemError> {
-    let row = items::load_item(tx, id)?
+    // Locked as it is read, so two retries of one item (through two nodes)
+    // run one after the other and the second finds it failed no more.
+    let row = items::load_item_for_step(tx, id)?
         .filter(|r| r.account_id == account_id)
         .ok_or(TransitionError::Refused(ApiError::UnknownItemOrJob))?;
     // Every profile the grid has ever offered is still selectable today.

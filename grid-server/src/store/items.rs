@@ -292,10 +292,20 @@ fn item_row_owned(mut r: Row) -> StoreResult<ItemRow> {
     })
 }
 
+const LOAD_ITEM: &str =
+    concat!("SELECT ", item_columns!(), " FROM items i JOIN batches b ON b.id = i.batch_id WHERE i.id = ?1");
+
 pub fn load_item(conn: &Conn, id: &str) -> StoreResult<Option<ItemRow>> {
-    const SQL: &str =
-        concat!("SELECT ", item_columns!(), " FROM items i JOIN batches b ON b.id = i.batch_id WHERE i.id = ?1");
-    conn.query_row(SQL, [id], item_row).optional()
+    conn.query_row(LOAD_ITEM, [id], item_row).optional()
+}
+
+/// `load_item`, the item's row locked until the transaction ends (on
+/// PostgreSQL; SQLite's one writer needs no lock): for a step that checks
+/// the item's state and runs at once with other transactions
+/// (`Order::Rows`).
+pub fn load_item_for_step(conn: &Conn, id: &str) -> StoreResult<Option<ItemRow>> {
+    let sql = format!("{LOAD_ITEM} {}", conn.row_lock("FOR UPDATE OF i"));
+    conn.query_row(&sql, [id], item_row).optional()
 }
 
 /// Stores an item's machine state.
