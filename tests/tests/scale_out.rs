@@ -354,6 +354,47 @@ fn with_engine(name: &str, lease_secs: u32, engine: bool) -> ServerOptions {
     o
 }
 
+/// A job run from submission to its published log, and a context created,
+/// saved by its session's end and deleted, while a psql session holds the
+/// grid-wide lock shared: the job's steps (its container recorded, its log
+/// published included) and the context's writes are ordered by rows, so
+/// none waits for that lock. The container's record and the log's
+/// publication took it exclusively before, and failed once their busy
+/// timeout passed.
+#[tokio::test]
+async fn jobs_and_contexts_run_to_their_end_while_the_grid_wide_lock_is_held_shared() {
+    use grid_tests::jobs::{check_compute_env, job_id, sh_job, submit_job, wait_finished};
+    use grid_tests::sessions::{lease_running, release};
+    check_compute_env();
+    let n1 = GridServer::start(with_engine("n1", LONG_LEASE_SECS, true));
+    let _shared = n1.lock_db_exclusive_writes();
+
+    let job = job_id(&submit_job(&n1, &sh_job("echo published-under-the-lock")).await);
+    let done = wait_finished(&n1, &job).await;
+    assert_eq!(done["phase"], "SUCCEEDED", "{done}");
+    let log = n1.get(&format!("/jobs/{job}/logs")).await;
+    assert_eq!(log.status, 200, "{log}");
+    assert!(log.text.contains("published-under-the-lock"), "{log}");
+
+    let created = n1.post("/contexts", &json!({})).await;
+    assert_eq!(created.status, 201, "{created}");
+    let id = created.json["contextId"].as_str().unwrap_or_else(|| n1.fail("no contextId")).to_string();
+    let (lease, _cdp) = lease_running(&n1, json!({"ttlMinutes": 10, "context": {"id": id, "persist": true}})).await;
+    release(&n1, &lease.id).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let listed = n1.get("/contexts").await;
+        let entry = listed.json.as_array().and_then(|a| a.iter().find(|c| c["contextId"] == id.as_str()).cloned());
+        if entry.as_ref().is_some_and(|c| !c["savedAt"].is_null() && c["sessionId"].is_null()) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the context was not saved back and freed within 60 s: {entry:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let deleted = n1.request(reqwest::Method::DELETE, &format!("/contexts/{id}"), Some(n1.api_key()), None).await;
+    assert_eq!(deleted.status, 204, "{deleted}");
+}
+
 /// Jobs submitted at once through three nodes, each node's scheduler
 /// placing on its own engine with no grid-wide lock (each locks its node's
 /// row, then each queued job's as it places it): every job runs once, on

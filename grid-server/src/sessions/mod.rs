@@ -222,17 +222,18 @@ impl Sessions {
     }
 
     /// POST /contexts: a new empty context of `account` (docs/sessions.md,
-    /// "Contexts"); its id.
+    /// "Contexts"); its id. Ordered by rows: it checks nothing.
     pub async fn create_context(&self, account: &str) -> Result<String, StoreError> {
         let (account, at) = (account.to_string(), self.driver.now());
-        self.store.write(move |tx| contexts::create(tx, &account, at)).await
+        self.store.write_rows(move |tx| contexts::create(tx, &account, at)).await
     }
 
     /// DELETE /contexts/{id}: the context and its state, unless it is none
-    /// of `account`'s or a live session holds it.
+    /// of `account`'s or a live session holds it. Ordered by rows: the
+    /// account's row first, as a lease taking the context locks it.
     pub async fn delete_context(&self, account: &str, id: &str) -> Result<(), contexts::ContextError> {
         let (account, id) = (account.to_string(), id.to_string());
-        self.store.write(move |tx| contexts::delete(tx, &account, &id)).await
+        self.store.write_rows(move |tx| contexts::delete(tx, &account, &id)).await
     }
 
     fn take_warm(&self, profile: Profile) -> Option<Warm> {
@@ -388,7 +389,8 @@ async fn finish_context(app: &Sessions, context_id: &str, session: &str, finish:
         Finish::Save(_) => "saved",
         Finish::Refused(_) => "refused",
     };
-    match app.store.write(move |tx| contexts::finish(tx, &c, &s, &finish, at)).await {
+    // Ordered by rows: `finish` is one update fenced by the holder.
+    match app.store.write_rows(move |tx| contexts::finish(tx, &c, &s, &finish, at)).await {
         Ok(true) => tracing::info!(context = context_id, state = kind, "context released"),
         Ok(false) => tracing::warn!(context = context_id, "the context was taken over or deleted; nothing saved"),
         Err(e) => tracing::error!(context = context_id, error = %e, "the context's end was not stored"),

@@ -111,7 +111,10 @@ fn free_of(conn: &Conn, account: &str, id: &str) -> Result<Holder, ContextError>
 }
 
 /// DELETE /contexts/{id}: the row and its state gone in one statement.
+/// The account's row is locked first, as a lease's (`take`), so a lease
+/// and a delete of one context run one after the other.
 pub fn delete(tx: &Conn, account: &str, id: &str) -> Result<(), ContextError> {
+    super::accounts::lock_account(tx, account)?;
     free_of(tx, account, id)?;
     tx.execute("DELETE FROM contexts WHERE id = ?1", [id])?;
     Ok(())

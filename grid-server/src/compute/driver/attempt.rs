@@ -37,7 +37,8 @@ fn stop_recorded(row: &JobRow, attempt: u32) -> bool {
 
 /// Records the container an attempt's start created (so a stop finds it by
 /// the recorded name), in `tx`; answers whether a stop was recorded for the
-/// attempt meanwhile, so its start is aborted.
+/// attempt meanwhile, so its start is aborted. The job's row is locked as it
+/// is loaded (a write ordered by rows, as the job's steps).
 pub(super) fn record_executor(
     tx: &Conn,
     id: &str,
@@ -45,7 +46,7 @@ pub(super) fn record_executor(
     executor: Executor,
     at: Millis,
 ) -> Result<bool, StoreError> {
-    let mut row = jobs::load(tx, id)?.ok_or_else(|| StoreError::NotFound(format!("job {id}")))?;
+    let mut row = jobs::load_for_step(tx, id)?.ok_or_else(|| StoreError::NotFound(format!("job {id}")))?;
     row.executors.insert(attempt, executor);
     jobs::save(tx, &row, at)?;
     Ok(stop_recorded(&row, attempt))
@@ -149,7 +150,7 @@ impl JobDriver {
         let executor =
             Executor { engine: "docker".into(), container_name: name, container_id: Some(container.clone()) };
         let (jid, now) = (id.to_string(), self.clock.now());
-        let stop = self.store.write(move |tx| record_executor(tx, &jid, attempt, executor, now)).await?;
+        let stop = self.store.write_rows(move |tx| record_executor(tx, &jid, attempt, executor, now)).await?;
         if stop {
             tracing::info!("start aborted: a stop was asked for while the container was made");
             self.engine.remove(&container).await;

@@ -52,7 +52,8 @@ impl JobDriver {
         let now = self.clock.now();
         let published = retry::until_stored("log", JobError::store, || {
             let (jid, log) = (row.id.clone(), log.clone());
-            self.store.write(move |tx| {
+            // Ordered by rows: `transition` locks the job's row.
+            self.store.write_rows(move |tx| {
                 let log_available = log.is_some();
                 if let Some(log) = &log {
                     jobs::insert_log(tx, &jid, log)?;
