@@ -13,7 +13,8 @@
 //! why they are kept for the rare group that needs them.
 //!
 //! On PostgreSQL several groups are written at once, one per commit thread
-//! (`Store::concurrent_writers`): a request says how its transaction must
+//! (`Store::concurrent_writers`), each thread through a connection of its
+//! own that it drives itself (`Store::writer`): a request says how its transaction must
 //! be ordered (`Order`), and a group is `Order::Rows` only when all of its
 //! requests are. A group PostgreSQL failed to end a deadlock between row
 //! locks (`StoreError::Conflict`) wrote nothing and runs again.
@@ -26,7 +27,7 @@ use crate::store::Conn;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::store::items::ItemError;
-use crate::store::{Order, Store, StoreError};
+use crate::store::{Order, Store, StoreError, Writer};
 
 /// Most requests written in one transaction.
 const MAX_GROUP: usize = 256;
@@ -56,8 +57,8 @@ impl Commits {
         // `Commits` is dropped.
         let rx = Arc::new(Mutex::new(rx));
         for _ in 0..store.concurrent_writers() {
-            let (store, rx) = (store.clone(), rx.clone());
-            std::thread::Builder::new().name("grid-commit".into()).spawn(move || run(store, rx))?;
+            let (writer, rx) = (store.writer().map_err(std::io::Error::other)?, rx.clone());
+            std::thread::Builder::new().name("grid-commit".into()).spawn(move || run(writer, rx))?;
         }
         Ok(Commits { tx })
     }
@@ -150,7 +151,7 @@ impl From<StoreError> for Plain {
 
 /// One commit thread: takes what is queued as a group (the threads take
 /// turns at the queue) and writes it.
-fn run(store: Store, rx: Arc<Mutex<mpsc::UnboundedReceiver<Box<dyn Request>>>>) {
+fn run(mut writer: Writer, rx: Arc<Mutex<mpsc::UnboundedReceiver<Box<dyn Request>>>>) {
     let mut last: Option<Instant> = None;
     loop {
         if let Some(wait) = last.and_then(|t| PACE.checked_sub(t.elapsed())) {
@@ -174,12 +175,12 @@ fn run(store: Store, rx: Arc<Mutex<mpsc::UnboundedReceiver<Box<dyn Request>>>>) 
         // the commit thread as stopped) and leaves the thread serving the
         // next groups.
         let written = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            let mut committed = commit(&store, &mut group);
+            let mut committed = commit(&mut writer, &mut group);
             for _ in 1..CONFLICT_TRIES {
                 if !matches!(committed, Err(StoreError::Conflict)) {
                     break;
                 }
-                committed = commit(&store, &mut group);
+                committed = commit(&mut writer, &mut group);
             }
             (group, committed)
         }));
@@ -206,9 +207,9 @@ fn run(store: Store, rx: Arc<Mutex<mpsc::UnboundedReceiver<Box<dyn Request>>>>) 
 /// it, again with each request in a savepoint of its own. The group stays
 /// the caller's, so every request is answered even when the transaction
 /// cannot begin or commit.
-fn commit(store: &Store, group: &mut [Box<dyn Request>]) -> Result<(), StoreError> {
+fn commit(writer: &mut Writer, group: &mut [Box<dyn Request>]) -> Result<(), StoreError> {
     let order = if group.iter().all(|r| r.order() == Order::Rows) { Order::Rows } else { Order::Grid };
-    let plain = store.write_ordered(order, |tx| match group.iter_mut().all(|r| r.run(tx, false)) {
+    let plain = writer.write_ordered(order, |tx| match group.iter_mut().all(|r| r.run(tx, false)) {
         true => Ok(()),
         false => Err(Plain::RequestFailed),
     });
@@ -218,7 +219,7 @@ fn commit(store: &Store, group: &mut [Box<dyn Request>]) -> Result<(), StoreErro
         // Alone in its group, the failed request's rollback was the whole
         // transaction's: its answer stands as it is.
         Err(Plain::RequestFailed) if group.len() == 1 => Ok(()),
-        Err(Plain::RequestFailed) => store.write_ordered(order, |tx| {
+        Err(Plain::RequestFailed) => writer.write_ordered(order, |tx| {
             for request in group.iter_mut() {
                 request.run(tx, true);
             }

@@ -203,6 +203,18 @@ impl Store {
         }
     }
 
+    /// A writer for one thread's transactions (a commit thread's,
+    /// `capture/commits.rs`): on PostgreSQL through a connection of its own
+    /// that the thread drives itself (`postgres::OwnConnection`), on SQLite
+    /// the store's one writer.
+    pub fn writer(&self) -> StoreResult<Writer> {
+        let own = match &*self.backend {
+            Backend::Sqlite(_) => None,
+            Backend::Postgres(db) => Some(db.own_connection()?),
+        };
+        Ok(Writer { store: self.clone(), own })
+    }
+
     /// How many transactions the capture queue's group commits run at once
     /// (`capture/commits.rs`): one on SQLite, which has one writer; several
     /// on PostgreSQL, where their row locks let them (`Order::Rows`).
@@ -246,6 +258,26 @@ impl Store {
 
     pub fn read_blocking<R>(&self, f: impl FnOnce(&Conn) -> StoreResult<R>) -> StoreResult<R> {
         read_on(&self.backend, f)
+    }
+}
+
+/// One thread's writer (`Store::writer`).
+pub struct Writer {
+    store: Store,
+    own: Option<postgres::OwnConnection>,
+}
+
+impl Writer {
+    /// `Store::write_ordered` through this writer.
+    pub fn write_ordered<R, E: From<StoreError>>(
+        &mut self,
+        order: Order,
+        f: impl FnOnce(&Conn) -> Result<R, E>,
+    ) -> Result<R, E> {
+        match &mut self.own {
+            Some(own) => own.write(order, f),
+            None => self.store.write_ordered(order, f),
+        }
     }
 }
 

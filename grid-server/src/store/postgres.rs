@@ -6,7 +6,9 @@
 //! backends, run on a blocking thread as SQLite's are), so each statement is
 //! driven with `block_on` on a small runtime of the store's own: the
 //! connections' I/O never waits on the server's runtime, and the admin
-//! subcommands, which have none, use the same code.
+//! subcommands, which have none, use the same code. The capture queue's
+//! commit threads, which run most statements, each drive a connection of
+//! their own on their own thread instead (`OwnConnection`).
 //!
 //! Writes are ordered by one transaction-scoped advisory lock, in one of two
 //! modes (`Order`, docs/scale-out.md "Locking"). Most write transactions
@@ -17,8 +19,11 @@
 //! once on every node and wait only for an exclusive one in flight. Reads
 //! take no lock.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::error::Error;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -53,12 +58,13 @@ const STEPS: [&str; 11] = [
     include_str!("postgres_v11_hot_references.sql"),
 ];
 
-/// Connections per node (18): one per reader thread and per commit thread,
-/// and four for the other writes (heartbeats, sessions, jobs, settlement), which
-/// then never wait for a connection behind a burst of reads. Store calls
-/// run on blocking threads, so more would only queue inside PostgreSQL;
-/// five nodes times this stay under PostgreSQL's default 100 connections.
-const POOL_SIZE: usize = READERS + CONCURRENT_WRITERS + 4;
+/// Connections of the pool (16): one per reader thread, and four for the
+/// other writes (heartbeats, sessions, jobs, settlement), which then never
+/// wait for a connection behind a burst of reads. Store calls run on
+/// blocking threads, so more would only queue inside PostgreSQL. Each commit
+/// thread has one more of its own (`OwnConnection`): 18 per node, and five
+/// nodes times this stay under PostgreSQL's default 100 connections.
+const POOL_SIZE: usize = READERS + 4;
 /// Group-commit transactions of the capture queue in flight at once on a
 /// node (`capture/commits.rs`, `Order::Rows`): a claim and the ends before
 /// and after it do not wait on each other's round trips; each holds one
@@ -73,6 +79,8 @@ pub const READERS: usize = 12;
 pub struct Postgres {
     runtime: &'static tokio::runtime::Runtime,
     pool: Pool,
+    /// How to connect, for the commit threads' own connections.
+    config: Arc<tokio_postgres::Config>,
 }
 
 impl Postgres {
@@ -100,7 +108,8 @@ impl Postgres {
         // The store lives as long as the process; a runtime dropped from
         // inside another one's context panics, so it is never dropped.
         let runtime: &'static tokio::runtime::Runtime = Box::leak(Box::new(runtime));
-        let manager = Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+        let manager =
+            Manager::from_config(config.clone(), NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
         let pool = Pool::builder(manager)
             .max_size(POOL_SIZE)
             .runtime(deadpool_postgres::Runtime::Tokio1)
@@ -108,7 +117,7 @@ impl Postgres {
             .create_timeout(Some(busy_timeout.max(Duration::from_secs(5))))
             .build()
             .map_err(|e| StoreError::Invalid(format!("PostgreSQL pool: {e}")))?;
-        let store = Postgres { runtime, pool };
+        let store = Postgres { runtime, pool, config: Arc::new(config) };
         store.migrate()?;
         Ok(store)
     }
@@ -174,12 +183,8 @@ impl Postgres {
     pub fn write<R, E: From<StoreError>>(&self, order: Order, f: impl FnOnce(&Conn) -> Result<R, E>) -> Result<R, E> {
         let mut client = self.client()?;
         let tx = self.block_on(client.transaction()).map_err(|e| E::from(e.into()))?;
-        let lock = match order {
-            Order::Grid => "SELECT pg_advisory_xact_lock($1)",
-            Order::Rows => "SELECT pg_advisory_xact_lock_shared($1)",
-        };
-        self.block_on(tx.execute(lock, &[&WRITE_LOCK])).map_err(|e| E::from(e.into()))?;
-        let conn = PgConn { store: self, tx: Tx::Transaction(&tx) };
+        self.block_on(tx.execute(write_lock(order), &[&WRITE_LOCK])).map_err(|e| E::from(e.into()))?;
+        let conn = PgConn { driver: Driver::Shared(self), tx: Tx::Transaction(&tx) };
         // Dropping an uncommitted transaction rolls it back.
         let r = f(&conn)?;
         self.block_on(tx.commit()).map_err(|e| E::from(e.into()))?;
@@ -188,17 +193,153 @@ impl Postgres {
 
     pub fn read<R>(&self, f: impl FnOnce(&Conn) -> StoreResult<R>) -> StoreResult<R> {
         let client = self.client()?;
-        f(&PgConn { store: self, tx: Tx::Client(&client) })
+        f(&PgConn { driver: Driver::Shared(self), tx: Tx::Client(&client) })
+    }
+
+    /// A connection for the calling thread alone, driven on it (`OwnConnection`).
+    pub fn own_connection(&self) -> StoreResult<OwnConnection> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| StoreError::Invalid(format!("cannot start a connection's runtime: {e}")))?;
+        Ok(OwnConnection { runtime, config: self.config.clone(), open: None })
+    }
+}
+
+fn write_lock(order: Order) -> &'static str {
+    match order {
+        Order::Grid => "SELECT pg_advisory_xact_lock($1)",
+        Order::Rows => "SELECT pg_advisory_xact_lock_shared($1)",
+    }
+}
+
+/// A connection one thread owns and drives itself, on a runtime of its own
+/// (current-thread): the connection's I/O runs inside the thread's own
+/// `block_on`, so a statement's round trip wakes no other thread. A
+/// connection of the pool is driven by the store's runtime thread, and each
+/// statement costs two hand-overs between threads (the request to that
+/// thread, the answer back). The capture queue's commit threads write
+/// through one each (`capture/commits.rs`): nearly every statement of the
+/// hot path is theirs. Opened at the first write, and again after it broke.
+pub struct OwnConnection {
+    runtime: tokio::runtime::Runtime,
+    config: Arc<tokio_postgres::Config>,
+    open: Option<Open>,
+}
+
+struct Open {
+    client: tokio_postgres::Client,
+    /// Statements prepared on this connection, by their SQL text.
+    statements: RefCell<HashMap<String, tokio_postgres::Statement>>,
+}
+
+impl OwnConnection {
+    /// `Postgres::write` on this connection.
+    pub fn write<R, E: From<StoreError>>(
+        &mut self,
+        order: Order,
+        f: impl FnOnce(&Conn) -> Result<R, E>,
+    ) -> Result<R, E> {
+        let OwnConnection { runtime: rt, config, open } = self;
+        let open = reopen(rt, config, open).map_err(E::from)?;
+        let tx = rt.block_on(open.client.transaction()).map_err(|e| E::from(e.into()))?;
+        rt.block_on(tx.execute(write_lock(order), &[&WRITE_LOCK])).map_err(|e| E::from(e.into()))?;
+        let conn = PgConn { driver: Driver::Own(rt), tx: Tx::Own(&tx, &open.statements) };
+        let r = f(&conn)?;
+        rt.block_on(tx.commit()).map_err(|e| E::from(e.into()))?;
+        Ok(r)
+    }
+}
+
+/// `open`'s connection, opened first if there is none or it broke.
+fn reopen<'a>(
+    runtime: &tokio::runtime::Runtime,
+    config: &tokio_postgres::Config,
+    open: &'a mut Option<Open>,
+) -> StoreResult<&'a mut Open> {
+    if open.as_ref().is_some_and(|o| o.client.is_closed()) {
+        *open = None;
+    }
+    if let Some(o) = open {
+        return Ok(o);
+    }
+    let (client, connection) = runtime.block_on(config.connect(NoTls))?;
+    // Polled whenever this thread waits on a statement.
+    runtime.spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::warn!(error = %e, "a commit thread's PostgreSQL connection ended");
+        }
+    });
+    Ok(open.insert(Open { client, statements: RefCell::default() }))
+}
+
+/// What drives a connection's futures: the store's runtime (the pool's
+/// connections), or the thread's own (`OwnConnection`).
+enum Driver<'a> {
+    Shared(&'a Postgres),
+    Own(&'a tokio::runtime::Runtime),
+}
+
+impl Driver<'_> {
+    fn block_on<F: Future>(&self, f: F) -> F::Output {
+        match self {
+            Driver::Shared(store) => store.block_on(f),
+            Driver::Own(runtime) => runtime.block_on(f),
+        }
     }
 }
 
 enum Tx<'a> {
     Client(&'a deadpool_postgres::Object),
     Transaction(&'a deadpool_postgres::Transaction<'a>),
+    Own(&'a tokio_postgres::Transaction<'a>, &'a RefCell<HashMap<String, tokio_postgres::Statement>>),
+}
+
+impl Tx<'_> {
+    /// `sql` prepared once per connection: deadpool's cache for the pool's,
+    /// the connection's own map for an `OwnConnection`.
+    async fn prepared(&self, sql: &str) -> Result<tokio_postgres::Statement, tokio_postgres::Error> {
+        match self {
+            Tx::Client(c) => c.prepare_cached(sql).await,
+            Tx::Transaction(t) => t.prepare_cached(sql).await,
+            Tx::Own(t, statements) => {
+                if let Some(s) = statements.borrow().get(sql) {
+                    return Ok(s.clone());
+                }
+                let s = t.prepare(sql).await?;
+                statements.borrow_mut().insert(sql.to_string(), s.clone());
+                Ok(s)
+            }
+        }
+    }
+
+    async fn execute(
+        &self,
+        s: &tokio_postgres::Statement,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64, tokio_postgres::Error> {
+        match self {
+            Tx::Client(c) => c.execute(s, params).await,
+            Tx::Transaction(t) => t.execute(s, params).await,
+            Tx::Own(t, _) => t.execute(s, params).await,
+        }
+    }
+
+    async fn query(
+        &self,
+        s: &tokio_postgres::Statement,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
+        match self {
+            Tx::Client(c) => c.query(s, params).await,
+            Tx::Transaction(t) => t.query(s, params).await,
+            Tx::Own(t, _) => t.query(s, params).await,
+        }
+    }
 }
 
 struct PgConn<'a> {
-    store: &'a Postgres,
+    driver: Driver<'a>,
     tx: Tx<'a>,
 }
 
@@ -213,23 +354,13 @@ impl Sql for PgConn<'_> {
 
     fn execute_values(&self, sql: &str, params: Vec<Value>) -> StoreResult<usize> {
         let (sql, params) = (numbered_placeholders(sql), refs(&params));
-        let n = self.store.block_on(async {
-            match &self.tx {
-                Tx::Client(c) => c.execute(&c.prepare_cached(&sql).await?, &params).await,
-                Tx::Transaction(t) => t.execute(&t.prepare_cached(&sql).await?, &params).await,
-            }
-        })?;
+        let n = self.driver.block_on(async { self.tx.execute(&self.tx.prepared(&sql).await?, &params).await })?;
         Ok(n as usize)
     }
 
     fn query_values(&self, sql: &str, params: Vec<Value>) -> StoreResult<Vec<Row>> {
         let (sql, params) = (numbered_placeholders(sql), refs(&params));
-        let rows = self.store.block_on(async {
-            match &self.tx {
-                Tx::Client(c) => c.query(&c.prepare_cached(&sql).await?, &params).await,
-                Tx::Transaction(t) => t.query(&t.prepare_cached(&sql).await?, &params).await,
-            }
-        })?;
+        let rows = self.driver.block_on(async { self.tx.query(&self.tx.prepared(&sql).await?, &params).await })?;
         rows.iter().map(row).collect()
     }
 }
