@@ -152,7 +152,7 @@ async fn wait_completed(grid: &Grid, routing: &Routing, key: &str, s: &Submitted
 /// One account's part of the race: until `RACE` is over, a batch of 50 to
 /// 200 fetch items through the next open node, at most `IN_FLIGHT` of them
 /// not done; then waits for the last ones. Returns what it submitted.
-async fn race_account(grid: &Grid, routing: &Routing, a: usize, started: Instant) -> Vec<Submitted> {
+async fn race_account(grid: &Grid, routing: &Routing, a: usize, started: Instant, pages: Pages) -> Vec<Submitted> {
     let account = &grid.accounts[a];
     let mut done = vec![];
     let mut pending: VecDeque<Submitted> = VecDeque::new();
@@ -160,8 +160,8 @@ async fn race_account(grid: &Grid, routing: &Routing, a: usize, started: Instant
     while started.elapsed() < RACE {
         let via = routing.open_from(a + round);
         let n = 50 + (round * 61 + a * 17) % 151;
-        let paths: Vec<String> = (0..n).map(|i| format!("/page/a{a}-b{round}-i{i}")).collect();
-        let urls: Vec<String> = paths.iter().map(|p| grid.target.url(p)).collect();
+        let paths: Vec<String> = (0..n).map(|i| format!("/{}/a{a}-b{round}-i{i}", pages.route())).collect();
+        let urls: Vec<String> = paths.iter().map(|p| grid.target.url(&format!("{p}{}", pages.query()))).collect();
         routing.enter(via);
         let batch = grid.nodes[via].submit_as(&account.key, &json!({"urls": urls, "script": "fetch"})).await;
         routing.leave(via);
@@ -181,8 +181,36 @@ async fn race_account(grid: &Grid, routing: &Routing, a: usize, started: Instant
 }
 
 /// Every account racing at once; what each submitted, by account.
-async fn race(grid: &Grid, routing: &Routing, started: Instant) -> Vec<Vec<Submitted>> {
-    futures_util::future::join_all((0..grid.accounts.len()).map(|a| race_account(grid, routing, a, started))).await
+async fn race(grid: &Grid, routing: &Routing, started: Instant, pages: Pages) -> Vec<Vec<Submitted>> {
+    futures_util::future::join_all((0..grid.accounts.len()).map(|a| race_account(grid, routing, a, started, pages)))
+        .await
+}
+
+/// What the racing items fetch.
+#[derive(Clone, Copy)]
+enum Pages {
+    /// The target's pages, answered at once: the nodes race at full speed.
+    Fast,
+    /// Pages answered after a few milliseconds (`/hold/{tag}?ms=`): the
+    /// queue keeps a backlog while the accounts submit, so every node holds
+    /// items claimed ahead of its busy workers.
+    Slow,
+}
+
+impl Pages {
+    fn route(self) -> &'static str {
+        match self {
+            Pages::Fast => "page",
+            Pages::Slow => "hold",
+        }
+    }
+
+    fn query(self) -> &'static str {
+        match self {
+            Pages::Fast => "",
+            Pages::Slow => "?ms=20",
+        }
+    }
 }
 
 fn charged_once_each(n: i64) -> Settlements {
@@ -268,7 +296,7 @@ async fn three_nodes_racing_on_the_same_queue_charge_every_item_exactly_once() {
     let grid = Grid::start(LONG_LEASE_SECS);
     let routing = Routing::default();
     let started = Instant::now();
-    let submitted = race(&grid, &routing, started).await;
+    let submitted = race(&grid, &routing, started, Pages::Fast).await;
     eprintln!("race: submitted for {RACE:?}, every batch done after {:?}", started.elapsed());
     assert_exactly_once(&grid, &grid.nodes[0], &submitted).await;
     // Every item fetched once: the target saw one fetch of each item's URL.
@@ -352,7 +380,10 @@ async fn a_node_killed_while_accounts_race_loses_and_doubles_nothing() {
         }
         started.elapsed()
     };
-    let (submitted, killed_at) = tokio::join!(race(&grid, &routing, started), kill);
+    // Slow pages: with fast ones the nodes kept up with the submissions, and
+    // n1 was seen holding no more items than its workers run for a whole
+    // minute once its claims and ends took fewer round trips.
+    let (submitted, killed_at) = tokio::join!(race(&grid, &routing, started, Pages::Slow), kill);
     eprintln!("race: n1 killed at {killed_at:?}; every batch done after {:?}", started.elapsed());
     let survivor = &grid.nodes[1];
     assert_exactly_once(&grid, survivor, &submitted).await;

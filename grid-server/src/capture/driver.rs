@@ -633,8 +633,8 @@ impl<'a> Writes<'a> {
             };
             accounts::reserve(tx, caller, self.reserve, subject, now)?;
         }
-        items::insert_files(tx, &self.publish, now)?;
-        Ok(accounts::append_all(tx, &self.settle, now)?)
+        // The files and the ledger's entries in one round trip.
+        Ok(accounts::append_all_with(tx, items::file_inserts(&self.publish, now), &self.settle, now)?)
     }
 }
 

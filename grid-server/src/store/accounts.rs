@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
-use super::sql::{chunk_sql, chunks, value_rows, Conn, Dialect, Optional};
+use super::sql::{chunk_sql, chunks, value_rows, Conn, Dialect, Optional, Row, Statement};
 use grid_core::error::ApiError;
 use grid_core::ids;
 use grid_core::ledger::{Balance, DailyUse, EntryKind};
@@ -387,7 +387,17 @@ pub fn append(conn: &Conn, e: &Entry, now: Millis) -> StoreResult<()> {
 /// `balances` in the same transaction: one row per account and kind, not
 /// one per entry.
 pub fn append_all(conn: &Conn, entries: &[Entry], now: Millis) -> StoreResult<()> {
+    append_all_with(conn, vec![], entries, now)
+}
+
+/// `append_all`, with `alongside` (statements whose answers the entries
+/// do not need: an end's files) sent before the ledger's inserts in the
+/// same round trip (`query_all`). The sums come after, as the inserts
+/// answer which entries were written.
+pub fn append_all_with(conn: &Conn, alongside: Vec<Statement>, entries: &[Entry], now: Millis) -> StoreResult<()> {
     static SQL: OnceLock<[String; 4]> = OnceLock::new();
+    let first = alongside.len();
+    let mut statements = alongside;
     for chunk in chunks(entries) {
         let sql = chunk_sql(&SQL, chunk.len(), |n| {
             let rows = value_rows(n, 7);
@@ -408,13 +418,17 @@ pub fn append_all(conn: &Conn, entries: &[Entry], now: Millis) -> StoreResult<()
                 now.0
             ]);
         }
-        // The entries written (a settlement already in the ledger is not),
-        // added to their accounts' sums.
-        let written =
-            conn.query_map(sql, values, |r| Ok((r.get::<String>(0)?, r.get::<String>(1)?, r.get::<i64>(2)?)))?;
-        add_to_balances(conn, &written)?;
+        statements.push((sql, values));
     }
-    Ok(())
+    // The entries written (a settlement already in the ledger is not),
+    // added to their accounts' sums.
+    let answers = conn.query_all(statements)?;
+    let written = answers[first..]
+        .iter()
+        .flatten()
+        .map(|r: &Row| Ok((r.get::<String>(0)?, r.get::<String>(1)?, r.get::<i64>(2)?)))
+        .collect::<StoreResult<Vec<_>>>()?;
+    add_to_balances(conn, &written)
 }
 
 /// Adds written entries (`account_id`, kind, amount) to their accounts'
@@ -441,8 +455,8 @@ fn add_to_balances(conn: &Conn, written: &[(String, String, i64)]) -> StoreResul
              ON CONFLICT (account_id, kind, shard) DO UPDATE SET amount = balances.amount + excluded.amount"
         }
     };
-    for ((account_id, kind), amount) in sums {
-        conn.execute(sql, crate::params![account_id, kind, amount])?;
-    }
+    conn.query_all(
+        sums.into_iter().map(|((account_id, kind), amount)| (sql, crate::params![account_id, kind, amount])).collect(),
+    )?;
     Ok(())
 }

@@ -32,7 +32,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{to_sql_checked, IsNull, ToSql, Type};
 use tokio_postgres::NoTls;
 
-use super::sql::{numbered_placeholders, Conn, Dialect, Row, Sql, Value};
+use super::sql::{numbered_placeholders, Conn, Dialect, Row, Sql, Statement, Value};
 use super::{Order, StoreError, StoreResult};
 
 /// The advisory lock every write transaction takes, exclusively or shared
@@ -362,6 +362,28 @@ impl Sql for PgConn<'_> {
         let (sql, params) = (numbered_placeholders(sql), refs(&params));
         let rows = self.driver.block_on(async { self.tx.query(&self.tx.prepared(&sql).await?, &params).await })?;
         rows.iter().map(row).collect()
+    }
+
+    /// Every statement prepared first (from the cache but the first time),
+    /// then all sent before any answer is awaited: tokio-postgres writes a
+    /// request as soon as its future is first polled, and `try_join_all`
+    /// polls each once, in order, before it waits. The answers come back in
+    /// that order; the first error is the one returned (PostgreSQL fails the
+    /// statements after it as the transaction aborted).
+    fn query_all(&self, statements: Vec<Statement>) -> StoreResult<Vec<Vec<Row>>> {
+        let texts: Vec<String> = statements.iter().map(|(sql, _)| numbered_placeholders(sql)).collect();
+        let answers = self.driver.block_on(async {
+            let mut prepared = Vec::with_capacity(texts.len());
+            for sql in &texts {
+                prepared.push(self.tx.prepared(sql).await?);
+            }
+            let queries = prepared
+                .iter()
+                .zip(&statements)
+                .map(|(s, (_, params))| async move { self.tx.query(s, &refs(params)).await });
+            futures_util::future::try_join_all(queries).await
+        })?;
+        answers.iter().map(|rows| rows.iter().map(row).collect()).collect()
     }
 }
 

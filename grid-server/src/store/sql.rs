@@ -29,6 +29,9 @@ pub enum Dialect {
     Postgres,
 }
 
+/// One statement and its parameters, for `Sql::query_all`.
+pub type Statement<'a> = (&'a str, Vec<Value>);
+
 /// A connection or transaction of either backend.
 pub trait Sql {
     fn dialect(&self) -> Dialect;
@@ -36,6 +39,13 @@ pub trait Sql {
     fn execute_values(&self, sql: &str, params: Vec<Value>) -> StoreResult<usize>;
     /// Runs one query; answers every row.
     fn query_values(&self, sql: &str, params: Vec<Value>) -> StoreResult<Vec<Row>>;
+    /// Runs `statements` in order, each as `query_values`; answers each
+    /// one's rows. PostgreSQL is sent them all before the first answer is
+    /// read (pipelined: one round trip, where one each took as many); SQLite
+    /// runs them one after the other, each a function call.
+    fn query_all(&self, statements: Vec<Statement>) -> StoreResult<Vec<Vec<Row>>> {
+        statements.into_iter().map(|(sql, params)| self.query_values(sql, params)).collect()
+    }
 }
 
 /// What store functions take: a connection for reads, the open transaction
