@@ -99,6 +99,9 @@ impl Postgres {
             ms.saturating_mul(20).max(30_000)
         ));
         config.application_name("grid-server");
+        // A commit thread's own connection (`OwnConnection`) is opened
+        // with this too, as the pool's are within its create timeout.
+        config.connect_timeout(busy_timeout.max(Duration::from_secs(5)));
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("grid-postgres")
