@@ -769,7 +769,7 @@ fn claim_rows(
     let alike = |(_, a): &(ItemRow, Outcome), (_, b): &(ItemRow, Outcome)| a.item == b.item;
     for run in claimed.chunk_by(alike) {
         let first = &run[0].1;
-        let leases: Vec<(i64, i64)> = run.iter().map(|(row, _)| (row.seq, row.lease_token)).collect();
+        let leases: Vec<&ItemRow> = run.iter().map(|(row, _)| row).collect();
         tokens.extend(items::take_lease(tx, &leases, &first.item, node, now)?);
     }
     writes.store(tx, now)?;
@@ -797,7 +797,7 @@ fn finish(
     let outcome = item::apply(&claim.item, end.event(), now, backoff)?;
     let mut writes = Writes::default();
     execute_in_tx(claim, end.files(), &outcome.effects.in_tx, now, &mut writes);
-    if items::save_ends(tx, &[claim.seq], claim.lease_token, &outcome.item, now)?.len() != 1 {
+    if items::save_ends(tx, &[claim], claim.lease_token, &outcome.item, now)?.len() != 1 {
         return Err(ItemError::LeaseLost(claim.id.clone()));
     }
     // Only an end that was stored wakes anyone.
@@ -833,9 +833,9 @@ fn finish_all(
     taken.sort_by_key(|(claim, o)| (claim.lease_token, o.item.state.as_str(), o.item.attempts_made));
     let mut kept = HashSet::with_capacity(taken.len());
     for run in taken.chunk_by(|(a, oa), (b, ob)| a.lease_token == b.lease_token && oa.item == ob.item) {
-        let seqs: Vec<i64> = run.iter().map(|(claim, _)| claim.seq).collect();
+        let claims: Vec<&ItemRow> = run.iter().map(|(claim, _)| *claim).collect();
         let (claim, outcome) = run[0];
-        kept.extend(items::save_ends(tx, &seqs, claim.lease_token, &outcome.item, now)?);
+        kept.extend(items::save_ends(tx, &claims, claim.lease_token, &outcome.item, now)?);
     }
     for ((claim, _), answer) in ends.iter().zip(answers.iter_mut()) {
         if answer.is_ok() && !kept.contains(&claim.seq) {

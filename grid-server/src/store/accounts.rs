@@ -403,7 +403,8 @@ pub fn append_all_with(conn: &Conn, alongside: Vec<Statement>, entries: &[Entry]
             let rows = value_rows(n, 7);
             format!(
                 "INSERT INTO ledger (account_id, key_id, kind, amount, subject, reservation_day, created_at)
-                 VALUES {rows} ON CONFLICT DO NOTHING RETURNING account_id, kind, amount"
+                 VALUES {rows} ON CONFLICT (subject, kind) WHERE kind IN ('charge', 'release') DO NOTHING
+                 RETURNING account_id, kind, amount"
             )
         });
         let mut values = Vec::with_capacity(chunk.len() * 7);

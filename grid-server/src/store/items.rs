@@ -336,27 +336,28 @@ fn machine_values(it: &Item, now: Millis) -> Vec<super::sql::Value> {
     ]
 }
 
-/// Stores claims: for each `(seq, token)` of `claims` (`token` the item's
-/// fencing token as this transaction read it), the machine state `it` they
-/// all share (as `save_item`) and `node` as the holder under a new token,
-/// one above `token`: each item's own token is raised by one, as when
-/// claimed alone. A few statements for the whole batch (the seqs in chunks),
-/// not one per item, sent together (`query_all`: on PostgreSQL one round
-/// trip). Answers the new tokens, in order.
-pub fn take_lease(conn: &Conn, claims: &[(i64, i64)], it: &Item, node: &str, now: Millis) -> StoreResult<Vec<i64>> {
-    static SQL: OnceLock<[String; 4]> = OnceLock::new();
+/// Stores claims: for each of `claims` (as this transaction read them), the
+/// machine state `it` they all share (as `save_item`) and `node` as the
+/// holder under a new fencing token, one above the token read: each item's
+/// own token is raised by one, as when claimed alone. A few statements for
+/// the whole batch (the rows in chunks), not one per item, sent together
+/// (`query_all`: on PostgreSQL one round trip). Answers the new tokens, in
+/// order.
+pub fn take_lease(conn: &Conn, claims: &[&ItemRow], it: &Item, node: &str, now: Millis) -> StoreResult<Vec<i64>> {
+    static SQL: [OnceLock<[String; 4]>; 2] = [OnceLock::new(), OnceLock::new()];
+    let key = RowKey::of(conn);
     let statements = chunks(claims)
         .map(|chunk| {
-            let sql = chunk_sql(&SQL, chunk.len(), |n| {
+            let sql = key.chunk_sql(&SQL, chunk.len(), |column, n| {
                 format!(
                     "UPDATE items SET {MACHINE_COLUMNS}, lease_node = ?8, lease_token = lease_token + 1 \
-                     WHERE seq IN ({}) RETURNING seq",
+                     WHERE {column} IN ({}) RETURNING seq",
                     placeholders(9, n)
                 )
             });
             let mut values = machine_values(it, now);
             values.push(node.to_value());
-            values.extend(chunk.iter().map(|(seq, _)| seq.to_value()));
+            values.extend(chunk.iter().map(|row| key.value(row)));
             (sql, values)
         })
         .collect();
@@ -364,15 +365,15 @@ pub fn take_lease(conn: &Conn, claims: &[(i64, i64)], it: &Item, node: &str, now
     if taken != claims.len() {
         return Err(StoreError::Invalid("an item changed under its claim".into()));
     }
-    Ok(claims.iter().map(|(_, token)| token + 1).collect())
+    Ok(claims.iter().map(|row| row.lease_token + 1).collect())
 }
 
-/// Stores how attempts ended, under their claims' fence: for the items
-/// `seqs` still active under `lease_token` (the token their claims got), the
-/// machine state `it` they all share. Answers the seqs stored; an item whose
-/// claim was taken over (recovered, perhaps claimed again) is not.
+/// Stores how attempts ended, under their claims' fence: for the items of
+/// `claims` still active under `lease_token` (the token their claims got),
+/// the machine state `it` they all share. Answers the seqs stored; an item
+/// whose claim was taken over (recovered, perhaps claimed again) is not.
 ///
-/// The fence and the write are one statement per chunk of seqs (the update
+/// The fence and the write are one statement per chunk of rows (the update
 /// locks each row it changes, and PostgreSQL checks the fence again on a
 /// row it had to wait for), so no other transaction can come between the
 /// check and the change; and since only a claim (which raises the token)
@@ -382,28 +383,71 @@ pub fn take_lease(conn: &Conn, claims: &[(i64, i64)], it: &Item, node: &str, now
 ///
 /// The state is compared as `state || ''` so that no planner takes the
 /// fence for the predicate of `items_active` and reads that index instead
-/// of the seqs' primary key: PostgreSQL then read every entry it held,
-/// each item ended since the last vacuum included (a bitmap scan never marks
-/// an entry dead), so an end's cost grew with the items run before it
-/// (measured: ends took 27 µs per item in a run of 40,000, claims 9).
-pub fn save_ends(conn: &Conn, seqs: &[i64], lease_token: i64, it: &Item, now: Millis) -> StoreResult<Vec<i64>> {
-    static SQL: OnceLock<[String; 4]> = OnceLock::new();
-    let statements = chunks(seqs)
+/// of the rows' key: PostgreSQL then read every entry it held, each item
+/// ended since the last vacuum included (a bitmap scan never marks an entry
+/// dead), so an end's cost grew with the items run before it (measured:
+/// ends took 27 µs per item in a run of 40,000, claims 9).
+pub fn save_ends(conn: &Conn, claims: &[&ItemRow], lease_token: i64, it: &Item, now: Millis) -> StoreResult<Vec<i64>> {
+    static SQL: [OnceLock<[String; 4]>; 2] = [OnceLock::new(), OnceLock::new()];
+    let key = RowKey::of(conn);
+    let statements = chunks(claims)
         .map(|chunk| {
-            let sql = chunk_sql(&SQL, chunk.len(), |n| {
+            let sql = key.chunk_sql(&SQL, chunk.len(), |column, n| {
                 format!(
-                    "UPDATE items SET {MACHINE_COLUMNS} WHERE seq IN ({}) AND lease_token = ?8 \
+                    "UPDATE items SET {MACHINE_COLUMNS} WHERE {column} IN ({}) AND lease_token = ?8 \
                      AND state || '' = 'active' RETURNING seq",
                     placeholders(9, n)
                 )
             });
             let mut values = machine_values(it, now);
             values.push(lease_token.to_value());
-            values.extend(chunk.iter().map(|seq| seq.to_value()));
+            values.extend(chunk.iter().map(|row| key.value(row)));
             (sql, values)
         })
         .collect();
     conn.query_all(statements)?.iter().flatten().map(|r| r.get::<i64>(0)).collect()
+}
+
+/// The key the claims and the ends find an item's row by. On SQLite its
+/// `seq`, the rowid: one seek, where the `id` took two (its index, then the
+/// row). On PostgreSQL its `id`, the primary key since schema step 12: `seq`
+/// has no index of its own there (each of an item's insert and two non-HOT
+/// updates wrote an entry to it, and index entries were a third of
+/// PostgreSQL's CPU per item); the queue's partial indexes still order by it.
+#[derive(Clone, Copy)]
+enum RowKey {
+    Seq,
+    Id,
+}
+
+impl RowKey {
+    fn of(conn: &Conn) -> RowKey {
+        match conn.dialect() {
+            Dialect::Sqlite => RowKey::Seq,
+            Dialect::Postgres => RowKey::Id,
+        }
+    }
+
+    fn value(self, row: &ItemRow) -> super::sql::Value {
+        match self {
+            RowKey::Seq => row.seq.to_value(),
+            RowKey::Id => row.id.to_value(),
+        }
+    }
+
+    /// `chunk_sql` with the key's column, each key's texts built once.
+    fn chunk_sql(
+        self,
+        texts: &'static [OnceLock<[String; 4]>; 2],
+        n: usize,
+        build: fn(&str, usize) -> String,
+    ) -> &'static str {
+        let (slot, column) = match self {
+            RowKey::Seq => (0, "seq"),
+            RowKey::Id => (1, "id"),
+        };
+        chunk_sql(&texts[slot], n, |n| build(column, n))
+    }
 }
 
 /// The statements that publish checked files, each with its item's id:
@@ -485,9 +529,12 @@ impl From<ItemError> for ApiError {
 /// order, the oldest without a priority first (a `waiting` item never has a
 /// priority: an invariant of the item machine), then the lowest priority,
 /// oldest first. Each band is one read of its own partial index
-/// (`items_waiting`, `items_prioritized`) for at most `LIMIT_N` rows; only
-/// those candidates are sorted, and joined to their rows by `seq` (the rowid:
-/// one seek each, where the `id` took two, its index and then the row).
+/// (`items_waiting`, `items_prioritized`) for at most `LIMIT_N` rows, each
+/// row read (and on PostgreSQL locked) as the band finds it; only those
+/// candidates are sorted, and joined to their batches. No band's row is
+/// looked up a second time: on PostgreSQL that took an index's probe and a
+/// heap fetch more per item (the band's read had locked the row already),
+/// on SQLite a seek by rowid.
 ///
 /// The limit is written into the statement (`queue_head`), not bound: SQLite
 /// plans with a bound LIMIT's value and prepares the statement again each
@@ -496,16 +543,21 @@ const QUEUE_HEAD: &str = concat!(
     "SELECT ",
     item_columns!(),
     "
-  FROM (SELECT 0 AS band, seq FROM (SELECT seq FROM items WHERE state = 'waiting'
-                                     ORDER BY seq LIMIT LIMIT_N LOCK) AS unprioritized
+  FROM (SELECT 0 AS band, * FROM (SELECT BAND_COLUMNS FROM items WHERE state = 'waiting'
+                                   ORDER BY seq LIMIT LIMIT_N LOCK) AS unprioritized
         UNION ALL
-        SELECT 1 AS band, seq FROM (SELECT seq FROM items WHERE state = 'prioritized'
-                                     ORDER BY priority, seq LIMIT LIMIT_N LOCK) AS prioritized) AS candidates
-  JOIN items i ON i.seq = candidates.seq
+        SELECT 1 AS band, * FROM (SELECT BAND_COLUMNS FROM items WHERE state = 'prioritized'
+                                   ORDER BY priority, seq LIMIT LIMIT_N LOCK) AS prioritized) AS i
   JOIN batches b ON b.id = i.batch_id
- ORDER BY candidates.band, i.priority, candidates.seq
+ ORDER BY i.band, i.priority, i.seq
  LIMIT LIMIT_N"
 );
+
+/// The columns of `items` that `item_columns!` reads, as each band of
+/// `QUEUE_HEAD` selects them.
+const BAND_COLUMNS: &str = "id, batch_id, account_id, url, script, profile_id, state, priority, attempts_made, \
+                            failed_reason, failure_published, run_at, billable, lease_token, key_id, price_micros, \
+                            reservation_day, seq";
 
 /// Up to `limit` items at the head of the queue, in the contract's order:
 /// items without a priority first, then lower priority, then age.
@@ -542,7 +594,7 @@ pub fn queue_head(conn: &Conn, limit: usize) -> StoreResult<Vec<ItemRow>> {
 
 fn queue_head_sql(limit: usize, lock: &str) -> String {
     let rounded = if limit <= 16 { limit.max(1) } else { limit.next_multiple_of(16) };
-    QUEUE_HEAD.replace("LIMIT_N", &rounded.to_string()).replace("LOCK", lock)
+    QUEUE_HEAD.replace("BAND_COLUMNS", BAND_COLUMNS).replace("LIMIT_N", &rounded.to_string()).replace("LOCK", lock)
 }
 
 /// Delayed items whose backoff has passed by `now` (a range of
@@ -814,15 +866,15 @@ pub(crate) mod tests {
             store.read_blocking(|c| c.query_map(&format!("EXPLAIN QUERY PLAN {sql}"), (), |r| r.get(3))).unwrap()
         };
         let head = plan(queue_head_sql(64, ""));
-        // Each band reads its own index in order (and nothing else: the
-        // index holds the rowid it answers), never the table.
-        assert!(head.iter().any(|l| l.contains("USING COVERING INDEX items_waiting")), "{head:?}");
-        assert!(head.iter().any(|l| l.contains("USING COVERING INDEX items_prioritized")), "{head:?}");
+        // Each band reads its own index in order, never the whole table.
+        assert!(head.iter().any(|l| l.contains("USING INDEX items_waiting")), "{head:?}");
+        assert!(head.iter().any(|l| l.contains("USING INDEX items_prioritized")), "{head:?}");
         assert!(head.iter().all(|l| !l.starts_with("SCAN items") || l.contains("INDEX items_")), "{head:?}");
         // One sort, of the candidates; none inside either band. Candidates
-        // find their rows by rowid, not through the index on `id`.
+        // are not looked up again; only their batches are.
         assert_eq!(head.iter().filter(|l| l.contains("TEMP B-TREE")).count(), 1, "{head:?}");
-        assert!(head.iter().any(|l| l.starts_with("SEARCH i USING INTEGER PRIMARY KEY")), "{head:?}");
+        assert!(head.iter().all(|l| !l.starts_with("SEARCH items") && !l.starts_with("SEARCH i ")), "{head:?}");
+        assert!(head.iter().any(|l| l.starts_with("SEARCH b USING INDEX")), "{head:?}");
         // A key's daily use reads the index that holds no charges; a ledger
         // page reads the account's entries newest first, with no sort; a
         // balance reads the account's sums, never the ledger.

@@ -447,7 +447,7 @@ pub fn chunks<T>(items: &[T]) -> impl Iterator<Item = &[T]> {
 
 /// The text of a statement for a chunk of `n` items (`n` one of `CHUNKS`),
 /// built once per process: a chunk of 128 files is a thousand placeholders.
-pub fn chunk_sql(texts: &'static OnceLock<[String; 4]>, n: usize, build: fn(usize) -> String) -> &'static str {
+pub fn chunk_sql(texts: &'static OnceLock<[String; 4]>, n: usize, build: impl Fn(usize) -> String) -> &'static str {
     let texts = texts.get_or_init(|| CHUNKS.map(build));
     let i = CHUNKS.iter().position(|&c| c == n).unwrap_or(CHUNKS.len() - 1);
     &texts[i]
