@@ -14,16 +14,27 @@ pub fn new_id(prefix: &str) -> String {
     format!("{prefix}{}", ulid::Ulid::new())
 }
 
-/// `n` ids that sort in the order they are made, even within one millisecond.
+/// `n` ids that sort in the order they are made and follow one another:
+/// the first a new ULID, each next one the one above it (same time, random
+/// part plus one). No id made elsewhere falls between the first and the last
+/// (one in 2^80 would start that close), so a batch's items are the range of
+/// the items' key between its first and last id (store::items::batch_view).
 pub fn ordered_ids(prefix: &str, n: usize) -> Vec<String> {
-    let mut g = ulid::Generator::new();
-    (0..n)
-        .map(|_| match g.generate() {
-            Ok(u) => format!("{prefix}{u}"),
-            // The generator overflows only after 2^80 ids in one millisecond.
-            Err(_) => new_id(prefix),
-        })
-        .collect()
+    loop {
+        let mut next = Some(ulid::Ulid::new());
+        let ids: Option<Vec<String>> = (0..n)
+            .map(|_| {
+                let id = next?;
+                next = id.increment();
+                Some(format!("{prefix}{id}"))
+            })
+            .collect();
+        // None only when the random part ran past its largest value: start
+        // again from another ULID.
+        if let Some(ids) = ids {
+            return ids;
+        }
+    }
 }
 
 /// Random bytes as lower-case hex.
@@ -71,5 +82,10 @@ mod tests {
         sorted.sort();
         assert_eq!(ids, sorted);
         assert!(ids[0].starts_with("it_"));
+        // One after the other: each the ULID above the one before.
+        for pair in ids.windows(2) {
+            let [a, b] = [&pair[0], &pair[1]].map(|id| ulid::Ulid::from_string(&id[3..]).unwrap());
+            assert_eq!(a.increment(), Some(b));
+        }
     }
 }

@@ -248,10 +248,13 @@ mod tests {
         let at = Thresholds { pass: u32::MAX / 2, restart: u32::MAX, limit: 100 };
         let db = Sqlite::open_with(dir.path(), Duration::from_secs(5), at).unwrap();
         db.write(|c| c.execute("CREATE TABLE t (b BLOB)", ())).unwrap();
+        // The WAL file keeps the size of its largest pass: the schema's
+        // migration at open may have made it larger than the limit already.
+        let migrated = wal_pages(&dir);
         for _ in 0..1_000 {
             db.write(|c| c.execute("INSERT INTO t VALUES (zeroblob(4000))", ())).unwrap();
         }
         let pages = wal_pages(&dir);
-        assert!(pages <= 110, "the WAL grew to {pages} pages");
+        assert!(pages <= migrated.max(110), "the WAL grew to {pages} pages (the migration left {migrated})");
     }
 }

@@ -226,7 +226,7 @@ pub(super) fn connect(path: &Path, busy_timeout: Duration) -> StoreResult<Connec
 
 /// Each step runs once, in order; a released step is never edited. The
 /// database's `user_version` is the number of steps applied.
-const STEPS: [&str; 18] = [
+const STEPS: [&str; 19] = [
     include_str!("schema.sql"),
     include_str!("schema_v2_jobs.sql"),
     include_str!("schema_v3_identities.sql"),
@@ -245,6 +245,7 @@ const STEPS: [&str; 18] = [
     include_str!("schema_v16_contexts.sql"),
     include_str!("schema_v17_proxies.sql"),
     include_str!("schema_v18_balance_shards.sql"),
+    include_str!("schema_v19_batch_item_ranges.sql"),
 ];
 
 fn migrate(conn: &Connection) -> StoreResult<()> {
