@@ -1077,6 +1077,44 @@ pub(crate) mod tests {
         assert_eq!((bal.credit_micros, bal.reserved_micros), (1_000_000 - 120 * (n as i64 - released), 0));
     }
 
+    /// A batch stored before schema step 19 made its ids with a ULID
+    /// generator that drew new random bits each millisecond, so other
+    /// batches' items may fall between its first and last id: its view and
+    /// its counts still hold only its own items.
+    #[test]
+    fn a_batch_whose_range_holds_other_items_lists_only_its_own() {
+        let (_d, s) = store();
+        let c = caller(&s, 100_000, None);
+        let a = submit(&s, &c, 3, None).unwrap().batch_id;
+        let b = submit(&s, &c, 2, None).unwrap().batch_id;
+        // `a`'s range widened to hold `b`'s items too.
+        let (wa, wb) = (a.clone(), b.clone());
+        s.write_blocking(move |tx| {
+            tx.execute(
+                "UPDATE batches SET first_item = (SELECT MIN(id) FROM items), last_item = (SELECT MAX(id) FROM items)
+                  WHERE id = ?1",
+                [&wa],
+            )?;
+            let n: i64 = tx.query_row(
+                "SELECT COUNT(*) FROM items i JOIN batches a ON a.id = ?1
+                  WHERE i.batch_id = ?2 AND i.id BETWEEN a.first_item AND a.last_item",
+                (&wa, &wb),
+                |r| r.get(0),
+            )?;
+            assert_eq!(n, 2, "the widened range holds the other batch's items");
+            StoreResult::Ok(())
+        })
+        .unwrap();
+        let (account, batch) = (c.account_id.clone(), a.clone());
+        let view = s.read_blocking(move |conn| batch_view(conn, &account, &batch)).unwrap().unwrap();
+        assert_eq!((view.total, view.jobs.len()), (3, 3));
+        let account = c.account_id.clone();
+        let (listed, _) = s.read_blocking(move |conn| list_batches(conn, &account, None, 10)).unwrap();
+        // Two batches made in one millisecond list in either order.
+        let totals: BTreeMap<String, u32> = listed.into_iter().map(|b| (b.batch_id, b.total)).collect();
+        assert_eq!(totals, BTreeMap::from([(a, 3), (b, 2)]));
+    }
+
     #[test]
     fn other_accounts_see_nothing() {
         let (_d, s) = store();
