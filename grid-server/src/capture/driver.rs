@@ -634,7 +634,7 @@ impl<'a> Writes<'a> {
             accounts::reserve(tx, caller, self.reserve, subject, now)?;
         }
         // The files and the ledger's entries in one round trip.
-        Ok(accounts::append_all_with(tx, items::file_inserts(&self.publish, now), &self.settle, now)?)
+        Ok(accounts::append_all_with(tx, items::file_inserts(tx.dialect(), &self.publish, now), &self.settle, now)?)
     }
 }
 

@@ -1,9 +1,8 @@
 //! Accounts, API keys and the credit ledger.
 
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
 
-use super::sql::{chunk_sql, chunks, value_rows, Conn, Dialect, Optional, Row, Statement};
+use super::sql::{Conn, Dialect, ManyRows, Optional, Row, Statement};
 use grid_core::error::ApiError;
 use grid_core::ids;
 use grid_core::ledger::{Balance, DailyUse, EntryKind};
@@ -395,32 +394,26 @@ pub fn append_all(conn: &Conn, entries: &[Entry], now: Millis) -> StoreResult<()
 /// same round trip (`query_all`). The sums come after, as the inserts
 /// answer which entries were written.
 pub fn append_all_with(conn: &Conn, alongside: Vec<Statement>, entries: &[Entry], now: Millis) -> StoreResult<()> {
-    static SQL: OnceLock<[String; 4]> = OnceLock::new();
+    static LEDGER: ManyRows = ManyRows::new(
+        "INSERT INTO ledger (account_id, key_id, kind, amount, subject, reservation_day, created_at)",
+        &["text", "text", "text", "bigint", "text", "bigint", "bigint"],
+        "ON CONFLICT (subject, kind) WHERE kind IN ('charge', 'release') DO NOTHING RETURNING account_id, kind, amount",
+    );
     let first = alongside.len();
     let mut statements = alongside;
-    for chunk in chunks(entries) {
-        let sql = chunk_sql(&SQL, chunk.len(), |n| {
-            let rows = value_rows(n, 7);
-            format!(
-                "INSERT INTO ledger (account_id, key_id, kind, amount, subject, reservation_day, created_at)
-                 VALUES {rows} ON CONFLICT (subject, kind) WHERE kind IN ('charge', 'release') DO NOTHING
-                 RETURNING account_id, kind, amount"
-            )
-        });
-        let mut values = Vec::with_capacity(chunk.len() * 7);
-        for e in chunk {
-            values.extend(crate::params![
-                e.account_id,
-                e.key_id,
-                e.kind.as_str(),
-                e.amount,
-                e.subject,
-                e.reservation_day,
-                now.0
-            ]);
-        }
-        statements.push((sql, values));
+    let mut values = Vec::with_capacity(entries.len() * 7);
+    for e in entries {
+        values.extend(crate::params![
+            e.account_id,
+            e.key_id,
+            e.kind.as_str(),
+            e.amount,
+            e.subject,
+            e.reservation_day,
+            now.0
+        ]);
     }
+    statements.extend(LEDGER.statements(conn.dialect(), values));
     // The entries written (a settlement already in the ledger is not),
     // added to their accounts' sums.
     let answers = conn.query_all(statements)?;

@@ -8,7 +8,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
-use super::sql::{chunk_sql, chunks, placeholders, value_rows, Conn, Dialect, Optional, Row, Statement, ToValue};
+use super::sql::{chunk_sql, chunks, placeholders, Conn, Dialect, ManyRows, Optional, Row, Statement, ToValue};
 use super::to_json;
 use crate::params;
 use grid_core::catalog::{ArtifactKind, Profile, Script};
@@ -141,22 +141,19 @@ pub fn insert_batch(
         ],
     )?;
     let state = rows.first().map_or(ItemState::queued(sub.priority), |r| r.item.state);
-    static SQL: OnceLock<[String; 4]> = OnceLock::new();
-    // Many rows per statement, in the batch's order (their `seq` is the
-    // queue's order); what every row shares is bound once, as ?1 to ?10.
-    for chunk in chunks(rows) {
-        let sql = chunk_sql(&SQL, chunk.len(), |n| {
-            let rows = (0..n)
-                .map(|i| format!("(?{}, ?{}, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)", 11 + 2 * i, 12 + 2 * i))
-                .collect::<Vec<_>>()
-                .join(", ");
-            format!(
-                "INSERT INTO items (id, url, batch_id, account_id, key_id, script, profile_id, priority, price_micros,
-                                    reservation_day, state, updated_at)
-                 VALUES {rows}"
-            )
-        });
-        let mut values = params![
+    // Many rows per statement (`ManyRows`), in the batch's order (their
+    // `seq` is the queue's order).
+    static ITEMS: ManyRows = ManyRows::new(
+        "INSERT INTO items (id, url, batch_id, account_id, key_id, script, profile_id, priority, price_micros,
+                            reservation_day, state, updated_at)",
+        &["text", "text", "text", "text", "text", "text", "text", "bigint", "bigint", "bigint", "text", "bigint"],
+        "",
+    );
+    let mut values = Vec::with_capacity(rows.len() * 12);
+    for row in rows {
+        values.extend(params![
+            row.id,
+            row.url,
             batch_id,
             caller.account_id,
             caller.key_id,
@@ -167,13 +164,9 @@ pub fn insert_batch(
             now.utc_day(),
             state.as_str(),
             now.0
-        ];
-        values.reserve(2 * chunk.len());
-        for row in chunk {
-            values.extend(params![row.id, row.url]);
-        }
-        tx.execute(sql, values)?;
+        ]);
     }
+    tx.query_all(ITEMS.statements(tx.dialect(), values))?;
     Ok(())
 }
 
@@ -351,29 +344,16 @@ fn machine_values(it: &Item, now: Millis) -> Vec<super::sql::Value> {
 /// Stores claims: for each of `claims` (as this transaction read them), the
 /// machine state `it` they all share (as `save_item`) and `node` as the
 /// holder under a new fencing token, one above the token read: each item's
-/// own token is raised by one, as when claimed alone. A few statements for
-/// the whole batch (the rows in chunks), not one per item, sent together
-/// (`query_all`: on PostgreSQL one round trip). Answers the new tokens, in
-/// order.
+/// own token is raised by one, as when claimed alone. One statement for the
+/// whole batch on PostgreSQL, a few on SQLite (`ForRows`), sent together
+/// (`query_all`). Answers the new tokens, in order.
 pub fn take_lease(conn: &Conn, claims: &[&ItemRow], it: &Item, node: &str, now: Millis) -> StoreResult<Vec<i64>> {
-    static SQL: [OnceLock<[String; 4]>; 2] = [OnceLock::new(), OnceLock::new()];
-    let key = RowKey::of(conn);
-    let statements = chunks(claims)
-        .map(|chunk| {
-            let sql = key.chunk_sql(&SQL, chunk.len(), |column, n| {
-                format!(
-                    "UPDATE items SET {MACHINE_COLUMNS}, lease_node = ?8, lease_token = lease_token + 1 \
-                     WHERE {column} IN ({}) RETURNING seq",
-                    placeholders(9, n)
-                )
-            });
-            let mut values = machine_values(it, now);
-            values.push(node.to_value());
-            values.extend(chunk.iter().map(|row| key.value(row)));
-            (sql, values)
-        })
-        .collect();
-    let taken: usize = conn.query_all(statements)?.iter().map(Vec::len).sum();
+    static CLAIM: ForRows = ForRows::new(
+        "UPDATE items SET MACHINE_COLUMNS, lease_node = ?8, lease_token = lease_token + 1 WHERE ROWS RETURNING seq",
+    );
+    let mut values = machine_values(it, now);
+    values.push(node.to_value());
+    let taken: usize = conn.query_all(CLAIM.statements(conn.dialect(), values, claims))?.iter().map(Vec::len).sum();
     if taken != claims.len() {
         return Err(StoreError::Invalid("an item changed under its claim".into()));
     }
@@ -385,12 +365,12 @@ pub fn take_lease(conn: &Conn, claims: &[&ItemRow], it: &Item, node: &str, now: 
 /// the machine state `it` they all share. Answers the seqs stored; an item
 /// whose claim was taken over (recovered, perhaps claimed again) is not.
 ///
-/// The fence and the write are one statement per chunk of rows (the update
-/// locks each row it changes, and PostgreSQL checks the fence again on a
-/// row it had to wait for), so no other transaction can come between the
-/// check and the change; and since only a claim (which raises the token)
-/// or a recovery (which ends `active`) writes an active item, a row that
-/// passes the fence is the row its claim stored. No read of the fences
+/// The fence and the write are one statement (per chunk on SQLite: the
+/// update locks each row it changes, and PostgreSQL checks the fence again
+/// on a row it had to wait for), so no other transaction can come between
+/// the check and the change; and since only a claim (which raises the
+/// token) or a recovery (which ends `active`) writes an active item, a row
+/// that passes the fence is the row its claim stored. No read of the fences
 /// comes first: it would lock every row once more.
 ///
 /// The state is compared as `state || ''` so that no planner takes the
@@ -400,98 +380,86 @@ pub fn take_lease(conn: &Conn, claims: &[&ItemRow], it: &Item, node: &str, now: 
 /// dead), so an end's cost grew with the items run before it (measured:
 /// ends took 27 µs per item in a run of 40,000, claims 9).
 pub fn save_ends(conn: &Conn, claims: &[&ItemRow], lease_token: i64, it: &Item, now: Millis) -> StoreResult<Vec<i64>> {
-    static SQL: [OnceLock<[String; 4]>; 2] = [OnceLock::new(), OnceLock::new()];
-    let key = RowKey::of(conn);
-    let statements = chunks(claims)
-        .map(|chunk| {
-            let sql = key.chunk_sql(&SQL, chunk.len(), |column, n| {
-                format!(
-                    "UPDATE items SET {MACHINE_COLUMNS} WHERE {column} IN ({}) AND lease_token = ?8 \
-                     AND state || '' = 'active' RETURNING seq",
-                    placeholders(9, n)
-                )
-            });
-            let mut values = machine_values(it, now);
-            values.push(lease_token.to_value());
-            values.extend(chunk.iter().map(|row| key.value(row)));
-            (sql, values)
-        })
-        .collect();
-    conn.query_all(statements)?.iter().flatten().map(|r| r.get::<i64>(0)).collect()
+    static END: ForRows = ForRows::new(
+        "UPDATE items SET MACHINE_COLUMNS WHERE ROWS AND lease_token = ?8 AND state || '' = 'active' RETURNING seq",
+    );
+    let mut values = machine_values(it, now);
+    values.push(lease_token.to_value());
+    conn.query_all(END.statements(conn.dialect(), values, claims))?.iter().flatten().map(|r| r.get::<i64>(0)).collect()
 }
 
-/// The key the claims and the ends find an item's row by. On SQLite its
-/// `seq`, the rowid: one seek, where the `id` took two (its index, then the
-/// row). On PostgreSQL its `id`, the primary key since schema step 12: `seq`
-/// has no index of its own there (each of an item's insert and two non-HOT
-/// updates wrote an entry to it, and index entries were a third of
-/// PostgreSQL's CPU per item); the queue's partial indexes still order by it.
-#[derive(Clone, Copy)]
-enum RowKey {
-    Seq,
-    Id,
+/// An update of many items, `ROWS` in its text standing for the items',
+/// their keys bound after its other values (and `MACHINE_COLUMNS` for
+/// those `machine_values` binds). On SQLite by `seq`, the rowid
+/// (one seek, where the `id` took two: its index, then the row), in chunks
+/// (`seq IN (...)`, `CHUNKS`). On PostgreSQL by `id`, the primary key since
+/// schema step 12 (`seq` has no index of its own there: each of an item's
+/// insert and two non-HOT updates wrote an entry to it, and index entries
+/// were a third of PostgreSQL's CPU per item), all in one statement (`id =
+/// ANY(array)`), whose own cost is then paid once (`ManyRows` says what it
+/// is).
+struct ForRows {
+    template: &'static str,
+    sqlite: OnceLock<[String; 4]>,
+    postgres: OnceLock<String>,
 }
 
-impl RowKey {
-    fn of(conn: &Conn) -> RowKey {
-        match conn.dialect() {
-            Dialect::Sqlite => RowKey::Seq,
-            Dialect::Postgres => RowKey::Id,
-        }
+impl ForRows {
+    const fn new(template: &'static str) -> ForRows {
+        ForRows { template, sqlite: OnceLock::new(), postgres: OnceLock::new() }
     }
 
-    fn value(self, row: &ItemRow) -> super::sql::Value {
-        match self {
-            RowKey::Seq => row.seq.to_value(),
-            RowKey::Id => row.id.to_value(),
+    fn statements(
+        &'static self,
+        dialect: Dialect,
+        values: Vec<super::sql::Value>,
+        rows: &[&ItemRow],
+    ) -> Vec<Statement<'static>> {
+        let text = |rows: &str| self.template.replace("MACHINE_COLUMNS", MACHINE_COLUMNS).replace("ROWS", rows);
+        let first = values.len() + 1;
+        match dialect {
+            Dialect::Sqlite => chunks(rows)
+                .map(|chunk| {
+                    let sql =
+                        chunk_sql(&self.sqlite, chunk.len(), |n| text(&format!("seq IN ({})", placeholders(first, n))));
+                    let mut values = values.clone();
+                    values.extend(chunk.iter().map(|row| row.seq.to_value()));
+                    (sql, values)
+                })
+                .collect(),
+            Dialect::Postgres => {
+                let sql = self.postgres.get_or_init(|| text(&format!("id = ANY(?{first})")));
+                let mut values = values;
+                values.push(super::sql::Value::Array(rows.iter().map(|row| row.id.to_value()).collect()));
+                vec![(sql.as_str(), values)]
+            }
         }
-    }
-
-    /// `chunk_sql` with the key's column, each key's texts built once.
-    fn chunk_sql(
-        self,
-        texts: &'static [OnceLock<[String; 4]>; 2],
-        n: usize,
-        build: fn(&str, usize) -> String,
-    ) -> &'static str {
-        let (slot, column) = match self {
-            RowKey::Seq => (0, "seq"),
-            RowKey::Id => (1, "id"),
-        };
-        chunk_sql(&texts[slot], n, |n| build(column, n))
     }
 }
 
 /// The statements that publish checked files, each with its item's id:
-/// those of many items in a few statements (multi-row inserts in chunks),
-/// for the caller to send with others (`query_all`: an end's ledger entries).
-pub fn file_inserts(files: &[(&str, Cow<PublishedFile>)], now: Millis) -> Vec<Statement<'static>> {
-    static SQL: OnceLock<[String; 4]> = OnceLock::new();
-    chunks(files)
-        .map(|chunk| {
-            let sql = chunk_sql(&SQL, chunk.len(), |n| {
-                let rows = value_rows(n, 8);
-                format!(
-                    "INSERT INTO artifacts (item_id, kind, storage_name, sha256, byte_length, content_type, content, created_at)
-                     VALUES {rows}"
-                )
-            });
-            let mut values = Vec::with_capacity(chunk.len() * 8);
-            for (id, f) in chunk {
-                values.extend(params![
-                    id,
-                    f.kind.as_str(),
-                    f.storage_name,
-                    f.sha256,
-                    f.byte_length,
-                    f.content_type,
-                    f.inline,
-                    now.0
-                ]);
-            }
-            (sql, values)
-        })
-        .collect()
+/// those of many items in one statement (`ManyRows`), for the caller to
+/// send with others (`query_all`: an end's ledger entries).
+pub fn file_inserts(dialect: Dialect, files: &[(&str, Cow<PublishedFile>)], now: Millis) -> Vec<Statement<'static>> {
+    static FILES: ManyRows = ManyRows::new(
+        "INSERT INTO artifacts (item_id, kind, storage_name, sha256, byte_length, content_type, content, created_at)",
+        &["text", "text", "text", "text", "bigint", "text", "bytea", "bigint"],
+        "",
+    );
+    let mut values = Vec::with_capacity(files.len() * 8);
+    for (id, f) in files {
+        values.extend(params![
+            id,
+            f.kind.as_str(),
+            f.storage_name,
+            f.sha256,
+            f.byte_length,
+            f.content_type,
+            f.inline,
+            now.0
+        ]);
+    }
+    FILES.statements(dialect, values)
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -470,6 +470,10 @@ impl ToSql for Value {
             },
             Value::Text(s) => s.to_sql(ty, out),
             Value::Blob(b) => b.to_sql(ty, out),
+            Value::Array(items) => match ty.kind() {
+                tokio_postgres::types::Kind::Array(_) => items.to_sql(ty, out),
+                _ => Err(format!("an array for a parameter of type {ty}").into()),
+            },
         }
     }
 

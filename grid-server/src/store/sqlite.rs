@@ -155,6 +155,9 @@ impl rusqlite::ToSql for Value {
             Value::Real(f) => ValueRef::Real(*f),
             Value::Text(s) => ValueRef::Text(s.as_bytes()),
             Value::Blob(b) => ValueRef::Blob(b),
+            Value::Array(_) => {
+                return Err(rusqlite::Error::ToSqlConversionFailure("SQLite has no array parameters".into()));
+            }
         }))
     }
 }
