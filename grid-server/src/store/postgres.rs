@@ -63,16 +63,23 @@ const STEPS: [&str; 12] = [
 /// other writes (heartbeats, sessions, jobs, settlement), which then never
 /// wait for a connection behind a burst of reads. Store calls run on
 /// blocking threads, so more would only queue inside PostgreSQL. Each commit
-/// thread has one more of its own (`OwnConnection`): 18 per node, and five
+/// thread has one more of its own (`OwnConnection`): 17 per node, and five
 /// nodes times this stay under PostgreSQL's default 100 connections.
 const POOL_SIZE: usize = READERS + 4;
 /// Group-commit transactions of the capture queue in flight at once on a
-/// node (`capture/commits.rs`, `Order::Rows`): a claim and the ends before
-/// and after it do not wait on each other's round trips; each holds one
-/// connection while it runs. Two beat four in bench/scale_out.sh (three
-/// nodes: 11,177 items/s against 10,051, and fewer items per group
-/// transaction with four, so more statements per item).
-pub const CONCURRENT_WRITERS: usize = 2;
+/// node (`capture/commits.rs`, `Order::Rows`), each through a connection of
+/// its own. One, as on SQLite: while a group's transaction runs, the next
+/// group gathers every claim and end that arrives meanwhile, so a slower
+/// round trip makes bigger groups rather than idle workers (the
+/// dispatcher claims ahead for as long as a claim takes, waits included).
+/// Two let a claim run beside an end group, but each group was then smaller,
+/// and its statements and commit were paid by fewer items: in
+/// bench/scale_out.sh, with two, three nodes ran 12,987 / 13,158 / 13,793
+/// items per CPU-second against 13,333 / 15,152 / 15,267 with one (lock
+/// waits 4.3 / 6.1 / 7.3% against 2.0 / 1.9 / 4.2%), and one node 12,987 /
+/// 13,793 / 15,873 against 13,793 / 17,391 / 17,857 at the same items/s.
+/// Two had beaten four in the same way.
+pub const CONCURRENT_WRITERS: usize = 1;
 /// Reader threads of `Store::read` (reads in flight at once): most of the
 /// pool, leaving connections for writers.
 pub const READERS: usize = 12;
