@@ -794,6 +794,23 @@ impl GridServer {
         self.submit_as(self.api_key(), &serde_json::json!({"urls": urls, "script": "fetch"})).await
     }
 
+    /// A batch of one URL (`body`, with the first-start key); asserts it
+    /// holds one item and returns that item's id.
+    pub async fn submit_one(&self, body: &Value) -> String {
+        let batch = self.batch(&self.submit_as(self.api_key(), body).await).await;
+        match batch["jobs"].as_array().map(Vec::as_slice) {
+            Some([item]) => {
+                item["jobId"].as_str().unwrap_or_else(|| self.fail(&format!("no jobId: {batch}"))).to_string()
+            }
+            _ => self.fail(&format!("expected one item: {batch}")),
+        }
+    }
+
+    /// `submit_one` of a `fetch` of `url`.
+    pub async fn fetch_one(&self, url: &str) -> String {
+        self.submit_one(&serde_json::json!({"urls": [url], "script": "fetch"})).await
+    }
+
     /// GET /batches/{id} with `key`, asserting 200.
     pub async fn batch_as(&self, key: &str, batch_id: &str) -> Value {
         let r = self.get_as(Some(key), &format!("/batches/{batch_id}")).await;

@@ -28,16 +28,9 @@ fn opts() -> ServerOptions {
     }
 }
 
-async fn single_item(server: &GridServer, body: &Value) -> String {
-    let batch_id = server.submit_as(server.api_key(), body).await;
-    let batch = server.batch(&batch_id).await;
-    assert_eq!(batch["jobs"].as_array().map(Vec::len), Some(1), "{batch}");
-    batch["jobs"][0]["jobId"].as_str().expect("jobId").to_string()
-}
-
 /// Runs one item to its end and asserts it completed.
 async fn completed(server: &GridServer, body: Value) -> (String, Value) {
-    let id = single_item(server, &body).await;
+    let id = server.submit_one(&body).await;
     let (item, seen) = server.wait_item_final(&id, DONE).await;
     if item["state"] != json!("completed") {
         server.fail(&format!("{body}: expected completed, states seen {seen:?}: {item}"));
@@ -204,8 +197,8 @@ async fn never_finishing_page_times_out_is_delayed_retried_then_failed() {
     let target = Target::start();
     let server = GridServer::start(opts());
     let body = |path: &str| json!({"urls": [target.url(path)], "script": "capture", "params": {"timeoutMs": 1500}});
-    let never_loads = single_item(&server, &body("/never-loads")).await;
-    let hang = single_item(&server, &body("/hang")).await;
+    let never_loads = server.submit_one(&body("/never-loads")).await;
+    let hang = server.submit_one(&body("/hang")).await;
     // Both run at once; watch both so neither's delayed state is missed.
     let (a, b) = tokio::join!(server.wait_item_final(&never_loads, DONE), server.wait_item_final(&hang, DONE));
     let expected = [
@@ -340,7 +333,7 @@ async fn the_headless_shell_profile_runs_on_a_shell_of_its_own_under_the_same_ru
     // The private network guard.
     let guarded = GridServer::start(ServerOptions { allow_private_networks: false, ..opts() });
     let name = format!("http://localhost:{}/page/2", target.addr().port());
-    let id = single_item(&guarded, &json!({"urls": [name], "script": "browser-fetch", "profileId": SHELL})).await;
+    let id = guarded.submit_one(&json!({"urls": [name], "script": "browser-fetch", "profileId": SHELL})).await;
     let (item, _) = guarded.wait_item_final(&id, DONE).await;
     assert_eq!(item["state"], json!("failed"), "{item}");
     assert!(item["failedReason"].as_str().unwrap_or("").contains("private network"), "{item}");
@@ -358,7 +351,7 @@ async fn both_engines_run_their_renderers_in_chromiums_own_sandbox() {
     let server = GridServer::start(ServerOptions { extra_args: vec!["--browsers".into(), "2".into()], ..opts() });
     for (i, profile) in ["native-headless-browser/v2", "native-headless-browser/v3"].iter().enumerate() {
         let url = target.url(&format!("/slow?ms=6000&i={i}"));
-        single_item(&server, &json!({"urls": [url], "script": "render-fetch", "profileId": profile})).await;
+        server.submit_one(&json!({"urls": [url], "script": "render-fetch", "profileId": profile})).await;
     }
     // Both pages are being loaded once the target has both requests.
     let deadline = Instant::now() + DONE;
@@ -417,7 +410,7 @@ async fn page_errors_and_http_errors_are_recorded_in_meta() {
     assert_eq!(text(&server, &id, "body").await, "status 404\n");
 
     // 5xx is transient, as for fetch.
-    let id = single_item(&server, &json!({"urls": [target.url("/status/503")], "script": "render-fetch"})).await;
+    let id = server.submit_one(&json!({"urls": [target.url("/status/503")], "script": "render-fetch"})).await;
     let (item, _) = server.wait_item_final(&id, DONE).await;
     assert_eq!(item["state"], json!("failed"), "{item}");
     assert_eq!(item["attemptsMade"], json!(3), "{item}");
@@ -428,11 +421,12 @@ async fn page_errors_and_http_errors_are_recorded_in_meta() {
 async fn bad_browser_params_fail_the_item_with_a_published_record() {
     let target = Target::start();
     let server = GridServer::start(opts());
-    let id = single_item(
-        &server,
-        &json!({"urls": [target.url("/page/1")], "script": "capture", "params": {"allowedHosts": ["a.example"], "waitUntil": "idle"}}),
-    )
-    .await;
+    let body = json!({
+        "urls": [target.url("/page/1")],
+        "script": "capture",
+        "params": {"allowedHosts": ["a.example"], "waitUntil": "idle"}
+    });
+    let id = server.submit_one(&body).await;
     let (item, _) = server.wait_item_final(&id, DONE).await;
     assert_eq!(item["state"], json!("failed"), "{item}");
     assert_eq!(item["attemptsMade"], json!(1), "{item}");
@@ -449,10 +443,10 @@ async fn private_network_guard_applies_to_the_browser() {
     let target = Target::start();
     let server = GridServer::start(ServerOptions { allow_private_networks: false, ..opts() });
     // A literal loopback address is refused before the browser starts.
-    let literal = single_item(&server, &json!({"urls": [target.url("/page/1")], "script": "render-fetch"})).await;
+    let literal = server.submit_one(&json!({"urls": [target.url("/page/1")], "script": "render-fetch"})).await;
     // A name resolving to loopback is refused by the browser's request check.
     let name = format!("http://localhost:{}/page/2", target.addr().port());
-    let named = single_item(&server, &json!({"urls": [name], "script": "browser-fetch"})).await;
+    let named = server.submit_one(&json!({"urls": [name], "script": "browser-fetch"})).await;
     // Each names the rule that applied: the address and its special-purpose row.
     let literal_reasons: &[&str] =
         &["destination refused: 127.0.0.1 is not a public address: loopback (127.0.0.0/8, RFC 1122)"];
@@ -479,7 +473,7 @@ fn chromium_children(server_pid: u32) -> Vec<i32> {
 async fn crashed_browser_is_replaced_and_its_item_retried() {
     let target = Target::start();
     let server = GridServer::start(opts());
-    let id = single_item(&server, &json!({"urls": [target.url("/slow?ms=4000")], "script": "render-fetch"})).await;
+    let id = server.submit_one(&json!({"urls": [target.url("/slow?ms=4000")], "script": "render-fetch"})).await;
     // Once the browser asked for the page, kill it.
     let deadline = Instant::now() + DONE;
     while target.hits("/slow") == 0 {
@@ -534,13 +528,13 @@ async fn hung_browser_is_killed_and_replaced() {
         libc::kill(browsers[0], libc::SIGSTOP);
     }
     let started = Instant::now();
-    let id = single_item(
-        &server,
-        // Short, so the watchdog (budget + 30 s) fires soon, yet room for the
-        // replacement browser's first page on a busy 2-core machine.
-        &json!({"urls": [target.url("/page/2")], "script": "render-fetch", "params": {"timeoutMs": 5000}}),
-    )
-    .await;
+    let id = server
+        .submit_one(
+            // Short, so the watchdog (budget + 30 s) fires soon, yet room for the
+            // replacement browser's first page on a busy 2-core machine.
+            &json!({"urls": [target.url("/page/2")], "script": "render-fetch", "params": {"timeoutMs": 5000}}),
+        )
+        .await;
     let (item, seen) = server.wait_item_final(&id, DONE).await;
     assert_eq!(item["state"], json!("completed"), "states seen {seen:?}: {item}");
     assert_eq!(item["attemptsMade"], json!(2), "{item}");

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 use grid_tests::http::assert_error;
 use grid_tests::server::{free_port, GridServer, ServerOptions};
@@ -15,17 +15,6 @@ const BACKOFF_MS: u64 = 300;
 
 fn opts() -> ServerOptions {
     ServerOptions { retry_backoff_ms: Some(BACKOFF_MS), ..Default::default() }
-}
-
-async fn single_item(server: &GridServer, body: &Value) -> String {
-    let batch_id = server.submit_as(server.api_key(), body).await;
-    let batch = server.batch(&batch_id).await;
-    assert_eq!(batch["jobs"].as_array().map(Vec::len), Some(1), "{batch}");
-    batch["jobs"][0]["jobId"].as_str().expect("jobId").to_string()
-}
-
-async fn fetch_item(server: &GridServer, url: String) -> String {
-    single_item(server, &json!({"urls": [url], "script": "fetch"})).await
 }
 
 /// A failed item whose failure was transient has no published record.
@@ -40,7 +29,7 @@ async fn flaky_target_goes_through_delayed_and_completes_on_attempt_3() {
     let target = Target::start();
     let server = GridServer::start(opts());
     let started = Instant::now();
-    let item_id = fetch_item(&server, target.url("/flaky/a?fail=2")).await;
+    let item_id = server.fetch_one(&target.url("/flaky/a?fail=2")).await;
     let (item, seen) = server.wait_item_final(&item_id, DONE).await;
     let took = started.elapsed();
     assert_eq!(item["state"], json!("completed"), "states seen {seen:?}: {item}");
@@ -58,7 +47,7 @@ async fn flaky_target_goes_through_delayed_and_completes_on_attempt_3() {
 async fn grid_status_counts_delayed_items() {
     let target = Target::start();
     let server = GridServer::start(ServerOptions { retry_backoff_ms: Some(1500), ..Default::default() });
-    let item_id = fetch_item(&server, target.url("/flaky/d?fail=1")).await;
+    let item_id = server.fetch_one(&target.url("/flaky/d?fail=1")).await;
     server.wait_item(&item_id, DONE, |i| i["state"] == "delayed").await;
     let grid = server.get("/grid").await;
     let depth = server.get("/grid/queue-depth").await;
@@ -72,7 +61,7 @@ async fn grid_status_counts_delayed_items() {
 async fn exhausted_transient_failure_is_unpublished_and_retry_runs_again_free() {
     let target = Target::start();
     let server = GridServer::start(opts());
-    let item_id = fetch_item(&server, target.url("/flaky/b?fail=3")).await;
+    let item_id = server.fetch_one(&target.url("/flaky/b?fail=3")).await;
     let (item, seen) = server.wait_item_final(&item_id, DONE).await;
     assert_eq!(item["state"], json!("failed"), "states seen {seen:?}: {item}");
     assert_eq!(item["attemptsMade"], json!(3), "{item}");
@@ -102,7 +91,7 @@ async fn status_429_and_503_are_transient() {
     let target = Target::start();
     let server = GridServer::start(opts());
     for code in [429, 503, 500] {
-        let item_id = fetch_item(&server, target.url(&format!("/status/{code}"))).await;
+        let item_id = server.fetch_one(&target.url(&format!("/status/{code}"))).await;
         let (item, seen) = server.wait_item_final(&item_id, DONE).await;
         assert_eq!(item["state"], json!("failed"), "{code}: {item}");
         assert_eq!(item["attemptsMade"], json!(3), "{code}: {item}");
@@ -118,20 +107,18 @@ async fn timeouts_are_transient() {
     let server = GridServer::start(opts());
     // A second per attempt, not less: each attempt must reach the target
     // (three hits) before its timeout, even on a busy machine.
-    let item_id =
-        single_item(&server, &json!({"urls": [target.url("/hang")], "script": "fetch", "params": {"timeoutMs": 1000}}))
-            .await;
+    let item_id = server
+        .submit_one(&json!({"urls": [target.url("/hang")], "script": "fetch", "params": {"timeoutMs": 1000}}))
+        .await;
     let (item, _) = server.wait_item_final(&item_id, DONE).await;
     assert_eq!(item["state"], json!("failed"), "{item}");
     assert_eq!(item["attemptsMade"], json!(3), "{item}");
     assert_eq!(target.hits("/hang"), 3);
     assert_no_published_record(&server, &item_id).await;
 
-    let slow = single_item(
-        &server,
-        &json!({"urls": [target.url("/slow?ms=1500")], "script": "fetch", "params": {"timeoutMs": 300}}),
-    )
-    .await;
+    let slow = server
+        .submit_one(&json!({"urls": [target.url("/slow?ms=1500")], "script": "fetch", "params": {"timeoutMs": 300}}))
+        .await;
     let (item, _) = server.wait_item_final(&slow, DONE).await;
     assert_eq!(item["state"], json!("failed"), "{item}");
     assert_eq!(item["attemptsMade"], json!(3), "{item}");
@@ -141,7 +128,7 @@ async fn timeouts_are_transient() {
 async fn connection_errors_are_transient() {
     let server = GridServer::start(opts());
     let closed = free_port();
-    let item_id = fetch_item(&server, format!("http://127.0.0.1:{closed}/nothing-listens")).await;
+    let item_id = server.fetch_one(&format!("http://127.0.0.1:{closed}/nothing-listens")).await;
     let (item, seen) = server.wait_item_final(&item_id, DONE).await;
     assert_eq!(item["state"], json!("failed"), "{item}");
     assert_eq!(item["attemptsMade"], json!(3), "{item}");
@@ -156,7 +143,7 @@ async fn connection_errors_are_transient() {
 async fn client_errors_are_not_retried() {
     let target = Target::start();
     let server = GridServer::start(opts());
-    let item_id = fetch_item(&server, target.url("/status/404")).await;
+    let item_id = server.fetch_one(&target.url("/status/404")).await;
     let (item, _) = server.wait_item_final(&item_id, DONE).await;
     assert_eq!(item["state"], json!("completed"), "{item}");
     assert_eq!(item["attemptsMade"], json!(1), "{item}");
@@ -167,13 +154,13 @@ async fn client_errors_are_not_retried() {
 async fn retry_of_a_non_failed_item_is_409() {
     let target = Target::start();
     let server = GridServer::start(opts());
-    let running = fetch_item(&server, target.url("/slow?ms=3000")).await;
+    let running = server.fetch_one(&target.url("/slow?ms=3000")).await;
     assert_error(
         &server.post(&format!("/jobs/{running}/retry"), &json!({})).await,
         409,
         "only failed jobs can be retried",
     );
-    let done = fetch_item(&server, target.url("/page/1")).await;
+    let done = server.fetch_one(&target.url("/page/1")).await;
     let (item, _) = server.wait_item_final(&done, DONE).await;
     assert_eq!(item["state"], json!("completed"), "{item}");
     assert_error(

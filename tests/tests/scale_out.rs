@@ -158,12 +158,6 @@ async fn claims_and_ends_read_the_queue_indexes_in_proportion_to_their_items() {
     assert!(active <= N as i64, "the ends read {active} entries of items_active for {N} items");
 }
 
-/// The one item of a batch of `url` submitted through `server`.
-async fn one_item(server: &GridServer, url: String) -> String {
-    let batch = server.batch(&server.submit_fetch(&[url]).await).await;
-    batch["jobs"][0]["jobId"].as_str().unwrap_or_else(|| server.fail(&format!("no jobId: {batch}"))).to_string()
-}
-
 /// A delayed item coming due and a failed item retried through the API are
 /// ordered by their rows, not by the grid-wide lock (docs/scale-out.md
 /// "Locking"): both run while another session holds that lock shared, which
@@ -174,12 +168,12 @@ async fn delayed_items_and_retries_run_while_the_grid_wide_lock_is_held_shared()
     const DONE: Duration = Duration::from_secs(60);
     let target = Target::start();
     let n1 = GridServer::start(ServerOptions { retry_backoff_ms: Some(300), ..node("n1", LONG_LEASE_SECS, 4) });
-    let failed = one_item(&n1, target.url("/flaky/r?fail=3")).await;
+    let failed = n1.fetch_one(&target.url("/flaky/r?fail=3")).await;
     let (item, _) = n1.wait_item_final(&failed, DONE).await;
     assert_eq!(item["state"], json!("failed"), "{item}");
 
     let _shared = n1.lock_db_exclusive_writes();
-    let delayed = one_item(&n1, target.url("/flaky/d?fail=1")).await;
+    let delayed = n1.fetch_one(&target.url("/flaky/d?fail=1")).await;
     let retried = n1.post(&format!("/jobs/{failed}/retry"), &json!({})).await;
     assert_eq!(retried.status, 200, "{retried}");
     assert_eq!(retried.json, json!({"jobId": failed, "state": "waiting"}), "{retried}");
