@@ -365,10 +365,10 @@ pub fn take_lease(conn: &Conn, claims: &[&ItemRow], it: &Item, node: &str, now: 
 /// the machine state `it` they all share. Answers the seqs stored; an item
 /// whose claim was taken over (recovered, perhaps claimed again) is not.
 ///
-/// The fence and the write are one statement (per chunk on SQLite: the
-/// update locks each row it changes, and PostgreSQL checks the fence again
-/// on a row it had to wait for), so no other transaction can come between
-/// the check and the change; and since only a claim (which raises the
+/// The fence and the write are one statement (one per chunk on SQLite),
+/// and the update locks each row it changes (PostgreSQL checks the fence
+/// again on a row it had to wait for), so no other transaction can come
+/// between the check and the change; and since only a claim (which raises the
 /// token) or a recovery (which ends `active`) writes an active item, a row
 /// that passes the fence is the row its claim stored. No read of the fences
 /// comes first: it would lock every row once more.
