@@ -70,8 +70,9 @@ const POOL_SIZE: usize = READERS + 4;
 /// node (`capture/commits.rs`, `Order::Rows`), each through a connection of
 /// its own. One, as on SQLite: while a group's transaction runs, the next
 /// group gathers every claim and end that arrives meanwhile, so a slower
-/// round trip makes bigger groups rather than idle workers (the
-/// dispatcher claims ahead for as long as a claim takes, waits included).
+/// round trip should make bigger groups rather than idle workers (the
+/// dispatcher claims ahead for as long as a claim takes, waits included;
+/// measured on loopback only).
 /// Two let a claim run beside an end group, but each group was then smaller,
 /// and its statements and commit were paid by fewer items: in
 /// bench/scale_out.sh, with two, three nodes ran 12,987 / 13,158 / 13,793
