@@ -63,24 +63,21 @@ const STEPS: [&str; 12] = [
 /// other writes (heartbeats, sessions, jobs, settlement), which then never
 /// wait for a connection behind a burst of reads. Store calls run on
 /// blocking threads, so more would only queue inside PostgreSQL. Each commit
-/// thread has one more of its own (`OwnConnection`): 17 per node, and five
+/// thread has one more of its own (`OwnConnection`): 18 per node, and five
 /// nodes times this stay under PostgreSQL's default 100 connections.
 const POOL_SIZE: usize = READERS + 4;
 /// Group-commit transactions of the capture queue in flight at once on a
 /// node (`capture/commits.rs`, `Order::Rows`), each through a connection of
-/// its own. One, as on SQLite: while a group's transaction runs, the next
-/// group gathers every claim and end that arrives meanwhile, so a slower
-/// round trip should make bigger groups rather than idle workers (the
-/// dispatcher claims ahead for as long as a claim takes, waits included;
-/// measured on loopback only).
-/// Two let a claim run beside an end group, but each group was then smaller,
-/// and its statements and commit were paid by fewer items: in
-/// bench/scale_out.sh, with two, three nodes ran 12,987 / 13,158 / 13,793
-/// items per CPU-second against 13,333 / 15,152 / 15,267 with one (lock
-/// waits 4.3 / 6.1 / 7.3% against 2.0 / 1.9 / 4.2%), and one node 12,987 /
-/// 13,793 / 15,873 against 13,793 / 17,391 / 17,857 at the same items/s.
-/// Two had beaten four in the same way.
-pub const CONCURRENT_WRITERS: usize = 1;
+/// its own: a claim and the ends before and after it do not wait on each
+/// other's round trips. Two beat four in bench/scale_out.sh (three nodes:
+/// 11,177 items/s against 10,051, and fewer items per group transaction
+/// with four, so more statements per item). One made bigger groups and
+/// cost less CPU per item on loopback (three nodes 13,333 / 15,152 / 15,267
+/// items per CPU-second against 12,987 / 13,158 / 13,793), but a database
+/// a round trip of about 2 ms away (a proxy delaying each direction by
+/// 1 ms) ran one node at 5,441 / 5,410 items/s with one against 7,435 /
+/// 7,097 with two: the claims then waited behind the ends' transactions.
+pub const CONCURRENT_WRITERS: usize = 2;
 /// Reader threads of `Store::read` (reads in flight at once): most of the
 /// pool, leaving connections for writers.
 pub const READERS: usize = 12;
