@@ -487,13 +487,16 @@ impl ManyRows {
         let width = self.types.len();
         match dialect {
             Dialect::Sqlite => {
-                let rows: Vec<&[Value]> = values.chunks(width).collect();
+                // Each chunk takes its rows' values from `values`, moved
+                // (an end's files carry their bytes), not copied.
+                let rows = vec![(); values.len() / width];
+                let mut values = values.into_iter();
                 chunks(&rows)
                     .map(|chunk| {
                         let sql = chunk_sql(&self.sqlite, chunk.len(), |n| {
                             format!("{} VALUES {} {}", self.head, value_rows(n, width), self.tail)
                         });
-                        (sql, chunk.iter().flat_map(|row| row.iter().cloned()).collect())
+                        (sql, values.by_ref().take(chunk.len() * width).collect())
                     })
                     .collect()
             }
@@ -519,6 +522,23 @@ impl ManyRows {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn many_rows_keep_their_values_in_order_on_both_stores() {
+        static ROWS: ManyRows = ManyRows::new("INSERT INTO t (a, b)", &["bigint", "text"], "");
+        let values: Vec<Value> = (0..130i64).flat_map(|i| [Value::Int(i), Value::Text(format!("r{i}"))]).collect();
+        // SQLite: chunks of 128, 1 and 1 rows, each its rows' values in order.
+        let sqlite = ROWS.statements(Dialect::Sqlite, values.clone());
+        assert_eq!(sqlite.iter().map(|(_, v)| v.len() / 2).collect::<Vec<_>>(), vec![128, 1, 1]);
+        assert_eq!(sqlite.iter().flat_map(|(_, v)| v.clone()).collect::<Vec<_>>(), values);
+        assert_eq!(sqlite[2].0, "INSERT INTO t (a, b) VALUES (?1, ?2) ");
+        // PostgreSQL: one statement, one array per column.
+        let postgres = ROWS.statements(Dialect::Postgres, values);
+        assert_eq!(postgres.len(), 1);
+        assert_eq!(postgres[0].0, "INSERT INTO t (a, b) SELECT * FROM unnest(?1::bigint[], ?2::text[]) ");
+        let [Value::Array(a), Value::Array(b)] = &postgres[0].1[..] else { panic!("{:?}", postgres[0].1) };
+        assert_eq!((a.len(), &a[129], &b[0]), (130, &Value::Int(129), &Value::Text("r0".into())));
+    }
 
     #[test]
     fn value_rows_number_placeholders_row_by_row() {
