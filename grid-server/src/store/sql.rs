@@ -21,7 +21,7 @@ pub enum Value {
     Text(String),
     Blob(Vec<u8>),
     /// PostgreSQL only: an array parameter (`= ANY(?1)`, `unnest`), so one
-    /// statement serves any number of rows (`ManyRows`, `Keyed`). SQLite
+    /// statement serves any number of rows (`ManyRows`, `items::ForRows`). SQLite
     /// has no arrays and refuses one.
     Array(Vec<Value>),
 }
