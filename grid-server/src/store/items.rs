@@ -172,8 +172,8 @@ pub fn insert_batch(
 
 /// A batch's first and last item id (`batches.first_item`, `last_item`):
 /// its items are the items' ids in that range (`ids::ordered_ids`; a batch
-/// stored before schema step 19 may share its range with other batches'
-/// items, so every read also filters by `batch_id`).
+/// stored before schema step 19, PostgreSQL's 12, may share its range with
+/// other batches' items, so every read also filters by `batch_id`).
 type ItemRange = (Option<String>, Option<String>);
 
 pub fn batch_view(conn: &Conn, account_id: &str, batch_id: &str) -> StoreResult<Option<BatchView>> {
