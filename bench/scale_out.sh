@@ -3,8 +3,9 @@
 # on PostgreSQL and 3 nodes on one PostgreSQL database, same machine, same
 # run, medians of ROUNDS rounds; with the CPU per item of the grid's
 # processes and of PostgreSQL, items per CPU-second, and on PostgreSQL the
-# write transactions per second and the share of transaction time spent
-# waiting on locks (docs/scale-out.md "Capacity").
+# write transactions per second, the share of transaction time spent
+# waiting on locks and on everything else PostgreSQL reports a backend
+# waiting for (docs/scale-out.md "Capacity").
 #
 #   bench/scale_out.sh [ITEMS]        # default 20000
 #

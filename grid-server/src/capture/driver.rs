@@ -179,7 +179,7 @@ impl ItemDriver {
             wake: wake.clone(),
             again: ends.downgrade(),
         };
-        tokio::spawn(publish(publisher, pending, store.concurrent_writers()));
+        tokio::spawn(publish(publisher, pending));
         let unstored = Arc::default();
         Ok(ItemDriver { node: node.into(), commits, store, clock, backoff, wake, ends, unstored })
     }
@@ -383,15 +383,17 @@ struct Publisher {
 /// is stored alone, each in a request of its own, so only a faulty end
 /// fails; an end that met a database error is tried again later.
 ///
-/// As many steps are in flight at once as the store writes transactions at
-/// once (`Store::concurrent_writers`: one on SQLite): on PostgreSQL the ends
-/// that arrive while a step waits on its round trips go into the next one,
-/// on another commit thread, instead of waiting for it.
-async fn publish(publisher: Publisher, mut pending: mpsc::UnboundedReceiver<EndRequest>, writers: usize) {
-    let publisher = Arc::new(publisher);
-    let slots = Arc::new(tokio::sync::Semaphore::new(writers.max(1)));
+/// One step is in flight at a time, on either store: the ends that arrive
+/// while it waits on its round trips go into the next one, which grows with
+/// them. On PostgreSQL a claim still runs beside it, on the other commit
+/// thread (`Store::concurrent_writers`), so workers never wait for ends to
+/// be stored. Two steps in flight (one per commit thread) made smaller
+/// groups whose transactions contended for the same pages: one node's
+/// items per CPU-second rose 5% with one (bench/scale_out.sh, interleaved:
+/// 14,085 / 13,889 / 14,493 against 13,158 / 13,889 / 12,987), and a
+/// database 2 ms away ran 7,994 items/s against 7,299.
+async fn publish(publisher: Publisher, mut pending: mpsc::UnboundedReceiver<EndRequest>) {
     loop {
-        let Ok(slot) = slots.clone().acquire_owned().await else { return };
         let Some(first) = pending.recv().await else { return };
         let mut batch = vec![first];
         while batch.len() < MAX_ENDS {
@@ -400,11 +402,7 @@ async fn publish(publisher: Publisher, mut pending: mpsc::UnboundedReceiver<EndR
                 Err(_) => break,
             }
         }
-        let publisher = publisher.clone();
-        tokio::spawn(async move {
-            store_ends(&publisher, batch).await;
-            drop(slot);
-        });
+        store_ends(&publisher, batch).await;
     }
 }
 

@@ -19,7 +19,12 @@
 //!   second (transaction ids assigned: reads take none), and the share of
 //!   the grid's transaction time spent waiting on a lock: `pg_stat_activity`
 //!   sampled every 10 ms, the grid's backends in a transaction (active or
-//!   idle in it) counted, and those of them waiting on a lock.
+//!   idle in it) counted, and those of them waiting on a lock; and the
+//!   other waits of those backends, as shares of the same samples: a
+//!   lightweight lock (`LWLock:BufferContent`, a page another backend is
+//!   writing), a file being extended (`IO:DataFileExtend`), or the grid's
+//!   next statement (`Client:ClientRead`, a backend idle in a transaction
+//!   while its node works or waits for a core).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -79,6 +84,8 @@ async fn next_xid(db: &tokio_postgres::Client) -> i64 {
 struct LockSamples {
     in_tx: u64,
     waiting: BTreeMap<String, u64>,
+    /// Waits on anything else (`wait_event_type:wait_event`).
+    other: BTreeMap<String, u64>,
 }
 
 impl LockSamples {
@@ -92,19 +99,22 @@ async fn sample_locks(db: tokio_postgres::Client, stop: tokio::sync::watch::Rece
     while !*stop.borrow() {
         if let Ok(rows) = db
             .query(
-                "SELECT CASE WHEN wait_event_type = 'Lock' THEN wait_event END, count(*)
+                "SELECT wait_event_type, wait_event, count(*)
                    FROM pg_stat_activity
                   WHERE application_name = 'grid-server' AND state IN ('active', 'idle in transaction')
-                  GROUP BY 1",
+                  GROUP BY 1, 2",
                 &[],
             )
             .await
         {
             for row in rows {
-                let n = row.get::<_, i64>(1) as u64;
+                let n = row.get::<_, i64>(2) as u64;
                 samples.in_tx += n;
-                if let Some(event) = row.get::<_, Option<String>>(0) {
-                    *samples.waiting.entry(event).or_default() += n;
+                let (kind, event) = (row.get::<_, Option<String>>(0), row.get::<_, Option<String>>(1));
+                match (kind.as_deref(), event) {
+                    (Some("Lock"), Some(event)) => *samples.waiting.entry(event).or_default() += n,
+                    (Some(kind), Some(event)) => *samples.other.entry(format!("{kind}:{event}")).or_default() += n,
+                    _ => {}
                 }
             }
         }
@@ -129,6 +139,8 @@ struct Run {
     lock_wait_share: Option<f64>,
     /// Each kind of lock waited on, as a share of transaction time.
     lock_waits: BTreeMap<String, f64>,
+    /// Each other wait, as a share of transaction time.
+    other_waits: BTreeMap<String, f64>,
 }
 
 impl Run {
@@ -210,10 +222,14 @@ async fn run(label: &str, nodes: usize, postgres: bool, urls: &[String], config:
         db_cpu_us_per_item: per_item(db_cpu),
         write_tx_per_second: xid_before.zip(xid_after).map(|(b, a)| (a - b) as f64 / seconds),
         lock_wait_share: lock_samples.as_ref().map(LockSamples::share),
-        lock_waits: lock_samples.map_or_else(BTreeMap::new, |l| {
-            l.waiting.iter().map(|(k, n)| (k.clone(), *n as f64 / l.in_tx.max(1) as f64)).collect()
-        }),
+        lock_waits: lock_samples.as_ref().map_or_else(BTreeMap::new, |l| shares(&l.waiting, l.in_tx)),
+        other_waits: lock_samples.as_ref().map_or_else(BTreeMap::new, |l| shares(&l.other, l.in_tx)),
     }
+}
+
+/// Each count as a share of `of` samples.
+fn shares(counts: &BTreeMap<String, u64>, of: u64) -> BTreeMap<String, f64> {
+    counts.iter().map(|(k, n)| (k.clone(), *n as f64 / of.max(1) as f64)).collect()
 }
 
 /// Submits `urls` through `first` in batches of 1,000 and waits for every
@@ -255,10 +271,20 @@ fn summary(label: &str, r: &Run, items: usize) -> String {
         (Some(tx), Some(wait)) => {
             let kinds: Vec<String> =
                 r.lock_waits.iter().map(|(k, share)| format!("{k} {:.1}%", share * 100.0)).collect();
+            // The four largest, the rest summed.
+            let mut other: Vec<(&String, &f64)> = r.other_waits.iter().collect();
+            other.sort_by(|a, b| b.1.total_cmp(a.1));
+            let rest: f64 = other.iter().skip(4).map(|(_, s)| **s).sum();
+            let mut others: Vec<String> =
+                other.iter().take(4).map(|(k, share)| format!("{k} {:.1}%", **share * 100.0)).collect();
+            if rest > 0.0 {
+                others.push(format!("others {:.1}%", rest * 100.0));
+            }
             format!(
-                "; {tx:.0} write tx/s; lock waits {:.1}% of transaction time ({})",
+                "; {tx:.0} write tx/s; lock waits {:.1}% of transaction time ({}); other waits: {}",
                 wait * 100.0,
-                if kinds.is_empty() { "none".to_string() } else { kinds.join(", ") }
+                if kinds.is_empty() { "none".to_string() } else { kinds.join(", ") },
+                if others.is_empty() { "none".to_string() } else { others.join(", ") }
             )
         }
         _ => String::new(),
@@ -278,6 +304,13 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// The round whose lock waits are the median.
+fn median_by_lock_waits(runs: &[Run]) -> &Run {
+    let mut by_share: Vec<&Run> = runs.iter().collect();
+    by_share.sort_by(|a, b| a.lock_wait_share.unwrap_or(0.0).total_cmp(&b.lock_wait_share.unwrap_or(0.0)));
+    by_share[by_share.len() / 2]
+}
+
 /// The median of each figure over the rounds.
 fn medians(runs: &[Run]) -> Run {
     let m = |f: fn(&Run) -> f64| median(runs.iter().map(f).collect());
@@ -290,11 +323,8 @@ fn medians(runs: &[Run]) -> Run {
         write_tx_per_second: mo(|r| r.write_tx_per_second),
         lock_wait_share: mo(|r| r.lock_wait_share),
         // Of the median round by lock waits.
-        lock_waits: {
-            let mut by_share: Vec<&Run> = runs.iter().collect();
-            by_share.sort_by(|a, b| a.lock_wait_share.unwrap_or(0.0).total_cmp(&b.lock_wait_share.unwrap_or(0.0)));
-            by_share[by_share.len() / 2].lock_waits.clone()
-        },
+        lock_waits: median_by_lock_waits(runs).lock_waits.clone(),
+        other_waits: median_by_lock_waits(runs).other_waits.clone(),
     }
 }
 
@@ -359,6 +389,7 @@ async fn main() {
                 "writeTransactionsPerSecond": r.write_tx_per_second,
                 "lockWaitShare": r.lock_wait_share,
                 "lockWaits": r.lock_waits,
+                "otherWaits": r.other_waits,
             })).collect::<Vec<_>>(),
         })
     );
