@@ -824,11 +824,22 @@ impl GridServer {
         self.batch_as(self.api_key(), batch_id).await
     }
 
-    /// Polls GET /batches/{id} until completed + failed == total.
+    /// Polls GET /batches/{id} until completed + failed == total. A 503
+    /// is polled again, as the contract tells a client to: the server
+    /// answers it when its database did not answer within the accounting
+    /// time-out, which a loaded CI machine can stall past for a moment.
     pub async fn wait_batch_done_as(&self, key: &str, batch_id: &str, timeout: Duration) -> Value {
         let deadline = Instant::now() + timeout;
         loop {
-            let b = self.batch_as(key, batch_id).await;
+            let r = self.get_as(Some(key), &format!("/batches/{batch_id}")).await;
+            if r.status == 503 && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+            if r.status != 200 {
+                self.fail(&format!("GET /batches/{batch_id}: expected 200, got {r}"));
+            }
+            let b = r.json;
             let count = |k: &str| b["counts"][k].as_u64().unwrap_or(0);
             if b["total"].as_u64().is_some() && count("completed") + count("failed") == b["total"].as_u64().unwrap() {
                 return b;
