@@ -60,8 +60,16 @@ const IDLE_POLL: Duration = Duration::from_millis(500);
 const CLAIM_MAX: usize = 1024;
 /// Most items a node claims beyond its free workers: enough for fast local
 /// fetches to keep every worker busy while a claim waits behind a
-/// submission (docs/performance.md, fifth pass).
-const AHEAD_MAX: usize = 512;
+/// submission (docs/performance.md, fifth pass) or, on PostgreSQL, behind
+/// the round trips of the transaction in flight. 512 bound the claims
+/// there (twice what 16 workers finish in a claim of 10 to 30 ms). Raised
+/// to 2,048 (bench/scale_out.sh, three pairs of runs): one node 14,599 /
+/// 14,599 / 13,605 → 15,748 / 15,267 / 15,385 items per CPU-second, three
+/// nodes 12,739 / 12,739 / 13,333 → 15,385 / 14,286 / 13,889 with half the
+/// write transactions; against a database 2 ms away one node ran 8,244 →
+/// 11,947 items/s (docs/scale-out.md, "Capacity"). SQLite's within the
+/// noise or better.
+const AHEAD_MAX: usize = 2048;
 /// A family this small is checked on the runtime's thread; a larger one (or
 /// one with a file for the disk) on the blocking pool.
 const CHECK_ON_RUNTIME_BYTES: usize = 64 * 1024;
