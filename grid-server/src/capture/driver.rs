@@ -386,8 +386,8 @@ struct Publisher {
 /// One step is in flight at a time, on either store: the ends that arrive
 /// while it waits on its round trips go into the next one, which grows with
 /// them. On PostgreSQL a claim still runs beside it, on the other commit
-/// thread (`Store::concurrent_writers`), so workers never wait for ends to
-/// be stored. Two steps in flight (one per commit thread) made smaller
+/// thread (`Store::concurrent_writers`), so a claim does not wait for the
+/// ends' round trips. Two steps in flight (one per commit thread) made smaller
 /// groups whose transactions contended for the same pages: one node's
 /// items per CPU-second rose 5% with one (bench/scale_out.sh, interleaved:
 /// 14,085 / 13,889 / 14,493 against 13,158 / 13,889 / 12,987), and a
