@@ -814,6 +814,11 @@ impl GridServer {
     /// GET /batches/{id} with `key`, asserting 200.
     pub async fn batch_as(&self, key: &str, batch_id: &str) -> Value {
         let r = self.get_as(Some(key), &format!("/batches/{batch_id}")).await;
+        self.batch_answer(batch_id, r)
+    }
+
+    /// GET /batches/{id}'s answer `r`, asserting 200.
+    fn batch_answer(&self, batch_id: &str, r: Resp) -> Value {
         if r.status != 200 {
             self.fail(&format!("GET /batches/{batch_id}: expected 200, got {r}"));
         }
@@ -825,21 +830,19 @@ impl GridServer {
     }
 
     /// Polls GET /batches/{id} until completed + failed == total. A 503
-    /// is polled again, as the contract tells a client to: the server
-    /// answers it when its database did not answer within the accounting
-    /// time-out, which a loaded CI machine can stall past for a moment.
+    /// `accounting_unavailable` is polled again, as the contract tells a
+    /// client to: the server answers it when its database did not answer
+    /// within the accounting time-out, which a loaded CI machine can stall
+    /// past for a moment.
     pub async fn wait_batch_done_as(&self, key: &str, batch_id: &str, timeout: Duration) -> Value {
         let deadline = Instant::now() + timeout;
         loop {
             let r = self.get_as(Some(key), &format!("/batches/{batch_id}")).await;
-            if r.status == 503 && Instant::now() < deadline {
+            if r.status == 503 && r.error() == "accounting_unavailable" && Instant::now() < deadline {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
-            if r.status != 200 {
-                self.fail(&format!("GET /batches/{batch_id}: expected 200, got {r}"));
-            }
-            let b = r.json;
+            let b = self.batch_answer(batch_id, r);
             let count = |k: &str| b["counts"][k].as_u64().unwrap_or(0);
             if b["total"].as_u64().is_some() && count("completed") + count("failed") == b["total"].as_u64().unwrap() {
                 return b;

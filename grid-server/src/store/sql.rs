@@ -441,11 +441,19 @@ pub const CHUNKS: [usize; 4] = [128, 32, 8, 1];
 /// statements, each prepared once, serve lists of any length.
 pub fn chunks<T>(items: &[T]) -> impl Iterator<Item = &[T]> {
     let mut rest = items;
-    std::iter::from_fn(move || {
-        let n = CHUNKS.into_iter().find(|&n| n <= rest.len())?;
+    chunk_lens(items.len()).map(move |n| {
         let (chunk, tail) = rest.split_at(n);
         rest = tail;
-        Some(chunk)
+        chunk
+    })
+}
+
+/// The lengths of the chunks `chunks` cuts `n` items into, largest first.
+pub fn chunk_lens(mut n: usize) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        let len = CHUNKS.into_iter().find(|&c| c <= n)?;
+        n -= len;
+        Some(len)
     })
 }
 
@@ -489,14 +497,14 @@ impl ManyRows {
             Dialect::Sqlite => {
                 // Each chunk takes its rows' values from `values`, moved
                 // (an end's files carry their bytes), not copied.
-                let rows = vec![(); values.len() / width];
+                let rows = values.len() / width;
                 let mut values = values.into_iter();
-                chunks(&rows)
-                    .map(|chunk| {
-                        let sql = chunk_sql(&self.sqlite, chunk.len(), |n| {
+                chunk_lens(rows)
+                    .map(|len| {
+                        let sql = chunk_sql(&self.sqlite, len, |n| {
                             format!("{} VALUES {} {}", self.head, value_rows(n, width), self.tail)
                         });
-                        (sql, values.by_ref().take(chunk.len() * width).collect())
+                        (sql, values.by_ref().take(len * width).collect())
                     })
                     .collect()
             }

@@ -315,6 +315,8 @@ fn median_by_lock_waits(runs: &[Run]) -> &Run {
 fn medians(runs: &[Run]) -> Run {
     let m = |f: fn(&Run) -> f64| median(runs.iter().map(f).collect());
     let mo = |f: fn(&Run) -> Option<f64>| runs.iter().map(f).collect::<Option<Vec<f64>>>().map(median);
+    // The waits' kinds, of the median round by lock waits.
+    let waits = median_by_lock_waits(runs);
     Run {
         items_per_second: m(|r| r.items_per_second),
         completed: runs.iter().map(|r| r.completed).min().unwrap_or(0),
@@ -322,9 +324,8 @@ fn medians(runs: &[Run]) -> Run {
         db_cpu_us_per_item: m(|r| r.db_cpu_us_per_item),
         write_tx_per_second: mo(|r| r.write_tx_per_second),
         lock_wait_share: mo(|r| r.lock_wait_share),
-        // Of the median round by lock waits.
-        lock_waits: median_by_lock_waits(runs).lock_waits.clone(),
-        other_waits: median_by_lock_waits(runs).other_waits.clone(),
+        lock_waits: waits.lock_waits.clone(),
+        other_waits: waits.other_waits.clone(),
     }
 }
 
