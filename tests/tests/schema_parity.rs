@@ -50,7 +50,9 @@
 //! Not compared: CHECK constraints (SQLite keeps them only in the CREATE
 //! TABLE text), column order (ALTER TABLE appends on SQLite while
 //! PostgreSQL's first step declares later columns inline; the store names
-//! every column), index sort order and collations.
+//! every column) and index sort order. Collations are checked on their own:
+//! every text column of PostgreSQL's compares as bytes (`COLLATE "C"`), as
+//! every one of SQLite's does.
 //!
 //! Needs both stores, so it runs in scripts/test.sh's first pass only
 //! (SQLite, with `GRID_TEST_DATABASE_URL` set).
@@ -454,6 +456,17 @@ fn sqlite_and_postgres_migrate_to_the_same_schema() {
             assert!(n >= least, "{store}: {n} facts `{kind}..`, expected at least {least}: {facts:#?}");
         }
     }
+    // Text compares as bytes on either store: SQLite's BINARY, PostgreSQL's
+    // "C" (its step 13), whatever the database's own collation.
+    let by_locale = postgres.stored().catalog(
+        "SELECT table_name || '.' || column_name || ' ' || coalesce(collation_name, '(the database''s)') \
+         FROM information_schema.columns WHERE table_schema = 'public' AND data_type = 'text' \
+         AND coalesce(collation_name, '') <> 'C' ORDER BY 1",
+    );
+    assert!(
+        by_locale.is_empty(),
+        "text columns on PostgreSQL that do not compare as bytes (declare them COLLATE \"C\"): {by_locale:?}"
+    );
     let found = differences(&lite, &pg);
     let allowed: BTreeSet<&str> = ALLOWED.iter().map(|(d, _)| *d).collect();
     let unexpected: Vec<&String> = found.iter().filter(|d| !allowed.contains(d.as_str())).collect();
