@@ -8,7 +8,9 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
-use super::sql::{chunk_sql, chunks, placeholders, Conn, Dialect, ManyRows, Optional, Row, Statement, ToValue, Value as SqlValue};
+use super::sql::{
+    chunk_sql, chunks, placeholders, Conn, Dialect, ManyRows, Optional, Row, Statement, ToValue, Value as SqlValue,
+};
 use super::to_json;
 use crate::params;
 use grid_core::catalog::{ArtifactKind, Profile, Script};

@@ -252,12 +252,50 @@ impl OwnConnection {
     ) -> Result<R, E> {
         let OwnConnection { runtime: rt, config, open } = self;
         let open = reopen(rt, config, open).map_err(E::from)?;
-        let tx = rt.block_on(open.client.transaction()).map_err(|e| E::from(e.into()))?;
-        rt.block_on(tx.execute(write_lock(order), &[&WRITE_LOCK])).map_err(|e| E::from(e.into()))?;
-        let conn = PgConn { driver: Driver::Own(rt), tx: Tx::Own(&tx, &open.statements) };
+        // BEGIN and the write lock in one message and one round trip (the
+        // simple query protocol runs both): a transaction of the capture
+        // queue is a few statements, and under load each round trip waits
+        // for both ends to be scheduled. tokio-postgres's `Transaction`
+        // would send BEGIN alone and wait for it.
+        let begin = match order {
+            Order::Grid => BEGIN_GRID,
+            Order::Rows => BEGIN_ROWS,
+        };
+        rt.block_on(open.client.batch_execute(begin)).map_err(|e| E::from(e.into()))?;
+        let tx = Begun { runtime: rt, client: &open.client, open: true };
+        let conn = PgConn { driver: Driver::Own(rt), tx: Tx::Own(&open.client, &open.statements) };
         let r = f(&conn)?;
-        rt.block_on(tx.commit()).map_err(|e| E::from(e.into()))?;
+        tx.commit().map_err(|e| E::from(e.into()))?;
         Ok(r)
+    }
+}
+
+const BEGIN_GRID: &str = "BEGIN; SELECT pg_advisory_xact_lock(1735551332)";
+const BEGIN_ROWS: &str = "BEGIN; SELECT pg_advisory_xact_lock_shared(1735551332)";
+
+/// A transaction an `OwnConnection` began: rolled back when dropped
+/// uncommitted (the work failed or panicked), so the connection's next
+/// transaction starts clean.
+struct Begun<'a> {
+    runtime: &'a tokio::runtime::Runtime,
+    client: &'a tokio_postgres::Client,
+    open: bool,
+}
+
+impl Begun<'_> {
+    fn commit(mut self) -> Result<(), tokio_postgres::Error> {
+        self.open = false;
+        self.runtime.block_on(self.client.batch_execute("COMMIT"))
+    }
+}
+
+impl Drop for Begun<'_> {
+    fn drop(&mut self) {
+        if self.open {
+            // A connection that cannot roll back is broken, and reopened
+            // before the next write (`reopen`).
+            let _ = self.runtime.block_on(self.client.batch_execute("ROLLBACK"));
+        }
     }
 }
 
@@ -302,7 +340,8 @@ impl Driver<'_> {
 enum Tx<'a> {
     Client(&'a deadpool_postgres::Object),
     Transaction(&'a deadpool_postgres::Transaction<'a>),
-    Own(&'a tokio_postgres::Transaction<'a>, &'a RefCell<HashMap<String, tokio_postgres::Statement>>),
+    /// An `OwnConnection`'s client, inside the transaction it began (`Begun`).
+    Own(&'a tokio_postgres::Client, &'a RefCell<HashMap<String, tokio_postgres::Statement>>),
 }
 
 impl Tx<'_> {
@@ -488,4 +527,17 @@ impl ToSql for Value {
     }
 
     to_sql_checked!();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_commit_threads_begin_takes_the_write_lock_in_either_order() {
+        for (begin, order) in [(BEGIN_GRID, Order::Grid), (BEGIN_ROWS, Order::Rows)] {
+            let lock = write_lock(order).replace("$1", &WRITE_LOCK.to_string());
+            assert_eq!(begin, format!("BEGIN; {lock}"));
+        }
+    }
 }
