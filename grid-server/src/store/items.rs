@@ -143,65 +143,62 @@ pub fn insert_batch(
         ],
     )?;
     let state = rows.first().map_or(ItemState::queued(sub.priority), |r| r.item.state);
-    if tx.dialect() == Dialect::Postgres {
-        // One statement: what differs from item to item (id, url) as arrays,
-        // what the batch's items share once. `seq`, the queue's order, is
+    // What the batch's items share, in the columns' order after id and url.
+    let shared = params![
+        batch_id,
+        caller.account_id,
+        caller.key_id,
+        sub.script.as_str(),
+        sub.profile.as_str(),
+        sub.priority,
+        sub.script.price_micros(),
+        now.utc_day(),
+        state.as_str(),
+        now.0
+    ];
+    match tx.dialect() {
+        // One statement: what differs from item to item (id, url) as
+        // arrays, what the items share once. `seq`, the queue's order, is
         // one value of the sequence per batch, its items numbered from it
         // in their order (`SEQ_PER_BATCH` apart): the default took one per
         // row, which cost about as much as the row's heap insert (each a
         // lock and a buffer of the sequence). A later batch still comes
         // later: every number drawn before this step is below the first
         // one drawn after it times `SEQ_PER_BATCH`.
-        let (ids, urls): (Vec<_>, Vec<_>) = rows.iter().map(|r| (r.id.to_value(), r.url.to_value())).unzip();
-        tx.execute(
-            "INSERT INTO items (seq, id, url, batch_id, account_id, key_id, script, profile_id, priority,
-                                price_micros, reservation_day, state, updated_at)
-             SELECT (SELECT nextval('items_seq_seq')) * ?13 + u.n, u.id, u.url, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12
-               FROM unnest(?1::text[], ?2::text[]) WITH ORDINALITY AS u(id, url, n)",
-            params![
-                SqlValue::Array(ids),
-                SqlValue::Array(urls),
-                batch_id,
-                caller.account_id,
-                caller.key_id,
-                sub.script.as_str(),
-                sub.profile.as_str(),
-                sub.priority,
-                sub.script.price_micros(),
-                now.utc_day(),
-                state.as_str(),
-                now.0,
-                SEQ_PER_BATCH
-            ],
-        )?;
-        return Ok(());
+        Dialect::Postgres => {
+            let (ids, urls) = rows.iter().map(|r| (r.id.to_value(), r.url.to_value())).unzip();
+            let mut values = vec![SqlValue::Array(ids), SqlValue::Array(urls)];
+            values.extend(shared);
+            values.push(SEQ_PER_BATCH.to_value());
+            tx.execute(
+                "INSERT INTO items (seq, id, url, batch_id, account_id, key_id, script, profile_id, priority,
+                                    price_micros, reservation_day, state, updated_at)
+                 SELECT (SELECT nextval('items_seq_seq')) * ?13 + u.n, u.id, u.url,
+                        ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12
+                   FROM unnest(?1::text[], ?2::text[]) WITH ORDINALITY AS u(id, url, n)",
+                values,
+            )?;
+        }
+        // Many rows per statement (`ManyRows`), in the batch's order (their
+        // `seq`, the rowid, is the queue's order).
+        Dialect::Sqlite => {
+            static ITEMS: ManyRows = ManyRows::new(
+                "INSERT INTO items (id, url, batch_id, account_id, key_id, script, profile_id, priority,
+                                    price_micros, reservation_day, state, updated_at)",
+                &[
+                    "text", "text", "text", "text", "text", "text", "text", "bigint", "bigint", "bigint", "text",
+                    "bigint",
+                ],
+                "",
+            );
+            let mut values = Vec::with_capacity(rows.len() * 12);
+            for row in rows {
+                values.extend(params![row.id, row.url]);
+                values.extend(shared.iter().cloned());
+            }
+            tx.query_all(ITEMS.statements(tx.dialect(), values))?;
+        }
     }
-    // Many rows per statement (`ManyRows`), in the batch's order (their
-    // `seq`, the rowid, is the queue's order).
-    static ITEMS: ManyRows = ManyRows::new(
-        "INSERT INTO items (id, url, batch_id, account_id, key_id, script, profile_id, priority, price_micros,
-                            reservation_day, state, updated_at)",
-        &["text", "text", "text", "text", "text", "text", "text", "bigint", "bigint", "bigint", "text", "bigint"],
-        "",
-    );
-    let mut values = Vec::with_capacity(rows.len() * 12);
-    for row in rows {
-        values.extend(params![
-            row.id,
-            row.url,
-            batch_id,
-            caller.account_id,
-            caller.key_id,
-            sub.script.as_str(),
-            sub.profile.as_str(),
-            sub.priority,
-            sub.script.price_micros(),
-            now.utc_day(),
-            state.as_str(),
-            now.0
-        ]);
-    }
-    tx.query_all(ITEMS.statements(tx.dialect(), values))?;
     Ok(())
 }
 
