@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use super::{StoreError, StoreResult};
 use crate::ids::{new_id, random_hex, sha256_hex};
+use crate::params;
 
 /// Prefix of every API key, so leaked keys are easy to recognise and scan for.
 pub const KEY_PREFIX: &str = "grid_";
@@ -285,8 +286,11 @@ pub fn unlink_identity(conn: &Conn, issuer: &str, subject: &str) -> StoreResult<
 /// transactions insert for the account (a foreign key's `KEY SHARE`) do
 /// not wait either. Nothing on SQLite, which has one writer.
 pub fn lock_account(conn: &Conn, account_id: &str) -> StoreResult<()> {
-    conn.lock_rows("SELECT 1 FROM accounts WHERE id = ?1", [account_id], "FOR NO KEY UPDATE")
+    conn.lock_rows(LOCK_ACCOUNT, [account_id], LOCK_ACCOUNT_CLAUSE)
 }
+
+const LOCK_ACCOUNT: &str = "SELECT 1 FROM accounts WHERE id = ?1";
+const LOCK_ACCOUNT_CLAUSE: &str = "FOR NO KEY UPDATE";
 
 /// The account's sums per kind of entry, as `append_all` keeps them: a few
 /// rows (a kind's shards are summed by `Balance::fold`), however long the
@@ -294,11 +298,16 @@ pub fn lock_account(conn: &Conn, account_id: &str) -> StoreResult<()> {
 pub(crate) const BALANCE: &str = "SELECT kind, amount FROM balances WHERE account_id = ?1";
 
 pub fn balance(conn: &Conn, account_id: &str) -> StoreResult<Balance> {
-    let rows = conn.query_map(BALANCE, [account_id], |r| Ok((r.get::<String>(0)?, r.get::<i64>(1)?)))?;
+    balance_of(&conn.query_values(BALANCE, params![account_id])?)
+}
+
+/// `BALANCE`'s rows folded.
+fn balance_of(rows: &[Row]) -> StoreResult<Balance> {
     let mut entries = vec![];
-    for (kind, sum) in rows {
+    for r in rows {
+        let kind: String = r.get(0)?;
         let kind = EntryKind::parse(&kind).ok_or_else(|| StoreError::Invalid(format!("ledger kind {kind}")))?;
-        entries.push((kind, sum));
+        entries.push((kind, r.get::<i64>(1)?));
     }
     Ok(Balance::fold(entries))
 }
@@ -319,11 +328,26 @@ pub fn daily_use(conn: &Conn, key_id: &str, day: i64) -> StoreResult<DailyUse> {
 /// Checks credit and the daily cap, then takes the reservation, all inside
 /// the caller's transaction so that nothing else can spend the same credit:
 /// the account is locked first (`lock_account`).
+///
+/// The lock and both reads are sent together, one round trip: PostgreSQL
+/// runs them in order, and each read's snapshot is taken when it starts,
+/// so after the lock is held (`Sql::query_all`).
 pub fn reserve(conn: &Conn, caller: &Caller, micros: i64, subject: &str, now: Millis) -> Result<(), ReserveError> {
-    lock_account(conn, &caller.account_id)?;
-    balance(conn, &caller.account_id)?.check_reservation(micros)?;
+    let lock = format!("{LOCK_ACCOUNT} {}", conn.row_lock(LOCK_ACCOUNT_CLAUSE));
+    let locks = conn.dialect() == Dialect::Postgres;
+    let mut reads: Vec<Statement> = Vec::with_capacity(3);
+    if locks {
+        reads.push((&lock, params![caller.account_id]));
+    }
+    reads.push((BALANCE, params![caller.account_id]));
     if let Some(key_id) = &caller.key_id {
-        daily_use(conn, key_id, now.utc_day())?.check(caller.daily_cap_micros, micros, now)?;
+        reads.push((DAILY_USE, params![key_id, now.utc_day()]));
+    }
+    let mut answers = conn.query_all(reads)?.into_iter().skip(usize::from(locks));
+    balance_of(&answers.next().unwrap_or_default())?.check_reservation(micros)?;
+    if let Some(rows) = answers.next() {
+        let used = rows.first().ok_or(StoreError::NoRow)?.get(0)?;
+        DailyUse { used_micros: used }.check(caller.daily_cap_micros, micros, now)?;
     }
     let entry = Entry {
         account_id: &caller.account_id,
