@@ -333,8 +333,9 @@ pub fn daily_use(conn: &Conn, key_id: &str, day: i64) -> StoreResult<DailyUse> {
 /// runs them in order, and each read's snapshot is taken when it starts,
 /// so after the lock is held (`Sql::query_all`).
 pub fn reserve(conn: &Conn, caller: &Caller, micros: i64, subject: &str, now: Millis) -> Result<(), ReserveError> {
-    let lock = format!("{LOCK_ACCOUNT} {}", conn.row_lock(LOCK_ACCOUNT_CLAUSE));
-    let locks = conn.dialect() == Dialect::Postgres;
+    // As `lock_account`: a row lock on PostgreSQL, nothing on SQLite.
+    let clause = conn.row_lock(LOCK_ACCOUNT_CLAUSE);
+    let (lock, locks) = (format!("{LOCK_ACCOUNT} {clause}"), !clause.is_empty());
     let mut reads: Vec<Statement> = Vec::with_capacity(3);
     if locks {
         reads.push((&lock, params![caller.account_id]));

@@ -261,8 +261,10 @@ impl OwnConnection {
             Order::Grid => BEGIN_GRID,
             Order::Rows => BEGIN_ROWS,
         };
-        rt.block_on(open.client.batch_execute(begin)).map_err(|e| E::from(e.into()))?;
+        // Guarded before it is sent: should BEGIN pass and the lock fail (a
+        // statement time-out), the aborted transaction is still rolled back.
         let tx = Begun { runtime: rt, client: &open.client, open: true };
+        rt.block_on(open.client.batch_execute(begin)).map_err(|e| E::from(e.into()))?;
         let conn = PgConn { driver: Driver::Own(rt), tx: Tx::Own(&open.client, &open.statements) };
         let r = f(&conn)?;
         tx.commit().map_err(|e| E::from(e.into()))?;
@@ -274,8 +276,8 @@ const BEGIN_GRID: &str = "BEGIN; SELECT pg_advisory_xact_lock(1735551332)";
 const BEGIN_ROWS: &str = "BEGIN; SELECT pg_advisory_xact_lock_shared(1735551332)";
 
 /// A transaction an `OwnConnection` began: rolled back when dropped
-/// uncommitted (the work failed or panicked), so the connection's next
-/// transaction starts clean.
+/// uncommitted (its lock or its work failed, or the work panicked), so the
+/// connection's next transaction starts clean.
 struct Begun<'a> {
     runtime: &'a tokio::runtime::Runtime,
     client: &'a tokio_postgres::Client,
