@@ -321,8 +321,12 @@ pub(crate) const DAILY_USE: &str =
 
 /// What the key's reservations made on `day` still hold or were charged.
 pub fn daily_use(conn: &Conn, key_id: &str, day: i64) -> StoreResult<DailyUse> {
-    let used = conn.query_row(DAILY_USE, (key_id, day), |r| r.get(0))?;
-    Ok(DailyUse { used_micros: used })
+    daily_use_of(&conn.query_values(DAILY_USE, params![key_id, day])?)
+}
+
+/// `DAILY_USE`'s one row read.
+fn daily_use_of(rows: &[Row]) -> StoreResult<DailyUse> {
+    Ok(DailyUse { used_micros: rows.first().ok_or(StoreError::NoRow)?.get(0)? })
 }
 
 /// Checks credit and the daily cap, then takes the reservation, all inside
@@ -333,22 +337,20 @@ pub fn daily_use(conn: &Conn, key_id: &str, day: i64) -> StoreResult<DailyUse> {
 /// runs them in order, and each read's snapshot is taken when it starts,
 /// so after the lock is held (`Sql::query_all`).
 pub fn reserve(conn: &Conn, caller: &Caller, micros: i64, subject: &str, now: Millis) -> Result<(), ReserveError> {
-    // As `lock_account`: a row lock on PostgreSQL, nothing on SQLite.
-    let clause = conn.row_lock(LOCK_ACCOUNT_CLAUSE);
-    let (lock, locks) = (format!("{LOCK_ACCOUNT} {clause}"), !clause.is_empty());
+    // `lock_account`'s statement: a row lock on PostgreSQL, none on SQLite.
+    let lock = conn.lock_rows_sql(LOCK_ACCOUNT, LOCK_ACCOUNT_CLAUSE);
     let mut reads: Vec<Statement> = Vec::with_capacity(3);
-    if locks {
-        reads.push((&lock, params![caller.account_id]));
+    if let Some(lock) = &lock {
+        reads.push((lock, params![caller.account_id]));
     }
     reads.push((BALANCE, params![caller.account_id]));
     if let Some(key_id) = &caller.key_id {
         reads.push((DAILY_USE, params![key_id, now.utc_day()]));
     }
-    let mut answers = conn.query_all(reads)?.into_iter().skip(usize::from(locks));
+    let mut answers = conn.query_all(reads)?.into_iter().skip(usize::from(lock.is_some()));
     balance_of(&answers.next().unwrap_or_default())?.check_reservation(micros)?;
     if let Some(rows) = answers.next() {
-        let used = rows.first().ok_or(StoreError::NoRow)?.get(0)?;
-        DailyUse { used_micros: used }.check(caller.daily_cap_micros, micros, now)?;
+        daily_use_of(&rows)?.check(caller.daily_cap_micros, micros, now)?;
     }
     let entry = Entry {
         account_id: &caller.account_id,

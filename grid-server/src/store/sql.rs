@@ -73,11 +73,17 @@ impl Conn<'_> {
     /// ends, on PostgreSQL (`row_lock`); reads nothing on SQLite, whose one
     /// writer needs no row locks.
     pub fn lock_rows(&self, select: &str, params: impl Params, clause: &'static str) -> StoreResult<()> {
-        let lock = self.row_lock(clause);
-        if !lock.is_empty() {
-            self.query_values(&format!("{select} {lock}"), params.values())?;
+        if let Some(sql) = self.lock_rows_sql(select, clause) {
+            self.query_values(&sql, params.values())?;
         }
         Ok(())
+    }
+
+    /// The statement `lock_rows` runs, for a caller that sends it with
+    /// others (`query_all`); none on SQLite.
+    pub fn lock_rows_sql(&self, select: &str, clause: &'static str) -> Option<String> {
+        let lock = self.row_lock(clause);
+        (!lock.is_empty()).then(|| format!("{select} {lock}"))
     }
 
     pub fn execute(&self, sql: &str, params: impl Params) -> StoreResult<usize> {
