@@ -23,6 +23,7 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use crate::store::accounts::Settling;
 use crate::store::Conn;
 use crate::store::SealedProxy;
 use futures_util::future::BoxFuture;
@@ -631,8 +632,10 @@ impl<'a> Writes<'a> {
             };
             accounts::reserve(tx, caller, self.reserve, subject, now)?;
         }
-        // The files and the ledger's entries in one round trip.
-        Ok(accounts::append_all_with(tx, items::file_inserts(tx.dialect(), &self.publish, now), &self.settle, now)?)
+        // The files and the ledger's entries in one round trip. Every
+        // settlement here is an end's that passed its claim's fence.
+        let files = items::file_inserts(tx.dialect(), &self.publish, now);
+        Ok(accounts::append_all_with(tx, files, &self.settle, Settling::Fenced, now)?)
     }
 }
 

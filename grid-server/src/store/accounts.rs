@@ -413,21 +413,55 @@ pub fn append(conn: &Conn, e: &Entry, now: Millis) -> StoreResult<()> {
 /// `balances` in the same transaction: one row per account and kind, not
 /// one per entry.
 pub fn append_all(conn: &Conn, entries: &[Entry], now: Millis) -> StoreResult<()> {
-    append_all_with(conn, vec![], entries, now)
+    append_all_with(conn, vec![], entries, Settling::Idempotent, now)
+}
+
+/// Whether an append can meet a settlement the ledger already holds (the
+/// unique index `ledger_settles_once`: one charge and one release per
+/// subject).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Settling {
+    /// It can (the pass over older debts, a job's or a session's
+    /// settlement written again): such an entry is skipped (`ON CONFLICT DO
+    /// NOTHING`), and the sums take only the entries the insert answers it
+    /// wrote.
+    Idempotent,
+    /// It cannot: the entries are the settlements of capture ends that
+    /// passed their claims' fence in this transaction, each owed once (the
+    /// item machine clears `billable` in the same write). Should a
+    /// duplicate reach the ledger anyway, the unique index fails the
+    /// transaction instead of skipping the entry: a bug shows.
+    Fenced,
 }
 
 /// `append_all`, with `alongside` (statements whose answers the entries
 /// do not need: an end's files) sent before the ledger's inserts in the
-/// same round trip (`query_all`). The sums come after, as the inserts
-/// answer which entries were written.
-pub fn append_all_with(conn: &Conn, alongside: Vec<Statement>, entries: &[Entry], now: Millis) -> StoreResult<()> {
-    static LEDGER: ManyRows = ManyRows::new(
-        "INSERT INTO ledger (account_id, key_id, kind, amount, subject, reservation_day, created_at)",
-        &["text", "text", "text", "bigint", "text", "bigint", "bigint"],
+/// same round trip (`query_all`), and `settling` saying whether an entry
+/// can already be in the ledger.
+///
+/// Entries that cannot (fenced settlements, and entries of other kinds,
+/// which no unique index covers) are plain inserts, and their sums follow
+/// in the same round trip. Before, every append was an `ON CONFLICT`
+/// insert: on PostgreSQL that made each row a speculative insertion (the
+/// unique index probed before the heap insert, and one more WAL record to
+/// confirm it), about a third of a ledger row's cost, and the sums waited
+/// for its answer in a round trip of their own. Entries that can be in the
+/// ledger already still are, and their sums take only what was written.
+pub fn append_all_with(
+    conn: &Conn,
+    alongside: Vec<Statement>,
+    entries: &[Entry],
+    settling: Settling,
+    now: Millis,
+) -> StoreResult<()> {
+    const HEAD: &str = "INSERT INTO ledger (account_id, key_id, kind, amount, subject, reservation_day, created_at)";
+    const TYPES: &[&str] = &["text", "text", "text", "bigint", "text", "bigint", "bigint"];
+    static SKIPPING: ManyRows = ManyRows::new(
+        HEAD,
+        TYPES,
         "ON CONFLICT (subject, kind) WHERE kind IN ('charge', 'release') DO NOTHING RETURNING account_id, kind, amount",
     );
-    let first = alongside.len();
-    let mut statements = alongside;
+    static PLAIN: ManyRows = ManyRows::new(HEAD, TYPES, "");
     let mut values = Vec::with_capacity(entries.len() * 7);
     for e in entries {
         values.extend(crate::params![
@@ -440,33 +474,49 @@ pub fn append_all_with(conn: &Conn, alongside: Vec<Statement>, entries: &[Entry]
             now.0
         ]);
     }
-    statements.extend(LEDGER.statements(conn.dialect(), values));
-    // The entries written (a settlement already in the ledger is not),
-    // added to their accounts' sums.
-    let answers = conn.query_all(statements)?;
-    let written = answers[first..]
-        .iter()
-        .flatten()
-        .map(|r: &Row| Ok((r.get::<String>(0)?, r.get::<String>(1)?, r.get::<i64>(2)?)))
-        .collect::<StoreResult<Vec<_>>>()?;
-    add_to_balances(conn, &written)
+    let settles = |e: &Entry| matches!(e.kind, EntryKind::Charge | EntryKind::Release);
+    let first = alongside.len();
+    let mut statements = alongside;
+    if settling == Settling::Idempotent && entries.iter().any(settles) {
+        statements.extend(SKIPPING.statements(conn.dialect(), values));
+        let answers = conn.query_all(statements)?;
+        let written = answers[first..]
+            .iter()
+            .flatten()
+            .map(|r: &Row| Ok((r.get::<String>(0)?, r.get::<String>(1)?, r.get::<i64>(2)?)))
+            .collect::<StoreResult<Vec<_>>>()?;
+        let sums = sums_of(written.iter().map(|(account_id, kind, amount)| (&**account_id, &**kind, *amount)));
+        conn.query_all(add_to_balances(conn.dialect(), &sums))?;
+    } else {
+        statements.extend(PLAIN.statements(conn.dialect(), values));
+        let sums = sums_of(entries.iter().map(|e| (e.account_id, e.kind.as_str(), e.amount)));
+        statements.extend(add_to_balances(conn.dialect(), &sums));
+        conn.query_all(statements)?;
+    }
+    Ok(())
 }
 
-/// Adds written entries (`account_id`, kind, amount) to their accounts'
-/// sums: one statement per account and kind among them, in that order, so
-/// transactions adding to the same rows take their locks in one order.
+/// Entries (`account_id`, kind, amount) summed per account and kind, in
+/// that order.
+fn sums_of<'a>(entries: impl Iterator<Item = (&'a str, &'a str, i64)>) -> BTreeMap<(&'a str, &'a str), i64> {
+    let mut sums: BTreeMap<(&str, &str), i64> = BTreeMap::new();
+    for (account_id, kind, amount) in entries {
+        *sums.entry((account_id, kind)).or_default() += amount;
+    }
+    sums
+}
+
+/// The statements that add `sums` to their accounts' sums: one per account
+/// and kind, in that order, so transactions adding to the same rows take
+/// their locks in one order.
 ///
 /// On PostgreSQL each connection adds to a shard of the sum of its own
 /// (its backend's pid modulo 64, schema step 10): a transaction holds at
 /// most one row per account and kind, and transactions running at once on
 /// other connections seldom hold the same one, so ends charging one
 /// account do not queue on its sums. SQLite's one writer keeps one row.
-fn add_to_balances(conn: &Conn, written: &[(String, String, i64)]) -> StoreResult<()> {
-    let mut sums: BTreeMap<(&str, &str), i64> = BTreeMap::new();
-    for (account_id, kind, amount) in written {
-        *sums.entry((account_id, kind)).or_default() += amount;
-    }
-    let sql = match conn.dialect() {
+fn add_to_balances<'a>(dialect: Dialect, sums: &BTreeMap<(&'a str, &'a str), i64>) -> Vec<Statement<'a>> {
+    let sql = match dialect {
         Dialect::Sqlite => {
             "INSERT INTO balances (account_id, kind, shard, amount) VALUES (?1, ?2, 0, ?3)
              ON CONFLICT (account_id, kind, shard) DO UPDATE SET amount = balances.amount + excluded.amount"
@@ -476,8 +526,5 @@ fn add_to_balances(conn: &Conn, written: &[(String, String, i64)]) -> StoreResul
              ON CONFLICT (account_id, kind, shard) DO UPDATE SET amount = balances.amount + excluded.amount"
         }
     };
-    conn.query_all(
-        sums.into_iter().map(|((account_id, kind), amount)| (sql, crate::params![account_id, kind, amount])).collect(),
-    )?;
-    Ok(())
+    sums.iter().map(|((account_id, kind), amount)| (sql, crate::params![*account_id, *kind, *amount])).collect()
 }

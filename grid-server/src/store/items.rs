@@ -972,6 +972,40 @@ pub(crate) mod tests {
         assert_eq!((balance(&s, &b).credit_micros, balance(&s, &b).reserved_micros), (5_000, 0));
     }
 
+    /// An end's settlements are plain inserts (`Settling::Fenced`): their
+    /// sums are kept as the idempotent path keeps them, and a settlement
+    /// already in the ledger fails the whole transaction (the unique index)
+    /// instead of being skipped, so a double charge cannot pass unseen.
+    #[test]
+    fn fenced_settlements_are_summed_and_a_duplicate_fails_the_transaction() {
+        let (_d, s) = store();
+        let c = caller(&s, 10_000, None);
+        let entry = |kind, amount, subject| accounts::Entry {
+            account_id: &c.account_id,
+            key_id: c.key_id.as_deref(),
+            kind,
+            amount,
+            subject: Some(subject),
+            reservation_day: Some(1),
+        };
+        let fenced = |entries: &[accounts::Entry]| {
+            s.write_blocking(|tx| accounts::append_all_with(tx, vec![], entries, accounts::Settling::Fenced, T))
+        };
+        fenced(&[
+            entry(EntryKind::Reserve, 300, "bt_a"),
+            entry(EntryKind::Charge, 120, "it_1"),
+            entry(EntryKind::Release, 180, "it_2"),
+        ])
+        .unwrap();
+        assert_eq!((balance(&s, &c).credit_micros, balance(&s, &c).reserved_micros), (10_000 - 120, 0));
+        // it_1's charge again, beside a new reservation: neither is written.
+        let again = fenced(&[entry(EntryKind::Reserve, 50, "bt_b"), entry(EntryKind::Charge, 120, "it_1")]);
+        assert!(again.is_err(), "a second charge of one item was written: {again:?}");
+        assert_eq!((balance(&s, &c).credit_micros, balance(&s, &c).reserved_micros), (10_000 - 120, 0));
+        let rows: i64 = s.read_blocking(|c| c.query_row("SELECT COUNT(*) FROM ledger", (), |r| r.get(0))).unwrap();
+        assert_eq!(rows, 4, "the credit and the first three entries, nothing of the failed transaction");
+    }
+
     #[test]
     fn refused_batch_queues_and_reserves_nothing() {
         let (_d, s) = store();
