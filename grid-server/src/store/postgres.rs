@@ -36,8 +36,13 @@ use super::sql::{numbered_placeholders, Conn, Dialect, Row, Sql, Statement, Valu
 use super::{Order, StoreError, StoreResult};
 
 /// The advisory lock every write transaction takes, exclusively or shared
-/// (`Order`; an arbitrary constant: "grid" in ASCII).
-const WRITE_LOCK: i64 = 0x6772_6964;
+/// (`Order`; an arbitrary constant: "grid" in ASCII, 0x6772_6964), as the
+/// literal `BEGIN_GRID` and `BEGIN_ROWS` are made of.
+macro_rules! write_lock {
+    () => {
+        1735551332
+    };
+}
 /// The session-level advisory lock held while the schema is migrated, so
 /// nodes starting at once apply each step once.
 const MIGRATE_LOCK: i64 = 0x6772_6964_6d69;
@@ -191,13 +196,12 @@ impl Postgres {
     /// Runs `f` in one write transaction holding the write lock in the
     /// mode `order` asks for; commits only when it returns `Ok`.
     pub fn write<R, E: From<StoreError>>(&self, order: Order, f: impl FnOnce(&Conn) -> Result<R, E>) -> Result<R, E> {
-        let mut client = self.client()?;
-        let tx = self.block_on(client.transaction()).map_err(|e| E::from(e.into()))?;
-        self.block_on(tx.execute(write_lock(order), &[&WRITE_LOCK])).map_err(|e| E::from(e.into()))?;
-        let conn = PgConn { driver: Driver::Shared(self), tx: Tx::Transaction(&tx) };
-        // Dropping an uncommitted transaction rolls it back.
+        let client = self.client()?;
+        let driver = Driver::Shared(self);
+        let tx = Begun::begin(driver, &client, order).map_err(|e| E::from(e.into()))?;
+        let conn = PgConn { driver, tx: Tx::Client(&client) };
         let r = f(&conn)?;
-        self.block_on(tx.commit()).map_err(|e| E::from(e.into()))?;
+        tx.commit().map_err(|e| E::from(e.into()))?;
         Ok(r)
     }
 
@@ -213,13 +217,6 @@ impl Postgres {
             .build()
             .map_err(|e| StoreError::Invalid(format!("cannot start a connection's runtime: {e}")))?;
         Ok(OwnConnection { runtime, config: self.config.clone(), open: None })
-    }
-}
-
-fn write_lock(order: Order) -> &'static str {
-    match order {
-        Order::Grid => "SELECT pg_advisory_xact_lock($1)",
-        Order::Rows => "SELECT pg_advisory_xact_lock_shared($1)",
     }
 }
 
@@ -252,51 +249,62 @@ impl OwnConnection {
     ) -> Result<R, E> {
         let OwnConnection { runtime: rt, config, open } = self;
         let open = reopen(rt, config, open).map_err(E::from)?;
-        // BEGIN and the write lock in one message and one round trip (the
-        // simple query protocol runs both): a transaction of the capture
-        // queue is a few statements, and under load each round trip waits
-        // for both ends to be scheduled. tokio-postgres's `Transaction`
-        // would send BEGIN alone and wait for it.
-        let begin = match order {
-            Order::Grid => BEGIN_GRID,
-            Order::Rows => BEGIN_ROWS,
-        };
-        // Guarded before it is sent: should BEGIN pass and the lock fail (a
-        // statement time-out), the aborted transaction is still rolled back.
-        let tx = Begun { runtime: rt, client: &open.client, open: true };
-        rt.block_on(open.client.batch_execute(begin)).map_err(|e| E::from(e.into()))?;
-        let conn = PgConn { driver: Driver::Own(rt), tx: Tx::Own(&open.client, &open.statements) };
+        let driver = Driver::Own(rt);
+        let tx = Begun::begin(driver, &open.client, order).map_err(|e| E::from(e.into()))?;
+        let conn = PgConn { driver, tx: Tx::Own(&open.client, &open.statements) };
         let r = f(&conn)?;
         tx.commit().map_err(|e| E::from(e.into()))?;
         Ok(r)
     }
 }
 
-const BEGIN_GRID: &str = "BEGIN; SELECT pg_advisory_xact_lock(1735551332)";
-const BEGIN_ROWS: &str = "BEGIN; SELECT pg_advisory_xact_lock_shared(1735551332)";
+const BEGIN_GRID: &str = concat!("BEGIN; SELECT pg_advisory_xact_lock(", write_lock!(), ")");
+const BEGIN_ROWS: &str = concat!("BEGIN; SELECT pg_advisory_xact_lock_shared(", write_lock!(), ")");
 
-/// A transaction an `OwnConnection` began: rolled back when dropped
-/// uncommitted (its lock or its work failed, or the work panicked), so the
-/// connection's next transaction starts clean.
+/// A write transaction on a connection (the pool's or an `OwnConnection`):
+/// rolled back when dropped uncommitted (its lock or its work failed, or
+/// the work panicked), so the connection's next transaction starts clean,
+/// whether it goes back to the pool or stays with its thread.
 struct Begun<'a> {
-    runtime: &'a tokio::runtime::Runtime,
+    driver: Driver<'a>,
     client: &'a tokio_postgres::Client,
     open: bool,
 }
 
-impl Begun<'_> {
+impl<'a> Begun<'a> {
+    /// BEGIN and the write lock in the mode `order` asks for, in one
+    /// message and one round trip (the simple query protocol runs both):
+    /// tokio-postgres's `Transaction` sent BEGIN alone and waited for it, and
+    /// under load each round trip waits for both ends to be scheduled.
+    /// Guarded before it is sent: should BEGIN pass and the lock fail (a
+    /// statement time-out), the aborted transaction is still rolled back.
+    fn begin(
+        driver: Driver<'a>,
+        client: &'a tokio_postgres::Client,
+        order: Order,
+    ) -> Result<Self, tokio_postgres::Error> {
+        let begin = match order {
+            Order::Grid => BEGIN_GRID,
+            Order::Rows => BEGIN_ROWS,
+        };
+        let tx = Begun { driver, client, open: true };
+        driver.block_on(client.batch_execute(begin))?;
+        Ok(tx)
+    }
+
     fn commit(mut self) -> Result<(), tokio_postgres::Error> {
         self.open = false;
-        self.runtime.block_on(self.client.batch_execute("COMMIT"))
+        self.driver.block_on(self.client.batch_execute("COMMIT"))
     }
 }
 
 impl Drop for Begun<'_> {
     fn drop(&mut self) {
         if self.open {
-            // A connection that cannot roll back is broken, and reopened
-            // before the next write (`reopen`).
-            let _ = self.runtime.block_on(self.client.batch_execute("ROLLBACK"));
+            // A connection that cannot roll back is broken: an own one is
+            // reopened before its next write (`reopen`), the pool drops a
+            // closed one.
+            let _ = self.driver.block_on(self.client.batch_execute("ROLLBACK"));
         }
     }
 }
@@ -325,6 +333,7 @@ fn reopen<'a>(
 
 /// What drives a connection's futures: the store's runtime (the pool's
 /// connections), or the thread's own (`OwnConnection`).
+#[derive(Clone, Copy)]
 enum Driver<'a> {
     Shared(&'a Postgres),
     Own(&'a tokio::runtime::Runtime),
@@ -340,8 +349,9 @@ impl Driver<'_> {
 }
 
 enum Tx<'a> {
+    /// A connection of the pool: alone (a read), or inside the transaction
+    /// `Postgres::write` began on it (`Begun`).
     Client(&'a deadpool_postgres::Object),
-    Transaction(&'a deadpool_postgres::Transaction<'a>),
     /// An `OwnConnection`'s client, inside the transaction it began (`Begun`).
     Own(&'a tokio_postgres::Client, &'a RefCell<HashMap<String, tokio_postgres::Statement>>),
 }
@@ -352,7 +362,6 @@ impl Tx<'_> {
     async fn prepared(&self, sql: &str) -> Result<tokio_postgres::Statement, tokio_postgres::Error> {
         match self {
             Tx::Client(c) => c.prepare_cached(sql).await,
-            Tx::Transaction(t) => t.prepare_cached(sql).await,
             Tx::Own(t, statements) => {
                 if let Some(s) = statements.borrow().get(sql) {
                     return Ok(s.clone());
@@ -371,7 +380,6 @@ impl Tx<'_> {
     ) -> Result<u64, tokio_postgres::Error> {
         match self {
             Tx::Client(c) => c.execute(s, params).await,
-            Tx::Transaction(t) => t.execute(s, params).await,
             Tx::Own(t, _) => t.execute(s, params).await,
         }
     }
@@ -383,7 +391,6 @@ impl Tx<'_> {
     ) -> Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
         match self {
             Tx::Client(c) => c.query(s, params).await,
-            Tx::Transaction(t) => t.query(s, params).await,
             Tx::Own(t, _) => t.query(s, params).await,
         }
     }
@@ -536,10 +543,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_commit_threads_begin_takes_the_write_lock_in_either_order() {
-        for (begin, order) in [(BEGIN_GRID, Order::Grid), (BEGIN_ROWS, Order::Rows)] {
-            let lock = write_lock(order).replace("$1", &WRITE_LOCK.to_string());
-            assert_eq!(begin, format!("BEGIN; {lock}"));
-        }
+    fn a_write_begins_with_the_write_lock_in_either_order() {
+        assert_eq!(write_lock!(), i64::from_be_bytes(*b"\0\0\0\0grid"));
+        assert_eq!(BEGIN_GRID, "BEGIN; SELECT pg_advisory_xact_lock(1735551332)");
+        assert_eq!(BEGIN_ROWS, "BEGIN; SELECT pg_advisory_xact_lock_shared(1735551332)");
     }
 }
