@@ -365,20 +365,38 @@ async fn main() {
     for ((label, _, _), r) in setups.iter().zip(&results) {
         println!("{}", summary(label, r, config.items));
     }
+    // Each ratio twice: of the set-ups' medians, and the median of each
+    // round's own ratio. A round runs its set-ups back to back, so the
+    // second pairs runs made at the same speed of the machine, which moved
+    // by a third within a session (docs/scale-out.md, "Capacity").
+    let paired = |f: &dyn Fn(&[&Run]) -> f64| {
+        median((0..rounds).map(|i| f(&all.iter().map(|runs| &runs[i]).collect::<Vec<_>>())).collect())
+    };
     let base = &results[0];
-    for ((label, _, _), r) in setups.iter().zip(&results).skip(1) {
-        println!("ratio {label} / 1 node SQLite: {:.3} items/s", r.items_per_second / base.items_per_second);
+    let mut ratios = vec![];
+    for (i, ((label, _, _), r)) in setups.iter().zip(&results).enumerate().skip(1) {
+        let (of_medians, of_rounds) = (
+            r.items_per_second / base.items_per_second,
+            paired(&|runs| runs[i].items_per_second / runs[0].items_per_second),
+        );
+        println!("ratio {label} / 1 node SQLite: {of_medians:.3} items/s (median of the rounds' own: {of_rounds:.3})");
+        ratios.push(json!({"ratio": format!("{label} / 1 node, SQLite, items/s"), "ofMedians": of_medians, "medianOfRounds": of_rounds}));
     }
-    println!(
-        "ratio 3 nodes / 1 node on PostgreSQL: {:.3} items per CPU-second",
-        results[2].items_per_cpu_second() / results[1].items_per_cpu_second()
+    let (of_medians, of_rounds) = (
+        results[2].items_per_cpu_second() / results[1].items_per_cpu_second(),
+        paired(&|runs| runs[2].items_per_cpu_second() / runs[1].items_per_cpu_second()),
     );
+    println!(
+        "ratio 3 nodes / 1 node on PostgreSQL: {of_medians:.3} items per CPU-second (median of the rounds' own: {of_rounds:.3})"
+    );
+    ratios.push(json!({"ratio": "3 nodes / 1 node, PostgreSQL, items per CPU-second", "ofMedians": of_medians, "medianOfRounds": of_rounds}));
     println!(
         "{}",
         json!({
             "items": config.items,
             "workersPerNode": config.workers,
             "rounds": rounds,
+            "ratios": ratios,
             "medians": setups.iter().zip(&results).map(|((label, nodes, _), r)| json!({
                 "label": label,
                 "nodes": nodes,
