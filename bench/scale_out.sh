@@ -10,7 +10,9 @@
 #   bench/scale_out.sh [ITEMS]        # default 20000
 #
 # Env: WORKERS per node (default 16), ROUNDS (default 3), BENCH_TIMEOUT_SECS
-# per run (default 600). Starts a throwaway PostgreSQL cluster (scripts/postgres-env.sh) and
+# per run (default 600), DB_DELAY_MS (default 0: PostgreSQL on loopback; D:
+# the nodes reach it through a proxy adding D ms to each round trip, as a
+# database on another host). Starts a throwaway PostgreSQL cluster (scripts/postgres-env.sh) and
 # stops it at the end. Only 127.0.0.1 is contacted.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -19,6 +21,7 @@ items="${1:-20000}"
 workers="${WORKERS:-16}"
 rounds="${ROUNDS:-3}"
 timeout="${BENCH_TIMEOUT_SECS:-600}"
+db_delay="${DB_DELAY_MS:-0}"
 
 . bench/common.sh
 build_release
@@ -30,4 +33,5 @@ export GRID_TEST_DATABASE_URL="$(printf '%s\n' "$pg_env" | sed -n 's/^GRID_TEST_
 
 echo "==> bench: $items fetch items, $workers workers per node, $rounds rounds, timeout ${timeout}s per run"
 timeout --signal=TERM "$((3 * rounds * timeout + 60))" \
-    "$target_dir/release/bench_scale_out" --items "$items" --workers "$workers" --rounds "$rounds" --timeout-secs "$timeout"
+    "$target_dir/release/bench_scale_out" --items "$items" --workers "$workers" --rounds "$rounds" \
+    --db-delay-ms "$db_delay" --timeout-secs "$timeout"

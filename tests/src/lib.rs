@@ -16,6 +16,7 @@ pub mod bins;
 pub mod cdp;
 pub mod child;
 pub mod cli;
+pub mod delay_proxy;
 pub mod host;
 pub mod http;
 pub mod jobs;

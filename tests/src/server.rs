@@ -54,6 +54,10 @@ pub struct ServerOptions {
     /// On PostgreSQL whatever the run's store (multi-node tests): needs
     /// `GRID_TEST_DATABASE_URL`.
     pub postgres: bool,
+    /// On PostgreSQL, the port of 127.0.0.1 the server reaches its database
+    /// through (a `delay_proxy::DelayProxy` in front of the cluster) instead
+    /// of the cluster's own; the harness's own reads go straight.
+    pub database_port: Option<u16>,
 }
 
 /// How the server speaks HTTPS. With TLS on, `base_url()` is
@@ -86,6 +90,7 @@ impl Default for ServerOptions {
             max_open_files: None,
             tls: Tls::Off,
             postgres: false,
+            database_port: None,
         }
     }
 }
@@ -471,7 +476,12 @@ impl GridServer {
     /// `--database-url` reads), else grid.db in `--data-dir`.
     fn store_env(&self, cmd: &mut Command) {
         if let Some(url) = &self.database_url {
-            cmd.env("GRID_DATABASE_URL", url);
+            let mut url = url::Url::parse(url).unwrap_or_else(|e| self.fail(&format!("database URL {url}: {e}")));
+            if let Some(port) = self.opts.database_port {
+                let _ = url.set_host(Some("127.0.0.1"));
+                let _ = url.set_port(Some(port));
+            }
+            cmd.env("GRID_DATABASE_URL", url.as_str());
         }
     }
 

@@ -2,7 +2,11 @@
 //! on one PostgreSQL database, same machine, same URLs, same run (issues 10
 //! and 30). Everything stays on 127.0.0.1.
 //!
-//!     bench_scale_out [--items N] [--workers W] [--rounds R] [--timeout-secs S]
+//!     bench_scale_out [--items N] [--workers W] [--rounds R] [--only K] [--db-delay-ms D] [--timeout-secs S]
+//!
+//! `--db-delay-ms D` runs the nodes against PostgreSQL through a proxy
+//! that adds D ms to each round trip (`grid_tests::delay_proxy`), as a
+//! database on another host would; SQLite's run is the same either way.
 //!
 //! Needs GRID_TEST_DATABASE_URL (a throwaway cluster: bench/scale_out.sh
 //! starts one). Each node runs W workers; each set-up runs R rounds (3 by
@@ -33,6 +37,7 @@ use serde_json::json;
 use tokio_postgres::NoTls;
 
 use grid_tests::bench::{count, cpu_ticks, positive, ticks_per_second, FetchConfig};
+use grid_tests::delay_proxy::DelayProxy;
 use grid_tests::server::{GridServer, ServerOptions};
 use grid_tests::target::Target;
 
@@ -149,12 +154,20 @@ impl Run {
     }
 }
 
-async fn run(label: &str, nodes: usize, postgres: bool, urls: &[String], config: &FetchConfig) -> Run {
+async fn run(
+    label: &str,
+    nodes: usize,
+    postgres: bool,
+    urls: &[String],
+    config: &FetchConfig,
+    proxy: Option<&DelayProxy>,
+) -> Run {
     let opts = |name: String| ServerOptions {
         postgres,
         workers: Some(config.workers),
         initial_credit_micros: Some(1_000_000_000),
         extra_args: vec!["--node".into(), name],
+        database_port: proxy.map(DelayProxy::port),
         ..Default::default()
     };
     let first = GridServer::start(opts("n1".into()));
@@ -331,8 +344,20 @@ fn medians(runs: &[Run]) -> Run {
 
 #[tokio::main]
 async fn main() {
-    let (config, flags) = FetchConfig::parse("bench_scale_out", 20_000, &[positive("--rounds", 3), count("--only", 0)]);
+    let (config, flags) = FetchConfig::parse(
+        "bench_scale_out",
+        20_000,
+        &[positive("--rounds", 3), count("--only", 0), count("--db-delay-ms", 0)],
+    );
     let rounds = flags.get("--rounds") as usize;
+    // `--db-delay-ms D` puts PostgreSQL a round trip of D ms away from the
+    // nodes (a `DelayProxy` holding each way D/2 ms), as on a host of its
+    // own; the bench's own readings go straight.
+    let delay_ms = flags.get("--db-delay-ms");
+    let proxy = match delay_ms {
+        0 => None,
+        ms => Some(DelayProxy::start(cluster_addr(), Duration::from_micros(ms * 500)).await),
+    };
     // `--only K` runs the K-th set-up alone (1, 2 or 3), to profile it;
     // the ratios then are not printed.
     let only = flags.get("--only") as usize;
@@ -342,7 +367,10 @@ async fn main() {
     }
     let target = Target::start();
     let urls: Vec<String> = (0..config.items).map(|n| target.url(&format!("/page/{n}"))).collect();
-    eprintln!("bench: {} fetch items, {} workers per node, {rounds} rounds (medians)", config.items, config.workers);
+    eprintln!(
+        "bench: {} fetch items, {} workers per node, {rounds} rounds (medians), PostgreSQL {delay_ms} ms of round trip away",
+        config.items, config.workers
+    );
     let setups: [(&str, usize, bool); 3] =
         [("1 node, SQLite", 1, false), ("1 node, PostgreSQL", 1, true), ("3 nodes, PostgreSQL", 3, true)];
     let mut all: Vec<Vec<Run>> = vec![vec![]; setups.len()];
@@ -352,7 +380,7 @@ async fn main() {
             if only != 0 && only != i + 1 {
                 continue;
             }
-            let r = run(label, *nodes, *postgres, &urls, &config).await;
+            let r = run(label, *nodes, *postgres, &urls, &config, proxy.as_ref()).await;
             eprintln!("round {round}: {label}: {:.0} items/s", r.items_per_second);
             all[i].push(r);
         }
@@ -396,6 +424,7 @@ async fn main() {
             "items": config.items,
             "workersPerNode": config.workers,
             "rounds": rounds,
+            "dbDelayMs": delay_ms,
             "ratios": ratios,
             "medians": setups.iter().zip(&results).map(|((label, nodes, _), r)| json!({
                 "label": label,
@@ -412,6 +441,17 @@ async fn main() {
             })).collect::<Vec<_>>(),
         })
     );
+}
+
+/// The host and port of the cluster `GRID_TEST_DATABASE_URL` names.
+fn cluster_addr() -> std::net::SocketAddr {
+    let url = url::Url::parse(&grid_tests::store::cluster_url()).expect("GRID_TEST_DATABASE_URL is a URL");
+    let host = url.host_str().unwrap_or("127.0.0.1").to_string();
+    let port = url.port().unwrap_or(5432);
+    std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
+        .ok()
+        .and_then(|mut a| a.next())
+        .expect("GRID_TEST_DATABASE_URL's host resolves")
 }
 
 /// Now, in ms since the epoch: the unit of the store's `updated_at`.
