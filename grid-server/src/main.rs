@@ -547,10 +547,14 @@ fn open_store(args: &ServeArgs) -> anyhow::Result<(Option<http::tls::Tls>, Store
             json!({"event": "first-start", "accountId": key.account_id, "keyId": key.key_id, "apiKey": key.api_key}),
         );
         // The key itself only on stdout: stderr is the log, which is kept and shipped.
-        eprintln!(
-            "First start: created account {} with key {}; its API key is in the first-start line on stdout (shown only this once).",
+        // One write for the whole line: `eprintln!` writes its pieces one
+        // by one to the unbuffered stderr, and another writer of the same
+        // file (stdout sent to it too) could land between them.
+        let line = format!(
+            "First start: created account {} with key {}; its API key is in the first-start line on stdout (shown only this once).\n",
             key.account_id, key.key_id
         );
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
     }
     Ok((tls, store, accounting_timeout))
 }

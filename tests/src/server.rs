@@ -354,7 +354,12 @@ impl GridServer {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
                 if let Ok(mut f) = OpenOptions::new().append(true).open(&log_path) {
-                    let _ = writeln!(f, "[stdout] {line}");
+                    // One write per line: the server appends its stderr
+                    // to the same file, and `writeln!` writes its pieces
+                    // one by one, between which a line of the server's
+                    // could land (the first-start key would then seem to
+                    // be in the server's log).
+                    let _ = f.write_all(format!("[stdout] {line}\n").as_bytes());
                 }
                 if tx.send(line).is_err() {
                     break;
