@@ -56,6 +56,7 @@ pub struct Metrics {
     pub registry_errors: IntCounter,
     pub settlement_seconds: Histogram,
     pub credential_timeouts: IntCounter,
+    pub queue_announcements: IntCounterVec,
     pub queue: IntGaugeVec,
     pub jobs: IntGaugeVec,
     pub sessions: IntGaugeVec,
@@ -151,6 +152,13 @@ impl Metrics {
                 &[],
             )
             .with_label_values(NO_LABELS),
+            queue_announcements: counter(
+                &r,
+                "queue_announcements_total",
+                "Announcements of claimable capture items between nodes sharing PostgreSQL: sent by this node, \
+                 heard from the others.",
+                &["direction"],
+            ),
             queue: gauge(&r, "queue_items", "Capture items by queue state.", &["state"]),
             jobs: gauge(&r, "jobs", "Analytical jobs by phase.", &["phase"]),
             sessions: gauge(&r, "sessions", "Live browser sessions by status, and the slots.", &["status"]),
@@ -211,6 +219,9 @@ impl Metrics {
             self.ledger_micros.with_label_values(&[kind.as_str()]);
         }
         self.browser_starts.with_label_values(&["capture"]);
+        for direction in ["sent", "heard"] {
+            self.queue_announcements.with_label_values(&[direction]);
+        }
     }
 
     /// Adds a zero series for each of `values` to `family` (an owner's known

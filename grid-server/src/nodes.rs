@@ -157,7 +157,7 @@ mod tests {
     const LEASE: Duration = Duration::from_secs(30);
 
     fn item_driver(g: &Grid, node: &str) -> Arc<ItemDriver> {
-        let wake = Wake { queue: Arc::default(), due: Arc::default() };
+        let wake = Wake::default();
         Arc::new(ItemDriver::start(g.store.clone(), g.clock.clone(), Backoff { base_ms: 1_000 }, wake, node).unwrap())
     }
 

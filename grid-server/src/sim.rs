@@ -81,7 +81,7 @@ fn starts_and_driver(store: &Store, clock: &Arc<VirtualClock>) -> (SessionDriver
 }
 
 fn item_driver(store: &Store, clock: &Arc<VirtualClock>) -> ItemDriver {
-    let wake = Wake { queue: Arc::new(Notify::new()), due: Arc::new(Notify::new()) };
+    let wake = Wake::default();
     ItemDriver::start(store.clone(), clock.clone(), Backoff { base_ms: 1_000 }, wake, NODE).unwrap()
 }
 

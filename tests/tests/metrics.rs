@@ -115,6 +115,7 @@ async fn a_fresh_servers_metrics_have_every_family_with_zero_series_build_info_a
         "grid_registry_errors_total counter",
         "grid_settlement_pass_duration_seconds histogram",
         "grid_credential_check_timeouts_total counter",
+        "grid_queue_announcements_total counter",
         "grid_queue_items gauge",
         "grid_jobs gauge",
         "grid_sessions gauge",

@@ -21,7 +21,7 @@
 use std::time::{Duration, Instant};
 
 use grid_core::catalog::Script;
-use grid_tests::server::{GridServer, ServerOptions};
+use grid_tests::server::{free_port, GridServer, ServerOptions};
 use grid_tests::stored::{ServerConnections, Settlements, Table};
 use grid_tests::target::Target;
 use grid_tests::wait::wait_until;
@@ -715,6 +715,51 @@ async fn a_capture_batch_through_one_node_is_run_by_all_three() {
     assert_eq!(png.status(), 200);
     assert!(png.bytes().await.unwrap().starts_with(b"\x89PNG"), "not a PNG");
     drop(n2);
+}
+
+/// Items queued through one node wake the idle workers of the others
+/// (docs/scale-out.md "Wake-ups between nodes"): each node listens for the
+/// announcement another sends once its submission committed, instead of
+/// finding the items on its idle poll. Counted on the nodes' own metrics.
+#[tokio::test]
+async fn a_batch_through_one_node_is_announced_to_the_others() {
+    let target = Target::start();
+    let with_metrics = |name: &str| {
+        let port = free_port();
+        let mut o = node(name, LONG_LEASE_SECS, 2);
+        o.extra_args.extend(["--metrics-listen".to_string(), format!("127.0.0.1:{port}")]);
+        (o, port)
+    };
+    let ((o1, p1), (o2, p2)) = (with_metrics("n1"), with_metrics("n2"));
+    let n1 = GridServer::start(o1);
+    let n2 = n1.join(o2);
+    // n2 starts listening on a connection it opens as it starts, which a
+    // batch may beat: batches go through n1 until n2 has heard of one.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut batches = vec![];
+    while announcements(p2, "heard").await < 1.0 {
+        if Instant::now() > deadline {
+            n2.fail(&format!("n2 heard of none of n1's {} batches", batches.len()));
+        }
+        batches.push(n1.submit_fetch(&[target.url(&format!("/page/{}", batches.len()))]).await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(announcements(p1, "sent").await >= 1.0, "n1 announced none of its batches");
+    for batch in &batches {
+        let done = n1.wait_batch_done(batch, Duration::from_secs(60)).await;
+        assert_eq!(done["counts"]["completed"], json!(1), "{}", done["counts"]);
+    }
+}
+
+/// A node's `grid_queue_announcements_total` of `direction`.
+async fn announcements(metrics_port: u16, direction: &str) -> f64 {
+    let url = format!("http://127.0.0.1:{metrics_port}/metrics");
+    let text =
+        reqwest::get(&url).await.and_then(|r| r.error_for_status()).expect("scrape").text().await.expect("scrape");
+    let series = format!("grid_queue_announcements_total{{direction=\"{direction}\"}}");
+    text.lines()
+        .find_map(|l| l.strip_prefix(series.as_str()).and_then(|v| v.trim().parse().ok()))
+        .unwrap_or_else(|| panic!("no series {series} in:\n{text}"))
 }
 
 /// A follow of a job's log (GET /jobs/{id}/logs?follow=true) through a

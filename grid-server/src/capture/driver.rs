@@ -38,6 +38,7 @@ use serde_json::json;
 use tokio::sync::{mpsc, oneshot, Notify};
 
 use super::commits::Commits;
+use super::cross_node::{self, CrossNode};
 use super::files::{self, FileContent};
 use crate::clock::Clock;
 use crate::due::DueTimes;
@@ -55,6 +56,9 @@ pub struct Wake {
     pub queue: Arc<Notify>,
     /// The due loop: a due time was set that may be sooner than its next pass.
     pub due: Arc<Notify>,
+    /// The other nodes' idle workers, when nodes share the store
+    /// (`cross_node`): a permit is an announcement owed.
+    pub elsewhere: Arc<Notify>,
 }
 
 /// What a worker reports at the end of an attempt.
@@ -93,6 +97,8 @@ pub struct ItemDriver {
     ends: mpsc::UnboundedSender<EndRequest>,
     /// Reported ends (`end`) not stored yet.
     unstored: Arc<Unstored>,
+    /// The wake-ups to and from other nodes, while the driver lives.
+    _cross_node: Option<CrossNode>,
 }
 
 /// An attempt's end waiting to be stored, and who learns how it was.
@@ -182,7 +188,8 @@ impl ItemDriver {
         };
         tokio::spawn(publish(publisher, pending));
         let unstored = Arc::default();
-        Ok(ItemDriver { node: node.into(), commits, store, clock, backoff, wake, ends, unstored })
+        let _cross_node = cross_node::start(&store, node, wake.queue.clone(), wake.elsewhere.clone());
+        Ok(ItemDriver { node: node.into(), commits, store, clock, backoff, wake, ends, unstored, _cross_node })
     }
 
     /// Claims the next item in queue order (making due delayed items
@@ -511,6 +518,7 @@ impl Wake {
     fn signal(&self, after: &After) {
         if after.queue {
             self.queue.notify_waiters();
+            self.elsewhere.notify_one();
         }
         if after.due {
             // A permit, not `notify_waiters`: the loop may be mid-pass.

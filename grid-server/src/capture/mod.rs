@@ -22,6 +22,7 @@
 //! put back in the queue on the next start (`ItemDriver::recover`).
 
 pub mod commits;
+mod cross_node;
 pub mod driver;
 pub mod fetch;
 pub mod files;

@@ -225,6 +225,38 @@ impl Store {
         }
     }
 
+    /// Listens for what other nodes sharing this store `notify` on
+    /// `channel` (PostgreSQL's LISTEN): `on` gets each notification's
+    /// payload, and `None` whenever the listening connection (re)opened and
+    /// may have missed some. Answers whether it listens: SQLite has no
+    /// other nodes to hear. Stops when `stop` resolves.
+    pub fn listen(
+        &self,
+        channel: &'static str,
+        on: impl Fn(Option<&str>) + Send + Sync + 'static,
+        stop: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> bool {
+        match &*self.backend {
+            Backend::Sqlite(_) => false,
+            Backend::Postgres(db) => {
+                db.listen(channel, on, stop);
+                true
+            }
+        }
+    }
+
+    /// Tells every node listening on `channel` (`listen`), this one too,
+    /// with `payload`: PostgreSQL's NOTIFY, outside any transaction, so
+    /// the caller sends it after what it announces has committed. Nothing on
+    /// SQLite.
+    pub async fn notify(&self, channel: &'static str, payload: String) -> StoreResult<()> {
+        if let Backend::Sqlite(_) = &*self.backend {
+            return Ok(());
+        }
+        // `execute`: pg_notify answers `void`, which no reader decodes.
+        self.read(move |conn| conn.execute("SELECT pg_notify(?1, ?2)", (channel, payload)).map(drop)).await
+    }
+
     /// Runs `f` on a reader connection, on one of the store's reader
     /// threads (`readers.rs`).
     pub async fn read<R, F>(&self, f: F) -> StoreResult<R>

@@ -69,8 +69,9 @@ const STEPS: [&str; 13] = [
 /// other writes (heartbeats, sessions, jobs, settlement), which then never
 /// wait for a connection behind a burst of reads. Store calls run on
 /// blocking threads, so more would only queue inside PostgreSQL. Each commit
-/// thread has one more of its own (`OwnConnection`): 18 per node, and five
-/// nodes times this stay under PostgreSQL's default 100 connections.
+/// thread has one more of its own (`OwnConnection`), and the listener of
+/// other nodes' wake-ups one (`listen`): 19 per node, and five nodes times
+/// this stay under PostgreSQL's default 100 connections.
 const POOL_SIZE: usize = READERS + 4;
 /// Group-commit transactions of the capture queue in flight at once on a
 /// node (`capture/commits.rs`, `Order::Rows`), each through a connection of
@@ -210,6 +211,42 @@ impl Postgres {
         f(&PgConn { driver: Driver::Shared(self), tx: Tx::Client(&client) })
     }
 
+    /// Calls `on` with the payload of each notification sent on `channel`
+    /// (`NOTIFY`, see `notify`), and with `None` each time the listening
+    /// connection opened: what was sent while it was closed is lost, so the
+    /// listener looks for itself then. The connection is one of its own,
+    /// driven on the store's runtime; it is opened again, after a pause
+    /// that grows while the database stays away, whenever it breaks. Stops
+    /// when `stop` resolves.
+    pub fn listen(
+        &self,
+        channel: &'static str,
+        on: impl Fn(Option<&str>) + Send + Sync + 'static,
+        stop: impl Future<Output = ()> + Send + 'static,
+    ) {
+        let config = self.config.clone();
+        self.runtime.spawn(async move {
+            let listening = async {
+                let mut pause = RELISTEN_FIRST;
+                loop {
+                    match listen_once(&config, channel, &on).await {
+                        // It listened, so the database was there: the next pause starts short.
+                        Ok(()) => pause = RELISTEN_FIRST,
+                        Err(e) => {
+                            tracing::warn!(error = %e, channel, "listening for other nodes' notifications failed; trying again");
+                            pause = (pause * 2).min(RELISTEN_MAX);
+                        }
+                    }
+                    tokio::time::sleep(pause).await;
+                }
+            };
+            tokio::select! {
+                () = listening => {}
+                () = stop => {}
+            }
+        });
+    }
+
     /// A connection for the calling thread alone, driven on it (`OwnConnection`).
     pub fn own_connection(&self) -> StoreResult<OwnConnection> {
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -307,6 +344,50 @@ impl Drop for Begun<'_> {
             let _ = self.driver.block_on(self.client.batch_execute("ROLLBACK"));
         }
     }
+}
+
+/// The pause before a broken listening connection is opened again, doubled
+/// after each failed attempt up to `RELISTEN_MAX`.
+const RELISTEN_FIRST: Duration = Duration::from_millis(500);
+const RELISTEN_MAX: Duration = Duration::from_secs(30);
+
+/// One listening connection, from its opening to its end: `LISTEN`, then
+/// `on(None)`, then `on(Some(payload))` for each notification. `Ok` when
+/// the connection closed after it listened, `Err` when it could not.
+async fn listen_once(
+    config: &tokio_postgres::Config,
+    channel: &str,
+    on: &impl Fn(Option<&str>),
+) -> Result<(), tokio_postgres::Error> {
+    use futures_util::StreamExt;
+    let (client, mut connection) = config.connect(NoTls).await?;
+    let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+    // The connection's messages are read only here, so they are polled
+    // while the LISTEN runs, and its answer arrives through them.
+    let sql = format!("LISTEN {channel}");
+    {
+        let listen = client.batch_execute(&sql);
+        tokio::pin!(listen);
+        loop {
+            tokio::select! {
+                done = &mut listen => break done?,
+                message = messages.next() => match message {
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => return Err(e),
+                    None => return Ok(()),
+                },
+            }
+        }
+    }
+    on(None);
+    while let Some(message) = messages.next().await {
+        if let tokio_postgres::AsyncMessage::Notification(n) = message? {
+            on(Some(n.payload()));
+        }
+    }
+    // Kept until here: a client dropped closes its connection.
+    drop(client);
+    Ok(())
 }
 
 /// `open`'s connection, opened first if there is none or it broke.

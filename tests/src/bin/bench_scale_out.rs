@@ -146,6 +146,8 @@ struct Run {
     lock_waits: BTreeMap<String, f64>,
     /// Each other wait, as a share of transaction time.
     other_waits: BTreeMap<String, f64>,
+    /// The share of the run's items each node ran (PostgreSQL), by name.
+    by_node: BTreeMap<String, f64>,
 }
 
 impl Run {
@@ -190,6 +192,10 @@ async fn run(
         None => None,
     };
     let db_before = watch.as_ref().map_or(0, |w| postgres_ticks(w.1));
+    let ran_before = match &watch {
+        Some(w) => items_by_node(&w.0).await,
+        None => BTreeMap::new(),
+    };
     let xid_before = match &watch {
         Some(w) => Some(next_xid(&w.0).await),
         None => None,
@@ -224,6 +230,17 @@ async fn run(
     // Every backend alive now counted whole (one that started during the
     // run did all its work in it), those that exited through the postmaster.
     let db_cpu = watch.as_ref().map_or(0, |w| postgres_ticks(w.1).saturating_sub(db_before));
+    let by_node = match &watch {
+        Some(w) => items_by_node(&w.0)
+            .await
+            .into_iter()
+            .map(|(node, n)| {
+                let ran = n - ran_before.get(&node).copied().unwrap_or(0);
+                (node, ran as f64 / urls.len() as f64)
+            })
+            .collect(),
+        None => BTreeMap::new(),
+    };
     drop(others);
     drop(first);
     let hz = ticks_per_second();
@@ -237,7 +254,18 @@ async fn run(
         lock_wait_share: lock_samples.as_ref().map(LockSamples::share),
         lock_waits: lock_samples.as_ref().map_or_else(BTreeMap::new, |l| shares(&l.waiting, l.in_tx)),
         other_waits: lock_samples.as_ref().map_or_else(BTreeMap::new, |l| shares(&l.other, l.in_tx)),
+        by_node,
     }
+}
+
+/// How many items each node has run (its claim's node, which an item
+/// keeps once it ended).
+async fn items_by_node(db: &tokio_postgres::Client) -> BTreeMap<String, i64> {
+    let rows = db
+        .query("SELECT lease_node, count(*) FROM items WHERE lease_node IS NOT NULL GROUP BY 1", &[])
+        .await
+        .expect("count the items each node ran");
+    rows.iter().map(|r| (r.get(0), r.get(1))).collect()
 }
 
 /// Each count as a share of `of` samples.
@@ -302,6 +330,13 @@ fn summary(label: &str, r: &Run, items: usize) -> String {
         }
         _ => String::new(),
     };
+    let db = match r.by_node.len() {
+        0 | 1 => db,
+        _ => {
+            let shares: Vec<String> = r.by_node.iter().map(|(n, s)| format!("{n} {:.0}%", s * 100.0)).collect();
+            format!("{db}; items run by node: {}", shares.join(", "))
+        }
+    };
     format!(
         "{label:<22} {:>7.1} items/s ({} of {items}); CPU per item: grid {:.0} µs + PostgreSQL {:.0} µs = {:.0} items per CPU-second{db}",
         r.items_per_second,
@@ -328,7 +363,7 @@ fn median_by_lock_waits(runs: &[Run]) -> &Run {
 fn medians(runs: &[Run]) -> Run {
     let m = |f: fn(&Run) -> f64| median(runs.iter().map(f).collect());
     let mo = |f: fn(&Run) -> Option<f64>| runs.iter().map(f).collect::<Option<Vec<f64>>>().map(median);
-    // The waits' kinds, of the median round by lock waits.
+    // The waits' kinds and the items' shares by node, of the median round by lock waits.
     let waits = median_by_lock_waits(runs);
     Run {
         items_per_second: m(|r| r.items_per_second),
@@ -339,6 +374,7 @@ fn medians(runs: &[Run]) -> Run {
         lock_wait_share: mo(|r| r.lock_wait_share),
         lock_waits: waits.lock_waits.clone(),
         other_waits: waits.other_waits.clone(),
+        by_node: waits.by_node.clone(),
     }
 }
 
@@ -438,6 +474,7 @@ async fn main() {
                 "lockWaitShare": r.lock_wait_share,
                 "lockWaits": r.lock_waits,
                 "otherWaits": r.other_waits,
+                "itemsByNode": r.by_node,
             })).collect::<Vec<_>>(),
         })
     );
