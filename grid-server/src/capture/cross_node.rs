@@ -41,10 +41,12 @@ pub fn start(store: &Store, node: &str, queue: Arc<Notify>, announce: Arc<Notify
     let me = node.to_string();
     let heard = move |from: Option<&str>| {
         // Our own announcement: this node's workers were woken before it was sent.
-        if from != Some(me.as_str()) {
-            queue.notify_waiters();
+        if from == Some(me.as_str()) {
+            return;
         }
-        if from.is_some_and(|from| from != me) {
+        queue.notify_waiters();
+        // `None`: listening (again), not an announcement.
+        if from.is_some() {
             metrics::get().queue_announcements.with_label_values(&["heard"]).inc();
         }
     };
