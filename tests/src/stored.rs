@@ -401,6 +401,26 @@ impl Stored<'_> {
         self.execute(&format!("ANALYZE {}", table.name()));
     }
 
+    /// Ends every grid-server connection listening for the nodes' wake-ups
+    /// (the last statement it ran is its `LISTEN`), as a restarted
+    /// database or a cut network would; answers how many it ended.
+    pub fn cut_listening_connections(&self) -> i64 {
+        self.postgres_only("cut_listening_connections ends PostgreSQL backends");
+        self.number(
+            "SELECT COUNT(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity \
+              WHERE datname = current_database() AND application_name = 'grid-server' AND query LIKE 'LISTEN %'",
+        )
+    }
+
+    /// The grid-server connections listening for the nodes' wake-ups.
+    pub fn listening_connections(&self) -> i64 {
+        self.postgres_only("listening_connections reads pg_stat_activity");
+        self.number(
+            "SELECT COUNT(*) FROM pg_stat_activity \
+              WHERE datname = current_database() AND application_name = 'grid-server' AND query LIKE 'LISTEN %'",
+        )
+    }
+
     /// Connections of grid-server processes to the database: a killed
     /// node's count falls to 0 once its backends exited, each having
     /// reported its statistics.

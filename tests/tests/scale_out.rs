@@ -4,8 +4,10 @@
 //! node whose items were taken over cannot publish or charge them (fencing);
 //! a job's log followed through a node not running its container streams
 //! from the node that does (or comes whole at the end when it cannot be
-//! reached); and claims and ends read the queue's indexes in proportion to
-//! their items whatever the planner's statistics (issue 30).
+//! reached); claims and ends read the queue's indexes in proportion to
+//! their items whatever the planner's statistics; and items queued through
+//! one node wake the others, also after their listening connection was cut
+//! (issue 30).
 //!
 //! Which node holds which items is never left to timing: a node's
 //! dispatcher claims items ahead of its workers (up to 512 beyond them,
@@ -732,22 +734,61 @@ async fn a_batch_through_one_node_is_announced_to_the_others() {
     };
     let ((o1, p1), (o2, p2)) = (with_metrics("n1"), with_metrics("n2"));
     let n1 = GridServer::start(o1);
-    let n2 = n1.join(o2);
+    let _n2 = n1.join(o2);
     // n2 starts listening on a connection it opens as it starts, which a
     // batch may beat: batches go through n1 until n2 has heard of one.
-    let deadline = Instant::now() + Duration::from_secs(60);
     let mut batches = vec![];
-    while announcements(p2, "heard").await < 1.0 {
-        if Instant::now() > deadline {
-            n2.fail(&format!("n2 heard of none of n1's {} batches", batches.len()));
-        }
-        batches.push(n1.submit_fetch(&[target.url(&format!("/page/{}", batches.len()))]).await);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    hear_beyond(0.0, p2, &n1, &target, &mut batches).await;
     assert!(announcements(p1, "sent").await >= 1.0, "n1 announced none of its batches");
     for batch in &batches {
         let done = n1.wait_batch_done(batch, Duration::from_secs(60)).await;
         assert_eq!(done["counts"]["completed"], json!(1), "{}", done["counts"]);
+    }
+}
+
+/// A node whose listening connection is cut (the database restarted, the
+/// network broke) listens again on a new one and hears the next
+/// announcements: the wake-ups between nodes do not end with a connection.
+#[tokio::test]
+async fn a_node_whose_listening_connection_was_cut_listens_again() {
+    let target = Target::start();
+    let port = free_port();
+    let mut o2 = node("n2", LONG_LEASE_SECS, 2);
+    o2.extra_args.extend(["--metrics-listen".to_string(), format!("127.0.0.1:{port}")]);
+    let n1 = GridServer::start(node("n1", LONG_LEASE_SECS, 2));
+    let _n2 = n1.join(o2);
+    let mut batches = vec![];
+    let before = hear_beyond(0.0, port, &n1, &target, &mut batches).await;
+    let cut = n1.stored().cut_listening_connections();
+    assert_eq!(cut, 2, "each node listens on one connection of its own");
+    hear_beyond(before, port, &n1, &target, &mut batches).await;
+    // Both nodes' listening connections are back.
+    wait_until("both nodes to listen again", Duration::from_secs(60), || match n1.stored().listening_connections() {
+        2 => Ok(()),
+        n => Err(format!("{n} listening")),
+    })
+    .await;
+    for batch in &batches {
+        let done = n1.wait_batch_done(batch, Duration::from_secs(60)).await;
+        assert_eq!(done["counts"]["completed"], json!(1), "{}", done["counts"]);
+    }
+}
+
+/// Submits one-item batches through `n1` (into `batches`) until the node
+/// whose metrics are on `metrics_port` has heard more than `from`
+/// announcements; answers how many it heard.
+async fn hear_beyond(from: f64, metrics_port: u16, n1: &GridServer, target: &Target, batches: &mut Vec<String>) -> f64 {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let heard = announcements(metrics_port, "heard").await;
+        if heard > from {
+            return heard;
+        }
+        if Instant::now() > deadline {
+            n1.fail(&format!("no announcement of {} batches through n1 heard beyond {from}", batches.len()));
+        }
+        batches.push(n1.submit_fetch(&[target.url(&format!("/page/{}", batches.len()))]).await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
