@@ -20,6 +20,7 @@ pub mod delay_proxy;
 pub mod host;
 pub mod http;
 pub mod jobs;
+pub mod metrics;
 pub mod server;
 pub mod sessions;
 pub mod store;

@@ -97,6 +97,11 @@ fn quoted(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
 }
 
+/// The grid-server backends listening for the nodes' wake-ups: the last
+/// statement such a connection ran is its `LISTEN`.
+const LISTENING: &str = "FROM pg_stat_activity WHERE datname = current_database() \
+                         AND application_name = 'grid-server' AND query LIKE 'LISTEN %'";
+
 impl Stored<'_> {
     // ----- counts -----
 
@@ -406,19 +411,13 @@ impl Stored<'_> {
     /// database or a cut network would; answers how many it ended.
     pub fn cut_listening_connections(&self) -> i64 {
         self.postgres_only("cut_listening_connections ends PostgreSQL backends");
-        self.number(
-            "SELECT COUNT(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity \
-              WHERE datname = current_database() AND application_name = 'grid-server' AND query LIKE 'LISTEN %'",
-        )
+        self.number(&format!("SELECT COUNT(*) FILTER (WHERE pg_terminate_backend(pid)) {LISTENING}"))
     }
 
     /// The grid-server connections listening for the nodes' wake-ups.
     pub fn listening_connections(&self) -> i64 {
         self.postgres_only("listening_connections reads pg_stat_activity");
-        self.number(
-            "SELECT COUNT(*) FROM pg_stat_activity \
-              WHERE datname = current_database() AND application_name = 'grid-server' AND query LIKE 'LISTEN %'",
-        )
+        self.number(&format!("SELECT COUNT(*) {LISTENING}"))
     }
 
     /// Connections of grid-server processes to the database: a killed

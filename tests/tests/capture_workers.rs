@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use grid_tests::http::{http_client, Resp};
+use grid_tests::metrics::{scrape, value};
 use grid_tests::server::{free_port, GridServer, ServerOptions};
 use grid_tests::target::{Hold, Target};
 
@@ -15,14 +15,10 @@ const WAIT: Duration = Duration::from_secs(60);
 
 /// This node's workers as the metrics show them: (busy, claimed, max).
 async fn workers(port: u16) -> (u64, u64, u64) {
-    let r = Resp::read(http_client().get(format!("http://127.0.0.1:{port}/metrics"))).await.expect("scrape");
-    assert_eq!(r.status, 200, "{r}");
+    let text = scrape(port).await;
     let series = |state: &str| {
         let name = format!("grid_capture_workers{{state=\"{state}\"}}");
-        r.text
-            .lines()
-            .find_map(|l| l.strip_prefix(&name).and_then(|v| v.trim().parse().ok()))
-            .unwrap_or_else(|| panic!("no series {name} in:\n{}", r.text))
+        value(&text, &name).unwrap_or_else(|| panic!("no series {name} in:\n{text}")) as u64
     };
     (series("busy"), series("claimed"), series("max"))
 }

@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use grid_tests::http::{http_client, Resp};
+use grid_tests::metrics::{scrape, value};
 use grid_tests::server::{free_port, GridServer, ServerOptions};
 
 fn limited_server() -> GridServer {
@@ -534,15 +535,9 @@ async fn one_address_holds_at_most_its_connections_while_others_are_served() {
         "the address stayed refused after its connections closed: {answered}"
     );
 
-    let metrics =
-        Resp::read(http_client().get(format!("http://127.0.0.1:{metrics_port}/metrics"))).await.expect("scrape");
+    let text = scrape(metrics_port).await;
     assert!(
-        metrics
-            .text
-            .lines()
-            .any(|l| l.starts_with("grid_http_connections_cut_total{reason=\"max_connections_per_peer\"}")
-                && l.split_whitespace().last().and_then(|v| v.parse::<f64>().ok()).is_some_and(|v| v >= 1.0)),
-        "{}",
-        metrics.text
+        value(&text, "grid_http_connections_cut_total{reason=\"max_connections_per_peer\"}").is_some_and(|v| v >= 1.0),
+        "{text}"
     );
 }

@@ -9,21 +9,10 @@ use std::time::Duration;
 use serde_json::json;
 
 use grid_tests::http::{http_client, Resp};
+use grid_tests::metrics::{scrape, value};
 use grid_tests::server::{free_port, GridServer};
 use grid_tests::target::Target;
 use grid_tests::FETCH_PRICE_MICROS;
-
-async fn scrape(port: u16) -> String {
-    let r = Resp::read(http_client().get(format!("http://127.0.0.1:{port}/metrics"))).await.expect("scrape");
-    assert_eq!(r.status, 200, "{r}");
-    assert!(r.header("content-type").is_some_and(|c| c.starts_with("text/plain")), "{r}");
-    r.text
-}
-
-/// The value of one series, by its exact name and labels as rendered.
-fn value(text: &str, series: &str) -> Option<f64> {
-    text.lines().find_map(|l| l.strip_prefix(series).and_then(|rest| rest.trim().parse().ok()))
-}
 
 #[tokio::test]
 async fn metrics_count_real_work_on_their_own_port_only() {

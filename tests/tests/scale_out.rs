@@ -23,6 +23,7 @@
 use std::time::{Duration, Instant};
 
 use grid_core::catalog::Script;
+use grid_tests::metrics::{scrape, value};
 use grid_tests::server::{free_port, GridServer, ServerOptions};
 use grid_tests::stored::{ServerConnections, Settlements, Table};
 use grid_tests::target::Target;
@@ -794,13 +795,9 @@ async fn hear_beyond(from: f64, metrics_port: u16, n1: &GridServer, target: &Tar
 
 /// A node's `grid_queue_announcements_total` of `direction`.
 async fn announcements(metrics_port: u16, direction: &str) -> f64 {
-    let url = format!("http://127.0.0.1:{metrics_port}/metrics");
-    let text =
-        reqwest::get(&url).await.and_then(|r| r.error_for_status()).expect("scrape").text().await.expect("scrape");
+    let text = scrape(metrics_port).await;
     let series = format!("grid_queue_announcements_total{{direction=\"{direction}\"}}");
-    text.lines()
-        .find_map(|l| l.strip_prefix(series.as_str()).and_then(|v| v.trim().parse().ok()))
-        .unwrap_or_else(|| panic!("no series {series} in:\n{text}"))
+    value(&text, &series).unwrap_or_else(|| panic!("no series {series} in:\n{text}"))
 }
 
 /// A follow of a job's log (GET /jobs/{id}/logs?follow=true) through a
