@@ -474,14 +474,19 @@ impl Stored<'_> {
     }
 
     /// Overwrites the stored bytes of an item's artifact kept in the
-    /// database (its storage name `db:...`): a tampered file.
+    /// database (its storage name `db:...`): a tampered file. A meta may
+    /// be kept in the row of another of its item's files (`meta_content`,
+    /// schema step 20) or in a row of its own.
     pub fn overwrite_artifact(&self, item_id: &str, kind: &str, bytes: &[u8]) {
-        self.execute(&format!(
-            "UPDATE artifacts SET content = {} WHERE item_id = {} AND kind = {}",
-            self.bytes(bytes),
-            quoted(item_id),
-            quoted(kind)
-        ));
+        let (bytes, item_id) = (self.bytes(bytes), quoted(item_id));
+        let mut sql =
+            format!("UPDATE artifacts SET content = {bytes} WHERE item_id = {item_id} AND kind = {};", quoted(kind));
+        if kind == "meta" {
+            sql += &format!(
+                "UPDATE artifacts SET meta_content = {bytes} WHERE item_id = {item_id} AND meta_sha256 IS NOT NULL;"
+            );
+        }
+        self.execute(&sql);
     }
 
     /// Overwrites the log of a job's attempt kept in the database (on

@@ -202,6 +202,16 @@ async fn a_large_body_is_stored_as_a_checked_file_and_downloads_intact() {
     }
     let r = grid_tests::http::Resp::read(grid_tests::http::http_client().get(&url)).await.unwrap();
     assert_eq!(r.status, 500, "{r}");
+    // The meta is kept in the body's row (schema step 20; on SQLite beside
+    // a body on disk): it downloads whole, and a changed meta fails its
+    // check as a file of its own row does.
+    let meta_url = server.artifact_url(&id, "meta").await;
+    let meta = server.download(&meta_url).await;
+    assert_eq!(meta.status, 200, "{meta}");
+    assert!(meta.json.is_object(), "{meta}");
+    server.stored().overwrite_artifact(&id, "meta", b"tampered");
+    let r = server.download(&meta_url).await;
+    assert_eq!(r.status, 500, "{r}");
 }
 
 /// Downloads of a file kept on disk stream it: many at once hold a chunk

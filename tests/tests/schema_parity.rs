@@ -21,6 +21,8 @@
 //! - `index I`: table, columns in order, unique or not, and the partial
 //!   index's WHERE, normalized (indexes made by CREATE INDEX; those behind a
 //!   constraint are the constraint's fact)
+//! - `view V`: its columns in order (`sqlite_master` and
+//!   `pragma_table_info`; `information_schema.tables` and `.columns`)
 //!
 //! Every fact on one side only, and every fact whose value differs, is
 //! printed at once; the test fails unless each is in `ALLOWED`.
@@ -303,6 +305,16 @@ fn sqlite_facts(server: &GridServer) -> Facts {
             );
         }
     }
+    // Views, with their columns in order.
+    for view in stored.catalog("SELECT name FROM sqlite_master WHERE type = 'view' ORDER BY name") {
+        let v = text(&view, 0);
+        let columns: Vec<String> = stored
+            .catalog(&format!("SELECT name FROM pragma_table_info('{v}') ORDER BY cid"))
+            .iter()
+            .map(|r| text(r, 0))
+            .collect();
+        facts.insert(format!("view {v}"), format!("({})", columns.join(", ")));
+    }
     facts
 }
 
@@ -364,8 +376,10 @@ fn postgres_facts(server: &GridServer) -> Facts {
         }
     }
     for c in stored.catalog(
-        "SELECT table_name, column_name, data_type, is_nullable, column_default FROM information_schema.columns \
-         WHERE table_schema = 'public'",
+        "SELECT c.table_name, c.column_name, c.data_type, c.is_nullable, c.column_default \
+         FROM information_schema.columns c JOIN information_schema.tables t \
+           ON t.table_schema = c.table_schema AND t.table_name = c.table_name \
+         WHERE c.table_schema = 'public' AND t.table_type = 'BASE TABLE'",
     ) {
         let (t, name) = (text(&c, 0), text(&c, 1));
         let pk_pos = pk.get(&(t.clone(), name.clone())).copied().unwrap_or(0);
@@ -376,6 +390,15 @@ fn postgres_facts(server: &GridServer) -> Facts {
             format!("column {t}.{name}"),
             column_fact(&postgres_type(&text(&c, 2)), text(&c, 3) == "NO", pk_pos, default.as_deref()),
         );
+    }
+    // Views, with their columns in order.
+    for v in stored.catalog(
+        "SELECT t.table_name, string_agg(c.column_name, ', ' ORDER BY c.ordinal_position) \
+         FROM information_schema.tables t JOIN information_schema.columns c \
+           ON c.table_schema = t.table_schema AND c.table_name = t.table_name \
+         WHERE t.table_schema = 'public' AND t.table_type = 'VIEW' GROUP BY t.table_name",
+    ) {
+        facts.insert(format!("view {}", text(&v, 0)), format!("({})", text(&v, 1)));
     }
     // Indexes not behind a constraint.
     for i in stored.catalog(
@@ -451,6 +474,7 @@ fn sqlite_and_postgres_migrate_to_the_same_schema() {
             ("unique ", 3),
             ("foreign key ", 9),
             ("index ", 15),
+            ("view ", 1),
         ] {
             let n = facts.keys().filter(|k| k.starts_with(kind)).count();
             assert!(n >= least, "{store}: {n} facts `{kind}..`, expected at least {least}: {facts:#?}");

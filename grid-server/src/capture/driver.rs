@@ -982,7 +982,7 @@ mod tests {
             let id = id.to_string();
             self.store
                 .read(move |c| {
-                    let q = "SELECT kind, content FROM artifacts WHERE item_id = ?1 ORDER BY kind";
+                    let q = "SELECT kind, content FROM item_files WHERE item_id = ?1 ORDER BY kind";
                     c.query_map(q, [id], |r| Ok((r.get(0)?, r.get(1)?)))
                 })
                 .await

@@ -5,7 +5,7 @@
 //! asks `grid_core::item::apply` and saves the result and its effects here.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::OnceLock;
 
 use super::sql::{
@@ -478,14 +478,44 @@ impl ForRows {
 /// The statements that publish checked files, each with its item's id:
 /// those of many items in one statement (`ManyRows`), for the caller to
 /// send with others (`query_all`: an end's ledger entries).
+///
+/// An item's meta rides in the row of the item's first other file
+/// (`meta_*`, migration 20; read back through `item_files`), so a fetch
+/// item's body and meta are one row, not two. A meta with no other file
+/// of its item beside it, or of another content type than the view
+/// writes, is a row of its own.
 pub fn file_inserts(dialect: Dialect, files: &[(&str, Cow<PublishedFile>)], now: Millis) -> Vec<Statement<'static>> {
     static FILES: ManyRows = ManyRows::new(
-        "INSERT INTO artifacts (item_id, kind, storage_name, sha256, byte_length, content_type, content, created_at)",
-        &["text", "text", "text", "text", "bigint", "text", "bytea", "bigint"],
+        "INSERT INTO artifacts (item_id, kind, storage_name, sha256, byte_length, content_type, content, created_at, \
+                                meta_storage_name, meta_sha256, meta_byte_length, meta_content)",
+        &["text", "text", "text", "text", "bigint", "text", "bytea", "bigint", "text", "text", "bigint", "bytea"],
         "",
     );
-    let mut values = Vec::with_capacity(files.len() * 8);
-    for (id, f) in files {
+    let rides = |f: &PublishedFile| f.kind == ArtifactKind::Meta && f.content_type == META_CONTENT_TYPE;
+    // The meta that may ride in another row, by its item.
+    let mut riders: HashMap<&str, usize> = HashMap::new();
+    for (i, (id, f)) in files.iter().enumerate() {
+        if rides(f) {
+            riders.entry(*id).or_insert(i);
+        }
+    }
+    // Each row: a file and the meta riding in it; then the metas left.
+    let mut carried = vec![false; files.len()];
+    let mut rows: Vec<(&str, &PublishedFile, Option<&PublishedFile>)> = Vec::with_capacity(files.len());
+    for (id, f) in files.iter().filter(|(_, f)| f.kind != ArtifactKind::Meta) {
+        let meta = riders.remove(id).map(|i| {
+            carried[i] = true;
+            files[i].1.as_ref()
+        });
+        rows.push((id, f, meta));
+    }
+    for (i, (id, f)) in files.iter().enumerate() {
+        if f.kind == ArtifactKind::Meta && !carried[i] {
+            rows.push((id, f, None));
+        }
+    }
+    let mut values = Vec::with_capacity(files.len() * 12);
+    for (id, f, meta) in rows {
         values.extend(params![
             id,
             f.kind.as_str(),
@@ -494,11 +524,19 @@ pub fn file_inserts(dialect: Dialect, files: &[(&str, Cow<PublishedFile>)], now:
             f.byte_length,
             f.content_type,
             f.inline,
-            now.0
+            now.0,
+            meta.map(|m| &m.storage_name),
+            meta.map(|m| &m.sha256),
+            meta.map(|m| m.byte_length),
+            meta.and_then(|m| m.inline.as_ref())
         ]);
     }
     FILES.statements(dialect, values)
 }
+
+/// The content type `item_files` gives a meta kept in another file's row
+/// (schema_v20_meta_beside.sql); a meta of any other is a row of its own.
+const META_CONTENT_TYPE: &str = "application/json";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ItemError {
@@ -644,7 +682,9 @@ pub fn active_ids(conn: &Conn, node: &str) -> StoreResult<Vec<String>> {
 pub fn item_view(conn: &Conn, account_id: &str, id: &str) -> StoreResult<Option<CaptureItem>> {
     let Some(row) = load_item(conn, id)?.filter(|r| r.account_id == account_id) else { return Ok(None) };
     let artifacts: BTreeMap<String, String> = conn
-        .query_map("SELECT kind, storage_name FROM artifacts WHERE item_id = ?1", [id], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .query_map("SELECT kind, storage_name FROM item_files WHERE item_id = ?1", [id], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })?
         .into_iter()
         .collect();
     Ok(Some(CaptureItem {
@@ -669,7 +709,7 @@ pub fn check_artifact(conn: &Conn, account_id: &str, id: &str, kind: ArtifactKin
         return Err(TransitionError::Refused(ApiError::UnknownItemOrJob).into());
     }
     let present: Option<i64> = conn
-        .query_row("SELECT 1 FROM artifacts WHERE item_id = ?1 AND kind = ?2", (id, kind.as_str()), |r| r.get(0))
+        .query_row("SELECT 1 FROM item_files WHERE item_id = ?1 AND kind = ?2", (id, kind.as_str()), |r| r.get(0))
         .optional()?;
     present.map(|_| ()).ok_or(TransitionError::Refused(ApiError::ArtifactNotPresent).into())
 }
@@ -686,7 +726,7 @@ pub fn published_file(
     conn.query_row(
         "SELECT storage_name, sha256, byte_length, content_type,
                     CASE WHEN byte_length <= ?3 THEN content END
-               FROM artifacts WHERE item_id = ?1 AND kind = ?2",
+               FROM item_files WHERE item_id = ?1 AND kind = ?2",
         (id, kind.as_str(), load_max),
         |r| {
             Ok(PublishedFile {
@@ -707,7 +747,7 @@ pub fn published_file(
 pub fn file_slice(conn: &Conn, id: &str, kind: ArtifactKind, offset: u64, len: usize) -> StoreResult<Option<Vec<u8>>> {
     Ok(conn
         .query_row(
-            "SELECT substr(content, ?3, ?4) FROM artifacts WHERE item_id = ?1 AND kind = ?2",
+            "SELECT substr(content, ?3, ?4) FROM item_files WHERE item_id = ?1 AND kind = ?2",
             (id, kind.as_str(), offset.saturating_add(1), len),
             |r| r.get(0),
         )
@@ -721,7 +761,7 @@ pub fn file_slice(conn: &Conn, id: &str, kind: ArtifactKind, offset: u64, len: u
 pub fn file_intact(conn: &Conn, id: &str, kind: ArtifactKind) -> StoreResult<bool> {
     let same: Option<i64> = conn
         .query_row(
-            "SELECT 1 FROM artifacts
+            "SELECT 1 FROM item_files
               WHERE item_id = ?1 AND kind = ?2 AND encode(sha256(content), 'hex') = sha256
                 AND length(content) = byte_length",
             (id, kind.as_str()),
@@ -1153,6 +1193,74 @@ pub(crate) mod tests {
         // Two batches made in one millisecond list in either order.
         let totals: BTreeMap<String, u32> = listed.into_iter().map(|b| (b.batch_id, b.total)).collect();
         assert_eq!(totals, BTreeMap::from([(a, 3), (b, 2)]));
+    }
+
+    /// A meta rides in its item's other file's row (schema step 20) and
+    /// reads back through `item_files` as a file of its own; a meta with
+    /// no other file, or of another content type, is a row of its own.
+    #[test]
+    fn a_meta_rides_in_its_items_other_file_and_reads_back_whole() {
+        let (_d, s) = store();
+        let c = caller(&s, 10_000, None);
+        submit(&s, &c, 3, None).unwrap();
+        let ids: Vec<String> = s.read_blocking(|c| queue_head(c, 3)).unwrap().into_iter().map(|r| r.id).collect();
+        let file = |id: &str, kind: ArtifactKind, content_type: &str, bytes: &[u8]| PublishedFile {
+            kind,
+            storage_name: format!("db:{id}/{}", kind.as_str()),
+            inline: Some(bytes.to_vec()),
+            sha256: crate::ids::sha256_hex(bytes),
+            byte_length: bytes.len() as i64,
+            content_type: content_type.into(),
+        };
+        let json = META_CONTENT_TYPE;
+        let (a, b, d) = (ids[0].clone(), ids[1].clone(), ids[2].clone());
+        // The meta before its carrier, and the items' files interleaved.
+        let files = vec![
+            file(&a, ArtifactKind::Meta, json, b"{\"a\":1}"),
+            file(&b, ArtifactKind::Meta, json, b"{\"b\":2}"),
+            file(&d, ArtifactKind::Html, "text/html", b"<p>d</p>"),
+            file(&a, ArtifactKind::Body, "application/octet-stream", b"body of a"),
+            file(&d, ArtifactKind::Meta, "text/plain", b"not json"),
+        ];
+        let owned = files.clone();
+        let ids3 = [a.clone(), b.clone(), d.clone()];
+        s.write_blocking(move |tx| {
+            let publish: Vec<(&str, Cow<PublishedFile>)> = owned
+                .iter()
+                .zip([&ids3[0], &ids3[1], &ids3[2], &ids3[0], &ids3[2]])
+                .map(|(f, id)| (id.as_str(), Cow::Borrowed(f)))
+                .collect();
+            tx.query_all(file_inserts(tx.dialect(), &publish, T))?;
+            StoreResult::Ok(())
+        })
+        .unwrap();
+        let rows: i64 = s.read_blocking(|c| c.query_row("SELECT COUNT(*) FROM artifacts", (), |r| r.get(0))).unwrap();
+        assert_eq!(rows, 4, "a's meta rides with its body; b's and d's are rows of their own");
+        for (id, f) in [&a, &b, &d, &a, &d].into_iter().zip(&files) {
+            let (id, kind) = (id.clone(), f.kind);
+            let read = s.read_blocking(move |c| published_file(c, &id, kind, 1 << 20)).unwrap().unwrap();
+            let got = (read.storage_name, read.sha256, read.byte_length, read.content_type, read.inline);
+            let want =
+                (f.storage_name.clone(), f.sha256.clone(), f.byte_length, f.content_type.clone(), f.inline.clone());
+            assert_eq!(got, want);
+        }
+        let (account, id) = (c.account_id.clone(), a.clone());
+        let view = s.read_blocking(move |c| item_view(c, &account, &id)).unwrap().unwrap();
+        assert_eq!(view.artifacts.keys().collect::<Vec<_>>(), ["body", "meta"]);
+        let id = a.clone();
+        let slice = s.read_blocking(move |c| file_slice(c, &id, ArtifactKind::Meta, 1, 3)).unwrap();
+        assert_eq!(slice.as_deref(), Some(&b"\"a\""[..]));
+        // The riding meta is found on the artifacts' key, not by a scan.
+        let plan: Vec<String> = s
+            .read_blocking(|c| {
+                c.query_map(
+                    "EXPLAIN QUERY PLAN SELECT sha256 FROM item_files WHERE item_id = 'x' AND kind = 'meta'",
+                    (),
+                    |r| r.get(3),
+                )
+            })
+            .unwrap();
+        assert!(plan.iter().all(|l| !l.starts_with("SCAN artifacts")), "{plan:?}");
     }
 
     #[test]
