@@ -12,7 +12,9 @@
 # Env: WORKERS per node (default 16), ROUNDS (default 3), BENCH_TIMEOUT_SECS
 # per run (default 600), DB_DELAY_MS (default 0: PostgreSQL on loopback; D:
 # the nodes reach it through a proxy adding D ms to each round trip, as a
-# database on another host). Starts a throwaway PostgreSQL cluster (scripts/postgres-env.sh) and
+# database on another host), SUBMITTERS (default 1: every batch through the
+# first node, one after the other; S: S batches at once, dealt to the nodes
+# in turn). Starts a throwaway PostgreSQL cluster (scripts/postgres-env.sh) and
 # stops it at the end. Only 127.0.0.1 is contacted.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -22,6 +24,7 @@ workers="${WORKERS:-16}"
 rounds="${ROUNDS:-3}"
 timeout="${BENCH_TIMEOUT_SECS:-600}"
 db_delay="${DB_DELAY_MS:-0}"
+submitters="${SUBMITTERS:-1}"
 
 . bench/common.sh
 build_release
@@ -34,4 +37,4 @@ export GRID_TEST_DATABASE_URL="$(printf '%s\n' "$pg_env" | sed -n 's/^GRID_TEST_
 echo "==> bench: $items fetch items, $workers workers per node, $rounds rounds, timeout ${timeout}s per run"
 timeout --signal=TERM "$((3 * rounds * timeout + 60))" \
     "$target_dir/release/bench_scale_out" --items "$items" --workers "$workers" --rounds "$rounds" \
-    --db-delay-ms "$db_delay" --timeout-secs "$timeout"
+    --db-delay-ms "$db_delay" --submitters "$submitters" --timeout-secs "$timeout"

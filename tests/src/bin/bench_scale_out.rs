@@ -2,11 +2,16 @@
 //! on one PostgreSQL database, same machine, same URLs, same run (issues 10
 //! and 30). Everything stays on 127.0.0.1.
 //!
-//!     bench_scale_out [--items N] [--workers W] [--rounds R] [--only K] [--db-delay-ms D] [--timeout-secs S]
+//!     bench_scale_out [--items N] [--workers W] [--rounds R] [--only K] [--db-delay-ms D] [--submitters S]
+//!                     [--timeout-secs S]
 //!
 //! `--db-delay-ms D` runs the nodes against PostgreSQL through a proxy
 //! that adds D ms to each round trip (`grid_tests::delay_proxy`), as a
 //! database on another host would; SQLite's run is the same either way.
+//!
+//! `--submitters S` (default 1) submits S batches at once, dealt to the
+//! nodes in turn, instead of every batch through the first node one after
+//! the other: with the database far away, one submitter bounds the rate.
 //!
 //! Needs GRID_TEST_DATABASE_URL (a throwaway cluster: bench/scale_out.sh
 //! starts one). Each node runs W workers; each set-up runs R rounds (3 by
@@ -162,6 +167,7 @@ async fn run(
     postgres: bool,
     urls: &[String],
     config: &FetchConfig,
+    submitters: usize,
     proxy: Option<&DelayProxy>,
 ) -> Run {
     let opts = |name: String| ServerOptions {
@@ -181,7 +187,8 @@ async fn run(
     // Three nodes open three times the connections, which counted against
     // them in a run from a cold start.
     let warm = &urls[..urls.len().min(WARM_UP_ITEMS)];
-    run_items(&first, warm, label, Instant::now() + config.timeout, config.timeout).await;
+    let all: Vec<&GridServer> = std::iter::once(&first).chain(&others).collect();
+    run_items(&all, submitters, warm, label, Instant::now() + config.timeout, config.timeout).await;
     // The database the nodes share, watched from a connection of the bench's own.
     let watch = match first.database() {
         Some(d) => {
@@ -209,7 +216,7 @@ async fn run(
     let started = Instant::now();
     let started_ms = since_epoch_ms();
     let deadline = started + config.timeout;
-    let completed = run_items(&first, urls, label, deadline, config.timeout).await;
+    let completed = run_items(&all, submitters, urls, label, deadline, config.timeout).await;
     // The run ends when its last item's end was stored (the store's own
     // clock, the same machine's), not when a poll saw it: the polls are 20
     // ms apart per batch, which was up to a tenth of a short run on SQLite.
@@ -273,13 +280,33 @@ fn shares(counts: &BTreeMap<String, u64>, of: u64) -> BTreeMap<String, f64> {
     counts.iter().map(|(k, n)| (k.clone(), *n as f64 / of.max(1) as f64)).collect()
 }
 
-/// Submits `urls` through `first` in batches of 1,000 and waits for every
-/// item to end; answers how many completed.
-async fn run_items(first: &GridServer, urls: &[String], label: &str, deadline: Instant, timeout: Duration) -> u64 {
-    let mut pending = Vec::new();
-    for chunk in urls.chunks(1000) {
-        pending.push(first.submit_fetch(chunk).await);
-    }
+/// Submits `urls` in batches of 1,000 and waits for every item to end;
+/// answers how many completed. One submitter sends every batch through
+/// `nodes[0]`, one after the other; `submitters` > 1 send that many at once,
+/// batch k through `nodes[k % nodes.len()]` (as clients behind a load
+/// balancer would).
+async fn run_items(
+    nodes: &[&GridServer],
+    submitters: usize,
+    urls: &[String],
+    label: &str,
+    deadline: Instant,
+    timeout: Duration,
+) -> u64 {
+    let first = nodes[0];
+    let through = |k: usize| if submitters > 1 { nodes[k % nodes.len()] } else { first };
+    let chunks: Vec<&[String]> = urls.chunks(1000).collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let submitter = || async {
+        let mut mine = Vec::new();
+        loop {
+            let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(chunk) = chunks.get(k) else { return mine };
+            mine.push(through(k).submit_fetch(chunk).await);
+        }
+    };
+    let mut pending: Vec<String> =
+        futures_util::future::join_all((0..submitters.max(1)).map(|_| submitter())).await.concat();
     let mut completed = 0;
     while !pending.is_empty() {
         let mut still = Vec::new();
@@ -383,9 +410,10 @@ async fn main() {
     let (config, flags) = FetchConfig::parse(
         "bench_scale_out",
         20_000,
-        &[positive("--rounds", 3), count("--only", 0), count("--db-delay-ms", 0)],
+        &[positive("--rounds", 3), count("--only", 0), count("--db-delay-ms", 0), positive("--submitters", 1)],
     );
     let rounds = flags.get("--rounds") as usize;
+    let submitters = flags.get("--submitters") as usize;
     // `--db-delay-ms D` puts PostgreSQL a round trip of D ms away from the
     // nodes (a `DelayProxy` holding each way D/2 ms), as on a host of its
     // own; the bench's own readings go straight.
@@ -404,7 +432,8 @@ async fn main() {
     let target = Target::start();
     let urls: Vec<String> = (0..config.items).map(|n| target.url(&format!("/page/{n}"))).collect();
     eprintln!(
-        "bench: {} fetch items, {} workers per node, {rounds} rounds (medians), PostgreSQL {delay_ms} ms of round trip away",
+        "bench: {} fetch items, {} workers per node, {rounds} rounds (medians), PostgreSQL {delay_ms} ms of round trip away, \
+         {submitters} submitter(s)",
         config.items, config.workers
     );
     let setups: [(&str, usize, bool); 3] =
@@ -416,7 +445,7 @@ async fn main() {
             if only != 0 && only != i + 1 {
                 continue;
             }
-            let r = run(label, *nodes, *postgres, &urls, &config, proxy.as_ref()).await;
+            let r = run(label, *nodes, *postgres, &urls, &config, submitters, proxy.as_ref()).await;
             eprintln!("round {round}: {label}: {:.0} items/s", r.items_per_second);
             all[i].push(r);
         }
@@ -461,6 +490,7 @@ async fn main() {
             "workersPerNode": config.workers,
             "rounds": rounds,
             "dbDelayMs": delay_ms,
+            "submitters": submitters,
             "ratios": ratios,
             "medians": setups.iter().zip(&results).map(|((label, nodes, _), r)| json!({
                 "label": label,
