@@ -22,8 +22,9 @@
 //!   recorded it (not to the poll that saw it), and the CPU the grid's processes and PostgreSQL's used per
 //!   item (user + system time from /proc, fetch included; PostgreSQL's
 //!   backends also when they started or exited during the run, the latter
-//!   through the postmaster's reaped children), and items per CPU-second
-//!   of both together;
+//!   through the postmaster's reaped children; not the bench's own two
+//!   backends, which read the database while it runs), and items per
+//!   CPU-second of both together;
 //! - on PostgreSQL, the write transactions the database committed per
 //!   second (transaction ids assigned: reads take none), and the share of
 //!   the grid's transaction time spent waiting on a lock: `pg_stat_activity`
@@ -56,8 +57,16 @@ async fn postmaster_pid(db: &tokio_postgres::Client) -> Option<u32> {
     std::fs::read_to_string(format!("{dir}/postmaster.pid")).ok()?.lines().next()?.trim().parse().ok()
 }
 
+/// The process id of a connection's backend.
+async fn backend_pid(db: &tokio_postgres::Client) -> Option<u32> {
+    let pid: i32 = db.query_one("SELECT pg_backend_pid()", &[]).await.ok()?.get(0);
+    u32::try_from(pid).ok()
+}
+
 /// CPU ticks of every PostgreSQL process alive, plus those of its exited
 /// children (the postmaster's cutime and cstime): all the database's work.
+/// A backend that started during a run is counted whole (it did all its
+/// work in the run).
 fn postgres_ticks(postmaster: u32) -> u64 {
     let Ok(dir) = std::fs::read_dir("/proc") else { return 0 };
     let live: u64 = dir
@@ -198,7 +207,6 @@ async fn run(
         }
         None => None,
     };
-    let db_before = watch.as_ref().map_or(0, |w| postgres_ticks(w.1));
     let ran_before = match &watch {
         Some(w) => items_by_node(&w.0).await,
         None => BTreeMap::new(),
@@ -208,15 +216,30 @@ async fn run(
         None => None,
     };
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let sampler = match &watch {
-        Some(w) => Some(tokio::spawn(sample_locks(connect(&w.2).await, stopped))),
-        None => None,
+    let (sampler, own) = match &watch {
+        Some(w) => {
+            let db = connect(&w.2).await;
+            let own = [backend_pid(&w.0).await, backend_pid(&db).await];
+            (Some(tokio::spawn(sample_locks(db, stopped))), own)
+        }
+        None => (None, [None, None]),
     };
+    // PostgreSQL's work less that of the bench's own two backends (the
+    // watch's reads, the lock sampler's), and read after the count by node
+    // above, which reads the whole table.
+    let db_ticks = |postmaster: u32| {
+        let bench: u64 = own.iter().flatten().map(|pid| cpu_ticks(*pid)).sum();
+        postgres_ticks(postmaster).saturating_sub(bench)
+    };
+    let db_before = watch.as_ref().map_or(0, |w| db_ticks(w.1));
     let grid_before: u64 = grid_pids.iter().map(|p| cpu_ticks(*p)).sum();
     let started = Instant::now();
     let started_ms = since_epoch_ms();
     let deadline = started + config.timeout;
     let completed = run_items(&all, submitters, urls, label, deadline, config.timeout).await;
+    // Before the bench reads anything more (the end's time below reads the
+    // whole table).
+    let db_cpu = watch.as_ref().map_or(0, |w| db_ticks(w.1).saturating_sub(db_before));
     // The run ends when its last item's end was stored (the store's own
     // clock, the same machine's), not when a poll saw it: the polls are 20
     // ms apart per batch, which was up to a tenth of a short run on SQLite.
@@ -234,9 +257,6 @@ async fn run(
         Some(w) => Some(next_xid(&w.0).await),
         None => None,
     };
-    // Every backend alive now counted whole (one that started during the
-    // run did all its work in it), those that exited through the postmaster.
-    let db_cpu = watch.as_ref().map_or(0, |w| postgres_ticks(w.1).saturating_sub(db_before));
     let by_node = match &watch {
         Some(w) => items_by_node(&w.0)
             .await
