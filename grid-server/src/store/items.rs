@@ -120,7 +120,9 @@ pub fn insert_batch(
     let proxy = sub.proxy.as_ref().map(to_json).transpose()?;
     // A batch's items are all made by the same first step.
     let attended = rows.first().is_some_and(|r| r.item.attended);
-    tx.execute(
+    // The batch and its items in one round trip (`query_all`): neither
+    // reads anything back.
+    let mut statements: Vec<Statement> = vec![(
         "INSERT INTO batches (id, account_id, key_id, script, profile_id, params, priority, item_count, created_at,
                               attended, context_id, proxy, proxy_sealed, first_item, last_item)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
@@ -141,7 +143,7 @@ pub fn insert_batch(
             rows.first().map(|r| r.id.as_str()),
             rows.last().map(|r| r.id.as_str())
         ],
-    )?;
+    )];
     let state = rows.first().map_or(ItemState::queued(sub.priority), |r| r.item.state);
     // What the batch's items share, in the columns' order after id and url.
     let shared = params![
@@ -170,14 +172,14 @@ pub fn insert_batch(
             let mut values = vec![SqlValue::Array(ids), SqlValue::Array(urls)];
             values.extend(shared);
             values.push(SEQ_PER_BATCH.to_value());
-            tx.execute(
+            statements.push((
                 "INSERT INTO items (seq, id, url, batch_id, account_id, key_id, script, profile_id, priority,
                                     price_micros, reservation_day, state, updated_at)
                  SELECT (SELECT nextval('items_seq_seq')) * ?13 + u.n, u.id, u.url,
                         ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12
                    FROM unnest(?1::text[], ?2::text[]) WITH ORDINALITY AS u(id, url, n)",
                 values,
-            )?;
+            ));
         }
         // Many rows per statement (`ManyRows`), in the batch's order (their
         // `seq`, the rowid, is the queue's order).
@@ -196,9 +198,10 @@ pub fn insert_batch(
                 values.extend(params![row.id, row.url]);
                 values.extend(shared.iter().cloned());
             }
-            tx.query_all(ITEMS.statements(tx.dialect(), values))?;
+            statements.extend(ITEMS.statements(tx.dialect(), values));
         }
     }
+    tx.query_all(statements)?;
     Ok(())
 }
 
