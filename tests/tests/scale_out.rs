@@ -727,13 +727,7 @@ async fn a_capture_batch_through_one_node_is_run_by_all_three() {
 #[tokio::test]
 async fn a_batch_through_one_node_is_announced_to_the_others() {
     let target = Target::start();
-    let with_metrics = |name: &str| {
-        let port = free_port();
-        let mut o = node(name, LONG_LEASE_SECS, 2);
-        o.extra_args.extend(["--metrics-listen".to_string(), format!("127.0.0.1:{port}")]);
-        (o, port)
-    };
-    let ((o1, p1), (o2, p2)) = (with_metrics("n1"), with_metrics("n2"));
+    let ((o1, p1), (o2, p2)) = (node_with_metrics("n1"), node_with_metrics("n2"));
     let n1 = GridServer::start(o1);
     let _n2 = n1.join(o2);
     // n2 starts listening on a connection it opens as it starts, which a
@@ -753,9 +747,7 @@ async fn a_batch_through_one_node_is_announced_to_the_others() {
 #[tokio::test]
 async fn a_node_whose_listening_connection_was_cut_listens_again() {
     let target = Target::start();
-    let port = free_port();
-    let mut o2 = node("n2", LONG_LEASE_SECS, 2);
-    o2.extra_args.extend(["--metrics-listen".to_string(), format!("127.0.0.1:{port}")]);
+    let (o2, port) = node_with_metrics("n2");
     let n1 = GridServer::start(node("n1", LONG_LEASE_SECS, 2));
     let _n2 = n1.join(o2);
     let mut batches = vec![];
@@ -773,6 +765,14 @@ async fn a_node_whose_listening_connection_was_cut_listens_again() {
         let done = n1.wait_batch_done(batch, Duration::from_secs(60)).await;
         assert_eq!(done["counts"]["completed"], json!(1), "{}", done["counts"]);
     }
+}
+
+/// A node of two workers serving its metrics, and the metrics' port.
+fn node_with_metrics(name: &str) -> (ServerOptions, u16) {
+    let port = free_port();
+    let mut o = node(name, LONG_LEASE_SECS, 2);
+    o.extra_args.extend(["--metrics-listen".to_string(), format!("127.0.0.1:{port}")]);
+    (o, port)
 }
 
 /// Submits one-item batches through `n1` (into `batches`) until the node

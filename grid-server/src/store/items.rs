@@ -494,7 +494,10 @@ pub fn file_inserts(dialect: Dialect, files: &[(&str, Cow<PublishedFile>)], now:
         &["text", "text", "text", "text", "bigint", "text", "bytea", "bigint", "text", "text", "bigint", "bytea"],
         "",
     );
-    let rides = |f: &PublishedFile| f.kind == ArtifactKind::Meta && f.content_type == META_CONTENT_TYPE;
+    // The content type `item_files` gives a meta kept in another file's row
+    // (schema_v20_meta_beside.sql); a meta of any other is a row of its own.
+    let meta_type = ArtifactKind::Meta.default_content_type();
+    let rides = |f: &PublishedFile| f.kind == ArtifactKind::Meta && f.content_type == meta_type;
     // The meta that may ride in another row, by its item.
     let mut riders: HashMap<&str, usize> = HashMap::new();
     for (i, (id, f)) in files.iter().enumerate() {
@@ -536,10 +539,6 @@ pub fn file_inserts(dialect: Dialect, files: &[(&str, Cow<PublishedFile>)], now:
     }
     FILES.statements(dialect, values)
 }
-
-/// The content type `item_files` gives a meta kept in another file's row
-/// (schema_v20_meta_beside.sql); a meta of any other is a row of its own.
-const META_CONTENT_TYPE: &str = "application/json";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ItemError {
@@ -1220,7 +1219,7 @@ pub(crate) mod tests {
             byte_length: bytes.len() as i64,
             content_type: content_type.into(),
         };
-        let json = META_CONTENT_TYPE;
+        let json = ArtifactKind::Meta.default_content_type();
         let (a, b, d) = (ids[0].clone(), ids[1].clone(), ids[2].clone());
         // The meta before its carrier, and the items' files interleaved.
         let files = vec![
