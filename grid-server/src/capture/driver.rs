@@ -721,10 +721,16 @@ fn failure_record(row: &ItemRow, attempt: u32, reason: &str, now: Millis) -> Fil
 
 fn wake_due(tx: &Conn, now: Millis, backoff: Backoff, after: &mut After) -> Result<usize, ItemError> {
     let due = items::due_delayed(tx, now)?;
-    for id in &due {
+    wake(tx, &due, now, backoff, after)?;
+    Ok(due.len())
+}
+
+/// Makes the delayed items `due` claimable (`items::due_delayed` locked them).
+fn wake(tx: &Conn, due: &[String], now: Millis, backoff: Backoff, after: &mut After) -> Result<(), ItemError> {
+    for id in due {
         step(tx, id, Event::Wake, &[], now, backoff, after)?;
     }
-    Ok(due.len())
+    Ok(())
 }
 
 fn claim_batch(
@@ -736,10 +742,18 @@ fn claim_batch(
     backoff: Backoff,
     after: &mut After,
 ) -> Result<Vec<ItemRow>, ItemError> {
-    wake_due(tx, now, backoff, after)?;
+    // The due items and the head read together (one round trip on
+    // PostgreSQL); woken, due items keep their place in the queue, ahead of
+    // some of the head read before: it is read again. What that first read
+    // locked stays this transaction's until it ends, as the claims do.
+    let (due, mut head) = items::due_and_head(tx, Some(now), limit)?;
+    if !due.is_empty() {
+        wake(tx, &due, now, backoff, after)?;
+        head = items::queue_head(tx, limit)?;
+    }
     let mut rows = Vec::new();
     let mut browsers = 0;
-    for row in items::queue_head(tx, limit)? {
+    for row in head {
         if row.script.needs_browser() {
             if browsers == browser_limit {
                 break;

@@ -635,19 +635,39 @@ const BAND_COLUMNS: &str = "id, batch_id, account_id, url, script, profile_id, s
 /// claimable item, sorted them and kept the first (measured: 5,763 rows read
 /// for a claim of 176, so a claim cost grew with the backlog).
 pub fn queue_head(conn: &Conn, limit: usize) -> StoreResult<Vec<ItemRow>> {
-    let sql = queue_head_sql(limit, conn.row_lock("FOR UPDATE SKIP LOCKED"));
-    let rows = match conn.dialect() {
-        Dialect::Sqlite => conn.query_values(&sql, vec![])?,
-        // The three in one round trip (`query_all`).
-        Dialect::Postgres => conn
-            .query_all(vec![
-                ("SET LOCAL enable_sort = off", vec![]),
-                (&sql, vec![]),
-                ("SET LOCAL enable_sort = on", vec![]),
-            ])?
-            .swap_remove(1),
+    Ok(due_and_head(conn, None, limit)?.1)
+}
+
+/// `due_delayed` at `now` (none without it) and `queue_head`, read together:
+/// on PostgreSQL in one round trip (`query_all`), which a claim saves when
+/// nothing is due, as is usual. The head is read before the due items are
+/// woken, so a caller that wakes some reads the head again.
+pub fn due_and_head(conn: &Conn, now: Option<Millis>, limit: usize) -> StoreResult<(Vec<String>, Vec<ItemRow>)> {
+    let head = queue_head_sql(limit, conn.row_lock("FOR UPDATE SKIP LOCKED"));
+    let due = due_delayed_sql(conn);
+    let mut statements: Vec<Statement> = Vec::with_capacity(4);
+    if let Some(now) = now {
+        statements.push((&due, vec![SqlValue::Int(now.0)]));
+    }
+    match conn.dialect() {
+        Dialect::Sqlite => statements.push((&head, vec![])),
+        Dialect::Postgres => statements.extend([
+            ("SET LOCAL enable_sort = off", vec![]),
+            (&head, vec![]),
+            ("SET LOCAL enable_sort = on", vec![]),
+        ]),
+    }
+    let mut answers = conn.query_all(statements)?.into_iter();
+    let due = match now {
+        Some(_) => answers.next().unwrap_or_default().iter().map(|r| r.get(0)).collect::<StoreResult<_>>()?,
+        None => Vec::new(),
     };
-    rows.into_iter().take(limit).map(item_row_owned).collect()
+    let rows = match conn.dialect() {
+        Dialect::Sqlite => answers.next(),
+        Dialect::Postgres => answers.nth(1),
+    };
+    let head = rows.unwrap_or_default().into_iter().take(limit).map(item_row_owned).collect::<StoreResult<_>>()?;
+    Ok((due, head))
 }
 
 fn queue_head_sql(limit: usize, lock: &str) -> String {
@@ -659,10 +679,12 @@ fn queue_head_sql(limit: usize, lock: &str) -> String {
 /// `items_delayed`); on PostgreSQL locked, skipping those a concurrent
 /// transaction is waking already.
 pub fn due_delayed(conn: &Conn, now: Millis) -> StoreResult<Vec<String>> {
+    conn.query_map(&due_delayed_sql(conn), [now.0], |r| r.get(0))
+}
+
+fn due_delayed_sql(conn: &Conn) -> String {
     let lock = conn.row_lock("FOR UPDATE SKIP LOCKED");
-    conn.query_map(&format!("SELECT id FROM items WHERE state = 'delayed' AND run_at <= ?1 {lock}"), [now.0], |r| {
-        r.get(0)
-    })
+    format!("SELECT id FROM items WHERE state = 'delayed' AND run_at <= ?1 {lock}")
 }
 
 /// When the earliest delayed item becomes due, if any.
