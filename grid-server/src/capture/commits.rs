@@ -128,7 +128,8 @@ where
 
 fn in_savepoint<T>(tx: &Conn, work: impl Fn(&Conn) -> Result<T, ItemError>) -> Result<T, ItemError> {
     tx.execute("SAVEPOINT request", ())?;
-    let done = work(tx);
+    // What the request sent unanswered (`Sql::send_all`) is its own.
+    let done = work(tx).and_then(|v| Ok(tx.flush().map(|()| v)?));
     let end: &[&str] = if done.is_ok() { &["RELEASE request"] } else { &["ROLLBACK TO request", "RELEASE request"] };
     if let Err(e) = end.iter().try_for_each(|sql| tx.execute(sql, ()).map(drop)) {
         tracing::error!(error = %e, "savepoint could not be closed");
@@ -214,16 +215,96 @@ fn commit(writer: &mut Writer, group: &mut [Box<dyn Request>]) -> Result<(), Sto
         false => Err(Plain::RequestFailed),
     });
     match plain {
-        Ok(()) => Ok(()),
-        Err(Plain::Store(e)) => Err(e),
+        Ok(()) => return Ok(()),
         // Alone in its group, the failed request's rollback was the whole
         // transaction's: its answer stands as it is.
-        Err(Plain::RequestFailed) if group.len() == 1 => Ok(()),
-        Err(Plain::RequestFailed) => writer.write_ordered(order, |tx| {
-            for request in group.iter_mut() {
-                request.run(tx, true);
-            }
-            Ok::<_, StoreError>(())
-        }),
+        Err(Plain::RequestFailed) if group.len() == 1 => return Ok(()),
+        Err(Plain::RequestFailed) => {}
+        // A write sent unanswered failed the commit (`Sql::send_all`): the
+        // database refused a statement, so nothing was written, and which
+        // request it was shows only when each runs alone. A commit that
+        // got no answer (busy: it may have been written) is never run
+        // again here.
+        Err(Plain::Store(StoreError::Database(_))) if group.len() > 1 => {}
+        Err(Plain::Store(e)) => return Err(e),
+    }
+    writer.write_ordered(order, |tx| {
+        for request in group.iter_mut() {
+            request.run(tx, true);
+        }
+        Ok::<_, StoreError>(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::postgres::TestDatabase;
+
+    fn setting(key: &str, value: &'static str) -> impl Fn(&Conn) -> Result<(), ItemError> + Send + 'static {
+        let key = key.to_string();
+        move |tx| {
+            Ok(tx.send_all(vec![("INSERT INTO settings (key, value) VALUES (?1, ?2)", crate::params![key, value])])?)
+        }
+    }
+
+    type Answer<T> = oneshot::Receiver<Result<T, ItemError>>;
+
+    fn request<T: Send + 'static>(
+        work: impl Fn(&Conn) -> Result<T, ItemError> + Send + 'static,
+    ) -> (Box<dyn Request>, Answer<T>) {
+        let (reply, answer) = oneshot::channel();
+        (Box::new(Pending { order: Order::Rows, work, done: None, reply }), answer)
+    }
+
+    /// On PostgreSQL a group commit's writes whose answers nobody reads are
+    /// answered with the commit (`Sql::send_all`): one the database refuses
+    /// fails its own request, and the others of its group still commit; a
+    /// request reads its own writes sent so.
+    #[test]
+    fn on_postgres_a_write_answered_with_the_commit_fails_only_its_own_request() {
+        let db = TestDatabase::create();
+        let store = Store::connect(&db.url, Duration::from_secs(5)).unwrap();
+        let mut writer = store.writer().unwrap();
+        let (first, answer) = request(setting("taken", "first"));
+        let mut group = vec![first];
+        commit(&mut writer, &mut group).unwrap();
+        group.into_iter().for_each(|r| r.answer(None));
+        answer.blocking_recv().unwrap().unwrap();
+
+        let (refused, refused_answer) = request(setting("taken", "second"));
+        let (written, written_answer) = request(setting("fresh", "ok"));
+        let (read, read_answer) = request(|tx| {
+            setting("mine", "read back")(tx)?;
+            Ok(tx.query_row("SELECT value FROM settings WHERE key = 'mine'", (), |r| r.get::<String>(0))?)
+        });
+        let mut group = vec![written, refused, read];
+        commit(&mut writer, &mut group).unwrap();
+        group.into_iter().for_each(|r| r.answer(None));
+        assert!(refused_answer.blocking_recv().unwrap().is_err(), "a duplicate key was written");
+        written_answer.blocking_recv().unwrap().unwrap();
+        assert_eq!(read_answer.blocking_recv().unwrap().unwrap(), "read back");
+
+        // Last in its group, the refused write is answered by the commit.
+        let (written, written_answer) = request(setting("later", "ok"));
+        let (refused, refused_answer) = request(setting("taken", "third"));
+        let mut group = vec![written, refused];
+        commit(&mut writer, &mut group).unwrap();
+        group.into_iter().for_each(|r| r.answer(None));
+        assert!(refused_answer.blocking_recv().unwrap().is_err(), "a duplicate key was written");
+        written_answer.blocking_recv().unwrap().unwrap();
+
+        let values: Vec<(String, String)> = store
+            .read_blocking(|c| {
+                c.query_map(
+                    "SELECT key, value FROM settings WHERE key IN ('taken', 'fresh', 'mine', 'later') ORDER BY key",
+                    (),
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+            })
+            .unwrap();
+        let expected = [("fresh", "ok"), ("later", "ok"), ("mine", "read back"), ("taken", "first")]
+            .map(|(k, v)| (k.to_string(), v.to_string()));
+        assert_eq!(values, expected);
     }
 }

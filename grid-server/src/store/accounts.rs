@@ -491,7 +491,8 @@ pub fn append_all_with(
         statements.extend(PLAIN.statements(conn.dialect(), values));
         let sums = sums_of(entries.iter().map(|e| (e.account_id, e.kind.as_str(), e.amount)));
         statements.extend(add_to_balances(conn.dialect(), &sums));
-        conn.query_all(statements)?;
+        // Nothing read back: on PostgreSQL answered with the commit.
+        conn.send_all(statements)?;
     }
     Ok(())
 }

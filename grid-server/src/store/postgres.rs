@@ -23,6 +23,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::error::Error;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -202,7 +203,7 @@ impl Postgres {
         let client = self.client()?;
         let driver = Driver::Shared(self);
         let tx = Begun::begin(driver, &client, order);
-        let conn = PgConn { driver, tx: Tx::Client(&client), begin: Some(&tx.unsent) };
+        let conn = PgConn { driver, tx: Tx::Client(&client), pending: Some(&tx.pending) };
         let r = f(&conn)?;
         tx.commit().map_err(|e| E::from(e.into()))?;
         Ok(r)
@@ -210,7 +211,7 @@ impl Postgres {
 
     pub fn read<R>(&self, f: impl FnOnce(&Conn) -> StoreResult<R>) -> StoreResult<R> {
         let client = self.client()?;
-        f(&PgConn { driver: Driver::Shared(self), tx: Tx::Client(&client), begin: None })
+        f(&PgConn { driver: Driver::Shared(self), tx: Tx::Client(&client), pending: None })
     }
 
     /// Calls `on` with the payload of each notification sent on `channel`
@@ -290,7 +291,7 @@ impl OwnConnection {
         let open = reopen(rt, config, open).map_err(E::from)?;
         let driver = Driver::Own(rt);
         let tx = Begun::begin(driver, &open.client, order);
-        let conn = PgConn { driver, tx: Tx::Own(&open.client, &open.statements), begin: Some(&tx.unsent) };
+        let conn = PgConn { driver, tx: Tx::Own(&open.client, &open.statements), pending: Some(&tx.pending) };
         let r = f(&conn)?;
         tx.commit().map_err(|e| E::from(e.into()))?;
         Ok(r)
@@ -306,19 +307,52 @@ const BEGIN_ROWS: &str = concat!("BEGIN; SELECT pg_advisory_xact_lock_shared(", 
 /// whether it goes back to the pool or stays with its thread.
 ///
 /// Its BEGIN is sent with its first statement, not alone before it
-/// (`PgConn::run`): a transaction costs one round trip less. Against a
-/// database 2 ms away that is 2 ms less per group commit, whose
-/// transactions bound a node's rate there (docs/scale-out.md, "Capacity").
-/// The work may so read its clock before the write lock is held: earlier
-/// by the lock's wait, which only a grid-ordered writer holding it causes
-/// (rare, and never a capture's); times written by different nodes differ
-/// by their clocks anyway, and nothing orders by them across nodes.
+/// (`PgConn::run`), and on an `OwnConnection` the writes whose answers
+/// nobody reads go with the next statement or with COMMIT (`Sql::send_all`):
+/// each costs a transaction one round trip less. Against a database 2 ms
+/// away that is 2 ms less per group commit, whose transactions bound a
+/// node's rate there (docs/scale-out.md, "Capacity"). The work may so read
+/// its clock before the write lock is held: earlier by the lock's wait,
+/// which only a grid-ordered writer holding it causes (rare, and never a
+/// capture's); times written by different nodes differ by their clocks
+/// anyway, and nothing orders by them across nodes.
 struct Begun<'a> {
     driver: Driver<'a>,
-    client: &'a tokio_postgres::Client,
+    pending: Pending<'a>,
+    open: bool,
+}
+
+/// What a write transaction has not had answered yet.
+struct Pending<'c> {
+    client: &'c tokio_postgres::Client,
     /// BEGIN with the write lock, until it is sent.
     unsent: Cell<Option<&'static str>>,
-    open: bool,
+    /// Sent by `send_all`, their answers not read yet. Each is polled with
+    /// every statement after it: tokio-postgres hands a connection's
+    /// answers out in order and waits while one is not taken.
+    sent: RefCell<Vec<Sent<'c>>>,
+}
+
+type Sent<'c> = Pin<Box<dyn Future<Output = Result<(), tokio_postgres::Error>> + 'c>>;
+
+impl<'c> Pending<'c> {
+    /// What must be answered before a statement sent now: BEGIN, sent now
+    /// (first) while it is unsent, and what `send_all` sent.
+    fn ahead(&self) -> Vec<Sent<'c>> {
+        let mut ahead: Vec<Sent<'c>> = Vec::new();
+        if let Some(sql) = self.unsent.take() {
+            let client = self.client;
+            ahead.push(Box::pin(async move { client.batch_execute(sql).await }));
+        }
+        ahead.append(&mut self.sent.borrow_mut());
+        ahead
+    }
+}
+
+/// Waits for every answer of `ahead`; the first failure is the one
+/// answered (the statements after it failed as the transaction aborted).
+async fn answered(ahead: Vec<Sent<'_>>) -> Result<(), tokio_postgres::Error> {
+    futures_util::future::join_all(ahead).await.into_iter().collect()
 }
 
 impl<'a> Begun<'a> {
@@ -332,17 +366,25 @@ impl<'a> Begun<'a> {
             Order::Grid => BEGIN_GRID,
             Order::Rows => BEGIN_ROWS,
         };
-        Begun { driver, client, unsent: Cell::new(Some(begin)), open: true }
+        let pending = Pending { client, unsent: Cell::new(Some(begin)), sent: RefCell::default() };
+        Begun { driver, pending, open: true }
     }
 
-    /// COMMIT; nothing when no statement ran (BEGIN was never sent, so
-    /// there is nothing to commit or to order).
+    /// COMMIT, sent with the answers still owed; nothing when no statement
+    /// ran (BEGIN was never sent, so there is nothing to commit or to
+    /// order). A write that failed fails the commit with its error:
+    /// PostgreSQL ends an aborted transaction's COMMIT as a rollback,
+    /// without an error of its own.
     fn commit(mut self) -> Result<(), tokio_postgres::Error> {
         self.open = false;
-        if self.unsent.get().is_some() {
+        if self.pending.unsent.get().is_some() {
             return Ok(());
         }
-        self.driver.block_on(self.client.batch_execute("COMMIT"))
+        let (ahead, client) = (self.pending.ahead(), self.pending.client);
+        self.driver.block_on(async {
+            let (ahead, commit) = futures_util::future::join(answered(ahead), client.batch_execute("COMMIT")).await;
+            ahead.and(commit)
+        })
     }
 }
 
@@ -351,11 +393,13 @@ impl Drop for Begun<'_> {
         // Guarded from the first statement on: should BEGIN pass and the
         // lock fail (a statement time-out), the aborted transaction is
         // still rolled back. Unsent, nothing began.
-        if self.open && self.unsent.get().is_none() {
+        if self.open && self.pending.unsent.get().is_none() {
+            // Answers still owed are dropped (the connection discards them).
+            self.pending.sent.borrow_mut().clear();
             // A connection that cannot roll back is broken: an own one is
             // reopened before its next write (`reopen`), the pool drops a
             // closed one.
-            let _ = self.driver.block_on(self.client.batch_execute("ROLLBACK"));
+            let _ = self.driver.block_on(self.pending.client.batch_execute("ROLLBACK"));
         }
     }
 }
@@ -452,10 +496,11 @@ enum Tx<'a> {
 }
 
 impl Tx<'_> {
-    fn client(&self) -> &tokio_postgres::Client {
+    /// `sql` as prepared on an `OwnConnection` before, without a round trip.
+    fn own_prepared(&self, sql: &str) -> Option<tokio_postgres::Statement> {
         match self {
-            Tx::Client(c) => c,
-            Tx::Own(t, _) => t,
+            Tx::Client(_) => None,
+            Tx::Own(_, statements) => statements.borrow().get(sql).cloned(),
         }
     }
 
@@ -498,32 +543,29 @@ impl Tx<'_> {
     }
 }
 
-struct PgConn<'a> {
+struct PgConn<'a, 'c> {
     driver: Driver<'a>,
     tx: Tx<'a>,
-    /// The write transaction's BEGIN while it is unsent (`Begun`); `None`
+    /// What the write transaction has not had answered (`Begun`); `None`
     /// for a read.
-    begin: Option<&'a Cell<Option<&'static str>>>,
+    pending: Option<&'a Pending<'c>>,
 }
 
-impl PgConn<'_> {
-    /// Drives `op`; the transaction's first sends BEGIN ahead of it, both
-    /// before either answer is awaited (tokio-postgres writes a request as
-    /// soon as its future is first polled, and `join` polls BEGIN first), so
-    /// they share a round trip. BEGIN's failure is the one answered: the
-    /// statement then failed as the transaction aborted, or never ran on a
-    /// broken connection.
+impl PgConn<'_, '_> {
+    /// Drives `op`, with what the transaction owes answers for ahead of it
+    /// (`Pending::ahead`): all sent before any answer is awaited
+    /// (tokio-postgres writes a request as soon as its future is first
+    /// polled, and `join` polls those ahead first), so they share a round
+    /// trip. Their failure is the one answered: `op` then failed as the
+    /// transaction aborted, or never ran on a broken connection.
     fn run<T>(&self, op: impl Future<Output = Result<T, tokio_postgres::Error>>) -> Result<T, tokio_postgres::Error> {
-        let begin = self.begin.and_then(Cell::take);
+        let ahead = self.pending.map(Pending::ahead).unwrap_or_default();
         self.driver.block_on(async {
-            match begin {
-                None => op.await,
-                Some(sql) => {
-                    let (begun, done) = futures_util::future::join(self.tx.client().batch_execute(sql), op).await;
-                    begun?;
-                    done
-                }
+            if ahead.is_empty() {
+                return op.await;
             }
+            let (ahead, done) = futures_util::future::join(answered(ahead), op).await;
+            ahead.and(done)
         })
     }
 }
@@ -532,7 +574,7 @@ fn refs(params: &[Value]) -> Vec<&(dyn ToSql + Sync)> {
     params.iter().map(|v| v as &(dyn ToSql + Sync)).collect()
 }
 
-impl Sql for PgConn<'_> {
+impl Sql for PgConn<'_, '_> {
     fn dialect(&self) -> Dialect {
         Dialect::Postgres
     }
@@ -569,6 +611,67 @@ impl Sql for PgConn<'_> {
             futures_util::future::try_join_all(queries).await
         })?;
         answers.iter().map(|rows| rows.iter().map(row).collect()).collect()
+    }
+
+    /// In a write transaction on an `OwnConnection` (the group commits'),
+    /// each statement prepared there before is sent now, BEGIN ahead of
+    /// them while unsent, and its answer read with the next statement's or
+    /// COMMIT's (`Pending::sent`): their round trip is saved. Anything
+    /// else runs at once (`query_all`): a read has no COMMIT to answer
+    /// with, and the pool's statement cache cannot be read without
+    /// awaiting it.
+    fn send_all(&self, statements: Vec<Statement>) -> StoreResult<()> {
+        let Some(pending) = self.pending.filter(|_| matches!(self.tx, Tx::Own(..))) else {
+            return self.query_all(statements).map(drop);
+        };
+        let mut sends: Vec<Sent<'_>> = Vec::with_capacity(statements.len() + 1);
+        if let Some(sql) = pending.unsent.take() {
+            let client = pending.client;
+            sends.push(Box::pin(async move { client.batch_execute(sql).await }));
+        }
+        for (sql, params) in statements {
+            let sql = numbered_placeholders(sql);
+            let statement = match self.tx.own_prepared(&sql) {
+                Some(s) => s,
+                // Its first time on this connection: prepared at once, with
+                // what is owed ahead of it.
+                None => {
+                    pending.sent.borrow_mut().append(&mut sends);
+                    self.run(self.tx.prepared(&sql))?
+                }
+            };
+            let client = pending.client;
+            sends.push(Box::pin(async move { client.execute_raw(&statement, params.iter()).await.map(drop) }));
+        }
+        // Each polled once, which sends it; an answer already there (an
+        // error before sending: the connection closed) is answered now.
+        let failed = self.driver.block_on(futures_util::future::poll_fn(|cx| {
+            let mut failed = None;
+            sends.retain_mut(|send| match send.as_mut().poll(cx) {
+                std::task::Poll::Pending => true,
+                std::task::Poll::Ready(r) => {
+                    failed = failed.take().or(r.err());
+                    false
+                }
+            });
+            std::task::Poll::Ready(failed)
+        }));
+        pending.sent.borrow_mut().append(&mut sends);
+        match failed {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
+    }
+
+    /// Reads every answer `send_all` left owed; the first failure is
+    /// answered.
+    fn flush(&self) -> StoreResult<()> {
+        let Some(pending) = self.pending.filter(|p| p.unsent.get().is_none()) else { return Ok(()) };
+        let sent = std::mem::take(&mut *pending.sent.borrow_mut());
+        if sent.is_empty() {
+            return Ok(());
+        }
+        Ok(self.driver.block_on(answered(sent))?)
     }
 }
 
@@ -663,6 +766,54 @@ impl ToSql for Value {
     }
 
     to_sql_checked!();
+}
+
+/// A database of its own for one unit test, on the PostgreSQL server
+/// `GRID_TEST_DATABASE_URL` names (scripts/test.sh starts one and sets it),
+/// dropped with it. Without that server the test fails and says so.
+#[cfg(test)]
+pub(crate) struct TestDatabase {
+    admin: String,
+    name: String,
+    pub url: String,
+}
+
+#[cfg(test)]
+impl TestDatabase {
+    pub(crate) fn create() -> TestDatabase {
+        let admin = std::env::var("GRID_TEST_DATABASE_URL").unwrap_or_else(|_| {
+            panic!("GRID_TEST_DATABASE_URL is not set: this test needs PostgreSQL (scripts/postgres-env.sh starts one)")
+        });
+        let unique = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+        let name = format!("grid_unit_{}_{unique}", std::process::id());
+        Self::admin(&admin, &format!("CREATE DATABASE {name}"));
+        let (server, _) = admin.rsplit_once('/').unwrap_or_else(|| panic!("no database in {admin}"));
+        let url = format!("{server}/{name}");
+        TestDatabase { admin, name, url }
+    }
+
+    /// On a thread of its own: tests call it from their runtime, too.
+    fn admin(url: &str, sql: &str) {
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+                runtime.block_on(async {
+                    let (client, connection) = tokio_postgres::connect(url, NoTls)
+                        .await
+                        .unwrap_or_else(|e| panic!("PostgreSQL at {url}: {e}"));
+                    tokio::spawn(connection);
+                    client.batch_execute(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+                });
+            });
+        });
+    }
+}
+
+#[cfg(test)]
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        Self::admin(&self.admin, &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name));
+    }
 }
 
 #[cfg(test)]

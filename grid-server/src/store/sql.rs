@@ -50,6 +50,18 @@ pub trait Sql {
     fn query_all(&self, statements: Vec<Statement>) -> StoreResult<Vec<Vec<Row>>> {
         statements.into_iter().map(|(sql, params)| self.query_values(sql, params)).collect()
     }
+    /// Runs `statements` whose answers nobody reads (writes without
+    /// `RETURNING`). PostgreSQL's group commits send them at once and read
+    /// their answers with the next statement's or the commit's, one round
+    /// trip less (`postgres::PgConn`): a failure of theirs is answered
+    /// there, or by `flush`. Elsewhere, as here, they run at once.
+    fn send_all(&self, statements: Vec<Statement>) -> StoreResult<()> {
+        self.query_all(statements).map(drop)
+    }
+    /// Reads what `send_all` left unanswered; its first failure, if any.
+    fn flush(&self) -> StoreResult<()> {
+        Ok(())
+    }
 }
 
 /// What store functions take: a connection for reads, the open transaction
