@@ -339,13 +339,15 @@ impl<'c> Pending<'c> {
     /// What must be answered before a statement sent now: BEGIN, sent now
     /// (first) while it is unsent, and what `send_all` sent.
     fn ahead(&self) -> Vec<Sent<'c>> {
-        let mut ahead: Vec<Sent<'c>> = Vec::new();
-        if let Some(sql) = self.unsent.take() {
-            let client = self.client;
-            ahead.push(Box::pin(async move { client.batch_execute(sql).await }));
-        }
+        let mut ahead: Vec<Sent<'c>> = self.begin().into_iter().collect();
         ahead.append(&mut self.sent.borrow_mut());
         ahead
+    }
+
+    /// BEGIN, to be sent first, while it is unsent; taken, it is sent.
+    fn begin(&self) -> Option<Sent<'c>> {
+        let (sql, client) = (self.unsent.take()?, self.client);
+        Some(Box::pin(async move { client.batch_execute(sql).await }))
     }
 }
 
@@ -625,10 +627,7 @@ impl Sql for PgConn<'_, '_> {
             return self.query_all(statements).map(drop);
         };
         let mut sends: Vec<Sent<'_>> = Vec::with_capacity(statements.len() + 1);
-        if let Some(sql) = pending.unsent.take() {
-            let client = pending.client;
-            sends.push(Box::pin(async move { client.batch_execute(sql).await }));
-        }
+        sends.extend(pending.begin());
         for (sql, params) in statements {
             let sql = numbered_placeholders(sql);
             let statement = match self.tx.own_prepared(&sql) {
@@ -666,7 +665,7 @@ impl Sql for PgConn<'_, '_> {
     /// Reads every answer `send_all` left owed; the first failure is
     /// answered.
     fn flush(&self) -> StoreResult<()> {
-        let Some(pending) = self.pending.filter(|p| p.unsent.get().is_none()) else { return Ok(()) };
+        let Some(pending) = self.pending else { return Ok(()) };
         let sent = std::mem::take(&mut *pending.sent.borrow_mut());
         if sent.is_empty() {
             return Ok(());
