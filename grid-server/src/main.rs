@@ -242,6 +242,12 @@ struct ServeArgs {
     /// variable to the flag: a command line is visible to every user of the machine.
     #[arg(long, env = "GRID_UPSTREAM_PROXY", hide_env_values = true, value_name = "URL")]
     upstream_proxy: Option<String>,
+    /// Certificate authorities (a PEM file) trusted for TLS to https:// upstream proxies, beside
+    /// the public ones: for a proxy whose certificate a private CA signed, as a company's proxy's
+    /// often is (docs/proxies.md). Targets reached through the proxy are checked against the
+    /// public ones only.
+    #[arg(long, value_name = "PEM")]
+    upstream_proxy_ca: Option<PathBuf>,
     /// A non-public address the network attestation of a policy session must find refused.
     #[arg(long, default_value = "http://169.254.169.254/latest/meta-data/")]
     session_probe_url: String,
@@ -743,6 +749,12 @@ async fn build_app(
     configs: Configs,
 ) -> anyhow::Result<Built> {
     let Configs { serve: config, compute: compute_config, sessions: session_config } = configs;
+    if let Some(path) = &args.upstream_proxy_ca {
+        let pem =
+            std::fs::read(path).with_context(|| format!("--upstream-proxy-ca {}: cannot read it", path.display()))?;
+        upstream::trust_proxy_authorities(&pem)
+            .map_err(|why| anyhow::anyhow!("--upstream-proxy-ca {}: {why}", path.display()))?;
+    }
     let default_upstream = session_config.upstream_proxy.clone();
     // A default the guard refuses would fail every request through it: say so now.
     if let Some(proxy) = &default_upstream {

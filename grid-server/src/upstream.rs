@@ -4,7 +4,8 @@
 //! they allow is sent through the upstream, to the address the grid resolved
 //! and checked, never to a name the upstream would resolve again.
 //!
-//! - `http://` and `https://` (TLS to the proxy, webpki roots): HTTP CONNECT
+//! - `http://` and `https://` (TLS to the proxy, webpki roots and the
+//!   operator's `--upstream-proxy-ca`): HTTP CONNECT
 //!   to `ip:port`, `Proxy-Authorization: Basic` when credentials are given.
 //!   Plain-HTTP targets are tunnelled the same way (an upstream that allows
 //!   CONNECT only to port 443 refuses them).
@@ -21,7 +22,7 @@
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -136,14 +137,46 @@ pub async fn connect(upstream: &Upstream, target: SocketAddr) -> Result<Tunnel, 
 }
 
 async fn tls(tcp: TcpStream, host: &str) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
-    let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .map_err(std::io::Error::other)?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let config = match PROXY_TLS.get() {
+        Some(config) => config.clone(),
+        None => Arc::new(proxy_tls(rustls::RootCertStore::empty()).map_err(std::io::Error::other)?),
+    };
     let name = rustls_pki_types::ServerName::try_from(host.to_string()).map_err(std::io::Error::other)?;
-    tokio_rustls::TlsConnector::from(Arc::new(config)).connect(name, tcp).await
+    tokio_rustls::TlsConnector::from(config).connect(name, tcp).await
+}
+
+/// TLS to https:// proxies when the operator named certificate authorities
+/// of their own (`trust_proxy_authorities`); without, `proxy_tls` of the
+/// public ones alone.
+static PROXY_TLS: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
+
+/// Trusts the certificate authorities of `pem` (`--upstream-proxy-ca`), beside
+/// the webpki roots, for TLS to https:// proxies, for the rest of the
+/// process. Fails, saying why, on a file with no certificate or one rustls
+/// cannot use as a root; called once, at start.
+pub fn trust_proxy_authorities(pem: &[u8]) -> Result<(), String> {
+    use rustls_pki_types::pem::PemObject;
+    let certs = rustls_pki_types::CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("not a PEM file of certificates: {e}"))?;
+    if certs.is_empty() {
+        return Err("holds no certificate (PEM, -----BEGIN CERTIFICATE-----)".into());
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    for (i, cert) in certs.into_iter().enumerate() {
+        roots.add(cert).map_err(|e| format!("certificate {} is not a usable authority: {e}", i + 1))?;
+    }
+    let config = proxy_tls(roots).map_err(|e| e.to_string())?;
+    PROXY_TLS.set(Arc::new(config)).map_err(|_| "proxy authorities were set already".to_string())
+}
+
+/// The client side of TLS to a proxy: the webpki roots and `extra`.
+fn proxy_tls(mut extra: rustls::RootCertStore) -> Result<rustls::ClientConfig, rustls::Error> {
+    extra.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    Ok(rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(extra)
+        .with_no_client_auth())
 }
 
 /// How a handshake failed, before it is named with its proxy.
@@ -397,6 +430,20 @@ impl hyper::rt::Write for TunnelIo {
 mod tests {
     use super::*;
     use tokio::io::duplex;
+
+    /// What `--upstream-proxy-ca` refuses, and why (the process-wide
+    /// setting is left alone: every case fails before it).
+    #[test]
+    fn proxy_authorities_must_be_pem_certificates_rustls_can_use() {
+        let no_cert = trust_proxy_authorities(b"not a certificate\n").unwrap_err();
+        assert!(no_cert.starts_with("holds no certificate"), "{no_cert}");
+        let key_only = trust_proxy_authorities(b"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n");
+        assert!(key_only.unwrap_err().starts_with("holds no certificate"));
+        let garbage = b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+        let bad = trust_proxy_authorities(garbage).unwrap_err();
+        assert!(bad.starts_with("certificate 1 is not a usable authority"), "{bad}");
+        assert!(PROXY_TLS.get().is_none());
+    }
 
     fn creds() -> ProxyCredentials {
         ProxyCredentials { username: "alice".into(), password: "s3cret".into() }

@@ -1,6 +1,7 @@
 //! Upstream proxies (issue 29, docs/proxies.md): a lease (and the grid's
 //! `--upstream-proxy` default) sends its browser's allowed traffic through
-//! an HTTP or SOCKS5 proxy started here on 127.0.0.1, which counts what
+//! an HTTP, HTTPS (under a CA of the test's own, which the operator names
+//! with `--upstream-proxy-ca`) or SOCKS5 proxy started here on 127.0.0.1, which counts what
 //! passed through it and the credentials it was given. The grid's own
 //! checks come first (a target the network policy refuses never reaches the
 //! proxy), the proxy's address passes the private-network guard, and the
@@ -42,6 +43,9 @@ struct Seen {
 #[derive(Clone, Copy, PartialEq)]
 enum Kind {
     Http,
+    /// `Http` inside TLS, its certificate (for 127.0.0.1) signed by a CA
+    /// made for the proxy.
+    Https,
     Socks5,
 }
 
@@ -50,6 +54,8 @@ struct TestProxy {
     addr: SocketAddr,
     seen: Arc<Mutex<Seen>>,
     task: tokio::task::JoinHandle<()>,
+    /// An `Https` proxy's CA certificate (PEM), the file an operator trusts.
+    ca_pem: Option<String>,
 }
 
 impl Drop for TestProxy {
@@ -64,23 +70,41 @@ impl TestProxy {
         let addr = listener.local_addr().unwrap();
         let seen = Arc::new(Mutex::new(Seen::default()));
         let s = seen.clone();
+        let (ca_pem, tls) = match kind {
+            Kind::Https => {
+                let (ca_pem, acceptor) = tls_acceptor();
+                (Some(ca_pem), Some(acceptor))
+            }
+            Kind::Http | Kind::Socks5 => (None, None),
+        };
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 s.lock().unwrap().connections += 1;
-                let s = s.clone();
+                let (s, tls) = (s.clone(), tls.clone());
                 tokio::spawn(async move {
-                    let _ = match kind {
-                        Kind::Http => http_proxy(client, &s).await,
-                        Kind::Socks5 => socks5_proxy(client, &s).await,
+                    let _ = match (kind, tls) {
+                        (Kind::Https, Some(tls)) => match tls.accept(client).await {
+                            Ok(client) => http_proxy(client, &s).await,
+                            Err(_) => {
+                                s.lock().unwrap().refused += 1;
+                                Ok(())
+                            }
+                        },
+                        (Kind::Socks5, _) => socks5_proxy(client, &s).await,
+                        _ => http_proxy(client, &s).await,
                     };
                 });
             }
         });
-        TestProxy { addr, seen, task }
+        TestProxy { addr, seen, task, ca_pem }
     }
 
     fn server(&self, kind: Kind) -> String {
-        let scheme = if kind == Kind::Http { "http" } else { "socks5" };
+        let scheme = match kind {
+            Kind::Http => "http",
+            Kind::Https => "https",
+            Kind::Socks5 => "socks5",
+        };
         format!("{scheme}://{}", self.addr)
     }
 
@@ -93,8 +117,35 @@ fn good(user: &str, pass: &str) -> bool {
     user == USER && pass == CANARY
 }
 
+/// A CA made here and a TLS acceptor for 127.0.0.1 under it: the CA's
+/// certificate as PEM, for `--upstream-proxy-ca`.
+fn tls_acceptor() -> (String, tokio_rustls::TlsAcceptor) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, SanType};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::default();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    ca.distinguished_name.push(DnType::CommonName, "grid test proxy CA");
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca, ca_key);
+    let leaf_key = KeyPair::generate().unwrap();
+    let mut leaf = CertificateParams::default();
+    leaf.subject_alt_names = vec![SanType::IpAddress(std::net::Ipv4Addr::LOCALHOST.into())];
+    let leaf_cert = leaf.signed_by(&leaf_key, &issuer).unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into());
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![leaf_cert.der().clone()], key)
+        .unwrap();
+    (ca_cert.pem(), tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+}
+
 /// CONNECT only, `Proxy-Authorization: Basic` checked.
-async fn http_proxy(mut client: TcpStream, seen: &Mutex<Seen>) -> std::io::Result<()> {
+async fn http_proxy<S>(mut client: S, seen: &Mutex<Seen>) -> std::io::Result<()>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
@@ -229,7 +280,14 @@ async fn wait_for<T>(what: &str, server: &GridServer, mut check: impl FnMut() ->
 async fn a_session_loads_a_page_through(kind: Kind) {
     let proxy = TestProxy::start(kind).await;
     let target = Target::start();
-    let server = GridServer::start(ServerOptions::default());
+    let ca = tempfile::tempdir().unwrap();
+    let mut options = ServerOptions::default();
+    if let Some(pem) = &proxy.ca_pem {
+        let path = ca.path().join("proxy-ca.pem");
+        std::fs::write(&path, pem).unwrap();
+        options.extra_args = vec!["--upstream-proxy-ca".into(), path.display().to_string()];
+    }
+    let server = GridServer::start(options);
     let (lease, mut cdp) = lease_running(&server, proxy_body(&proxy.server(kind), CANARY)).await;
     let text = page_text(&server, &mut cdp, &target.url("/page/7")).await;
     assert!(text.contains("page 7"), "the page did not load through the proxy: {text}");
@@ -254,6 +312,65 @@ async fn a_session_loads_a_page_through_an_http_proxy() {
 #[tokio::test]
 async fn a_session_loads_a_page_through_a_socks5_proxy() {
     a_session_loads_a_page_through(Kind::Socks5).await;
+}
+
+/// TLS to the proxy, its certificate checked against the CA the operator
+/// named (`--upstream-proxy-ca`).
+#[tokio::test]
+async fn a_session_loads_a_page_through_an_https_proxy_under_the_operators_ca() {
+    a_session_loads_a_page_through(Kind::Https).await;
+}
+
+/// Without the operator's CA, the public roots do not know the proxy's
+/// issuer: the page names the proxy and TLS, and the proxy opens no tunnel.
+/// A batch's `fetch` item fails the same way, its reason naming both.
+#[tokio::test]
+async fn an_https_proxy_under_an_unknown_ca_fails_naming_tls() {
+    let proxy = TestProxy::start(Kind::Https).await;
+    let target = Target::start();
+    let server = GridServer::start(ServerOptions::default());
+    let (_lease, mut cdp) = lease_running(&server, proxy_body(&proxy.server(Kind::Https), CANARY)).await;
+    let text = page_text(&server, &mut cdp, &target.url("/page/3")).await;
+    let why = format!("upstream proxy https://{} could not be reached: TLS: invalid peer certificate", proxy.addr);
+    assert!(text.contains(&why), "the page shows: {text}");
+    let body = json!({"urls": [target.url("/page/4")], "script": "fetch",
+                      "proxy": {"server": proxy.server(Kind::Https), "username": USER, "password": CANARY}});
+    let id = server.submit_as(server.api_key(), &body).await;
+    let failed = server.wait_batch_done(&id, Duration::from_secs(90)).await;
+    assert_eq!(failed["counts"]["failed"], 1, "{failed}");
+    let reason = failed["jobs"][0]["failedReason"].as_str().unwrap_or_default();
+    assert!(reason.contains(&why), "{failed}");
+    assert_eq!(target.hits("/page/3") + target.hits("/page/4"), 0);
+    let seen = proxy.seen();
+    assert!(seen.tunnels.is_empty() && seen.logins.is_empty() && seen.refused >= 2, "{seen:?}");
+}
+
+/// A `--upstream-proxy-ca` the grid cannot use stops it at start, naming
+/// the flag, the file and why.
+#[test]
+fn an_unusable_upstream_proxy_ca_stops_the_server_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = grid_tests::server::free_port();
+    let start = |ca: &Path| {
+        let mut cmd = std::process::Command::new(grid_tests::bins::grid_server_bin());
+        grid_tests::bins::scrub_env(&mut cmd);
+        let out = cmd
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+            .arg(dir.path().join("data"))
+            .arg("--upstream-proxy-ca")
+            .arg(ca)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    let missing = dir.path().join("missing.pem");
+    let stderr = start(&missing);
+    assert!(stderr.contains(&format!("--upstream-proxy-ca {}: cannot read it", missing.display())), "{stderr}");
+    let empty = dir.path().join("empty.pem");
+    std::fs::write(&empty, "not a certificate\n").unwrap();
+    let stderr = start(&empty);
+    assert!(stderr.contains(&format!("--upstream-proxy-ca {}: holds no certificate", empty.display())), "{stderr}");
 }
 
 #[tokio::test]
