@@ -139,15 +139,19 @@ pub async fn connect(upstream: &Upstream, target: SocketAddr) -> Result<Tunnel, 
 async fn tls(tcp: TcpStream, host: &str) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
     let config = match PROXY_TLS.get() {
         Some(config) => config.clone(),
-        None => Arc::new(proxy_tls(rustls::RootCertStore::empty()).map_err(std::io::Error::other)?),
+        None => {
+            let public = Arc::new(proxy_tls(rustls::RootCertStore::empty()).map_err(std::io::Error::other)?);
+            PROXY_TLS.get_or_init(|| public).clone()
+        }
     };
     let name = rustls_pki_types::ServerName::try_from(host.to_string()).map_err(std::io::Error::other)?;
     tokio_rustls::TlsConnector::from(config).connect(name, tcp).await
 }
 
-/// TLS to https:// proxies when the operator named certificate authorities
-/// of their own (`trust_proxy_authorities`); without, `proxy_tls` of the
-/// public ones alone.
+/// TLS to https:// proxies, one configuration for the process: with the
+/// certificate authorities the operator named (`trust_proxy_authorities`,
+/// at start, before any connection), else the public ones alone, made at
+/// the first connection.
 static PROXY_TLS: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
 
 /// Trusts the certificate authorities of `pem` (`--upstream-proxy-ca`), beside
@@ -431,8 +435,8 @@ mod tests {
     use super::*;
     use tokio::io::duplex;
 
-    /// What `--upstream-proxy-ca` refuses, and why (the process-wide
-    /// setting is left alone: every case fails before it).
+    /// What `--upstream-proxy-ca` refuses, and why (each case fails before
+    /// the process-wide setting is made).
     #[test]
     fn proxy_authorities_must_be_pem_certificates_rustls_can_use() {
         let no_cert = trust_proxy_authorities(b"not a certificate\n").unwrap_err();
@@ -442,7 +446,6 @@ mod tests {
         let garbage = b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
         let bad = trust_proxy_authorities(garbage).unwrap_err();
         assert!(bad.starts_with("certificate 1 is not a usable authority"), "{bad}");
-        assert!(PROXY_TLS.get().is_none());
     }
 
     fn creds() -> ProxyCredentials {
