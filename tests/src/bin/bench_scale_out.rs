@@ -481,28 +481,37 @@ async fn main() {
     // Each ratio twice: of the set-ups' medians, and the median of each
     // round's own ratio. A round runs its set-ups back to back, so the
     // second pairs runs made at the same speed of the machine, which moved
-    // by a third within a session (docs/scale-out.md, "Capacity").
-    let paired = |f: &dyn Fn(&[&Run]) -> f64| {
-        median((0..rounds).map(|i| f(&all.iter().map(|runs| &runs[i]).collect::<Vec<_>>())).collect())
+    // by a third within a session (docs/scale-out.md, "Capacity"). The
+    // rounds' own ratios are printed too, lowest to highest: how far one
+    // round's verdict on a goal can be from another's.
+    let paired = |f: &dyn Fn(&[&Run]) -> f64| -> (f64, Vec<f64>) {
+        let mut own: Vec<f64> = (0..rounds).map(|i| f(&all.iter().map(|runs| &runs[i]).collect::<Vec<_>>())).collect();
+        own.sort_by(f64::total_cmp);
+        (median(own.clone()), own)
     };
+    let listed = |own: &[f64]| own.iter().map(|r| format!("{r:.3}")).collect::<Vec<_>>().join(", ");
     let base = &results[0];
     let mut ratios = vec![];
     for (i, ((label, _, _), r)) in setups.iter().zip(&results).enumerate().skip(1) {
-        let (of_medians, of_rounds) = (
+        let (of_medians, (of_rounds, own)) = (
             r.items_per_second / base.items_per_second,
             paired(&|runs| runs[i].items_per_second / runs[0].items_per_second),
         );
-        println!("ratio {label} / 1 node SQLite: {of_medians:.3} items/s (median of the rounds' own: {of_rounds:.3})");
-        ratios.push(json!({"ratio": format!("{label} / 1 node, SQLite, items/s"), "ofMedians": of_medians, "medianOfRounds": of_rounds}));
+        println!(
+            "ratio {label} / 1 node SQLite: {of_medians:.3} items/s (median of the rounds' own: {of_rounds:.3}; each: {})",
+            listed(&own)
+        );
+        ratios.push(json!({"ratio": format!("{label} / 1 node, SQLite, items/s"), "ofMedians": of_medians, "medianOfRounds": of_rounds, "rounds": own}));
     }
-    let (of_medians, of_rounds) = (
+    let (of_medians, (of_rounds, own)) = (
         results[2].items_per_cpu_second() / results[1].items_per_cpu_second(),
         paired(&|runs| runs[2].items_per_cpu_second() / runs[1].items_per_cpu_second()),
     );
     println!(
-        "ratio 3 nodes / 1 node on PostgreSQL: {of_medians:.3} items per CPU-second (median of the rounds' own: {of_rounds:.3})"
+        "ratio 3 nodes / 1 node on PostgreSQL: {of_medians:.3} items per CPU-second (median of the rounds' own: {of_rounds:.3}; each: {})",
+        listed(&own)
     );
-    ratios.push(json!({"ratio": "3 nodes / 1 node, PostgreSQL, items per CPU-second", "ofMedians": of_medians, "medianOfRounds": of_rounds}));
+    ratios.push(json!({"ratio": "3 nodes / 1 node, PostgreSQL, items per CPU-second", "ofMedians": of_medians, "medianOfRounds": of_rounds, "rounds": own}));
     println!(
         "{}",
         json!({
