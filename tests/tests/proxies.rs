@@ -1,12 +1,12 @@
 //! Upstream proxies (issue 29, docs/proxies.md): a lease (and the grid's
 //! `--upstream-proxy` default) sends its browser's allowed traffic through
 //! an HTTP, HTTPS (under a CA of the test's own, which the operator names
-//! with `--upstream-proxy-ca`) or SOCKS5 proxy started here on 127.0.0.1, which counts what
-//! passed through it and the credentials it was given. The grid's own
-//! checks come first (a target the network policy refuses never reaches the
-//! proxy), the proxy's address passes the private-network guard, and the
-//! password is nowhere: not in the server's log, not in an answer, not in
-//! clear under the data dir.
+//! with `--upstream-proxy-ca`) or SOCKS5 proxy started here on 127.0.0.1,
+//! which counts what passed through it and the credentials it was given.
+//! The grid's own checks come first (a target the network policy refuses
+//! never reaches the proxy), the proxy's address passes the private-network
+//! guard, and the password is nowhere: not in the server's log, not in an
+//! answer, not in clear under the data dir.
 //!
 //! Every test starts its own grid-server (and so its own browsers).
 
@@ -83,15 +83,16 @@ impl TestProxy {
                 let (s, tls) = (s.clone(), tls.clone());
                 tokio::spawn(async move {
                     let _ = match (kind, tls) {
-                        (Kind::Https, Some(tls)) => match tls.accept(client).await {
+                        // A handshake the grid gave up on is a refusal too.
+                        (_, Some(tls)) => match tls.accept(client).await {
                             Ok(client) => http_proxy(client, &s).await,
                             Err(_) => {
                                 s.lock().unwrap().refused += 1;
                                 Ok(())
                             }
                         },
-                        (Kind::Socks5, _) => socks5_proxy(client, &s).await,
-                        _ => http_proxy(client, &s).await,
+                        (Kind::Socks5, None) => socks5_proxy(client, &s).await,
+                        (_, None) => http_proxy(client, &s).await,
                     };
                 });
             }
