@@ -27,7 +27,7 @@ pub struct Sqlite {
     path: PathBuf,
     writer: Mutex<Connection>,
     /// Copies the WAL into the database file beside the writer.
-    checkpoints: Checkpointer,
+    pub(super) checkpoints: Checkpointer,
     readers: Mutex<Vec<Connection>>,
     busy_timeout: Duration,
 }
