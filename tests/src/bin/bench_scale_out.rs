@@ -484,34 +484,36 @@ async fn main() {
     // by a third within a session (docs/scale-out.md, "Capacity"). The
     // rounds' own ratios are printed too, lowest to highest: how far one
     // round's verdict on a goal can be from another's.
-    let paired = |f: &dyn Fn(&[&Run]) -> f64| -> (f64, Vec<f64>) {
-        let mut own: Vec<f64> = (0..rounds).map(|i| f(&all.iter().map(|runs| &runs[i]).collect::<Vec<_>>())).collect();
-        own.sort_by(f64::total_cmp);
-        (median(own.clone()), own)
+    let paired = |f: &dyn Fn(&[&Run]) -> f64| -> Vec<f64> {
+        (0..rounds).map(|i| f(&all.iter().map(|runs| &runs[i]).collect::<Vec<_>>())).collect()
     };
-    let listed = |own: &[f64]| own.iter().map(|r| format!("{r:.3}")).collect::<Vec<_>>().join(", ");
-    let base = &results[0];
     let mut ratios = vec![];
+    // One ratio's line and its JSON: `shown` on the line, `named` in the
+    // JSON, `unit` after the figure.
+    let mut report = |shown: &str, named: String, unit: &str, of_medians: f64, mut own: Vec<f64>| {
+        own.sort_by(f64::total_cmp);
+        let of_rounds = median(own.clone());
+        let each = own.iter().map(|r| format!("{r:.3}")).collect::<Vec<_>>().join(", ");
+        println!("ratio {shown}: {of_medians:.3} {unit} (median of the rounds' own: {of_rounds:.3}; each: {each})");
+        ratios.push(json!({"ratio": named, "ofMedians": of_medians, "medianOfRounds": of_rounds, "rounds": own}));
+    };
+    let base = &results[0];
     for (i, ((label, _, _), r)) in setups.iter().zip(&results).enumerate().skip(1) {
-        let (of_medians, (of_rounds, own)) = (
+        report(
+            &format!("{label} / 1 node SQLite"),
+            format!("{label} / 1 node, SQLite, items/s"),
+            "items/s",
             r.items_per_second / base.items_per_second,
             paired(&|runs| runs[i].items_per_second / runs[0].items_per_second),
         );
-        println!(
-            "ratio {label} / 1 node SQLite: {of_medians:.3} items/s (median of the rounds' own: {of_rounds:.3}; each: {})",
-            listed(&own)
-        );
-        ratios.push(json!({"ratio": format!("{label} / 1 node, SQLite, items/s"), "ofMedians": of_medians, "medianOfRounds": of_rounds, "rounds": own}));
     }
-    let (of_medians, (of_rounds, own)) = (
+    report(
+        "3 nodes / 1 node on PostgreSQL",
+        "3 nodes / 1 node, PostgreSQL, items per CPU-second".into(),
+        "items per CPU-second",
         results[2].items_per_cpu_second() / results[1].items_per_cpu_second(),
         paired(&|runs| runs[2].items_per_cpu_second() / runs[1].items_per_cpu_second()),
     );
-    println!(
-        "ratio 3 nodes / 1 node on PostgreSQL: {of_medians:.3} items per CPU-second (median of the rounds' own: {of_rounds:.3}; each: {})",
-        listed(&own)
-    );
-    ratios.push(json!({"ratio": "3 nodes / 1 node, PostgreSQL, items per CPU-second", "ofMedians": of_medians, "medianOfRounds": of_rounds, "rounds": own}));
     println!(
         "{}",
         json!({
