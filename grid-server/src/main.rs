@@ -259,6 +259,11 @@ struct ServeArgs {
     /// "Contexts"): a session's end whose state is larger saves nothing and keeps the state before.
     #[arg(long, default_value_t = sessions::context::DEFAULT_MAX_BYTES / 1024, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
     context_max_kib: u64,
+    /// How often a live session that persists its context saves a save point of it, in seconds:
+    /// every cookie and the storage of the origins its pages show (docs/sessions.md, "Contexts"),
+    /// so that a browser lost later keeps what was saved. 0 saves only at the session's end.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(0..=86_400))]
+    context_save_every_secs: u64,
     /// How long a session's downloaded files stay after the session ends, in seconds.
     #[arg(long, default_value_t = 900)]
     session_download_grace_secs: u64,
@@ -723,6 +728,8 @@ fn configs(
             min_interval_ms: grid_core::recording::MIN_FRAME_INTERVAL_MS,
         },
         context_max_bytes: args.context_max_kib * 1024,
+        context_save_every: (args.context_save_every_secs > 0)
+            .then(|| Duration::from_secs(args.context_save_every_secs)),
         upstream_proxy,
     };
     Ok(Configs { serve: config, compute: compute_config, sessions: session_config })

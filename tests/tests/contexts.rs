@@ -243,6 +243,58 @@ async fn contexts_keep_a_sign_in(first: &GridServer, second: &GridServer, target
     assert_eq!(r.status, 404, "{r}");
 }
 
+fn iso_ms(v: &Value) -> i64 {
+    let s = v.as_str().unwrap_or_else(|| panic!("not a timestamp: {v}"));
+    chrono::DateTime::parse_from_rfc3339(s).unwrap_or_else(|e| panic!("{s}: {e}")).timestamp_millis()
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// A browser lost in the middle of a session (here crashed by its lessee)
+/// keeps what its last save point read: a sign-in made after the lease and
+/// saved by a save point, while the session still held the context, is
+/// there in the next session. Before save points, only an end saved, and a
+/// lost browser took the whole session's sign-in with it.
+#[tokio::test]
+async fn a_save_point_keeps_a_sign_in_when_the_browser_is_lost() {
+    let target = Target::start();
+    let mut opts = options();
+    opts.extra_args.extend(["--context-save-every-secs".into(), "1".into()]);
+    let server = GridServer::start(opts);
+    let key = server.api_key().to_string();
+    let page = target.url("/page/1");
+    let id = create_context(&server, &key).await;
+    let persist = json!({"ttlMinutes": 10, "context": {"id": id, "persist": true}});
+    let (a, a_url, _) = running(&server, &key, persist.clone()).await;
+
+    let secret = canary();
+    let signed_in = playwright(&server, &a_url, &page, &["signin-open", &secret]).await;
+    assert_eq!(signed_in["user"], json!(secret), "{signed_in}");
+    let signed_in_at = now_ms();
+    // A save point that began after the sign-in, stored while the session
+    // still holds the context.
+    let saved = wait_context(&server, &key, &id, "a save point after the sign-in", |c| {
+        c["sessionId"] == json!(a) && c["savedAt"].is_string() && iso_ms(&c["savedAt"]) > signed_in_at
+    })
+    .await;
+    assert!(saved["sizeBytes"].as_u64().unwrap_or(0) > 0, "{saved}");
+
+    let crashed = playwright(&server, &a_url, "-", &["crash"]).await;
+    assert_eq!(crashed["crashed"], json!(true), "{crashed}");
+    wait_context(&server, &key, &id, "the lost session letting the context go", |c| c["sessionId"].is_null()).await;
+
+    let (b, b_url, _) = running(&server, &key, persist).await;
+    let seen = playwright(&server, &b_url, &page, &["check"]).await;
+    assert_eq!(seen["user"], json!(secret), "localStorage of the save point not restored: {seen}");
+    assert!(
+        seen["cookie"].as_str().unwrap_or("").contains(&format!("grid_signin={secret}")),
+        "cookie of the save point not restored: {seen}"
+    );
+    release(&server, &key, &b).await;
+}
+
 #[tokio::test]
 async fn a_context_keeps_a_sign_in_across_sessions() {
     let target = Target::start();

@@ -172,6 +172,78 @@ pub async fn capture(cdp: &Connection, origins: &BTreeSet<String>) -> Result<Sta
     Ok(state)
 }
 
+/// A save point of a live session (`--context-save-every-secs`): every
+/// cookie, and the storage of the origins open in its pages now, each read
+/// in a world of the grid's own on a page the lessee already has
+/// (`Page.createIsolatedWorld`: the page's scripts cannot see or change
+/// it). Nothing is opened: unlike `capture`, no page the lessee's client
+/// could see appears. An origin no page shows keeps what `last` held for
+/// it; an origin a page shows with empty storage is dropped, as `capture`
+/// drops it. Pages of contexts a client created are not the default
+/// context's and are not read.
+pub async fn save_point(cdp: &Connection, last: &State) -> Result<State, CdpError> {
+    let cookies = cdp.send(None, "Storage.getCookies", json!({})).await?;
+    let cookies = cookies["cookies"].as_array().cloned().unwrap_or_default();
+    let targets = cdp.send(None, "Target.getTargets", json!({})).await?;
+    let created = cdp.send(None, "Target.getBrowserContexts", json!({})).await?;
+    let created: BTreeSet<&str> =
+        created["browserContextIds"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+    let mut read: Vec<OriginStorage> = Vec::new();
+    let mut seen = BTreeSet::new();
+    for t in targets["targetInfos"].as_array().into_iter().flatten() {
+        let in_default = !t["browserContextId"].as_str().is_some_and(|c| created.contains(c));
+        let Some(origin) = t["url"].as_str().and_then(origin_of) else { continue };
+        if t["type"] != "page" || !in_default || seen.contains(&origin) || seen.len() >= MAX_ORIGINS {
+            continue;
+        }
+        let Some(target_id) = t["targetId"].as_str() else { continue };
+        // A page that closed or navigated away meanwhile is skipped: its
+        // origin keeps what it held.
+        if let Ok(Some(storage)) = read_open_page(cdp, target_id).await {
+            if seen.insert(storage.origin.clone()) && !storage.local_storage.is_empty() {
+                read.push(storage);
+            }
+        }
+    }
+    let kept = last.origins.iter().filter(|o| !seen.contains(&o.origin)).cloned();
+    let mut origins: Vec<OriginStorage> = kept.chain(read).collect();
+    origins.sort_by(|a, b| a.origin.cmp(&b.origin));
+    Ok(State { cookies, origins })
+}
+
+/// The origin and storage of the page `target_id` shows, read in a world of
+/// the grid's own; the grid's DevTools session on it detached after.
+async fn read_open_page(cdp: &Connection, target_id: &str) -> Result<Option<OriginStorage>, CdpError> {
+    let attached = cdp.send(None, "Target.attachToTarget", json!({"targetId": target_id, "flatten": true})).await?;
+    let session = attached["sessionId"].as_str().unwrap_or_default().to_string();
+    let read = async {
+        // A page's main frame has the target's id.
+        let world = cdp
+            .send(
+                Some(&session),
+                "Page.createIsolatedWorld",
+                json!({"frameId": target_id, "worldName": "grid-context"}),
+            )
+            .await?;
+        let expression = "JSON.stringify([location.origin, Object.entries(localStorage)])";
+        let value = cdp
+            .send(
+                Some(&session),
+                "Runtime.evaluate",
+                json!({"expression": expression, "contextId": world["executionContextId"], "returnByValue": true}),
+            )
+            .await?;
+        let pair: Option<(String, Vec<(String, String)>)> =
+            value["result"]["value"].as_str().and_then(|s| serde_json::from_str(s).ok());
+        Ok(pair.and_then(|(origin, local_storage)| {
+            origin_of(&origin).map(|origin| OriginStorage { origin, local_storage })
+        }))
+    }
+    .await;
+    let _ = cdp.send(None, "Target.detachFromTarget", json!({"sessionId": session})).await;
+    read
+}
+
 /// An empty page the grid answers for every origin it opens.
 const EMPTY_PAGE_BASE64: &str = "PCFkb2N0eXBlIGh0bWw+PHRpdGxlPjwvdGl0bGU+"; // <!doctype html><title></title>
 

@@ -91,6 +91,9 @@ pub struct SessionConfig {
     pub recording: grid_core::recording::Bounds,
     /// Bound of a context's sealed state (`context.rs`).
     pub context_max_bytes: u64,
+    /// How often a live `persist` session's context gets a save point
+    /// (`context::save_point`); none when `None`.
+    pub context_save_every: Option<Duration>,
     /// The grid's default upstream proxy (`--upstream-proxy`, credentials
     /// included) for leases that name none (docs/proxies.md).
     pub upstream_proxy: Option<UpstreamProxy>,
@@ -375,8 +378,9 @@ struct Started {
     ready_at: Millis,
     attestation: Attestation,
     network: Option<NetworkAttestation>,
-    /// The origins its pages open, for a context saved back at its end.
-    origins: Option<context::Origins>,
+    /// The origins its pages open, for a context saved back at its end,
+    /// and the state it was loaded with.
+    origins: Option<(context::Origins, context::State)>,
 }
 
 /// The end of a session on its context, stored: the context free again,
@@ -407,6 +411,17 @@ async fn save_context(
     origins: &context::Origins,
 ) -> Finish {
     let read = tokio::time::timeout(context::STATE_TIMEOUT, context::capture(&browser.cdp, &origins.get())).await;
+    sealed_within_bound(app, account, context_id, read).await
+}
+
+/// A state read for a save, sealed and held to the bound; a read that
+/// failed or took too long keeps the state saved before.
+async fn sealed_within_bound(
+    app: &Sessions,
+    account: &str,
+    context_id: &str,
+    read: Result<Result<context::State, crate::browser::cdp::CdpError>, tokio::time::error::Elapsed>,
+) -> Finish {
     let state = match read {
         Ok(Ok(state)) => state,
         Ok(Err(e)) => {
@@ -430,6 +445,63 @@ async fn save_context(
         Err(why) => {
             tracing::warn!(context = context_id, reason = %why, "context save refused");
             Finish::Refused(why)
+        }
+    }
+}
+
+/// Save points of a live `persist` session's context, every
+/// `--context-save-every-secs` (docs/sessions.md, "Contexts"), so that a
+/// browser lost later does not take everything since its lease with it.
+/// `last` is the state as loaded, then as last stored; a state unchanged
+/// since is not stored again.
+struct SavePoints {
+    every: Duration,
+    next: tokio::time::Instant,
+    last: context::State,
+}
+
+impl SavePoints {
+    fn new(every: Duration, loaded: context::State) -> SavePoints {
+        SavePoints { every, next: tokio::time::Instant::now() + every, last: loaded }
+    }
+
+    /// Resolves when the next save point is due; never without save points.
+    async fn due(points: &Option<SavePoints>) {
+        match points {
+            Some(p) => tokio::time::sleep_until(p.next).await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// One save point of session `id` on `context_id`.
+    async fn save(&mut self, app: &Sessions, browser: &BrowserProcess, account: &str, context_id: &str, id: &str) {
+        self.next = tokio::time::Instant::now() + self.every;
+        // Stamped with the moment the read began: the state is at least as
+        // new as `savedAt` says.
+        let at = app.driver.now();
+        let read = tokio::time::timeout(context::STATE_TIMEOUT, context::save_point(&browser.cdp, &self.last)).await;
+        let state = match &read {
+            Ok(Ok(state)) if *state == self.last => return,
+            Ok(Ok(state)) => Some(state.clone()),
+            _ => None,
+        };
+        let how = sealed_within_bound(app, account, context_id, read).await;
+        if matches!(how, Finish::Keep) {
+            return;
+        }
+        let (c, s) = (context_id.to_string(), id.to_string());
+        let stored = app.store.write_rows(move |tx| contexts::save_point(tx, &c, &s, &how, at)).await;
+        match stored {
+            Ok(true) => {
+                if let Some(state) = state {
+                    self.last = state;
+                }
+                tracing::debug!(context = context_id, "context save point stored");
+            }
+            Ok(false) => {
+                tracing::warn!(context = context_id, "the context was taken over or deleted; save point dropped")
+            }
+            Err(e) => tracing::warn!(context = context_id, error = %e, "the context's save point was not stored"),
         }
     }
 }
@@ -473,6 +545,10 @@ async fn run(
         _ = stopped(&mut ended) => return Ok(()),
     };
     let Started { mut browser, ready_at, attestation, network, origins } = started;
+    let mut save_points = match (&sub.context, &origins, app.config.context_save_every) {
+        (Some(c), Some((_, loaded)), Some(every)) if c.persist => Some(SavePoints::new(every, loaded.clone())),
+        _ => None,
+    };
     match driver.ready(id, ready_at, attestation, network).await {
         Ok(_) => {}
         // Ended (or past its expiry) while starting.
@@ -484,13 +560,21 @@ async fn run(
     }
     let _ = endpoint.send(Some(Endpoint { cdp: browser.cdp.clone(), version: browser.version.clone() }));
     tracing::info!(pid = browser.pid, uid = browser.uid(), "session running");
-    let outcome = tokio::select! {
-        status = browser.child.wait() => Err(format!("the session browser exited ({status:?})")),
-        _ = stopped(&mut ended) => Ok(()),
+    let outcome = loop {
+        tokio::select! {
+            status = browser.child.wait() => break Err(format!("the session browser exited ({status:?})")),
+            _ = stopped(&mut ended) => break Ok(()),
+            _ = SavePoints::due(&save_points) => {
+                if let (Some(points), Some(c)) = (&mut save_points, &sub.context) {
+                    points.save(app, &browser, account, &c.id, id).await;
+                }
+            }
+        }
     };
     // An end stopped it (release, expiry): a `persist` context gets the
-    // state back before the browser goes. A lost browser saves nothing.
-    if let (Ok(()), Some(c), Some(origins)) = (&outcome, &sub.context, &origins) {
+    // state back before the browser goes. A lost browser saves nothing
+    // more: its last save point stays.
+    if let (Ok(()), Some(c), Some((origins, _))) = (&outcome, &sub.context, &origins) {
         if c.persist {
             *finish = save_context(app, &browser, account, &c.id, origins).await;
         }
@@ -559,6 +643,7 @@ async fn start(app: &Sessions, id: &str, account: &str, sub: &SessionSubmission)
                 .await
                 .map_err(|_| "the context's state was not loaded in time".to_string())?
                 .map_err(|e| format!("the context's state was not loaded: {e}"))?;
+            let origins = (origins, state);
             attestation.context = Some(AttestedContext {
                 context_id: c.id.clone(),
                 state_sha256: format!("sha256:{}", sha256_hex(&plain)),
@@ -828,6 +913,7 @@ mod tests {
             downloads: DownloadConfig { limit_bytes: 1 << 20, grace: Duration::from_secs(60) },
             recording: Default::default(),
             context_max_bytes: context::DEFAULT_MAX_BYTES,
+            context_save_every: None,
             upstream_proxy: None,
         };
         let peers = Arc::new(Peers::new(store.clone(), "credential".into()));

@@ -159,15 +159,33 @@ pub enum Finish {
 /// kept, and the context free again. Nothing happens unless `session`
 /// still holds it. Whether anything was stored.
 pub fn finish(tx: &Conn, id: &str, session: &str, how: &Finish, now: Millis) -> StoreResult<bool> {
+    store(tx, id, session, how, now, "holder = NULL")
+}
+
+/// A save point of session `session` on context `id` while it lives
+/// (`--context-save-every-secs`): stored as `finish` stores a save or a
+/// refusal, but the session keeps the context. Nothing happens unless
+/// `session` still holds it. Whether anything was stored.
+pub fn save_point(tx: &Conn, id: &str, session: &str, how: &Finish, now: Millis) -> StoreResult<bool> {
+    store(tx, id, session, how, now, "holder = holder")
+}
+
+/// `how` stored for `session`'s hold on `id`, the holder set as `holder`
+/// says (a constant assignment of this module's).
+fn store(tx: &Conn, id: &str, session: &str, how: &Finish, now: Millis, holder: &str) -> StoreResult<bool> {
     let n = match how {
-        Finish::Keep => tx.execute("UPDATE contexts SET holder = NULL WHERE id = ?1 AND holder = ?2", [id, session])?,
+        Finish::Keep => {
+            tx.execute(&format!("UPDATE contexts SET {holder} WHERE id = ?1 AND holder = ?2"), [id, session])?
+        }
         Finish::Save(sealed) => tx.execute(
-            "UPDATE contexts SET holder = NULL, state = ?1, size_bytes = ?2, saved_at = ?3, last_save_refused = NULL
-              WHERE id = ?4 AND holder = ?5",
+            &format!(
+                "UPDATE contexts SET {holder}, state = ?1, size_bytes = ?2, saved_at = ?3, last_save_refused = NULL
+                  WHERE id = ?4 AND holder = ?5"
+            ),
             params![sealed, sealed.len() as i64, now.0, id, session],
         )?,
         Finish::Refused(why) => tx.execute(
-            "UPDATE contexts SET holder = NULL, last_save_refused = ?1 WHERE id = ?2 AND holder = ?3",
+            &format!("UPDATE contexts SET {holder}, last_save_refused = ?1 WHERE id = ?2 AND holder = ?3"),
             params![why, id, session],
         )?,
     };
@@ -199,6 +217,14 @@ mod tests {
         // stores nothing.
         store.write_blocking(|tx| take(tx, &account, &id, "ses_1", Millis(2))).unwrap();
         assert_eq!(store.read_blocking(|c| saving(c, &id)).unwrap(), Some("ses_1".into()));
+        // A save point stores under the holder and keeps it the holder.
+        let point = Finish::Save(vec![9]);
+        assert!(!store.write_blocking(|tx| save_point(tx, &id, "ses_0", &point, Millis(3))).unwrap(), "not the holder");
+        assert!(store.write_blocking(|tx| save_point(tx, &id, "ses_1", &point, Millis(3))).unwrap());
+        assert_eq!(store.read_blocking(|c| sealed_state(c, &id)).unwrap(), Some(vec![9]));
+        let held = store.read_blocking(|c| list(c, &account)).unwrap().remove(0);
+        assert_eq!((held.size_bytes, held.saved_at), (1, Some(Millis(3))));
+        assert_eq!(store.read_blocking(|c| holder(c, &id)).unwrap().and_then(|h| h.session), Some("ses_1".into()));
         let save = Finish::Save(vec![1, 2]);
         assert!(!store.write_blocking(|tx| finish(tx, &id, "ses_0", &save, Millis(3))).unwrap(), "not the holder");
         assert!(store.write_blocking(|tx| finish(tx, &id, "ses_1", &save, Millis(3))).unwrap());
