@@ -106,6 +106,9 @@ struct Routes {
     /// Target sessions the grid attached whose announcement is still to
     /// come (the reply came first): never shown to a client.
     grid_attached: std::collections::HashSet<String>,
+    /// Target sessions the grid attached at the browser's level, until
+    /// they detach: their detachment is shown to no client either.
+    grid_owned: std::collections::HashSet<String>,
 }
 
 struct Shared {
@@ -441,6 +444,9 @@ impl Shared {
                 if let (false, Waiter::Grid(..), Some(child)) = (announced, &waiter, &child) {
                     routes.grid_attached.insert(child.clone());
                 }
+                if let (Waiter::Grid(..), Some(child)) = (&waiter, &child) {
+                    routes.grid_owned.insert(child.clone());
+                }
             }
             match waiter {
                 Waiter::Grid(tx, _) => {
@@ -466,12 +472,19 @@ impl Shared {
             return;
         }
         // A target session gone: what was sent on it is never answered,
-        // and it is nobody's any more.
+        // and it is nobody's any more. Its detachment is news to its
+        // attacher alone, as its announcement was: another client reads a
+        // detachment by its target (Playwright takes its page for closed),
+        // and the grid's own sessions come and go on the lessee's pages.
+        let mut detached_owner = None;
         if msg["method"] == "Target.detachedFromTarget" {
             if let Some(child) = msg["params"]["sessionId"].as_str() {
                 routes.fail_pending_on(child);
                 routes.grid_attached.remove(child);
-                routes.owners.remove(child);
+                if routes.grid_owned.remove(child) && msg.get("sessionId").is_none() {
+                    return;
+                }
+                detached_owner = routes.owners.remove(child);
             }
         }
         let session = msg.get("sessionId").and_then(Value::as_str).map(str::to_string);
@@ -486,16 +499,22 @@ impl Shared {
             return;
         }
         // Not the grid's: the owning client's, or every client's.
-        let mut owner = session.as_ref().and_then(|s| routes.owners.get(s)).copied();
+        let mut owner = session.as_ref().and_then(|s| routes.owners.get(s)).copied().or(detached_owner);
         if msg["method"] == "Target.attachedToTarget" {
             let child = msg["params"]["sessionId"].as_str().unwrap_or_default().to_string();
             if session.is_none() {
                 // A browser-level attach's announcement: the attacher's alone.
                 let target = msg["params"]["targetInfo"]["targetId"].as_str().unwrap_or_default();
-                let attacher = match routes.attaching.remove(target) {
-                    Some(attacher) => Some(attacher),
-                    None if routes.grid_attached.remove(&child) => Some(None),
-                    None => routes.owners.get(&child).map(|c| Some(*c)),
+                // Whose the session is, once its attach was answered;
+                // else who is attaching the target (the announcement came
+                // first). In that order: the grid and a client may attach
+                // one page at once, and the target names both.
+                let attacher = if routes.grid_attached.remove(&child) {
+                    Some(None)
+                } else if let Some(client) = routes.owners.get(&child) {
+                    Some(Some(*client))
+                } else {
+                    routes.attaching.remove(target)
                 };
                 match attacher {
                     Some(None) => return,
@@ -625,6 +644,37 @@ mod tests {
         assert_eq!(recv(&mut a).await, json!({"id": 1, "result": {"sessionId": "S-A"}}));
         assert_eq!(recv(&mut a).await["params"]["sessionId"], "S-X", "a never sees the grid's S-G");
         assert_eq!(recv(&mut b).await["params"]["sessionId"], "S-X", "b sees neither S-A nor S-G");
+    }
+
+    /// A session's detachment goes where its announcement went: to the
+    /// client that attached it, to no client for the grid's own (Playwright
+    /// reads a detachment by its target and takes its page for closed when
+    /// the grid's save point or an MCP tool leaves the page), and to every
+    /// client for a session nobody attached explicitly.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_detachment_is_news_to_the_attacher_alone() {
+        let (conn, mut commands, mut browser) = fake_browser();
+        let mut a = conn.link_client();
+        let mut b = conn.link_client();
+        let grid = conn.send(None, "Target.attachToTarget", json!({"targetId": "T", "flatten": true}));
+        let sent = next_command(&mut commands);
+        write(&mut browser, json!({"id": sent["id"], "result": {"sessionId": "S-G"}}));
+        write(&mut browser, attached("S-G", "T"));
+        assert_eq!(grid.await.unwrap()["sessionId"], "S-G");
+        a.send(json!({"id": 1, "method": "Target.attachToTarget", "params": {"targetId": "T", "flatten": true}}))
+            .unwrap();
+        let sent = next_command(&mut commands);
+        write(&mut browser, json!({"id": sent["id"], "result": {"sessionId": "S-A"}}));
+        write(&mut browser, attached("S-A", "T"));
+        let detached = |session: &str| json!({"method": "Target.detachedFromTarget", "params": {"sessionId": session, "targetId": "T"}});
+        write(&mut browser, detached("S-G"));
+        write(&mut browser, detached("S-A"));
+        write(&mut browser, detached("S-X"));
+        assert_eq!(recv(&mut a).await, json!({"id": 1, "result": {"sessionId": "S-A"}}));
+        assert_eq!(recv(&mut a).await["params"]["sessionId"], "S-A", "a's own announcement");
+        assert_eq!(recv(&mut a).await["params"]["sessionId"], "S-A", "a never sees the grid's S-G leave");
+        assert_eq!(recv(&mut a).await["params"]["sessionId"], "S-X");
+        assert_eq!(recv(&mut b).await["params"]["sessionId"], "S-X", "b sees neither S-G nor S-A leave");
     }
 
     /// A target session that detaches before it answers never answers:
