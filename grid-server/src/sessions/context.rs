@@ -174,13 +174,13 @@ pub async fn capture(cdp: &Connection, origins: &BTreeSet<String>) -> Result<Sta
 
 /// A save point of a live session (`--context-save-every-secs`): every
 /// cookie, and the storage of the origins open in its pages now, each read
-/// in a world of the grid's own on a page the lessee already has
-/// (`Page.createIsolatedWorld`: the page's scripts cannot see or change
-/// it). Nothing is opened: unlike `capture`, no page the lessee's client
-/// could see appears. An origin no page shows keeps what `last` held for
-/// it; an origin a page shows with empty storage is dropped, as `capture`
-/// drops it. Pages of contexts a client created are not the default
-/// context's and are not read.
+/// through DevTools on a page the lessee already has
+/// (`DOMStorage.getDOMStorageItems`: no script runs in the page, no world
+/// is added to it). Nothing is opened: unlike `capture`, no page the
+/// lessee's client could see appears. An origin no page shows keeps what
+/// `last` held for it; an origin a page shows with empty storage is
+/// dropped, as `capture` drops it. Pages of contexts a client created are
+/// not the default context's and are not read.
 pub async fn save_point(cdp: &Connection, last: &State) -> Result<State, CdpError> {
     let cookies = cdp.send(None, "Storage.getCookies", json!({})).await?;
     let cookies = cookies["cookies"].as_array().cloned().unwrap_or_default();
@@ -197,12 +197,13 @@ pub async fn save_point(cdp: &Connection, last: &State) -> Result<State, CdpErro
             continue;
         }
         let Some(target_id) = t["targetId"].as_str() else { continue };
-        // A page that closed or navigated away meanwhile is skipped: its
+        // A page that closed or left the origin meanwhile is skipped: the
         // origin keeps what it held.
-        if let Ok(Some(storage)) = read_open_page(cdp, target_id).await {
-            if seen.insert(storage.origin.clone()) && !storage.local_storage.is_empty() {
-                read.push(storage);
+        if let Ok(local_storage) = read_open_page(cdp, target_id, &origin).await {
+            if !local_storage.is_empty() {
+                read.push(OriginStorage { origin: origin.clone(), local_storage });
             }
+            seen.insert(origin);
         }
     }
     let kept = last.origins.iter().filter(|o| !seen.contains(&o.origin)).cloned();
@@ -211,37 +212,21 @@ pub async fn save_point(cdp: &Connection, last: &State) -> Result<State, CdpErro
     Ok(State { cookies, origins })
 }
 
-/// The origin and storage of the page `target_id` shows, read in a world of
-/// the grid's own; the grid's DevTools session on it detached after.
-async fn read_open_page(cdp: &Connection, target_id: &str) -> Result<Option<OriginStorage>, CdpError> {
+/// The storage of `origin` in the page `target_id`, on a DevTools session
+/// of the grid's own, detached after.
+async fn read_open_page(cdp: &Connection, target_id: &str, origin: &str) -> Result<Vec<(String, String)>, CdpError> {
     let attached = cdp.send(None, "Target.attachToTarget", json!({"targetId": target_id, "flatten": true})).await?;
     let session = attached["sessionId"].as_str().unwrap_or_default().to_string();
-    let read = async {
-        // A page's main frame has the target's id.
-        let world = cdp
-            .send(
-                Some(&session),
-                "Page.createIsolatedWorld",
-                json!({"frameId": target_id, "worldName": "grid-context"}),
-            )
-            .await?;
-        let expression = "JSON.stringify([location.origin, Object.entries(localStorage)])";
-        let value = cdp
-            .send(
-                Some(&session),
-                "Runtime.evaluate",
-                json!({"expression": expression, "contextId": world["executionContextId"], "returnByValue": true}),
-            )
-            .await?;
-        let pair: Option<(String, Vec<(String, String)>)> =
-            value["result"]["value"].as_str().and_then(|s| serde_json::from_str(s).ok());
-        Ok(pair.and_then(|(origin, local_storage)| {
-            origin_of(&origin).map(|origin| OriginStorage { origin, local_storage })
-        }))
-    }
-    .await;
+    let storage_id = json!({"storageId": {"securityOrigin": origin, "isLocalStorage": true}});
+    let read = cdp.send(Some(&session), "DOMStorage.getDOMStorageItems", storage_id).await;
     let _ = cdp.send(None, "Target.detachFromTarget", json!({"sessionId": session})).await;
-    read
+    let entries = read?;
+    Ok(entries["entries"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| Some((e[0].as_str()?.to_string(), e[1].as_str()?.to_string())))
+        .collect())
 }
 
 /// An empty page the grid answers for every origin it opens.

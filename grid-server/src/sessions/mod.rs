@@ -473,21 +473,29 @@ impl SavePoints {
         }
     }
 
-    /// One save point of session `id` on `context_id`.
-    async fn save(&mut self, app: &Sessions, browser: &BrowserProcess, account: &str, context_id: &str, id: &str) {
+    /// One save point of session `id` on `context_id`; whether to go on
+    /// (not once the session no longer holds the context).
+    async fn save(
+        &mut self,
+        app: &Sessions,
+        browser: &BrowserProcess,
+        account: &str,
+        context_id: &str,
+        id: &str,
+    ) -> bool {
         self.next = tokio::time::Instant::now() + self.every;
         // Stamped with the moment the read began: the state is at least as
         // new as `savedAt` says.
         let at = app.driver.now();
         let read = tokio::time::timeout(context::STATE_TIMEOUT, context::save_point(&browser.cdp, &self.last)).await;
         let state = match &read {
-            Ok(Ok(state)) if *state == self.last => return,
+            Ok(Ok(state)) if *state == self.last => return true,
             Ok(Ok(state)) => Some(state.clone()),
             _ => None,
         };
         let how = sealed_within_bound(app, account, context_id, read).await;
         if matches!(how, Finish::Keep) {
-            return;
+            return true;
         }
         let (c, s) = (context_id.to_string(), id.to_string());
         let stored = app.store.write_rows(move |tx| contexts::save_point(tx, &c, &s, &how, at)).await;
@@ -497,11 +505,16 @@ impl SavePoints {
                     self.last = state;
                 }
                 tracing::debug!(context = context_id, "context save point stored");
+                true
             }
             Ok(false) => {
-                tracing::warn!(context = context_id, "the context was taken over or deleted; save point dropped")
+                tracing::warn!(context = context_id, "the context was taken over or deleted; no more save points");
+                false
             }
-            Err(e) => tracing::warn!(context = context_id, error = %e, "the context's save point was not stored"),
+            Err(e) => {
+                tracing::warn!(context = context_id, error = %e, "the context's save point was not stored");
+                true
+            }
         }
     }
 }
@@ -565,8 +578,12 @@ async fn run(
             status = browser.child.wait() => break Err(format!("the session browser exited ({status:?})")),
             _ = stopped(&mut ended) => break Ok(()),
             _ = SavePoints::due(&save_points) => {
-                if let (Some(points), Some(c)) = (&mut save_points, &sub.context) {
-                    points.save(app, &browser, account, &c.id, id).await;
+                let go_on = match (&mut save_points, &sub.context) {
+                    (Some(points), Some(c)) => points.save(app, &browser, account, &c.id, id).await,
+                    _ => false,
+                };
+                if !go_on {
+                    save_points = None;
                 }
             }
         }
