@@ -146,9 +146,10 @@ impl Postgres {
         // the generic one) read the whole of `items` instead for an update
         // of many ids (`id = ANY($ids)`) while the table is small for its
         // statistics: counted with auto_explain in bench/scale_out.sh, 18
-        // such reads at one node and 38 at three (600 ms of PostgreSQL's
-        // time, up to 52 ms each), 3 with this. A read of the whole table
-        // stays possible where no index serves.
+        // such reads at one node and 38 at three (625 ms of PostgreSQL's
+        // time, up to 52 ms each); with this, 5 left, all of small tables
+        // or the bench's own. A read of the whole table stays possible
+        // where no index serves.
         let mut own = config.clone();
         own.options(format!("{options} -c enable_seqscan=off"));
         let store = Postgres { runtime, pool, config: Arc::new(config), own: Arc::new(own) };
