@@ -103,11 +103,9 @@ struct Routes {
     /// Targets being attached at the browser's level, and by whom (a
     /// client, or the grid: `None`), until the browser announces it.
     attaching: HashMap<String, Option<u64>>,
-    /// Target sessions the grid attached whose announcement is still to
-    /// come (the reply came first): never shown to a client.
-    grid_attached: std::collections::HashSet<String>,
-    /// Target sessions the grid attached at the browser's level, until
-    /// they detach: their detachment is shown to no client either.
+    /// Target sessions the grid attached at the browser's level, from its
+    /// attach's answer until they detach: their announcement (when it comes
+    /// after the answer) and their detachment are shown to no client.
     grid_owned: std::collections::HashSet<String>,
 }
 
@@ -436,14 +434,12 @@ impl Shared {
         let Ok(mut routes) = self.routes.lock() else { return };
         if let Some(id) = msg.get("id").and_then(Value::as_u64) {
             let Some(waiter) = routes.pending.remove(&id) else { return };
-            // An attach answered before the browser announced it: the
-            // announcement, when it comes, is the attacher's alone.
+            // An attach answered: the session is the attacher's from now on
+            // (a client's below, the grid's here), and its announcement, when
+            // it comes, is the attacher's alone.
             let child = msg["result"]["sessionId"].as_str().map(str::to_string);
             if let Some(target) = &waiter.sent().attaching {
-                let announced = routes.attaching.remove(target).is_none();
-                if let (false, Waiter::Grid(..), Some(child)) = (announced, &waiter, &child) {
-                    routes.grid_attached.insert(child.clone());
-                }
+                routes.attaching.remove(target);
                 if let (Waiter::Grid(..), Some(child)) = (&waiter, &child) {
                     routes.grid_owned.insert(child.clone());
                 }
@@ -480,7 +476,6 @@ impl Shared {
         if msg["method"] == "Target.detachedFromTarget" {
             if let Some(child) = msg["params"]["sessionId"].as_str() {
                 routes.fail_pending_on(child);
-                routes.grid_attached.remove(child);
                 if routes.grid_owned.remove(child) && msg.get("sessionId").is_none() {
                     return;
                 }
@@ -509,7 +504,7 @@ impl Shared {
                 // else who is attaching the target (the announcement came
                 // first). In that order: the grid and a client may attach
                 // one page at once, and the target names both.
-                let attacher = if routes.grid_attached.remove(&child) {
+                let attacher = if routes.grid_owned.contains(&child) {
                     Some(None)
                 } else if let Some(client) = routes.owners.get(&child) {
                     Some(Some(*client))
@@ -546,7 +541,7 @@ impl Shared {
             routes.clients.clear();
             routes.owners.clear();
             routes.attaching.clear();
-            routes.grid_attached.clear();
+            routes.grid_owned.clear();
         }
     }
 }
