@@ -13,6 +13,18 @@ use crate::http::Resp;
 use crate::server::GridServer;
 use crate::target::Target;
 
+/// Now on the wall clock, in ms since the epoch: the grid's timestamps
+/// (`expiresAt`, `savedAt`, ...) are the same machine's clock.
+pub fn wall_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock after 1970").as_millis() as i64
+}
+
+/// An RFC 3339 timestamp of an answer, in ms since the epoch.
+pub fn iso_ms(v: &Value) -> i64 {
+    let s = v.as_str().unwrap_or_else(|| panic!("not a timestamp: {v}"));
+    chrono::DateTime::parse_from_rfc3339(s).unwrap_or_else(|e| panic!("{s}: {e}")).timestamp_millis()
+}
+
 /// Longest a lease may stay pending (a cold Chromium start plus attestation
 /// on a busy 2-core machine).
 pub const RUNNING_WITHIN: Duration = Duration::from_secs(60);

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use grid_tests::bins::workspace_root;
 use grid_tests::http::Resp;
 use grid_tests::server::{GridServer, ServerOptions};
-use grid_tests::sessions::{lease_as, release_as, wait_running_as};
+use grid_tests::sessions::{iso_ms, lease_as, release_as, wait_running_as, wall_ms};
 use grid_tests::target::Target;
 use serde_json::{json, Value};
 
@@ -243,15 +243,6 @@ async fn contexts_keep_a_sign_in(first: &GridServer, second: &GridServer, target
     assert_eq!(r.status, 404, "{r}");
 }
 
-fn iso_ms(v: &Value) -> i64 {
-    let s = v.as_str().unwrap_or_else(|| panic!("not a timestamp: {v}"));
-    chrono::DateTime::parse_from_rfc3339(s).unwrap_or_else(|e| panic!("{s}: {e}")).timestamp_millis()
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
-}
-
 /// A browser lost in the middle of a session (here crashed by its lessee)
 /// keeps what its last save point read: a sign-in made after the lease and
 /// saved by a save point, while the session still held the context, is
@@ -272,7 +263,7 @@ async fn a_save_point_keeps_a_sign_in_when_the_browser_is_lost() {
     let secret = canary();
     let signed_in = playwright(&server, &a_url, &page, &["signin-open", &secret]).await;
     assert_eq!(signed_in["user"], json!(secret), "{signed_in}");
-    let signed_in_at = now_ms();
+    let signed_in_at = wall_ms();
     // A save point that began after the sign-in, stored while the session
     // still holds the context.
     let saved = wait_context(&server, &key, &id, "a save point after the sign-in", |c| {

@@ -8,14 +8,14 @@
 //!
 //! Every test starts its own grid-server (and so its own browsers).
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
 use grid_tests::cdp::{self, Cdp, ConnectError};
 use grid_tests::http::{assert_error, http_client};
 use grid_tests::server::{GridServer, ServerOptions};
-use grid_tests::sessions::{self, release_as};
+use grid_tests::sessions::{self, iso_ms, release_as, wall_ms};
 use grid_tests::stored::StoredSession;
 use grid_tests::target::Target;
 use grid_tests::DEFAULT_INITIAL_CREDIT_MICROS;
@@ -34,15 +34,6 @@ fn session_charge(ready_ms: i64) -> i64 {
 /// What a lease of `ttl_minutes` reserves.
 fn session_reservation(ttl_minutes: i64) -> i64 {
     session_charge(ttl_minutes * 60_000)
-}
-
-fn wall_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).expect("clock after 1970").as_millis() as i64
-}
-
-fn iso_ms(v: &Value) -> i64 {
-    let s = v.as_str().unwrap_or_else(|| panic!("not a timestamp: {v}"));
-    chrono::DateTime::parse_from_rfc3339(s).unwrap_or_else(|e| panic!("{s}: {e}")).timestamp_millis()
 }
 
 async fn lease(server: &GridServer, body: Value) -> Value {

@@ -154,8 +154,7 @@ pub async fn restore(cdp: &Connection, state: &State) -> Result<(), CdpError> {
 
 /// The browser's state now: every cookie, and the storage of `origins`.
 pub async fn capture(cdp: &Connection, origins: &BTreeSet<String>) -> Result<State, CdpError> {
-    let cookies = cdp.send(None, "Storage.getCookies", json!({})).await?;
-    let cookies = cookies["cookies"].as_array().cloned().unwrap_or_default();
+    let cookies = cookies(cdp).await?;
     let reads: Vec<(String, String)> = origins
         .iter()
         .take(MAX_ORIGINS)
@@ -172,6 +171,12 @@ pub async fn capture(cdp: &Connection, origins: &BTreeSet<String>) -> Result<Sta
     Ok(state)
 }
 
+/// Every cookie of the browser, as `Storage.getCookies` gives them.
+async fn cookies(cdp: &Connection) -> Result<Vec<Value>, CdpError> {
+    let cookies = cdp.send(None, "Storage.getCookies", json!({})).await?;
+    Ok(cookies["cookies"].as_array().cloned().unwrap_or_default())
+}
+
 /// A save point of a live session (`--context-save-every-secs`): every
 /// cookie, and the storage of the origins open in its pages now, each read
 /// through DevTools on a page the lessee already has
@@ -182,8 +187,7 @@ pub async fn capture(cdp: &Connection, origins: &BTreeSet<String>) -> Result<Sta
 /// dropped, as `capture` drops it. Pages of contexts a client created are
 /// not the default context's and are not read.
 pub async fn save_point(cdp: &Connection, last: &State) -> Result<State, CdpError> {
-    let cookies = cdp.send(None, "Storage.getCookies", json!({})).await?;
-    let cookies = cookies["cookies"].as_array().cloned().unwrap_or_default();
+    let cookies = cookies(cdp).await?;
     let targets = cdp.send(None, "Target.getTargets", json!({})).await?;
     let created = cdp.send(None, "Target.getBrowserContexts", json!({})).await?;
     let created: BTreeSet<&str> =
