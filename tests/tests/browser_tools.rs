@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use grid_tests::bins::workspace_root;
 use grid_tests::child::run_json;
 use grid_tests::server::{GridServer, ServerOptions};
-use grid_tests::sessions::{lease_running, release};
+use grid_tests::sessions::{lease_as, lease_running, release, wait_running_as};
 use grid_tests::target::Target;
 
 const PNG_MAGIC: &[u8] = b"\x89PNG\r\n\x1a\n";
@@ -144,6 +144,39 @@ async fn another_accounts_session_is_unknown_to_every_tool_and_a_cdp_client_driv
     release(&server, &lease.id).await;
 }
 
+/// Playwright keeps its page while the tools drive it: each tool call
+/// attaches to the page and detaches again, and a client that heard of
+/// those detachments (`Target.detachedFromTarget`, its target's id) took
+/// its own page for closed (docs/sessions.md, "Live view").
+#[tokio::test]
+async fn a_playwright_client_keeps_its_page_while_the_tools_drive_it() {
+    let server = GridServer::start(ServerOptions::default());
+    let target = Target::start();
+    let lease = lease_as(&server, server.api_key(), json!({"ttlMinutes": 5})).await;
+    wait_running_as(&server, server.api_key(), &lease.id).await;
+    let dir = workspace_root().join("tests/clients");
+    assert!(
+        dir.join("node_modules/playwright-core").is_dir()
+            && dir.join("node_modules/@modelcontextprotocol/sdk").is_dir(),
+        "Playwright or the TypeScript MCP SDK is missing from {}: scripts/test.sh installs them (npm install there)",
+        dir.display()
+    );
+    let mcp = format!("{}/mcp", server.base_url());
+    let page = target.url("/shop/signin");
+    let mut both = Command::new("node");
+    both.args(["playwright_beside_tools.mjs", &lease.cdp_url, &mcp, server.api_key(), &lease.id, &page])
+        .current_dir(&dir);
+    let out = run_json(&server, "playwright_beside_tools.mjs (node)", &mut both);
+    assert_eq!(out["closed"], false, "Playwright took its page for closed: {out}");
+    assert_eq!(out["typed"], "typed by a tool", "{out}");
+    assert_eq!(out["screenshotTypes"], json!(["image/png"]), "{out}");
+    assert_eq!(out["title"], "Sign in", "{out}");
+    // The session's first tab and the client's own: the tools opened none.
+    assert_eq!(out["pages"], json!(["about:blank", page]), "{out}");
+    assert!(target.hits("/shop/signin") >= 1);
+    release(&server, &lease.id).await;
+}
+
 /// The same kind of task with the official TypeScript SDK, both its clients.
 #[tokio::test]
 async fn the_typescript_sdks_drive_a_session_through_the_tools() {
@@ -209,7 +242,7 @@ async fn snapshots_name_the_elements_playwright_mcp_names() {
     };
     let mcp = format!("{}/mcp", server.base_url());
     for page in ["/shop/signin", "/shop/product?user=ada", "/shop/cart?qty=2", "/shop/extras"] {
-        let theirs_lease = grid_tests::sessions::lease_as(&server, server.api_key(), json!({"ttlMinutes": 5})).await;
+        let theirs_lease = lease_as(&server, server.api_key(), json!({"ttlMinutes": 5})).await;
         let out_dir = tempfile::tempdir().unwrap();
         let mut pw = Command::new("node");
         pw.arg("playwright_mcp_snapshot.mjs")
@@ -218,7 +251,7 @@ async fn snapshots_name_the_elements_playwright_mcp_names() {
             .current_dir(&dir);
         let theirs = run_json(&server, "playwright_mcp_snapshot.mjs (node, @playwright/mcp)", &mut pw);
         release(&server, &theirs_lease.id).await;
-        let mine_lease = grid_tests::sessions::lease_as(&server, server.api_key(), json!({"ttlMinutes": 5})).await;
+        let mine_lease = lease_as(&server, server.api_key(), json!({"ttlMinutes": 5})).await;
         let calls = json!([["browser_navigate", {"sessionId": mine_lease.id, "url": target.url(page)}]]);
         let out = python(&server, "client.py", &[&mcp, server.api_key(), "auto", &calls.to_string()]);
         let mine = out["calls"][0]["structured"]["snapshot"].as_str().unwrap_or_else(|| panic!("{out}")).to_string();

@@ -104,8 +104,10 @@ struct Routes {
     /// client, or the grid: `None`), until the browser announces it.
     attaching: HashMap<String, Option<u64>>,
     /// Target sessions the grid attached at the browser's level, from its
-    /// attach's answer until they detach: their announcement (when it comes
-    /// after the answer) and their detachment are shown to no client.
+    /// attach's answer until they detach, and those of a client gone that
+    /// the grid detaches for it: their announcement (when it comes after
+    /// the answer), their events and their detachment are shown to no
+    /// client.
     grid_owned: std::collections::HashSet<String>,
 }
 
@@ -375,6 +377,11 @@ impl Drop for ClientLink {
             let owned: Vec<String> =
                 routes.owners.iter().filter(|(_, o)| **o == self.id).map(|(s, _)| s.clone()).collect();
             routes.owners.retain(|_, owner| *owner != self.id);
+            // The grid detaches them now: what they still say, their
+            // detachment included, is no other client's news (an MCP tool's
+            // link leaves the lessee's page so; Playwright would take a
+            // detachment it heard for its page's end).
+            routes.grid_owned.extend(owned.iter().cloned());
             (owned, routes.clients.is_empty())
         };
         // Written now; nobody waits for the answers.
@@ -491,6 +498,10 @@ impl Shared {
                     routes.sessions.remove(s);
                 }
             }
+            return;
+        }
+        // The grid's own, unsubscribed (a gone client's, being detached): nobody's.
+        if session.as_ref().is_some_and(|s| routes.grid_owned.contains(s)) {
             return;
         }
         // Not the grid's: the owning client's, or every client's.
@@ -661,15 +672,52 @@ mod tests {
         let sent = next_command(&mut commands);
         write(&mut browser, json!({"id": sent["id"], "result": {"sessionId": "S-A"}}));
         write(&mut browser, attached("S-A", "T"));
-        let detached = |session: &str| json!({"method": "Target.detachedFromTarget", "params": {"sessionId": session, "targetId": "T"}});
-        write(&mut browser, detached("S-G"));
-        write(&mut browser, detached("S-A"));
-        write(&mut browser, detached("S-X"));
+        write(&mut browser, detached_event("S-G"));
+        write(&mut browser, detached_event("S-A"));
+        write(&mut browser, detached_event("S-X"));
         assert_eq!(recv(&mut a).await, json!({"id": 1, "result": {"sessionId": "S-A"}}));
         assert_eq!(recv(&mut a).await["params"]["sessionId"], "S-A", "a's own announcement");
         assert_eq!(recv(&mut a).await["params"]["sessionId"], "S-A", "a never sees the grid's S-G leave");
         assert_eq!(recv(&mut a).await["params"]["sessionId"], "S-X");
         assert_eq!(recv(&mut b).await["params"]["sessionId"], "S-X", "b sees neither S-G nor S-A leave");
+    }
+
+    /// A client that goes away leaves its sessions to the grid, which
+    /// detaches them: their last events and their detachment reach no other
+    /// client (the MCP tools' link leaves the lessee's page so, after every
+    /// tool call, and Playwright read the detachment as its page's end).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_gone_clients_sessions_leave_without_telling_the_others() {
+        let (conn, mut commands, mut browser) = fake_browser();
+        let mut a = conn.link_client();
+        let tool = conn.link_client();
+        tool.send(json!({"id": 1, "method": "Target.attachToTarget", "params": {"targetId": "T", "flatten": true}}))
+            .unwrap();
+        let sent = next_command(&mut commands);
+        write(&mut browser, json!({"id": sent["id"], "result": {"sessionId": "S-T"}}));
+        write(&mut browser, attached("S-T", "T"));
+        // Both written before the link drops: a's pipe keeps their order.
+        write(&mut browser, json!({"method": "Runtime.enable.ack", "params": {}, "sessionId": "S-T"}));
+        write(&mut browser, detached_event("S-X"));
+        assert_eq!(recv(&mut a).await["params"]["sessionId"], "S-X", "a hears nothing of the tool's session");
+        drop(tool);
+        let detach = next_command(&mut commands);
+        assert_eq!(
+            (detach["method"].clone(), detach["params"]["sessionId"].clone()),
+            (json!("Target.detachFromTarget"), json!("S-T"))
+        );
+        write(&mut browser, json!({"method": "Runtime.consoleAPICalled", "params": {}, "sessionId": "S-T"}));
+        write(&mut browser, detached_event("S-T"));
+        write(&mut browser, detached_event("S-Y"));
+        assert_eq!(
+            recv(&mut a).await["params"]["sessionId"],
+            "S-Y",
+            "a hears neither the gone session's event nor its end"
+        );
+    }
+
+    fn detached_event(session: &str) -> Value {
+        json!({"method": "Target.detachedFromTarget", "params": {"sessionId": session, "targetId": "T"}})
     }
 
     /// A target session that detaches before it answers never answers:
