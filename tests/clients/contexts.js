@@ -3,7 +3,8 @@
 //   node contexts.js CDP_URL PAGE_URL signin VALUE   sets the cookie
 //     grid_signin=VALUE (a day long) and localStorage grid_user=VALUE
 //   node contexts.js CDP_URL PAGE_URL signin-open VALUE   the same, the
-//     page left open (a save point reads the storage of open pages)
+//     page left open (a save point reads the storage of open pages), and
+//     `settledAt`: a moment after which the sign-in is in the browser
 //   node contexts.js CDP_URL PAGE_URL check           reads both back
 //   node contexts.js CDP_URL - crash                  crashes the browser
 //     (Browser.crash), as a lost browser
@@ -38,7 +39,16 @@ async function main() {
       user: localStorage.getItem('grid_user'),
     }));
     const cookies = (await context.cookies()).map((c) => `${c.name}=${c.value}`);
-    if (mode !== 'signin-open') await page.close();
+    if (mode === 'signin-open') {
+      // The sign-in is in the browser's stores by now (the cookie read back
+      // above): a save point that begins after `settledAt` holds it. One more
+      // write after it changes the state, so such a save point comes, even
+      // when one stored the sign-in already while this script ran.
+      const settledAt = Date.now();
+      await page.evaluate((t) => localStorage.setItem('grid_settled', String(t)), settledAt);
+      return { ...seen, cookies, settledAt };
+    }
+    await page.close();
     return { ...seen, cookies };
   } finally {
     await browser.close();

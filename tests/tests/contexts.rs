@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use grid_tests::bins::workspace_root;
 use grid_tests::http::Resp;
 use grid_tests::server::{GridServer, ServerOptions};
-use grid_tests::sessions::{iso_ms, lease_as, release_as, wait_running_as, wall_ms};
+use grid_tests::sessions::{iso_ms, lease_as, release_as, wait_running_as};
 use grid_tests::target::Target;
 use serde_json::{json, Value};
 
@@ -263,11 +263,13 @@ async fn a_save_point_keeps_a_sign_in_when_the_browser_is_lost() {
     let secret = canary();
     let signed_in = playwright(&server, &a_url, &page, &["signin-open", &secret]).await;
     assert_eq!(signed_in["user"], json!(secret), "{signed_in}");
-    let signed_in_at = wall_ms();
-    // A save point that began after the sign-in, stored while the session
-    // still holds the context.
+    // A save point that began once the sign-in was in the browser, stored
+    // while the session still holds the context. (Not the moment the
+    // script ended: one may have stored the sign-in before it, and with the
+    // state unchanged no later one would be stored.)
+    let settled_at = signed_in["settledAt"].as_i64().unwrap_or_else(|| panic!("no settledAt: {signed_in}"));
     let saved = wait_context(&server, &key, &id, "a save point after the sign-in", |c| {
-        c["sessionId"] == json!(a) && c["savedAt"].is_string() && iso_ms(&c["savedAt"]) > signed_in_at
+        c["sessionId"] == json!(a) && c["savedAt"].is_string() && iso_ms(&c["savedAt"]) > settled_at
     })
     .await;
     assert!(saved["sizeBytes"].as_u64().unwrap_or(0) > 0, "{saved}");
