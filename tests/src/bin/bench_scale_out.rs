@@ -1,6 +1,12 @@
 //! Fetch throughput of one grid node on SQLite, one on PostgreSQL and three
 //! on one PostgreSQL database, same machine, same URLs, same run (issues 10
-//! and 30). Everything stays on 127.0.0.1.
+//! and 30); and, as the control of the last, three grids of one node each,
+//! each on a PostgreSQL database of its own in the same cluster, the batches
+//! dealt to them in turn: the same processes on the same cores, sharing
+//! nothing. Three nodes against these three grids is what sharing one
+//! database costs; these grids against one node is what this machine
+//! charges for splitting the work over three processes. Everything stays on
+//! 127.0.0.1.
 //!
 //!     bench_scale_out [--items N] [--workers W] [--rounds R] [--only K] [--db-delay-ms D] [--submitters S]
 //!                     [--timeout-secs S]
@@ -172,8 +178,7 @@ impl Run {
 
 async fn run(
     label: &str,
-    nodes: usize,
-    postgres: bool,
+    (nodes, postgres, shared): (usize, bool, bool),
     urls: &[String],
     config: &FetchConfig,
     submitters: usize,
@@ -188,7 +193,13 @@ async fn run(
         ..Default::default()
     };
     let first = GridServer::start(opts("n1".into()));
-    let others: Vec<GridServer> = (2..=nodes).map(|i| first.join(opts(format!("n{i}")))).collect();
+    // Nodes of one grid, or grids of their own (each its own database).
+    let others: Vec<GridServer> = (2..=nodes)
+        .map(|i| match shared {
+            true => first.join(opts(format!("n{i}"))),
+            false => GridServer::start(opts(format!("n{i}"))),
+        })
+        .collect();
     let grid_pids: Vec<u32> = std::iter::once(&first).chain(&others).filter_map(|s| s.pid()).collect();
     // Warmed up first, as a grid in service is: every node has opened its
     // connections (PostgreSQL's backends start, load their caches and
@@ -197,7 +208,9 @@ async fn run(
     // them in a run from a cold start.
     let warm = &urls[..urls.len().min(WARM_UP_ITEMS)];
     let all: Vec<&GridServer> = std::iter::once(&first).chain(&others).collect();
-    run_items(&all, submitters, warm, label, Instant::now() + config.timeout, config.timeout).await;
+    // Grids of their own each get their share of the batches, however many submit.
+    let deal = submitters > 1 || !shared;
+    run_items(&all, submitters, deal, warm, label, Instant::now() + config.timeout, config.timeout).await;
     // The database the nodes share, watched from a connection of the bench's own.
     let watch = match first.database() {
         Some(d) => {
@@ -236,14 +249,18 @@ async fn run(
     let started = Instant::now();
     let started_ms = since_epoch_ms();
     let deadline = started + config.timeout;
-    let completed = run_items(&all, submitters, urls, label, deadline, config.timeout).await;
+    let completed = run_items(&all, submitters, deal, urls, label, deadline, config.timeout).await;
     // Before the bench reads anything more (the end's time below reads the
     // whole table).
     let db_cpu = watch.as_ref().map_or(0, |w| db_ticks(w.1).saturating_sub(db_before));
     // The run ends when its last item's end was stored (the store's own
     // clock, the same machine's), not when a poll saw it: the polls are 20
     // ms apart per batch, which was up to a tenth of a short run on SQLite.
-    let seconds = match first.stored().last_item_change_ms() {
+    let ended = match shared {
+        true => first.stored().last_item_change_ms(),
+        false => all.iter().filter_map(|g| g.stored().last_item_change_ms()).max(),
+    };
+    let seconds = match ended {
         Some(ended_ms) if ended_ms > started_ms => (ended_ms - started_ms) as f64 / 1e3,
         _ => started.elapsed().as_secs_f64(),
     };
@@ -257,8 +274,9 @@ async fn run(
         Some(w) => Some(next_xid(&w.0).await),
         None => None,
     };
-    let by_node = match &watch {
-        Some(w) => items_by_node(&w.0)
+    // Grids of their own: each ran its own batches, and the watch sees one.
+    let by_node = match (&watch, shared) {
+        (Some(w), true) => items_by_node(&w.0)
             .await
             .into_iter()
             .map(|(node, n)| {
@@ -266,7 +284,7 @@ async fn run(
                 (node, ran as f64 / urls.len() as f64)
             })
             .collect(),
-        None => BTreeMap::new(),
+        _ => BTreeMap::new(),
     };
     drop(others);
     drop(first);
@@ -301,20 +319,22 @@ fn shares(counts: &BTreeMap<String, u64>, of: u64) -> BTreeMap<String, f64> {
 }
 
 /// Submits `urls` in batches of 1,000 and waits for every item to end;
-/// answers how many completed. One submitter sends every batch through
-/// `nodes[0]`, one after the other; `submitters` > 1 send that many at once,
-/// batch k through `nodes[k % nodes.len()]` (as clients behind a load
-/// balancer would).
+/// answers how many completed. `submitters` send that many batches at once
+/// (one: one after the other); batch k goes through `nodes[k % nodes.len()]`
+/// when `deal` (as clients behind a load balancer would, and as grids of
+/// their own need), else every batch through `nodes[0]`. Each batch is read
+/// back through the node it went to.
 async fn run_items(
     nodes: &[&GridServer],
     submitters: usize,
+    deal: bool,
     urls: &[String],
     label: &str,
     deadline: Instant,
     timeout: Duration,
 ) -> u64 {
     let first = nodes[0];
-    let through = |k: usize| if submitters > 1 { nodes[k % nodes.len()] } else { first };
+    let through = |k: usize| if deal { nodes[k % nodes.len()] } else { first };
     let chunks: Vec<&[String]> = urls.chunks(1000).collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
     let submitter = || async {
@@ -322,23 +342,24 @@ async fn run_items(
         loop {
             let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let Some(chunk) = chunks.get(k) else { return mine };
-            mine.push(through(k).submit_fetch(chunk).await);
+            let node = through(k);
+            mine.push((node, node.submit_fetch(chunk).await));
         }
     };
-    let mut pending: Vec<String> =
+    let mut pending: Vec<(&GridServer, String)> =
         futures_util::future::join_all((0..submitters.max(1)).map(|_| submitter())).await.concat();
     let mut completed = 0;
     while !pending.is_empty() {
         let mut still = Vec::new();
-        for id in pending {
+        for (node, id) in pending {
             // Paced, within the key's request rate however long the run.
             tokio::time::sleep(Duration::from_millis(20)).await;
-            let b = first.batch(&id).await;
+            let b = node.batch(&id).await;
             let (c, f) = (b["counts"]["completed"].as_u64().unwrap_or(0), b["counts"]["failed"].as_u64().unwrap_or(0));
             if Some(c + f) == b["total"].as_u64() {
                 completed += c;
             } else {
-                still.push(id);
+                still.push((node, id));
             }
         }
         pending = still;
@@ -442,11 +463,11 @@ async fn main() {
         0 => None,
         ms => Some(DelayProxy::start(cluster_addr(), Duration::from_micros(ms * 500)).await),
     };
-    // `--only K` runs the K-th set-up alone (1, 2 or 3), to profile it;
+    // `--only K` runs the K-th set-up alone (1 to 4), to profile it;
     // the ratios then are not printed.
     let only = flags.get("--only") as usize;
-    if only > 3 {
-        eprintln!("bench_scale_out: --only {only}: one of 1, 2 or 3 (0: all)");
+    if only > 4 {
+        eprintln!("bench_scale_out: --only {only}: one of 1 to 4 (0: all)");
         std::process::exit(2);
     }
     let target = Target::start();
@@ -456,16 +477,21 @@ async fn main() {
          {submitters} submitter(s)",
         config.items, config.workers
     );
-    let setups: [(&str, usize, bool); 3] =
-        [("1 node, SQLite", 1, false), ("1 node, PostgreSQL", 1, true), ("3 nodes, PostgreSQL", 3, true)];
+    // (label, (nodes, PostgreSQL, one grid: the nodes share its database)).
+    let setups: [(&str, (usize, bool, bool)); 4] = [
+        ("1 node, SQLite", (1, false, true)),
+        ("1 node, PostgreSQL", (1, true, true)),
+        ("3 nodes, PostgreSQL", (3, true, true)),
+        ("3 grids, PostgreSQL", (3, true, false)),
+    ];
     let mut all: Vec<Vec<Run>> = vec![vec![]; setups.len()];
     // Round by round, so a slow moment of the machine falls on every set-up.
     for round in 1..=rounds {
-        for (i, (label, nodes, postgres)) in setups.iter().enumerate() {
+        for (i, (label, setup)) in setups.iter().enumerate() {
             if only != 0 && only != i + 1 {
                 continue;
             }
-            let r = run(label, *nodes, *postgres, &urls, &config, submitters, proxy.as_ref()).await;
+            let r = run(label, *setup, &urls, &config, submitters, proxy.as_ref()).await;
             eprintln!("round {round}: {label}: {:.0} items/s", r.items_per_second);
             all[i].push(r);
         }
@@ -475,7 +501,7 @@ async fn main() {
         return;
     }
     let results: Vec<Run> = all.iter().map(|runs| medians(runs)).collect();
-    for ((label, _, _), r) in setups.iter().zip(&results) {
+    for ((label, _), r) in setups.iter().zip(&results) {
         println!("{}", summary(label, r, config.items));
     }
     // Each ratio twice: of the set-ups' medians, and the median of each
@@ -498,7 +524,7 @@ async fn main() {
         ratios.push(json!({"ratio": named, "ofMedians": of_medians, "medianOfRounds": of_rounds, "rounds": own}));
     };
     let base = &results[0];
-    for (i, ((label, _, _), r)) in setups.iter().zip(&results).enumerate().skip(1) {
+    for (i, ((label, _), r)) in setups.iter().zip(&results).enumerate().skip(1) {
         report(
             &format!("{label} / 1 node SQLite"),
             format!("{label} / 1 node, SQLite, items/s"),
@@ -514,6 +540,22 @@ async fn main() {
         results[2].items_per_cpu_second() / results[1].items_per_cpu_second(),
         paired(&|runs| runs[2].items_per_cpu_second() / runs[1].items_per_cpu_second()),
     );
+    // The control: what the machine charges three processes, sharing nothing.
+    report(
+        "3 grids / 1 node on PostgreSQL",
+        "3 grids / 1 node, PostgreSQL, items per CPU-second".into(),
+        "items per CPU-second",
+        results[3].items_per_cpu_second() / results[1].items_per_cpu_second(),
+        paired(&|runs| runs[3].items_per_cpu_second() / runs[1].items_per_cpu_second()),
+    );
+    // What sharing one database costs three nodes, the machine's share set aside.
+    report(
+        "3 nodes / 3 grids on PostgreSQL",
+        "3 nodes / 3 grids, PostgreSQL, items per CPU-second".into(),
+        "items per CPU-second",
+        results[2].items_per_cpu_second() / results[3].items_per_cpu_second(),
+        paired(&|runs| runs[2].items_per_cpu_second() / runs[3].items_per_cpu_second()),
+    );
     println!(
         "{}",
         json!({
@@ -523,9 +565,10 @@ async fn main() {
             "dbDelayMs": delay_ms,
             "submitters": submitters,
             "ratios": ratios,
-            "medians": setups.iter().zip(&results).map(|((label, nodes, _), r)| json!({
+            "medians": setups.iter().zip(&results).map(|((label, (nodes, _, shared)), r)| json!({
                 "label": label,
                 "nodes": nodes,
+                "sharedDatabase": shared,
                 "itemsPerSecond": r.items_per_second,
                 "completed": r.completed,
                 "gridCpuMicrosPerItem": r.grid_cpu_us_per_item,
