@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Scale-out (issues 10 and 30): fetch items/s of 1 node on SQLite, 1 node
-# on PostgreSQL and 3 nodes on one PostgreSQL database, same machine, same
-# run, medians of ROUNDS rounds; with the CPU per item of the grid's
+# on PostgreSQL, 3 nodes on one PostgreSQL database and, as their control, 3
+# grids of one node each on databases of their own (sharing nothing), same
+# machine, same run, medians of ROUNDS rounds; with the CPU per item of the grid's
 # processes and of PostgreSQL, items per CPU-second, and on PostgreSQL the
 # write transactions per second, the share of transaction time spent
 # waiting on locks and on everything else PostgreSQL reports a backend
