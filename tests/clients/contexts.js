@@ -10,6 +10,13 @@
 //     (Browser.crash), as a lost browser
 //   node contexts.js CDP_URL PAGE_URL fill BYTES      stores BYTES of
 //     filler in localStorage (a state over a context's bound)
+//   node contexts.js CDP_URL PAGE_URL idb-write VALUE  writes an IndexedDB
+//     database of values JSON does not carry (a Date, bytes, a Map, a Blob,
+//     ...), VALUE among them
+//   node contexts.js CDP_URL PAGE_URL idb-check        reads that database
+//     back, describing each value's kind
+//   node contexts.js CDP_URL PAGE_URL idb-fill BYTES   writes a database
+//     `grid_cache` of one record of BYTES characters (a site's large cache)
 const { chromium } = require('playwright-core');
 
 async function main() {
@@ -33,6 +40,23 @@ async function main() {
       }, arg);
     } else if (mode === 'fill') {
       await page.evaluate((n) => localStorage.setItem('grid_filler', 'x'.repeat(n)), Number(arg));
+    } else if (mode === 'idb-write') {
+      await page.evaluate(writeDatabase, arg);
+    } else if (mode === 'idb-fill') {
+      await page.evaluate(async (n) => {
+        const done = (r) => new Promise((ok, no) => { r.onsuccess = () => ok(r.result); r.onerror = () => no(r.error); });
+        const open = indexedDB.open('grid_cache', 1);
+        open.onupgradeneeded = () => open.result.createObjectStore('pages');
+        const db = await done(open);
+        const tx = db.transaction('pages', 'readwrite');
+        tx.objectStore('pages').put('x'.repeat(n), 'filler');
+        await new Promise((ok, no) => { tx.oncomplete = ok; tx.onerror = () => no(tx.error); });
+        db.close();
+      }, Number(arg));
+    } else if (mode === 'idb-check') {
+      const read = await page.evaluate(readDatabase);
+      await page.close();
+      return read;
     }
     const seen = await page.evaluate(() => ({
       cookie: document.cookie,
@@ -53,6 +77,65 @@ async function main() {
   } finally {
     await browser.close();
   }
+}
+
+// In the page: database `grid_app` at version 3, a store keyed by a field
+// with an index, and one with keys of its own, generated.
+async function writeDatabase(value) {
+  const done = (r) => new Promise((ok, no) => { r.onsuccess = () => ok(r.result); r.onerror = () => no(r.error); });
+  const open = indexedDB.open('grid_app', 3);
+  open.onupgradeneeded = () => {
+    const tokens = open.result.createObjectStore('tokens', { keyPath: 'id' });
+    tokens.createIndex('by_user', 'user', { unique: false });
+    open.result.createObjectStore('files', { autoIncrement: true });
+  };
+  const db = await done(open);
+  const tx = db.transaction(['tokens', 'files'], 'readwrite');
+  tx.objectStore('tokens').put({
+    id: 'session',
+    user: value,
+    at: new Date(1700000000000),
+    bytes: new Uint8Array([1, 2, 255]),
+    nested: { list: [1, 'two', null, true], map: new Map([['k', 1]]), set: new Set(['s']), big: 12n, nan: NaN, undef: undefined },
+  });
+  tx.objectStore('files').put(new Blob(['hello blob'], { type: 'text/plain' }));
+  tx.objectStore('files').put(new File(['a,b'], 'note.csv', { type: 'text/csv', lastModified: 1600000000000 }));
+  await new Promise((ok, no) => { tx.oncomplete = ok; tx.onerror = () => no(tx.error); });
+  db.close();
+}
+
+async function readDatabase() {
+  const done = (r) => new Promise((ok, no) => { r.onsuccess = () => ok(r.result); r.onerror = () => no(r.error); });
+  const names = (await indexedDB.databases()).map((d) => `${d.name}@${d.version}`);
+  if (!names.includes('grid_app@3')) return { databases: names };
+  const db = await done(indexedDB.open('grid_app'));
+  const tx = db.transaction(['tokens', 'files'], 'readonly');
+  const tokens = tx.objectStore('tokens');
+  const token = await done(tokens.get('session'));
+  const byUser = await done(tokens.index('by_user').getAll(token.user));
+  const fileKeys = await done(tx.objectStore('files').getAllKeys());
+  const files = await done(tx.objectStore('files').getAll());
+  db.close();
+  const n = token.nested;
+  return {
+    databases: names,
+    stores: [...db.objectStoreNames],
+    keyPath: tokens.keyPath,
+    indexes: [...tokens.indexNames],
+    user: token.user,
+    byUser: byUser.length,
+    at: token.at instanceof Date ? token.at.getTime() : String(token.at),
+    bytes: token.bytes instanceof Uint8Array ? [...token.bytes] : String(token.bytes),
+    list: n.list,
+    map: n.map instanceof Map ? [...n.map] : String(n.map),
+    set: n.set instanceof Set ? [...n.set] : String(n.set),
+    big: typeof n.big === 'bigint' ? n.big.toString() : String(n.big),
+    nan: Number.isNaN(n.nan),
+    undef: 'undef' in n && n.undef === undefined,
+    fileKeys,
+    blob: files[0] instanceof Blob ? [files[0].type, await files[0].text()] : String(files[0]),
+    file: files[1] instanceof File ? [files[1].name, files[1].type, files[1].lastModified, await files[1].text()] : String(files[1]),
+  };
 }
 
 main().then(

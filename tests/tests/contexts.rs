@@ -288,6 +288,77 @@ async fn a_save_point_keeps_a_sign_in_when_the_browser_is_lost() {
     release(&server, &key, &b).await;
 }
 
+/// IndexedDB is kept as `localStorage` is: a database holding values JSON
+/// does not carry (a Date, bytes, a Map, a Set, a BigInt, NaN, undefined, a
+/// Blob, a File) comes back in the next session with its version, stores,
+/// key path, index and generated keys; a database past half the context's
+/// bound (a site's large cache) is left out whole and the rest is saved; a
+/// save point keeps the databases the state held (it reads no script's
+/// storage), so they outlive a lost browser; a session without the context
+/// has no database.
+#[tokio::test]
+async fn a_context_keeps_indexeddb_databases_whole() {
+    let target = Target::start();
+    let mut opts = options();
+    opts.extra_args.extend(["--context-save-every-secs".into(), "1".into()]);
+    let server = GridServer::start(opts);
+    let key = server.api_key().to_string();
+    let page = target.url("/page/1");
+    let id = create_context(&server, &key).await;
+    let persist = json!({"ttlMinutes": 10, "context": {"id": id, "persist": true}});
+    let (a, a_url, _) = running(&server, &key, persist.clone()).await;
+    let secret = canary();
+    playwright(&server, &a_url, &page, &["idb-write", &secret]).await;
+    let over_half = (MAX_KIB * 1024 / 2 + 1).to_string();
+    playwright(&server, &a_url, &page, &["idb-fill", &over_half]).await;
+    release(&server, &key, &a).await;
+    let saved =
+        wait_context(&server, &key, &id, "the save", |c| c["sessionId"].is_null() && c["savedAt"].is_string()).await;
+    assert_eq!(saved["lastSaveRefused"], Value::Null, "{saved}");
+
+    let (b, b_url, _) = running(&server, &key, persist.clone()).await;
+    let seen = playwright(&server, &b_url, &page, &["idb-check"]).await;
+    assert_databases_whole(&seen, &secret);
+    // A save point of another change, then the browser lost: the databases stay.
+    let signed_in = playwright(&server, &b_url, &page, &["signin-open", &canary()]).await;
+    let settled_at = signed_in["settledAt"].as_i64().unwrap_or_else(|| panic!("no settledAt: {signed_in}"));
+    wait_context(&server, &key, &id, "a save point", |c| {
+        c["sessionId"] == json!(b) && c["savedAt"].is_string() && iso_ms(&c["savedAt"]) > settled_at
+    })
+    .await;
+    playwright(&server, &b_url, "-", &["crash"]).await;
+    wait_context(&server, &key, &id, "the lost session letting the context go", |c| c["sessionId"].is_null()).await;
+
+    let (c, c_url, _) = running(&server, &key, json!({"ttlMinutes": 10, "context": {"id": id}})).await;
+    let seen = playwright(&server, &c_url, &page, &["idb-check"]).await;
+    assert_databases_whole(&seen, &secret);
+    release(&server, &key, &c).await;
+
+    let (d, d_url, _) = running(&server, &key, json!({"ttlMinutes": 10})).await;
+    let clean = playwright(&server, &d_url, &page, &["idb-check"]).await;
+    assert_eq!(clean["databases"], json!([]), "{clean}");
+    release(&server, &key, &d).await;
+}
+
+/// What tests/clients/contexts.js `idb-check` read is what `idb-write` wrote.
+fn assert_databases_whole(seen: &Value, secret: &str) {
+    assert_eq!(seen["databases"], json!(["grid_app@3"]), "{seen}");
+    assert_eq!(seen["stores"], json!(["files", "tokens"]), "{seen}");
+    assert_eq!((seen["keyPath"].clone(), seen["indexes"].clone()), (json!("id"), json!(["by_user"])), "{seen}");
+    assert_eq!((seen["user"].clone(), seen["byUser"].clone()), (json!(secret), json!(1)), "{seen}");
+    assert_eq!(seen["at"], json!(1_700_000_000_000_i64), "a Date: {seen}");
+    assert_eq!(seen["bytes"], json!([1, 2, 255]), "a Uint8Array: {seen}");
+    assert_eq!(seen["list"], json!([1, "two", null, true]), "{seen}");
+    assert_eq!((seen["map"].clone(), seen["set"].clone()), (json!([["k", 1]]), json!(["s"])), "{seen}");
+    assert_eq!(
+        (seen["big"].clone(), seen["nan"].clone(), seen["undef"].clone()),
+        (json!("12"), json!(true), json!(true))
+    );
+    assert_eq!(seen["fileKeys"], json!([1, 2]), "the generated keys: {seen}");
+    assert_eq!(seen["blob"], json!(["text/plain", "hello blob"]), "{seen}");
+    assert_eq!(seen["file"], json!(["note.csv", "text/csv", 1_600_000_000_000_i64, "a,b"]), "{seen}");
+}
+
 #[tokio::test]
 async fn a_context_keeps_a_sign_in_across_sessions() {
     let target = Target::start();

@@ -4,14 +4,14 @@
 //!
 //! The state is what a signed-in site keeps in the browser's default
 //! context: every cookie (`Storage.getCookies`, browser-wide, restored with
-//! `Storage.setCookies`) and the local storage of every origin the
-//! session's pages opened (followed as they navigate, `Target.
-//! setDiscoverTargets` on a browser session of the grid's own) and of the
-//! origins the state already held. An origin's storage is read and written
-//! on a page of the grid's own whose navigation to the origin the grid
-//! answers itself (`Fetch.fulfillRequest` of an empty page): the storage is
-//! the origin's, and nothing goes to the network. IndexedDB, session
-//! storage and caches are not kept.
+//! `Storage.setCookies`) and the local storage and IndexedDB databases of
+//! every origin the session's pages opened (followed as they navigate,
+//! `Target.setDiscoverTargets` on a browser session of the grid's own) and
+//! of the origins the state already held. An origin's storage is read and
+//! written on a page of the grid's own whose navigation to the origin the
+//! grid answers itself (`Fetch.fulfillRequest` of an empty page), by the
+//! script in `origin_storage.js`: the storage is the origin's, and nothing
+//! goes to the network. Session storage and caches are not kept.
 //!
 //! The state travels as JSON, sealed by the vault under the account's key
 //! (row = the context's id) before it reaches the store, and bounded in
@@ -50,7 +50,22 @@ pub struct OriginStorage {
     pub origin: String,
     /// Key and value pairs, in the order the page listed them.
     pub local_storage: Vec<(String, String)>,
+    /// The origin's IndexedDB databases, as `origin_storage.js` dumps
+    /// them (each with its stores, indexes and tagged records); the grid
+    /// only carries them. Absent from states saved before they were kept.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub indexed_db: Vec<Value>,
 }
+
+impl OriginStorage {
+    fn is_empty(&self) -> bool {
+        self.local_storage.is_empty() && self.indexed_db.is_empty()
+    }
+}
+
+/// Reads and writes an origin's storage (`dump()`, `restore(items,
+/// databases)`), on a page of the grid's own at the origin.
+const ORIGIN_STORAGE_JS: &str = include_str!("origin_storage.js");
 
 impl State {
     pub fn to_bytes(&self) -> Vec<u8> {
@@ -140,35 +155,48 @@ pub async fn restore(cdp: &Connection, state: &State) -> Result<(), CdpError> {
     if state.origins.is_empty() {
         return Ok(());
     }
+    // JSON is a JavaScript literal: the state goes into the script as data.
     let writes: Vec<(String, String)> = state
         .origins
         .iter()
         .map(|o| {
             let items = serde_json::to_string(&o.local_storage).unwrap_or_else(|_| "[]".into());
-            (o.origin.clone(), format!("for (const [k, v] of {items}) localStorage.setItem(k, v); true"))
+            let databases = serde_json::to_string(&o.indexed_db).unwrap_or_else(|_| "[]".into());
+            (o.origin.clone(), format!("({ORIGIN_STORAGE_JS}).restore({items}, {databases})"))
         })
         .collect();
     on_origins(cdp, &writes).await?;
     Ok(())
 }
 
-/// The browser's state now: every cookie, and the storage of `origins`.
-pub async fn capture(cdp: &Connection, origins: &BTreeSet<String>) -> Result<State, CdpError> {
+/// The browser's state now: every cookie, and the storage of `origins`;
+/// of each origin's IndexedDB databases, those that fit in
+/// `databases_budget` bytes of JSON (the rest are left out, each whole).
+pub async fn capture(cdp: &Connection, origins: &BTreeSet<String>, databases_budget: u64) -> Result<State, CdpError> {
     let cookies = cookies(cdp).await?;
-    let reads: Vec<(String, String)> = origins
-        .iter()
-        .take(MAX_ORIGINS)
-        .map(|o| (o.clone(), "JSON.stringify(Object.entries(localStorage))".to_string()))
-        .collect();
+    let dump = format!("({ORIGIN_STORAGE_JS}).dump({databases_budget})");
+    let reads: Vec<(String, String)> = origins.iter().take(MAX_ORIGINS).map(|o| (o.clone(), dump.clone())).collect();
     let mut state = State { cookies, origins: vec![] };
     for ((origin, _), value) in reads.iter().zip(on_origins(cdp, &reads).await?) {
-        let pairs: Vec<(String, String)> =
-            value.as_str().and_then(|s| serde_json::from_str(s).ok()).unwrap_or_default();
-        if !pairs.is_empty() {
-            state.origins.push(OriginStorage { origin: origin.clone(), local_storage: pairs });
+        let dumped: Dump = value.as_str().and_then(|s| serde_json::from_str(s).ok()).unwrap_or_default();
+        let read = OriginStorage {
+            origin: origin.clone(),
+            local_storage: dumped.local_storage,
+            indexed_db: dumped.indexed_db,
+        };
+        if !read.is_empty() {
+            state.origins.push(read);
         }
     }
     Ok(state)
+}
+
+/// What `origin_storage.js` `dump()` answers.
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Dump {
+    local_storage: Vec<(String, String)>,
+    indexed_db: Vec<Value>,
 }
 
 /// Every cookie of the browser, as `Storage.getCookies` gives them.
@@ -184,8 +212,10 @@ async fn cookies(cdp: &Connection) -> Result<Vec<Value>, CdpError> {
 /// is added to it). Nothing is opened: unlike `capture`, no page the
 /// lessee's client could see appears. An origin no page shows keeps what
 /// `last` held for it; an origin a page shows with empty storage is
-/// dropped, as `capture` drops it. Pages of contexts a client created are
-/// not the default context's and are not read.
+/// dropped, as `capture` drops it. IndexedDB is read only by a script,
+/// so every origin keeps the databases `last` held (the session's end
+/// reads them). Pages of contexts a client created are not the default
+/// context's and are not read.
 pub async fn save_point(cdp: &Connection, last: &State) -> Result<State, CdpError> {
     let cookies = cookies(cdp).await?;
     let targets = cdp.send(None, "Target.getTargets", json!({})).await?;
@@ -204,8 +234,11 @@ pub async fn save_point(cdp: &Connection, last: &State) -> Result<State, CdpErro
         // A page that closed or left the origin meanwhile is skipped: the
         // origin keeps what it held.
         if let Ok(local_storage) = read_open_page(cdp, target_id, &origin).await {
-            if !local_storage.is_empty() {
-                read.push(OriginStorage { origin: origin.clone(), local_storage });
+            let indexed_db =
+                last.origins.iter().find(|o| o.origin == origin).map(|o| o.indexed_db.clone()).unwrap_or_default();
+            let storage = OriginStorage { origin: origin.clone(), local_storage, indexed_db };
+            if !storage.is_empty() {
+                read.push(storage);
             }
             seen.insert(origin);
         }
@@ -321,9 +354,23 @@ mod tests {
             cookies: vec![
                 json!({"name": "a", "value": "b", "domain": "x", "path": "/", "expires": -1, "session": true, "size": 2}),
             ],
-            origins: vec![OriginStorage { origin: "http://x".into(), local_storage: vec![("k".into(), "v".into())] }],
+            origins: vec![OriginStorage {
+                origin: "http://x".into(),
+                local_storage: vec![("k".into(), "v".into())],
+                indexed_db: vec![json!({"name": "app", "version": 2, "stores": []})],
+            }],
         };
         assert_eq!(State::from_bytes(&s.to_bytes()).unwrap(), s);
         assert!(State::from_bytes(b"nope").is_err());
+    }
+
+    /// States saved before IndexedDB was kept still read, with none.
+    #[test]
+    fn a_state_saved_before_indexeddb_was_kept_reads() {
+        let old = br#"{"cookies":[],"origins":[{"origin":"http://x","localStorage":[["k","v"]]}]}"#;
+        let s = State::from_bytes(old).unwrap();
+        assert_eq!(s.origins[0].local_storage, vec![("k".to_string(), "v".to_string())]);
+        assert!(s.origins[0].indexed_db.is_empty());
+        assert!(!String::from_utf8(s.to_bytes()).unwrap().contains("indexedDb"), "nothing written for none");
     }
 }

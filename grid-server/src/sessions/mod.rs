@@ -410,7 +410,11 @@ async fn save_context(
     context_id: &str,
     origins: &context::Origins,
 ) -> Finish {
-    let read = tokio::time::timeout(context::STATE_TIMEOUT, context::capture(&browser.cdp, &origins.get())).await;
+    // An origin's databases may take half the bound: a site's large cache
+    // is left out rather than making the whole state too big to save.
+    let budget = app.config.context_max_bytes / 2;
+    let read =
+        tokio::time::timeout(context::STATE_TIMEOUT, context::capture(&browser.cdp, &origins.get(), budget)).await;
     sealed_within_bound(app, account, context_id, read).await
 }
 
