@@ -165,7 +165,15 @@ pub async fn restore(cdp: &Connection, state: &State) -> Result<(), CdpError> {
             (o.origin.clone(), format!("({ORIGIN_STORAGE_JS}).restore({items}, {databases})"))
         })
         .collect();
-    on_origins(cdp, &writes).await?;
+    for ((origin, _), left) in writes.iter().zip(on_origins(cdp, &writes).await?) {
+        if let Some(left) = left.as_u64().filter(|n| *n > 0) {
+            tracing::warn!(
+                origin,
+                left,
+                "IndexedDB databases of the context did not go back; the session starts without them"
+            );
+        }
+    }
     Ok(())
 }
 

@@ -1,7 +1,8 @@
 // An origin's storage as a context keeps it (context.rs): its localStorage
 // and its IndexedDB databases. Evaluated on a page of the grid's own at the
 // origin, never on a lessee's page. `dump()` answers JSON text; `restore()`
-// writes a dump back into a browser that holds none of it yet.
+// writes a dump back into a browser that holds none of it yet and answers
+// how many databases it could not.
 //
 // IndexedDB values are what structured clone stores, which JSON does not
 // carry: every object and array is written tagged by its kind ({"$o": [[key,
@@ -106,16 +107,20 @@
         default: throw new Error(`unknown tag ${tag}`);
       }
     };
+    // A database that does not go back (its version taken meanwhile, the
+    // disk's quota reached) is left out; the others and localStorage stay.
+    let left = 0;
     for (const saved of databases) {
-      const open = indexedDB.open(saved.name, saved.version);
-      open.onupgradeneeded = () => {
-        for (const s of saved.stores) {
-          const store = open.result.createObjectStore(s.name, { keyPath: s.keyPath, autoIncrement: s.autoIncrement });
-          for (const i of s.indexes) store.createIndex(i.name, i.keyPath, { unique: i.unique, multiEntry: i.multiEntry });
-        }
-      };
-      const db = await done(open);
+      let db;
       try {
+        const open = indexedDB.open(saved.name, saved.version);
+        open.onupgradeneeded = () => {
+          for (const s of saved.stores) {
+            const store = open.result.createObjectStore(s.name, { keyPath: s.keyPath, autoIncrement: s.autoIncrement });
+            for (const i of s.indexes) store.createIndex(i.name, i.keyPath, { unique: i.unique, multiEntry: i.multiEntry });
+          }
+        };
+        db = await done(open);
         for (const s of saved.stores) {
           if (s.records.length === 0) continue;
           const tx = db.transaction(s.name, 'readwrite');
@@ -126,10 +131,12 @@
           }
           await new Promise((ok, no) => { tx.oncomplete = ok; tx.onerror = () => no(tx.error); tx.onabort = () => no(tx.error); });
         }
+      } catch (e) {
+        left += 1;
       } finally {
-        db.close();
+        if (db) db.close();
       }
     }
-    return true;
+    return left;
   },
 })
