@@ -259,24 +259,7 @@ async fn a_save_point_keeps_a_sign_in_when_the_browser_is_lost() {
     let id = create_context(&server, &key).await;
     let persist = json!({"ttlMinutes": 10, "context": {"id": id, "persist": true}});
     let (a, a_url, _) = running(&server, &key, persist.clone()).await;
-
-    let secret = canary();
-    let signed_in = playwright(&server, &a_url, &page, &["signin-open", &secret]).await;
-    assert_eq!(signed_in["user"], json!(secret), "{signed_in}");
-    // A save point that began once the sign-in was in the browser, stored
-    // while the session still holds the context. (Not the moment the
-    // script ended: one may have stored the sign-in before it, and with the
-    // state unchanged no later one would be stored.)
-    let settled_at = signed_in["settledAt"].as_i64().unwrap_or_else(|| panic!("no settledAt: {signed_in}"));
-    let saved = wait_context(&server, &key, &id, "a save point after the sign-in", |c| {
-        c["sessionId"] == json!(a) && c["savedAt"].is_string() && iso_ms(&c["savedAt"]) > settled_at
-    })
-    .await;
-    assert!(saved["sizeBytes"].as_u64().unwrap_or(0) > 0, "{saved}");
-
-    let crashed = playwright(&server, &a_url, "-", &["crash"]).await;
-    assert_eq!(crashed["crashed"], json!(true), "{crashed}");
-    wait_context(&server, &key, &id, "the lost session letting the context go", |c| c["sessionId"].is_null()).await;
+    let secret = sign_in_until_a_save_point_then_crash(&server, &key, &id, (&a, &a_url), &page).await;
 
     let (b, b_url, _) = running(&server, &key, persist).await;
     let seen = playwright(&server, &b_url, &page, &["check"]).await;
@@ -286,6 +269,36 @@ async fn a_save_point_keeps_a_sign_in_when_the_browser_is_lost() {
         "cookie of the save point not restored: {seen}"
     );
     release(&server, &key, &b).await;
+}
+
+/// Signs in on `page` in `session` (its id and cdpUrl) with a secret of
+/// its own, waits for a save point holding the sign-in, then crashes the
+/// browser (`Browser.crash`, as a lost browser) and waits until the
+/// context is free; answers the secret.
+async fn sign_in_until_a_save_point_then_crash(
+    server: &GridServer,
+    key: &str,
+    id: &str,
+    (session, cdp_url): (&str, &str),
+    page: &str,
+) -> String {
+    let secret = canary();
+    let signed_in = playwright(server, cdp_url, page, &["signin-open", &secret]).await;
+    assert_eq!(signed_in["user"], json!(secret), "{signed_in}");
+    // A save point that began once the sign-in was in the browser, stored
+    // while the session still holds the context. (Not the moment the
+    // script ended: one may have stored the sign-in before it, and with the
+    // state unchanged no later one would be stored.)
+    let settled_at = signed_in["settledAt"].as_i64().unwrap_or_else(|| panic!("no settledAt: {signed_in}"));
+    let saved = wait_context(server, key, id, "a save point after the sign-in", |c| {
+        c["sessionId"] == json!(session) && c["savedAt"].is_string() && iso_ms(&c["savedAt"]) > settled_at
+    })
+    .await;
+    assert!(saved["sizeBytes"].as_u64().unwrap_or(0) > 0, "{saved}");
+    let crashed = playwright(server, cdp_url, "-", &["crash"]).await;
+    assert_eq!(crashed["crashed"], json!(true), "{crashed}");
+    wait_context(server, key, id, "the lost session letting the context go", |c| c["sessionId"].is_null()).await;
+    secret
 }
 
 /// IndexedDB is kept as `localStorage` is: a database holding values JSON
@@ -320,14 +333,7 @@ async fn a_context_keeps_indexeddb_databases_whole() {
     let seen = playwright(&server, &b_url, &page, &["idb-check"]).await;
     assert_databases_whole(&seen, &secret);
     // A save point of another change, then the browser lost: the databases stay.
-    let signed_in = playwright(&server, &b_url, &page, &["signin-open", &canary()]).await;
-    let settled_at = signed_in["settledAt"].as_i64().unwrap_or_else(|| panic!("no settledAt: {signed_in}"));
-    wait_context(&server, &key, &id, "a save point", |c| {
-        c["sessionId"] == json!(b) && c["savedAt"].is_string() && iso_ms(&c["savedAt"]) > settled_at
-    })
-    .await;
-    playwright(&server, &b_url, "-", &["crash"]).await;
-    wait_context(&server, &key, &id, "the lost session letting the context go", |c| c["sessionId"].is_null()).await;
+    sign_in_until_a_save_point_then_crash(&server, &key, &id, (&b, &b_url), &page).await;
 
     let (c, c_url, _) = running(&server, &key, json!({"ttlMinutes": 10, "context": {"id": id}})).await;
     let seen = playwright(&server, &c_url, &page, &["idb-check"]).await;

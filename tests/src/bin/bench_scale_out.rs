@@ -533,29 +533,21 @@ async fn main() {
             paired(&|runs| runs[i].items_per_second / runs[0].items_per_second),
         );
     }
-    report(
-        "3 nodes / 1 node on PostgreSQL",
-        "3 nodes / 1 node, PostgreSQL, items per CPU-second".into(),
-        "items per CPU-second",
-        results[2].items_per_cpu_second() / results[1].items_per_cpu_second(),
-        paired(&|runs| runs[2].items_per_cpu_second() / runs[1].items_per_cpu_second()),
-    );
-    // The control: what the machine charges three processes, sharing nothing.
-    report(
-        "3 grids / 1 node on PostgreSQL",
-        "3 grids / 1 node, PostgreSQL, items per CPU-second".into(),
-        "items per CPU-second",
-        results[3].items_per_cpu_second() / results[1].items_per_cpu_second(),
-        paired(&|runs| runs[3].items_per_cpu_second() / runs[1].items_per_cpu_second()),
-    );
-    // What sharing one database costs three nodes, the machine's share set aside.
-    report(
-        "3 nodes / 3 grids on PostgreSQL",
-        "3 nodes / 3 grids, PostgreSQL, items per CPU-second".into(),
-        "items per CPU-second",
-        results[2].items_per_cpu_second() / results[3].items_per_cpu_second(),
-        paired(&|runs| runs[2].items_per_cpu_second() / runs[3].items_per_cpu_second()),
-    );
+    // Items per CPU-second: three nodes against one (goal 2), against their
+    // control (what sharing one database costs, the machine's part set
+    // aside), and the control against one node (what the machine charges
+    // three processes that share nothing).
+    for (of, to) in [(2, 1), (2, 3), (3, 1)] {
+        let short = |i: usize| setups[i].0.split(',').next().unwrap_or_default();
+        let shown = format!("{} / {} on PostgreSQL", short(of), short(to));
+        report(
+            &shown,
+            format!("{} / {}, PostgreSQL, items per CPU-second", short(of), short(to)),
+            "items per CPU-second",
+            results[of].items_per_cpu_second() / results[to].items_per_cpu_second(),
+            paired(&|runs| runs[of].items_per_cpu_second() / runs[to].items_per_cpu_second()),
+        );
+    }
     println!(
         "{}",
         json!({
