@@ -39,6 +39,13 @@ fn options() -> ServerOptions {
     ServerOptions { extra_args: vec!["--context-max-kib".into(), MAX_KIB.to_string()], ..ServerOptions::default() }
 }
 
+/// `options()` with a save point every second a live `persist` session's state changed.
+fn saving_every_second() -> ServerOptions {
+    let mut opts = options();
+    opts.extra_args.extend(["--context-save-every-secs".into(), "1".into()]);
+    opts
+}
+
 /// Runs tests/clients/contexts.js on the session's cdpUrl: what the page
 /// saw of the sign-in.
 async fn playwright(server: &GridServer, cdp_url: &str, page: &str, mode: &[&str]) -> Value {
@@ -251,9 +258,7 @@ async fn contexts_keep_a_sign_in(first: &GridServer, second: &GridServer, target
 #[tokio::test]
 async fn a_save_point_keeps_a_sign_in_when_the_browser_is_lost() {
     let target = Target::start();
-    let mut opts = options();
-    opts.extra_args.extend(["--context-save-every-secs".into(), "1".into()]);
-    let server = GridServer::start(opts);
+    let server = GridServer::start(saving_every_second());
     let key = server.api_key().to_string();
     let page = target.url("/page/1");
     let id = create_context(&server, &key).await;
@@ -312,9 +317,7 @@ async fn sign_in_until_a_save_point_then_crash(
 #[tokio::test]
 async fn a_context_keeps_indexeddb_databases_whole() {
     let target = Target::start();
-    let mut opts = options();
-    opts.extra_args.extend(["--context-save-every-secs".into(), "1".into()]);
-    let server = GridServer::start(opts);
+    let server = GridServer::start(saving_every_second());
     let key = server.api_key().to_string();
     let page = target.url("/page/1");
     let id = create_context(&server, &key).await;
