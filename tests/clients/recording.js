@@ -7,6 +7,12 @@
 //     interval may be replaced by the next one, docs/sessions.md). Prints
 //     {"visited": [url...]}.
 //
+//   node recording.js settle CDP_URL FRAMES FINAL
+//     Shows a page that repaints on every animation frame, red and blue in
+//     turn, FRAMES times, then paints FINAL (a CSS colour) and stops
+//     changing; waits 1.5 s (the scene: the page's last picture must be
+//     recorded). Prints {"painted": n}.
+//
 //   node recording.js play CDP_URL REPLAY_URL
 //     Opens a replay page (recording.html) in the session's browser, steps
 //     its player's slider through every frame and samples the middle pixel
@@ -32,6 +38,32 @@ async function drive(cdpUrl, dwell, urls) {
     visited.push(p.url());
   }
   return { visited };
+}
+
+async function settle(cdpUrl, frames, final) {
+  const browser = await chromium.connectOverCDP(cdpUrl);
+  const p = await page(browser);
+  await p.setContent('<!doctype html><body style="margin:0;height:100vh"></body>');
+  const painted = await p.evaluate(
+    ([frames, final]) =>
+      new Promise((done) => {
+        let n = 0;
+        const step = () => {
+          if (n === frames) {
+            document.body.style.background = final;
+            requestAnimationFrame(() => requestAnimationFrame(() => done(n)));
+            return;
+          }
+          document.body.style.background = n % 2 ? '#0000ff' : '#ff0000';
+          n += 1;
+          requestAnimationFrame(step);
+        };
+        requestAnimationFrame(step);
+      }),
+    [frames, final],
+  );
+  await p.waitForTimeout(1500);
+  return { painted };
 }
 
 async function play(cdpUrl, replayUrl) {
@@ -85,8 +117,10 @@ async function play(cdpUrl, replayUrl) {
     out = await drive(cdpUrl, Number(dwell), urls);
   } else if (mode === 'play') {
     out = await play(cdpUrl, rest[0]);
+  } else if (mode === 'settle') {
+    out = await settle(cdpUrl, Number(rest[0]), rest[1]);
   } else {
-    throw new Error(`unknown mode ${mode}: drive or play`);
+    throw new Error(`unknown mode ${mode}: drive, settle or play`);
   }
   console.log(JSON.stringify(out));
   process.exit(0);

@@ -115,6 +115,34 @@ fn runs(colours: impl IntoIterator<Item = Option<&'static str>>) -> Vec<&'static
     out
 }
 
+/// A page that repaints on every animation frame and then stops changing
+/// has its last picture recorded: the recorder paces its acks of a busy
+/// page's frames (docs/sessions.md, Recordings), and the paint that came
+/// while a frame was unacked must still reach the recording.
+#[tokio::test]
+async fn a_page_that_stops_changing_has_its_last_picture_recorded() {
+    let server = GridServer::start(opts(None, &[]));
+    for frames in ["120", "121"] {
+        let (id, cdp_url) = running(&server, json!({"ttlMinutes": 10, "recording": true})).await;
+        let settled =
+            client(&server, &["settle".to_string(), cdp_url, frames.to_string(), "#00c000".to_string()]).await;
+        assert_eq!(settled["painted"], json!(frames.parse::<u64>().unwrap()), "{settled}");
+        release(&server, &id).await;
+        let answer = wait_recording(&server, &id).await;
+        let html = server.download(answer["url"].as_str().unwrap()).await.text;
+        let frames_kept = frames_of(&html);
+        let (_, _, last) = frames_kept.last().unwrap_or_else(|| panic!("no frame: {answer}"));
+        let img = image::load_from_memory_with_format(last, image::ImageFormat::Jpeg).expect("a JPEG frame").to_rgb8();
+        let p = img.get_pixel(img.width() / 2, img.height() / 2).0;
+        assert_eq!(
+            colour_of(p),
+            Some("00c000"),
+            "the last frame of {} is {p:?}, not the final green",
+            frames_kept.len()
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_recorded_session_plays_back_its_three_pages() {
     let target = Target::start();

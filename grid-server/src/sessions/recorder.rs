@@ -6,7 +6,10 @@
 //!   already open (`Target.setAutoAttach` on a browser-target session,
 //!   paused until the grid has set it up), and starts a screencast on each
 //!   (`Page.startScreencast`, JPEG), acking every frame
-//!   (`Page.screencastFrameAck`) so the browser sends the next;
+//!   (`Page.screencastFrameAck`) so the browser sends the next, each page's
+//!   acks paced most of a frame interval apart: the browser encodes no frame
+//!   while its last ones are unacked, so a page that repaints at 60 frames a
+//!   second costs about the JPEGs of the 5 that are kept, not of all 60;
 //! - keeps a frame of any page as `grid_core::recording::Take` decides (at
 //!   most 5 a second, up to the byte bound; past it every screencast is
 //!   stopped) with its time and the URL its page last navigated to,
@@ -63,6 +66,7 @@ pub async fn start(
         json!({"autoAttach": true, "waitForDebuggerOnStart": true, "flatten": true, "filter": [{"type": "page"}]}),
     )
     .await?;
+    let (quiet_tx, quiet) = mpsc::unbounded_channel();
     let recorder = Recorder {
         cdp: cdp.clone(),
         session_id: session_id.to_string(),
@@ -71,9 +75,11 @@ pub async fn start(
         bounds,
         take: Take::new(bounds),
         pages: HashMap::new(),
+        next_ack: HashMap::new(),
+        quiet_tx,
         written_bytes: 0,
     };
-    Ok(Some(tokio::spawn(recorder.run(events))))
+    Ok(Some(tokio::spawn(recorder.run(events, quiet))))
 }
 
 struct Recorder {
@@ -86,11 +92,21 @@ struct Recorder {
     take: Take,
     /// Attached pages by DevTools session: the URL each last navigated to.
     pages: HashMap<String, String>,
+    /// When each page's next frame may be acked (`pace_ack`), and how many
+    /// frames it has sent.
+    next_ack: HashMap<String, (tokio::time::Instant, u64)>,
+    /// A page whose ack was held, and its frame count then: asked again
+    /// once the ack had time to bring a frame (`refresh_if_quiet`).
+    quiet_tx: mpsc::UnboundedSender<(String, u64)>,
     written_bytes: u64,
 }
 
 impl Recorder {
-    async fn run(mut self, mut events: mpsc::UnboundedReceiver<Event>) {
+    async fn run(
+        mut self,
+        mut events: mpsc::UnboundedReceiver<Event>,
+        mut quiet: mpsc::UnboundedReceiver<(String, u64)>,
+    ) {
         let (page_tx, mut page_events) = mpsc::unbounded_channel::<(String, Event)>();
         let mut tick = tokio::time::interval(Duration::from_millis(self.bounds.min_interval_ms.max(10) as u64));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -101,6 +117,7 @@ impl Recorder {
                     None => break,
                 },
                 Some((page, e)) = page_events.recv() => self.page_event(&page, e).await,
+                Some((page, frames)) = quiet.recv() => self.refresh_if_quiet(&page, frames),
                 _ = tick.tick() => {
                     let was_stopped = self.take.stopped();
                     if let Some(entry) = self.take.tick(now().0) {
@@ -140,6 +157,7 @@ impl Recorder {
             "Target.detachedFromTarget" => {
                 if let Some(child) = p["sessionId"].as_str() {
                     self.pages.remove(child);
+                    self.next_ack.remove(child);
                     self.cdp.unsubscribe(child);
                 }
             }
@@ -152,13 +170,8 @@ impl Recorder {
     /// paint is recorded.
     fn set_up_page(&self, child: &str) {
         let enable = self.cdp.send(Some(child), "Page.enable", json!({}));
-        let screencast = (!self.take.stopped()).then(|| {
-            self.cdp.send(
-                Some(child),
-                "Page.startScreencast",
-                json!({"format": "jpeg", "quality": QUALITY, "maxWidth": MAX_WIDTH, "maxHeight": MAX_HEIGHT, "everyNthFrame": 1}),
-            )
-        });
+        let screencast =
+            (!self.take.stopped()).then(|| self.cdp.send(Some(child), "Page.startScreencast", screencast_params()));
         let run = self.cdp.send(Some(child), "Runtime.runIfWaitingForDebugger", Value::Null);
         tokio::spawn(async move {
             // A page closed at once takes its calls with it.
@@ -178,12 +191,9 @@ impl Recorder {
         let p = &event.params;
         match event.method.as_str() {
             "Page.screencastFrame" => {
-                // Acked first, whatever is kept: the browser sends the next
-                // frame only after the last one's ack.
-                let ack = self.cdp.send(Some(page), "Page.screencastFrameAck", json!({"sessionId": p["sessionId"]}));
-                tokio::spawn(async move {
-                    let _ = ack.await;
-                });
+                // Acked whatever is kept: the browser sends the next frame
+                // only after the last ones' acks.
+                self.pace_ack(page, p["sessionId"].clone());
                 let at_ms = p["metadata"]["timestamp"].as_f64().map_or(now().0, |s| (s * 1000.0) as i64);
                 let frame = Frame {
                     at_ms,
@@ -207,6 +217,56 @@ impl Recorder {
             }
             _ => {}
         }
+    }
+
+    /// Acks a frame of `page` three quarters of a frame interval after its
+    /// last ack, at the earliest: Chromium encodes a page's next frame only
+    /// while few are unacked, so a page repainting faster than frames are
+    /// kept costs the browser about the frames kept, and the newest paint
+    /// still comes with the next ack. (A whole interval would lose a slot
+    /// now and then: the next frame comes a paint after the ack.) An idle
+    /// page's next paint is acked at once.
+    ///
+    /// A paint that comes while frames are unacked is not captured, and the
+    /// browser sends no frame until the page paints again: a page that
+    /// stopped changing then would never show its last picture. So a page
+    /// whose ack was held is asked again (`refresh_if_quiet`) once the ack
+    /// had two paces to bring a frame.
+    fn pace_ack(&mut self, page: &str, frame: Value) {
+        let pace = Duration::from_millis(self.bounds.min_interval_ms.max(0) as u64 * 3 / 4);
+        let now = tokio::time::Instant::now();
+        let (last, frames) = match self.next_ack.get(page) {
+            Some((next, frames)) => (Some(*next), frames + 1),
+            None => (None, 1),
+        };
+        let (at, next) = ack_slot(last, now, pace);
+        self.next_ack.insert(page.to_string(), (next, frames));
+        let (cdp, page, quiet) = (self.cdp.clone(), page.to_string(), self.quiet_tx.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep_until(at).await;
+            let _ = cdp.send(Some(&page), "Page.screencastFrameAck", json!({"sessionId": frame})).await;
+            if at > now {
+                tokio::time::sleep(2 * pace).await;
+                let _ = quiet.send((page, frames));
+            }
+        });
+    }
+
+    /// A page whose held ack brought no frame (its count is still
+    /// `frames`): its screencast is started again, which captures the page
+    /// as it is now. An idle page's next frame is acked at once, so this
+    /// comes once per pause, not once per interval.
+    fn refresh_if_quiet(&self, page: &str, frames: u64) {
+        let quiet = self.next_ack.get(page).is_some_and(|(_, n)| *n == frames);
+        if !quiet || !self.pages.contains_key(page) || self.take.stopped() {
+            return;
+        }
+        let stop = self.cdp.send(Some(page), "Page.stopScreencast", json!({}));
+        let start = self.cdp.send(Some(page), "Page.startScreencast", screencast_params());
+        tokio::spawn(async move {
+            let _ = stop.await;
+            let _ = start.await;
+        });
     }
 
     /// Once the bound is reached (it was not before the last frame): no
@@ -251,5 +311,45 @@ impl Recorder {
             Ok(Err(e)) => tracing::error!(error = %e, "session recording not written"),
             Err(e) => tracing::error!(error = %e, "session recording not written"),
         }
+    }
+}
+
+/// Every screencast's parameters.
+fn screencast_params() -> Value {
+    json!({"format": "jpeg", "quality": QUALITY, "maxWidth": MAX_WIDTH, "maxHeight": MAX_HEIGHT, "everyNthFrame": 1})
+}
+
+/// When to ack a frame that arrives at `now`, given the page's earliest
+/// next ack (`next`, none before its first frame): at once, or at that
+/// earliest; and the earliest after it, `pace` later.
+fn ack_slot(
+    next: Option<tokio::time::Instant>,
+    now: tokio::time::Instant,
+    pace: Duration,
+) -> (tokio::time::Instant, tokio::time::Instant) {
+    let at = next.unwrap_or(now).max(now);
+    (at, at + pace)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn acks_of_a_busy_page_are_paced_and_an_idle_pages_go_at_once() {
+        let pace = Duration::from_millis(150);
+        let t0 = tokio::time::Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        // The first frame, and a frame long after the last ack: at once.
+        assert_eq!(ack_slot(None, t0, pace), (t0, ms(150)));
+        assert_eq!(ack_slot(Some(ms(150)), ms(900), pace), (ms(900), ms(1050)));
+        // Frames in a burst (a page repainting every 16 ms): one ack per pace.
+        let (mut next, mut acks) = (None, vec![]);
+        for arrival in [0, 16, 33, 50] {
+            let (at, after) = ack_slot(next, ms(arrival), pace);
+            acks.push(at);
+            next = Some(after);
+        }
+        assert_eq!(acks, vec![ms(0), ms(150), ms(300), ms(450)]);
     }
 }
