@@ -7,6 +7,21 @@ pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests crate has a parent").to_path_buf()
 }
 
+/// `tests/clients`, the real clients' npm project, failing the test when
+/// one of `packages` is not installed there (a test never skips for a
+/// missing component: it says what is missing).
+pub fn clients_dir(packages: &[&str]) -> PathBuf {
+    let dir = workspace_root().join("tests/clients");
+    let missing: Vec<&str> = packages.iter().copied().filter(|p| !dir.join("node_modules").join(p).is_dir()).collect();
+    assert!(
+        missing.is_empty(),
+        "{} missing from {}: scripts/test.sh installs them (npm install there)",
+        missing.join(", "),
+        dir.display()
+    );
+    dir
+}
+
 /// CARGO_TARGET_DIR (relative to the workspace when relative) or `<workspace>/target`.
 pub fn target_dir() -> PathBuf {
     match std::env::var_os("CARGO_TARGET_DIR") {

@@ -12,7 +12,7 @@ use std::process::Command;
 use base64::Engine as _;
 use serde_json::{json, Value};
 
-use grid_tests::bins::workspace_root;
+use grid_tests::bins::{clients_dir, workspace_root};
 use grid_tests::child::run_json;
 use grid_tests::server::{GridServer, ServerOptions};
 use grid_tests::sessions::{lease_as, lease_running, release, wait_running_as};
@@ -154,13 +154,7 @@ async fn a_playwright_client_keeps_its_page_while_the_tools_drive_it() {
     let target = Target::start();
     let lease = lease_as(&server, server.api_key(), json!({"ttlMinutes": 5})).await;
     wait_running_as(&server, server.api_key(), &lease.id).await;
-    let dir = workspace_root().join("tests/clients");
-    assert!(
-        dir.join("node_modules/playwright-core").is_dir()
-            && dir.join("node_modules/@modelcontextprotocol/sdk").is_dir(),
-        "Playwright or the TypeScript MCP SDK is missing from {}: scripts/test.sh installs them (npm install there)",
-        dir.display()
-    );
+    let dir = clients_dir(&["playwright-core", "@modelcontextprotocol/sdk"]);
     let mcp = format!("{}/mcp", server.base_url());
     let page = target.url("/shop/signin");
     let mut both = Command::new("node");
@@ -184,13 +178,7 @@ async fn the_typescript_sdks_drive_a_session_through_the_tools() {
     let target = Target::start();
     let site = format!("http://{}", target.addr());
     let mcp = format!("{}/mcp", server.base_url());
-    let dir = workspace_root().join("tests/clients");
-    assert!(
-        dir.join("node_modules/@modelcontextprotocol/sdk").is_dir()
-            && dir.join("node_modules/@modelcontextprotocol/client").is_dir(),
-        "the TypeScript MCP SDK clients are missing from {}: scripts/test.sh installs them (npm install there)",
-        dir.display()
-    );
+    let dir = clients_dir(&["@modelcontextprotocol/sdk", "@modelcontextprotocol/client"]);
     for (sdk, mode) in [("v1", "legacy"), ("v2", "auto")] {
         let mut agent = Command::new("node");
         agent.args(["mcp_agent.mjs", &mcp, server.api_key(), sdk, mode, &site]).current_dir(&dir);
@@ -224,12 +212,7 @@ async fn the_typescript_sdks_drive_a_session_through_the_tools() {
 async fn snapshots_name_the_elements_playwright_mcp_names() {
     let server = GridServer::start(ServerOptions::default());
     let target = Target::start();
-    let dir = workspace_root().join("tests/clients");
-    assert!(
-        dir.join("node_modules/@playwright/mcp").is_dir(),
-        "Playwright MCP is missing from {}: scripts/test.sh installs it (npm install there)",
-        dir.display()
-    );
+    let dir = clients_dir(&["@playwright/mcp"]);
     let roles = ["heading", "textbox", "button", "link", "combobox", "checkbox", "region"];
     let named = |snapshot: &str| -> std::collections::BTreeSet<(String, String)> {
         // Playwright writes its snapshot as YAML, quoting a line that holds

@@ -13,7 +13,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use grid_tests::bins::workspace_root;
 use grid_tests::http::Resp;
 use grid_tests::server::{GridServer, ServerOptions};
 use grid_tests::sessions::{iso_ms, lease_as, release_as, wait_running_as};
@@ -26,13 +25,7 @@ const MAX_KIB: u64 = 64;
 const FILLER_BYTES: u64 = 200 * 1024;
 
 fn clients_dir() -> PathBuf {
-    let dir = workspace_root().join("tests/clients");
-    assert!(
-        dir.join("node_modules/playwright-core").is_dir(),
-        "Playwright is missing from {}: scripts/test.sh installs it (npm install there)",
-        dir.display()
-    );
-    dir
+    grid_tests::bins::clients_dir(&["playwright-core"])
 }
 
 fn options() -> ServerOptions {

@@ -39,12 +39,7 @@ fn opts(warm: Option<u32>, extra: &[&str]) -> ServerOptions {
 
 /// Runs `node recording.js MODE ARGS...` in tests/clients; its JSON.
 async fn client(server: &GridServer, args: &[String]) -> Value {
-    let dir = grid_tests::bins::workspace_root().join("tests/clients");
-    assert!(
-        dir.join("node_modules/playwright-core").is_dir(),
-        "Playwright is missing from {}: scripts/test.sh installs it (npm install there)",
-        dir.display()
-    );
+    let dir = grid_tests::bins::clients_dir(&["playwright-core"]);
     let mut cmd = Command::new("node");
     cmd.arg("recording.js").args(args).current_dir(dir);
     let out = tokio::task::spawn_blocking(move || cmd.output()).await.unwrap();
@@ -96,6 +91,12 @@ fn frames_of(html: &str) -> Vec<(i64, String, Vec<u8>)> {
         .collect()
 }
 
+/// The middle pixel of a JPEG frame.
+fn middle_of(jpeg: &[u8]) -> [u8; 3] {
+    let img = image::load_from_memory_with_format(jpeg, image::ImageFormat::Jpeg).expect("a JPEG frame").to_rgb8();
+    img.get_pixel(img.width() / 2, img.height() / 2).0
+}
+
 /// Which of [`COLOURS`] an RGB pixel is (JPEG moves colours a little).
 fn colour_of(rgb: [u8; 3]) -> Option<&'static str> {
     COLOURS
@@ -132,8 +133,7 @@ async fn a_page_that_stops_changing_has_its_last_picture_recorded() {
         let html = server.download(answer["url"].as_str().unwrap()).await.text;
         let frames_kept = frames_of(&html);
         let (_, _, last) = frames_kept.last().unwrap_or_else(|| panic!("no frame: {answer}"));
-        let img = image::load_from_memory_with_format(last, image::ImageFormat::Jpeg).expect("a JPEG frame").to_rgb8();
-        let p = img.get_pixel(img.width() / 2, img.height() / 2).0;
+        let p = middle_of(last);
         assert_eq!(
             colour_of(p),
             Some("00c000"),
@@ -205,9 +205,7 @@ async fn a_recorded_session_plays_back_its_three_pages() {
     assert!(frames.windows(2).all(|w| w[0].0 <= w[1].0), "frame times only grow");
     let mut decoded = vec![];
     for (_, frame_url, jpeg) in &frames {
-        let img = image::load_from_memory_with_format(jpeg, image::ImageFormat::Jpeg).expect("a JPEG frame").to_rgb8();
-        let p = img.get_pixel(img.width() / 2, img.height() / 2).0;
-        let colour = colour_of(p);
+        let colour = colour_of(middle_of(jpeg));
         if let Some(hex) = colour {
             assert!(frame_url.ends_with(&format!("/color/{hex}")), "a {hex} frame labelled {frame_url}");
         }
@@ -303,12 +301,7 @@ async fn a_server_stopped_with_sigterm_writes_its_sessions_recordings() {
     assert!(answer["frames"].as_u64().unwrap_or(0) >= 1, "{answer}");
     let page = server.download(answer["url"].as_str().unwrap()).await;
     assert_eq!(page.status, 200, "{page}");
-    let decoded: Vec<Option<&str>> = frames_of(&page.text)
-        .iter()
-        .map(|(_, _, jpeg)| {
-            let img = image::load_from_memory_with_format(jpeg, image::ImageFormat::Jpeg).expect("a JPEG").to_rgb8();
-            colour_of(img.get_pixel(img.width() / 2, img.height() / 2).0)
-        })
-        .collect();
+    let decoded: Vec<Option<&str>> =
+        frames_of(&page.text).iter().map(|(_, _, jpeg)| colour_of(middle_of(jpeg))).collect();
     assert_eq!(runs(decoded), ["0000ff"], "the blue page was recorded");
 }
