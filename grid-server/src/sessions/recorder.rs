@@ -75,7 +75,6 @@ pub async fn start(
         bounds,
         take: Take::new(bounds),
         pages: HashMap::new(),
-        next_ack: HashMap::new(),
         quiet_tx,
         written_bytes: 0,
     };
@@ -90,15 +89,23 @@ struct Recorder {
     part: tokio::fs::File,
     bounds: Bounds,
     take: Take,
-    /// Attached pages by DevTools session: the URL each last navigated to.
-    pages: HashMap<String, String>,
-    /// When each page's next frame may be acked (`pace_ack`), and how many
-    /// frames it has sent.
-    next_ack: HashMap<String, (tokio::time::Instant, u64)>,
+    /// Attached pages by DevTools session.
+    pages: HashMap<String, Page>,
     /// A page whose ack was held, and its frame count then: asked again
     /// once the ack had time to bring a frame (`refresh_if_quiet`).
     quiet_tx: mpsc::UnboundedSender<(String, u64)>,
     written_bytes: u64,
+}
+
+/// An attached page.
+#[derive(Default)]
+struct Page {
+    /// The URL it last navigated to.
+    url: String,
+    /// When its next frame may be acked (`pace_ack`; none before its first).
+    next_ack: Option<tokio::time::Instant>,
+    /// How many frames it has sent.
+    frames: u64,
 }
 
 impl Recorder {
@@ -151,13 +158,12 @@ impl Recorder {
                         }
                     }
                 });
-                self.pages.insert(child.to_string(), url);
+                self.pages.insert(child.to_string(), Page { url, ..Page::default() });
                 self.set_up_page(child);
             }
             "Target.detachedFromTarget" => {
                 if let Some(child) = p["sessionId"].as_str() {
                     self.pages.remove(child);
-                    self.next_ack.remove(child);
                     self.cdp.unsubscribe(child);
                 }
             }
@@ -197,7 +203,7 @@ impl Recorder {
                 let at_ms = p["metadata"]["timestamp"].as_f64().map_or(now().0, |s| (s * 1000.0) as i64);
                 let frame = Frame {
                     at_ms,
-                    url: self.pages.get(page).cloned().unwrap_or_default(),
+                    url: self.pages.get(page).map(|p| p.url.clone()).unwrap_or_default(),
                     jpeg_base64: p["data"].as_str().unwrap_or_default().to_string(),
                 };
                 let was_stopped = self.take.stopped();
@@ -211,7 +217,7 @@ impl Recorder {
                 // The page's own frame, not one of its iframes.
                 if frame.get("parentId").is_none_or(Value::is_null) {
                     if let (Some(url), Some(known)) = (frame["url"].as_str(), self.pages.get_mut(page)) {
-                        *known = url.to_string();
+                        known.url = url.to_string();
                     }
                 }
             }
@@ -235,12 +241,11 @@ impl Recorder {
     fn pace_ack(&mut self, page: &str, frame: Value) {
         let pace = Duration::from_millis(self.bounds.min_interval_ms.max(0) as u64 * 3 / 4);
         let now = tokio::time::Instant::now();
-        let (last, frames) = match self.next_ack.get(page) {
-            Some((next, frames)) => (Some(*next), frames + 1),
-            None => (None, 1),
-        };
-        let (at, next) = ack_slot(last, now, pace);
-        self.next_ack.insert(page.to_string(), (next, frames));
+        let Some(state) = self.pages.get_mut(page) else { return };
+        let (at, next) = ack_slot(state.next_ack, now, pace);
+        state.next_ack = Some(next);
+        state.frames += 1;
+        let frames = state.frames;
         let (cdp, page, quiet) = (self.cdp.clone(), page.to_string(), self.quiet_tx.clone());
         tokio::spawn(async move {
             tokio::time::sleep_until(at).await;
@@ -257,8 +262,8 @@ impl Recorder {
     /// as it is now. An idle page's next frame is acked at once, so this
     /// comes once per pause, not once per interval.
     fn refresh_if_quiet(&self, page: &str, frames: u64) {
-        let quiet = self.next_ack.get(page).is_some_and(|(_, n)| *n == frames);
-        if !quiet || !self.pages.contains_key(page) || self.take.stopped() {
+        let quiet = self.pages.get(page).is_some_and(|p| p.frames == frames);
+        if !quiet || self.take.stopped() {
             return;
         }
         let stop = self.cdp.send(Some(page), "Page.stopScreencast", json!({}));
