@@ -204,7 +204,14 @@ pub fn output_schema() -> Value {
             "url": {"type": "string", "description": "The current tab's URL after the action."},
             "title": {"type": "string"},
             "snapshot": {"type": "string", "description": "The page as lines `- role \"name\" [ref=eN]` (left out where the tool says nothing of the page)."},
-            "result": {"description": "browser_evaluate's value; browser_tabs' list; browser_console_messages' messages; browser_network_requests' requests."}
+            "result": {"description": "browser_evaluate's value; browser_tabs' list; browser_console_messages' messages; browser_network_requests' requests."},
+            "resultInText": {"type": "boolean", "description": "The value (over 1 MiB as JSON) is in the text content only, sent once."},
+            "resultCut": {
+                "type": "object",
+                "description": "browser_evaluate's value was longer than a tool answers (8 MiB of JSON): the text content holds its start.",
+                "properties": {"totalChars": {"type": "integer", "minimum": 0}, "keptChars": {"type": "integer", "minimum": 0}},
+                "required": ["totalChars", "keptChars"]
+            }
         },
         "required": ["sessionId", "url", "title"]
     })

@@ -33,6 +33,9 @@ pub struct ServeConfig {
     pub browsers: usize,
     /// Items one Chromium runs at once.
     pub pages_per_browser: usize,
+    /// Pool pages one account may hold at once on this node (0: no cap
+    /// beyond its turn).
+    pub max_pages_per_account: usize,
     /// The Chromium executable.
     pub chromium: std::path::PathBuf,
     pub headless_shell: std::path::PathBuf,

@@ -278,6 +278,10 @@ struct ServeArgs {
     /// Items one Chromium runs at once, each in its own browser context.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=64))]
     pages_per_browser: u64,
+    /// Pages of the browser pool one account may hold at once on this node (docs/limits.md, "Fair
+    /// share"); 0: none beyond its turn (accounts take turns for pages either way).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=4096))]
+    max_pages_per_account: u64,
     /// The Chromium executable (Debian package `chromium`).
     #[arg(long, default_value = "/usr/bin/chromium")]
     chromium: PathBuf,
@@ -679,6 +683,7 @@ fn configs(
         max_sessions: args.max_sessions,
         browsers: args.browsers as usize,
         pages_per_browser: args.pages_per_browser as usize,
+        max_pages_per_account: args.max_pages_per_account as usize,
         chromium: args.chromium.clone(),
         headless_shell: args.headless_shell.clone(),
         sandbox: browser::sandbox::SandboxConfig {
@@ -1048,6 +1053,7 @@ fn browser_pool(config: &ServeConfig) -> Option<Arc<browser::pool::BrowserPool>>
         headless_shell: config.headless_shell.clone(),
         browsers: config.browsers,
         pages_per_browser: config.pages_per_browser,
+        max_pages_per_account: config.max_pages_per_account,
         sandbox: config.sandbox.clone(),
         allow_private_networks: config.allow_private_networks,
     };

@@ -135,6 +135,38 @@ impl Cdp {
         answer.unwrap_or_else(|_| Err(format!("{method}: no answer within {CALL_TIMEOUT:?}")))
     }
 
+    /// Writes one command and does not wait for its answer (a client that
+    /// never reads); returns its id.
+    pub async fn post(&mut self, method: &str, params: Value, session: Option<&str>) -> Result<u64, String> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut msg = json!({"id": id, "method": method, "params": params});
+        if let Some(s) = session {
+            msg["sessionId"] = json!(s);
+        }
+        self.socket.send(Message::Text(msg.to_string().into())).await.map_err(|e| format!("{method}: send: {e}"))?;
+        Ok(id)
+    }
+
+    /// Reads everything the server still sends, up to the connection's end,
+    /// within `within`: the close frame's code and reason if one came (a
+    /// connection cut mid-message ends without one: `None`).
+    pub async fn read_to_end(&mut self, within: Duration) -> Result<Option<(u16, String)>, String> {
+        let socket = &mut self.socket;
+        let end = tokio::time::timeout(within, async {
+            while let Some(frame) = socket.next().await {
+                match frame {
+                    Ok(Message::Close(Some(frame))) => return Some((u16::from(frame.code), frame.reason.to_string())),
+                    Ok(_) => {}
+                    Err(_) => return None,
+                }
+            }
+            None
+        })
+        .await;
+        end.map_err(|_| format!("the connection did not end within {within:?}"))
+    }
+
     /// The first event (kept or arriving within `within`) named `method`
     /// for which `matches` holds; it is taken out of the kept events.
     pub async fn wait_event(

@@ -15,6 +15,11 @@
 //!   not subscribe to).
 //! - When the pipe closes (the browser died) every waiting call fails with
 //!   [`CdpError::Closed`] and every subscription and client link ends.
+//! - What the server holds for a browser is bounded in bytes, whatever the
+//!   browser or a client does: one message of the browser at most
+//!   [`MAX_BROWSER_MESSAGE`] (a longer one is dropped as it is read, and the
+//!   call it answers fails), and a client at most [`CLIENT_BACKLOG_BYTES`]
+//!   behind (then it is cut off: [`ClientLink::cut_off`]).
 //!
 //! Typed calls use headless_chrome's generated protocol types (its
 //! `Method` trait names the method and its answer); the transport is this
@@ -23,7 +28,7 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use headless_chrome::protocol::cdp::types::Method;
@@ -41,6 +46,16 @@ pub enum CdpError {
     #[error("{0}: unexpected answer: {1}")]
     Decode(String, String),
 }
+
+/// The longest message the browser may write on its pipe. A longer one (a
+/// page's value of hundreds of megabytes returned by value, say) is dropped
+/// as it is read, never held whole: the command it answers fails with
+/// [`TOO_LARGE`]. Large enough for any screenshot Chromium takes (its
+/// surfaces stop at 16,384 pixels a side), PDFs and snapshots.
+pub const MAX_BROWSER_MESSAGE: usize = 256 << 20;
+
+/// The error of a command whose answer passed [`MAX_BROWSER_MESSAGE`].
+pub const TOO_LARGE: &str = "the browser's answer is larger than the grid relays (256 MiB); ask for less";
 
 /// An event of one target session.
 #[derive(Debug)]
@@ -97,7 +112,7 @@ struct Routes {
     pending: HashMap<u64, Waiter>,
     /// The grid's own subscriptions, by target session.
     sessions: HashMap<String, mpsc::UnboundedSender<Event>>,
-    clients: HashMap<u64, mpsc::Sender<String>>,
+    clients: HashMap<u64, ClientQueue>,
     /// Target sessions a client attached, by session id.
     owners: HashMap<String, u64>,
     /// Targets being attached at the browser's level, and by whom (a
@@ -124,10 +139,29 @@ pub struct Connection {
     _tasks: Arc<Tasks>,
 }
 
-/// Messages a relayed client may fall behind by before it is cut off: the
-/// browser is never slowed by a client, and a client that stops reading
-/// must not grow the server's memory without bound.
-const CLIENT_BACKLOG: usize = 16_384;
+/// Bytes of messages a relayed client may fall behind by before it is cut
+/// off: the browser is never slowed by a client, and a client that stops
+/// reading must not grow the server's memory without bound. Counted in
+/// bytes, not messages: one unread answer may be hundreds of megabytes. A
+/// message larger than the whole bound still goes to a client that has
+/// read everything before it (a full-page screenshot), so the most held for
+/// one client is this plus one message.
+pub const CLIENT_BACKLOG_BYTES: usize = 64 << 20;
+
+/// The sending half of a client's messages, with what it holds unread.
+struct ClientQueue {
+    tx: mpsc::UnboundedSender<String>,
+    backlog: Arc<Backlog>,
+}
+
+/// Bytes queued for a client and not yet taken, and whether it was cut
+/// off for falling too far behind.
+#[derive(Default)]
+struct Backlog {
+    bytes: AtomicUsize,
+    cut: AtomicBool,
+    cut_signal: tokio::sync::Notify,
+}
 
 /// A lessee's connection relayed onto the browser's pipe; dropping it
 /// forgets its pending answers and sessions.
@@ -136,7 +170,8 @@ pub struct ClientLink {
     conn: Connection,
     /// Messages for the client, as the browser wrote them (ids restored);
     /// ends when the browser is gone or the client fell too far behind.
-    pub incoming: mpsc::Receiver<String>,
+    incoming: mpsc::UnboundedReceiver<String>,
+    backlog: Arc<Backlog>,
 }
 
 struct Tasks(Vec<tokio::task::JoinHandle<()>>);
@@ -175,25 +210,22 @@ impl Connection {
         });
         let routes = shared.clone();
         let reader = tokio::spawn(async move {
-            let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
+            let mut frames = Frames::default();
             let mut chunk = vec![0u8; 64 * 1024];
             loop {
                 let n = match stream.read(&mut chunk).await {
                     Ok(0) | Err(_) => break,
                     Ok(n) => n,
                 };
-                let scanned = buf.len();
-                buf.extend_from_slice(&chunk[..n]);
-                let mut start = 0;
-                let mut from = scanned;
-                while let Some(end) = buf[from..].iter().position(|b| *b == 0).map(|p| p + from) {
-                    if let Ok(msg) = serde_json::from_slice::<Value>(&buf[start..end]) {
-                        routes.route(msg);
+                frames.push(&chunk[..n], |frame| match frame {
+                    Frame::Whole(bytes) => {
+                        if let Ok(msg) = serde_json::from_slice::<Value>(bytes) {
+                            routes.route(msg);
+                        }
                     }
-                    start = end + 1;
-                    from = start;
-                }
-                buf.drain(..start);
+                    Frame::TooLarge(Some(id)) => routes.fail(id, TOO_LARGE),
+                    Frame::TooLarge(None) => {}
+                });
             }
             routes.close();
         });
@@ -203,12 +235,13 @@ impl Connection {
     /// Opens a relay for one lessee connection.
     pub fn link_client(&self) -> ClientLink {
         let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, incoming) = mpsc::channel(CLIENT_BACKLOG);
+        let (tx, incoming) = mpsc::unbounded_channel();
+        let backlog = Arc::new(Backlog::default());
         let mut routes = self.shared.routes.lock().unwrap_or_else(|p| p.into_inner());
         if !routes.closed {
-            routes.clients.insert(id, tx);
+            routes.clients.insert(id, ClientQueue { tx, backlog: backlog.clone() });
         }
-        ClientLink { id, conn: self.clone(), incoming }
+        ClientLink { id, conn: self.clone(), incoming, backlog }
     }
 
     /// Sends `method` now (on a target session, or the browser's) and
@@ -358,6 +391,34 @@ impl ClientLink {
 }
 
 impl ClientLink {
+    /// The next message for the client; `None` once the browser is gone or
+    /// the client was cut off ([`ClientLink::cut_off`] tells which).
+    pub async fn recv(&mut self) -> Option<String> {
+        let text = self.incoming.recv().await?;
+        self.backlog.bytes.fetch_sub(text.len(), Ordering::Relaxed);
+        Some(text)
+    }
+
+    /// Whether the client was cut off for falling more than
+    /// [`CLIENT_BACKLOG_BYTES`] behind.
+    pub fn cut_off(&self) -> bool {
+        self.backlog.cut.load(Ordering::Acquire)
+    }
+
+    /// Resolves once the client is cut off: a relay blocked on writing to a
+    /// client that does not read gives up then instead of waiting for it.
+    pub async fn cut(&self) {
+        loop {
+            let signal = self.backlog.cut_signal.notified();
+            tokio::pin!(signal);
+            signal.as_mut().enable();
+            if self.cut_off() {
+                return;
+            }
+            signal.await;
+        }
+    }
+
     /// Routes the events of target session `session` to this client.
     pub fn claim(&self, session: &str) {
         self.conn.shared.routes.lock().unwrap_or_else(|p| p.into_inner()).owners.insert(session.to_string(), self.id);
@@ -425,18 +486,121 @@ impl Routes {
         }
     }
 
-    /// Queues `text` for `client`; a client whose backlog is full is cut
-    /// off (its relay sees the end of its messages and closes).
+    /// Queues `text` for `client`; a client that would fall more than
+    /// [`CLIENT_BACKLOG_BYTES`] behind is cut off instead (its relay sees
+    /// the end of its messages and closes with the reason), and what it
+    /// had not read is dropped with its link.
     fn deliver(&mut self, client: u64, text: String) {
-        let Some(tx) = self.clients.get(&client) else { return };
-        if let Err(mpsc::error::TrySendError::Full(_)) = tx.try_send(text) {
-            tracing::warn!(backlog = CLIENT_BACKLOG, "a CDP client stopped reading; disconnecting it");
+        let Some(queue) = self.clients.get(&client) else { return };
+        let len = text.len();
+        let held = queue.backlog.bytes.load(Ordering::Relaxed);
+        if held > 0 && held + len > CLIENT_BACKLOG_BYTES {
+            tracing::warn!(
+                held,
+                bound = CLIENT_BACKLOG_BYTES,
+                "a CDP client stopped reading; disconnecting it"
+            );
+            queue.backlog.cut.store(true, Ordering::Release);
+            queue.backlog.cut_signal.notify_waiters();
             self.clients.remove(&client);
+            return;
+        }
+        queue.backlog.bytes.fetch_add(len, Ordering::Relaxed);
+        if queue.tx.send(text).is_err() {
+            self.clients.remove(&client);
+        }
+    }
+
+    /// Fails the command the browser answered with `id` with `message`, as
+    /// if the browser had (its answer was dropped).
+    fn fail_answer(&mut self, id: u64, message: &str) {
+        match self.pending.remove(&id) {
+            Some(Waiter::Grid(tx, _)) => {
+                let _ = tx.send(Err(message.to_string()));
+            }
+            Some(Waiter::Client(client, theirs, _)) => {
+                let error = json!({"id": theirs, "error": {"code": -32000, "message": message}});
+                self.deliver(client, error.to_string());
+            }
+            None => {}
         }
     }
 }
 
+/// One message read off the pipe, or the id of one dropped as too large
+/// (`None`: too large and with no id at its head, an event).
+enum Frame<'a> {
+    Whole(&'a [u8]),
+    TooLarge(Option<u64>),
+}
+
+/// Splits the browser's pipe into NUL-terminated messages, holding at most
+/// [`MAX_BROWSER_MESSAGE`] of any one: past it the message's bytes are
+/// skipped up to its end, and only its id is kept (Chromium writes an
+/// answer's `id` first).
+#[derive(Default)]
+struct Frames {
+    buf: Vec<u8>,
+    /// Skipping the rest of a message too large to hold, whose id this is.
+    skipping: Option<Option<u64>>,
+}
+
+impl Frames {
+    fn push(&mut self, mut chunk: &[u8], mut each: impl FnMut(Frame)) {
+        while !chunk.is_empty() {
+            let end = chunk.iter().position(|b| *b == 0);
+            if let Some(id) = self.skipping {
+                match end {
+                    Some(end) => {
+                        self.skipping = None;
+                        each(Frame::TooLarge(id));
+                        chunk = &chunk[end + 1..];
+                    }
+                    None => return,
+                }
+                continue;
+            }
+            match end {
+                Some(end) => {
+                    if self.buf.is_empty() {
+                        each(Frame::Whole(&chunk[..end]));
+                    } else {
+                        self.buf.extend_from_slice(&chunk[..end]);
+                        each(Frame::Whole(&self.buf));
+                        self.buf.clear();
+                    }
+                    chunk = &chunk[end + 1..];
+                }
+                None => {
+                    if self.buf.len() + chunk.len() > MAX_BROWSER_MESSAGE {
+                        self.buf.extend_from_slice(&chunk[..chunk.len().min(64)]);
+                        self.skipping = Some(leading_id(&self.buf));
+                        tracing::warn!(bound = MAX_BROWSER_MESSAGE, "a browser message too large to relay; dropped");
+                        self.buf = Vec::new();
+                    } else {
+                        self.buf.extend_from_slice(chunk);
+                    }
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The id at the head of an answer (`{"id":12,...`), if it has one there.
+fn leading_id(head: &[u8]) -> Option<u64> {
+    let rest = head.strip_prefix(b"{\"id\":")?;
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()
+}
+
 impl Shared {
+    fn fail(&self, id: u64, message: &str) {
+        if let Ok(mut routes) = self.routes.lock() {
+            routes.fail_answer(id, message);
+        }
+    }
+
     fn route(&self, mut msg: Value) {
         let Ok(mut routes) = self.routes.lock() else { return };
         if let Some(id) = msg.get("id").and_then(Value::as_u64) {
@@ -590,8 +754,7 @@ mod tests {
     }
 
     async fn recv(link: &mut ClientLink) -> Value {
-        let text =
-            tokio::time::timeout(std::time::Duration::from_secs(5), link.incoming.recv()).await.unwrap().unwrap();
+        let text = tokio::time::timeout(std::time::Duration::from_secs(5), link.recv()).await.unwrap().unwrap();
         serde_json::from_str(&text).unwrap()
     }
 
@@ -743,27 +906,64 @@ mod tests {
 
     // The fake browser blocks on its pipes: the connection's tasks need a thread of their own.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_client_that_stops_reading_is_cut_off_not_buffered_forever() {
+    async fn a_client_that_stops_reading_is_cut_off_by_bytes_not_buffered_forever() {
         let (conn, _commands, mut browser) = fake_browser();
         let mut slow = conn.link_client();
+        let mut reader = conn.link_client();
+        // One message larger than the whole bound goes to a client that is
+        // not behind; 1 MiB messages then fill the bound.
+        let big = "x".repeat(CLIENT_BACKLOG_BYTES + 1);
+        let mb = "y".repeat(1 << 20);
         let writer = std::thread::spawn(move || {
-            // More beyond the backlog than the pipe buffers (64 KiB), so the
-            // reader has overflowed the backlog before this thread ends.
-            for _ in 0..CLIENT_BACKLOG + 5_000 {
-                write(&mut browser, json!({"method": "Network.dataReceived", "params": {}}));
+            write(&mut browser, json!({"method": "Big.event", "params": {"v": big}}));
+            for _ in 0..(CLIENT_BACKLOG_BYTES >> 20) * 2 {
+                write(&mut browser, json!({"method": "Network.dataReceived", "params": {"v": mb}}));
             }
+            write(&mut browser, json!({"method": "Last.event", "params": {}}));
             browser
         });
+        // A client that reads gets everything, the last one included.
+        let mut last = Value::Null;
+        while last["method"] != "Last.event" {
+            last = recv(&mut reader).await;
+        }
         let _browser = writer.join().unwrap();
-        let mut received = 0;
+        assert!(slow.cut_off(), "the client that never read is cut off");
+        let mut held = 0;
         loop {
-            match tokio::time::timeout(std::time::Duration::from_secs(5), slow.incoming.recv()).await {
-                Ok(Some(_)) => received += 1,
+            match tokio::time::timeout(std::time::Duration::from_secs(5), slow.recv()).await {
+                Ok(Some(text)) => held += text.len(),
                 Ok(None) => break,
-                Err(_) => panic!("the link neither delivered nor ended after {received} messages"),
+                Err(_) => panic!("the link neither delivered nor ended after {held} bytes"),
             }
         }
-        assert_eq!(received, CLIENT_BACKLOG, "the backlog is delivered, then the link ends");
+        assert!(held > CLIENT_BACKLOG_BYTES, "the one large message was delivered: {held}");
+        assert!(held <= 2 * CLIENT_BACKLOG_BYTES + 1024, "at most the bound past one message: {held}");
+        tokio::time::timeout(std::time::Duration::from_secs(5), slow.cut()).await.unwrap();
+    }
+
+    /// An answer longer than the bound is skipped as it is read, and the
+    /// command it answered fails; what follows on the pipe is read as
+    /// before.
+    #[test]
+    fn a_browser_message_past_the_bound_is_skipped_and_its_command_named() {
+        let mut frames = Frames::default();
+        let mut seen = vec![];
+        let mut record = |f: Frame| {
+            seen.push(match f {
+                Frame::Whole(b) => String::from_utf8_lossy(b).into_owned(),
+                Frame::TooLarge(id) => format!("too large: {id:?}"),
+            })
+        };
+        frames.push(b"{\"id\":1}\0{\"id\":42,\"result\":\"", &mut record);
+        let block = vec![b'z'; 1 << 20];
+        for _ in 0..(MAX_BROWSER_MESSAGE >> 20) + 1 {
+            frames.push(&block, &mut record);
+        }
+        assert!(frames.buf.capacity() < 2 << 20, "the skipped message is not held");
+        frames.push(b"\"}\0{\"method\":\"A\"", &mut record);
+        frames.push(b"}\0{\"method\":\"B\"}\0", &mut record);
+        assert_eq!(seen, ["{\"id\":1}", "too large: Some(42)", "{\"method\":\"A\"}", "{\"method\":\"B\"}"]);
     }
 
     // The fake browser blocks on its pipes: the connection's tasks need a thread of their own.
@@ -776,7 +976,7 @@ mod tests {
         let mut link = conn.link_client();
         drop(browser);
         assert!(matches!(call.await, Err(CdpError::Closed)));
-        let end = tokio::time::timeout(std::time::Duration::from_secs(5), link.incoming.recv()).await.unwrap();
+        let end = tokio::time::timeout(std::time::Duration::from_secs(5), link.recv()).await.unwrap();
         assert!(end.is_none(), "the client's messages end with the browser");
     }
 }

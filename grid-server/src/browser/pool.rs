@@ -12,6 +12,15 @@
 //! - **A browser runs one engine** (`profiles::Engine`: the full Chromium
 //!   or its headless shell), the one of the profile it was started for;
 //!   an idle slot changes engine the way it changes account.
+//! - **Accounts take turns.** Items wait for a page in one queue per
+//!   account, and a freed page goes to the next account in turn (round
+//!   robin), not to whoever asked first: one account's burst or batch
+//!   delays another account's single item by about one item's time. An
+//!   account that holds fewer browsers than its share (browsers over the
+//!   accounts that want them) and cannot be placed has one browser of the
+//!   account holding most drained for it: that browser takes no new items
+//!   and changes hands once idle. `--max-pages-per-account` caps what one
+//!   account runs at once on this node (docs/limits.md, "Fair share").
 //! - Each item gets a fresh browser context (`Target.createBrowserContext`,
 //!   the CDP form of an incognito window) that is disposed after the item:
 //!   no cookies, storage, cache or service workers are shared between
@@ -26,13 +35,14 @@
 //! browser-wide egress proxy under the grid's ordinary network rules and
 //! one multiplexed DevTools connection shared by all its pages).
 
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use headless_chrome::browser::DEFAULT_ARGS;
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::oneshot;
 
 use super::hosts::RequestRules;
 use super::process::{self, BrowserProcess};
@@ -53,6 +63,9 @@ pub struct PoolConfig {
     pub headless_shell: PathBuf,
     pub browsers: usize,
     pub pages_per_browser: usize,
+    /// Pages one account may hold at once on this node (0: no cap beyond
+    /// its turn).
+    pub max_pages_per_account: usize,
     pub sandbox: SandboxConfig,
     pub allow_private_networks: bool,
 }
@@ -92,16 +105,14 @@ impl Chromium {
     }
 }
 
-/// What an item holds while it runs: a browser, its slot and one of the
-/// pool's page permits.
+/// What an item holds while it runs: a browser and a page of its slot.
 pub struct Lease {
     pub chromium: Arc<Chromium>,
     _slot: SlotHold,
-    _permit: OwnedSemaphorePermit,
 }
 
-/// A taken slot, given back when dropped: when the item ends, or at once
-/// when its browser fails to start.
+/// A taken page of a slot, given back when dropped: when the item ends, or
+/// at once when its browser fails to start.
 struct SlotHold {
     pool: Arc<Assignments>,
     slot: usize,
@@ -113,51 +124,231 @@ impl Drop for SlotHold {
     }
 }
 
-/// Which account (and engine) each slot serves and how many items run on
-/// it; decided under one lock so two accounts never take the same idle
-/// slot.
+/// The pool's seats and the accounts waiting for one, under one lock, so
+/// two accounts never take the same idle slot and a freed page goes to
+/// the account whose turn it is.
 struct Assignments {
-    slots: Mutex<Vec<SlotUse>>,
-    /// Signalled whenever an item ends (a slot may have become idle).
-    freed: Notify,
+    seats: Mutex<Seats<oneshot::Sender<usize>>>,
+}
+
+impl Assignments {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Seats<oneshot::Sender<usize>>> {
+        self.seats.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A page for `account` on `engine`: at once when nobody waits and one
+    /// is free, else when its turn comes.
+    async fn take(self: &Arc<Self>, account: &str, engine: Engine) -> Result<SlotHold, String> {
+        let (tx, rx) = oneshot::channel();
+        let granted = {
+            let mut seats = self.lock();
+            if let Some(slot) = seats.take_now(account, engine) {
+                return Ok(SlotHold { pool: self.clone(), slot });
+            }
+            seats.wait(account, engine, tx);
+            seats.grant()
+        };
+        self.hand_out(granted);
+        let slot = rx.await.map_err(|_| "browser pool closed".to_string())?;
+        Ok(SlotHold { pool: self.clone(), slot })
+    }
+
+    fn release(&self, slot: usize) {
+        let granted = {
+            let mut seats = self.lock();
+            seats.release(slot);
+            seats.grant()
+        };
+        self.hand_out(granted);
+    }
+
+    /// Tells each granted waiter its slot; a waiter that stopped waiting
+    /// (its item was cancelled) gives the page straight back.
+    fn hand_out(&self, granted: Vec<(oneshot::Sender<usize>, usize)>) {
+        for (tx, slot) in granted {
+            if tx.send(slot).is_err() {
+                self.release(slot);
+            }
+        }
+    }
+}
+
+/// What each slot serves and who waits for one, without I/O (`W` is how a
+/// waiter is told its slot): the pool's scheduling, unit-tested alone.
+struct Seats<W> {
+    slots: Vec<SlotUse>,
+    per_browser: usize,
+    /// Pages one account may hold at once (0: no cap).
+    per_account: usize,
+    /// Accounts with waiting items, in turn order.
+    turns: VecDeque<String>,
+    waiting: HashMap<String, VecDeque<(Engine, W)>>,
 }
 
 #[derive(Default, Clone)]
 struct SlotUse {
     serves: Option<(String, Engine)>,
     active: usize,
+    /// The account this browser is being emptied for: it takes no new item
+    /// of its own account, and once idle it is that account's.
+    drains_for: Option<String>,
 }
 
-impl Assignments {
-    /// A slot for `account`'s items on `engine`: the least busy of its own
-    /// with room, else an idle one (taken over).
-    fn take(&self, account: &str, engine: Engine, per_browser: usize) -> Option<usize> {
-        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-        let own = slots
+impl<W> Seats<W> {
+    fn new(browsers: usize, per_browser: usize, per_account: usize) -> Seats<W> {
+        Seats {
+            slots: vec![SlotUse::default(); browsers.max(1)],
+            per_browser: per_browser.max(1),
+            per_account,
+            turns: VecDeque::new(),
+            waiting: HashMap::new(),
+        }
+    }
+
+    /// A slot at once, only when nobody is waiting (else it would jump the
+    /// turns).
+    fn take_now(&mut self, account: &str, engine: Engine) -> Option<usize> {
+        if !self.turns.is_empty() {
+            return None;
+        }
+        self.place(account, engine)
+    }
+
+    fn wait(&mut self, account: &str, engine: Engine, waiter: W) {
+        let queue = self.waiting.entry(account.to_string()).or_default();
+        if queue.is_empty() {
+            self.turns.push_back(account.to_string());
+        }
+        queue.push_back((engine, waiter));
+    }
+
+    fn release(&mut self, slot: usize) {
+        if let Some(s) = self.slots.get_mut(slot) {
+            s.active = s.active.saturating_sub(1);
+        }
+    }
+
+    /// Serves waiting accounts in turn while pages are free: the first
+    /// account in turn order that can be placed gets one and goes to the
+    /// back of the order; an account that cannot be placed keeps its place
+    /// (and may have a browser drained for it).
+    fn grant(&mut self) -> Vec<(W, usize)> {
+        let mut granted = vec![];
+        // Drains for accounts that no longer wait end.
+        for s in &mut self.slots {
+            if s.drains_for.as_ref().is_some_and(|a| !self.waiting.contains_key(a)) {
+                s.drains_for = None;
+            }
+        }
+        'serve: loop {
+            for pos in 0..self.turns.len() {
+                let account = self.turns[pos].clone();
+                let Some(engine) = self.waiting.get(&account).and_then(|q| q.front()).map(|(e, _)| *e) else {
+                    continue;
+                };
+                match self.place(&account, engine) {
+                    Some(slot) => {
+                        let queue = self.waiting.get_mut(&account);
+                        let waiter = queue.and_then(|q| q.pop_front()).map(|(_, w)| w);
+                        self.turns.remove(pos);
+                        if self.waiting.get(&account).is_some_and(|q| !q.is_empty()) {
+                            self.turns.push_back(account);
+                        } else {
+                            self.waiting.remove(&account);
+                        }
+                        if let Some(w) = waiter {
+                            granted.push((w, slot));
+                        }
+                        continue 'serve;
+                    }
+                    None => self.drain_for(&account),
+                }
+            }
+            break;
+        }
+        granted
+    }
+
+    /// A slot for `account`'s item on `engine`, taken: the least busy of
+    /// its own browsers with room (none being drained), else a slot never
+    /// used, else an idle one (taken over) not kept for another account.
+    fn place(&mut self, account: &str, engine: Engine) -> Option<usize> {
+        if self.per_account > 0 && self.pages_of(account) >= self.per_account {
+            return None;
+        }
+        let per_browser = self.per_browser;
+        let own = self
+            .slots
             .iter()
             .enumerate()
             .filter(|(_, s)| {
-                s.serves.as_ref().is_some_and(|(a, e)| a == account && *e == engine) && s.active < per_browser
+                s.serves.as_ref().is_some_and(|(a, e)| a == account && *e == engine)
+                    && s.active < per_browser
+                    && s.drains_for.is_none()
             })
             .min_by_key(|(_, s)| s.active)
             .map(|(i, _)| i);
-        // Else a slot never used, else any idle one (taken over).
+        let kept_for_other = |s: &SlotUse| s.drains_for.as_ref().is_some_and(|a| a != account);
         let chosen = own
-            .or_else(|| slots.iter().position(|s| s.serves.is_none()))
-            .or_else(|| slots.iter().position(|s| s.active == 0))?;
-        let slot = &mut slots[chosen];
+            .or_else(|| self.slots.iter().position(|s| s.serves.is_none()))
+            .or_else(|| self.slots.iter().position(|s| s.active == 0 && !kept_for_other(s)))?;
+        let slot = &mut self.slots[chosen];
+        if slot.serves.as_ref().is_none_or(|(a, e)| a != account || *e != engine) {
+            slot.drains_for = None;
+        }
         slot.serves = Some((account.to_string(), engine));
         slot.active += 1;
         Some(chosen)
     }
 
-    fn release(&self, slot: usize) {
-        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(s) = slots.get_mut(slot) {
-            s.active = s.active.saturating_sub(1);
+    fn pages_of(&self, account: &str) -> usize {
+        self.slots.iter().filter(|s| s.serves.as_ref().is_some_and(|(a, _)| a == account)).map(|s| s.active).sum()
+    }
+
+    fn browsers_of(&self, account: &str) -> usize {
+        self.slots.iter().filter(|s| s.serves.as_ref().is_some_and(|(a, _)| a == account)).count()
+    }
+
+    /// Has one browser emptied for `account`, which cannot be placed, when
+    /// it holds fewer browsers than its share and none is being emptied for
+    /// it yet: the least busy browser of the account holding the most.
+    fn drain_for(&mut self, account: &str) {
+        if self.per_account > 0 && self.pages_of(account) >= self.per_account {
+            return;
         }
-        drop(slots);
-        self.freed.notify_waiters();
+        if self.slots.iter().any(|s| s.drains_for.as_deref() == Some(account)) {
+            return;
+        }
+        let mut wanting: Vec<&str> = self.turns.iter().map(String::as_str).collect();
+        for s in &self.slots {
+            if let Some((a, _)) = &s.serves {
+                if s.active > 0 && !wanting.contains(&a.as_str()) {
+                    wanting.push(a);
+                }
+            }
+        }
+        // Fewer than its share: browsers * 1 / accounts wanting them.
+        let held = self.browsers_of(account);
+        if held * wanting.len() >= self.slots.len() {
+            return;
+        }
+        let victim = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.drains_for.is_none() && s.serves.as_ref().is_some_and(|(a, _)| a != account))
+            .max_by_key(|(_, s)| {
+                let owner = s.serves.as_ref().map(|(a, _)| a.as_str()).unwrap_or_default();
+                (self.browsers_of(owner), std::cmp::Reverse(s.active))
+            })
+            .map(|(i, _)| i);
+        if let Some(i) = victim {
+            self.slots[i].drains_for = Some(account.to_string());
+        }
+    }
+
+    fn busy(&self) -> usize {
+        self.slots.iter().map(|s| s.active).sum()
     }
 }
 
@@ -168,7 +359,6 @@ struct Slot {
 
 pub struct BrowserPool {
     pub config: PoolConfig,
-    permits: Arc<Semaphore>,
     assignments: Arc<Assignments>,
     slots: Vec<Slot>,
 }
@@ -188,7 +378,7 @@ impl BrowserPool {
     /// Page slots in use and in all (for the metrics gauges).
     pub fn pages(&self) -> (usize, usize) {
         let capacity = self.slots.len() * self.config.pages_per_browser.max(1);
-        (capacity.saturating_sub(self.permits.available_permits()), capacity)
+        (self.assignments.lock().busy(), capacity)
     }
 
     /// Prepares the pool (no browser starts yet).
@@ -196,30 +386,17 @@ impl BrowserPool {
         let n = config.browsers.max(1);
         let slots =
             (0..n).map(|_| Slot { current: tokio::sync::Mutex::new(None), generation: AtomicU64::new(0) }).collect();
-        BrowserPool {
-            permits: Arc::new(Semaphore::new(n * config.pages_per_browser.max(1))),
-            assignments: Arc::new(Assignments { slots: Mutex::new(vec![SlotUse::default(); n]), freed: Notify::new() }),
-            slots,
-            config,
-        }
+        let seats = Seats::new(n, config.pages_per_browser, config.max_pages_per_account);
+        BrowserPool { assignments: Arc::new(Assignments { seats: Mutex::new(seats) }), slots, config }
     }
 
-    /// Waits for a free page permit and a slot `account` may use for
+    /// Waits for `account`'s turn and a page of a slot it may use for
     /// `engine`, then hands out its browser, (re)starting it when it is
     /// missing, broken, due for recycling, or started for another account
     /// or engine.
     pub async fn acquire(&self, account: &str, engine: Engine) -> Result<Lease, String> {
-        let permit = self.permits.clone().acquire_owned().await.map_err(|_| "browser pool closed".to_string())?;
-        let index = loop {
-            let freed = self.assignments.freed.notified();
-            tokio::pin!(freed);
-            freed.as_mut().enable();
-            if let Some(i) = self.assignments.take(account, engine, self.config.pages_per_browser.max(1)) {
-                break i;
-            }
-            freed.await;
-        };
-        let hold = SlotHold { pool: self.assignments.clone(), slot: index };
+        let hold = self.assignments.take(account, engine).await?;
+        let index = hold.slot;
         let slot = &self.slots[index];
         let mut current = slot.current.lock().await;
         let usable = current
@@ -251,7 +428,7 @@ impl BrowserPool {
             fresh
         };
         chromium.served.fetch_add(1, Ordering::SeqCst);
-        Ok(Lease { chromium, _slot: hold, _permit: permit })
+        Ok(Lease { chromium, _slot: hold })
     }
 }
 
@@ -290,42 +467,141 @@ mod tests {
 
     const C: Engine = Engine::Chromium;
 
-    fn slots(n: usize) -> Assignments {
-        Assignments { slots: Mutex::new(vec![SlotUse::default(); n]), freed: Notify::new() }
+    fn slots(n: usize) -> Seats<u32> {
+        Seats::new(n, 4, 0)
+    }
+
+    /// [`Seats::place`] with `per_browser` pages a browser.
+    fn take(a: &mut Seats<u32>, account: &str, engine: Engine, per_browser: usize) -> Option<usize> {
+        a.per_browser = per_browser;
+        a.place(account, engine)
     }
 
     #[test]
     fn an_account_fills_its_own_browser_before_taking_another() {
-        let a = slots(2);
-        let first = a.take("acc_a", C, 2).unwrap();
-        assert_eq!(a.take("acc_a", C, 2), Some(first), "room left on its own browser");
-        let second = a.take("acc_a", C, 2).unwrap();
+        let a = &mut slots(2);
+        let first = take(a, "acc_a", C, 2).unwrap();
+        assert_eq!(take(a, "acc_a", C, 2), Some(first), "room left on its own browser");
+        let second = take(a, "acc_a", C, 2).unwrap();
         assert_ne!(second, first, "its browser is full: an unused slot");
-        assert_eq!(a.take("acc_a", C, 2), Some(second));
-        assert_eq!(a.take("acc_a", C, 2), None, "every page taken");
+        assert_eq!(take(a, "acc_a", C, 2), Some(second));
+        assert_eq!(take(a, "acc_a", C, 2), None, "every page taken");
     }
 
     #[test]
     fn accounts_never_share_a_busy_browser_and_an_idle_one_changes_hands() {
-        let a = slots(2);
-        let x = a.take("acc_x", C, 4).unwrap();
-        let y = a.take("acc_y", C, 4).unwrap();
+        let a = &mut slots(2);
+        let x = take(a, "acc_x", C, 4).unwrap();
+        let y = take(a, "acc_y", C, 4).unwrap();
         assert_ne!(x, y, "another account gets the unused slot, not room on acc_x's browser");
-        assert_eq!(a.take("acc_z", C, 4), None, "both browsers busy with other accounts: acc_z waits");
+        assert_eq!(take(a, "acc_z", C, 4), None, "both browsers busy with other accounts: acc_z waits");
         a.release(x);
-        assert_eq!(a.take("acc_z", C, 4), Some(x), "the idle slot is taken over");
-        assert_eq!(a.take("acc_x", C, 4), None, "acc_x's old slot now serves acc_z");
-        assert_eq!(a.take("acc_y", C, 4), Some(y), "acc_y still has room on its own");
+        assert_eq!(take(a, "acc_z", C, 4), Some(x), "the idle slot is taken over");
+        assert_eq!(take(a, "acc_x", C, 4), None, "acc_x's old slot now serves acc_z");
+        assert_eq!(take(a, "acc_y", C, 4), Some(y), "acc_y still has room on its own");
     }
 
     #[test]
     fn an_engine_never_runs_on_a_browser_of_the_other() {
-        let a = slots(2);
-        let full = a.take("acc_a", C, 1).unwrap();
-        let shell = a.take("acc_a", Engine::HeadlessShell, 1).unwrap();
+        let a = &mut slots(2);
+        let full = take(a, "acc_a", C, 1).unwrap();
+        let shell = take(a, "acc_a", Engine::HeadlessShell, 1).unwrap();
         assert_ne!(full, shell, "same account, other engine: another browser");
-        assert_eq!(a.take("acc_a", Engine::HeadlessShell, 1), None, "both busy: the shell item waits");
+        assert_eq!(take(a, "acc_a", Engine::HeadlessShell, 1), None, "both busy: the shell item waits");
         a.release(full);
-        assert_eq!(a.take("acc_a", Engine::HeadlessShell, 1), Some(full), "an idle slot changes engine");
+        assert_eq!(take(a, "acc_a", Engine::HeadlessShell, 1), Some(full), "an idle slot changes engine");
+    }
+
+    /// Fills every page with `account`'s items through the waiting queue,
+    /// as a burst does; returns the slots they hold, in order.
+    fn burst(a: &mut Seats<u32>, account: &str, n: u32) -> Vec<usize> {
+        let mut held = vec![];
+        for w in 0..n {
+            match a.take_now(account, C) {
+                Some(slot) => held.push(slot),
+                None => {
+                    a.wait(account, C, w);
+                    held.extend(a.grant().into_iter().map(|(_, s)| s));
+                }
+            }
+        }
+        held
+    }
+
+    /// A's burst fills both browsers and 40 more of its items wait; B's one
+    /// item is next once A's least busy browser empties (it takes no more of
+    /// A's items meanwhile), not after A's 40.
+    #[test]
+    fn another_accounts_item_waits_about_one_item_behind_a_burst_not_for_it() {
+        let a = &mut slots(2);
+        let running = burst(a, "acc_a", 48);
+        assert_eq!(running.len(), 8, "2 browsers of 4 pages");
+        a.wait("acc_b", C, 1000);
+        assert!(a.grant().is_empty(), "no page free yet");
+        let drained = a.slots.iter().position(|s| s.drains_for.as_deref() == Some("acc_b")).unwrap();
+        // Pages free one by one, A's oldest first; each goes to A's next
+        // item on the browser not drained, until the drained one is idle.
+        let mut granted_b = None;
+        for (n, slot) in running.iter().enumerate() {
+            a.release(*slot);
+            for (w, s) in a.grant() {
+                if w == 1000 {
+                    granted_b = Some((n, s));
+                } else {
+                    assert_ne!(s, drained, "no new item of A on the browser being emptied for B");
+                }
+            }
+            if granted_b.is_some() {
+                break;
+            }
+        }
+        let (freed, slot) = granted_b.expect("B is served");
+        assert_eq!(slot, drained);
+        assert!(freed < 8, "B waited for {} of A's items, not for A's 40 waiting", freed + 1);
+    }
+
+    /// Two accounts that both wait are served in turn, one item each.
+    #[test]
+    fn waiting_accounts_take_turns() {
+        let a = &mut Seats::<u32>::new(1, 1, 0);
+        let first = a.take_now("acc_a", C).unwrap();
+        for w in 0..3 {
+            a.wait("acc_a", C, w);
+        }
+        for w in 10..13 {
+            a.wait("acc_b", C, w);
+        }
+        let mut order = vec![];
+        let mut slot = first;
+        for _ in 0..6 {
+            a.release(slot);
+            let granted = a.grant();
+            assert_eq!(granted.len(), 1);
+            order.push(granted[0].0);
+            slot = granted[0].1;
+        }
+        assert_eq!(order, [0, 10, 1, 11, 2, 12]);
+    }
+
+    /// Two accounts each holding their share never drain each other's
+    /// browsers (which would empty both).
+    #[test]
+    fn accounts_at_their_share_keep_their_browsers() {
+        let a = &mut slots(2);
+        let x = burst(a, "acc_a", 4);
+        let y = burst(a, "acc_b", 4);
+        assert!(x.iter().all(|s| *s == x[0]) && y.iter().all(|s| *s == y[0]) && x[0] != y[0]);
+        a.wait("acc_a", C, 1);
+        a.wait("acc_b", C, 2);
+        assert!(a.grant().is_empty());
+        assert!(a.slots.iter().all(|s| s.drains_for.is_none()), "each holds one of two browsers: its share");
+    }
+
+    #[test]
+    fn the_per_account_cap_holds_and_leaves_room_for_others() {
+        let a = &mut Seats::<u32>::new(2, 4, 3);
+        assert_eq!(burst(a, "acc_a", 5).len(), 3, "three pages at most");
+        a.wait("acc_b", C, 9);
+        assert_eq!(a.grant().len(), 1, "B is placed at once on the unused browser");
     }
 }

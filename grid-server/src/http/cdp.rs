@@ -28,14 +28,16 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
-use tokio_tungstenite::tungstenite::protocol::Role;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::WebSocketStream;
 
 use super::forward::{self, Served};
+use super::limits;
 use super::respond::{self, Resp};
 use crate::app::App;
-use crate::browser::cdp::ClientLink;
+use crate::browser::cdp::{ClientLink, CLIENT_BACKLOG_BYTES};
 use crate::sessions::{self, gate, token_hash, Endpoint, Live};
 
 /// How long a connection to a still-starting session waits for its browser.
@@ -308,7 +310,7 @@ where
                     break;
                 }
             }
-            out = link.incoming.recv() => {
+            out = link.recv() => {
                 let Some(text) = out else { break };
                 let text = match page_session.as_deref() {
                     None => text,
@@ -322,7 +324,13 @@ where
                         msg.to_string()
                     }
                 };
-                if socket.send(Message::Text(text.into())).await.is_err() {
+                // A client that does not read blocks this write; it is given
+                // up once the client falls too far behind.
+                let sent = tokio::select! {
+                    sent = socket.send(Message::Text(text.into())) => sent.is_ok(),
+                    _ = link.cut() => false,
+                };
+                if !sent {
                     break;
                 }
             }
@@ -332,8 +340,20 @@ where
             }
         }
     }
+    if link.cut_off() {
+        crate::metrics::get().connections_cut.with_label_values(&[limits::Cut::CdpBacklog.label()]).inc();
+        // Said to a client that reads again; one that never does is not
+        // waited for.
+        let why = format!("the client fell more than {} MiB behind the browser's messages", CLIENT_BACKLOG_BYTES >> 20);
+        let reason = CloseFrame { code: CloseCode::Policy, reason: why.into() };
+        let _ = tokio::time::timeout(CLOSE_GRACE, socket.close(Some(reason))).await;
+        return;
+    }
     let _ = socket.close(None).await;
 }
+
+/// How long a cut-off client's close frame may take to be written.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
 /// A client's message as a command object, or the JSON-RPC error answer
 /// for one that is not JSON (-32700) or not an object (-32600).

@@ -133,11 +133,20 @@ pub enum Cut {
     NoRequest,
     Idle,
     HeaderTimeout,
+    /// A session's CDP client fell more than
+    /// `browser::cdp::CLIENT_BACKLOG_BYTES` behind the browser.
+    CdpBacklog,
 }
 
 impl Cut {
-    pub const ALL: [Cut; 5] =
-        [Cut::TooManyConnections, Cut::TooManyFromPeer, Cut::NoRequest, Cut::Idle, Cut::HeaderTimeout];
+    pub const ALL: [Cut; 6] = [
+        Cut::TooManyConnections,
+        Cut::TooManyFromPeer,
+        Cut::NoRequest,
+        Cut::Idle,
+        Cut::HeaderTimeout,
+        Cut::CdpBacklog,
+    ];
 
     pub fn label(self) -> &'static str {
         match self {
@@ -146,6 +155,7 @@ impl Cut {
             Cut::NoRequest => "no_request",
             Cut::Idle => "idle",
             Cut::HeaderTimeout => "header_timeout",
+            Cut::CdpBacklog => "cdp_backlog",
         }
     }
 }

@@ -720,12 +720,27 @@ async fn browser_tool_for(
         Ok(a) => {
             let mut text = format!("URL: {}\nTitle: {}", a.url, a.title);
             let mut structured = json!({"sessionId": session_id, "url": a.url, "title": a.title});
-            if let Some(result) = &a.result {
+            if let Some(result) = a.result {
                 match &a.lines {
                     Some(lines) => text.push_str(&format!("\n\n{lines}")),
                     None => text.push_str(&format!("\nResult: {result}")),
                 }
-                structured["result"] = result.clone();
+                // A large value is answered once, as text every client reads.
+                if a.lines.is_some() || text.len() <= STRUCTURED_RESULT_MAX {
+                    structured["result"] = result;
+                } else {
+                    structured["resultInText"] = json!(true);
+                }
+            }
+            if let Some(cut) = a.cut {
+                text.push_str(&format!(
+                    "\nResult (cut: its JSON is {} characters, longer than the {} MiB a tool answers; its start \
+                     follows. Evaluate a smaller part of it to read the rest):\n{}",
+                    cut.total_chars,
+                    crate::sessions::tools::MAX_RESULT_CHARS >> 20,
+                    cut.kept
+                ));
+                structured["resultCut"] = json!({"totalChars": cut.total_chars, "keptChars": cut.kept.chars().count()});
             }
             if let Some(snapshot) = &a.snapshot {
                 text.push_str(&format!("\n\nPage snapshot:\n{snapshot}"));
@@ -747,6 +762,11 @@ async fn browser_tool_for(
         }),
     }
 }
+
+/// The longest answer that carries a browser tool's value both as text and
+/// as `structuredContent.result`; a longer value is sent once, as text
+/// (`resultInText`), so an answer is never a large value twice.
+const STRUCTURED_RESULT_MAX: usize = 1 << 20;
 
 /// `get_capture`: the item (as get_job answers it) and the included files
 /// as MCP content: the screenshot as an image, the others as embedded text

@@ -95,7 +95,36 @@ pub struct Answer {
     /// The result as lines a person reads, where JSON would be hard going
     /// (the console, the requests).
     pub lines: Option<String>,
+    /// `browser_evaluate`'s value when its JSON passed [`MAX_RESULT_CHARS`]:
+    /// its start, instead of `result`.
+    pub cut: Option<Cut>,
 }
+
+/// The most of a value's JSON a tool answers (`browser_evaluate`); a longer
+/// one is cut to this, with a note, so that one call cannot make the server
+/// hold or send a page's hundreds of megabytes (docs/mcp.md).
+pub const MAX_RESULT_CHARS: usize = 8 << 20;
+
+/// A value too long to answer whole: the length of its JSON and its first
+/// [`MAX_RESULT_CHARS`] characters (or less, on a character's boundary).
+#[derive(Debug)]
+pub struct Cut {
+    pub total_chars: usize,
+    pub kept: String,
+}
+
+/// Measures a value's JSON in the page itself, so that a large one never
+/// leaves the browser whole: the value when its JSON fits `limit`, else
+/// that JSON's start and length.
+const BOUNDED_JS: &str = "function (limit) {
+  let text;
+  try { text = JSON.stringify(this); } catch (e) { return {whole: true, value: this}; }
+  if (text === undefined || text.length <= limit) return {whole: true, value: this};
+  return {whole: false, kept: text.slice(0, limit), total: text.length};
+}";
+
+/// The grid's handles to a value being measured, released after.
+const TOOL_OBJECTS: &str = "grid-tool";
 
 /// Why a tool did not do what it was asked.
 #[derive(Debug)]
@@ -224,18 +253,10 @@ pub async fn run(live: Live, tool: BrowserTool) -> Result<Answer, ToolError> {
             snapshot_after = false;
         }
         BrowserTool::Evaluate { expression } => {
-            let r = c
-                .call(
-                    s,
-                    "Runtime.evaluate",
-                    json!({"expression": expression, "awaitPromise": true, "returnByValue": true}),
-                )
-                .await?;
-            if let Some(ex) = r.get("exceptionDetails") {
-                let text = ex["exception"]["description"].as_str().or(ex["text"].as_str()).unwrap_or("an exception");
-                return Err(ToolError::Failed(format!("the expression threw: {text}")));
+            match c.evaluate_bounded(s, &expression).await? {
+                Ok(value) => answer.result = Some(value),
+                Err(cut) => answer.cut = Some(cut),
             }
-            answer.result = Some(r["result"]["value"].clone());
             snapshot_after = false;
         }
         BrowserTool::Drag { start, end } => {
@@ -395,7 +416,7 @@ async fn tab_action(c: &mut Client, tabs: &Tab, current: &str, action: &TabActio
         })
         .collect();
     let snapshot = if matches!(action, TabAction::List) { None } else { Some(c.snapshot(s).await?) };
-    Ok(Answer { url, title, snapshot, result: Some(Value::Array(list)), image: None, lines: None })
+    Ok(Answer { url, title, snapshot, result: Some(Value::Array(list)), image: None, lines: None, cut: None })
 }
 
 /// Entries as one line each, oldest first, saying how many were dropped.
@@ -527,9 +548,9 @@ impl Client {
         gate::check(&mut msg).map_err(|why| ToolError::Failed(format!("{}: {why}", gate::REFUSED)))?;
         self.link.send(msg).map_err(|_| ToolError::Gone)?;
         let events = &mut self.events;
-        let incoming = &mut self.link.incoming;
+        let link = &mut self.link;
         let answer = tokio::time::timeout(CALL_TIMEOUT, async {
-            while let Some(text) = incoming.recv().await {
+            while let Some(text) = link.recv().await {
                 let Ok(v) = serde_json::from_str::<Value>(&text) else { continue };
                 if v["id"] == json!(id) {
                     if let Some(err) = v.get("error") {
@@ -749,6 +770,48 @@ impl Client {
             .map(drop)
     }
 
+    /// Evaluates `expression` (awaiting a promise) and reads its value
+    /// bounded to [`MAX_RESULT_CHARS`] of JSON: an object is measured in
+    /// the page (`BOUNDED_JS`) and comes back whole or cut; a string comes
+    /// with the evaluation's answer (the pipe's own bound holds it) and is
+    /// cut here.
+    async fn evaluate_bounded(&mut self, s: Option<&str>, expression: &str) -> Result<Result<Value, Cut>, ToolError> {
+        let r = self
+            .call(
+                s,
+                "Runtime.evaluate",
+                json!({"expression": expression, "awaitPromise": true, "returnByValue": false, "objectGroup": TOOL_OBJECTS}),
+            )
+            .await?;
+        if let Some(ex) = r.get("exceptionDetails") {
+            let text = ex["exception"]["description"].as_str().or(ex["text"].as_str()).unwrap_or("an exception");
+            return Err(ToolError::Failed(format!("the expression threw: {text}")));
+        }
+        let Some(object) = r["result"]["objectId"].as_str().map(str::to_string) else {
+            return Ok(bound(r["result"]["value"].clone()));
+        };
+        let measured = self
+            .call(
+                s,
+                "Runtime.callFunctionOn",
+                json!({"objectId": object, "functionDeclaration": BOUNDED_JS,
+                       "arguments": [{"value": MAX_RESULT_CHARS}], "returnByValue": true}),
+            )
+            .await;
+        self.call(s, "Runtime.releaseObjectGroup", json!({"objectGroup": TOOL_OBJECTS})).await?;
+        let measured = measured?;
+        if let Some(ex) = measured.get("exceptionDetails") {
+            let text = ex["exception"]["description"].as_str().or(ex["text"].as_str()).unwrap_or("an exception");
+            return Err(ToolError::Failed(format!("the value cannot be read: {text}")));
+        }
+        let v = &measured["result"]["value"];
+        if v["whole"] == json!(true) {
+            return Ok(bound(v["value"].clone()));
+        }
+        let total_chars = v["total"].as_u64().unwrap_or_default() as usize;
+        Ok(Err(Cut { total_chars, kept: v["kept"].as_str().unwrap_or_default().to_string() }))
+    }
+
     /// Calls `function` with `this` the element `target`; its value.
     async fn call_on(
         &mut self,
@@ -793,4 +856,17 @@ impl Client {
         let reached = |v: &Value| v.as_bool() == Some(present);
         self.poll(s, &expression, reached, limit, Duration::from_millis(100), late).await
     }
+}
+
+/// `value` when its JSON fits [`MAX_RESULT_CHARS`], else its JSON's start.
+fn bound(value: Value) -> Result<Value, Cut> {
+    let text = value.to_string();
+    if text.len() <= MAX_RESULT_CHARS {
+        return Ok(value);
+    }
+    let mut end = MAX_RESULT_CHARS;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    Err(Cut { total_chars: text.chars().count(), kept: text[..end].to_string() })
 }

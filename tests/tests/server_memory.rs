@@ -1,0 +1,76 @@
+//! What one tenant can make the shared server hold (issue 50,
+//! docs/limits.md "Server memory per client"): whatever a client sends or
+//! asks for, the server holds a bounded amount for it; past the bound the
+//! client is cut off or its call refused with a clear reason, and every
+//! other tenant carries on.
+//!
+//! Memory is read off the server's own process: its resident peak
+//! (`VmHWM`) after the attack against its resident size before it.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use grid_tests::metrics;
+use grid_tests::server::{free_port, GridServer, ServerOptions};
+use grid_tests::sessions::{lease_running, lease_running_as};
+use grid_tests::wait::wait_for;
+
+const MIB: u64 = 1024 * 1024;
+
+/// A client that asks for 150 answers of 10 MiB and never reads them is cut
+/// off once it is 64 MiB behind: the server's resident peak grows by far
+/// less than the 1.5 GiB asked for, the client is told why in the close
+/// frame, and another tenant's session (and a new connection of the same
+/// one) answers as before.
+#[tokio::test]
+async fn a_client_that_never_reads_cannot_grow_the_server() {
+    let metrics_port = free_port();
+    let mut opts = ServerOptions::default();
+    opts.extra_args.extend(["--metrics-listen".to_string(), format!("127.0.0.1:{metrics_port}")]);
+    let server = GridServer::start(opts);
+    let (lease, mut flood) = lease_running(&server, json!({"ttlMinutes": 5})).await;
+    let (_, page) = flood.blank_page(None).await.unwrap_or_else(|e| server.fail(&e));
+    // The other tenant, leased before the attack.
+    let (_, other_key) = server.create_account("other", 10_000_000);
+    let (_, mut other) = lease_running_as(&server, &other_key, json!({"ttlMinutes": 5})).await;
+
+    let before = server.rss_bytes();
+    let ten_mib = "'x'.repeat(10 * 1024 * 1024)";
+    for _ in 0..150 {
+        flood
+            .post("Runtime.evaluate", json!({"expression": ten_mib, "returnByValue": true}), Some(&page))
+            .await
+            .unwrap_or_else(|e| server.fail(&e));
+    }
+    let cut = r#"grid_http_connections_cut_total{reason="cdp_backlog"}"#;
+    wait_for("the flooding client is cut off", Duration::from_secs(60), || async {
+        let text = metrics::scrape(metrics_port).await;
+        match metrics::value(&text, cut) {
+            Some(n) if n >= 1.0 => Ok(()),
+            seen => Err(format!("{cut} = {seen:?}")),
+        }
+    })
+    .await;
+    let grown = server.peak_rss_bytes().saturating_sub(before);
+    assert!(
+        grown < 400 * MIB,
+        "the server's resident peak grew by {} MiB for one client that never read (bound: 400 MiB)",
+        grown / MIB
+    );
+    // A client that reads now is told why, unless the cut came mid-message.
+    let end = flood.read_to_end(Duration::from_secs(30)).await.unwrap_or_else(|e| server.fail(&e));
+    if let Some((code, reason)) = end {
+        assert_eq!(code, 1008, "{reason}");
+        assert!(reason.contains("64 MiB behind"), "{reason}");
+    }
+
+    let answer = other
+        .call("Runtime.evaluate", json!({"expression": "6 * 7", "returnByValue": true}), None)
+        .await
+        .unwrap_or_else(|e| server.fail(&format!("the other tenant's session: {e}")));
+    assert_eq!(answer["result"]["value"], 42, "{answer}");
+    let mut again = grid_tests::sessions::connect(&server, &lease.cdp_url).await;
+    let version = again.call("Browser.getVersion", json!({}), None).await.unwrap_or_else(|e| server.fail(&e));
+    assert!(version["product"].as_str().is_some_and(|p| p.contains("Chrome")), "{version}");
+}
