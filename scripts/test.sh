@@ -156,9 +156,11 @@ if cargo nextest --version >/dev/null 2>&1; then
     # the cluster. Left out: tidy (no server), the one test of SQLite's own
     # file format (WAL mode of grid.db), scale_out, which is on
     # PostgreSQL in either pass, containment and server_memory (what a
-    # browser or a client can consume: nothing of it touches the store), and schema_parity, which
+    # browser or a client can consume: nothing of it touches the store),
+    # fair_share (the pool's turns; its two-node test is on PostgreSQL in
+    # either pass), and schema_parity, which
     # compares both stores' schemas and needs the cluster in either pass.
-    pg_filter='package(grid-tests) and kind(test) and not binary(tidy) and not binary(scale_out) and not binary(scale_out_race) and not binary(containment) and not binary(server_memory) and not binary(schema_parity) and not test(store_is_grid_db_in_wal_mode)'
+    pg_filter='package(grid-tests) and kind(test) and not binary(tidy) and not binary(scale_out) and not binary(scale_out_race) and not binary(containment) and not binary(server_memory) and not binary(fair_share) and not binary(schema_parity) and not test(store_is_grid_db_in_wal_mode)'
     say "running the black-box tests on PostgreSQL ($pg_url): cargo nextest run --workspace --no-fail-fast -E '$pg_filter' $*"
     GRID_TEST_STORE=postgres GRID_TEST_DATABASE_URL="$pg_url" \
         cargo nextest run --workspace --no-fail-fast -E "$pg_filter" "$@" || tests_status=$?
