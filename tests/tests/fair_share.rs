@@ -124,3 +124,44 @@ async fn another_accounts_call_is_served_in_turn_on_two_postgres_nodes() {
     // browser's 4 go on serving A while n2 empties a browser for B.
     b_is_served_in_turn(&target, &n2, &b_key, 16, 12).await;
 }
+
+/// Batch behind batch: A's 150 fetch items queue before B's one, and four
+/// workers claim from the shared queue; B's item is claimed in turn (the
+/// queue's start tags), not after A's 150 (first in, first out).
+#[tokio::test]
+async fn another_accounts_batch_item_is_claimed_in_turn_behind_a_batch() {
+    batch_item_in_turn(ServerOptions { workers: Some(4), ..ServerOptions::default() }).await;
+}
+
+/// The same on PostgreSQL (the queue's SQL in its other dialect).
+#[tokio::test]
+async fn another_accounts_batch_item_is_claimed_in_turn_behind_a_batch_on_postgres() {
+    batch_item_in_turn(ServerOptions { workers: Some(4), postgres: true, ..ServerOptions::default() }).await;
+}
+
+async fn batch_item_in_turn(opts: ServerOptions) {
+    let target = Target::start();
+    let server = GridServer::start(opts);
+    let (_, b_key) = server.create_account("b", 10_000_000);
+    let urls: Vec<String> = (0..150).map(|i| target.url(&format!("/hold/a{i}?ms={PAGE_MS}"))).collect();
+    server.submit_as(server.api_key(), &json!({"urls": urls, "script": "fetch"})).await;
+    wait_until("the workers hold A's first items", Duration::from_secs(60), || {
+        let held = target.holds().len();
+        if held >= 4 {
+            Ok(())
+        } else {
+            Err(format!("{held} held"))
+        }
+    })
+    .await;
+    let b = server
+        .submit_as(&b_key, &json!({"urls": [target.url(&format!("/hold/b?ms={PAGE_MS}"))], "script": "fetch"}))
+        .await;
+    server.wait_batch_done_as(&b_key, &b, Duration::from_secs(300)).await;
+    let place = place_of(&target, "b").unwrap_or_else(|| server.fail("B's item never reached the target"));
+    let order: Vec<String> = target.holds().iter().map(|h| h.tag.clone()).collect();
+    eprintln!("B's item came {place}th");
+    // The 4 workers' first items, the items claimed ahead of them, then B's
+    // turn after at most one more of A's; slack for a claim in flight.
+    assert!(place <= 16, "B's item came {place}th among the target's requests (at most 16th in turn): {order:?}");
+}

@@ -495,11 +495,7 @@ impl Routes {
         let len = text.len();
         let held = queue.backlog.bytes.load(Ordering::Relaxed);
         if held > 0 && held + len > CLIENT_BACKLOG_BYTES {
-            tracing::warn!(
-                held,
-                bound = CLIENT_BACKLOG_BYTES,
-                "a CDP client stopped reading; disconnecting it"
-            );
+            tracing::warn!(held, bound = CLIENT_BACKLOG_BYTES, "a CDP client stopped reading; disconnecting it");
             queue.backlog.cut.store(true, Ordering::Release);
             queue.backlog.cut_signal.notify_waiters();
             self.clients.remove(&client);

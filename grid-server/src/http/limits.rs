@@ -139,14 +139,8 @@ pub enum Cut {
 }
 
 impl Cut {
-    pub const ALL: [Cut; 6] = [
-        Cut::TooManyConnections,
-        Cut::TooManyFromPeer,
-        Cut::NoRequest,
-        Cut::Idle,
-        Cut::HeaderTimeout,
-        Cut::CdpBacklog,
-    ];
+    pub const ALL: [Cut; 6] =
+        [Cut::TooManyConnections, Cut::TooManyFromPeer, Cut::NoRequest, Cut::Idle, Cut::HeaderTimeout, Cut::CdpBacklog];
 
     pub fn label(self) -> &'static str {
         match self {

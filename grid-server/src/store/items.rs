@@ -122,6 +122,7 @@ pub fn insert_batch(
     let attended = rows.first().is_some_and(|r| r.item.attended);
     // The batch and its items in one round trip (`query_all`): neither
     // reads anything back.
+    let insert_sql: String;
     let mut statements: Vec<Statement> = vec![(
         "INSERT INTO batches (id, account_id, key_id, script, profile_id, params, priority, item_count, created_at,
                               attended, context_id, proxy, proxy_sealed, first_item, last_item)
@@ -145,6 +146,18 @@ pub fn insert_batch(
         ],
     )];
     let state = rows.first().map_or(ItemState::queued(sub.priority), |r| r.item.state);
+    // An attended batch's one item is claimed at once: it never waits in
+    // the queue, so it takes no turn.
+    let fair_base = match attended {
+        true => None,
+        false => Some((
+            fair_base_sql(sub.priority),
+            match sub.priority {
+                None => params![caller.account_id],
+                Some(p) => params![caller.account_id, p],
+            },
+        )),
+    };
     // What the batch's items share, in the columns' order after id and url.
     let shared = params![
         batch_id,
@@ -172,37 +185,78 @@ pub fn insert_batch(
             let mut values = vec![SqlValue::Array(ids), SqlValue::Array(urls)];
             values.extend(shared);
             values.push(SEQ_PER_BATCH.to_value());
-            statements.push((
+            // The turn's base is read by the statement itself, once: no
+            // round trip more.
+            let base = match &fair_base {
+                // The account and the priority as the insert binds them.
+                Some((sql, _)) => format!("({})", sql.replace("?1", "?4").replace("?2", "?8")),
+                None => "0".to_string(),
+            };
+            insert_sql = format!(
                 "INSERT INTO items (seq, id, url, batch_id, account_id, key_id, script, profile_id, priority,
-                                    price_micros, reservation_day, state, updated_at)
+                                    price_micros, reservation_day, state, updated_at, fair_tag)
                  SELECT (SELECT nextval('items_seq_seq')) * ?13 + u.n, u.id, u.url,
-                        ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12
-                   FROM unnest(?1::text[], ?2::text[]) WITH ORDINALITY AS u(id, url, n)",
-                values,
-            ));
+                        ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, b.base + u.n
+                   FROM unnest(?1::text[], ?2::text[]) WITH ORDINALITY AS u(id, url, n),
+                        (SELECT {base} AS base) AS b"
+            );
+            statements.push((&insert_sql, values));
         }
         // Many rows per statement (`ManyRows`), in the batch's order (their
         // `seq`, the rowid, is the queue's order).
         Dialect::Sqlite => {
             static ITEMS: ManyRows = ManyRows::new(
                 "INSERT INTO items (id, url, batch_id, account_id, key_id, script, profile_id, priority,
-                                    price_micros, reservation_day, state, updated_at)",
+                                    price_micros, reservation_day, state, updated_at, fair_tag)",
                 &[
                     "text", "text", "text", "text", "text", "text", "text", "bigint", "bigint", "bigint", "text",
-                    "bigint",
+                    "bigint", "bigint",
                 ],
                 "",
             );
-            let mut values = Vec::with_capacity(rows.len() * 12);
-            for row in rows {
+            // A read on this connection, in this transaction: no round trip.
+            let base: i64 = match &fair_base {
+                Some((sql, params)) => tx.query_row(sql, params.clone(), |r| r.get(0))?,
+                None => 0,
+            };
+            let mut values = Vec::with_capacity(rows.len() * 13);
+            for (n, row) in rows.iter().enumerate() {
                 values.extend(params![row.id, row.url]);
                 values.extend(shared.iter().cloned());
+                values.push((base + n as i64 + 1).to_value());
             }
             statements.extend(ITEMS.statements(tx.dialect(), values));
         }
     }
     tx.query_all(statements)?;
     Ok(())
+}
+
+/// The start tag a batch's items are numbered on from (`fair_tag`, start-time
+/// fair queuing): the later of the head of the band the batch joins (its
+/// lowest waiting tag) and the last tag of the account's own queued items;
+/// 0 for an empty queue. So an account with nothing queued joins at the
+/// head, and accounts with long queues interleave, one item each, however
+/// long the first one's queue is. `?1` the account, `?2` the priority (none:
+/// the band without). Over the account's items of either band: an account
+/// queueing in both bands waits its turn in each behind its longer queue.
+fn fair_base_sql(priority: Option<u32>) -> &'static str {
+    match priority {
+        None => {
+            "SELECT COALESCE(MAX(t), 0) FROM (
+               SELECT MIN(fair_tag) AS t FROM items WHERE state = 'waiting'
+               UNION ALL
+               SELECT MAX(fair_tag) FROM items WHERE account_id = ?1 AND state IN ('waiting', 'prioritized')
+             ) AS bases"
+        }
+        Some(_) => {
+            "SELECT COALESCE(MAX(t), 0) FROM (
+               SELECT MIN(fair_tag) AS t FROM items WHERE state = 'prioritized' AND priority = ?2
+               UNION ALL
+               SELECT MAX(fair_tag) FROM items WHERE account_id = ?1 AND state IN ('waiting', 'prioritized')
+             ) AS bases"
+        }
+    }
 }
 
 /// How far apart PostgreSQL numbers the `seq` of consecutive batches
@@ -584,9 +638,10 @@ impl From<ItemError> for ApiError {
 }
 
 /// The head of the queue: up to `LIMIT_N` claimable items in contract
-/// order, the oldest without a priority first (a `waiting` item never has a
-/// priority: an invariant of the item machine), then the lowest priority,
-/// oldest first. Each band is one read of its own partial index
+/// order, those without a priority first (a `waiting` item never has a
+/// priority: an invariant of the item machine), then the lowest priority;
+/// within each, accounts in turn (their items' start tags, `fair_tag`:
+/// `FAIR_BASE`), each account's oldest first. Each band is one read of its own partial index
 /// (`items_waiting`, `items_prioritized`) for at most `LIMIT_N` rows, each
 /// row read (and on PostgreSQL locked) as the band finds it; only those
 /// candidates are sorted, and joined to their batches. No band's row is
@@ -602,12 +657,12 @@ const QUEUE_HEAD: &str = concat!(
     item_columns!(),
     "
   FROM (SELECT 0 AS band, * FROM (SELECT BAND_COLUMNS FROM items WHERE state = 'waiting'
-                                   ORDER BY seq LIMIT LIMIT_N LOCK) AS unprioritized
+                                   ORDER BY fair_tag, seq LIMIT LIMIT_N LOCK) AS unprioritized
         UNION ALL
         SELECT 1 AS band, * FROM (SELECT BAND_COLUMNS FROM items WHERE state = 'prioritized'
-                                   ORDER BY priority, seq LIMIT LIMIT_N LOCK) AS prioritized) AS i
+                                   ORDER BY priority, fair_tag, seq LIMIT LIMIT_N LOCK) AS prioritized) AS i
   JOIN batches b ON b.id = i.batch_id
- ORDER BY i.band, i.priority, i.seq
+ ORDER BY i.band, i.priority, i.fair_tag, i.seq
  LIMIT LIMIT_N"
 );
 
@@ -615,7 +670,7 @@ const QUEUE_HEAD: &str = concat!(
 /// `QUEUE_HEAD` selects them.
 const BAND_COLUMNS: &str = "id, batch_id, account_id, url, script, profile_id, state, priority, attempts_made, \
                             failed_reason, failure_published, run_at, billable, lease_token, key_id, price_micros, \
-                            reservation_day, seq";
+                            reservation_day, seq, fair_tag";
 
 /// Up to `limit` items at the head of the queue, in the contract's order:
 /// items without a priority first, then lower priority, then age.
@@ -992,6 +1047,66 @@ pub(crate) mod tests {
 
     fn next(store: &Store) -> Option<String> {
         store.read_blocking(|c| queue_head(c, 1)).unwrap().pop().map(|r| r.id)
+    }
+
+    /// The accounts of the queue's head, in claim order.
+    fn head_accounts(store: &Store, n: usize) -> Vec<String> {
+        store.read_blocking(move |c| queue_head(c, n)).unwrap().into_iter().map(|r| r.account_id).collect()
+    }
+
+    /// A long batch of one account and a short one of another submitted
+    /// after it: the other account's items come in turn, one for one, not
+    /// after the whole long batch; each account's own items keep their
+    /// order, and a third account with nothing queued joins at the head.
+    #[test]
+    fn accounts_take_turns_at_the_head_of_the_queue() {
+        let (_dir, store) = store();
+        let a = caller(&store, 10_000_000, None);
+        let b = caller(&store, 10_000_000, None);
+        let c = caller(&store, 10_000_000, None);
+        submit(&store, &a, 150, None).unwrap();
+        submit(&store, &b, 3, None).unwrap();
+        let (ta, tb) = (a.account_id.clone(), b.account_id.clone());
+        // B's first comes right after the head item A's queue had (its tag
+        // 1: B's are numbered on from it), then one for one.
+        assert_eq!(head_accounts(&store, 7), [&ta, &ta, &tb, &ta, &tb, &ta, &tb].map(String::clone));
+        // A's items stay in their batch's order among themselves.
+        let urls: Vec<String> = store
+            .read_blocking(|c| queue_head(c, 20))
+            .unwrap()
+            .into_iter()
+            .filter(|r| r.account_id == ta)
+            .map(|r| r.url)
+            .collect();
+        assert_eq!(urls[..4], ["http://t/0", "http://t/1", "http://t/2", "http://t/3"].map(String::from));
+        submit(&store, &c, 1, None).unwrap();
+        // After the head item and the one item of each account at its turn.
+        let head = head_accounts(&store, 4);
+        assert_eq!(head[3], c.account_id, "an account with nothing queued joins at the head: {head:?}");
+        // The priority band keeps its contract order (after every item
+        // without one), accounts in turn within a priority.
+        submit(&store, &a, 5, Some(1)).unwrap();
+        submit(&store, &b, 1, Some(1)).unwrap();
+        let all = store.read_blocking(|c| queue_head(c, 200)).unwrap();
+        let prioritized: Vec<&str> =
+            all.iter().filter(|r| r.item.priority.is_some()).map(|r| r.account_id.as_str()).collect();
+        assert_eq!(prioritized[..3], [ta.as_str(), ta.as_str(), tb.as_str()], "{prioritized:?}");
+        assert!(all[..all.len() - 6].iter().all(|r| r.item.priority.is_none()), "no priority first");
+    }
+
+    /// The turn's base is two reads of indexes, never of the whole table.
+    #[test]
+    fn a_submissions_turn_is_read_from_indexes() {
+        let (_dir, store) = store();
+        for (priority, band) in [(None, "items_waiting"), (Some(3), "items_prioritized")] {
+            let sql = fair_base_sql(priority).replace("?1", "'a'").replace("?2", "3");
+            let plan: Vec<String> = store
+                .read_blocking(move |c| c.query_map(&format!("EXPLAIN QUERY PLAN {sql}"), (), |r| r.get(3)))
+                .unwrap();
+            assert!(plan.iter().any(|l| l.contains(band)), "{plan:?}");
+            assert!(plan.iter().any(|l| l.contains("items_account_queued")), "{plan:?}");
+            assert!(plan.iter().all(|l| !l.starts_with("SCAN items")), "{plan:?}");
+        }
     }
 
     pub(crate) fn balance(store: &Store, c: &Caller) -> grid_core::ledger::Balance {

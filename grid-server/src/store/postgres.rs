@@ -50,7 +50,7 @@ const MIGRATE_LOCK: i64 = 0x6772_6964_6d69;
 
 /// Each step runs once, in order; a released step is never edited. The
 /// `schema_version` table holds the number applied.
-const STEPS: [&str; 15] = [
+const STEPS: [&str; 16] = [
     include_str!("postgres_schema.sql"),
     include_str!("postgres_v2_nodes.sql"),
     include_str!("postgres_v3_placement.sql"),
@@ -66,6 +66,7 @@ const STEPS: [&str; 15] = [
     include_str!("postgres_v13_byte_order_text.sql"),
     include_str!("postgres_v14_items_fillfactor.sql"),
     include_str!("postgres_v15_meta_beside.sql"),
+    include_str!("postgres_v16_fair_share.sql"),
 ];
 
 /// Connections of the pool (16): one per reader thread, and four for the

@@ -229,7 +229,7 @@ pub(super) fn connect(path: &Path, busy_timeout: Duration) -> StoreResult<Connec
 
 /// Each step runs once, in order; a released step is never edited. The
 /// database's `user_version` is the number of steps applied.
-const STEPS: [&str; 20] = [
+const STEPS: [&str; 21] = [
     include_str!("schema.sql"),
     include_str!("schema_v2_jobs.sql"),
     include_str!("schema_v3_identities.sql"),
@@ -250,6 +250,7 @@ const STEPS: [&str; 20] = [
     include_str!("schema_v18_balance_shards.sql"),
     include_str!("schema_v19_batch_item_ranges.sql"),
     include_str!("schema_v20_meta_beside.sql"),
+    include_str!("schema_v21_fair_share.sql"),
 ];
 
 fn migrate(conn: &Connection) -> StoreResult<()> {
