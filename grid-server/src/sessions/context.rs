@@ -449,6 +449,18 @@ mod tests {
     }
 
     #[test]
+    fn a_read_stops_at_the_first_piece_past_the_bound() {
+        let mut room = Room::new(100);
+        assert!(room.take(60, "its cookies").is_ok());
+        assert_eq!(room.left(), 40);
+        let Err(ReadError::OverBound(why)) = room.take(41, "the storage of http://a") else {
+            panic!("41 bytes fit in 40")
+        };
+        assert!(why.contains("http://a takes 41 bytes with 60 read") && why.contains("bound of 100"), "{why}");
+        assert!(room.take(40, "the storage of http://b").is_ok(), "exactly the bound fits");
+    }
+
+    #[test]
     fn only_http_origins_are_kept() {
         assert_eq!(origin_of("https://example.com/a?b#c").as_deref(), Some("https://example.com"));
         assert_eq!(origin_of("http://127.0.0.1:8080/x").as_deref(), Some("http://127.0.0.1:8080"));
