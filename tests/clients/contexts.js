@@ -17,6 +17,13 @@
 //     back, describing each value's kind
 //   node contexts.js CDP_URL PAGE_URL idb-fill BYTES   writes a database
 //     `grid_cache` of one record of BYTES characters (a site's large cache)
+//   node contexts.js CDP_URL PAGE_URL keys JSON        sets localStorage to
+//     the [key, value] pairs of JSON (keys named like Storage's members too)
+//   node contexts.js CDP_URL PAGE_URL keys-check       every localStorage
+//     pair, read by index: {pairs: [[key, value], ...]}
+//   node contexts.js CDP_URL - fill-origins N BYTES    opens N origins,
+//     http://127.0.0.1:{20001..}, each answered by this client itself (no
+//     request leaves it), and stores BYTES characters of localStorage in each
 const { chromium } = require('playwright-core');
 
 async function main() {
@@ -32,6 +39,16 @@ async function main() {
   try {
     const context = browser.contexts()[0];
     const page = await context.newPage();
+    if (mode === 'fill-origins') {
+      const [n, bytes] = [Number(arg), Number(process.argv[6])];
+      await page.route('**/*', (route) => route.fulfill({ contentType: 'text/html', body: '<!doctype html><title>o</title>' }));
+      for (let i = 0; i < n; i++) {
+        await page.goto(`http://127.0.0.1:${20001 + i}/`);
+        await page.evaluate((b) => localStorage.setItem('filler', 'x'.repeat(b)), bytes);
+      }
+      await page.close();
+      return { origins: n };
+    }
     await page.goto(pageUrl);
     if (mode === 'signin' || mode === 'signin-open') {
       await page.evaluate((v) => {
@@ -53,6 +70,16 @@ async function main() {
         await new Promise((ok, no) => { tx.oncomplete = ok; tx.onerror = () => no(tx.error); });
         db.close();
       }, Number(arg));
+    } else if (mode === 'keys') {
+      await page.evaluate((pairs) => { for (const [k, v] of pairs) localStorage.setItem(k, v); }, JSON.parse(arg));
+    } else if (mode === 'keys-check') {
+      const pairs = await page.evaluate(() => {
+        const out = [];
+        for (let i = 0; i < localStorage.length; i++) out.push([localStorage.key(i), localStorage.getItem(localStorage.key(i))]);
+        return out;
+      });
+      await page.close();
+      return { pairs };
     } else if (mode === 'idb-check') {
       const read = await page.evaluate(readDatabase);
       await page.close();

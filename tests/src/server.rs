@@ -504,11 +504,23 @@ impl GridServer {
 
     /// The server process's resident memory now (`VmRSS` of /proc/PID/status), in bytes.
     pub fn rss_bytes(&self) -> u64 {
-        let pid = self.pid().unwrap_or_else(|| self.fail("rss_bytes: server not running"));
+        self.status_bytes("VmRSS")
+    }
+
+    /// The most resident memory the server process has had since it started
+    /// (`VmHWM`, the high-water mark), in bytes: a peak between two looks
+    /// is not missed.
+    pub fn peak_rss_bytes(&self) -> u64 {
+        self.status_bytes("VmHWM")
+    }
+
+    /// A `kB` field of the server's /proc/PID/status, in bytes.
+    fn status_bytes(&self, field: &str) -> u64 {
+        let pid = self.pid().unwrap_or_else(|| self.fail(&format!("{field}: server not running")));
         let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
             .unwrap_or_else(|e| self.fail(&format!("read /proc/{pid}/status: {e}")));
-        let kib = crate::host::status_number(&status, "VmRSS")
-            .unwrap_or_else(|| self.fail(&format!("no VmRSS in /proc/{pid}/status")));
+        let kib = crate::host::status_number(&status, field)
+            .unwrap_or_else(|| self.fail(&format!("no {field} in /proc/{pid}/status")));
         kib * 1024
     }
 

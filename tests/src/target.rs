@@ -369,6 +369,7 @@ async fn route(
             format!("<!doctype html><html><body style=\"margin:0;height:100vh;background:#{hex}\"></body></html>"),
         ),
         ["animated"] => respond(StatusCode::OK, "text/html; charset=utf-8", browser_pages::ANIMATED),
+        ["dialog", kind] => respond(StatusCode::OK, "text/html; charset=utf-8", browser_pages::dialog(kind)),
         ["throws"] => respond(StatusCode::OK, "text/html; charset=utf-8", browser_pages::THROWS),
         ["pixel.png"] | ["img", _] => respond(StatusCode::OK, "image/png", browser_pages::PIXEL_PNG),
         ["options"] => {
@@ -459,6 +460,35 @@ pub mod browser_pages {
           box.style.left = (50 + (n * 7) % 600) + 'px'; box.style.top = (80 + (n * 3) % 300) + 'px';\
           requestAnimationFrame(step); }\
         requestAnimationFrame(step);</script></body></html>\n";
+
+    /// What `/dialog/{kind}` writes once its dialog was answered: the
+    /// answer the page got (`alert` answers `undefined`).
+    pub fn dialog_text(answer: &str) -> String {
+        format!("after the dialog: {answer}")
+    }
+
+    /// A page that opens a JavaScript dialog of `kind` (`alert`, `confirm`,
+    /// `prompt`) while it loads, from an inline script that holds the
+    /// parser and the load event until the dialog is answered, then writes
+    /// [`dialog_text`] of the answer into `#out` (built from pieces: the raw
+    /// HTML never contains it). `beforeunload`: a page whose handler asks
+    /// to stay, which leaves for `/page/left` once loaded.
+    pub fn dialog(kind: &str) -> String {
+        let kind_js = serde_json::to_string(kind).unwrap_or_default();
+        format!(
+            "<!doctype html><html><head><title>dialog {kind}</title></head><body><p id=\"out\">before</p>\n\
+             <script>\n\
+             var kind = {kind_js}, answer;\n\
+             if (kind === 'beforeunload') {{\n\
+               window.addEventListener('beforeunload', function (e) {{ e.preventDefault(); e.returnValue = 'stay'; return 'stay'; }});\n\
+               window.addEventListener('load', function () {{ setTimeout(function () {{ location.href = '/page/left'; }}, 0); }});\n\
+             }} else {{\n\
+               answer = kind === 'alert' ? alert('a dialog ' + kind) : kind === 'confirm' ? confirm('a dialog ' + kind) : prompt('a dialog ' + kind, 'default');\n\
+               document.getElementById('out').textContent = ['after', 'the dialog:', String(answer)].join(' ');\n\
+             }}\n\
+             </script></body></html>\n"
+        )
+    }
 
     pub fn js_text(n: &str) -> String {
         format!("built by javascript {n}")

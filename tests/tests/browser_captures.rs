@@ -393,6 +393,45 @@ async fn both_engines_run_their_renderers_in_chromiums_own_sandbox() {
     assert_eq!(engines_seen.len(), 2, "no renderer of both engines among {chromium:?}");
 }
 
+/// Pages that open JavaScript dialogs while they load (issue 50) are
+/// captured by every browser script on the first attempt, each dialog
+/// answered as docs/browser-captures.md says (an alert accepted, a confirm
+/// and a prompt dismissed) and listed in meta; a page whose `beforeunload`
+/// handler asks to stay still leaves when it navigates itself.
+#[tokio::test]
+async fn pages_opening_dialogs_complete_on_the_first_attempt_with_them_in_meta() {
+    let target = Target::start();
+    let server = GridServer::start(opts());
+    let within = |url: String, script: &str| json!({"urls": [url], "script": script, "params": {"timeoutMs": 15000}});
+    for (kind, script, answer) in [
+        ("alert", "capture", "accepted"),
+        ("confirm", "render-fetch", "dismissed"),
+        ("prompt", "browser-fetch", "dismissed"),
+    ] {
+        let (id, item) = completed(&server, within(target.url(&format!("/dialog/{kind}")), script)).await;
+        assert_eq!(item["attemptsMade"], json!(1), "{item}");
+        let m = meta(&server, &id).await;
+        assert_eq!(
+            m["dialogs"],
+            json!([{"type": kind, "message": format!("a dialog {kind}"), "answer": answer}]),
+            "{script}: {m}"
+        );
+    }
+    let (id, _) = completed(&server, within(target.url("/dialog/confirm"), "render-fetch")).await;
+    let html = text(&server, &id, "html").await;
+    assert!(html.contains(&browser_pages::dialog_text("false")), "the confirm was not dismissed: {html}");
+    let (id, _) = completed(&server, within(target.url("/dialog/prompt"), "capture")).await;
+    let html = text(&server, &id, "html").await;
+    assert!(html.contains(&browser_pages::dialog_text("null")), "the prompt was not dismissed: {html}");
+
+    // beforeunload: the page leaves for /page/left, which the wait finds.
+    let body = json!({"urls": [target.url("/dialog/beforeunload")], "script": "render-fetch",
+                      "params": {"timeoutMs": 15000, "waitFor": {"selector": "h1"}}});
+    let (id, item) = completed(&server, body).await;
+    assert_eq!(item["attemptsMade"], json!(1), "{item}");
+    assert!(text(&server, &id, "html").await.contains("page left"), "the page did not leave");
+}
+
 #[tokio::test]
 async fn page_errors_and_http_errors_are_recorded_in_meta() {
     let target = Target::start();

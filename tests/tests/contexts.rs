@@ -342,6 +342,84 @@ async fn a_context_keeps_indexeddb_databases_whole() {
     release(&server, &key, &d).await;
 }
 
+/// Every localStorage key comes back after a `persist` session (issue 50):
+/// keys named like members of Storage or Object (`length`, `key`,
+/// `getItem`, `__proto__`, ...) were dropped by the end's save, which read
+/// the storage as an object's entries, while save points kept them.
+#[tokio::test]
+async fn every_local_storage_key_comes_back_after_a_persist_session() {
+    let target = Target::start();
+    let server = GridServer::start(options());
+    let key = server.api_key().to_string();
+    let page = target.url("/page/1");
+    let id = create_context(&server, &key).await;
+    let persist = json!({"ttlMinutes": 10, "context": {"id": id, "persist": true}});
+    let names = [
+        "length",
+        "key",
+        "getItem",
+        "setItem",
+        "removeItem",
+        "clear",
+        "constructor",
+        "toString",
+        "__proto__",
+        "hasOwnProperty",
+        "valueOf",
+        "grid_user",
+        "plain",
+    ];
+    let mut pairs: Vec<(String, String)> = names.iter().map(|n| (n.to_string(), format!("value of {n}"))).collect();
+    let (a, a_url, _) = running(&server, &key, persist.clone()).await;
+    let set = serde_json::to_string(&pairs).unwrap();
+    playwright(&server, &a_url, &page, &["keys", &set]).await;
+    release(&server, &key, &a).await;
+    let saved =
+        wait_context(&server, &key, &id, "the save", |c| c["sessionId"].is_null() && c["savedAt"].is_string()).await;
+    assert_eq!(saved["lastSaveRefused"], Value::Null, "{saved}");
+
+    let (b, b_url, _) = running(&server, &key, persist).await;
+    let seen = playwright(&server, &b_url, &page, &["keys-check"]).await;
+    let mut back: Vec<(String, String)> = serde_json::from_value(seen["pairs"].clone())
+        .unwrap_or_else(|e| server.fail(&format!("keys-check answered {seen}: {e}")));
+    back.sort();
+    pairs.sort();
+    assert_eq!(back, pairs, "{seen}");
+    release(&server, &key, &b).await;
+}
+
+/// A context's state is bounded as it is read (issue 50): 40 origins of
+/// 4.5 MB of localStorage each (180 MB, the default bound is 10 MiB) are
+/// refused with the reason on the context, the state before kept, and the
+/// server never grows by 200 MiB doing it (it read and sealed the whole
+/// state first: 900 MB); another session on the context still runs.
+#[tokio::test]
+async fn a_state_far_over_the_bound_is_refused_without_the_server_holding_it() {
+    let target = Target::start();
+    let server = GridServer::start(ServerOptions::default());
+    let key = server.api_key().to_string();
+    let id = create_context(&server, &key).await;
+    let persist = json!({"ttlMinutes": 10, "context": {"id": id, "persist": true}});
+    let (a, a_url, _) = running(&server, &key, persist.clone()).await;
+    let filled = playwright(&server, &a_url, "-", &["fill-origins", "40", "4500000"]).await;
+    assert_eq!(filled["origins"], json!(40), "{filled}");
+    let before = server.rss_bytes();
+    release(&server, &key, &a).await;
+    let refused =
+        wait_context(&server, &key, &id, "a refusal", |c| c["sessionId"].is_null() && c["lastSaveRefused"].is_string())
+            .await;
+    let grown = server.peak_rss_bytes().saturating_sub(before);
+    eprintln!("the server grew by {} MiB saving the context: {refused}", grown >> 20);
+    assert!(grown < 200 * 1024 * 1024, "the server grew by {} MiB saving the context", grown >> 20);
+    assert!(refused["lastSaveRefused"].as_str().unwrap_or("").contains("bound"), "{refused}");
+    assert_eq!(refused["sizeBytes"], json!(0), "the state before (none) is kept: {refused}");
+
+    let (b, b_url, _) = running(&server, &key, persist).await;
+    let seen = playwright(&server, &b_url, &target.url("/page/1"), &["check"]).await;
+    assert_eq!(seen["user"], Value::Null, "{seen}");
+    release(&server, &key, &b).await;
+}
+
 /// What tests/clients/contexts.js `idb-check` read is what `idb-write` wrote.
 fn assert_databases_whole(seen: &Value, secret: &str) {
     assert_eq!(seen["databases"], json!(["grid_app@3"]), "{seen}");

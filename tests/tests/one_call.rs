@@ -67,6 +67,43 @@ async fn completed_item(server: &GridServer, f: &File, price: i64) -> Value {
     item
 }
 
+/// A page calling `alert()` while it loads (issue 50: "page did not reach
+/// the load event") answers 200 on /screenshot and /content, the content
+/// holding what the page wrote after the dialog; a `confirm()` is
+/// dismissed, and the item's meta lists it.
+#[tokio::test]
+async fn pages_opening_dialogs_answer_their_file() {
+    let target = Target::start();
+    let server = GridServer::start(opts());
+    let key = server.api_key().to_string();
+    let alert = target.url("/dialog/alert");
+    let f = post_file(&server, Some(&key), "/screenshot", &json!({"url": alert, "timeoutMs": 15000})).await;
+    completed_item(&server, &f, 1_000).await;
+    assert_eq!(f.content_type, "image/png");
+    let f = post_file(&server, Some(&key), "/content", &json!({"url": alert, "timeoutMs": 15000})).await;
+    completed_item(&server, &f, 800).await;
+    let html = String::from_utf8(f.bytes.clone()).expect("UTF-8");
+    assert!(html.contains(&browser_pages::dialog_text("undefined")), "{html}");
+
+    let confirm = target.url("/dialog/confirm");
+    let f = post_file(&server, Some(&key), "/content", &json!({"url": confirm, "timeoutMs": 15000})).await;
+    completed_item(&server, &f, 800).await;
+    let html = String::from_utf8(f.bytes.clone()).expect("UTF-8");
+    assert!(html.contains(&browser_pages::dialog_text("false")), "{html}");
+    let meta = server.download(&server.artifact_url(f.header("x-grid-job-id"), "meta").await).await;
+    assert_eq!(
+        meta.json["dialogs"],
+        json!([{"type": "confirm", "message": "a dialog confirm", "answer": "dismissed"}]),
+        "{meta}"
+    );
+
+    // A page with a beforeunload handler that leaves once loaded.
+    let leaving = json!({"url": target.url("/dialog/beforeunload"), "timeoutMs": 15000, "waitFor": {"selector": "h1"}});
+    let f = post_file(&server, Some(&key), "/content", &leaving).await;
+    completed_item(&server, &f, 800).await;
+    assert!(String::from_utf8_lossy(&f.bytes).contains("page left"));
+}
+
 #[tokio::test]
 async fn screenshot_pdf_and_content_answer_the_file_and_charge_one_item() {
     let target = Target::start();

@@ -1,6 +1,6 @@
 //! What a page's DevTools events tell the item: lifecycle of the main
 //! frame, its document responses, failed and refused requests, uncaught
-//! exceptions, a crashed renderer. Pure bookkeeping over the events' JSON
+//! exceptions, JavaScript dialogs, a crashed renderer. Pure bookkeeping over the events' JSON
 //! (only the fields needed are read, so a field a newer Chromium adds or
 //! changes elsewhere cannot make an event unreadable).
 
@@ -14,6 +14,11 @@ use crate::egress::{self, Decision, REFUSED_HEADER};
 
 /// Most entries kept per list in meta (blocked/failed requests, errors).
 pub const MAX_LISTED: usize = 200;
+/// Most JavaScript dialogs listed in meta, and the most characters of a
+/// dialog's message kept: a page that opens one in a loop must not grow
+/// the item's meta without bound.
+pub const MAX_DIALOGS: usize = 20;
+pub const MAX_DIALOG_MESSAGE: usize = 1000;
 /// Most requests remembered to name failed and refused ones.
 const MAX_REQUESTS: usize = 10_000;
 /// `reason` of a request the egress proxy refused by its response.
@@ -32,6 +37,8 @@ pub struct Seen {
     pub failed: Vec<Value>,
     pub errors: Vec<Value>,
     pub blocked: Vec<Blocked>,
+    /// JavaScript dialogs the page opened, as answered (`dialog_accepted`).
+    pub dialogs: Vec<Value>,
     /// Why the page's renderer went away, if it did.
     pub crashed: Option<String>,
     /// Requests started and not yet finished or failed (`waitFor.networkIdleMs`).
@@ -43,6 +50,16 @@ pub struct Seen {
 
 fn text(v: &Value) -> String {
     v.as_str().unwrap_or_default().to_string()
+}
+
+/// How a capture answers a JavaScript dialog of type `kind` (alert,
+/// confirm, prompt, beforeunload): as a page left to itself would go on,
+/// never waiting for a person. An alert only has OK; a confirm or prompt is
+/// dismissed (Cancel: `false`, `null`), as Playwright does with no dialog
+/// listener, so a page asking "delete this?" is never told yes by the
+/// grid; a `beforeunload` is accepted, so a navigation never waits on it.
+pub fn dialog_accepted(kind: &str) -> bool {
+    matches!(kind, "alert" | "beforeunload")
 }
 
 impl Seen {
@@ -114,6 +131,12 @@ impl Seen {
                     "line": d["lineNumber"].as_u64().unwrap_or(0) + 1,
                     "column": d["columnNumber"].as_u64().unwrap_or(0) + 1,
                 }));
+            }
+            "Page.javascriptDialogOpening" if self.dialogs.len() < MAX_DIALOGS => {
+                let kind = text(&p["type"]);
+                let message: String = text(&p["message"]).chars().take(MAX_DIALOG_MESSAGE).collect();
+                let answer = if dialog_accepted(&kind) { "accepted" } else { "dismissed" };
+                self.dialogs.push(json!({"type": kind, "message": message, "answer": answer}));
             }
             "Inspector.targetCrashed" => self.crashed = Some("the page's renderer crashed".into()),
             "Inspector.detached" => self.crashed = Some(format!("the page was detached: {}", text(&p["reason"]))),
@@ -227,6 +250,30 @@ mod tests {
                                                    "exception": {"description": "Error: boom\n    at http://a/:3:9"}}});
         seen.record("Runtime.exceptionThrown", &details, MAIN);
         assert_eq!(seen.errors, [json!({"message": "Error: boom", "url": "http://a/", "line": 3, "column": 9})]);
+    }
+
+    #[test]
+    fn dialogs_are_listed_bounded_with_their_answer() {
+        let mut seen = Seen::default();
+        let long = "y".repeat(MAX_DIALOG_MESSAGE + 5);
+        for kind in ["alert", "confirm", "prompt", "beforeunload"] {
+            seen.record(
+                "Page.javascriptDialogOpening",
+                &json!({"type": kind, "message": long, "url": "http://a/"}),
+                MAIN,
+            );
+        }
+        let answers: Vec<_> = seen.dialogs.iter().map(|d| (d["type"].clone(), d["answer"].clone())).collect();
+        assert_eq!(
+            answers,
+            [("alert", "accepted"), ("confirm", "dismissed"), ("prompt", "dismissed"), ("beforeunload", "accepted")]
+                .map(|(t, a)| (json!(t), json!(a)))
+        );
+        assert_eq!(seen.dialogs[0]["message"].as_str().unwrap().len(), MAX_DIALOG_MESSAGE);
+        for _ in 0..2 * MAX_DIALOGS {
+            seen.record("Page.javascriptDialogOpening", &json!({"type": "alert", "message": "again"}), MAIN);
+        }
+        assert_eq!(seen.dialogs.len(), MAX_DIALOGS);
     }
 
     #[test]

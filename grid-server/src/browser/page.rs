@@ -7,8 +7,9 @@
 //! the budget → read what the script wants (facts and DOM, screenshot, main
 //! document body), again pipelined → dispose the context. Every page-side
 //! fact worth keeping (main response, blocked and failed requests, uncaught
-//! exceptions) is gathered from the page's events, which are handled
-//! whenever the driver waits, so paused requests are always answered.
+//! exceptions, JavaScript dialogs) is gathered from the page's events, which
+//! are handled whenever the driver waits, so paused requests and dialogs
+//! are always answered.
 //!
 //! Events are read by `events.rs`; commands use headless_chrome's typed
 //! protocol structs.
@@ -137,6 +138,8 @@ pub struct PageOutcome {
     pub blocked: Vec<Blocked>,
     pub failed_requests: Vec<Value>,
     pub page_errors: Vec<Value>,
+    /// JavaScript dialogs the page opened, each answered at once.
+    pub dialogs: Vec<Value>,
     pub screenshot: Option<Shot>,
     pub html: Option<String>,
     pub body: Option<Vec<u8>>,
@@ -618,6 +621,7 @@ impl PageDriver {
             blocked: std::mem::take(&mut self.seen.blocked),
             failed_requests: std::mem::take(&mut self.seen.failed),
             page_errors: std::mem::take(&mut self.seen.errors),
+            dialogs: std::mem::take(&mut self.seen.dialogs),
             screenshot: screenshot?,
             html,
             body,
@@ -674,15 +678,28 @@ impl PageDriver {
         let Some(Event { method, params }) = event else {
             return Err(PageError::Browser("devtools connection closed".into()));
         };
-        if method == "Fetch.requestPaused" {
-            self.decide(&params).await;
-        } else {
-            self.seen.record(&method, &params, &self.main_frame);
+        match method.as_str() {
+            "Fetch.requestPaused" => self.decide(&params).await,
+            "Page.javascriptDialogOpening" => {
+                self.answer_dialog(&params);
+                self.seen.record(&method, &params, &self.main_frame);
+            }
+            _ => self.seen.record(&method, &params, &self.main_frame),
         }
         match &self.seen.crashed {
             Some(why) => Err(PageError::Navigation(why.clone())),
             None => Ok(()),
         }
+    }
+
+    /// Answers a JavaScript dialog at once (`events::dialog_accepted`): an
+    /// open dialog holds the page's script, its load event and every
+    /// evaluation, so the item would wait out its budget.
+    fn answer_dialog(&self, p: &Value) {
+        let accept = super::events::dialog_accepted(p["type"].as_str().unwrap_or_default());
+        // Sent now; the answer does not matter (a dialog the page closed
+        // meanwhile is no error worth ending the item for).
+        drop(self.cdp.send(Some(&self.session), "Page.handleJavaScriptDialog", json!({"accept": accept})));
     }
 
     /// Lets a paused request go on (with the item's `headers` when it goes

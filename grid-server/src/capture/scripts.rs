@@ -228,6 +228,7 @@ fn files(row: &ItemRow, spec: &PageSpec, out: PageOutcome, info: Meta) -> Vec<Fi
         "blockedRequests": blocked,
         "failedRequests": out.failed_requests,
         "pageErrors": out.page_errors,
+        "dialogs": out.dialogs,
         "browser": {"product": info.product, "userAgent": out.user_agent, "instance": info.browser_id},
         "profile": {
             "id": row.profile.as_str(),

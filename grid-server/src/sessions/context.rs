@@ -16,7 +16,10 @@
 //! The state travels as JSON, sealed by the vault under the account's key
 //! (row = the context's id) before it reaches the store, and bounded in
 //! its sealed size: a save over the bound is refused, the state before it
-//! kept and the reason shown on the context.
+//! kept and the reason shown on the context. The bound is held as the state
+//! is read (`Room`), origin by origin, each measured in its page before it
+//! is sent, so a state many times the bound is refused without the grid
+//! ever holding it.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -25,7 +28,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::browser::cdp::{CdpError, Connection};
+use tokio::sync::mpsc;
+
+use crate::browser::cdp::{CdpError, Connection, Event};
 
 /// Default bound of a context's sealed state (`--context-max-mib`).
 pub const DEFAULT_MAX_BYTES: u64 = 10 * 1024 * 1024;
@@ -155,56 +160,123 @@ pub async fn restore(cdp: &Connection, state: &State) -> Result<(), CdpError> {
     if state.origins.is_empty() {
         return Ok(());
     }
-    // JSON is a JavaScript literal: the state goes into the script as data.
-    let writes: Vec<(String, String)> = state
-        .origins
-        .iter()
-        .map(|o| {
+    let mut page = OriginPage::open(cdp).await?;
+    let written = async {
+        for o in &state.origins {
+            // JSON is a JavaScript literal: the state goes into the script as data.
             let items = serde_json::to_string(&o.local_storage).unwrap_or_else(|_| "[]".into());
             let databases = serde_json::to_string(&o.indexed_db).unwrap_or_else(|_| "[]".into());
-            (o.origin.clone(), format!("({ORIGIN_STORAGE_JS}).restore({items}, {databases})"))
-        })
-        .collect();
-    for ((origin, _), left) in writes.iter().zip(on_origins(cdp, &writes).await?) {
-        if let Some(left) = left.as_u64().filter(|n| *n > 0) {
-            tracing::warn!(
-                origin,
-                left,
-                "IndexedDB databases of the context did not go back; the session starts without them"
-            );
+            let script = format!("({ORIGIN_STORAGE_JS}).restore({items}, {databases})");
+            let left = page.evaluate_at(&o.origin, &script).await?;
+            if let Some(left) = left.as_u64().filter(|n| *n > 0) {
+                tracing::warn!(
+                    origin = o.origin,
+                    left,
+                    "IndexedDB databases of the context did not go back; the session starts without them"
+                );
+            }
         }
+        Ok(())
     }
-    Ok(())
+    .await;
+    page.close().await;
+    written
+}
+
+/// Why a state was not read: the browser failed, or the state would take
+/// more than the context's bound (the refusal's reason).
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error(transparent)]
+    Cdp(#[from] CdpError),
+    #[error("{0}")]
+    OverBound(String),
+}
+
+/// The bytes of JSON a state read so far takes, held to `max_bytes` as it
+/// grows: a read stops at the first piece that does not fit, so the grid
+/// never holds much more than the bound (docs/sessions.md, "Bound").
+struct Room {
+    used: u64,
+    max_bytes: u64,
+}
+
+impl Room {
+    fn new(max_bytes: u64) -> Room {
+        Room { used: 0, max_bytes }
+    }
+
+    fn left(&self) -> u64 {
+        self.max_bytes.saturating_sub(self.used)
+    }
+
+    /// `bytes` more for `what`, or the refusal naming it.
+    fn take(&mut self, bytes: u64, what: &str) -> Result<(), ReadError> {
+        if bytes > self.left() {
+            return Err(ReadError::OverBound(format!(
+                "the session's state takes more than the context's bound of {} bytes: {what} takes {bytes} bytes \
+                 with {} read before it; the read stopped there and the state saved before was kept",
+                self.max_bytes, self.used
+            )));
+        }
+        self.used += bytes;
+        Ok(())
+    }
+}
+
+/// The bytes of `value` as JSON.
+fn json_len(value: &impl Serialize) -> u64 {
+    serde_json::to_vec(value).map_or(0, |v| v.len() as u64)
 }
 
 /// The browser's state now: every cookie, and the storage of `origins`;
 /// of each origin's IndexedDB databases, those that fit in
 /// `databases_budget` bytes of JSON (the rest are left out, each whole).
-pub async fn capture(cdp: &Connection, origins: &BTreeSet<String>, databases_budget: u64) -> Result<State, CdpError> {
+/// Held to `max_bytes` of JSON as it is read: an origin whose storage does
+/// not fit in what is left is measured in its page and refused there, and
+/// the read stops with [`ReadError::OverBound`].
+pub async fn capture(
+    cdp: &Connection,
+    origins: &BTreeSet<String>,
+    databases_budget: u64,
+    max_bytes: u64,
+) -> Result<State, ReadError> {
     let cookies = cookies(cdp).await?;
-    let dump = format!("({ORIGIN_STORAGE_JS}).dump({databases_budget})");
-    let reads: Vec<(String, String)> = origins.iter().take(MAX_ORIGINS).map(|o| (o.clone(), dump.clone())).collect();
+    let mut room = Room::new(max_bytes);
+    room.take(json_len(&cookies), "its cookies")?;
     let mut state = State { cookies, origins: vec![] };
-    for ((origin, _), value) in reads.iter().zip(on_origins(cdp, &reads).await?) {
-        let dumped: Dump = value.as_str().and_then(|s| serde_json::from_str(s).ok()).unwrap_or_default();
-        let read = OriginStorage {
-            origin: origin.clone(),
-            local_storage: dumped.local_storage,
-            indexed_db: dumped.indexed_db,
-        };
-        if !read.is_empty() {
-            state.origins.push(read);
+    let mut page = OriginPage::open(cdp).await?;
+    let read = async {
+        for origin in origins.iter().take(MAX_ORIGINS) {
+            let script = format!("({ORIGIN_STORAGE_JS}).dump({databases_budget}, {})", room.left());
+            let value = page.evaluate_at(origin, &script).await?;
+            let text = value.as_str().unwrap_or_default();
+            let dumped: Dump = serde_json::from_str(text).unwrap_or_default();
+            room.take(dumped.over.unwrap_or(text.len() as u64), &format!("the storage of {origin}"))?;
+            let read = OriginStorage {
+                origin: origin.clone(),
+                local_storage: dumped.local_storage,
+                indexed_db: dumped.indexed_db,
+            };
+            if !read.is_empty() {
+                state.origins.push(read);
+            }
         }
+        Ok::<(), ReadError>(())
     }
-    Ok(state)
+    .await;
+    page.close().await;
+    read.map(|()| state)
 }
 
-/// What `origin_storage.js` `dump()` answers.
+/// What `origin_storage.js` `dump()` answers: the storage, or only `over`,
+/// its size, when it did not fit.
 #[derive(Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", default)]
 struct Dump {
     local_storage: Vec<(String, String)>,
     indexed_db: Vec<Value>,
+    over: Option<u64>,
 }
 
 /// Every cookie of the browser, as `Storage.getCookies` gives them.
@@ -223,9 +295,13 @@ async fn cookies(cdp: &Connection) -> Result<Vec<Value>, CdpError> {
 /// dropped, as `capture` drops it. IndexedDB is read only by a script,
 /// so every origin keeps the databases `last` held (the session's end
 /// reads them). Pages of contexts a client created are not the default
-/// context's and are not read.
-pub async fn save_point(cdp: &Connection, last: &State) -> Result<State, CdpError> {
+/// context's and are not read. Held to `max_bytes` of JSON as it is read,
+/// as `capture` is (a page's storage is measured once read: DevTools
+/// answers it whole, at most one origin's quota).
+pub async fn save_point(cdp: &Connection, last: &State, max_bytes: u64) -> Result<State, ReadError> {
     let cookies = cookies(cdp).await?;
+    let mut room = Room::new(max_bytes);
+    room.take(json_len(&cookies), "its cookies")?;
     let targets = cdp.send(None, "Target.getTargets", json!({})).await?;
     let created = cdp.send(None, "Target.getBrowserContexts", json!({})).await?;
     let created: BTreeSet<&str> =
@@ -245,14 +321,18 @@ pub async fn save_point(cdp: &Connection, last: &State) -> Result<State, CdpErro
             let indexed_db =
                 last.origins.iter().find(|o| o.origin == origin).map(|o| o.indexed_db.clone()).unwrap_or_default();
             let storage = OriginStorage { origin: origin.clone(), local_storage, indexed_db };
+            room.take(json_len(&storage), &format!("the storage of {origin}"))?;
             if !storage.is_empty() {
                 read.push(storage);
             }
             seen.insert(origin);
         }
     }
-    let kept = last.origins.iter().filter(|o| !seen.contains(&o.origin)).cloned();
-    let mut origins: Vec<OriginStorage> = kept.chain(read).collect();
+    let kept: Vec<OriginStorage> = last.origins.iter().filter(|o| !seen.contains(&o.origin)).cloned().collect();
+    for o in &kept {
+        room.take(json_len(o), &format!("the storage of {}", o.origin))?;
+    }
+    let mut origins: Vec<OriginStorage> = kept.into_iter().chain(read).collect();
     origins.sort_by(|a, b| a.origin.cmp(&b.origin));
     Ok(State { cookies, origins })
 }
@@ -277,63 +357,84 @@ async fn read_open_page(cdp: &Connection, target_id: &str, origin: &str) -> Resu
 /// An empty page the grid answers for every origin it opens.
 const EMPTY_PAGE_BASE64: &str = "PCFkb2N0eXBlIGh0bWw+PHRpdGxlPjwvdGl0bGU+"; // <!doctype html><title></title>
 
-/// Evaluates each expression on a page of its origin, on one page of the
-/// grid's own whose every request the grid answers with an empty page; the
-/// values in order. The page is closed after.
-async fn on_origins(cdp: &Connection, scripts: &[(String, String)]) -> Result<Vec<Value>, CdpError> {
-    let target = cdp.send(None, "Target.createTarget", json!({"url": "about:blank"})).await?;
-    let target_id = target["targetId"].as_str().unwrap_or_default().to_string();
-    let result = async {
-        let attached = cdp.send(None, "Target.attachToTarget", json!({"targetId": target_id, "flatten": true})).await?;
-        let session = attached["sessionId"].as_str().unwrap_or_default().to_string();
-        let mut events = cdp.subscribe(&session);
-        cdp.send(Some(&session), "Fetch.enable", json!({"patterns": [{"urlPattern": "*"}]})).await?;
-        let mut values = Vec::with_capacity(scripts.len());
-        for (origin, expression) in scripts {
-            let navigate = cdp.send(Some(&session), "Page.navigate", json!({"url": format!("{origin}/")}));
-            tokio::pin!(navigate);
-            loop {
-                tokio::select! {
-                    done = &mut navigate => { done?; break; }
-                    e = events.recv() => {
-                        let Some(e) = e else { return Err(CdpError::Closed) };
-                        if e.method == "Fetch.requestPaused" {
-                            let id = e.params["requestId"].clone();
-                            // Sent, not awaited: the navigation's answer follows it.
-                            drop(cdp.send(Some(&session), "Fetch.fulfillRequest", json!({
-                                "requestId": id,
-                                "responseCode": 200,
-                                "responseHeaders": [{"name": "content-type", "value": "text/html"}],
-                                "body": EMPTY_PAGE_BASE64,
-                            })));
-                        }
+/// A page of the grid's own whose every request the grid answers with an
+/// empty page: a script evaluated on it at an origin runs with that
+/// origin's storage, and nothing reaches the network. Closed by `close`.
+struct OriginPage<'a> {
+    cdp: &'a Connection,
+    target_id: String,
+    session: String,
+    events: mpsc::UnboundedReceiver<Event>,
+}
+
+impl<'a> OriginPage<'a> {
+    async fn open(cdp: &'a Connection) -> Result<OriginPage<'a>, CdpError> {
+        let target = cdp.send(None, "Target.createTarget", json!({"url": "about:blank"})).await?;
+        let target_id = target["targetId"].as_str().unwrap_or_default().to_string();
+        let attached = async {
+            let attached =
+                cdp.send(None, "Target.attachToTarget", json!({"targetId": target_id, "flatten": true})).await?;
+            let session = attached["sessionId"].as_str().unwrap_or_default().to_string();
+            let events = cdp.subscribe(&session);
+            cdp.send(Some(&session), "Fetch.enable", json!({"patterns": [{"urlPattern": "*"}]})).await?;
+            Ok::<_, CdpError>((session, events))
+        }
+        .await;
+        match attached {
+            Ok((session, events)) => Ok(OriginPage { cdp, target_id, session, events }),
+            Err(e) => {
+                let _ = cdp.send(None, "Target.closeTarget", json!({"targetId": target_id})).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// `expression`'s value, evaluated on the page once it is `origin`'s.
+    async fn evaluate_at(&mut self, origin: &str, expression: &str) -> Result<Value, CdpError> {
+        let (cdp, session) = (self.cdp, self.session.as_str());
+        let navigate = cdp.send(Some(session), "Page.navigate", json!({"url": format!("{origin}/")}));
+        tokio::pin!(navigate);
+        loop {
+            tokio::select! {
+                done = &mut navigate => { done?; break; }
+                e = self.events.recv() => {
+                    let Some(e) = e else { return Err(CdpError::Closed) };
+                    if e.method == "Fetch.requestPaused" {
+                        let id = e.params["requestId"].clone();
+                        // Sent, not awaited: the navigation's answer follows it.
+                        drop(cdp.send(Some(session), "Fetch.fulfillRequest", json!({
+                            "requestId": id,
+                            "responseCode": 200,
+                            "responseHeaders": [{"name": "content-type", "value": "text/html"}],
+                            "body": EMPTY_PAGE_BASE64,
+                        })));
                     }
                 }
             }
-            // The navigation committed; wait until the page is the origin's.
-            let check = format!("location.origin === {}", Value::String(origin.clone()));
-            let mut tries = 0;
-            loop {
-                let r = cdp
-                    .send(Some(&session), "Runtime.evaluate", json!({"expression": check, "returnByValue": true}))
-                    .await?;
-                if r["result"]["value"] == json!(true) {
-                    break;
-                }
-                tries += 1;
-                if tries > 100 {
-                    return Err(CdpError::Protocol("Page.navigate".into(), format!("{origin} did not open")));
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            values.push(cdp.evaluate(&session, expression).await?);
         }
-        cdp.unsubscribe(&session);
-        Ok(values)
+        // The navigation committed; wait until the page is the origin's.
+        let check = format!("location.origin === {}", Value::String(origin.to_string()));
+        let mut tries = 0;
+        loop {
+            let r = cdp
+                .send(Some(session), "Runtime.evaluate", json!({"expression": check, "returnByValue": true}))
+                .await?;
+            if r["result"]["value"] == json!(true) {
+                break;
+            }
+            tries += 1;
+            if tries > 100 {
+                return Err(CdpError::Protocol("Page.navigate".into(), format!("{origin} did not open")));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        cdp.evaluate(session, expression).await
     }
-    .await;
-    let _ = cdp.send(None, "Target.closeTarget", json!({"targetId": target_id})).await;
-    result
+
+    async fn close(self) {
+        self.cdp.unsubscribe(&self.session);
+        let _ = self.cdp.send(None, "Target.closeTarget", json!({"targetId": self.target_id})).await;
+    }
 }
 
 #[cfg(test)]
@@ -345,6 +446,18 @@ mod tests {
         assert!(check_bound(10, 10).is_ok());
         let why = check_bound(11, 10).unwrap_err();
         assert!(why.contains("11 bytes") && why.contains("bound of 10"), "{why}");
+    }
+
+    #[test]
+    fn a_read_stops_at_the_first_piece_past_the_bound() {
+        let mut room = Room::new(100);
+        assert!(room.take(60, "its cookies").is_ok());
+        assert_eq!(room.left(), 40);
+        let Err(ReadError::OverBound(why)) = room.take(41, "the storage of http://a") else {
+            panic!("41 bytes fit in 40")
+        };
+        assert!(why.contains("http://a takes 41 bytes with 60 read") && why.contains("bound of 100"), "{why}");
+        assert!(room.take(40, "the storage of http://b").is_ok(), "exactly the bound fits");
     }
 
     #[test]

@@ -412,9 +412,10 @@ async fn save_context(
 ) -> Finish {
     // An origin's databases may take half the bound: a site's large cache
     // is left out rather than making the whole state too big to save.
-    let budget = app.config.context_max_bytes / 2;
+    let max = app.config.context_max_bytes;
     let read =
-        tokio::time::timeout(context::STATE_TIMEOUT, context::capture(&browser.cdp, &origins.get(), budget)).await;
+        tokio::time::timeout(context::STATE_TIMEOUT, context::capture(&browser.cdp, &origins.get(), max / 2, max))
+            .await;
     sealed_within_bound(app, account, context_id, read).await
 }
 
@@ -424,10 +425,14 @@ async fn sealed_within_bound(
     app: &Sessions,
     account: &str,
     context_id: &str,
-    read: Result<Result<context::State, crate::browser::cdp::CdpError>, tokio::time::error::Elapsed>,
+    read: Result<Result<context::State, context::ReadError>, tokio::time::error::Elapsed>,
 ) -> Finish {
     let state = match read {
         Ok(Ok(state)) => state,
+        Ok(Err(context::ReadError::OverBound(why))) => {
+            tracing::warn!(context = context_id, reason = %why, "context save refused");
+            return Finish::Refused(why);
+        }
         Ok(Err(e)) => {
             tracing::warn!(context = context_id, error = %e, "the context's state could not be read; the saved one is kept");
             return Finish::Keep;
@@ -491,7 +496,11 @@ impl SavePoints {
         // Stamped with the moment the read began: the state is at least as
         // new as `savedAt` says.
         let at = app.driver.now();
-        let read = tokio::time::timeout(context::STATE_TIMEOUT, context::save_point(&browser.cdp, &self.last)).await;
+        let read = tokio::time::timeout(
+            context::STATE_TIMEOUT,
+            context::save_point(&browser.cdp, &self.last, app.config.context_max_bytes),
+        )
+        .await;
         let state = match &read {
             Ok(Ok(state)) if *state == self.last => return true,
             Ok(Ok(state)) => Some(state.clone()),

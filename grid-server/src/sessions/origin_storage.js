@@ -1,8 +1,16 @@
 // An origin's storage as a context keeps it (context.rs): its localStorage
 // and its IndexedDB databases. Evaluated on a page of the grid's own at the
-// origin, never on a lessee's page. `dump()` answers JSON text; `restore()`
-// writes a dump back into a browser that holds none of it yet and answers
-// how many databases it could not.
+// origin, never on a lessee's page. `dump(budget, room)` answers JSON text,
+// or `{"over": N}` when the dump would take N UTF-8 bytes, more than `room`:
+// the page measures, so an origin too big for what is left of the context's
+// bound never crosses to the grid. `restore()` writes a dump back into a
+// browser that holds none of it yet and answers how many databases it could
+// not.
+//
+// localStorage is read and written by key (`length`, `key(i)`, `getItem`,
+// `setItem`) and carried as [key, value] pairs, never as an object's
+// properties: a key named like a member of Storage or Object (`length`,
+// `getItem`, `constructor`, `__proto__`) is an item like any other.
 //
 // IndexedDB values are what structured clone stores, which JSON does not
 // carry: every object and array is written tagged by its kind ({"$o": [[key,
@@ -14,7 +22,7 @@
 // JSON: a site's large cache must not make the whole state too big to save,
 // cookies and sign-in with it.
 ({
-  async dump(budget) {
+  async dump(budget, room) {
     const done = (r) => new Promise((ok, no) => { r.onsuccess = () => ok(r.result); r.onerror = () => no(r.error); });
     const base64 = (bytes) => {
       let s = '';
@@ -44,6 +52,14 @@
       }
       throw new Error(`a value of kind ${Object.prototype.toString.call(v)} is not kept`);
     };
+    const items = [];
+    for (let i = 0; i < localStorage.length; i++) {
+      const key = localStorage.key(i);
+      items.push([key, localStorage.getItem(key)]);
+    }
+    // localStorage alone past the room: the databases need not be read.
+    const itemBytes = new TextEncoder().encode(JSON.stringify(items)).length;
+    if (itemBytes > room) return JSON.stringify({ over: itemBytes });
     const databases = [];
     let used = 0;
     for (const { name, version } of await indexedDB.databases()) {
@@ -73,7 +89,9 @@
         if (db) db.close();
       }
     }
-    return JSON.stringify({ localStorage: Object.entries(localStorage), indexedDb: databases });
+    const text = JSON.stringify({ localStorage: items, indexedDb: databases });
+    const bytes = new TextEncoder().encode(text).length;
+    return bytes <= room ? text : JSON.stringify({ over: bytes });
   },
 
   async restore(items, databases) {
