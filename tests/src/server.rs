@@ -524,17 +524,6 @@ impl GridServer {
         kib * 1024
     }
 
-    /// The most memory the server process has held resident so far
-    /// (`VmHWM` of /proc/PID/status), in bytes.
-    pub fn peak_rss_bytes(&self) -> u64 {
-        let pid = self.pid().unwrap_or_else(|| self.fail("peak_rss_bytes: server not running"));
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .unwrap_or_else(|e| self.fail(&format!("read /proc/{pid}/status: {e}")));
-        let kib = crate::host::status_number(&status, "VmHWM")
-            .unwrap_or_else(|| self.fail(&format!("no VmHWM in /proc/{pid}/status")));
-        kib * 1024
-    }
-
     /// SIGKILL and reap. No-op when not running.
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {
