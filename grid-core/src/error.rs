@@ -110,6 +110,12 @@ pub enum ApiError {
     ContextInUse {
         session_id: String,
     },
+    /// A lease of a context whose saved state cannot be opened (unsealed
+    /// and read): refused before anything is charged, the reason in
+    /// `detail`, rather than a session that starts and is lost.
+    ContextUnreadable {
+        detail: String,
+    },
 
     CapabilityNotAvailable {
         capability: String,
@@ -246,6 +252,7 @@ impl ApiError {
             }
             RecordingNotReady { detail } => row(409, "recording not ready").with("detail", detail.clone()),
             ContextInUse { session_id } => row(409, "context in use").with("sessionId", session_id.clone()),
+            ContextUnreadable { detail } => row(409, "context cannot be opened").with("detail", detail.clone()),
             CapabilityNotAvailable { capability } => {
                 row(422, "CAPABILITY_NOT_AVAILABLE").with("capability", capability.clone())
             }
@@ -348,6 +355,7 @@ pub(crate) fn every_variant() -> Vec<ApiError> {
         SessionsDisabled,
         UnknownContext,
         ContextInUse { session_id: "ses_x".into() },
+        ContextUnreadable { detail: "the context's state does not read".into() },
         InvalidCaptureBody { detail: d() },
         CaptureRefused { reason: "destination refused".into(), job_id: "job_x".into() },
         CaptureFailed { reason: "timeout".into(), job_id: "job_x".into() },
@@ -454,6 +462,7 @@ mod tests {
                 "body too slow",
                 "unknown context",
                 "context in use",
+                "context cannot be opened",
                 "invalid capture body",
                 "capture refused",
                 "capture failed",

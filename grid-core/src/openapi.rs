@@ -841,6 +841,7 @@ fn describe(route: Route) -> Operation {
                     ApiError::SessionLimitReached { max_sessions: 0 },
                     ApiError::UnknownContext,
                     ApiError::ContextInUse { session_id: String::new() },
+                    ApiError::ContextUnreadable { detail: String::new() },
                     ApiError::SessionsDisabled,
                 ],
                 billing_errors().to_vec(),

@@ -362,6 +362,13 @@ impl Stored<'_> {
         out
     }
 
+    /// Overwrites context `id`'s sealed state with bytes that open under no
+    /// key (a planted fault: a state damaged at rest).
+    pub fn break_context_state(&self, id: &str) {
+        let bytes = if self.on_postgres() { "'\\x00ff00ff'::bytea" } else { "X'00FF00FF'" };
+        self.execute(&format!("UPDATE contexts SET state = {bytes} WHERE id = {}", quoted(id)));
+    }
+
     // ----- settings and nodes -----
 
     /// The value of a server setting (`node_credential`,

@@ -583,3 +583,29 @@ async fn a_fetch_batch_naming_a_context_sends_its_cookies_by_the_browsers_rules(
     // Read-only: the context is as the session left it.
     assert!(context_of(&server, &key, &id).await["lastUsedAt"].is_string());
 }
+
+/// A lease of a context whose saved state cannot be opened (damaged at
+/// rest) is refused at once: 409 `context cannot be opened` naming why,
+/// nothing reserved or charged and no session made, instead of a 201 whose
+/// session is lost a moment later. The context itself can still be deleted.
+#[tokio::test]
+async fn a_lease_of_a_context_that_cannot_be_opened_is_refused_charging_nothing() {
+    let server = GridServer::start(options());
+    let key = server.api_key().to_string();
+    let id = create_context(&server, &key).await;
+    server.stored().break_context_state(&id);
+    let before = server.get_as(Some(&key), "/account").await.json;
+    let r = server.post_as(Some(&key), "/sessions", Some(&json!({"context": {"id": id, "persist": true}}))).await;
+    assert_eq!(r.status, 409, "{r}");
+    assert_eq!(r.json["error"], "context cannot be opened", "{r}");
+    assert!(r.json["detail"].as_str().is_some_and(|d| d.contains("context's state")), "{r}");
+    let after = server.get_as(Some(&key), "/account").await.json;
+    assert_eq!(
+        (&after["creditMicros"], &after["reservedMicros"]),
+        (&before["creditMicros"], &before["reservedMicros"]),
+        "nothing reserved or charged"
+    );
+    let sessions = server.get_as(Some(&key), "/sessions").await.json;
+    assert_eq!(sessions.as_array().map(Vec::len), Some(0), "no session made: {sessions}");
+    assert_eq!(delete_context(&server, &key, &id).await.status, 204);
+}

@@ -39,6 +39,12 @@ pub async fn lease(
     let sub = validate::session::validate(&body)?;
     if let Some(c) = &sub.context {
         wait_for_save(app, &c.id).await?;
+        // Opened now, so a state that cannot be is refused before anything
+        // is reserved, not found by the session's start after a 201.
+        if let Err(detail) = app.sessions.check_context(&caller.account_id, &c.id).await {
+            tracing::warn!(context = %c.id, detail, "a lease of a context that cannot be opened refused");
+            return Err(ApiError::ContextUnreadable { detail });
+        }
     }
     let sealed = match &sub.proxy {
         Some(proxy) => {

@@ -532,6 +532,21 @@ impl SavePoints {
     }
 }
 
+impl Sessions {
+    /// Whether `account`'s context `id` opens (its state unsealed and
+    /// read), for a lease to refuse one that does not before it is made;
+    /// `Ok` for a context that is not the account's (the lease answers
+    /// `unknown context` for it).
+    pub async fn check_context(&self, account: &str, id: &str) -> Result<(), String> {
+        let (a, i) = (account.to_string(), id.to_string());
+        match self.store.read(move |c| contexts::owned(c, &a, &i)).await {
+            Ok(true) => load_context(self, account, id).await.map(drop),
+            Ok(false) => Ok(()),
+            Err(e) => Err(format!("the context's state was not read: {e}")),
+        }
+    }
+}
+
 /// The state of `context_id` opened for `account` (empty before a first
 /// save).
 async fn load_context(app: &Sessions, account: &str, context_id: &str) -> Result<(context::State, Vec<u8>), String> {
