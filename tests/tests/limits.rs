@@ -541,3 +541,50 @@ async fn one_address_holds_at_most_its_connections_while_others_are_served() {
         "{text}"
     );
 }
+
+/// POST `raw` (sent as is: a JSON builder would drop the repeat) to `path`.
+async fn post_raw(server: &GridServer, path: &str, raw: &str) -> Resp {
+    Resp::read(
+        http_client()
+            .post(format!("{}{path}", server.base_url()))
+            .header("x-api-key", server.api_key())
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(raw.to_string()),
+    )
+    .await
+    .unwrap_or_else(|e| server.fail(&format!("POST {path}: {e}")))
+}
+
+/// A member name twice in one object (RFC 7493) is refused with the
+/// route's 400 naming it by its pointer, at any depth and on MCP, not read
+/// as the last one: `{"ttlMinutes":1,"ttlMinutes":240}` leased 240 minutes.
+#[tokio::test]
+async fn bodies_with_a_repeated_member_name_are_refused_naming_it() {
+    let server = GridServer::start(ServerOptions::default());
+    let detail = |r: &Resp| r.json["detail"].as_array().map(|d| d.iter().map(|l| l.to_string()).collect::<String>());
+
+    let r = post_raw(&server, "/sessions", r#"{"ttlMinutes":1,"ttlMinutes":240}"#).await;
+    assert_eq!((r.status, r.json["error"].as_str()), (400, Some("invalid session body")), "{r}");
+    assert!(detail(&r).is_some_and(|d| d.contains("/ttlMinutes")), "{r}");
+    let sessions = server.get("/sessions").await.json;
+    assert_eq!(sessions.as_array().map(Vec::len), Some(0), "no session leased: {sessions}");
+
+    let batch = r#"{"urls":["http://127.0.0.1:9/"],"script":"fetch","params":{"headers":{"accept":"a","accept":"b"}}}"#;
+    let r = post_raw(&server, "/batches", batch).await;
+    assert_eq!((r.status, r.json["error"].as_str()), (400, Some("invalid batch body")), "{r}");
+    assert!(detail(&r).is_some_and(|d| d.contains("/params/headers/accept")), "{r}");
+
+    let rpc = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call",
+                  "params":{"name":"lease_session","arguments":{"ttlMinutes":1,"ttlMinutes":240}}}"#;
+    let r = post_raw(&server, "/mcp", rpc).await;
+    assert_eq!(r.status, 400, "{r}");
+    assert_eq!(r.json["error"]["code"], -32700, "{r}");
+    let message = r.json["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("/params/arguments/ttlMinutes"), "{r}");
+    assert_eq!(server.get("/sessions").await.json.as_array().map(Vec::len), Some(0));
+
+    // The same bodies without the repeat are served.
+    let r = post_raw(&server, "/sessions", r#"{"ttlMinutes":1}"#).await;
+    assert_eq!(r.status, 201, "{r}");
+}

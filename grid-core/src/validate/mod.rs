@@ -6,6 +6,7 @@
 pub mod batch;
 pub mod job;
 pub mod list;
+pub mod members;
 pub mod one_call;
 pub mod params;
 pub mod proxy;

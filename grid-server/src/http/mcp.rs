@@ -232,6 +232,13 @@ async fn endpoint(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiErr
         Ok(v) => v,
         Err(e) => return Ok(rpc_error(400, PARSE_ERROR, &format!("Parse error: {e}"), Value::Null)),
     };
+    // A repeated name (in a tool's arguments, say) is no message a reader
+    // may take one way (RFC 7493): refused, named, as on every route.
+    if let Some(pointer) = grid_core::validate::members::duplicate_member(&body) {
+        let id = message.get("id").cloned().unwrap_or(Value::Null);
+        let why = grid_core::validate::members::problem(&pointer);
+        return Ok(rpc_error(400, PARSE_ERROR, &format!("Parse error: {why}"), id));
+    }
     let Value::Object(msg) = message else {
         return Ok(rpc_error(
             400,

@@ -91,5 +91,10 @@ pub async fn json_body(
     if collected.is_empty() {
         return Err(refuse(vec!["body: is empty; send a JSON object".into()]));
     }
-    serde_json::from_slice(&collected).map_err(|e| refuse(vec![format!("body: not valid JSON ({e})")]))
+    let body: Value =
+        serde_json::from_slice(&collected).map_err(|e| refuse(vec![format!("body: not valid JSON ({e})")]))?;
+    match grid_core::validate::members::duplicate_member(&collected) {
+        Some(pointer) => Err(refuse(vec![grid_core::validate::members::problem(&pointer)])),
+        None => Ok(body),
+    }
 }
