@@ -38,7 +38,9 @@ async fn content(http: &reqwest::Client, base: &str, key: &str, url: &str) -> Du
     t.elapsed()
 }
 
-/// B's calls, one after another.
+/// B's calls, one after another; for each, also prints how long it waited
+/// before its page was asked for (the pool's turn and a browser's start)
+/// and how many of A's pages were asked for meanwhile.
 async fn b_calls(
     server: &GridServer,
     key: &str,
@@ -50,7 +52,20 @@ async fn b_calls(
     let http = client();
     let mut out = Vec::with_capacity(calls);
     for i in 0..calls {
-        out.push(content(&http, &server.base_url(), key, &target.url(&format!("/hold/b{tag}{i}?ms={page_ms}"))).await);
+        let name = format!("b{tag}{i}");
+        let sent = Instant::now();
+        let before = target.holds().len();
+        out.push(content(&http, &server.base_url(), key, &target.url(&format!("/hold/{name}?ms={page_ms}"))).await);
+        let holds = target.holds();
+        if let Some(place) = holds.iter().position(|h| h.tag == name) {
+            let waited = holds[place].arrived.saturating_duration_since(sent);
+            println!(
+                "  {name}: {} ms in all, {} ms before its page was asked for, {} of A's pages asked for meanwhile",
+                out[i].as_millis(),
+                waited.as_millis(),
+                place.saturating_sub(before)
+            );
+        }
     }
     out
 }
