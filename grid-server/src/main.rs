@@ -542,6 +542,14 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     let bound = bind(&args, tls.is_some()).await?;
     let (node, last_heartbeat) = register_node(&args, &store, tls.is_some(), bound.addr).await?;
     let configs = configs(&args, &node, &bound.base_url, accounting_timeout)?;
+    // What servers killed with their browsers left running under browser
+    // uids no live browser holds, gone before a browser starts here.
+    let uids = browser::sandbox::SandboxConfig {
+        uid_base: args.sandbox.browser_uid_base,
+        uid_count: args.sandbox.browser_uids,
+        ..Default::default()
+    };
+    tokio::task::spawn_blocking(move || browser::sandbox::reap_free_uids(&uids)).await?;
     let Built { app, runner, settlement, node } = build_app(&args, store, &node, &bound.base_url, configs).await?;
     let last_alive = last_alive(&app, last_heartbeat).await?;
     let running = spawn_loops(&app, runner, settlement)?;

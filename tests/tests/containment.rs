@@ -543,3 +543,72 @@ async fn a_thread_bomb_stops_at_the_browsers_task_bound() {
     let health = server.get("/healthz").await;
     assert_eq!(health.status, 200, "{health}");
 }
+
+/// Browser uids of the test below's own: no other test's browsers run as them.
+const OWN_UIDS: std::ops::Range<u32> = 310_000..310_016;
+
+/// Every process running as one of [`OWN_UIDS`].
+fn under_own_uids() -> Vec<(u32, i32, String)> {
+    OWN_UIDS.flat_map(|uid| host::processes_of_uid(uid).into_iter().map(move |(p, c)| (uid, p, c))).collect()
+}
+
+async fn nothing_runs_under_own_uids(after: &str) {
+    grid_tests::wait::wait_until(&format!("nothing runs as a browser uid {after}"), Duration::from_secs(60), || {
+        match under_own_uids() {
+            left if left.is_empty() => Ok(()),
+            left => Err(format!("{left:?}")),
+        }
+    })
+    .await;
+}
+
+/// No process of a browser's uid outlives its browser, however it ended:
+/// OOM-killed by its cgroup, leases released while their browsers start, a browser's main process
+/// killed (a crash), its server killed with SIGKILL (gone once a server
+/// starts again); the sandbox's own init process, which runs outside the
+/// browser's cgroup, included. The next lease runs.
+#[tokio::test]
+async fn nothing_runs_under_a_browser_uid_once_its_browser_is_gone() {
+    let mut server = GridServer::start(ServerOptions {
+        extra_args: vec![
+            "--browser-uid-base".into(),
+            OWN_UIDS.start.to_string(),
+            "--browser-uids".into(),
+            OWN_UIDS.len().to_string(),
+            "--browser-memory-mib".into(),
+            "512".into(),
+        ],
+        ..ServerOptions::default()
+    });
+    // Its cgroup OOM-kills what a page allocating 1.5 GiB runs in; the
+    // session then ends.
+    let (lease, mut cdp) = lease_running(&server, json!({"ttlMinutes": 5})).await;
+    let (_, page) = cdp.blank_page(None).await.unwrap_or_else(|e| server.fail(&e));
+    let params = json!({"expression": ALLOCATE, "returnByValue": true, "awaitPromise": true});
+    let _ = tokio::time::timeout(Duration::from_secs(60), cdp.send("Runtime.evaluate", params, Some(&page))).await;
+    grid_tests::sessions::release(&server, &lease.id).await;
+    nothing_runs_under_own_uids("after an OOM kill in its browser and its end").await;
+
+    for _ in 0..6 {
+        let lease = grid_tests::sessions::lease_as(&server, server.api_key(), json!({"ttlMinutes": 5})).await;
+        grid_tests::sessions::release(&server, &lease.id).await;
+    }
+    nothing_runs_under_own_uids("after leases released while their browsers started").await;
+
+    let (_, _cdp) = lease_running(&server, json!({"ttlMinutes": 5})).await;
+    let server_pid = server.pid().unwrap_or_default() as i32;
+    for main in host::browser_mains(server_pid) {
+        // SAFETY: kill(2) of a browser this test's server started.
+        unsafe { libc::kill(main, libc::SIGKILL) };
+    }
+    nothing_runs_under_own_uids("after its browser crashed").await;
+
+    let (_, _cdp) = lease_running(&server, json!({"ttlMinutes": 5})).await;
+    assert!(!under_own_uids().is_empty(), "the session's browser runs as one of the test's uids");
+    server.kill9();
+    server.restart();
+    nothing_runs_under_own_uids("after its server was killed and a server started again").await;
+    let (_, mut cdp) = lease_running(&server, json!({"ttlMinutes": 5})).await;
+    let version = cdp.call("Browser.getVersion", json!({}), None).await.unwrap_or_else(|e| server.fail(&e));
+    assert!(version["product"].as_str().is_some_and(|p| p.contains("Chrome")), "{version}");
+}

@@ -508,19 +508,80 @@ async fn watch_memory(uid: u32, limit: u64, group: i32) {
 
 /// The summed `VmRSS` of every process whose real uid is `uid`.
 fn resident_bytes_of(uid: u32) -> u64 {
-    let Ok(procs) = std::fs::read_dir("/proc") else { return 0 };
-    let mut total = 0;
+    processes_of(uid).iter().map(|(_, status)| status_kib(status, "VmRSS:") * 1024).sum()
+}
+
+/// Every process whose real uid is `uid`: its pid and its `status`.
+fn processes_of(uid: u32) -> Vec<(i32, String)> {
+    let Ok(procs) = std::fs::read_dir("/proc") else { return vec![] };
+    let mut found = vec![];
     for entry in procs.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
         let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else { continue };
         let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).map(str::trim);
         let real_uid = field("Uid:").and_then(|u| u.split_whitespace().next()).and_then(|u| u.parse::<u32>().ok());
-        if real_uid != Some(uid) {
-            continue;
+        if real_uid == Some(uid) {
+            found.push((pid, status));
         }
-        let kib = field("VmRSS:").and_then(|v| v.trim_end_matches("kB").trim().parse::<u64>().ok()).unwrap_or(0);
-        total += kib * 1024;
     }
-    total
+    found
+}
+
+fn status_kib(status: &str, name: &str) -> u64 {
+    let value = status.lines().find_map(|l| l.strip_prefix(name)).map(str::trim);
+    value.and_then(|v| v.trim_end_matches("kB").trim().parse::<u64>().ok()).unwrap_or(0)
+}
+
+/// Kills every process running as browser uid `uid` and waits (briefly)
+/// until none is left: what a browser leaves when it ends, however it
+/// ended (its cgroup OOM-killed, a crash, its server killed), the
+/// sandbox's own init process included, which runs outside the browser's
+/// cgroup. Called only by a holder of the uid's lease, so no live
+/// browser's process is ever touched. How many were killed.
+fn reap(uid: u32) -> usize {
+    let mut killed = 0;
+    for _ in 0..100 {
+        let left = processes_of(uid);
+        if left.is_empty() {
+            break;
+        }
+        for (pid, _) in &left {
+            // SAFETY: a signal to a process of a browser uid this server holds.
+            if unsafe { libc::kill(*pid, libc::SIGKILL) } == 0 {
+                killed += 1;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    if killed > 0 {
+        tracing::info!(uid, killed, "processes left under a browser uid reaped");
+    }
+    killed
+}
+
+/// Reaps what dead holders left under every browser uid that no live
+/// browser on this host holds (each uid's lease taken and given back), at
+/// a server's start: a server killed with its browsers leaves nothing
+/// running once any server starts again.
+pub fn reap_free_uids(config: &SandboxConfig) {
+    let range = config.uid_base..config.uid_base.saturating_add(config.uid_count);
+    let mut uids: Vec<u32> = vec![];
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        // The directory's owner is the process's effective uid, the same as
+        // its real one for a browser (no setuid file in the sandbox runs).
+        let Ok(meta) = entry.metadata() else { continue };
+        let uid = std::os::unix::fs::MetadataExt::uid(&meta);
+        if range.contains(&uid) && !uids.contains(&uid) && entry.file_name().to_str().is_some_and(is_pid) {
+            uids.push(uid);
+        }
+    }
+    for uid in uids {
+        drop(UidLease::try_one(Path::new(UID_LOCKS), uid));
+    }
+}
+
+fn is_pid(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_digit())
 }
 
 pub(crate) fn kill_group(pid: i32) {
@@ -539,7 +600,16 @@ pub(crate) fn kill_group(pid: i32) {
 const UID_LOCKS: &str = "/run/grid-browser-uids";
 
 /// A uid no other live browser on this host runs as, held until dropped.
+/// Taking it and giving it back reap whatever runs as it ([`reap`]): a
+/// uid is never handed to a browser with another's processes still under
+/// it, and an ended browser leaves none.
 struct UidLease(u32, #[allow(dead_code)] File);
+
+impl Drop for UidLease {
+    fn drop(&mut self) {
+        reap(self.0);
+    }
+}
 
 impl UidLease {
     fn take(config: &SandboxConfig) -> std::io::Result<UidLease> {
@@ -547,21 +617,31 @@ impl UidLease {
     }
 
     fn take_in(dir: &Path, config: &SandboxConfig) -> std::io::Result<UidLease> {
-        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
         for uid in config.uid_base..config.uid_base.saturating_add(config.uid_count) {
-            let file = std::fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .mode(0o600)
-                .open(dir.join(format!("{uid}.lock")))?;
-            // SAFETY: flock on an fd we own; non-blocking.
-            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-                return Ok(UidLease(uid, file));
+            if let Some(lease) = Self::try_one(dir, uid)? {
+                return Ok(lease);
             }
         }
         Err(std::io::Error::other(format!("all {} browser uids are in use", config.uid_count)))
+    }
+
+    /// `uid`'s lease when no live browser holds it, with whatever a dead
+    /// holder left under it reaped.
+    fn try_one(dir: &Path, uid: u32) -> std::io::Result<Option<UidLease>> {
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(dir.join(format!("{uid}.lock")))?;
+        // SAFETY: flock on an fd we own; non-blocking.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return Ok(None);
+        }
+        reap(uid);
+        Ok(Some(UidLease(uid, file)))
     }
 }
 
