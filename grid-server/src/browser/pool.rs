@@ -128,11 +128,11 @@ impl Drop for SlotHold {
 /// two accounts never take the same idle slot and a freed page goes to
 /// the account whose turn it is.
 struct Assignments {
-    seats: Mutex<Seats<oneshot::Sender<usize>>>,
+    seats: Mutex<Seats<oneshot::Sender<SlotHold>>>,
 }
 
 impl Assignments {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Seats<oneshot::Sender<usize>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Seats<oneshot::Sender<SlotHold>>> {
         self.seats.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -149,11 +149,10 @@ impl Assignments {
             seats.grant()
         };
         self.hand_out(granted);
-        let slot = rx.await.map_err(|_| "browser pool closed".to_string())?;
-        Ok(SlotHold { pool: self.clone(), slot })
+        rx.await.map_err(|_| "browser pool closed".to_string())
     }
 
-    fn release(&self, slot: usize) {
+    fn release(self: &Arc<Self>, slot: usize) {
         let granted = {
             let mut seats = self.lock();
             seats.release(slot);
@@ -162,13 +161,12 @@ impl Assignments {
         self.hand_out(granted);
     }
 
-    /// Tells each granted waiter its slot; a waiter that stopped waiting
-    /// (its item was cancelled) gives the page straight back.
-    fn hand_out(&self, granted: Vec<(oneshot::Sender<usize>, usize)>) {
+    /// Hands each granted waiter its page as a [`SlotHold`]: a waiter that
+    /// stopped waiting (its item was cancelled), before or after the
+    /// hand-over, drops it, which gives the page back.
+    fn hand_out(self: &Arc<Self>, granted: Vec<(oneshot::Sender<SlotHold>, usize)>) {
         for (tx, slot) in granted {
-            if tx.send(slot).is_err() {
-                self.release(slot);
-            }
+            drop(tx.send(SlotHold { pool: self.clone(), slot }));
         }
     }
 }
