@@ -296,8 +296,8 @@ async fn handle(req: Request<Incoming>, served: &Served) -> Response<Body> {
     if connect {
         return open_tunnel(req, tunnel, served.stopped.clone());
     }
-    let authorization = if by_name { through.and_then(Upstream::authorization) } else { None };
-    forward(req, tunnel, by_name, authorization, served.stopped.clone()).await.unwrap_or_else(|failed| {
+    let proxied = if by_name { through } else { None };
+    forward(req, tunnel, proxied, served.stopped.clone()).await.unwrap_or_else(|failed| {
         let why = failed.to_string();
         record(
             decisions,
@@ -452,15 +452,17 @@ fn strip(headers: &mut http::HeaderMap) {
 }
 
 /// Sends one plain-HTTP request on `tunnel` and answers what came back:
-/// in origin form to the destination, in absolute form (with the
-/// upstream's `authorization`) when `by_name` (to an HTTP(S) upstream).
+/// in origin form to the destination, in absolute form (with its
+/// credentials) to `proxied`, an HTTP(S) upstream, whose 407 is its own
+/// refusal of them.
 async fn forward(
     req: Request<Incoming>,
     tunnel: Tunnel,
-    by_name: bool,
-    authorization: Option<http::HeaderValue>,
+    proxied: Option<&Upstream>,
     mut stopped: watch::Receiver<bool>,
 ) -> Result<Response<Body>, Failed> {
+    let by_name = proxied.is_some();
+    let authorization = proxied.and_then(Upstream::authorization);
     let (mut parts, body) = req.into_parts();
     let target = parts.uri.authority().map(|a| a.to_string()).unwrap_or_default();
     strip(&mut parts.headers);
@@ -489,6 +491,9 @@ async fn forward(
         }
     });
     let answer = sender.send_request(Request::from_parts(parts, body)).await.map_err(|e| hyper_failure(target, &e))?;
+    if let Some(u) = proxied.filter(|_| answer.status() == StatusCode::PROXY_AUTHENTICATION_REQUIRED) {
+        return Err(Failed::Upstream(u.refused_credentials().to_string()));
+    }
     let (mut parts, body) = answer.into_parts();
     strip(&mut parts.headers);
     Ok(Response::from_parts(parts, body.boxed()))

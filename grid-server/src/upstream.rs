@@ -127,6 +127,16 @@ impl Upstream {
     }
 }
 
+impl Upstream {
+    /// The error of a 407 answer to a request sent in absolute form: the
+    /// proxy's refusal of the credentials, as CONNECT's 407 says it.
+    pub fn refused_credentials(&self) -> UpstreamError {
+        let why =
+            if self.proxy.credentials.is_some() { "wrong user name or password" } else { "it asks for credentials" };
+        UpstreamError::Credentials { server: self.proxy.server(), why: format!("HTTP 407 ({why})") }
+    }
+}
+
 fn basic(c: &ProxyCredentials) -> String {
     format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", c.username, c.password)))
 }

@@ -174,6 +174,13 @@ impl Fetcher {
                 None => self.client.request(request).await,
             }
             .map_err(|e| classify(&e, &url))?;
+            // An HTTP(S) upstream answers a request in absolute form itself
+            // when it refuses the credentials: a refusal, not the target's answer.
+            if let Some(u) = upstream.filter(|u| u.speaks_http() && url.scheme() == "http") {
+                if resp.status() == StatusCode::PROXY_AUTHENTICATION_REQUIRED {
+                    return Err(Failure::Terminal(u.refused_credentials().to_string()));
+                }
+            }
             let Some(next) = redirect_to(resp.status(), resp.headers().get(LOCATION), &url) else { break resp };
             if redirects == MAX_REDIRECTS {
                 return Err(Failure::Terminal(format!("redirect refused: more than {MAX_REDIRECTS} redirects")));
