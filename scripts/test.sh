@@ -46,6 +46,9 @@ need_pkg chromium-headless-shell
 need_pkg util-linux
 # Every browser runs in a bubblewrap sandbox of its own (docs/security.md).
 need_pkg bubblewrap
+# Upstream proxies are tested against Debian's squid with its shipped
+# configuration (tests/src/squid.rs).
+need_pkg squid
 bash scripts/compute-env.sh  # docker.io, docker-registry, busybox-static; dockerd, registry :5000, tools/busybox:1
 # The suite runs a second time with every server on PostgreSQL (issue 10): a
 # throwaway cluster started here, stopped when the script exits.

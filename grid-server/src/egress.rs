@@ -26,10 +26,16 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use bytes::Bytes;
 use grid_core::netaddr::{self, Special};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
 use ipnet::IpNet;
-use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -42,9 +48,16 @@ pub const PUBLIC_WEB_ONLY_RULE: &str = "the grid's network policy public-web-onl
 /// gets (the session's network attestation looks for them). Other policies'
 /// refusals open `refused by ` and their own rule's name.
 pub const REFUSAL_TEXT: &str = "refused by the grid's network policy public-web-only/v1";
-/// Response header of a refusal (value `refused`), so a browser script can
-/// tell the proxy's answer from the target's.
+/// Response header of the proxy's own answers, so a browser script can
+/// tell them from the target's: `refused` (a policy's 403) or `failed` (a
+/// 502 or 504: the name did not resolve, the connection was refused,
+/// reset or timed out, the upstream proxy failed). Stripped from every
+/// answer that comes from further on, so only the grid sets it.
 pub const REFUSED_HEADER: &str = "x-grid-egress";
+/// Response header of the proxy's own answers: the reason, as its body
+/// says it (`nothing.invalid does not resolve (DNS: ...)`,
+/// `connection to 127.0.0.1:9 refused`, `refused by ...`).
+pub const REASON_HEADER: &str = "x-grid-egress-reason";
 const KEPT_DECISIONS: usize = 200;
 
 /// What a proxy lets through: a host rule checked on the name the browser
@@ -142,6 +155,8 @@ pub struct Decision {
     /// Why a refusal, in the words capture meta uses for `blockedRequests`;
     /// empty when allowed.
     pub reason: String,
+    /// Why an allowed request could not be carried (`Failed`'s text).
+    pub failure: Option<String>,
 }
 
 pub struct EgressProxy {
@@ -165,11 +180,12 @@ impl EgressProxy {
                 tokio::select! {
                     accepted = crate::accept::accept(&listener, &mut backoff, "egress proxy") => {
                         let Some((client, _)) = accepted else { continue };
-                        let (policy, d, stopped) = (policy.clone(), d.clone(), stopped.clone());
+                        let _ = client.set_nodelay(true);
+                        let served = Served { policy: policy.clone(), decisions: d.clone(), stopped: stopped.clone() };
+                        let mut stopped = stopped.clone();
                         tokio::spawn(async move {
-                            let mut stopped = stopped;
                             tokio::select! {
-                                _ = serve(client, policy.as_ref(), &d) => {}
+                                _ = serve(client, served) => {}
                                 _ = stopped.changed() => {}
                             }
                         });
@@ -207,123 +223,308 @@ fn record(decisions: &Mutex<Vec<Decision>>, d: Decision) {
     all.push(d);
 }
 
-async fn serve(mut client: TcpStream, policy: &dyn Policy, decisions: &Mutex<Vec<Decision>>) -> std::io::Result<()> {
-    let (head, rest) = read_head(&mut client, MAX_HEAD).await?;
-    let head_text = String::from_utf8_lossy(&head).to_string();
-    let mut lines = head_text.split("\r\n");
-    let request_line = lines.next().unwrap_or("");
-    let mut parts = request_line.split_whitespace();
-    let (method, target, version) =
-        (parts.next().unwrap_or(""), parts.next().unwrap_or(""), parts.next().unwrap_or("HTTP/1.1"));
-    let connect = method.eq_ignore_ascii_case("CONNECT");
-    let (host, port, path) = if connect {
-        let (h, p) = split_host_port(target, 443);
-        (h, p, String::new())
-    } else {
-        let Ok(url) = url::Url::parse(target) else {
-            return refuse(&mut client, "the grid's egress proxy", "it takes absolute http URLs and CONNECT").await;
-        };
-        let path = match url.query() {
-            Some(q) => format!("{}?{q}", url.path()),
-            None => url.path().to_string(),
-        };
-        (
-            url.host_str().unwrap_or("").trim_matches(['[', ']']).to_string(),
-            url.port_or_known_default().unwrap_or(80),
-            path,
-        )
+/// What every request of one browser connection is served with.
+#[derive(Clone)]
+struct Served {
+    policy: Arc<dyn Policy>,
+    decisions: Arc<Mutex<Vec<Decision>>>,
+    stopped: watch::Receiver<bool>,
+}
+
+type Body = BoxBody<Bytes, hyper::Error>;
+
+/// Serves one browser connection, request by request: HTTP/1.1 keep-alive
+/// carries many requests, each possibly to another host, so each one is
+/// checked on its own (a CONNECT turns the connection into its tunnel).
+async fn serve(client: TcpStream, served: Served) {
+    let service = hyper::service::service_fn(move |req| {
+        let served = served.clone();
+        async move { Ok::<_, std::convert::Infallible>(handle(req, &served).await) }
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .max_buf_size(MAX_HEAD.max(8192))
+        .serve_connection(TokioIo::new(client), service)
+        .with_upgrades()
+        .await;
+}
+
+/// Where a request goes: `host` (no brackets), port, and whether it is a
+/// CONNECT.
+fn destination(req: &Request<Incoming>) -> Option<(String, u16, bool)> {
+    let connect = req.method() == Method::CONNECT;
+    let authority = req.uri().authority()?;
+    if !connect && req.uri().scheme_str() != Some("http") {
+        return None;
+    }
+    let default = if connect { 443 } else { 80 };
+    let host = authority.host().trim_matches(['[', ']']).to_string();
+    Some((host, authority.port_u16().unwrap_or(default), connect))
+}
+
+async fn handle(req: Request<Incoming>, served: &Served) -> Response<Body> {
+    let Some((host, port, connect)) = destination(&req) else {
+        return refuse("the grid's egress proxy", "it takes absolute http URLs and CONNECT");
     };
-    let host_key = host_key(&host);
+    let policy = served.policy.as_ref();
+    let decisions = served.decisions.as_ref();
+    // Through an HTTP(S) upstream a plain-HTTP request goes in absolute
+    // form, naming the host: the upstream resolves it again, so every
+    // address the grid resolved must pass (docs/proxies.md).
+    let by_name = !connect && policy.upstream().is_some_and(Upstream::speaks_http);
+    let allowed = match check(policy, decisions, &host, port, by_name).await {
+        Ok(allowed) => allowed,
+        Err(answer) => return answer,
+    };
+    let through = policy.upstream();
+    let via = through.map(|u| format!(" via upstream proxy {}", u.proxy.server())).unwrap_or_default();
+    let opened = match (through, by_name) {
+        (Some(u), true) => upstream::open(u).await.map_err(|e| Failed::Upstream(e.to_string())),
+        (Some(u), false) => upstream::connect(u, allowed[0]).await.map_err(|e| Failed::Upstream(e.to_string())),
+        (None, _) => connect_direct(&allowed).await,
+    };
+    let tunnel = match opened {
+        Ok(t) => t,
+        Err(failed) => {
+            let why = failed.to_string();
+            let detail = format!("allowed; {why}");
+            record(decisions, Decision { host, allowed: true, detail, reason: String::new(), failure: Some(why) });
+            return fail(&failed);
+        }
+    };
+    let detail = format!("allowed: {}{via}", allowed[0].ip());
+    record(decisions, Decision { host: host.clone(), allowed: true, detail, reason: String::new(), failure: None });
+    if connect {
+        return open_tunnel(req, tunnel, served.stopped.clone());
+    }
+    let proxied = if by_name { through } else { None };
+    forward(req, tunnel, proxied, served.stopped.clone()).await.unwrap_or_else(|failed| {
+        let why = failed.to_string();
+        record(
+            decisions,
+            Decision {
+                host,
+                allowed: true,
+                detail: format!("allowed; {why}"),
+                reason: String::new(),
+                failure: Some(why),
+            },
+        );
+        fail(&failed)
+    })
+}
+
+/// Applies `policy` to `host:port`: the addresses the proxy may connect
+/// to, or the answer refusing (or failing) the request. `every`: all
+/// addresses `host` resolves to must be allowed, not just one (the
+/// request is sent on by name, and whoever resolves it again may pick any).
+async fn check(
+    policy: &dyn Policy,
+    decisions: &Mutex<Vec<Decision>>,
+    host: &str,
+    port: u16,
+    every: bool,
+) -> Result<Vec<SocketAddr>, Response<Body>> {
+    let host_key = host_key(host);
     if let Some(HostRefusal { rule, reason }) = policy.refuse_host(&host_key) {
         let why = format!("{host_key}: {reason}");
-        record(decisions, Decision { host: host.clone(), allowed: false, detail: format!("refused: {why}"), reason });
-        return refuse(&mut client, rule, &why).await;
+        let detail = format!("refused: {why}");
+        record(decisions, Decision { host: host.into(), allowed: false, detail, reason, failure: None });
+        return Err(refuse(rule, &why));
     }
     let addrs: Vec<SocketAddr> = match host.parse::<IpAddr>() {
         Ok(ip) => vec![SocketAddr::new(ip, port)],
-        Err(_) => tokio::net::lookup_host((host.as_str(), port)).await.map(|a| a.collect()).unwrap_or_default(),
+        Err(_) => match tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::lookup_host((host, port))).await {
+            Ok(Ok(a)) => a.collect(),
+            Ok(Err(e)) => return Err(unresolved(decisions, host, &e.to_string())),
+            Err(_) => return Err(unresolved(decisions, host, "no answer within 10 s")),
+        },
     };
     if addrs.is_empty() {
-        // Not a policy matter: the browser's own lookup would have failed too.
-        let detail = format!("allowed; {host} does not resolve");
-        record(decisions, Decision { host: host.clone(), allowed: true, detail, reason: String::new() });
-        return bad_gateway(&mut client, &format!("{host} does not resolve")).await;
+        return Err(unresolved(decisions, host, "no address"));
     }
     let (allowed, refused) = netaddr::sort_out(&addrs, |a| a.ip(), |ip| policy.refuse_ip(ip));
-    if allowed.is_empty() {
-        let why = netaddr::not_public(&host, &refused);
+    if allowed.is_empty() || (every && !refused.is_empty()) {
+        let why = netaddr::not_public(host, &refused);
         let (detail, reason) = (format!("refused: {why}"), format!("private network: {why}"));
-        record(decisions, Decision { host: host.clone(), allowed: false, detail, reason });
-        return refuse(&mut client, policy.address_rule(), &why).await;
+        record(decisions, Decision { host: host.into(), allowed: false, detail, reason, failure: None });
+        return Err(refuse(policy.address_rule(), &why));
     }
-    if let Some(through) = policy.upstream() {
-        let server = through.proxy.server();
-        return match upstream::connect(through, allowed[0]).await {
-            Ok(tunnel) => {
-                let detail = format!("allowed: {} via upstream proxy {server}", allowed[0].ip());
-                record(decisions, Decision { host: host.clone(), allowed: true, detail, reason: String::new() });
-                relay(client, tunnel, connect, lines, (method, &path, version), &rest).await
-            }
-            Err(e) => {
-                let detail = format!("allowed; {e}");
-                record(decisions, Decision { host: host.clone(), allowed: true, detail, reason: String::new() });
-                bad_gateway(&mut client, &e.to_string()).await
-            }
-        };
-    }
-    let upstream = match TcpStream::connect(&allowed[..]).await {
-        Ok(s) => s,
-        Err(e) => {
-            record(
-                decisions,
-                Decision {
-                    host: host.clone(),
-                    allowed: true,
-                    detail: format!("allowed; connect failed: {e}"),
-                    reason: String::new(),
-                },
-            );
-            return bad_gateway(&mut client, &e.to_string()).await;
-        }
-    };
-    let detail = format!("allowed: {}", allowed[0].ip());
-    record(decisions, Decision { host: host.clone(), allowed: true, detail, reason: String::new() });
-    relay(client, Box::new(upstream), connect, lines, (method, &path, version), &rest).await
+    Ok(allowed)
 }
 
-/// Joins the browser's connection to `upstream` (the destination, or a
-/// tunnel to it): a CONNECT is answered 200, a plain request is sent on in
-/// origin form.
-async fn relay(
-    mut client: TcpStream,
-    mut upstream: Tunnel,
-    connect: bool,
-    lines: std::str::Split<'_, &str>,
-    (method, path, version): (&str, &str, &str),
-    rest: &[u8],
-) -> std::io::Result<()> {
-    if connect {
-        client.write_all(b"HTTP/1.1 200 Connection Established\r\n\r\n").await?;
-    } else {
-        let mut out = format!("{method} {path} {version}\r\n");
-        for line in lines.filter(|l| !l.is_empty()) {
-            let name = line.split(':').next().unwrap_or("").trim().to_ascii_lowercase();
-            if !matches!(name.as_str(), "proxy-connection" | "proxy-authorization" | "connection" | "keep-alive") {
-                out.push_str(line);
-                out.push_str("\r\n");
-            }
+/// A name that does not resolve: not a policy matter (the browser's own
+/// lookup would have failed too), the egress proxy's own failure.
+fn unresolved(decisions: &Mutex<Vec<Decision>>, host: &str, why: &str) -> Response<Body> {
+    let failed = Failed::Dns(host.to_string(), why.to_string());
+    let text = failed.to_string();
+    let detail = format!("allowed; {text}");
+    record(
+        decisions,
+        Decision { host: host.into(), allowed: true, detail, reason: String::new(), failure: Some(text) },
+    );
+    fail(&failed)
+}
+
+/// How long resolving a name or opening a connection may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why the egress proxy could not carry a request it allowed: its own
+/// failures, answered 502 (504 for a timeout) with [`REFUSED_HEADER`]
+/// `failed` and the text in [`REASON_HEADER`] (docs/captures.md).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Failed {
+    #[error("{0} does not resolve (DNS: {1})")]
+    Dns(String, String),
+    #[error("connection to {0} refused")]
+    Refused(String),
+    #[error("connection to {0} reset")]
+    Reset(String),
+    #[error("connection to {0} timed out")]
+    Timeout(String),
+    #[error("connection to {0} failed: {1}")]
+    Other(String, String),
+    /// The upstream proxy's failure, as `upstream::UpstreamError` says it.
+    #[error("{0}")]
+    Upstream(String),
+}
+
+impl Failed {
+    /// `e`, met connecting to (or talking with) `target`.
+    fn io(target: String, e: &std::io::Error) -> Failed {
+        use std::io::ErrorKind::*;
+        match e.kind() {
+            ConnectionRefused => Failed::Refused(target),
+            ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof => Failed::Reset(target),
+            TimedOut => Failed::Timeout(target),
+            _ => Failed::Other(target, e.to_string()),
         }
-        // One request per tunnel keeps the policy check per destination.
-        out.push_str("Connection: close\r\n\r\n");
-        upstream.write_all(out.as_bytes()).await?;
     }
-    upstream.write_all(rest).await?;
-    let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
-    Ok(())
+}
+
+async fn connect_direct(allowed: &[SocketAddr]) -> Result<Tunnel, Failed> {
+    let target = allowed[0].to_string();
+    match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(allowed)).await {
+        Ok(Ok(s)) => {
+            let _ = s.set_nodelay(true);
+            Ok(Box::new(s))
+        }
+        Ok(Err(e)) => Err(Failed::io(target, &e)),
+        Err(_) => Err(Failed::Timeout(target)),
+    }
+}
+
+/// Answers a CONNECT 200 and joins the connection, once hyper hands it
+/// over, to `tunnel` (the destination, or a tunnel to it).
+fn open_tunnel(req: Request<Incoming>, mut tunnel: Tunnel, mut stopped: watch::Receiver<bool>) -> Response<Body> {
+    let upgrade = hyper::upgrade::on(req);
+    tokio::spawn(async move {
+        let Ok(upgraded) = upgrade.await else { return };
+        let mut client = TokioIo::new(upgraded);
+        tokio::select! {
+            _ = tokio::io::copy_bidirectional(&mut client, &mut tunnel) => {}
+            _ = stopped.changed() => {}
+        }
+    });
+    let mut answer = Response::new(empty());
+    answer.extensions_mut().insert(hyper::ext::ReasonPhrase::from_static(b"Connection Established"));
+    answer
+}
+
+/// Headers that belong to one hop, never sent on (RFC 9110 7.6.1), and the
+/// grid's own marks, which only the egress proxy sets.
+const HOP_BY_HOP: [&str; 10] = [
+    "connection",
+    "proxy-connection",
+    "keep-alive",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    REASON_HEADER,
+];
+
+fn strip(headers: &mut http::HeaderMap) {
+    for name in HOP_BY_HOP.iter().chain(std::iter::once(&REFUSED_HEADER)) {
+        headers.remove(*name);
+    }
+}
+
+/// Sends one plain-HTTP request on `tunnel` and answers what came back:
+/// in origin form to the destination, in absolute form (with its
+/// credentials) to `proxied`, an HTTP(S) upstream, whose 407 is its own
+/// refusal of them.
+async fn forward(
+    req: Request<Incoming>,
+    tunnel: Tunnel,
+    proxied: Option<&Upstream>,
+    mut stopped: watch::Receiver<bool>,
+) -> Result<Response<Body>, Failed> {
+    let by_name = proxied.is_some();
+    let authorization = proxied.and_then(Upstream::authorization);
+    let (mut parts, body) = req.into_parts();
+    let target = parts.uri.authority().map(|a| a.to_string()).unwrap_or_default();
+    strip(&mut parts.headers);
+    if !parts.headers.contains_key(http::header::HOST) {
+        if let Ok(host) = http::HeaderValue::from_str(&target) {
+            parts.headers.insert(http::header::HOST, host);
+        }
+    }
+    if let Some(a) = authorization {
+        parts.headers.insert(http::header::PROXY_AUTHORIZATION, a);
+    }
+    if !by_name {
+        let origin = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+        parts.uri = origin.parse().map_err(|_| Failed::Other(target.clone(), "a bad request target".into()))?;
+    }
+    let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
+        .title_case_headers(true)
+        .handshake(TokioIo::new(tunnel))
+        .await
+        .map_err(|e| hyper_failure(target.clone(), &e))?;
+    // The connection carries this one request, then closes.
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = conn => {}
+            _ = stopped.changed() => {}
+        }
+    });
+    let answer = sender.send_request(Request::from_parts(parts, body)).await.map_err(|e| hyper_failure(target, &e))?;
+    if let Some(u) = proxied.filter(|_| answer.status() == StatusCode::PROXY_AUTHENTICATION_REQUIRED) {
+        return Err(Failed::Upstream(u.refused_credentials().to_string()));
+    }
+    let (mut parts, body) = answer.into_parts();
+    strip(&mut parts.headers);
+    Ok(Response::from_parts(parts, body.boxed()))
+}
+
+/// A request that failed on its way: reset, closed, or another I/O error.
+fn hyper_failure(target: String, e: &hyper::Error) -> Failed {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            return Failed::io(target, io);
+        }
+        cur = err.source();
+    }
+    if e.is_incomplete_message() || e.is_canceled() {
+        return Failed::Reset(target);
+    }
+    Failed::Other(target, e.to_string())
+}
+
+fn empty() -> Body {
+    Empty::<Bytes>::new().map_err(|never| match never {}).boxed()
+}
+
+fn full(text: String) -> Body {
+    Full::new(Bytes::from(text)).map_err(|never| match never {}).boxed()
 }
 
 /// Reads an HTTP message head (up to and including the blank line) of at
 /// most `max` bytes; returns the head and any bytes that came after it.
+#[cfg(test)]
 pub(crate) async fn read_head(s: &mut tokio::net::TcpStream, max: usize) -> std::io::Result<(Vec<u8>, Vec<u8>)> {
     use tokio::io::AsyncReadExt;
     let mut buf = Vec::with_capacity(1024);
@@ -353,24 +554,27 @@ pub fn host_key(host: &str) -> String {
     }
 }
 
-fn split_host_port(target: &str, default_port: u16) -> (String, u16) {
-    match target.rsplit_once(':') {
-        Some((h, p)) if p.parse::<u16>().is_ok() => {
-            (h.trim_matches(['[', ']']).to_string(), p.parse().unwrap_or(default_port))
-        }
-        _ => (target.trim_matches(['[', ']']).to_string(), default_port),
+/// The proxy's own answer: `status`, marked with [`REFUSED_HEADER`]
+/// (`mark`) and [`REASON_HEADER`] (the text, which is the body too), and
+/// the connection closed after it.
+fn own_answer(status: StatusCode, mark: &'static str, text: &str) -> Response<Body> {
+    let mut answer = Response::new(full(format!("{text}\n")));
+    *answer.status_mut() = status;
+    let headers = answer.headers_mut();
+    headers.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("text/plain"));
+    headers.insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+    headers.insert(REFUSED_HEADER, http::HeaderValue::from_static(mark));
+    // A header value holds visible ASCII only.
+    let visible: String = text.chars().map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { '?' }).collect();
+    if let Ok(v) = http::HeaderValue::from_str(&visible) {
+        headers.insert(REASON_HEADER, v);
     }
+    answer
 }
 
 /// The proxy's 403: `refused by {rule}: {why}`.
-async fn refuse(client: &mut TcpStream, rule: &str, why: &str) -> std::io::Result<()> {
-    let body = format!("{}\n", refusal_text(rule, why));
-    let head = format!(
-        "HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\n{REFUSED_HEADER}: refused\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    client.write_all(head.as_bytes()).await?;
-    client.write_all(body.as_bytes()).await
+fn refuse(rule: &str, why: &str) -> Response<Body> {
+    own_answer(StatusCode::FORBIDDEN, "refused", &refusal_text(rule, why))
 }
 
 /// The text of a refusal page.
@@ -378,18 +582,20 @@ fn refusal_text(rule: &str, why: &str) -> String {
     format!("refused by {rule}: {why}")
 }
 
-async fn bad_gateway(client: &mut TcpStream, why: &str) -> std::io::Result<()> {
-    let body = format!("{why}\n");
-    let head = format!("HTTP/1.1 502 Bad Gateway\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
-    client.write_all(head.as_bytes()).await?;
-    client.write_all(body.as_bytes()).await
+/// The proxy's own failure: 502, or 504 for a timeout.
+fn fail(failed: &Failed) -> Response<Body> {
+    let status = match failed {
+        Failed::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+        _ => StatusCode::BAD_GATEWAY,
+    };
+    own_answer(status, "failed", &failed.to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::browser::hosts::RequestRules;
-    use tokio::io::AsyncReadExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     async fn start(policy: Arc<dyn Policy>) -> EgressProxy {
         EgressProxy::serve(TcpListener::bind("127.0.0.1:0").await.unwrap(), policy).unwrap()
@@ -421,13 +627,6 @@ mod tests {
     fn a_public_web_only_refusal_opens_with_the_text_the_attestation_looks_for() {
         assert!(refusal_text(EgressPolicy::default().address_rule(), "x").starts_with(REFUSAL_TEXT));
         assert!(!refusal_text(RequestRules::ordinary(false).address_rule(), "x").contains("public-web-only"));
-    }
-
-    #[test]
-    fn connect_targets_split_into_host_and_port() {
-        assert_eq!(split_host_port("example.com:8443", 443), ("example.com".into(), 8443));
-        assert_eq!(split_host_port("[::1]:443", 443), ("::1".into(), 443));
-        assert_eq!(split_host_port("example.com", 443), ("example.com".into(), 443));
     }
 
     #[tokio::test]
@@ -512,9 +711,8 @@ mod tests {
         let mut s = TcpStream::connect(("127.0.0.1", proxy.port)).await.unwrap();
         s.write_all(format!("CONNECT {authority} HTTP/1.1\r\n\r\n").as_bytes()).await.unwrap();
         let (mut inside, _) = arriving.accept().await.unwrap();
-        let mut head = [0u8; 39];
-        s.read_exact(&mut head).await.unwrap();
-        assert_eq!(&head, b"HTTP/1.1 200 Connection Established\r\n\r\n");
+        let (head, _) = read_head(&mut s, MAX_HEAD).await.unwrap();
+        assert!(head.starts_with(b"HTTP/1.1 200 Connection Established\r\n"), "{}", String::from_utf8_lossy(&head));
         s.write_all(b"ping").await.unwrap();
         let mut got = [0u8; 4];
         inside.read_exact(&mut got).await.unwrap();
@@ -577,6 +775,119 @@ mod tests {
         let mut answer = String::new();
         s.read_to_string(&mut answer).await.unwrap();
         assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
-        assert!(!answer.contains(REFUSED_HEADER), "{answer}");
+        assert!(answer.contains(&format!("{REFUSED_HEADER}: failed\r\n")), "{answer}");
+        assert!(answer.contains(&format!("{REASON_HEADER}: no-such-host.invalid does not resolve (DNS: ")), "{answer}");
+        let d = proxy.decision_for("no-such-host.invalid").unwrap();
+        assert!(d.allowed && d.failure.unwrap().starts_with("no-such-host.invalid does not resolve"));
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_is_named_as_such() {
+        let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = closed.local_addr().unwrap().port();
+        drop(closed);
+        let proxy = start(Arc::new(OnlyHost("127.0.0.1"))).await;
+        let answer = ask(&proxy, &format!("GET http://127.0.0.1:{port}/ HTTP/1.1\r\nHost: x\r\n\r\n")).await;
+        assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
+        assert!(answer.contains(&format!("{REASON_HEADER}: connection to 127.0.0.1:{port} refused\r\n")), "{answer}");
+        let answer = ask(&proxy, &format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n")).await;
+        assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
+        let d = proxy.decision_for("127.0.0.1").unwrap();
+        assert_eq!(d.failure, Some(format!("connection to 127.0.0.1:{port} refused")));
+    }
+
+    /// A server on 127.0.0.1 that answers every request of a connection
+    /// (kept alive) `ok`, and keeps each request head it read.
+    async fn keep_alive_origin() -> (u16, Arc<Mutex<Vec<String>>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((mut c, _)) = listener.accept().await {
+                let s = s.clone();
+                tokio::spawn(async move {
+                    let mut rest = Vec::new();
+                    loop {
+                        let mut buf = rest.clone();
+                        while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                            let mut chunk = [0u8; 4096];
+                            match c.read(&mut chunk).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                            }
+                        }
+                        let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+                        rest = buf.split_off(end);
+                        s.lock().unwrap().push(String::from_utf8_lossy(&buf).to_string());
+                        let answer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nx-grid-egress: refused\r\n\r\nok";
+                        if c.write_all(answer.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (port, seen)
+    }
+
+    /// Reads one answer with a `Content-Length` body off `s`.
+    async fn read_answer(s: &mut TcpStream) -> String {
+        let (head, mut body) = read_head(s, MAX_HEAD).await.unwrap();
+        let head = String::from_utf8_lossy(&head).to_string();
+        let len: usize = head
+            .lines()
+            .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length: ").map(|v| v.trim().parse().unwrap()))
+            .unwrap_or(0);
+        while body.len() < len {
+            let mut chunk = [0u8; 4096];
+            let n = s.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "closed mid-body: {head}");
+            body.extend_from_slice(&chunk[..n]);
+        }
+        format!("{head}{}", String::from_utf8_lossy(&body))
+    }
+
+    #[tokio::test]
+    async fn every_request_of_a_kept_alive_connection_is_checked() {
+        let (port, seen) = keep_alive_origin().await;
+        let proxy = start(Arc::new(OnlyHost("127.0.0.1"))).await;
+        let mut s = TcpStream::connect(("127.0.0.1", proxy.port)).await.unwrap();
+        let first = format!("GET http://127.0.0.1:{port}/a HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n");
+        s.write_all(first.as_bytes()).await.unwrap();
+        let answer = read_answer(&mut s).await;
+        assert!(answer.starts_with("HTTP/1.1 200") && answer.ends_with("ok"), "{answer}");
+        // The target's own x-grid-egress is not passed on: only the grid sets it.
+        assert!(!answer.to_ascii_lowercase().contains(REFUSED_HEADER), "{answer}");
+        // Same connection, another host: checked, refused, never relayed.
+        let second = format!("GET http://localhost:{port}/b HTTP/1.1\r\nHost: localhost:{port}\r\n\r\n");
+        s.write_all(second.as_bytes()).await.unwrap();
+        let answer = read_answer(&mut s).await;
+        assert!(answer.starts_with("HTTP/1.1 403"), "{answer}");
+        assert!(answer.ends_with("refused by the test's host rule: localhost: is not allowed\n"), "{answer}");
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        assert!(seen[0].starts_with("GET /a HTTP/1.1\r\n"), "{seen:?}");
+    }
+
+    #[tokio::test]
+    async fn plain_http_goes_to_an_http_upstream_in_absolute_form_with_its_credentials() {
+        let (up_port, seen) = keep_alive_origin().await;
+        let upstream = Upstream {
+            proxy: grid_core::validate::proxy::parse_url(&format!("http://u:p@127.0.0.1:{up_port}")).unwrap(),
+            allow_private: true,
+        };
+        let proxy = start(routed(Arc::new(OnlyHost("localhost")), Some(upstream))).await;
+        let mut s = TcpStream::connect(("127.0.0.1", proxy.port)).await.unwrap();
+        let request =
+            "GET http://localhost:8080/x?y HTTP/1.1\r\nHost: localhost:8080\r\nProxy-Connection: keep-alive\r\n\r\n";
+        s.write_all(request.as_bytes()).await.unwrap();
+        let answer = read_answer(&mut s).await;
+        assert!(answer.starts_with("HTTP/1.1 200") && answer.ends_with("ok"), "{answer}");
+        let seen = seen.lock().unwrap().clone();
+        assert!(seen[0].starts_with("GET http://localhost:8080/x?y HTTP/1.1\r\n"), "{seen:?}");
+        // base64("u:p")
+        assert!(seen[0].contains("\r\nProxy-Authorization: Basic dTpw\r\n"), "{seen:?}");
+        assert!(seen[0].contains("\r\nHost: localhost:8080\r\n") && !seen[0].contains("Proxy-Connection"), "{seen:?}");
     }
 }

@@ -5,10 +5,12 @@
 //! and checked, never to a name the upstream would resolve again.
 //!
 //! - `http://` and `https://` (TLS to the proxy, webpki roots and the
-//!   operator's `--upstream-proxy-ca`): HTTP CONNECT
-//!   to `ip:port`, `Proxy-Authorization: Basic` when credentials are given.
-//!   Plain-HTTP targets are tunnelled the same way (an upstream that allows
-//!   CONNECT only to port 443 refuses them).
+//!   operator's `--upstream-proxy-ca`): as browsers speak to a proxy. HTTP
+//!   CONNECT to `ip:port` for https targets (and WebSockets);
+//!   plain-HTTP requests in absolute form (`GET http://host:port/path`),
+//!   which the proxy resolves again, so the grid first checks every address
+//!   the name resolves to. `Proxy-Authorization: Basic` when credentials
+//!   are given.
 //! - `socks5://`: RFC 1928, the target as an IP address, username/password
 //!   authentication (RFC 1929) when credentials are given. Written here (a
 //!   hundred lines with their tests) rather than taken from a crate: the
@@ -109,6 +111,58 @@ pub async fn refusal(field: &str, proxy: &UpstreamProxy, allow_private: bool) ->
     Some(format!("{field}.server: {why}"))
 }
 
+impl Upstream {
+    /// An HTTP(S) proxy, which takes plain-HTTP requests in absolute form.
+    pub fn speaks_http(&self) -> bool {
+        matches!(self.proxy.scheme, ProxyScheme::Http | ProxyScheme::Https)
+    }
+
+    /// `Proxy-Authorization: Basic ...` for requests sent to an HTTP(S)
+    /// proxy in absolute form, when it has credentials.
+    pub fn authorization(&self) -> Option<http::HeaderValue> {
+        let c = self.proxy.credentials.as_ref()?;
+        let mut value = http::HeaderValue::from_str(&basic(c)).ok()?;
+        value.set_sensitive(true);
+        Some(value)
+    }
+}
+
+impl Upstream {
+    /// The error of a 407 answer to a request sent in absolute form: the
+    /// proxy's refusal of the credentials, as CONNECT's 407 says it.
+    pub fn refused_credentials(&self) -> UpstreamError {
+        let why =
+            if self.proxy.credentials.is_some() { "wrong user name or password" } else { "it asks for credentials" };
+        UpstreamError::Credentials { server: self.proxy.server(), why: format!("HTTP 407 ({why})") }
+    }
+}
+
+fn basic(c: &ProxyCredentials) -> String {
+    format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", c.username, c.password)))
+}
+
+/// A connection to the proxy itself (TCP, TLS to an `https://` one), its
+/// address passed by the guard: what plain-HTTP requests are sent on in
+/// absolute form.
+pub async fn open(upstream: &Upstream) -> Result<Tunnel, UpstreamError> {
+    let server = upstream.proxy.server();
+    tokio::time::timeout(HANDSHAKE_TIMEOUT, reach(upstream)).await.unwrap_or_else(|_| {
+        Err(UpstreamError::Unreachable { server, why: format!("no connection within {HANDSHAKE_TIMEOUT:?}") })
+    })
+}
+
+async fn reach(upstream: &Upstream) -> Result<Tunnel, UpstreamError> {
+    let proxy = &upstream.proxy;
+    let unreachable = |why: String| UpstreamError::Unreachable { server: proxy.server(), why };
+    let addrs = resolve(proxy, upstream.allow_private).await?;
+    let tcp = TcpStream::connect(&addrs[..]).await.map_err(|e| unreachable(e.to_string()))?;
+    let _ = tcp.set_nodelay(true);
+    Ok(match proxy.scheme {
+        ProxyScheme::Https => Box::new(tls(tcp, &proxy.host).await.map_err(|e| unreachable(format!("TLS: {e}")))?),
+        ProxyScheme::Http | ProxyScheme::Socks5 => Box::new(tcp),
+    })
+}
+
 /// A tunnel to `target` (an address the grid resolved and checked) through
 /// `upstream`.
 pub async fn connect(upstream: &Upstream, target: SocketAddr) -> Result<Tunnel, UpstreamError> {
@@ -116,13 +170,7 @@ pub async fn connect(upstream: &Upstream, target: SocketAddr) -> Result<Tunnel, 
     let server = proxy.server();
     let unreachable = |why: String| UpstreamError::Unreachable { server: server.clone(), why };
     let work = async {
-        let addrs = resolve(proxy, upstream.allow_private).await?;
-        let tcp = TcpStream::connect(&addrs[..]).await.map_err(|e| unreachable(e.to_string()))?;
-        let _ = tcp.set_nodelay(true);
-        let mut stream: Tunnel = match proxy.scheme {
-            ProxyScheme::Https => Box::new(tls(tcp, &proxy.host).await.map_err(|e| unreachable(format!("TLS: {e}")))?),
-            ProxyScheme::Http | ProxyScheme::Socks5 => Box::new(tcp),
-        };
+        let mut stream = reach(upstream).await?;
         let credentials = proxy.credentials.as_ref();
         let handshake = match proxy.scheme {
             ProxyScheme::Http | ProxyScheme::Https => http_connect(&mut stream, target, credentials).await,
@@ -217,8 +265,7 @@ pub async fn http_connect<S: AsyncRead + AsyncWrite + Unpin>(
 ) -> Result<(), Handshake> {
     let mut request = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n");
     if let Some(c) = credentials {
-        let token = base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", c.username, c.password));
-        request.push_str(&format!("Proxy-Authorization: Basic {token}\r\n"));
+        request.push_str(&format!("Proxy-Authorization: {}\r\n", basic(c)));
     }
     request.push_str("\r\n");
     s.write_all(request.as_bytes()).await?;
@@ -344,8 +391,12 @@ fn socks5_reply(code: u8) -> &'static str {
 }
 
 /// The fetch script's client for an item with an upstream (`capture::fetch`):
-/// every connection a tunnel through `upstream` to an address
-/// `capture::guard::resolve` allowed (TLS to https targets over it).
+/// every https connection a tunnel through `upstream` to an address
+/// `capture::guard::resolve` allowed (TLS to the target over it); every
+/// plain-HTTP one, through an HTTP(S) upstream, a connection to the proxy
+/// itself, marked proxied so that hyper sends requests on it in absolute
+/// form (the caller adds [`Upstream::authorization`]), once every address
+/// the name resolves to passed the guard.
 pub fn proxied_client(
     upstream: Upstream,
     resolve: Resolve,
@@ -370,9 +421,11 @@ pub struct Tunnels {
 }
 
 /// How a destination's name becomes the addresses the grid may connect to
-/// (the fetch script's guard, `capture::guard::resolve`).
+/// (the fetch script's guard, `capture::guard::resolve`); `every` (the
+/// second argument): refused unless every address the name resolves to
+/// is allowed.
 pub type Resolve =
-    Arc<dyn Fn(String) -> Pin<Box<dyn Future<Output = Result<Vec<SocketAddr>, BoxError>> + Send>> + Send + Sync>;
+    Arc<dyn Fn(String, bool) -> Pin<Box<dyn Future<Output = Result<Vec<SocketAddr>, BoxError>> + Send>> + Send + Sync>;
 
 impl tower_service::Service<http::Uri> for Tunnels {
     type Response = TunnelIo;
@@ -387,22 +440,25 @@ impl tower_service::Service<http::Uri> for Tunnels {
         let (upstream, resolve) = (self.upstream.clone(), self.resolve.clone());
         Box::pin(async move {
             let host = uri.host().ok_or("the URL has no host")?.trim_matches(['[', ']']).to_string();
-            let port = uri.port_u16().unwrap_or(if uri.scheme_str() == Some("https") { 443 } else { 80 });
-            let addrs = resolve(host.clone()).await?;
+            let https = uri.scheme_str() == Some("https");
+            let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+            let by_name = !https && upstream.speaks_http();
+            let addrs = resolve(host.clone(), by_name).await?;
             let mut target = *addrs.first().ok_or_else(|| format!("{host} does not resolve"))?;
             target.set_port(port);
-            let tunnel = connect(&upstream, target).await?;
-            Ok(TunnelIo(TokioIo::new(tunnel)))
+            let tunnel = if by_name { open(&upstream).await? } else { connect(&upstream, target).await? };
+            Ok(TunnelIo(TokioIo::new(tunnel), by_name))
         })
     }
 }
 
-/// A tunnel as hyper's client drives it.
-pub struct TunnelIo(TokioIo<Tunnel>);
+/// A tunnel as hyper's client drives it; `.1`: a connection to an HTTP(S)
+/// proxy itself (requests go on it in absolute form).
+pub struct TunnelIo(TokioIo<Tunnel>, bool);
 
 impl Connection for TunnelIo {
     fn connected(&self) -> Connected {
-        Connected::new()
+        Connected::new().proxy(self.1)
     }
 }
 

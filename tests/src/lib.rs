@@ -4,6 +4,7 @@
 //!   dir and a free port, and prints its log tail when a test fails.
 //! - [`target::Target`] is a local HTTP server the grid fetches from.
 //! - [`cli::run_cli`] runs the real `grid` binary.
+//! - [`squid::Squid`] runs Debian's squid, as shipped, as an upstream proxy.
 //! - [`stored`]: what a server's store holds (`server.stored()`), the one
 //!   place holding SQL against the grid's schema.
 //!
@@ -23,6 +24,7 @@ pub mod jobs;
 pub mod metrics;
 pub mod server;
 pub mod sessions;
+pub mod squid;
 pub mod store;
 pub mod stored;
 pub mod target;

@@ -427,3 +427,46 @@ async fn a_one_call_capture_cut_by_a_crash_fails_released_instead_of_running_una
     assert_error(&r, 409, "published terminal failures are immutable and cannot be retried");
     assert_eq!(target.hits("/gate/crash"), 1, "the page was asked for once, by the attempt the crash cut");
 }
+
+/// A name that does not resolve and a port nothing listens on are named
+/// as such (the egress proxy's reasons, docs/captures.md), for http and
+/// https, on a one-call /content and on batch items of the fetch and
+/// capture scripts: never as "target answered HTTP 502", the egress proxy's
+/// own answer blamed on the site.
+#[tokio::test]
+async fn names_that_do_not_resolve_and_refused_ports_are_named_not_blamed_on_the_target() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let server = GridServer::start(opts());
+    let key = server.api_key().to_string();
+    let cases = [
+        ("http://nothing.invalid/".to_string(), "nothing.invalid does not resolve (DNS: ".to_string()),
+        ("https://nothing.invalid/".to_string(), "nothing.invalid does not resolve (DNS: ".to_string()),
+        (format!("http://127.0.0.1:{port}/"), format!("connection to 127.0.0.1:{port} refused")),
+        (format!("https://127.0.0.1:{port}/"), format!("connection to 127.0.0.1:{port} refused")),
+    ];
+    for (url, why) in &cases {
+        let f = post_file(&server, Some(&key), "/content", &json!({"url": url})).await;
+        let r = Resp {
+            status: f.status,
+            headers: f.headers.clone(),
+            text: String::from_utf8_lossy(&f.bytes).into_owned(),
+            json: f.json(),
+        };
+        assert_error(&r, 502, "capture failed");
+        let reason = r.json["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains(why.as_str()) && !reason.contains("HTTP 502"), "{url}: {r}");
+    }
+    for script in ["fetch", "capture"] {
+        let urls: Vec<&str> = cases.iter().map(|(u, _)| u.as_str()).collect();
+        let id = server.submit_as(&key, &json!({"urls": urls, "script": script})).await;
+        let done = server.wait_batch_done(&id, DONE).await;
+        assert_eq!(done["counts"]["failed"], json!(cases.len()), "{script}: {done}");
+        for (url, why) in &cases {
+            let job = done["jobs"].as_array().into_iter().flatten().find(|j| j["url"] == json!(url));
+            let reason = job.map(|j| j["failedReason"].as_str().unwrap_or_default()).unwrap_or_default();
+            assert!(reason.contains(why.as_str()) && !reason.contains("HTTP 502"), "{script} {url}: {done}");
+        }
+    }
+}

@@ -21,6 +21,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 use grid_tests::server::{GridServer, ServerOptions};
 use grid_tests::sessions::{lease_running, release, wait_running_as};
+use grid_tests::squid::Squid;
 use grid_tests::target::Target;
 
 const USER: &str = "proxy-user";
@@ -34,6 +35,9 @@ struct Seen {
     connections: usize,
     /// Tunnels opened (after a good login), by target `ip:port`.
     tunnels: Vec<String>,
+    /// Plain-HTTP requests carried in absolute form (after a good login),
+    /// by their URL's `host:port`.
+    forwarded: Vec<String>,
     /// Logins offered: (user, password).
     logins: Vec<(String, String)>,
     /// Logins refused.
@@ -61,6 +65,14 @@ struct TestProxy {
 impl Drop for TestProxy {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+impl Seen {
+    /// Whether `target` (`ip:port`) was reached, by a tunnel or a request
+    /// carried in absolute form.
+    fn reached(&self, target: &str) -> bool {
+        self.tunnels.iter().chain(&self.forwarded).any(|t| t == target)
     }
 }
 
@@ -142,7 +154,8 @@ fn tls_acceptor() -> (String, tokio_rustls::TlsAcceptor) {
     (ca_cert.pem(), tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
 
-/// CONNECT only, `Proxy-Authorization: Basic` checked.
+/// CONNECT, and plain-HTTP requests in absolute form (`GET http://...`),
+/// as browsers send them; `Proxy-Authorization: Basic` checked.
 async fn http_proxy<S>(mut client: S, seen: &Mutex<Seen>) -> std::io::Result<()>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
@@ -157,7 +170,13 @@ where
     }
     let head = String::from_utf8_lossy(&head).to_string();
     let target = head.split_whitespace().nth(1).unwrap_or("").to_string();
-    let auth = head.lines().find_map(|l| l.strip_prefix("Proxy-Authorization: Basic ")).map(|t| {
+    // Header names are case-insensitive (hyper's client writes them in lower case).
+    let auth = head.lines().find_map(|l| {
+        let (name, value) = l.split_once(':')?;
+        let value = value.trim();
+        (name.eq_ignore_ascii_case("proxy-authorization") && value.starts_with("Basic ")).then(|| &value[6..])
+    });
+    let auth = auth.map(|t| {
         use base64::Engine;
         let plain = base64::engine::general_purpose::STANDARD.decode(t.trim()).unwrap_or_default();
         let plain = String::from_utf8_lossy(&plain).to_string();
@@ -167,9 +186,22 @@ where
     if let Some(login) = &auth {
         seen.lock().unwrap().logins.push(login.clone());
     }
-    if !head.starts_with("CONNECT ") || !auth.as_ref().is_some_and(|(u, p)| good(u, p)) {
+    if !auth.as_ref().is_some_and(|(u, p)| good(u, p)) {
         seen.lock().unwrap().refused += 1;
         return client.write_all(b"HTTP/1.1 407 Proxy Authentication Required\r\nContent-Length: 0\r\n\r\n").await;
+    }
+    if let Some(url) = target.strip_prefix("http://") {
+        // Absolute form: sent on in origin form, one request a connection.
+        let (authority, path) = url.split_once('/').map(|(a, p)| (a, format!("/{p}"))).unwrap_or((url, "/".into()));
+        let mut upstream = TcpStream::connect(authority).await?;
+        seen.lock().unwrap().forwarded.push(authority.to_string());
+        let origin_form = head.replacen(&target, &path, 1);
+        upstream.write_all(origin_form.as_bytes()).await?;
+        return tokio::io::copy_bidirectional(&mut client, &mut upstream).await.map(|_| ());
+    }
+    if !head.starts_with("CONNECT ") {
+        seen.lock().unwrap().refused += 1;
+        return client.write_all(b"HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\n\r\n").await;
     }
     let mut upstream = TcpStream::connect(&target).await?;
     seen.lock().unwrap().tunnels.push(target);
@@ -294,7 +326,10 @@ async fn a_session_loads_a_page_through(kind: Kind) {
     assert!(text.contains("page 7"), "the page did not load through the proxy: {text}");
     assert_eq!(target.hits("/page/7"), 1);
     let seen = proxy.seen();
-    assert!(seen.tunnels.contains(&target.addr().to_string()), "{seen:?}");
+    // As a browser speaks to a proxy: a plain-HTTP page in absolute form
+    // to an HTTP(S) proxy, a SOCKS5 tunnel otherwise.
+    let carried = if kind == Kind::Socks5 { &seen.tunnels } else { &seen.forwarded };
+    assert!(carried.contains(&target.addr().to_string()), "{seen:?}");
     assert!(seen.logins.iter().all(|l| good(&l.0, &l.1)) && !seen.logins.is_empty(), "{seen:?}");
     assert_eq!(seen.refused, 0, "{seen:?}");
 
@@ -343,7 +378,10 @@ async fn an_https_proxy_under_an_unknown_ca_fails_naming_tls() {
     assert!(reason.contains(&why), "{failed}");
     assert_eq!(target.hits("/page/3") + target.hits("/page/4"), 0);
     let seen = proxy.seen();
-    assert!(seen.tunnels.is_empty() && seen.logins.is_empty() && seen.refused >= 2, "{seen:?}");
+    assert!(
+        seen.tunnels.is_empty() && seen.forwarded.is_empty() && seen.logins.is_empty() && seen.refused >= 2,
+        "{seen:?}"
+    );
 }
 
 /// A `--upstream-proxy-ca` the grid cannot use stops it at start, naming
@@ -385,7 +423,7 @@ async fn wrong_credentials_fail_the_page_with_a_clear_reason() {
     assert!(text.contains(&why), "the page shows: {text}");
     assert_eq!(target.hits("/page/1"), 0);
     let seen = proxy.seen();
-    assert!(seen.refused >= 1 && seen.tunnels.is_empty(), "{seen:?}");
+    assert!(seen.refused >= 1 && seen.tunnels.is_empty() && seen.forwarded.is_empty(), "{seen:?}");
     assert_eq!(seen.logins[0], (USER.to_string(), "not-the-password".to_string()));
 }
 
@@ -422,7 +460,7 @@ async fn a_target_the_network_policy_refuses_never_reaches_the_proxy() {
     assert_eq!(target.hits("/page/2"), 0);
     // Neither the page nor the attestation's probe reached the proxy.
     let seen = proxy.seen();
-    assert_eq!((seen.connections, seen.tunnels.len()), (0, 0), "{seen:?}");
+    assert_eq!((seen.connections, seen.tunnels.len(), seen.forwarded.len()), (0, 0, 0), "{seen:?}");
     let (view, _) = wait_running_as(&server, server.api_key(), &lease.id).await;
     assert_eq!(view["networkAttestation"]["probes"][0]["outcome"], "refused", "{view}");
     assert_eq!(view["attestation"]["upstreamProxy"], json!(proxy.addr.to_string()), "{view}");
@@ -443,10 +481,8 @@ async fn the_operators_upstream_proxy_serves_leases_that_name_none() {
     let (lease, mut cdp) = lease_running(&server, json!({"ttlMinutes": 5})).await;
     let text = page_text(&server, &mut cdp, &target.url("/page/3")).await;
     assert!(text.contains("page 3"), "{text}");
-    wait_for("the default proxy's tunnel", &server, || {
-        proxy.seen().tunnels.contains(&target.addr().to_string()).then_some(())
-    })
-    .await;
+    wait_for("the default proxy's tunnel", &server, || proxy.seen().reached(&target.addr().to_string()).then_some(()))
+        .await;
     let (view, _) = wait_running_as(&server, server.api_key(), &lease.id).await;
     assert_eq!(view["attestation"]["upstreamProxy"], json!(proxy.addr.to_string()), "{view}");
 
@@ -456,8 +492,8 @@ async fn the_operators_upstream_proxy_serves_leases_that_name_none() {
     let (_, mut cdp) = lease_running(&server, proxy_body(&other.server(Kind::Http), CANARY)).await;
     let text = page_text(&server, &mut cdp, &second.url("/page/4")).await;
     assert!(text.contains("page 4"), "{text}");
-    assert!(other.seen().tunnels.contains(&second.addr().to_string()), "{:?}", other.seen());
-    assert!(!proxy.seen().tunnels.contains(&second.addr().to_string()), "{:?}", proxy.seen());
+    assert!(other.seen().reached(&second.addr().to_string()), "{:?}", other.seen());
+    assert!(!proxy.seen().reached(&second.addr().to_string()), "{:?}", proxy.seen());
     assert_canary_nowhere(&server, &[&lease.answer, &view]).await;
 }
 
@@ -475,7 +511,7 @@ async fn a_batchs_fetch_and_capture_items_go_through_its_proxy() {
     let id = server.submit_as(&key, &fetch).await;
     let fetched = server.wait_batch_done(&id, within).await;
     assert_eq!(fetched["counts"]["completed"], 1, "{fetched}");
-    assert!(http.seen().tunnels.contains(&target.addr().to_string()), "{:?}", http.seen());
+    assert!(http.seen().forwarded.contains(&target.addr().to_string()), "{:?}", http.seen());
     assert_eq!(target.hits("/page/5"), 1);
     // Its meta names the proxy, host and port only.
     let item = fetched["jobs"][0]["jobId"].as_str().unwrap_or_default().to_string();
@@ -488,7 +524,7 @@ async fn a_batchs_fetch_and_capture_items_go_through_its_proxy() {
     let id = server.submit_as(&key, &capture).await;
     let captured = server.wait_batch_done(&id, within).await;
     assert_eq!(captured["counts"]["completed"], 1, "{captured}");
-    assert!(socks.seen().tunnels.contains(&target.addr().to_string()), "{:?}", socks.seen());
+    assert!(socks.seen().reached(&target.addr().to_string()), "{:?}", socks.seen());
     assert_eq!(target.hits("/page/6"), 1);
 
     // Wrong credentials: the item fails, naming the proxy and why, at once.
@@ -530,7 +566,7 @@ async fn a_session_placed_on_another_node_opens_its_proxy_from_the_store() {
     let text = page_text(&n1, &mut cdp, &target.url("/page/9")).await;
     assert!(text.contains("page 9"), "{text}");
     let seen = proxy.seen();
-    assert!(seen.tunnels.contains(&target.addr().to_string()), "{seen:?}");
+    assert!(seen.reached(&target.addr().to_string()), "{seen:?}");
     assert!(seen.logins.iter().all(|l| good(&l.0, &l.1)) && !seen.logins.is_empty(), "{seen:?}");
     let log = std::fs::read_to_string(n2.log_path()).unwrap_or_default();
     assert!(!log.contains(CANARY), "n2's log holds the password");
@@ -566,7 +602,7 @@ async fn the_cli_and_the_mcp_lease_tool_name_a_proxy() {
     let mut cdp = connect(&server, lease["cdpUrl"].as_str().unwrap_or_default()).await;
     let text = page_text(&server, &mut cdp, &via_cli.url("/page/10")).await;
     assert!(text.contains("page 10"), "{text}");
-    assert!(proxy.seen().tunnels.contains(&via_cli.addr().to_string()), "{:?}", proxy.seen());
+    assert!(proxy.seen().reached(&via_cli.addr().to_string()), "{:?}", proxy.seen());
 
     let r = server.mcp_tool_as(server.api_key(), "lease_session", proxy_body(&server_url, CANARY)).await;
     assert_eq!(r["isError"], json!(false), "{r}");
@@ -577,7 +613,7 @@ async fn the_cli_and_the_mcp_lease_tool_name_a_proxy() {
     let mut cdp = connect(&server, leased["cdpUrl"].as_str().unwrap_or_default()).await;
     let text = page_text(&server, &mut cdp, &via_mcp.url("/page/11")).await;
     assert!(text.contains("page 11"), "{text}");
-    assert!(proxy.seen().tunnels.contains(&via_mcp.addr().to_string()), "{:?}", proxy.seen());
+    assert!(proxy.seen().reached(&via_mcp.addr().to_string()), "{:?}", proxy.seen());
     assert_canary_nowhere(&server, &[&lease, &r]).await;
 }
 
@@ -617,4 +653,39 @@ fn a_guarded_default_upstream_stops_the_server_at_start() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && stderr.contains("--upstream-proxy scheme must be"), "{stderr}");
     assert!(!stderr.contains(CANARY), "{stderr}");
+}
+
+/// Debian's squid with its shipped configuration (tests/src/squid.rs:
+/// CONNECT to port 443 only) carries a session's http page, a `fetch`
+/// item and a `capture` item to a plain-HTTP target on another port: the
+/// grid sends them in absolute form, as browsers do, not as CONNECT (which
+/// squid answers 403).
+#[tokio::test]
+async fn debians_squid_as_shipped_carries_sessions_fetch_and_capture_items() {
+    let squid = Squid::start();
+    let target = Target::start();
+    let server = GridServer::start(ServerOptions::default());
+    let proxy = json!({"server": squid.url()});
+    let (lease, mut cdp) = lease_running(&server, json!({"ttlMinutes": 5, "proxy": proxy})).await;
+    let text = page_text(&server, &mut cdp, &target.url("/page/21")).await;
+    assert!(text.contains("page 21"), "the page did not load through squid: {text}\n{}", squid.logs());
+    release(&server, &lease.id).await;
+
+    let within = Duration::from_secs(90);
+    for (script, page) in [("fetch", "/page/22"), ("capture", "/page/23")] {
+        let body = json!({"urls": [target.url(page)], "script": script, "proxy": proxy});
+        let id = server.submit_as(server.api_key(), &body).await;
+        let done = server.wait_batch_done(&id, within).await;
+        assert_eq!(done["counts"]["completed"], 1, "{script}: {done}\n{}", squid.logs());
+    }
+    // Each went through squid, in absolute form, and reached the target.
+    for page in ["/page/21", "/page/22", "/page/23"] {
+        let line = format!("GET {}", target.url(page));
+        wait_for(&format!("squid's access log line {line}"), &server, || {
+            squid.access_log().contains(&line).then_some(())
+        })
+        .await;
+        assert_eq!(target.hits(page), 1, "{page}");
+    }
+    assert!(!squid.access_log().contains(" CONNECT "), "{}", squid.logs());
 }

@@ -297,9 +297,15 @@ mod tests {
             allowed: false,
             detail: format!("refused: {host}: host not in allowedHosts"),
             reason: "host not in allowedHosts".into(),
+            failure: None,
         };
-        let allowed =
-            Decision { host: "a".into(), allowed: true, detail: "allowed: 127.0.0.1".into(), reason: String::new() };
+        let allowed = Decision {
+            host: "a".into(),
+            allowed: true,
+            detail: "allowed: 127.0.0.1".into(),
+            reason: String::new(),
+            failure: None,
+        };
         let decisions = [refused("localhost"), refused("localhost"), allowed];
         seen.list_refusals(&decisions);
         seen.list_refusals(&decisions);

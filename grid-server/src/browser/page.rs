@@ -234,6 +234,14 @@ fn proxy_refusal(egress: Option<&EgressProxy>, url: &str) -> Option<String> {
     (!decision.allowed).then_some(decision.reason)
 }
 
+/// Why the egress proxy could not carry a request to `url`'s host (the name
+/// did not resolve, the connection was refused ...), if its latest
+/// decision about the host says so.
+fn failed_tunnel(egress: &EgressProxy, url: &str) -> Option<String> {
+    let host = url::Url::parse(url).ok()?.host_str()?.trim_matches(['[', ']']).to_string();
+    egress.decision_for(&host)?.failure
+}
+
 /// Runs one item's page in a fresh browser context, disposed afterwards.
 pub async fn run(chromium: &Chromium, spec: &PageSpec) -> Result<PageOutcome, PageError> {
     let cdp = &chromium.process.cdp;
@@ -386,7 +394,14 @@ impl PageDriver {
         let started = Instant::now();
         let deadline = started + spec.timeout();
         let budget_ms = spec.timeout().as_millis();
-        let loader = self.navigate(spec, deadline, budget_ms, steps).await?;
+        let loader = self.navigate(spec, deadline, budget_ms, steps).await.map_err(|e| {
+            // A CONNECT the egress proxy could not carry reaches the page only as
+            // a failed tunnel; its decision says why.
+            match (e, failed_tunnel(self.egress.as_deref().unwrap_or(&chromium.process.egress), &spec.url)) {
+                (PageError::Navigation(_), Some(why)) => PageError::Navigation(why),
+                (e, _) => e,
+            }
+        })?;
         let (main, loaded_ms, ready_ms) = self.wait_ready(spec, &loader, started, deadline, budget_ms, steps).await?;
         self.collect(spec, main, loaded_ms, ready_ms, steps).await
     }

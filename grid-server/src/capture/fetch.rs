@@ -133,8 +133,9 @@ impl Fetcher {
         let proxied = match upstream {
             Some(u) => {
                 let public_only = !self.allow_private;
-                let resolve: upstream::Resolve =
-                    Arc::new(move |host: String| Box::pin(async move { guard::resolve(&host, public_only).await }));
+                let resolve: upstream::Resolve = Arc::new(move |host: String, every: bool| {
+                    Box::pin(async move { guard::resolve_for(&host, public_only, every).await })
+                });
                 Some(proxied_client(u.clone(), resolve).map_err(|e| Failure::Terminal(e.to_string()))?)
             }
             None => None,
@@ -153,6 +154,12 @@ impl Fetcher {
             if let Some(credentials) = credentials {
                 headers.insert(AUTHORIZATION, credentials);
             }
+            // A plain-HTTP request goes to an HTTP(S) upstream in absolute
+            // form, its credentials beside it; never inside a tunnel, where
+            // the target would read them.
+            if let Some(authorization) = upstream.filter(|_| url.scheme() == "http").and_then(Upstream::authorization) {
+                headers.insert(http::header::PROXY_AUTHORIZATION, authorization);
+            }
             // The context's cookies for this URL, the first and each
             // redirect's, as a browser would send them.
             let now_secs = now().0 as f64 / 1000.0;
@@ -166,7 +173,14 @@ impl Fetcher {
                 Some(client) => client.request(request).await,
                 None => self.client.request(request).await,
             }
-            .map_err(|e| classify(&e))?;
+            .map_err(|e| classify(&e, &url))?;
+            // An HTTP(S) upstream answers a request in absolute form itself
+            // when it refuses the credentials: a refusal, not the target's answer.
+            if let Some(u) = upstream.filter(|u| u.speaks_http() && url.scheme() == "http") {
+                if resp.status() == StatusCode::PROXY_AUTHENTICATION_REQUIRED {
+                    return Err(Failure::Terminal(u.refused_credentials().to_string()));
+                }
+            }
             let Some(next) = redirect_to(resp.status(), resp.headers().get(LOCATION), &url) else { break resp };
             if redirects == MAX_REDIRECTS {
                 return Err(Failure::Terminal(format!("redirect refused: more than {MAX_REDIRECTS} redirects")));
@@ -184,7 +198,7 @@ impl Fetcher {
             .to_string();
         let mut bytes = Vec::new();
         while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|e| classify(&e))?;
+            let frame = frame.map_err(|e| classify(&e, &url))?;
             if let Ok(chunk) = frame.into_data() {
                 if bytes.len() + chunk.len() > MAX_BODY_BYTES {
                     return Err(Failure::Terminal(format!("body larger than {} MiB", MAX_BODY_BYTES / (1024 * 1024))));
@@ -259,12 +273,17 @@ struct Meta<'a> {
     url: &'a str,
 }
 
-/// Whether trying again can help: refused destinations cannot; refused
-/// connections, timeouts and broken streams (a request's error or its
-/// body's) can.
-fn classify(e: &(dyn std::error::Error + 'static)) -> Failure {
+/// Whether trying again can help: refused destinations cannot; names
+/// that do not resolve, refused connections, timeouts and broken streams
+/// (a request's error or its body's) can. A name that does not resolve
+/// and a connection refused or reset are named as such (`url`'s host and
+/// port), in the egress proxy's words (docs/captures.md).
+fn classify(e: &(dyn std::error::Error + 'static), url: &Url) -> Failure {
     if let Some(refused) = guard::refused_in(e) {
         return Failure::Terminal(refused.to_string());
+    }
+    if let Some(why) = named_failure(e, url) {
+        return Failure::Transient(why);
     }
     // An upstream proxy that refuses the credentials, or that the guard
     // refuses, refuses the next attempt too.
@@ -281,6 +300,28 @@ fn classify(e: &(dyn std::error::Error + 'static)) -> Failure {
         cur = err.source();
     }
     Failure::Transient(format!("request failed: {}", source_chain(e)))
+}
+
+/// A name that does not resolve, or a connection refused or reset, found
+/// among `e`'s sources.
+fn named_failure(e: &(dyn std::error::Error + 'static), url: &Url) -> Option<String> {
+    let target = format!("{}:{}", url.host_str().unwrap_or(""), url.port_or_known_default().unwrap_or(0));
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(dns) = err.downcast_ref::<guard::DoesNotResolve>() {
+            return Some(dns.to_string());
+        }
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::*;
+            return match io.kind() {
+                ConnectionRefused => Some(format!("connection to {target} refused")),
+                ConnectionReset | ConnectionAborted => Some(format!("connection to {target} reset")),
+                _ => None,
+            };
+        }
+        cur = err.source();
+    }
+    None
 }
 
 fn source_chain(e: &(dyn std::error::Error + 'static)) -> String {

@@ -49,15 +49,36 @@ impl tower_service::Service<Name> for Resolver {
 }
 
 pub async fn resolve(host: &str, public_only: bool) -> Result<Vec<SocketAddr>, BoxError> {
-    let all: Vec<SocketAddr> = tokio::net::lookup_host((host, 0)).await?.collect();
+    resolve_for(host, public_only, false).await
+}
+
+/// [`resolve`], and with `every` refused unless every address `host`
+/// resolves to is public: for a request sent on by name to an upstream
+/// proxy, which resolves it again and may pick any of them.
+pub async fn resolve_for(host: &str, public_only: bool, every: bool) -> Result<Vec<SocketAddr>, BoxError> {
+    let unresolved = |why: String| Box::new(DoesNotResolve { host: host.to_string(), why });
+    let all: Vec<SocketAddr> =
+        tokio::net::lookup_host((host, 0)).await.map_err(|e| unresolved(e.to_string()))?.collect();
+    if all.is_empty() {
+        return Err(unresolved("no address".into()));
+    }
     if !public_only {
         return Ok(all);
     }
     let (public, refused) = netaddr::sort_out(&all, |a| a.ip(), netaddr::special_purpose);
-    if public.is_empty() && !refused.is_empty() {
+    if (public.is_empty() || every) && !refused.is_empty() {
         return Err(Box::new(DestinationRefused(netaddr::not_public(host, &refused))));
     }
     Ok(public)
+}
+
+/// A name the system's resolver gave no address for; the same words as
+/// the egress proxy's (`egress::Failed::Dns`).
+#[derive(Debug, thiserror::Error)]
+#[error("{host} does not resolve (DNS: {why})")]
+pub struct DoesNotResolve {
+    pub host: String,
+    pub why: String,
 }
 
 /// Refuses a URL whose host is a literal non-public IP (such hosts never

@@ -90,10 +90,24 @@ pub async fn run(
         }
     };
     drop(lease);
+    if let Some(why) = egress_failure(&out.main.headers) {
+        return Err(Failure::Transient(why));
+    }
     if out.main.status >= 500 || out.main.status == 429 {
         return Err(Failure::Transient(format!("target answered HTTP {}", out.main.status)));
     }
     Ok(files(row, &spec, out, Meta { started, fetched_at, browser_id, product }))
+}
+
+/// The egress proxy's own failure, when the main document is its answer
+/// (marked `x-grid-egress: failed`, a mark it strips from every other
+/// answer): the reason it gives, not the status it answered with.
+fn egress_failure(headers: &serde_json::Map<String, Value>) -> Option<String> {
+    let mark = headers.get(crate::egress::REFUSED_HEADER)?.as_str()?;
+    (mark == "failed").then(|| {
+        let why = headers.get(crate::egress::REASON_HEADER).and_then(Value::as_str);
+        why.unwrap_or("the grid's egress proxy could not reach the target").to_string()
+    })
 }
 
 /// What the page is read for: the files the script's row (`Script::row`)
