@@ -205,6 +205,16 @@ pub fn ports_of_tree(root: i32) -> Vec<u16> {
     ports.into_iter().collect()
 }
 
+/// The real uid of a process (None when it is gone).
+pub fn uid_of(pid: i32) -> Option<u32> {
+    status(pid).and_then(|s| status_fields(&s, "Uid").first().and_then(|u| u.parse().ok()))
+}
+
+/// Every process whose real uid is `uid`, with its command name.
+pub fn processes_of_uid(uid: u32) -> Vec<(i32, String)> {
+    pids().into_iter().filter(|p| uid_of(*p) == Some(uid)).map(|p| (p, comm(p))).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -236,14 +246,4 @@ mod tests {
         assert!(ports_of_tree(me).contains(&port));
         assert!(!ports_of_tree(i32::MAX).contains(&port));
     }
-}
-
-/// The real uid of a process (None when it is gone).
-pub fn uid_of(pid: i32) -> Option<u32> {
-    status(pid).and_then(|s| status_fields(&s, "Uid").first().and_then(|u| u.parse().ok()))
-}
-
-/// Every process whose real uid is `uid`, with its command name.
-pub fn processes_of_uid(uid: u32) -> Vec<(i32, String)> {
-    pids().into_iter().filter(|p| uid_of(*p) == Some(uid)).map(|p| (p, comm(p))).collect()
 }
