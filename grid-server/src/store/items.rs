@@ -240,24 +240,34 @@ pub fn insert_batch(
 /// long the first one's queue is. `?1` the account, `?2` the priority (none:
 /// the band without). Over the account's items of either band: an account
 /// queueing in both bands waits its turn in each behind its longer queue.
-fn fair_base_sql(priority: Option<u32>) -> &'static str {
-    match priority {
+fn fair_base_sql(priority: Option<u32>) -> String {
+    let sql = match priority {
         None => {
             "SELECT COALESCE(MAX(t), 0) FROM (
-               SELECT MIN(fair_tag) AS t FROM items WHERE state = 'waiting'
+               SELECT COALESCE((SELECT MIN(fair_tag) FROM items WHERE state = 'waiting'), IN_FLIGHT) AS t
                UNION ALL
                SELECT MAX(fair_tag) FROM items WHERE account_id = ?1 AND state IN ('waiting', 'prioritized')
              ) AS bases"
         }
         Some(_) => {
             "SELECT COALESCE(MAX(t), 0) FROM (
-               SELECT MIN(fair_tag) AS t FROM items WHERE state = 'prioritized' AND priority = ?2
+               SELECT COALESCE((SELECT MIN(fair_tag) FROM items WHERE state = 'prioritized' AND priority = ?2),
+                               IN_FLIGHT) AS t
                UNION ALL
                SELECT MAX(fair_tag) FROM items WHERE account_id = ?1 AND state IN ('waiting', 'prioritized')
              ) AS bases"
         }
-    }
+    };
+    sql.replace("IN_FLIGHT", IN_FLIGHT)
 }
+
+/// An empty band's head: the last tag in flight (claimed, or waiting out a
+/// retry's backoff), so a batch joining an empty queue comes after the
+/// retries that keep their places, never before them. Each state read
+/// through its own partial index.
+const IN_FLIGHT: &str = "(SELECT MAX(m) FROM (SELECT MAX(fair_tag) AS m FROM items WHERE state = 'active'
+                                              UNION ALL
+                                              SELECT MAX(fair_tag) FROM items WHERE state = 'delayed') AS f)";
 
 /// How far apart PostgreSQL numbers the `seq` of consecutive batches
 /// (`insert_batch`): more than a batch's items (at most 1,000,
@@ -1105,7 +1115,10 @@ pub(crate) mod tests {
                 .unwrap();
             assert!(plan.iter().any(|l| l.contains(band)), "{plan:?}");
             assert!(plan.iter().any(|l| l.contains("items_account_queued")), "{plan:?}");
-            assert!(plan.iter().all(|l| !l.starts_with("SCAN items")), "{plan:?}");
+            assert!(plan.iter().all(|l| !l.starts_with("SCAN items") || l.contains("USING INDEX")), "{plan:?}");
+            for in_flight in ["items_active", "items_delayed"] {
+                assert!(plan.iter().any(|l| l.contains(in_flight)), "{plan:?}");
+            }
         }
     }
 
