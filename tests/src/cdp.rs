@@ -106,13 +106,7 @@ impl Cdp {
     /// Ok(Err(error object)); the outer Err is a connection problem or no
     /// answer within the call timeout.
     pub async fn send(&mut self, method: &str, params: Value, session: Option<&str>) -> Result<Answer, String> {
-        let id = self.next_id;
-        self.next_id += 1;
-        let mut msg = json!({"id": id, "method": method, "params": params});
-        if let Some(s) = session {
-            msg["sessionId"] = json!(s);
-        }
-        self.socket.send(Message::Text(msg.to_string().into())).await.map_err(|e| format!("{method}: send: {e}"))?;
+        let id = self.post(method, params, session).await?;
         let (socket, events) = (&mut self.socket, &mut self.events);
         let answer = tokio::time::timeout(CALL_TIMEOUT, async {
             while let Some(frame) = socket.next().await {
