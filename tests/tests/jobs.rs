@@ -1087,7 +1087,7 @@ async fn a_job_writing_past_its_ephemeral_storage_as_fast_as_it_can_gets_no_more
     // New 64 MiB files until 20 writes were refused; then what dd said and what /tmp holds.
     let script = "i=0; n=0; while [ $n -lt 20 ]; do \
                   out=$(dd if=/dev/zero of=/tmp/f$i bs=1M count=64 2>&1) || n=$((n+1)); i=$((i+1)); done; \
-                  echo \"$out\" | tail -1; echo \"refused $n of $i\"; du -sk /tmp; exit 1";
+                  echo \"$out\"; echo \"refused $n of $i\"; du -sk /tmp; exit 1";
     let id = job_id(&submit_job(&server, &sh_job(script)).await);
     let root = server.data_dir().join("job-scratch");
     let (stop, peak) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
