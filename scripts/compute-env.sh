@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # What the analytical-jobs tests and bench/job_latency.sh need, made ready:
 #
-#   1. Debian packages docker.io, docker-registry and busybox-static (installed
-#      when missing);
+#   1. Debian packages docker.io, docker-registry, busybox-static, e2fsprogs and
+#      mount (installed when missing);
 #   2. a Docker Engine answering on its socket (dockerd started in the
 #      background when none runs);
 #   3. a registry on 127.0.0.1:5000 (docker-registry started in the background
@@ -116,6 +116,9 @@ pid_file_alive() {
 need_pkg docker.io
 need_pkg docker-registry
 need_pkg busybox-static
+# A job's /tmp is an ext4 filesystem of its ephemeral storage, loop-mounted (docs/jobs.md).
+need_pkg e2fsprogs
+need_pkg mount
 command -v dockerd >/dev/null 2>&1 || die "dockerd not on PATH after installing docker.io"
 command -v docker-registry >/dev/null 2>&1 || die "docker-registry not on PATH after installing docker-registry"
 BUSYBOX=""

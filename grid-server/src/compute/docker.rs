@@ -231,8 +231,10 @@ pub const JOB_USER: &str = "65534:65534";
 /// Where a job may write: the attempt's scratch directory on the host's disk
 /// (`scratch.rs`: the job user's, 0700), bound read-write at `/tmp`. Disk,
 /// not memory: what it holds does not count against the container's memory
-/// limit. Its bound is not the kernel's: the driver measures it every 2 s
-/// and evicts the attempt over `scratch_limit`. A bind mount and not
+/// limit. Its bound is the kernel's: the directory is a filesystem of
+/// `scratch_limit` bytes (and the driver's 2 s watch a second line). A
+/// bind mount of the mounted directory rather than a tmpfs (`HostConfig.tmpfs`),
+/// which would charge it to the job's memory. A bind mount and not
 /// `Binds`: the engine refuses to make a missing source (`Binds` would make
 /// it, root's), and takes no `nosuid`/`nodev` for either ("invalid mode");
 /// setuid files give nothing under `no-new-privileges` and no device node

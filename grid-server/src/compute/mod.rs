@@ -71,7 +71,7 @@ impl Compute {
             engine: docker.clone(),
             clock,
             logs_dir: logs_dir.clone(),
-            scratch: Scratch::new(data_dir.join(scratch::DIR)),
+            scratch: Scratch::bounded(data_dir.join(scratch::DIR)),
             capacity: Capacity { cpu_millis: config.cpu_millis, memory_bytes: config.memory_bytes },
             due_wake,
             node: node.into(),

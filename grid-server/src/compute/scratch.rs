@@ -2,14 +2,19 @@
 //!
 //! ```text
 //! job-scratch/                  root 0700, in the data dir beside logs/
-//!   cj_…-1/                     65534:65534 0700: bound at the container's /tmp
+//!   cj_…-1.img                  root 0600: a sparse ext4 image of the bound
+//!   cj_…-1/                     the image mounted; its root 65534:65534 0700,
+//!                               bound at the container's /tmp
 //! ```
 //!
 //! The container's root filesystem is read-only; this directory is the one
 //! place a job writes (`docker.rs`). It is disk, not memory: nothing in it
-//! counts against the job's memory limit. Its bound is the grid's, not the
-//! kernel's: the attempt's supervision (`JobDriver::supervise`) measures it
-//! every 2 s (`usage`) and evicts the attempt over `docker::scratch_limit`.
+//! counts against the job's memory limit. Its bound is the kernel's: a
+//! filesystem of `docker::scratch_limit` bytes (`filesystem`), so a write
+//! past it fails with ENOSPC. The attempt's supervision
+//! (`JobDriver::supervise`) also measures it every 2 s (`usage`) and evicts
+//! the attempt over the bound: the only bound where no filesystem can be
+//! made (no loop device), and for plain `Scratch::new` folders.
 //! It is made empty when the attempt's container is made and removed when
 //! the attempt ends (and, for attempts no longer running, on start-up
 //! reconciliation). Only the driver uses it.
@@ -78,14 +83,25 @@ fn open_dir_at(dir: impl rustix::fd::AsFd, name: impl rustix::path::Arg) -> rust
 #[derive(Debug, Clone)]
 pub struct Scratch {
     root: PathBuf,
+    /// Each attempt's scratch a filesystem of its own, of its bound
+    /// ([`Scratch::bounded`]); else a plain folder, bounded by the watch alone.
+    filesystems: bool,
 }
 
 impl Scratch {
     /// Scratch folders under `root` (made when first needed), which is made
-    /// absolute: the engine binds it by its path.
+    /// absolute: the engine binds it by its path. Plain folders, bounded by
+    /// the driver's watch alone (the simulated grid's).
     pub fn new(root: PathBuf) -> Scratch {
         let root = std::path::absolute(&root).unwrap_or(root);
-        Scratch { root }
+        Scratch { root, filesystems: false }
+    }
+
+    /// [`Scratch::new`] whose every attempt's scratch is a filesystem of
+    /// its bound's size (`filesystem`), so the kernel refuses what a job
+    /// writes past it: the server's.
+    pub fn bounded(root: PathBuf) -> Scratch {
+        Scratch { filesystems: true, ..Scratch::new(root) }
     }
 
     /// The attempt's scratch, whether or not it exists.
@@ -103,17 +119,24 @@ impl Scratch {
 
     /// The attempt's scratch, made empty (whatever an earlier run of the
     /// attempt left there is removed first): mode 0700, owned by the job's
-    /// uid and gid. Answers its path, to bind at the container's `/tmp`.
-    pub fn create(&self, job_id: &str, attempt: u32) -> std::io::Result<PathBuf> {
+    /// uid and gid; for a bounded `Scratch` a filesystem of `bound` bytes.
+    /// Answers its path, to bind at the container's `/tmp`.
+    pub fn create(&self, job_id: &str, attempt: u32, bound: u64) -> std::io::Result<PathBuf> {
         let name = folder_name(job_id, attempt)
             .ok_or_else(|| std::io::Error::other(format!("not a job id for a folder name: {job_id:?}")))?;
         let root = self.open_root()?;
         let path = self.root.join(&name);
-        match std::fs::remove_dir_all(&path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-            _ => {}
-        }
+        self.remove_folder(&name);
         rfs::mkdirat(&root, name.as_str(), Mode::from_raw_mode(0o700))?;
+        if self.filesystems {
+            if let Err(e) = filesystem::mount(&self.root, &name, bound) {
+                // The watch still bounds it, as on a host without loop devices.
+                tracing::warn!(folder = %name, error = %e, "job scratch is a plain folder: its bound is the 2 s watch, not the kernel's");
+                self.remove_folder(&name);
+                rfs::mkdirat(&root, name.as_str(), Mode::from_raw_mode(0o700))?;
+            }
+        }
+        // The mounted filesystem's root when there is one.
         let dir = open_dir_at(&root, name.as_str())?;
         rfs::fchown(&dir, Some(Uid::from_raw(JOB_UID)), Some(Gid::from_raw(JOB_GID)))?;
         // Whatever the umask took off.
@@ -129,13 +152,24 @@ impl Scratch {
         }
     }
 
+    /// Removes a scratch folder: its filesystem unmounted first (lazily:
+    /// a container not yet gone keeps it until it goes), then the folder
+    /// and the filesystem's image.
     fn remove_folder(&self, name: &str) {
-        match std::fs::remove_dir_all(self.root.join(name)) {
+        let path = self.root.join(name);
+        filesystem::unmount(&path);
+        match std::fs::remove_dir_all(&path) {
             Ok(()) => tracing::debug!(folder = name, "job scratch removed"),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => {
                 tracing::warn!(folder = name, error = %e, "job scratch not removed; the next start removes it")
             }
+        }
+        match std::fs::remove_file(filesystem::image(&self.root, name)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                tracing::warn!(folder = name, error = %e, "job scratch image not removed; the next start removes it")
+            }
+            _ => {}
         }
     }
 
@@ -153,8 +187,10 @@ impl Scratch {
         for entry in entries.flatten() {
             let name = entry.file_name();
             let name = name.to_string_lossy();
-            if !parse_folder_name(&name).is_some_and(|(job, attempt)| keep(job, attempt)) {
-                self.remove_folder(&name);
+            // An image goes with its folder (`remove_folder`).
+            let folder = name.strip_suffix(filesystem::IMAGE_SUFFIX).unwrap_or(&name);
+            if !parse_folder_name(folder).is_some_and(|(job, attempt)| keep(job, attempt)) {
+                self.remove_folder(folder);
             }
         }
     }
@@ -163,6 +199,79 @@ impl Scratch {
     pub fn usage(&self, job_id: &str, attempt: u32, bound: u64) -> std::io::Result<Usage> {
         let path = self.path(job_id, attempt).ok_or_else(|| std::io::Error::other("not a job id"))?;
         usage(&path, bound)
+    }
+}
+
+/// An attempt's scratch as a filesystem of its own: ext4 in a sparse image
+/// file of the scratch's bound beside its folder (`{folder}.img`, root's,
+/// 0600), loop-mounted on the folder (`nosuid`, `nodev`). The kernel
+/// refuses a write past the bound (`ENOSPC`) and the image never takes
+/// more of the host's disk than its size; on disk, not in memory, so
+/// nothing of it counts against the job's memory limit (a tmpfs would).
+/// No journal (nothing of a scratch outlives its attempt), no blocks
+/// reserved for root (the job is not root). A few percent of the bound go
+/// to the filesystem's own metadata.
+mod filesystem {
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+
+    pub const IMAGE_SUFFIX: &str = ".img";
+
+    pub fn image(root: &Path, folder: &str) -> PathBuf {
+        root.join(format!("{folder}{IMAGE_SUFFIX}"))
+    }
+
+    /// The first of `candidates` that exists: the server's `PATH` may lack
+    /// the `sbin` folders.
+    fn program(candidates: &[&str]) -> std::io::Result<PathBuf> {
+        candidates.iter().map(PathBuf::from).find(|p| p.is_file()).ok_or_else(|| {
+            std::io::Error::other(format!("{} not found (Debian packages e2fsprogs and mount)", candidates[0]))
+        })
+    }
+
+    fn run(program: &Path, args: &[&std::ffi::OsStr]) -> std::io::Result<()> {
+        let out = Command::new(program).args(args).env_clear().output()?;
+        if out.status.success() {
+            return Ok(());
+        }
+        Err(std::io::Error::other(format!(
+            "{} failed ({}): {}",
+            program.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+
+    /// Makes `root/folder` (an empty folder) a filesystem of `bound` bytes.
+    pub fn mount(root: &Path, folder: &str, bound: u64) -> std::io::Result<()> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let (image, dir) = (image(root, folder), root.join(folder));
+        let file = std::fs::OpenOptions::new().create_new(true).write(true).mode(0o600).open(&image)?;
+        // Sparse: blocks are taken only as the job writes.
+        file.set_len(bound)?;
+        drop(file);
+        let mkfs = program(&["/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4"])?;
+        let options = "root_owner=65534:65534,lazy_itable_init=1,nodiscard";
+        let args = ["-q", "-F", "-m", "0", "-O", "^has_journal", "-E", options];
+        let mut argv: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
+        argv.push(image.as_os_str());
+        run(&mkfs, &argv)?;
+        let mount = program(&["/usr/bin/mount", "/bin/mount"])?;
+        let opts = std::ffi::OsStr::new("loop,nosuid,nodev,noatime");
+        run(&mount, &["-o".as_ref(), opts, image.as_os_str(), dir.as_os_str()])?;
+        // mkfs's lost+found (root's) would be the job's to see; it is not needed.
+        let _ = std::fs::remove_dir(dir.join("lost+found"));
+        Ok(())
+    }
+
+    /// Lazily unmounts what is mounted on `dir`, if anything; the loop
+    /// device goes once the last user of the filesystem has (autoclear).
+    pub fn unmount(dir: &Path) {
+        match rustix::mount::unmount(dir, rustix::mount::UnmountFlags::DETACH | rustix::mount::UnmountFlags::NOFOLLOW) {
+            // EINVAL: not a mount point (a plain folder, or none); ENOENT: no folder.
+            Ok(()) | Err(rustix::io::Errno::INVAL) | Err(rustix::io::Errno::NOENT) => {}
+            Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "job scratch not unmounted"),
+        }
     }
 }
 
@@ -313,7 +422,7 @@ mod tests {
     fn a_scratch_is_made_empty_for_the_job_user_and_removed() {
         let tmp = tempfile::tempdir().unwrap();
         let s = Scratch::new(tmp.path().join(DIR));
-        let p = s.create("cj_abc", 1).unwrap();
+        let p = s.create("cj_abc", 1, MI).unwrap();
         assert_eq!(p, tmp.path().join(DIR).join("cj_abc-1"));
         let m = std::fs::symlink_metadata(&p).unwrap();
         assert!(m.is_dir());
@@ -325,11 +434,11 @@ mod tests {
         write(&outside.join("keep"), 10);
         write(&p.join("old"), 10);
         symlink(&outside, p.join("to-outside")).unwrap();
-        let again = s.create("cj_abc", 1).unwrap();
+        let again = s.create("cj_abc", 1, MI).unwrap();
         assert_eq!(std::fs::read_dir(&again).unwrap().count(), 0);
         symlink(&outside, again.join("to-outside")).unwrap();
-        s.create("cj_abc", 2).unwrap();
-        s.create("cj_def", 1).unwrap();
+        s.create("cj_abc", 2, MI).unwrap();
+        s.create("cj_def", 1, MI).unwrap();
         std::fs::create_dir(tmp.path().join(DIR).join("stray")).unwrap();
         s.remove("cj_abc", 1);
         assert!(!again.exists());
@@ -337,8 +446,36 @@ mod tests {
         s.remove_all_but(|job, attempt| (job, attempt) == ("cj_def", 1));
         let left: Vec<_> = std::fs::read_dir(tmp.path().join(DIR)).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(left, ["cj_def-1"]);
-        assert!(s.create("../x", 1).is_err());
+        assert!(s.create("../x", 1, MI).is_err());
         assert_eq!(parse_folder_name("cj_def-12"), Some(("cj_def", 12)));
         assert_eq!(parse_folder_name("cj_def"), None);
+    }
+
+    /// A bounded scratch is a filesystem of its bound: a write past it
+    /// fails with ENOSPC, the image takes no more than the bound, and
+    /// removal unmounts it and takes the image too. Needs root (mount).
+    #[test]
+    fn a_bounded_scratch_refuses_writes_past_its_bound() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: mounting a scratch needs root");
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let s = Scratch::bounded(tmp.path().join(DIR));
+        let p = s.create("cj_fs", 1, 16 * MI).unwrap();
+        let m = std::fs::symlink_metadata(&p).unwrap();
+        assert_eq!((m.uid(), m.gid(), m.mode() & 0o7777), (JOB_UID, JOB_GID, 0o700));
+        assert_eq!(std::fs::read_dir(&p).unwrap().count(), 0, "an empty /tmp, no lost+found");
+        let mut f = std::fs::File::create(p.join("big")).unwrap();
+        let chunk = vec![1u8; 1024 * 1024];
+        let refused = (0..64).find_map(|_| std::io::Write::write_all(&mut f, &chunk).err());
+        let refused = refused.or_else(|| f.sync_all().err());
+        assert_eq!(refused.map(|e| e.raw_os_error()), Some(Some(libc::ENOSPC)));
+        drop(f);
+        let image = tmp.path().join(DIR).join("cj_fs-1.img");
+        assert!(blocks(&image) <= 16 * MI, "the image took {} bytes", blocks(&image));
+        s.remove_all_but(|_, _| false);
+        assert_eq!(std::fs::read_dir(tmp.path().join(DIR)).unwrap().count(), 0, "folder and image removed");
     }
 }

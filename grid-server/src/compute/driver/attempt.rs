@@ -135,7 +135,9 @@ impl JobDriver {
         self.engine.pull(&row.image_digest).await?;
         let name = container_name(id, attempt);
         let (scratch, jid) = (self.scratch.clone(), id.to_string());
-        let scratch = tokio::task::spawn_blocking(move || scratch.create(&jid, attempt))
+        // The engine's log of the container takes the rest of ephemeral storage.
+        let bound = docker::scratch_limit(request.resources.ephemeral_storage_bytes.limit);
+        let scratch = tokio::task::spawn_blocking(move || scratch.create(&jid, attempt, bound))
             .await
             .map_err(std::io::Error::other)??;
         let spec = ContainerSpec {

@@ -909,9 +909,9 @@ pub(crate) mod tests {
         let g = Grid::new();
         let id = g.running_unsupervised().await;
         let scratch = Scratch::new(g._dir.path().join("job-scratch"));
-        let running = scratch.create(&id, 1).unwrap();
-        let older = scratch.create(&id, 0).unwrap();
-        let gone = scratch.create("cj_gone", 1).unwrap();
+        let running = scratch.create(&id, 1, 1 << 20).unwrap();
+        let older = scratch.create(&id, 0, 1 << 20).unwrap();
+        let gone = scratch.create("cj_gone", 1, 1 << 20).unwrap();
         let stray = g._dir.path().join("job-scratch/stray");
         std::fs::create_dir(&stray).unwrap();
         g.restarted().reconcile().await.unwrap();
