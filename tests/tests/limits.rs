@@ -62,16 +62,7 @@ async fn one_key_over_its_rate_gets_429_with_retry_after_and_another_key_is_unaf
 
     // An MCP message counts against the same key.
     let rpc = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
-    let mcp = Resp::read(
-        client
-            .post(format!("{}/mcp", server.base_url()))
-            .header("x-api-key", server.api_key())
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .body(rpc.to_string()),
-    )
-    .await
-    .expect("mcp");
+    let mcp = post_raw(&server, "/mcp", &rpc.to_string()).await;
     assert_eq!(mcp.status, 429, "{mcp}");
 
     // After retry-after, the key is served again.
@@ -542,7 +533,9 @@ async fn one_address_holds_at_most_its_connections_while_others_are_served() {
     );
 }
 
-/// POST `raw` (sent as is: a JSON builder would drop the repeat) to `path`.
+/// POST `raw` to `path` with the first-start key, as an MCP client sends
+/// it (both `accept` types): the body exactly as given (a JSON builder would
+/// drop a repeated member).
 async fn post_raw(server: &GridServer, path: &str, raw: &str) -> Resp {
     Resp::read(
         http_client()
