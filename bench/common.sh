@@ -5,7 +5,7 @@ build_release() {
     # set unifies dependency features differently, so every bench run
     # rebuilt the server from scratch after a workspace build.
     echo "==> building release: every binary of the workspace (grid-server, the bench binaries)"
-    cargo build --release --workspace --bins
+    cargo build --release --workspace --bins --features grid-tests/bench
     target_dir="${CARGO_TARGET_DIR:-target}"
     case "$target_dir" in
         /*) ;;

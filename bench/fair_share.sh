@@ -6,7 +6,8 @@
 #   bench/fair_share.sh [CALLS]        # B's calls per phase, default 10
 #
 # Env: BURST (A's calls in flight, default 48), BATCH (A's batch, default 150),
-# PAGE_MS (each page's time, default 1500), BENCH_TIMEOUT_SECS (default 1200).
+# PAGE_MS (each page's time, default 1500), SPARES (the server's
+# --spare-browsers, default 1), BENCH_TIMEOUT_SECS (default 1200).
 # Only 127.0.0.1 is contacted.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -18,4 +19,4 @@ timeout="${BENCH_TIMEOUT_SECS:-1200}"
 build_release
 
 exec timeout --signal=TERM "$timeout" \
-    "$target_dir/release/bench_fair_share" --calls "$calls" --burst "${BURST:-48}" --batch "${BATCH:-150}" --page-ms "${PAGE_MS:-1500}"
+    "$target_dir/release/bench_fair_share" --calls "$calls" --burst "${BURST:-48}" --batch "${BATCH:-150}" --page-ms "${PAGE_MS:-1500}" --spare-browsers "${SPARES:-1}"

@@ -2,8 +2,10 @@
 # The test command: installs what the suite needs, builds every binary once,
 # then runs every test of the workspace (unit tests and the black-box suite
 # in tests/, which starts the real grid-server and grid binaries). A full run
-# also checks formatting (cargo fmt --check) and lints (cargo clippy, warnings
-# are errors); the run fails if either does, after the tests have run.
+# also checks formatting (cargo fmt --check) and lints (clippy, in the same
+# build; warnings are errors); the run fails if either does, after the tests
+# have run. The bench binaries are not built here (bench/common.sh builds
+# them, with the feature grid-tests/bench).
 #
 #   scripts/test.sh                 # everything
 #   scripts/test.sh -p grid-tests   # extra arguments go to the test runner (no lint)
@@ -127,13 +129,27 @@ if [ "$#" -eq 0 ]; then
     cargo fmt --all --check || failed_checks+=("cargo fmt --all --check")
 fi
 
-say "building the workspace: cargo build --workspace --bins --tests"
-cargo build --workspace --bins --tests
-
 if [ "$#" -eq 0 ]; then
-    say "linting: cargo clippy --workspace --all-targets -- -D warnings"
-    cargo clippy --workspace --all-targets -- -D warnings || failed_checks+=("cargo clippy --workspace --all-targets -- -D warnings")
+    # The lints ride on the build: clippy-driver compiles the workspace's own
+    # crates, linting them in the same pass, so the dependencies are compiled
+    # once (a separate `cargo clippy` compiled every one of them again, in
+    # check mode). Every cargo command below sees the same wrapper, so none
+    # rebuilds. Any warning (rustc's or clippy's) fails the run, as
+    # `cargo clippy -- -D warnings` did, once the tests have run.
+    clippy_driver="$(command -v clippy-driver || true)"
+    if [ -z "$clippy_driver" ]; then
+        say "clippy-driver is missing: rustup component add clippy"
+        exit 1
+    fi
+    export RUSTC_WORKSPACE_WRAPPER="$clippy_driver"
 fi
+build_log="$(mktemp)"
+say "building the workspace (linted): cargo build --workspace --bins --tests"
+cargo build --workspace --bins --tests 2>&1 | tee "$build_log"
+if [ "$#" -eq 0 ] && grep -Eq '^warning: .* generated [0-9]+ warnings?' "$build_log"; then
+    failed_checks+=("warnings in the build (clippy lints included): $(grep -E '^warning: .* generated [0-9]+ warnings?' "$build_log" | tr '\n' ' ')")
+fi
+rm -f "$build_log"
 
 # The black-box tests run these binaries; point at exactly what was just built.
 target_dir="${CARGO_TARGET_DIR:-target}"

@@ -36,6 +36,8 @@ pub struct ServeConfig {
     /// Pool pages one account may hold at once on this node (0: no cap
     /// beyond its turn).
     pub max_pages_per_account: usize,
+    /// Pool browsers kept started for accounts holding none.
+    pub spare_browsers: usize,
     /// The Chromium executable.
     pub chromium: std::path::PathBuf,
     pub headless_shell: std::path::PathBuf,

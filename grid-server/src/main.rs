@@ -275,6 +275,11 @@ struct ServeArgs {
     /// Chromium processes of the browser pool (capture, render-fetch, browser-fetch); 0 runs none.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(0..=64))]
     browsers: u64,
+    /// Chromium processes kept started and unassigned beyond --browsers, so an account holding no
+    /// browser starts its first item at once instead of after another account's browser empties and
+    /// a new one starts (docs/limits.md, "Fair share"); 0 keeps none.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(0..=16))]
+    spare_browsers: u64,
     /// Items one Chromium runs at once, each in its own browser context.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=64))]
     pages_per_browser: u64,
@@ -692,6 +697,7 @@ fn configs(
         browsers: args.browsers as usize,
         pages_per_browser: args.pages_per_browser as usize,
         max_pages_per_account: args.max_pages_per_account as usize,
+        spare_browsers: args.spare_browsers as usize,
         chromium: args.chromium.clone(),
         headless_shell: args.headless_shell.clone(),
         sandbox: browser::sandbox::SandboxConfig {
@@ -1062,6 +1068,7 @@ fn browser_pool(config: &ServeConfig) -> Option<Arc<browser::pool::BrowserPool>>
         browsers: config.browsers,
         pages_per_browser: config.pages_per_browser,
         max_pages_per_account: config.max_pages_per_account,
+        spare_browsers: config.spare_browsers,
         sandbox: config.sandbox.clone(),
         allow_private_networks: config.allow_private_networks,
     };

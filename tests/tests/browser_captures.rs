@@ -28,6 +28,14 @@ fn opts() -> ServerOptions {
     }
 }
 
+/// [`opts`] without the pool's spare browser, so the item's browser is the
+/// server's one Chromium.
+fn no_spare() -> ServerOptions {
+    let mut o = opts();
+    o.extra_args.extend(["--spare-browsers".into(), "0".into()]);
+    o
+}
+
 /// Runs one item to its end and asserts it completed.
 async fn completed(server: &GridServer, body: Value) -> (String, Value) {
     let id = server.submit_one(&body).await;
@@ -511,7 +519,7 @@ fn chromium_children(server_pid: u32) -> Vec<i32> {
 #[tokio::test]
 async fn crashed_browser_is_replaced_and_its_item_retried() {
     let target = Target::start();
-    let server = GridServer::start(opts());
+    let server = GridServer::start(no_spare());
     let id = server.submit_one(&json!({"urls": [target.url("/slow?ms=4000")], "script": "render-fetch"})).await;
     // Once the browser asked for the page, kill it.
     let deadline = Instant::now() + DONE;
@@ -557,7 +565,7 @@ async fn browser_items_are_charged_their_contract_price_once() {
 #[tokio::test]
 async fn hung_browser_is_killed_and_replaced() {
     let target = Target::start();
-    let server = GridServer::start(opts());
+    let server = GridServer::start(no_spare());
     completed(&server, json!({"urls": [target.url("/page/1")], "script": "render-fetch"})).await;
     let browsers = chromium_children(server.pid().expect("server pid"));
     assert_eq!(browsers.len(), 1, "{browsers:?}");

@@ -90,6 +90,60 @@ async fn another_accounts_call_is_served_in_turn_behind_a_burst() {
     }
 }
 
+/// Ids of the pool's browsers started as spares (`spare=true` in the
+/// server log's "browser started" lines), in order.
+fn spares_started(server: &GridServer) -> Vec<String> {
+    let log = std::fs::read_to_string(server.log_path()).unwrap_or_default();
+    let plain = regex::Regex::new("\x1b\\[[0-9;]*m").unwrap().replace_all(&log, "").to_string();
+    let line = regex::Regex::new(r"browser started browser=(b[0-9]+\.[0-9]+) .*spare=true").unwrap();
+    line.captures_iter(&plain).map(|c| c[1].to_string()).collect()
+}
+
+/// The pool keeps a spare browser (`--spare-browsers`, default 1) started
+/// and serving nobody once it is in use. Another account's first call runs
+/// on it at once, while the first account holds the pool's one browser with
+/// a page that takes 20 s: B's page is answered before A's, on the browser
+/// started as the spare before B called. Without the spare, B waits for A's
+/// page to end and a browser to start for it.
+#[tokio::test]
+async fn another_accounts_first_call_runs_on_the_spare_at_once() {
+    let target = Target::start();
+    let server = GridServer::start(ServerOptions {
+        extra_args: vec!["--browsers".into(), "1".into()],
+        ..ServerOptions::default()
+    });
+    let (_, b_key) = server.create_account("b", 10_000_000);
+    let a = tokio::spawn(content(server.base_url(), server.api_key().to_string(), target.url("/hold/a0?ms=20000")));
+    wait_until("A's page is held and a spare has started", Duration::from_secs(120), || {
+        match (place_of(&target, "a0"), spares_started(&server).len()) {
+            (Some(_), n) if n > 0 => Ok(()),
+            (held, n) => Err(format!("A's page held: {}, spares started: {n}", held.is_some())),
+        }
+    })
+    .await;
+    let spare = spares_started(&server)[0].clone();
+
+    let r = client()
+        .post(format!("{}/content", server.base_url()))
+        .header("x-api-key", &b_key)
+        .json(&json!({"url": target.url("/hold/b?ms=1")}))
+        .send()
+        .await
+        .expect("B's /content");
+    assert_eq!(r.status(), 200, "B's /content");
+    let item = r.headers()["x-grid-job-id"].to_str().unwrap().to_string();
+    let holds = target.holds();
+    let (a0, b) = (&holds[place_of(&target, "a0").unwrap() - 1], &holds[place_of(&target, "b").unwrap() - 1]);
+    assert!(a0.answered.is_none() && b.answered.is_some(), "B was served while A's page was still held");
+
+    let signed = server.get_as(Some(&b_key), &format!("/artifacts/{item}/meta")).await;
+    assert_eq!(signed.status, 200, "{signed}");
+    let meta = server.download(signed.json["url"].as_str().unwrap()).await;
+    let instance = meta.json["browser"]["instance"].as_str().unwrap_or_default().to_string();
+    assert_eq!(instance, spare, "B's page ran on the spare started before it called: {}", meta.json);
+    a.abort();
+}
+
 /// A batch of `n` capture items of A's held pages.
 fn batch(target: &Target, n: usize) -> Value {
     let urls: Vec<String> = (0..n).map(|i| target.url(&format!("/hold/a{i}?ms={PAGE_MS}"))).collect();

@@ -7,7 +7,11 @@
 //! one of A's items (the page's time plus a browser's start), where first in,
 //! first out made it wait for A's whole queue.
 //!
-//!     bench_fair_share [--calls N] [--burst N] [--batch N] [--page-ms MS]
+//!     bench_fair_share [--calls N] [--burst N] [--batch N] [--page-ms MS] [--spare-browsers N]
+//!
+//! `--spare-browsers` is the server's flag of that name (default 1; 0 shows
+//! the pool without a spare: B waits for one of A's browsers to empty and a
+//! new one to start).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -15,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use grid_tests::bench::{parse, positive};
+use grid_tests::bench::{count, parse, positive};
 use grid_tests::server::{GridServer, ServerOptions};
 use grid_tests::target::Target;
 
@@ -74,13 +78,23 @@ async fn b_calls(
 async fn main() {
     let f = parse(
         "bench_fair_share",
-        &[positive("--calls", 10), positive("--burst", 48), positive("--batch", 150), positive("--page-ms", 1500)],
+        &[
+            positive("--calls", 10),
+            positive("--burst", 48),
+            positive("--batch", 150),
+            positive("--page-ms", 1500),
+            count("--spare-browsers", 1),
+        ],
     );
+    let spares = f.get("--spare-browsers");
     let (calls, burst, batch, page_ms) =
         (f.get("--calls") as usize, f.get("--burst") as usize, f.get("--batch") as usize, f.get("--page-ms"));
     let target = Target::start();
-    let server =
-        GridServer::start(ServerOptions { initial_credit_micros: Some(1_000_000_000), ..ServerOptions::default() });
+    let server = GridServer::start(ServerOptions {
+        initial_credit_micros: Some(1_000_000_000),
+        extra_args: vec!["--spare-browsers".into(), spares.to_string()],
+        ..ServerOptions::default()
+    });
     let (_, b_key) = server.create_account("b", 1_000_000_000);
     // A warm pool for B alone: its first call starts a browser either way.
     b_calls(&server, &b_key, &target, 1, 1, "warm").await;
@@ -124,13 +138,13 @@ async fn main() {
     let (a50, a95) = (percentile(&alone, 0.5), percentile(&alone, 0.95));
     let (u50, u95) = (percentile(&behind_burst, 0.5), percentile(&behind_burst, 0.95));
     let (t50, t95) = (percentile(&behind_batch, 0.5), percentile(&behind_batch, 0.95));
-    println!("B alone:               p50 {a50:.0} ms, p95 {a95:.0} ms ({calls} calls of {page_ms} ms pages)");
+    println!("B alone:               p50 {a50:.0} ms, p95 {a95:.0} ms ({calls} calls of {page_ms} ms pages, {spares} spare browsers)");
     println!("B behind A's burst:    p50 {u50:.0} ms, p95 {u95:.0} ms (A keeps {burst} calls in flight)");
     println!("B behind A's batch:    p50 {t50:.0} ms, p95 {t95:.0} ms ({batch} capture items)");
     println!("ratio to alone (p95):  burst {:.2}x, batch {:.2}x", u95 / a95, t95 / a95);
     println!(
         "{}",
-        json!({"calls": calls, "pageMs": page_ms, "aloneP50Ms": a50, "aloneP95Ms": a95,
+        json!({"calls": calls, "pageMs": page_ms, "spareBrowsers": spares, "aloneP50Ms": a50, "aloneP95Ms": a95,
                "burstP50Ms": u50, "burstP95Ms": u95, "batchP50Ms": t50, "batchP95Ms": t95,
                "burstRatioP95": u95 / a95, "batchRatioP95": t95 / a95})
     );
