@@ -171,15 +171,16 @@ if cargo nextest --version >/dev/null 2>&1; then
     fi
     say "running tests on SQLite: cargo nextest run --workspace --no-fail-fast $*"
     cargo nextest run --workspace --no-fail-fast "$@" || tests_status=$?
-    # The black-box suite again, every server on a database of its own in
-    # the cluster. Left out: tidy (no server), the one test of SQLite's own
-    # file format (WAL mode of grid.db), scale_out, which is on
-    # PostgreSQL in either pass, containment and server_memory (what a
-    # browser or a client can consume: nothing of it touches the store),
-    # fair_share (the pool's turns; its two-node test is on PostgreSQL in
-    # either pass), and schema_parity, which
-    # compares both stores' schemas and needs the cluster in either pass.
-    pg_filter='package(grid-tests) and kind(test) and not binary(tidy) and not binary(scale_out) and not binary(scale_out_race) and not binary(containment) and not binary(server_memory) and not binary(fair_share) and not binary(schema_parity) and not test(store_is_grid_db_in_wal_mode)'
+    # The black-box tests whose subject is the store run again with every
+    # server on a database of its own in the cluster: the files whose
+    # header says "Runs on: both stores" (tidy checks that every file says
+    # which, and that each one reading, locking or sharing the store
+    # directly runs on both). The others' subject is the browser, the
+    # network, a protocol or a page; scale_out, scale_out_race and
+    # fair_share's node tests are on PostgreSQL in either pass. Left out
+    # too: the one test of SQLite's own file format.
+    pg_binaries="$(grep -l '^//! Runs on: both stores' tests/tests/*.rs | sed 's|.*/||; s|\.rs$||')"
+    pg_filter="package(grid-tests) and kind(test) and ($(printf 'binary(%s) | ' $pg_binaries | sed 's/ | $//')) and not test(store_is_grid_db_in_wal_mode)"
     say "running the black-box tests on PostgreSQL ($pg_url): cargo nextest run --workspace --no-fail-fast -E '$pg_filter' $*"
     GRID_TEST_STORE=postgres GRID_TEST_DATABASE_URL="$pg_url" \
         cargo nextest run --workspace --no-fail-fast -E "$pg_filter" "$@" || tests_status=$?

@@ -2,6 +2,8 @@
 //! account show` prints it, their key's daily-cap use, and their own ledger,
 //! newest first, paged with a cursor that works only for them; through HTTP,
 //! the SDK, the `grid` CLI and the MCP tool.
+//!
+//! Runs on: both stores, because the ledger and balances are store reads.
 
 use std::time::Duration;
 

@@ -1,4 +1,6 @@
 //! Credentials, the unauthenticated endpoints, grid status, routing errors.
+//!
+//! Runs on: both stores, because keys are looked up in the store, and it holds the store locked.
 
 use std::time::{Duration, Instant};
 

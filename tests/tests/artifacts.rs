@@ -1,4 +1,6 @@
 //! GET /artifacts/{itemId}/{kind} and the signed download URLs it hands out.
+//!
+//! Runs on: both stores, because where an artifact is kept depends on the store.
 
 use std::time::Duration;
 

@@ -7,6 +7,8 @@
 //! The fault is injected the way a real one arrives: the database refuses the
 //! last statement of the transaction (a trigger on the Idempotency-Key
 //! record, written after the session or batch and its reservation).
+//!
+//! Runs on: both stores, because a failed step must leave no row in either dialect.
 
 use serde_json::{json, Value};
 

@@ -1,5 +1,7 @@
 //! POST /batches, GET /batches/{id}, GET /jobs/{itemId}: validation, views,
 //! a full-size batch, outcomes of the fetch script, ownership.
+//!
+//! Runs on: both stores, because batches and items are store rows.
 
 use std::time::Duration;
 

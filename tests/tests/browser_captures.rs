@@ -2,6 +2,8 @@
 //! `chromium`): `capture`, `render-fetch`, `browser-fetch`, both profiles,
 //! allowedHosts, wait rules, failure classes, browser replacement and
 //! prices. Pages come from a local `Target` on 127.0.0.1.
+//!
+//! Runs on: one store, because its subject is Chromium: pages, profiles, browser replacement.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -6,6 +6,8 @@
 //! reads the console and the requests, opens and closes a tab, and is refused what a
 //! CDP client is refused; another account gets not-found on every tool; a
 //! CDP client and the tools drive one session at once.
+//!
+//! Runs on: one store, because its subject is the browser tools on a live page.
 
 use std::process::Command;
 

@@ -6,6 +6,8 @@
 //!
 //! Each test submits its items as separate batches at once (params belong to
 //! a batch) and then waits for them, so one browser runs them side by side.
+//!
+//! Runs on: one store, because its subject is the browser scripts' options on a live page.
 
 use std::time::Duration;
 

@@ -3,6 +3,8 @@
 //! `--max-workers`, and none runs on a quiet grid. Watched through the
 //! `grid_capture_workers` gauges, GET /grid's `workers` and what the target
 //! saw in flight at once; nothing about speed is asserted.
+//!
+//! Runs on: both stores, because workers claim from the store's queue.
 
 use std::time::{Duration, Instant};
 

@@ -2,6 +2,8 @@
 //! tests/clients, installed by scripts/test.sh) drive a leased session
 //! through its cdpUrl: the grid's relay onto the browser's DevTools pipe,
 //! its discovery answers and its CDP gate, as those clients see them.
+//!
+//! Runs on: one store, because its subject is the CDP relay and gate as real clients see them.
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -1,4 +1,6 @@
 //! The `grid` CLI end to end against a real server.
+//!
+//! Runs on: one store, because its subject is the CLI's arguments and output.
 
 use serde_json::{json, Value};
 

@@ -8,6 +8,8 @@
 //! watches the console show them; leases a session in the console and
 //! opens its live view; reads the charges chart; then gives a second
 //! account's key. This test judges what it saw against the API.
+//!
+//! Runs on: one store, because its subject is the web console's page.
 
 use std::collections::BTreeMap;
 use std::process::Command;

@@ -8,6 +8,8 @@
 //! `a_neighbour_spinning_many_threads_gets_one_browsers_share_of_the_cpu`
 //! measure the whole host (its shared memory, the CPU a page gets), so they
 //! run alone (`.config/nextest.toml`).
+//!
+//! Runs on: one store, because its subject is what a browser can consume on the host.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

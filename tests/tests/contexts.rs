@@ -8,6 +8,8 @@
 //! kept, and no byte of the state is in clear under the data dir (nor, on
 //! PostgreSQL, in the table). On PostgreSQL the context saved through one
 //! node is loaded by a session on another.
+//!
+//! Runs on: both stores, because a context's sealed state is a store row.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

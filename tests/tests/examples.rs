@@ -5,6 +5,8 @@
 //! Puppeteer, the MCP host configurations (each tried with the official
 //! Python MCP SDK) and curl on the one-call routes. A tool an example needs
 //! that is missing fails the test, naming it.
+//!
+//! Runs on: one store, because its subject is the examples as a user runs them.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

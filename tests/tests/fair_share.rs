@@ -9,6 +9,8 @@
 //! fast the machine is, never a time. First-in-first-out, B's page would be
 //! the 49th (or the 151st behind the batch); in turn, it comes once one of
 //! A's two browsers has emptied for B.
+//!
+//! Runs on: one store, because its subject is the pool's turns; its PostgreSQL tests start their own nodes in either pass.
 
 use std::time::Duration;
 

@@ -4,6 +4,8 @@
 //! keys are 400, refusals are not remembered, concurrent resends create one
 //! batch, a replayed lease gives the one session and its working cdpUrl, and
 //! the SDK and the `grid` CLI send keys.
+//!
+//! Runs on: both stores, because keys are store rows, read back through grid_tests::stored.
 
 use std::time::{Duration, Instant};
 

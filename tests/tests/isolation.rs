@@ -17,6 +17,8 @@
 //! - a pooled capture browser serves one account at a time.
 //!
 //! Every test starts its own grid-server (and so its own browsers).
+//!
+//! Runs on: one store, because its subject is the host and the network, as a hostile lessee tries them.
 
 use std::collections::HashMap;
 use std::path::Path;

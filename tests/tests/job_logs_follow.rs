@@ -3,6 +3,8 @@
 //! ends, and the stream ends once it has ended, with the whole published
 //! log (docs/jobs.md). Real grid-server, real Docker Engine and registry
 //! (scripts/compute-env.sh), the real `grid` binary.
+//!
+//! Runs on: both stores, because the attempt and its log are followed through store reads.
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};

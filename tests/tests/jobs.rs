@@ -3,6 +3,8 @@
 //! prepares both). Each test starts its own server; containers are named per
 //! job, so tests share the engine and run in parallel. Every test waits for
 //! its jobs to finish, so no container is left behind.
+//!
+//! Runs on: both stores, because jobs, attempts and their due times are store rows.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

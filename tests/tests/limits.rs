@@ -5,6 +5,8 @@
 //! a body trickled past its time), slow clients cut after the header-read
 //! time-out while others are served (also connections that send nothing, or
 //! trickle the HTTP/2 preface), and a bound on one address's connections.
+//!
+//! Runs on: both stores, because rates and daily caps are counted against store rows.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

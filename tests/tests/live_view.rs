@@ -3,6 +3,8 @@
 //! Here the person's browser is a second session's headless Chromium; its
 //! screenshots are decoded and their pixels checked against the colour the
 //! watched page shows, before and after it changes.
+//!
+//! Runs on: one store, because its subject is the live view's page.
 
 use std::time::{Duration, Instant};
 

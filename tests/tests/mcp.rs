@@ -3,6 +3,8 @@
 //! and v2 and the MCP Inspector CLI (tests/clients, installed by
 //! scripts/test.sh), in the handshake era and in 2026-07-28; and raw HTTP
 //! checks of the contract's exact transport answers.
+//!
+//! Runs on: one store, because its subject is the MCP protocol as real clients speak it.
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -1,4 +1,6 @@
 //! Reservations, settlement, insufficient credit and the per-key daily cap.
+//!
+//! Runs on: both stores, because reservations and the ledger are store writes.
 
 use std::time::Duration;
 

@@ -3,6 +3,8 @@
 //! move with real work (requests, capture attempts, an analytical job on the
 //! real Docker Engine, a session's lease and release) and the gauges read the
 //! database (queue, job phases, sessions, ledger).
+//!
+//! Runs on: one store, because its subject is the metrics endpoint.
 
 use std::time::Duration;
 

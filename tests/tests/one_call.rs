@@ -2,6 +2,8 @@
 //! answer the file itself, run on real Chromium, metered as one capture item
 //! (reserved, charged on success, released on failure), through raw HTTP,
 //! the SDK and the CLI; the `pdf` script in batches; every refusal as JSON.
+//!
+//! Runs on: both stores, because a one-call capture is an item claimed in the store.
 
 use std::time::Duration;
 

@@ -4,6 +4,8 @@
 //! and Schemathesis (PyPI package `schemathesis`, installed by
 //! scripts/test.sh), driven by the live document against the live server,
 //! finds no server error and no answer that contradicts the document.
+//!
+//! Runs on: one store, because its subject is the OpenAPI document and the answers' shapes.
 
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -6,6 +6,8 @@
 //! (npm, tests/clients) generates TypeScript types, and the TypeScript
 //! compiler (npm `typescript`, tests/clients) checks a file using them.
 //! A generator that is missing fails the test, naming it.
+//!
+//! Runs on: one store, because its subject is generated clients.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

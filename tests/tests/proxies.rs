@@ -9,6 +9,8 @@
 //! answer, not in clear under the data dir.
 //!
 //! Every test starts its own grid-server (and so its own browsers).
+//!
+//! Runs on: one store, because its subject is upstream proxies on the network path.
 
 use std::net::SocketAddr;
 use std::path::Path;

@@ -10,6 +10,8 @@
 //! `grid session recording ID -o FILE` writes the page.
 //!
 //! Every test starts its own grid-server (and so its own browsers).
+//!
+//! Runs on: both stores, because a recording is a store row that survives a restart.
 
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -1,5 +1,7 @@
 //! Crash and graceful restarts on the same data dir: nothing lost, nothing
 //! charged twice, credentials and published files survive.
+//!
+//! Runs on: both stores, because what survives a restart is what the store kept.
 
 use std::time::Duration;
 

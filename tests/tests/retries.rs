@@ -1,5 +1,7 @@
 //! Transient failures (5xx, 429, timeouts, connection errors) go through
 //! `delayed` and up to three attempts; POST /jobs/{id}/retry.
+//!
+//! Runs on: both stores, because attempts and their backoff are due times in the store.
 
 use std::time::{Duration, Instant};
 

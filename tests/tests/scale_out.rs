@@ -19,6 +19,8 @@
 //!
 //! These tests need PostgreSQL whatever the run's store
 //! (`GRID_TEST_DATABASE_URL`, which scripts/test.sh exports for both passes).
+//!
+//! Runs on: one store, because it runs on PostgreSQL in either pass.
 
 use std::time::{Duration, Instant};
 

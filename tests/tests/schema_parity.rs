@@ -58,6 +58,8 @@
 //!
 //! Needs both stores, so it runs in scripts/test.sh's first pass only
 //! (SQLite, with `GRID_TEST_DATABASE_URL` set).
+//!
+//! Runs on: one store, because it compares both stores in either pass.
 
 use std::collections::{BTreeMap, BTreeSet};
 

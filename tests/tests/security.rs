@@ -2,6 +2,8 @@
 //! dir and database), no secret in the log at any level, outbound capture
 //! requests that ignore proxy variables, and an accept loop that backs off
 //! when the process runs out of file descriptors.
+//!
+//! Runs on: both stores, because secrets at rest differ per store.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;

@@ -6,6 +6,8 @@
 //!
 //! Memory is read off the server's own process: its resident peak
 //! (`VmHWM`) after the attack against its resident size before it.
+//!
+//! Runs on: one store, because its subject is the server's memory per client.
 
 use std::time::Duration;
 

@@ -8,6 +8,8 @@
 //! across a restart; `grid session downloads` lists and fetches.
 //!
 //! Every test starts its own grid-server (and so its own browsers).
+//!
+//! Runs on: both stores, because downloads are store rows kept across a crash.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};

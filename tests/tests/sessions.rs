@@ -7,6 +7,8 @@
 //! launch, an expiry whose first write failed, a killed server).
 //!
 //! Every test starts its own grid-server (and so its own browsers).
+//!
+//! Runs on: both stores, because sessions, their expiry and heartbeats are store rows and due times.
 
 use std::time::{Duration, Instant};
 

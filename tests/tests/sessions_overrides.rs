@@ -6,6 +6,8 @@
 //! MCP tool's input schema.
 //!
 //! Every test starts its own grid-server (and so its own browsers).
+//!
+//! Runs on: both stores, because a lease's overrides are kept in the session row.
 
 use serde_json::{json, Value};
 

@@ -17,10 +17,15 @@
 //! - No black-box test holds SQL text: stored state is read (and faults are
 //!   injected) through `grid_tests::stored`, the one place that knows the
 //!   store's tables (schema_parity.rs, which reads the catalogs, aside).
+//! - Every black-box test file says which stores it runs on (`//! Runs on:`),
+//!   scripts/test.sh's PostgreSQL pass takes its files from those lines,
+//!   and a file touching the store directly runs on both.
 //!
 //! The checks work on the sources with comments and the insides of string
 //! and char literals blanked out (`code_only`), so prose and doc examples
 //! do not count.
+//!
+//! Runs on: one store, because it starts no server.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -1408,4 +1413,57 @@ fn no_subsystem_depends_on_the_top_and_subsystems_form_no_cycle() {
         reported.extend(cycle.into_iter().cloned());
     }
     assert!(problems.is_empty(), "grid-server's module graph:\n{}", problems.join("\n"));
+}
+
+/// What a black-box test file's `//! Runs on:` line says: `Some(true)` for
+/// both stores, `Some(false)` for one, `None` when it has no such line or
+/// another text.
+fn runs_on_both(src: &str) -> Option<bool> {
+    let lines: Vec<&str> = src.lines().filter(|l| l.starts_with("//! Runs on:")).collect();
+    match lines.as_slice() {
+        [line] if line.starts_with("//! Runs on: both stores, because ") => Some(true),
+        [line] if line.starts_with("//! Runs on: one store, because ") => Some(false),
+        _ => None,
+    }
+}
+
+#[test]
+fn runs_on_reads_the_one_line_and_nothing_else() {
+    assert_eq!(runs_on_both("//! x\n//! Runs on: both stores, because y.\n"), Some(true));
+    assert_eq!(runs_on_both("//! Runs on: one store, because y.\n"), Some(false));
+    assert_eq!(runs_on_both("//! Runs on: both\n"), None, "no reason");
+    assert_eq!(runs_on_both("//! x\n"), None);
+    assert_eq!(runs_on_both("//! Runs on: one store, because a.\n//! Runs on: one store, because b.\n"), None);
+}
+
+/// Every black-box test file says which stores it runs on (scripts/test.sh
+/// runs on PostgreSQL the files that say both, and takes its list from
+/// nowhere else), and every file that reads, locks or inspects the store
+/// directly runs on both, unless it is on PostgreSQL in either pass.
+#[test]
+fn every_test_touching_the_store_runs_on_both_stores() {
+    let root = root();
+    let touching = ["lock_db", "stored::", "Stored", "grid_tests::store::", ".database()"];
+    let mut problems = vec![];
+    for file in rust_files(&root.join("tests/tests")) {
+        let src = read(&file);
+        let Some(both) = runs_on_both(&src) else {
+            problems.push(format!(
+                "{}: no `//! Runs on: both stores, because ...` or `//! Runs on: one store, because ...` line",
+                rel(&file)
+            ));
+            continue;
+        };
+        let code = code_only(&src);
+        let touches: Vec<&str> = touching.iter().copied().filter(|t| code.contains(t)).collect();
+        let either_pass = src.contains("on PostgreSQL in either pass") || src.contains("both stores in either pass");
+        if !both && !touches.is_empty() && !either_pass {
+            problems.push(format!("{}: uses {touches:?} (the store directly) but runs on one store", rel(&file)));
+        }
+    }
+    let script = read(&root.join("scripts/test.sh"));
+    if !script.contains("grep -l '^//! Runs on: both stores' tests/tests/*.rs") {
+        problems.push("scripts/test.sh does not take the PostgreSQL pass's files from the `Runs on` lines".into());
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }

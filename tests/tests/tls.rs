@@ -2,6 +2,8 @@
 //! `--tls-cert`/`--tls-key`, with the clients users have: curl trusting the
 //! generated CA, the SDK and the `grid` CLI with GRID_CA_CERT, a CDP client
 //! over the wss cdpUrl, and Playwright/Puppeteer with NODE_EXTRA_CA_CERTS.
+//!
+//! Runs on: one store, because its subject is TLS and certificates.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

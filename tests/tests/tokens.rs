@@ -1,5 +1,7 @@
 //! Sign-in tokens: JWTs made here with Ed25519 keys the test generates, and
 //! a JWKS served on 127.0.0.1 that the test can rotate.
+//!
+//! Runs on: both stores, because tokens are store rows.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
