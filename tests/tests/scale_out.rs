@@ -682,7 +682,8 @@ async fn a_job_cancelled_through_another_node_is_stopped_on_the_engine_running_i
 /// published and served through any node).
 #[tokio::test]
 async fn a_capture_batch_through_one_node_is_run_by_all_three() {
-    const N: usize = 100;
+    // Two rounds of the three nodes' pages (1 browser of 4 pages each).
+    const N: usize = 24;
     let target = Target::start();
     let capture_node = |name: &str| {
         let mut o = node(name, LONG_LEASE_SECS, 2);
