@@ -574,6 +574,25 @@ fn fields(p: &mut Vec<String>, v: Option<&Value>) -> Option<Vec<(Ref, String)>> 
 mod tests {
     use super::*;
 
+    #[test]
+    fn an_answer_crosses_between_nodes_whole_its_image_as_base64() {
+        let answer = Answer {
+            url: "http://a.test/".into(),
+            title: "A".into(),
+            snapshot: Some("- heading \"A\" [ref=e2]".into()),
+            result: Some(json!({"n": 1})),
+            image: Some(vec![0x89, b'P', b'N', b'G', 0, 255]),
+            lines: None,
+            cut: Some(Cut { total_chars: 9, kept: "[1,".into() }),
+        };
+        let sent = serde_json::to_value(&answer).unwrap();
+        assert_eq!(sent["image"], "iVBORwD/");
+        assert_eq!(sent["cut"], json!({"totalChars": 9, "kept": "[1,"}));
+        assert_eq!(serde_json::from_value::<Answer>(sent).unwrap(), answer);
+        let bare = Answer { url: "about:blank".into(), ..Answer::default() };
+        assert_eq!(serde_json::from_value::<Answer>(serde_json::to_value(&bare).unwrap()).unwrap(), bare);
+    }
+
     fn args(v: Value) -> Map<String, Value> {
         v.as_object().cloned().unwrap_or_default()
     }

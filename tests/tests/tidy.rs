@@ -17,6 +17,11 @@
 //! - No black-box test holds SQL text: stored state is read (and faults are
 //!   injected) through `grid_tests::stored`, the one place that knows the
 //!   store's tables (schema_parity.rs, which reads the catalogs, aside).
+//! - The browser tools run in `api` only: nothing in grid-server's `http/`
+//!   names the sessions' tool runner, the tools' argument reader or the
+//!   call to another node's, and the MCP module (`http/mcp.rs`,
+//!   `http/mcp_tools.rs`) reaches no state but through `api` (and the
+//!   configuration).
 //!
 //! The checks work on the sources with comments and the insides of string
 //! and char literals blanked out (`code_only`), so prose and doc examples
