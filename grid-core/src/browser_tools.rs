@@ -2,11 +2,12 @@
 //! leased session's browser with them, named and shaped as Playwright MCP's
 //! are, each taking the `sessionId`. Here: the table of tools (name, what
 //! it does, its input schema, whether it only reads) and their arguments
-//! read into a `BrowserTool`, every problem named by its field. The server
-//! runs a tool through the session's CDP gate (`grid-server
-//! sessions/tools.rs`).
+//! read into a `BrowserTool`, every problem named by its field, and what a
+//! tool answers (`Answer`). The server runs a tool through the session's
+//! CDP gate (`grid-server sessions/tools.rs`).
 
 use base64::Engine as _;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use crate::snapshot;
@@ -26,6 +27,63 @@ pub const MAX_UPLOAD_FILES: usize = 10;
 pub const MAX_UPLOAD_BYTES: usize = 5 * 1024 * 1024;
 /// Longest name of an uploaded file.
 pub const MAX_FILE_NAME_CHARS: usize = 255;
+
+/// The most of a value's JSON a tool answers (`browser_evaluate`); a longer
+/// one is cut to this, with a note, so that one call cannot make the server
+/// hold or send a page's hundreds of megabytes (docs/mcp.md).
+pub const MAX_RESULT_CHARS: usize = 8 << 20;
+
+/// What a tool answers: the current tab's URL and title after it, and what
+/// the tool itself reads. As JSON, it is also what the node running a
+/// session's browser answers the node that asked it to run the tool.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Answer {
+    pub url: String,
+    pub title: String,
+    pub snapshot: Option<String>,
+    pub result: Option<Value>,
+    /// A PNG (`browser_take_screenshot`); base64 in JSON.
+    #[serde(with = "base64_bytes")]
+    pub image: Option<Vec<u8>>,
+    /// The result as lines a person reads, where JSON would be hard going
+    /// (the console, the requests).
+    pub lines: Option<String>,
+    /// `browser_evaluate`'s value when its JSON passed [`MAX_RESULT_CHARS`]:
+    /// its start, instead of `result`.
+    pub cut: Option<Cut>,
+}
+
+/// A value too long to answer whole: the length of its JSON and its first
+/// [`MAX_RESULT_CHARS`] characters (or less, on a character's boundary).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Cut {
+    pub total_chars: usize,
+    pub kept: String,
+}
+
+/// `Answer::image` as base64 text in JSON.
+mod base64_bytes {
+    use base64::Engine as _;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+        match bytes {
+            Some(b) => s.serialize_some(&base64::engine::general_purpose::STANDARD.encode(b)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+        match Option::<String>::deserialize(d)? {
+            Some(text) => {
+                base64::engine::general_purpose::STANDARD.decode(text).map(Some).map_err(serde::de::Error::custom)
+            }
+            None => Ok(None),
+        }
+    }
+}
 
 /// One call of a browser tool, its arguments checked.
 #[derive(Debug, Clone, PartialEq)]
@@ -515,6 +573,25 @@ fn fields(p: &mut Vec<String>, v: Option<&Value>) -> Option<Vec<(Ref, String)>> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_answer_crosses_between_nodes_whole_its_image_as_base64() {
+        let answer = Answer {
+            url: "http://a.test/".into(),
+            title: "A".into(),
+            snapshot: Some("- heading \"A\" [ref=e2]".into()),
+            result: Some(json!({"n": 1})),
+            image: Some(vec![0x89, b'P', b'N', b'G', 0, 255]),
+            lines: None,
+            cut: Some(Cut { total_chars: 9, kept: "[1,".into() }),
+        };
+        let sent = serde_json::to_value(&answer).unwrap();
+        assert_eq!(sent["image"], "iVBORwD/");
+        assert_eq!(sent["cut"], json!({"totalChars": 9, "kept": "[1,"}));
+        assert_eq!(serde_json::from_value::<Answer>(sent).unwrap(), answer);
+        let bare = Answer { url: "about:blank".into(), ..Answer::default() };
+        assert_eq!(serde_json::from_value::<Answer>(serde_json::to_value(&bare).unwrap()).unwrap(), bare);
+    }
 
     fn args(v: Value) -> Map<String, Value> {
         v.as_object().cloned().unwrap_or_default()

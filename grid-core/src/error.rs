@@ -157,6 +157,13 @@ pub enum ApiError {
         reason: String,
         job_id: String,
     },
+    /// An MCP browser tool the page, the session's CDP gate or the browser
+    /// refused (a ref that is gone, a navigation that failed, a text that
+    /// did not appear in time): `reason` says why. A tool's answer only,
+    /// inside an MCP result (and between nodes); no published route gives it.
+    BrowserToolFailed {
+        reason: String,
+    },
     /// Something failed inside the server; the body says no more than that.
     Internal,
 }
@@ -275,6 +282,7 @@ impl ApiError {
             CaptureFailed { reason, job_id } => {
                 row(502, "capture failed").with("reason", reason.clone()).with("jobId", job_id.clone())
             }
+            BrowserToolFailed { reason } => row(422, "browser tool failed").with("reason", reason.clone()),
         }
     }
 
@@ -359,6 +367,7 @@ pub(crate) fn every_variant() -> Vec<ApiError> {
         InvalidCaptureBody { detail: d() },
         CaptureRefused { reason: "destination refused".into(), job_id: "job_x".into() },
         CaptureFailed { reason: "timeout".into(), job_id: "job_x".into() },
+        BrowserToolFailed { reason: "ref e9 is gone: take a new snapshot".into() },
         Internal,
     ]
 }
@@ -466,6 +475,7 @@ mod tests {
                 "invalid capture body",
                 "capture refused",
                 "capture failed",
+                "browser tool failed",
                 "internal error"
             ]
         );

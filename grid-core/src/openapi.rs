@@ -127,7 +127,7 @@ fn named_schemas() -> Vec<(String, Value)> {
     named.extend(
         every_variant()
             .iter()
-            .filter(|e| !matches!(e, ApiError::NotImplemented { .. }))
+            .filter(|e| !matches!(e, ApiError::NotImplemented { .. } | ApiError::BrowserToolFailed { .. }))
             .map(|e| (error_name(e), error_schema(e))),
     );
     named
@@ -1442,15 +1442,16 @@ mod tests {
     }
 
     /// Every refusal of the error table is some route's documented answer,
-    /// with its status and `error` string (NotImplemented is no route's; the
-    /// router's own 404 and 405 answer what no route has).
+    /// with its status and `error` string (NotImplemented is no route's, a
+    /// browser tool's failure only an MCP result's; the router's own 404 and
+    /// 405 answer what no route has).
     #[test]
     fn every_row_of_the_error_table_is_documented_where_it_can_happen() {
         let doc = inlined("http://g");
         for e in crate::error::every_variant() {
             let row = e.row();
             match e {
-                ApiError::NotImplemented { .. } => continue,
+                ApiError::NotImplemented { .. } | ApiError::BrowserToolFailed { .. } => continue,
                 ApiError::RouteNotFound | ApiError::MethodNotAllowed => {
                     let all = doc["components"]["responses"].to_string();
                     assert!(all.contains(&format!("\"{}\"", row.error)), "{} is not in components", row.error);

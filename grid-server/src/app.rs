@@ -16,10 +16,6 @@ use crate::store::Store;
 
 /// Every subsystem of the running server.
 pub struct App {
-    /// Requests per credential, connection and body bounds (http/limits.rs).
-    pub limits: crate::http::limits::Limits,
-    /// API keys that checked out, kept so a request need not look its key up.
-    pub keys: crate::http::auth::KeyCache,
     /// The clock drivers read (the system clock here; a virtual one in tests).
     pub clock: Arc<dyn crate::clock::Clock>,
     /// Wakes the due-time loop (`due.rs`) when a driver set a due time sooner

@@ -555,11 +555,12 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         ..Default::default()
     };
     tokio::task::spawn_blocking(move || browser::sandbox::reap_free_uids(&uids)).await?;
-    let Built { app, runner, settlement, node } = build_app(&args, store, &node, &bound.base_url, configs).await?;
+    let Built { app, edge, runner, settlement, node } =
+        build_app(&args, store, &node, &bound.base_url, configs).await?;
     let last_alive = last_alive(&app, last_heartbeat).await?;
     let running = spawn_loops(&app, runner, settlement)?;
     resume(&app, node, last_alive, &running.stop_rx).await;
-    serve_until_stopped(&app, bound, tls, running.stop_rx.clone()).await?;
+    serve_until_stopped(&app, edge, bound, tls, running.stop_rx.clone()).await?;
     shut_down(&app, running).await
 }
 
@@ -759,6 +760,8 @@ fn configs(
 /// settlement pass, this node's heartbeat), each holding what it uses.
 struct Built {
     app: Arc<App>,
+    /// The HTTP transport's own bounds and key cache.
+    edge: Arc<http::Edge>,
     runner: Arc<capture::Runner>,
     settlement: Arc<settlement::Settlement>,
     node: Arc<nodes::Node>,
@@ -861,7 +864,7 @@ async fn build_app(
     if let Some(pool) = &runner.browsers {
         metrics::get().register(pool.clone());
     }
-    let app = Arc::new(App {
+    let edge = Arc::new(http::Edge {
         limits: http::limits::Limits::new(
             http::limits::RateConfig { per_second: args.rate_limit_per_second, burst: args.rate_limit_burst },
             http::limits::ConnConfig {
@@ -872,9 +875,11 @@ async fn build_app(
                 max_connections_per_peer: args.max_connections_per_peer as usize,
             },
         ),
+        keys: http::auth::KeyCache::new(store.clone(), clock.clone()),
+    });
+    let app = Arc::new(App {
         sessions,
         peers,
-        keys: http::auth::KeyCache::new(store.clone(), clock.clone()),
         clock,
         due_wake: wake.due,
         items,
@@ -888,7 +893,7 @@ async fn build_app(
         vault,
         config,
     });
-    Ok(Built { app, runner, settlement, node: this_node })
+    Ok(Built { app, edge, runner, settlement, node: this_node })
 }
 
 /// The grid's vault, its key checked against the one the store was first
@@ -985,6 +990,7 @@ async fn resume(
 /// Serves metrics and the API, announcing where, until the stop.
 async fn serve_until_stopped(
     app: &Arc<App>,
+    edge: Arc<http::Edge>,
     bound: Bound,
     tls: Option<http::tls::Tls>,
     stop_rx: watch::Receiver<bool>,
@@ -1010,7 +1016,7 @@ async fn serve_until_stopped(
     }
     announce(listening);
     tracing::info!(%addr, https = tls.is_some(), "serving");
-    http::serve(app.clone(), listener, tls.map(|t| t.acceptor), stop_rx).await;
+    http::serve(app.clone(), edge, listener, tls.map(|t| t.acceptor), stop_rx).await;
     Ok(())
 }
 

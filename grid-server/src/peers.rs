@@ -11,6 +11,8 @@
 
 use std::time::Duration;
 
+use grid_core::browser_tools::Answer;
+
 use crate::ids::sha256_hex;
 use crate::store::{self, nodes, Store, StoreError};
 
@@ -98,7 +100,8 @@ impl Peers {
     }
 
     /// Asks `node`, which runs the session's browser, to run an MCP browser
-    /// tool on it for `account_id`; answers the tool's MCP result.
+    /// tool on it for `account_id`: its answer, or the body of its refusal
+    /// (an error table row, `ApiError::row`).
     pub async fn browser_tool(
         &self,
         node: &str,
@@ -106,7 +109,7 @@ impl Peers {
         account_id: &str,
         tool: &str,
         arguments: &serde_json::Value,
-    ) -> Result<serde_json::Value, PeerError> {
+    ) -> Result<Result<Answer, serde_json::Value>, PeerError> {
         let base = self.address(node).await?.ok_or_else(|| PeerError::NoAddress(node.to_string()))?;
         let url = format!("{}/internal/sessions/{session_id}/tool", base.trim_end_matches('/'));
         let body = serde_json::json!({"tool": tool, "arguments": arguments, "accountId": account_id});
@@ -121,9 +124,14 @@ impl Peers {
             .send()
             .await
             .map_err(call)?;
-        match answer.status().as_u16() {
-            200 => answer.json().await.map_err(call),
-            status => Err(PeerError::Refused { node: node.to_string(), status }),
+        let status = answer.status().as_u16();
+        match status {
+            200 => answer.json().await.map(Ok).map_err(call),
+            400..=599 => match answer.json::<serde_json::Value>().await {
+                Ok(refusal) if refusal["error"].is_string() => Ok(Err(refusal)),
+                _ => Err(PeerError::Refused { node: node.to_string(), status }),
+            },
+            _ => Err(PeerError::Refused { node: node.to_string(), status }),
         }
     }
 

@@ -236,10 +236,10 @@ async fn every_documented_operation_is_routed_and_nothing_else_is() {
         let path = concrete(template);
         assert_error(&send(&server, method, &path).await, 404, "not found");
         let r = send_with(&server, method, &path, Some(&node_credential)).await;
-        // A sync answers 204; a browser tool its MCP result (here, a refusal
-        // of its missing arguments).
+        // A sync answers 204; a browser tool the tool's answer or its
+        // refusal, a row of the error table (here, of its missing arguments).
         let answered = match route {
-            Route::NodeSessionTool => r.status == 200 && r.json["isError"] == true,
+            Route::NodeSessionTool => r.status == 400 && r.json["error"] == "invalid body",
             _ => r.status == 204,
         };
         assert!(answered, "{method} {path} with the nodes' credential is not answered: {r}");

@@ -890,6 +890,7 @@ async fn browser_tools_through_any_node_drive_the_session_where_its_browser_runs
     let calls = json!([
         ["browser_navigate", {"sessionId": lease.id, "url": target.url("/page/22")}],
         ["browser_evaluate", {"sessionId": lease.id, "expression": "document.title"}],
+        ["browser_tabs", {"sessionId": lease.id, "action": "select", "index": 7}],
     ]);
     let script = grid_tests::bins::workspace_root().join("tests/mcp/client.py");
     let mut client = std::process::Command::new("python3");
@@ -899,5 +900,11 @@ async fn browser_tools_through_any_node_drive_the_session_where_its_browser_runs
     assert_eq!(navigated["isError"], false, "{out}");
     assert!(navigated["structured"]["snapshot"].as_str().unwrap().contains("heading \"page 22\""), "{out}");
     assert_eq!(out["calls"][1]["structured"]["result"], "page 22", "{out}");
+    // A failure on the session's node comes back as that node's error row.
+    let failed = &out["calls"][2];
+    assert_eq!(failed["isError"], true, "{out}");
+    let refusal: Value = serde_json::from_str(failed["text"].as_str().unwrap()).unwrap();
+    assert_eq!(refusal["error"], "browser tool failed", "{out}");
+    assert!(refusal["reason"].as_str().unwrap().starts_with("there is no tab 7"), "{out}");
     assert_eq!(target.hits("/page/22"), 1, "the page was loaded once, by the session's browser on n1");
 }

@@ -20,6 +20,11 @@
 //! - Every black-box test file says which stores it runs on (`//! Runs on:`),
 //!   scripts/test.sh's PostgreSQL pass takes its files from those lines,
 //!   and a file touching the store directly runs on both.
+//! - The browser tools run in `api` only: nothing in grid-server's `http/`
+//!   names the sessions' tool runner, the tools' argument reader or the
+//!   call to another node's, and the MCP module (`http/mcp.rs`,
+//!   `http/mcp_tools.rs`) reaches no state but through `api` (and the
+//!   configuration).
 //!
 //! The checks work on the sources with comments and the insides of string
 //! and char literals blanked out (`code_only`), so prose and doc examples
@@ -1466,4 +1471,113 @@ fn every_test_touching_the_store_runs_on_both_stores() {
         problems.push("scripts/test.sh does not take the PostgreSQL pass's files from the `Runs on` lines".into());
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+// ----- the browser tools are API calls -----
+
+/// The MCP module: it reads JSON-RPC into calls of `api` and renders their
+/// replies as tool content, nothing more (docs/mcp.md, "Tools").
+const MCP_MODULE: [&str; 2] = ["http/mcp.rs", "http/mcp_tools.rs"];
+
+/// What the MCP module may name of grid-server outside `http/`: the API's
+/// calls and replies, the `App` it hands them, who calls (`Caller`) and the
+/// `serve` configuration (the page origins it allows).
+const MCP_MAY_NAME: [&str; 4] = ["api", "app", "store", "config"];
+
+/// The only path into `store` the MCP module may name: the caller's type.
+const MCP_STORE_PATH: &str = "store::accounts::Caller";
+
+/// The fields of `App` the MCP module may read: the configuration (the
+/// base URL it names a capture's files by). Everything else (the store,
+/// the sessions, the peers) is reached through `api::perform`.
+const MCP_APP_FIELDS: [&str; 1] = ["config"];
+
+/// What runs a browser tool or parses one: the session's tool runner
+/// (`sessions::tools`), the tools' argument reader and the call that runs
+/// a tool on another node. Named in `api/` only, which checks the session's
+/// owner and liveness before any of them.
+const BROWSER_TOOL_LOGIC: [&str; 3] = ["sessions::tools", "browser_tools::parse", ".browser_tool("];
+
+/// Where `code` (non-test) breaks the MCP module's rules, as `line: what`.
+fn mcp_module_overreach(code: &str, depth: usize) -> Vec<String> {
+    let exempt = exempt_ranges(code);
+    let live = |at: usize| !exempt.iter().any(|&(a, b)| (a..b).contains(&at));
+    let mut found = vec![];
+    for (module, line) in module_references(code, depth, false) {
+        if !MCP_MAY_NAME.contains(&module.as_str()) {
+            found.push(format!("{line}: names `{module}`"));
+        }
+    }
+    for at in word_hits(code, "store::").into_iter().filter(|&at| live(at)) {
+        let path: String = code[at..].chars().take_while(|&c| c.is_alphanumeric() || c == '_' || c == ':').collect();
+        if path != MCP_STORE_PATH {
+            found.push(format!("{}: names `{path}`", line_of(code, at)));
+        }
+    }
+    for at in word_hits(code, "app.").into_iter().filter(|&at| live(at)) {
+        let field: String =
+            code[at + "app.".len()..].chars().take_while(|&c| c.is_alphanumeric() || c == '_').collect();
+        if !MCP_APP_FIELDS.contains(&field.as_str()) {
+            found.push(format!("{}: reads `app.{field}`", line_of(code, at)));
+        }
+    }
+    found
+}
+
+/// Where `code` (non-test) names what runs a browser tool.
+fn browser_tool_logic_in(code: &str) -> Vec<(usize, &'static str)> {
+    let exempt = exempt_ranges(code);
+    let mut found = vec![];
+    for needle in BROWSER_TOOL_LOGIC {
+        for at in word_hits(code, needle) {
+            if !exempt.iter().any(|&(a, b)| (a..b).contains(&at)) {
+                found.push((line_of(code, at), needle));
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+#[test]
+fn mcp_overreach_and_browser_tool_logic_are_found_in_code_only() {
+    let code = code_only(
+        "use crate::api::{self, Call};\nuse crate::store::accounts::Caller;\nlet u = &app.config.base_url;\n\
+         let r = app.store.lookup(|c| crate::store::sessions::load(c, id));\n\
+         crate::sessions::tools::run(live, tool); // app.peers\n\
+         let s = \"app.sessions\";\napp.peers.browser_tool(n, s, a, t, v);\n\
+         #[cfg(test)]\nmod tests { fn t() { browser_tools::parse(n, a); app.store; } }\n",
+    );
+    assert_eq!(
+        mcp_module_overreach(&code, 1),
+        ["5: names `sessions`", "4: names `store::sessions::load`", "4: reads `app.store`", "7: reads `app.peers`",]
+    );
+    assert_eq!(browser_tool_logic_in(&code), [(5, "sessions::tools"), (7, ".browser_tool(")]);
+}
+
+/// The browser tools are calls of the API like every other tool: `api`
+/// reads their arguments, checks that the session is the caller's and
+/// live, runs the tool where the session's browser is (here, or on its node
+/// through `Peers`) and answers a `Reply`; the errors are rows of the error
+/// table. So nothing in `http/` runs a browser tool, and the MCP module
+/// reaches no state but through `api::perform` (issue 51).
+#[test]
+fn browser_tools_run_in_api_and_mcp_only_maps_calls() {
+    let src = root().join("grid-server/src");
+    let mut found = vec![];
+    for file in MCP_MODULE.map(|f| src.join(f)) {
+        let code = code_only(&read(&file));
+        found.extend(mcp_module_overreach(&code, 1).into_iter().map(|f| format!("{}:{f}", rel(&file))));
+    }
+    for file in rust_files(&src.join("http")) {
+        let code = code_only(&read(&file));
+        for (line, needle) in browser_tool_logic_in(&code) {
+            found.push(format!("{}:{line}: `{needle}`", rel(&file)));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "browser tool logic outside api/ (the MCP module maps tools to `api::perform` calls and renders replies):\n{}",
+        found.join("\n")
+    );
 }

@@ -8,7 +8,7 @@ use serde_json::Value;
 use grid_core::item::Failure;
 use grid_core::validate::one_call::OneCall;
 
-use super::{Reply, ReplyBody};
+use super::{CapturedFile, Reply};
 use crate::app::App;
 use crate::capture::files::{self, Checked};
 use crate::capture::{self, Attended};
@@ -87,20 +87,14 @@ pub async fn one_call(app: &App, caller: &Caller, call: OneCall, body: Value) ->
         ApiError::Internal
     })??;
     match ended {
-        Attended::Completed { file, target_status, charged_micros } => {
-            let mut reply = Reply {
-                status: 200,
-                body: ReplyBody::File { content_type: file.content_type, bytes: file.bytes },
-                headers: vec![],
-            }
-            .header("x-grid-job-id", job_id)
-            .header("x-grid-batch-id", batch_id)
-            .header("x-grid-charged-micros", charged_micros.to_string());
-            if let Some(status) = target_status {
-                reply = reply.header("x-grid-target-status", status.to_string());
-            }
-            Ok(reply)
-        }
+        Attended::Completed { file, target_status, charged_micros } => Ok(Reply::file(CapturedFile {
+            content_type: file.content_type,
+            bytes: file.bytes,
+            job_id,
+            batch_id,
+            charged_micros,
+            target_status,
+        })),
         Attended::Failed(Failure::Terminal(reason)) => Err(ApiError::CaptureRefused { reason, job_id }),
         Attended::Failed(Failure::Transient(reason)) => Err(ApiError::CaptureFailed { reason, job_id }),
     }

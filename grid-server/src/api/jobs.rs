@@ -8,7 +8,7 @@ use grid_core::wire::job::{JobPhase, NetworkProfile};
 use grid_core::wire::job_record::JobArtifacts;
 use serde_json::Value;
 
-use super::Reply;
+use super::{JobLog, Reply};
 use crate::app::App;
 use crate::compute::registry::ResolveError;
 use crate::ids::now;
@@ -16,15 +16,8 @@ use crate::store::accounts::Caller;
 use crate::store::jobs::{self, JobError, JobRow, ListFilter};
 use crate::store::nodes;
 
-/// Header set while job tracking has not caught up with the engine.
-const DEGRADED: &str = "x-grid-compute-degraded";
-
 fn with_degraded(app: &App, r: Reply) -> Reply {
-    if app.compute.tracking_ready() {
-        r
-    } else {
-        r.header(DEGRADED, "reconciler-unready")
-    }
+    Reply { compute_degraded: !app.compute.tracking_ready(), ..r }
 }
 
 async fn owned(app: &App, caller: &Caller, id: &str) -> Result<JobRow, ApiError> {
@@ -149,10 +142,12 @@ pub async fn logs(app: &App, caller: &Caller, id: &str, query: &[(String, String
         tracing::error!(log = %log.storage_name, error = %e, "log unreadable or failed its integrity check");
         ApiError::compute_unavailable()
     })?;
-    Ok(Reply::text(data)
-        .header("x-grid-attempt", attempt.to_string())
-        .header("x-grid-artifact-id", log.artifact.artifact_id.clone())
-        .header("x-grid-logs-truncated", if log.artifact.truncated { "true" } else { "false" }))
+    Ok(Reply::log(JobLog {
+        text: data,
+        attempt,
+        artifact_id: log.artifact.artifact_id.clone(),
+        truncated: log.artifact.truncated,
+    }))
 }
 
 /// Where a follow of a job's log (`GET /jobs/{id}/logs?follow=true`)

@@ -4,6 +4,7 @@
 //! its HTTP call is.
 
 mod account;
+pub mod browser_tools;
 pub mod captures;
 pub mod contexts;
 pub mod jobs;
@@ -22,30 +23,71 @@ use crate::store::accounts::Caller;
 pub type Query = Vec<(String, String)>;
 
 /// What a call answers, whatever carried it: `http` renders it as a
-/// response (`respond::reply`), MCP as a tool result. No transport type
-/// appears here.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// response (`respond::reply`: the body, and the facts beside it as
+/// headers), MCP as a tool result (its content and `structuredContent`).
+/// No transport type appears here: every fact a transport renders is a
+/// typed field.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Reply {
     pub status: u16,
     pub body: ReplyBody,
-    /// Extra headers of the HTTP answer (lower-case names): facts about the
-    /// answer that are not part of its body.
-    pub headers: Vec<(&'static str, String)>,
+    /// A replay of the answer stored under the request's `Idempotency-Key`
+    /// (the status and body are the first answer's, byte for byte).
+    pub replayed: bool,
+    /// Job tracking has not caught up with the engine since start: a job's
+    /// phase may lag what its container did.
+    pub compute_degraded: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum ReplyBody {
     /// Serialized JSON.
     Json(Vec<u8>),
-    /// UTF-8 text (a job's log).
-    Text(Vec<u8>),
+    /// An ended attempt's log (GET /jobs/{id}/logs).
+    Log(JobLog),
     /// No body (204).
     Empty,
-    /// A file of its own type (a one-call capture's screenshot, PDF or HTML).
-    File { content_type: String, bytes: Vec<u8> },
+    /// A one-call capture's file (its screenshot, PDF or HTML) and the item
+    /// that made it.
+    File(CapturedFile),
+    /// What a browser tool answered on a session's browser.
+    BrowserTool(ToolAnswer),
+}
+
+/// A job attempt's log: UTF-8 text, up to the log bound.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobLog {
+    pub text: Vec<u8>,
+    pub attempt: u32,
+    pub artifact_id: String,
+    /// The attempt wrote more than the log keeps.
+    pub truncated: bool,
+}
+
+/// A one-call capture's file, of its own type, and its item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CapturedFile {
+    pub content_type: String,
+    pub bytes: Vec<u8>,
+    pub job_id: String,
+    pub batch_id: String,
+    pub charged_micros: i64,
+    /// The page's HTTP status, when it had one.
+    pub target_status: Option<u64>,
+}
+
+/// A browser tool's answer and the session it ran on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolAnswer {
+    pub session_id: String,
+    pub answer: grid_core::browser_tools::Answer,
 }
 
 impl Reply {
+    fn of(status: u16, body: ReplyBody) -> Reply {
+        Reply { status, body, replayed: false, compute_degraded: false }
+    }
+
     pub fn json<T: serde::Serialize>(status: u16, value: &T) -> Reply {
         // Most answers fit: growing from empty reallocated a record's body
         // four or five times (measured in docs/limits.md).
@@ -53,45 +95,39 @@ impl Reply {
         if serde_json::to_writer(&mut body, value).is_err() {
             body = b"{}".to_vec();
         }
-        Reply { status, body: ReplyBody::Json(body), headers: vec![] }
+        Reply::of(status, ReplyBody::Json(body))
     }
 
     /// A submission's answer; a replay of a stored `Idempotency-Key` answer
-    /// also says so (the status and body are the first answer's, byte for
-    /// byte).
+    /// also says so.
     pub fn answer(answer: crate::store::idempotency::Answer, replayed: bool) -> Reply {
-        let r = Reply { status: answer.status, body: ReplyBody::Json(answer.body), headers: vec![] };
-        if replayed {
-            r.header(grid_core::idempotency::REPLAYED_HEADER, "true")
-        } else {
-            r
-        }
+        Reply { replayed, ..Reply::of(answer.status, ReplyBody::Json(answer.body)) }
     }
 
-    pub fn text(body: Vec<u8>) -> Reply {
-        Reply { status: 200, body: ReplyBody::Text(body), headers: vec![] }
+    pub fn log(log: JobLog) -> Reply {
+        Reply::of(200, ReplyBody::Log(log))
+    }
+
+    pub fn file(file: CapturedFile) -> Reply {
+        Reply::of(200, ReplyBody::File(file))
+    }
+
+    pub fn browser_tool(answer: ToolAnswer) -> Reply {
+        Reply::of(200, ReplyBody::BrowserTool(answer))
     }
 
     pub fn no_content() -> Reply {
-        Reply { status: 204, body: ReplyBody::Empty, headers: vec![] }
+        Reply::of(204, ReplyBody::Empty)
     }
 
-    pub fn header(mut self, name: &'static str, value: impl Into<String>) -> Reply {
-        self.headers.push((name, value.into()));
-        self
-    }
-
-    /// The value of one of the answer's extra headers (`name` lower case).
-    pub fn header_value(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| *k == name).map(|(_, v)| v.as_str())
-    }
-
-    /// The body's bytes (empty for no content).
+    /// The body's bytes: JSON, a log's text or a file (empty for no
+    /// content and for a browser tool's answer, which is typed).
     pub fn bytes(&self) -> &[u8] {
         match &self.body {
-            ReplyBody::Json(b) | ReplyBody::Text(b) => b,
-            ReplyBody::File { bytes, .. } => bytes,
-            ReplyBody::Empty => &[],
+            ReplyBody::Json(b) => b,
+            ReplyBody::Log(log) => &log.text,
+            ReplyBody::File(file) => &file.bytes,
+            ReplyBody::Empty | ReplyBody::BrowserTool(_) => &[],
         }
     }
 }
@@ -146,6 +182,12 @@ pub enum Call {
     CreateContext,
     ListContexts,
     DeleteContext(String),
+    /// An MCP browser tool (`browser_navigate`, ...) on one of the caller's
+    /// live sessions, its arguments as sent (the session's id among them).
+    BrowserTool {
+        tool: String,
+        arguments: serde_json::Map<String, Value>,
+    },
 }
 
 impl Call {
@@ -196,5 +238,6 @@ pub async fn perform(app: &Arc<App>, caller: &Caller, call: Call) -> Result<Repl
         Call::CreateContext => contexts::create(app, caller).await,
         Call::ListContexts => contexts::list(app, caller).await,
         Call::DeleteContext(id) => contexts::delete(app, caller, &id).await,
+        Call::BrowserTool { tool, arguments } => browser_tools::run(app, caller, &tool, &arguments).await,
     }
 }

@@ -26,12 +26,12 @@ use crate::store::{Conn, Store, StoreError, StoreResult};
 
 /// `audience` is the resource the request is for: the base URL, or the
 /// base URL + `/mcp` on the MCP endpoint.
-pub async fn authenticate(app: &App, headers: &HeaderMap, audience: &str) -> Result<Caller, ApiError> {
+pub async fn authenticate(app: &App, keys: &KeyCache, headers: &HeaderMap, audience: &str) -> Result<Caller, ApiError> {
     if let Some(key) = headers.get("x-api-key").and_then(|v| v.to_str().ok()) {
         if !key.starts_with(accounts::KEY_PREFIX) {
             return Err(ApiError::Unauthorized);
         }
-        return key_caller(app, key).await;
+        return key_caller(app, keys, key).await;
     }
     let bearer = headers
         .get(hyper::header::AUTHORIZATION)
@@ -40,7 +40,7 @@ pub async fn authenticate(app: &App, headers: &HeaderMap, audience: &str) -> Res
         .map(str::trim);
     let Some(token) = bearer else { return Err(ApiError::Unauthorized) };
     if token.starts_with(accounts::KEY_PREFIX) {
-        return key_caller(app, token).await;
+        return key_caller(app, keys, token).await;
     }
     let identity = app.tokens.verify(token, audience).await.map_err(|e| {
         tracing::info!(error = %e, "bearer token refused");
@@ -56,8 +56,8 @@ pub async fn authenticate(app: &App, headers: &HeaderMap, audience: &str) -> Res
     }
 }
 
-async fn key_caller(app: &App, key: &str) -> Result<Caller, ApiError> {
-    within_deadline(app, app.keys.caller(key)).await?.ok_or(ApiError::Unauthorized)
+async fn key_caller(app: &App, keys: &KeyCache, key: &str) -> Result<Caller, ApiError> {
+    within_deadline(app, keys.caller(key)).await?.ok_or(ApiError::Unauthorized)
 }
 
 /// Runs a read of the account database within the accounting deadline.

@@ -30,6 +30,7 @@ use super::auth;
 use super::limits;
 use super::mcp_tools;
 use super::respond::{self, Resp};
+use super::Edge;
 use crate::app::App;
 use crate::store::accounts::Caller;
 
@@ -93,7 +94,7 @@ fn accepted() -> Resp {
 
 /// The endpoint: the `Origin` check and CORS around everything else, so a
 /// permitted page can read every answer, refusals included.
-pub async fn handle(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiError> {
+pub async fn handle(app: &Arc<App>, edge: &Edge, req: Request<Incoming>) -> Result<Resp, ApiError> {
     let origin = req.headers().get(ORIGIN).and_then(|v| v.to_str().ok()).map(str::to_string);
     if let Some(o) = &origin {
         if !origin_allowed(&app.config.mcp_origins, o) {
@@ -108,7 +109,7 @@ pub async fn handle(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiE
     if req.method() == Method::OPTIONS {
         return Ok(preflight(origin.as_deref(), req.headers()));
     }
-    let mut r = match endpoint(app, req).await {
+    let mut r = match endpoint(app, edge, req).await {
         Ok(r) => r,
         Err(e) => respond::error(&e),
     };
@@ -184,20 +185,20 @@ fn unauthorized(app: &App) -> Resp {
     r
 }
 
-async fn endpoint(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiError> {
+async fn endpoint(app: &Arc<App>, edge: &Edge, req: Request<Incoming>) -> Result<Resp, ApiError> {
     if req.method() != Method::POST {
         let mut r = rpc_error(405, TRANSPORT_ERROR, "Method not allowed.", Value::Null);
         r.headers_mut().insert(ALLOW, HeaderValue::from_static("POST"));
         return Ok(r);
     }
     let audience = format!("{}/mcp", app.config.base_url);
-    let caller = match auth::authenticate(app, req.headers(), &audience).await {
+    let caller = match auth::authenticate(app, &edge.keys, req.headers(), &audience).await {
         Ok(c) => c,
         Err(ApiError::Unauthorized) => return Ok(unauthorized(app)),
         Err(e) => return Err(e),
     };
     // One MCP message is one request of the caller's rate.
-    app.limits.rates.check(&caller)?;
+    edge.limits.rates.check(&caller)?;
     let accept = req.headers().get(ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
     if !(accept.contains("application/json") && accept.contains("text/event-stream")) {
         return Ok(rpc_error(
@@ -219,10 +220,10 @@ async fn endpoint(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiErr
     let headers = req.headers().clone();
     // Too large or too slow are the same refusals as on every endpoint
     // (docs/limits.md), whether the bound showed in the head or while reading.
-    let body = match limits::read_body(req.into_body(), app.limits.conn.body_read_timeout).await {
+    let body = match limits::read_body(req.into_body(), edge.limits.conn.body_read_timeout).await {
         Ok(b) => b,
         Err(e) => {
-            return match e.past_bound(&app.limits.conn) {
+            return match e.past_bound(&edge.limits.conn) {
                 Some(refusal) => Err(refusal),
                 None => Ok(rpc_error(400, PARSE_ERROR, &format!("Parse error: body unreadable ({e})"), Value::Null)),
             }

@@ -1,9 +1,11 @@
 //! The MCP tools: their list (input schemas from `grid_core::shapes`,
 //! output schemas from `grid_core::reply_shapes`, annotations, what each
 //! costs) and running one. Every tool is one `Call` run by `api::perform`
-//! (so it is billed and refused exactly as its HTTP call) except
-//! `get_capture`, which reads a finished capture's files for the model to
-//! see (`api::captures::read_files`).
+//! (so it is billed and refused exactly as its HTTP call; a browser tool is
+//! `Call::BrowserTool`, which checks and drives the session wherever its
+//! browser runs) except `get_capture`, which reads a finished capture's
+//! files for the model to see (`api::captures::read_files`). Here, a tool's
+//! arguments become a call and its reply becomes content; nothing else.
 //!
 //! A result carries the call's JSON body as text (the contract) and, when
 //! the call succeeded, the same JSON as `structuredContent` fitting the
@@ -24,7 +26,7 @@ use grid_core::{reply_shapes as replies, shapes};
 use serde_json::{json, Map, Value};
 
 use crate::api::captures::{read_files, ItemFile};
-use crate::api::{self as calls, is_compute, Call, Reply, ReplyBody};
+use crate::api::{self as calls, is_compute, Call, CapturedFile, JobLog, Reply, ReplyBody, ToolAnswer};
 use crate::app::App;
 use crate::store::accounts::Caller;
 
@@ -532,6 +534,9 @@ fn to_call(name: &str, args: &Map<String, Value>) -> Result<Call, ToolError> {
         "create_context" => Call::CreateContext,
         "list_contexts" => Call::ListContexts,
         "delete_context" => Call::DeleteContext(string_arg(args, "contextId")?),
+        other if browser_tools::is_browser_tool(other) => {
+            Call::BrowserTool { tool: other.to_string(), arguments: args.clone() }
+        }
         other => match one_call_named(other) {
             Some(call) => Call::OneCall { call, body: body() },
             None => return Err(ToolError::Params(format!("Unknown tool: {other}"))),
@@ -559,9 +564,6 @@ pub async fn call(app: &Arc<App>, caller: &Caller, name: &str, args: &Map<String
     if name == "get_capture" {
         return get_capture(app, caller, args).await;
     }
-    if browser_tools::is_browser_tool(name) {
-        return Ok(browser_tool(app, caller, name, args).await);
-    }
     let call = match to_call(name, args) {
         Ok(call) => call,
         Err(ToolError::Refused(e)) => return Ok(refusal(&e)),
@@ -586,77 +588,80 @@ pub async fn call(app: &Arc<App>, caller: &Caller, name: &str, args: &Map<String
         }
         Err(e) => return Ok(refusal(&e)),
     };
-    Ok(match (name, released) {
-        (_, Some(session_id)) => {
-            let out = json!({"sessionId": session_id, "released": true});
-            success(out.to_string(), out, vec![])
-        }
-        ("get_job_logs", _) => {
-            let log = String::from_utf8_lossy(reply.bytes()).into_owned();
-            let attempt = reply.header_value("x-grid-attempt").and_then(|a| a.parse::<u32>().ok()).unwrap_or(1);
-            let structured = json!({
-                "jobId": string_arg(args, "jobId").unwrap_or_default(),
-                "attempt": attempt,
-                "artifactId": reply.header_value("x-grid-artifact-id").unwrap_or_default(),
-                "truncated": reply.header_value("x-grid-logs-truncated") == Some("true"),
-                "log": log,
-            });
-            success(log, structured, vec![])
-        }
-        (name, _) if one_call_named(name).is_some() => {
+    if let Some(session_id) = released {
+        let out = json!({"sessionId": session_id, "released": true});
+        return Ok(success(out.to_string(), out, vec![]));
+    }
+    if let Some(context_id) = deleted {
+        let out = json!({"contextId": context_id, "deleted": true});
+        return Ok(success(out.to_string(), out, vec![]));
+    }
+    Ok(match reply.body {
+        ReplyBody::BrowserTool(tool) => browser_tool_result(tool),
+        ReplyBody::Log(log) => job_log_result(string_arg(args, "jobId").unwrap_or_default(), log),
+        ReplyBody::File(file) => {
             let kind = one_call_named(name).map_or(ArtifactKind::Screenshot, OneCall::answers);
-            one_call_result(app, caller, kind, &reply).await
+            one_call_result(app, caller, kind, file).await
         }
-        _ if deleted.is_some() => {
-            let out = json!({"contextId": deleted, "deleted": true});
-            success(out.to_string(), out, vec![])
+        ReplyBody::Json(body) => {
+            let text = String::from_utf8_lossy(&body).into_owned();
+            // GET /contexts' and GET /sessions' arrays, each under its name
+            // (an output schema's root is an object).
+            let listed = match name {
+                "list_contexts" => Some("contexts"),
+                "list_sessions" => Some("sessions"),
+                _ => None,
+            };
+            match listed {
+                Some(field) => {
+                    let items: Value = serde_json::from_slice(&body).unwrap_or(json!([]));
+                    success(text, json!({ field: items }), vec![])
+                }
+                None => success(text, serde_json::from_slice(&body).unwrap_or(json!({})), vec![]),
+            }
         }
-        ("list_contexts", _) => {
-            let text = String::from_utf8_lossy(reply.bytes()).into_owned();
-            let contexts: Value = serde_json::from_slice(reply.bytes()).unwrap_or(json!([]));
-            success(text, json!({ "contexts": contexts }), vec![])
-        }
-        ("list_sessions", _) => {
-            let text = String::from_utf8_lossy(reply.bytes()).into_owned();
-            let sessions: Value = serde_json::from_slice(reply.bytes()).unwrap_or(json!([]));
-            success(text, json!({ "sessions": sessions }), vec![])
-        }
-        _ => {
-            let text = String::from_utf8_lossy(reply.bytes()).into_owned();
-            let structured: Value = serde_json::from_slice(reply.bytes()).unwrap_or(json!({}));
-            success(text, structured, vec![])
-        }
+        ReplyBody::Empty => success(String::new(), json!({}), vec![]),
     })
+}
+
+/// `get_job_logs`: the log as text, and with its attempt's facts as
+/// `structuredContent`.
+fn job_log_result(job_id: String, log: JobLog) -> Value {
+    let text = String::from_utf8_lossy(&log.text).into_owned();
+    let structured = json!({
+        "jobId": job_id,
+        "attempt": log.attempt,
+        "artifactId": log.artifact_id,
+        "truncated": log.truncated,
+        "log": text,
+    });
+    success(text, structured, vec![])
 }
 
 /// A one-call capture's file as content, within `inline_limit` (beyond it,
 /// its download URL), and its item as `structuredContent`.
-async fn one_call_result(app: &Arc<App>, caller: &Caller, kind: ArtifactKind, reply: &Reply) -> Value {
-    let header = |n: &str| reply.header_value(n);
-    let job_id = header("x-grid-job-id").unwrap_or_default().to_string();
-    let ReplyBody::File { content_type, bytes } = &reply.body else {
-        return success(String::from_utf8_lossy(reply.bytes()).into_owned(), json!({}), vec![]);
-    };
+async fn one_call_result(app: &Arc<App>, caller: &Caller, kind: ArtifactKind, captured: CapturedFile) -> Value {
+    let byte_length = captured.bytes.len();
     let file = ItemFile {
         kind,
-        content_type: content_type.clone(),
-        byte_length: bytes.len() as u64,
-        bytes: (bytes.len() as u64 <= inline_limit(kind)).then(|| bytes.clone()),
+        content_type: captured.content_type.clone(),
+        byte_length: byte_length as u64,
+        bytes: (byte_length as u64 <= inline_limit(kind)).then_some(captured.bytes),
     };
     let mut structured = json!({
-        "jobId": job_id,
-        "batchId": header("x-grid-batch-id").unwrap_or_default(),
-        "chargedMicros": header("x-grid-charged-micros").and_then(|v| v.parse::<i64>().ok()).unwrap_or(0),
-        "contentType": content_type,
-        "byteLength": bytes.len(),
+        "jobId": captured.job_id,
+        "batchId": captured.batch_id,
+        "chargedMicros": captured.charged_micros,
+        "contentType": captured.content_type,
+        "byteLength": byte_length,
         "inline": file.bytes.is_some(),
-        "targetStatus": header("x-grid-target-status").and_then(|v| v.parse::<u64>().ok()),
+        "targetStatus": captured.target_status,
     });
     let mut content = vec![];
-    match content_block(app, &job_id, &file) {
+    match content_block(app, &captured.job_id, &file) {
         Some(block) => content.push(block),
         None => {
-            if let Some((note, url)) = too_large_to_inline(app, caller, &job_id, &file).await {
+            if let Some((note, url)) = too_large_to_inline(app, caller, &captured.job_id, &file).await {
                 content.push(note);
                 structured["url"] = json!(url);
             }
@@ -665,102 +670,47 @@ async fn one_call_result(app: &Arc<App>, caller: &Caller, kind: ArtifactKind, re
     success(structured.to_string(), structured, content)
 }
 
-/// A browser tool on one of the caller's live sessions (docs/mcp.md,
-/// "Browser tools"). Another account's session, an ended one and one that
-/// never existed are the same refusal, and show nothing of any page. A
-/// session whose browser runs on another node is driven there
-/// (`Peers::browser_tool`, `POST /internal/sessions/{id}/tool`).
-async fn browser_tool(app: &Arc<App>, caller: &Caller, name: &str, args: &Map<String, Value>) -> Value {
-    browser_tool_for(app, &caller.account_id, name, args, true).await
-}
-
-/// `browser_tool` for another node's call (`Route::NodeSessionTool`): the
-/// browser runs here, or the session is unknown.
-pub async fn browser_tool_from_peer(app: &Arc<App>, account_id: &str, name: &str, args: &Map<String, Value>) -> Value {
-    browser_tool_for(app, account_id, name, args, false).await
-}
-
-async fn browser_tool_for(
-    app: &Arc<App>,
-    account_id: &str,
-    name: &str,
-    args: &Map<String, Value>,
-    may_forward: bool,
-) -> Value {
-    if !browser_tools::is_browser_tool(name) {
-        return refusal(&ApiError::InvalidBody { detail: vec![format!("tool: {name} is not a browser tool")] });
-    }
-    let (session_id, tool) = match browser_tools::parse(name, args) {
-        Ok(parsed) => parsed,
-        Err(detail) => return refusal(&ApiError::InvalidBody { detail }),
-    };
-    let id = session_id.clone();
-    let row = match app.store.lookup(move |c| crate::store::sessions::load(c, &id)).await {
-        Ok(row) => row,
-        Err(e) => return refusal(&ApiError::from(e)),
-    };
-    let Some(row) = row.filter(|r| r.account_id == account_id && r.session.is_live()) else {
-        return refusal(&ApiError::UnknownSession);
-    };
-    let Some(live) = app.sessions.live(&session_id) else {
-        // Its browser runs on another node: driven there.
-        return match row.node.filter(|n| may_forward && *n != app.config.node) {
-            Some(node) => {
-                let arguments = Value::Object(args.clone());
-                let forwarded = app.peers.browser_tool(&node, &session_id, account_id, name, &arguments).await;
-                forwarded.unwrap_or_else(|e| {
-                    tracing::warn!(session = %session_id, error = %e, "browser tool not run on the session's node");
-                    refusal(&ApiError::UnknownSession)
-                })
-            }
-            None => refusal(&ApiError::UnknownSession),
-        };
-    };
-    match crate::sessions::tools::run(live, tool).await {
-        Ok(a) => {
-            let mut text = format!("URL: {}\nTitle: {}", a.url, a.title);
-            let mut structured = json!({"sessionId": session_id, "url": a.url, "title": a.title});
-            if let Some(result) = a.result {
-                match &a.lines {
-                    Some(lines) => text.push_str(&format!("\n\n{lines}")),
-                    None => text.push_str(&format!("\nResult: {result}")),
-                }
-                // A large value is answered once, as text every client reads.
-                if a.lines.is_some() || text.len() <= STRUCTURED_RESULT_MAX {
-                    structured["result"] = result;
-                } else {
-                    structured["resultInText"] = json!(true);
-                }
-            }
-            if let Some(cut) = a.cut {
-                text.push_str(&format!(
-                    "\nResult (cut: its JSON is {} characters, longer than the {} MiB a tool answers; its start \
-                     follows. Evaluate a smaller part of it to read the rest):\n{}",
-                    cut.total_chars,
-                    crate::sessions::tools::MAX_RESULT_CHARS >> 20,
-                    cut.kept
-                ));
-                structured["resultCut"] = json!({"totalChars": cut.total_chars, "keptChars": cut.kept.chars().count()});
-            }
-            if let Some(snapshot) = &a.snapshot {
-                text.push_str(&format!("\n\nPage snapshot:\n{snapshot}"));
-                structured["snapshot"] = json!(snapshot);
-            }
-            let more = a
-                .image
-                .map(|png| {
-                    vec![json!({"type": "image", "mimeType": "image/png",
-                                "data": base64::engine::general_purpose::STANDARD.encode(png)})]
-                })
-                .unwrap_or_default();
-            success(text, structured, more)
+/// A browser tool's answer as content (docs/mcp.md, "Browser tools"): the
+/// tab's URL and title, the tool's value and the page's snapshot as text,
+/// the same as `structuredContent`, a screenshot as an image.
+fn browser_tool_result(tool: ToolAnswer) -> Value {
+    let ToolAnswer { session_id, answer: a } = tool;
+    let mut text = format!("URL: {}\nTitle: {}", a.url, a.title);
+    let mut structured = json!({"sessionId": session_id, "url": a.url, "title": a.title});
+    if let Some(result) = a.result {
+        match &a.lines {
+            Some(lines) => text.push_str(&format!("\n\n{lines}")),
+            None => text.push_str(&format!("\nResult: {result}")),
         }
-        Err(crate::sessions::tools::ToolError::Gone) => refusal(&ApiError::UnknownSession),
-        Err(crate::sessions::tools::ToolError::Failed(reason)) => json!({
-            "content": [{"type": "text", "text": json!({"error": "browser tool failed", "reason": reason}).to_string()}],
-            "isError": true,
-        }),
+        // A large value is answered once, as text every client reads.
+        if a.lines.is_some() || text.len() <= STRUCTURED_RESULT_MAX {
+            structured["result"] = result;
+        } else {
+            structured["resultInText"] = json!(true);
+        }
     }
+    if let Some(cut) = a.cut {
+        text.push_str(&format!(
+            "\nResult (cut: its JSON is {} characters, longer than the {} MiB a tool answers; its start \
+             follows. Evaluate a smaller part of it to read the rest):\n{}",
+            cut.total_chars,
+            browser_tools::MAX_RESULT_CHARS >> 20,
+            cut.kept
+        ));
+        structured["resultCut"] = json!({"totalChars": cut.total_chars, "keptChars": cut.kept.chars().count()});
+    }
+    if let Some(snapshot) = &a.snapshot {
+        text.push_str(&format!("\n\nPage snapshot:\n{snapshot}"));
+        structured["snapshot"] = json!(snapshot);
+    }
+    let more = a
+        .image
+        .map(|png| {
+            vec![json!({"type": "image", "mimeType": "image/png",
+                        "data": base64::engine::general_purpose::STANDARD.encode(png)})]
+        })
+        .unwrap_or_default();
+    success(text, structured, more)
 }
 
 /// The longest answer that carries a browser tool's value both as text and

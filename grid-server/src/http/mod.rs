@@ -37,14 +37,24 @@ use respond::Resp;
 
 use crate::app::App;
 
+/// What the transport holds of its own, beside the `App` whose calls it
+/// carries: the request, body and connection bounds (`limits.rs`) and the
+/// API keys that checked out (`auth.rs`). Built by `main` and handed to
+/// `serve`; the API knows nothing of it.
+pub struct Edge {
+    pub limits: limits::Limits,
+    pub keys: auth::KeyCache,
+}
+
 /// Serves until `shutdown` turns true, then lets open connections finish
 /// (at most 10 s). With `tls`, each connection first completes a TLS
 /// handshake. HTTP/1.1 and HTTP/2 are both spoken (over TLS as ALPN chose,
 /// in the clear with HTTP/2 by prior knowledge); HTTP/1.1 connections may be
 /// upgraded (CDP WebSockets). Connections over the bounds of
-/// `app.limits` are closed as they are accepted (docs/limits.md).
+/// `edge.limits` are closed as they are accepted (docs/limits.md).
 pub async fn serve(
     app: Arc<App>,
+    edge: Arc<Edge>,
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
     mut shutdown: watch::Receiver<bool>,
@@ -56,7 +66,7 @@ pub async fn serve(
         tokio::select! {
             accepted = crate::accept::accept(&listener, &mut backoff, "api") => {
                 let Some((stream, peer)) = accepted else { continue };
-                let permit = match app.limits.admit(peer.ip()) {
+                let permit = match edge.limits.admit(peer.ip()) {
                     Ok(p) => p,
                     Err(cut) => {
                         crate::metrics::get().connections_cut.with_label_values(&[cut.label()]).inc();
@@ -64,14 +74,14 @@ pub async fn serve(
                         continue;
                     }
                 };
-                let (app, stop, tls) = (app.clone(), shutdown.clone(), tls.clone());
+                let (app, edge, stop, tls) = (app.clone(), edge.clone(), shutdown.clone(), tls.clone());
                 connections.spawn(async move {
                     let _counted = permit;
                     match tls {
-                        None => serve_connection(app, stream, stop).await,
+                        None => serve_connection(app, edge, stream, stop).await,
                         Some(acceptor) => {
                             if let Some(stream) = tls::handshake(&acceptor, stream).await {
-                                serve_connection(app, stream, stop).await
+                                serve_connection(app, edge, stream, stop).await
                             }
                         }
                     }
@@ -89,19 +99,19 @@ pub async fn serve(
 
 /// One connection, HTTP/1.1 or HTTP/2 (told apart by its first bytes), until
 /// it ends, the server stops, or it goes without a request for too long.
-async fn serve_connection<I>(app: Arc<App>, io: I, mut stop: watch::Receiver<bool>)
+async fn serve_connection<I>(app: Arc<App>, edge: Arc<Edge>, io: I, mut stop: watch::Receiver<bool>)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let bounds = app.limits.conn;
+    let bounds = edge.limits.conn;
     let (tracker, activity) = limits::Tracker::new();
     let service = service_fn(move |req| {
-        let app = app.clone();
+        let (app, edge) = (app.clone(), edge.clone());
         // The request counts as in flight until its response is sent in
         // full (a streamed download included).
         let in_flight = tracker.begin();
         async move {
-            let resp = route(&app, req).await;
+            let resp = route(&app, &edge, req).await;
             Ok::<_, Infallible>(resp.map(|body| {
                 body.map_frame(move |frame| {
                     let _held = &in_flight;
@@ -159,13 +169,13 @@ const H2_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(20);
 /// Streams one HTTP/2 connection may have open at once.
 const H2_MAX_STREAMS: u32 = 100;
 
-async fn route(app: &Arc<App>, req: Request<Incoming>) -> Resp {
+async fn route(app: &Arc<App>, edge: &Edge, req: Request<Incoming>) -> Resp {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let started = std::time::Instant::now();
     let answered = match too_large(&req) {
         Some(e) => Err(e),
-        None => dispatch(app, req).await,
+        None => dispatch(app, edge, req).await,
     };
     let resp = match answered {
         Ok(r) => r,
@@ -213,7 +223,7 @@ fn loggable_path(path: &str) -> std::borrow::Cow<'_, str> {
 /// (`grid_core::routes`), which GET /openapi.json describes operation for
 /// operation: the `match` below is exhaustive over it, so a route is neither
 /// served without being described nor described without being served.
-async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiError> {
+async fn dispatch(app: &Arc<App>, edge: &Edge, req: Request<Incoming>) -> Result<Resp, ApiError> {
     let path = req.uri().path().to_string();
     let method = req.method().clone();
     if let Some(r) = no_sign_in(app, &method, &path) {
@@ -221,13 +231,13 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiErr
     }
     let (route, params): (Route, Vec<String>) = match routes::resolve(method.as_str(), &path) {
         Resolved::Route(route, params) => (route, params.into_iter().map(str::to_string).collect()),
-        Resolved::WrongMethod { allow, routes } => return wrong_method(app, req, &allow, &routes).await,
+        Resolved::WrongMethod { allow, routes } => return wrong_method(app, edge, req, &allow, &routes).await,
         Resolved::NotFound => return Err(ApiError::RouteNotFound),
     };
     let caller = match route.access() {
         Access::Credential => {
-            let caller = auth::authenticate(app, req.headers(), &app.config.base_url).await?;
-            app.limits.rates.check(&caller)?;
+            let caller = auth::authenticate(app, &edge.keys, req.headers(), &app.config.base_url).await?;
+            edge.limits.rates.check(&caller)?;
             Some(caller)
         }
         // The MCP endpoint checks its credential itself (its 401 carries a
@@ -263,7 +273,7 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiErr
         Route::ProtectedResource => return Ok(respond::reply(meta::protected_resource(app, false))),
         Route::ProtectedResourceMcp => return Ok(respond::reply(meta::protected_resource(app, true))),
         Route::OpenApi => return Ok(respond::json(200, &grid_core::openapi::document(&app.config.base_url))),
-        Route::Mcp | Route::McpPreflight => return mcp::handle(app, req).await,
+        Route::Mcp | Route::McpPreflight => return mcp::handle(app, edge, req).await,
         Route::Download => return downloads::serve(app, &p(0), &p(1), req.uri().query()).await,
         Route::SessionDownload => return downloads::serve_session_file(app, &p(0), &p(1), req.uri().query()).await,
         Route::RecordingFile => return downloads::serve_recording(app, &p(0), req.uri().query()).await,
@@ -284,13 +294,13 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiErr
             return Ok(respond::reply(api::Reply::no_content()));
         }
         Route::NodeSessionTool => {
-            let body = respond::json_body(req.into_body(), &app.limits.conn, |detail| ApiError::InvalidBody { detail })
-                .await?;
+            let body =
+                respond::json_body(req.into_body(), &edge.limits.conn, |detail| ApiError::InvalidBody { detail })
+                    .await?;
             let (tool, account) =
                 (body["tool"].as_str().unwrap_or_default(), body["accountId"].as_str().unwrap_or_default());
             let args = body["arguments"].as_object().cloned().unwrap_or_default();
-            let result = mcp_tools::browser_tool_from_peer(app, account, tool, &args).await;
-            return Ok(respond::json(200, &result));
+            return api::browser_tools::run_here(app, account, tool, &args).await.map(respond::reply);
         }
         Route::NodeJobSync => {
             match app.compute.driver.sync(&p(0)).await {
@@ -329,11 +339,13 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiErr
         Route::DeleteContext => Call::DeleteContext(p(0)),
         Route::SubmitBatch => Call::SubmitBatch {
             idempotency_key: respond::idempotency_key(req.headers())?,
-            body: respond::json_body(req.into_body(), &app.limits.conn, |detail| ApiError::InvalidBatchBody { detail })
-                .await?,
+            body: respond::json_body(req.into_body(), &edge.limits.conn, |detail| ApiError::InvalidBatchBody {
+                detail,
+            })
+            .await?,
         },
         Route::SubmitJob => Call::SubmitJob(
-            respond::json_body(req.into_body(), &app.limits.conn, |detail| ApiError::InvalidJobRequest { detail })
+            respond::json_body(req.into_body(), &edge.limits.conn, |detail| ApiError::InvalidJobRequest { detail })
                 .await?,
         ),
         Route::Screenshot | Route::Pdf | Route::Content => {
@@ -344,7 +356,7 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiErr
             };
             Call::OneCall {
                 call,
-                body: respond::json_body(req.into_body(), &app.limits.conn, |detail| ApiError::InvalidCaptureBody {
+                body: respond::json_body(req.into_body(), &edge.limits.conn, |detail| ApiError::InvalidCaptureBody {
                     detail,
                 })
                 .await?,
@@ -352,7 +364,7 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiErr
         }
         Route::LeaseSession => Call::LeaseSession {
             idempotency_key: respond::idempotency_key(req.headers())?,
-            body: respond::json_body(req.into_body(), &app.limits.conn, |detail| ApiError::InvalidSessionBody {
+            body: respond::json_body(req.into_body(), &edge.limits.conn, |detail| ApiError::InvalidSessionBody {
                 detail,
             })
             .await?,
@@ -369,16 +381,17 @@ async fn dispatch(app: &Arc<App>, req: Request<Incoming>) -> Result<Resp, ApiErr
 /// answers in JSON-RPC form.
 async fn wrong_method(
     app: &Arc<App>,
+    edge: &Edge,
     req: Request<Incoming>,
     allow: &[&str],
     routes: &[Route],
 ) -> Result<Resp, ApiError> {
     let mut r = if routes.contains(&Route::Mcp) {
-        mcp::handle(app, req).await?
+        mcp::handle(app, edge, req).await?
     } else {
         if routes.iter().any(|r| r.access() == Access::Credential) {
-            let caller = auth::authenticate(app, req.headers(), &app.config.base_url).await?;
-            app.limits.rates.check(&caller)?;
+            let caller = auth::authenticate(app, &edge.keys, req.headers(), &app.config.base_url).await?;
+            edge.limits.rates.check(&caller)?;
         }
         respond::error(&ApiError::MethodNotAllowed)
     };

@@ -45,16 +45,56 @@ pub fn error(e: &ApiError) -> Resp {
     r
 }
 
-/// A call's reply as an HTTP response.
+/// Set on a reply while job tracking has not caught up with the engine.
+const COMPUTE_DEGRADED: &str = "x-grid-compute-degraded";
+/// A job log's attempt, its artifact and whether it was cut.
+const LOG_ATTEMPT: &str = "x-grid-attempt";
+const LOG_ARTIFACT_ID: &str = "x-grid-artifact-id";
+const LOG_TRUNCATED: &str = "x-grid-logs-truncated";
+/// A one-call capture's item, batch, charge and the page's status.
+const CAPTURE_JOB_ID: &str = "x-grid-job-id";
+const CAPTURE_BATCH_ID: &str = "x-grid-batch-id";
+const CAPTURE_CHARGED: &str = "x-grid-charged-micros";
+const CAPTURE_TARGET_STATUS: &str = "x-grid-target-status";
+
+/// A call's reply as an HTTP response: its body, and the facts beside the
+/// body as headers.
 pub fn reply(reply: Reply) -> Resp {
     let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut headers: Vec<(&'static str, String)> = vec![];
     let mut r = match reply.body {
         ReplyBody::Json(b) => bytes(status, "application/json", b),
-        ReplyBody::Text(b) => bytes(status, "text/plain; charset=utf-8", b),
         ReplyBody::Empty => bytes(status, "application/json", vec![]),
-        ReplyBody::File { content_type, bytes: b } => bytes(status, &content_type, b),
+        ReplyBody::Log(log) => {
+            headers.extend([
+                (LOG_ATTEMPT, log.attempt.to_string()),
+                (LOG_ARTIFACT_ID, log.artifact_id),
+                (LOG_TRUNCATED, log.truncated.to_string()),
+            ]);
+            bytes(status, "text/plain; charset=utf-8", log.text)
+        }
+        ReplyBody::File(file) => {
+            headers.extend([
+                (CAPTURE_JOB_ID, file.job_id),
+                (CAPTURE_BATCH_ID, file.batch_id),
+                (CAPTURE_CHARGED, file.charged_micros.to_string()),
+            ]);
+            headers.extend(file.target_status.map(|s| (CAPTURE_TARGET_STATUS, s.to_string())));
+            bytes(status, &file.content_type, file.bytes)
+        }
+        // Answered over HTTP to the node that asked for it only
+        // (`Route::NodeSessionTool`), which reads it back.
+        ReplyBody::BrowserTool(tool) => {
+            bytes(status, "application/json", serde_json::to_vec(&tool.answer).unwrap_or_else(|_| b"{}".to_vec()))
+        }
     };
-    for (name, value) in reply.headers {
+    if reply.replayed {
+        headers.push((grid_core::idempotency::REPLAYED_HEADER, "true".into()));
+    }
+    if reply.compute_degraded {
+        headers.push((COMPUTE_DEGRADED, "reconciler-unready".into()));
+    }
+    for (name, value) in headers {
         if let Ok(v) = HeaderValue::from_str(&value) {
             r.headers_mut().insert(name, v);
         }

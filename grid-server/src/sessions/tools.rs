@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use grid_core::browser_tools::{BrowserTool, Ref, TabAction};
+use grid_core::browser_tools::{Answer, BrowserTool, Cut, Ref, TabAction, MAX_RESULT_CHARS};
 use serde_json::{json, Value};
 
 use super::{gate, Live};
@@ -80,37 +80,6 @@ impl Tab {
         state.order.retain(|t| t != target);
         state.order.push(target.to_string());
     }
-}
-
-/// What a tool answers: the current tab's URL and title after it, and what
-/// the tool itself reads.
-#[derive(Debug, Default)]
-pub struct Answer {
-    pub url: String,
-    pub title: String,
-    pub snapshot: Option<String>,
-    pub result: Option<Value>,
-    /// A PNG (`browser_take_screenshot`).
-    pub image: Option<Vec<u8>>,
-    /// The result as lines a person reads, where JSON would be hard going
-    /// (the console, the requests).
-    pub lines: Option<String>,
-    /// `browser_evaluate`'s value when its JSON passed [`MAX_RESULT_CHARS`]:
-    /// its start, instead of `result`.
-    pub cut: Option<Cut>,
-}
-
-/// The most of a value's JSON a tool answers (`browser_evaluate`); a longer
-/// one is cut to this, with a note, so that one call cannot make the server
-/// hold or send a page's hundreds of megabytes (docs/mcp.md).
-pub const MAX_RESULT_CHARS: usize = 8 << 20;
-
-/// A value too long to answer whole: the length of its JSON and its first
-/// [`MAX_RESULT_CHARS`] characters (or less, on a character's boundary).
-#[derive(Debug)]
-pub struct Cut {
-    pub total_chars: usize,
-    pub kept: String,
 }
 
 /// Measures a value's JSON in the page itself, so that a large one never
