@@ -238,7 +238,11 @@ impl Store {
         self.write_backend(order, f)
     }
 
-    fn write_backend<R, E: From<StoreError>>(&self, order: Order, f: impl FnOnce(&Conn) -> Result<R, E>) -> Result<R, E> {
+    fn write_backend<R, E: From<StoreError>>(
+        &self,
+        order: Order,
+        f: impl FnOnce(&Conn) -> Result<R, E>,
+    ) -> Result<R, E> {
         match &*self.backend {
             Backend::Sqlite(db) => db.write(f),
             Backend::Postgres(db) => db.write(order, f),
