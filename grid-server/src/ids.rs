@@ -11,7 +11,78 @@ pub fn now() -> Millis {
 
 /// A new time-ordered id with the given prefix (`bt_01J...`).
 pub fn new_id(prefix: &str) -> String {
-    format!("{prefix}{}", ulid::Ulid::new())
+    format!("{prefix}{}", new_ulid())
+}
+
+/// A ULID of the wall clock and the thread's generator; in the simulation
+/// (`seeded`), of its clock and its seed.
+fn new_ulid() -> ulid::Ulid {
+    #[cfg(test)]
+    if let Some(id) = seeded::ulid() {
+        return id;
+    }
+    ulid::Ulid::new()
+}
+
+/// Fills `buf` from the thread's generator; in the simulation, from its seed.
+fn fill(buf: &mut [u8]) {
+    #[cfg(test)]
+    if seeded::fill(buf) {
+        return;
+    }
+    rand::rng().fill_bytes(buf);
+}
+
+/// The simulation's source of ids and secrets (`crate::sim`): on the thread
+/// that runs it, every id is drawn from its seed and dated by its clock, so
+/// a seed makes the same ids (and the same order of `created_at, id`) on
+/// every run.
+#[cfg(test)]
+pub mod seeded {
+    use std::cell::RefCell;
+    use std::sync::Arc;
+
+    use rand::rngs::StdRng;
+    use rand::{Rng, RngCore, SeedableRng};
+
+    use crate::clock::Clock;
+
+    struct Source {
+        rng: StdRng,
+        clock: Arc<dyn Clock>,
+    }
+
+    thread_local! {
+        static SOURCE: RefCell<Option<Source>> = const { RefCell::new(None) };
+    }
+
+    /// From now until the guard drops, ids made on this thread come from
+    /// `seed` and `clock`.
+    pub fn on_this_thread(seed: u64, clock: Arc<dyn Clock>) -> Guard {
+        SOURCE.with(|s| *s.borrow_mut() = Some(Source { rng: StdRng::seed_from_u64(seed), clock }));
+        Guard(std::marker::PhantomData)
+    }
+
+    /// Ends `on_this_thread` when dropped.
+    pub struct Guard(std::marker::PhantomData<*const ()>);
+
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            SOURCE.with(|s| *s.borrow_mut() = None);
+        }
+    }
+
+    pub(super) fn ulid() -> Option<ulid::Ulid> {
+        SOURCE.with(|s| {
+            let mut s = s.borrow_mut();
+            let s = s.as_mut()?;
+            Some(ulid::Ulid::from_parts(s.clock.now().0 as u64, s.rng.random()))
+        })
+    }
+
+    pub(super) fn fill(buf: &mut [u8]) -> bool {
+        SOURCE.with(|s| s.borrow_mut().as_mut().map(|s| s.rng.fill_bytes(buf)).is_some())
+    }
 }
 
 /// `n` ids that sort in the order they are made and follow one another:
@@ -21,7 +92,7 @@ pub fn new_id(prefix: &str) -> String {
 /// the items' key between its first and last id (store::items::batch_view).
 pub fn ordered_ids(prefix: &str, n: usize) -> Vec<String> {
     loop {
-        let mut next = Some(ulid::Ulid::new());
+        let mut next = Some(new_ulid());
         let ids: Option<Vec<String>> = (0..n)
             .map(|_| {
                 let id = next?;
@@ -40,14 +111,14 @@ pub fn ordered_ids(prefix: &str, n: usize) -> Vec<String> {
 /// Random bytes as lower-case hex.
 pub fn random_hex(bytes: usize) -> String {
     let mut buf = vec![0u8; bytes];
-    rand::rng().fill_bytes(&mut buf);
+    fill(&mut buf);
     hex::encode(buf)
 }
 
 /// `N` random bytes (nonces).
 pub fn random_bytes<const N: usize>() -> [u8; N] {
     let mut buf = [0u8; N];
-    rand::rng().fill_bytes(&mut buf);
+    fill(&mut buf);
     buf
 }
 

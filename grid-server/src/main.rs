@@ -4,6 +4,7 @@ mod accept;
 mod admin;
 mod api;
 mod app;
+mod blocking;
 mod browser;
 mod capture;
 mod clock;

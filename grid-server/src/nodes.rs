@@ -92,7 +92,7 @@ pub async fn last_heartbeat(store: &Store, config: &NodeConfig) -> Result<Option
     store.read(move |c| nodes::heartbeat_of(c, &name)).await
 }
 
-async fn beat(app: &Node) {
+pub(crate) async fn beat(app: &Node) {
     let config = &app.config;
     let (name, now) = (config.name.clone(), app.clock.now());
     // One row written, nothing checked: no grid-wide order, so a heartbeat
@@ -109,7 +109,7 @@ async fn beat(app: &Node) {
     }
 }
 
-async fn take_over(app: &Node) {
+pub(crate) async fn take_over(app: &Node) {
     let before = nodes::live_after(app.clock.now(), app.config.lease);
     let me = app.config.name.clone();
     let dead = match app.store.read(move |c| nodes::dead(c, &me, before)).await {

@@ -51,6 +51,11 @@ impl Commits {
     /// threads or memory); the server then does not start.
     pub fn start(store: Store) -> std::io::Result<Commits> {
         let (tx, rx) = mpsc::unbounded_channel();
+        #[cfg(test)]
+        if crate::blocking::inline() {
+            tokio::spawn(run_inline(store, rx));
+            return Ok(Commits { tx });
+        }
         // Threads of their own rather than a task handing each group to the
         // blocking pool: the group's transaction is blocking work anyway, and
         // the hop cost two thread wake-ups per group. They end once every
@@ -186,19 +191,49 @@ fn run(mut writer: Writer, rx: Arc<Mutex<mpsc::UnboundedReceiver<Box<dyn Request
             (group, committed)
         }));
         let Ok((group, committed)) = written else { continue };
-        match committed {
-            Ok(()) => group.into_iter().for_each(|r| r.answer(None)),
-            // Nothing of the group was written; each caller decides to retry.
-            Err(e) => {
-                let msg = e.to_string();
-                for request in group {
-                    let err = match e {
-                        StoreError::Busy => StoreError::Busy,
-                        StoreError::Conflict => StoreError::Conflict,
-                        _ => StoreError::Task(msg.clone()),
-                    };
-                    request.answer(Some(ItemError::Store(err)));
-                }
+        answer(group, committed);
+    }
+}
+
+/// The simulation's group commits (`crate::sim`): a task on its one thread
+/// in place of the commit threads, taking what is queued as a group and
+/// writing it as `run` does. Once the simulated node died (`store.alive`)
+/// it writes and answers nothing more.
+#[cfg(test)]
+async fn run_inline(store: Store, mut rx: mpsc::UnboundedReceiver<Box<dyn Request>>) {
+    let mut writer = store.shared_writer();
+    loop {
+        let Some(first) = rx.recv().await else { return };
+        // Whatever is ready to queue joins the group.
+        tokio::task::yield_now().await;
+        let mut group = vec![first];
+        while group.len() < MAX_GROUP {
+            match rx.try_recv() {
+                Ok(r) => group.push(r),
+                Err(_) => break,
+            }
+        }
+        store.alive().await;
+        let committed = commit(&mut writer, &mut group);
+        store.alive().await;
+        answer(group, committed);
+    }
+}
+
+/// Answers every request of a group written (or not) as `committed` says.
+fn answer(group: Vec<Box<dyn Request>>, committed: Result<(), StoreError>) {
+    match committed {
+        Ok(()) => group.into_iter().for_each(|r| r.answer(None)),
+        // Nothing of the group was written; each caller decides to retry.
+        Err(e) => {
+            let msg = e.to_string();
+            for request in group {
+                let err = match e {
+                    StoreError::Busy => StoreError::Busy,
+                    StoreError::Conflict => StoreError::Conflict,
+                    _ => StoreError::Task(msg.clone()),
+                };
+                request.answer(Some(ItemError::Store(err)));
             }
         }
     }

@@ -647,12 +647,6 @@ impl<'a> Writes<'a> {
     }
 }
 
-/// A bug planted for the simulation to find (`crate::sim`): every item
-/// settlement written twice, the second time as the other kind (the same
-/// entry twice the store's unique `ledger_settles_once` index absorbs).
-#[cfg(test)]
-pub(crate) static PLANTED_DOUBLE_SETTLEMENT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
 /// The one executor of the effects written in a step's transaction: what
 /// they write besides the item's state is gathered in `writes` (files,
 /// ledger entries), which the caller stores in the same transaction after
@@ -675,17 +669,7 @@ fn execute_in_tx<'a>(
             }
             // The charge or release, in the transaction that ends the item:
             // the balance is exact once the end is stored.
-            TxEffect::Settle(owed) => {
-                writes.settle.push(items::settlement(row, *owed));
-                #[cfg(test)]
-                if PLANTED_DOUBLE_SETTLEMENT.load(std::sync::atomic::Ordering::SeqCst) {
-                    let other = match owed {
-                        grid_core::item::Settlement::Charge => grid_core::item::Settlement::Release,
-                        grid_core::item::Settlement::Release => grid_core::item::Settlement::Charge,
-                    };
-                    writes.settle.push(items::settlement(row, other));
-                }
-            }
+            TxEffect::Settle(owed) => writes.settle.push(items::settlement(row, *owed)),
         }
     }
 }
@@ -854,14 +838,18 @@ fn finish_all(
         .filter_map(|((claim, _), answer)| answer.as_ref().ok().map(|o| (&**claim, o)))
         .collect();
     taken.sort_by_key(|(claim, o)| (claim.lease_token, o.item.state.as_str(), o.item.attempts_made));
+    // Kept by item and token: two ends of one item under different claims
+    // (a claim taken over, then the item claimed again here) may meet in
+    // one step, and only the one its stored token fences in was stored.
     let mut kept = HashSet::with_capacity(taken.len());
     for run in taken.chunk_by(|(a, oa), (b, ob)| a.lease_token == b.lease_token && oa.item == ob.item) {
         let claims: Vec<&ItemRow> = run.iter().map(|(claim, _)| *claim).collect();
         let (claim, outcome) = run[0];
-        kept.extend(items::save_ends(tx, &claims, claim.lease_token, &outcome.item, now)?);
+        let saved = items::save_ends(tx, &claims, claim.lease_token, &outcome.item, now)?;
+        kept.extend(saved.into_iter().map(|seq| (seq, claim.lease_token)));
     }
     for ((claim, _), answer) in ends.iter().zip(answers.iter_mut()) {
-        if answer.is_ok() && !kept.contains(&claim.seq) {
+        if answer.is_ok() && !kept.contains(&(claim.seq, claim.lease_token)) {
             *answer = Err(ItemError::LeaseLost(claim.id.clone()));
         }
     }

@@ -112,18 +112,21 @@ pub mod fake {
     pub struct FakeEngine {
         clock: Arc<dyn Clock>,
         state: Mutex<State>,
-        /// Bumped on every change, so `wait` notices exits.
-        changed: tokio::sync::watch::Sender<u64>,
+        /// Told of every change, so `wait` notices exits.
+        /// (A `Notify`, not a `watch`: a watch's waiters are spread over
+        /// shards drawn at random, so the order they wake in, and the
+        /// simulation's run with it, would not be the seed's.)
+        changed: tokio::sync::Notify,
     }
 
     impl FakeEngine {
         pub fn new(clock: Arc<dyn Clock>) -> Arc<FakeEngine> {
-            Arc::new(FakeEngine { clock, state: Mutex::default(), changed: tokio::sync::watch::Sender::new(0) })
+            Arc::new(FakeEngine { clock, state: Mutex::default(), changed: tokio::sync::Notify::new() })
         }
 
         fn with<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
             let r = f(&mut self.state.lock().unwrap());
-            self.changed.send_modify(|n| *n += 1);
+            self.changed.notify_waiters();
             r
         }
 
@@ -244,13 +247,14 @@ pub mod fake {
 
         fn wait<'a>(&'a self, container: &'a str) -> BoxFuture<'a, Result<(), EngineError>> {
             Box::pin(async move {
-                let mut rx = self.changed.subscribe();
                 loop {
+                    // Waiting before the check: a change between the two is seen.
+                    let changed = self.changed.notified();
                     let running = Self::find(&mut self.state.lock().unwrap(), container).map(|c| c.running)?;
                     if !running {
                         return Ok(());
                     }
-                    rx.changed().await.map_err(|e| EngineError::Engine(e.to_string()))?;
+                    changed.await;
                 }
             })
         }

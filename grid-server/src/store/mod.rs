@@ -12,6 +12,8 @@
 pub mod accounts;
 mod checkpoints;
 pub mod contexts;
+#[cfg(test)]
+pub mod faults;
 pub mod idempotency;
 pub mod items;
 pub mod jobs;
@@ -111,6 +113,9 @@ pub struct Store {
     /// once: hundreds of concurrent requests queue here instead of each
     /// taking a thread and opening a connection of its own.
     readers: Arc<readers::Readers>,
+    /// One simulated node's faults (`faults.rs`, `crate::sim`).
+    #[cfg(test)]
+    faults: Option<Arc<faults::Faults>>,
 }
 
 enum Backend {
@@ -133,7 +138,28 @@ impl Store {
     }
 
     fn new(backend: Backend, readers: usize) -> Store {
-        Store { backend: Arc::new(backend), readers: Arc::new(readers::Readers::new(readers)) }
+        Store {
+            backend: Arc::new(backend),
+            readers: Arc::new(readers::Readers::new(readers)),
+            #[cfg(test)]
+            faults: None,
+        }
+    }
+
+    /// This store as one simulated node sees it: its writes meet `faults`,
+    /// and once the node died its calls wait forever (`faults.rs`).
+    #[cfg(test)]
+    pub fn with_faults(&self, faults: Arc<faults::Faults>) -> Store {
+        Store { faults: Some(faults), ..self.clone() }
+    }
+
+    /// Waits forever once this handle's simulated node died; at once
+    /// otherwise (and always outside the simulation).
+    #[cfg(test)]
+    pub async fn alive(&self) {
+        if let Some(faults) = &self.faults {
+            faults.alive().await;
+        }
     }
 
     /// Whether every published file (capture files, job logs) is kept in
@@ -178,6 +204,14 @@ impl Store {
         E: From<StoreError> + Send + 'static,
         F: FnOnce(&Conn) -> Result<R, E> + Send + 'static,
     {
+        #[cfg(test)]
+        if crate::blocking::inline() {
+            self.alive().await;
+            let r = self.write_ordered(order, f);
+            // A crash after the commit: the caller never learns it.
+            self.alive().await;
+            return r;
+        }
         let store = self.clone();
         tokio::task::spawn_blocking(move || store.write_ordered(order, f))
             .await
@@ -193,6 +227,18 @@ impl Store {
     /// transaction that locks every row it checks (the capture queue's
     /// group commits, `capture/commits.rs`).
     pub fn write_ordered<R, E: From<StoreError>>(
+        &self,
+        order: Order,
+        f: impl FnOnce(&Conn) -> Result<R, E>,
+    ) -> Result<R, E> {
+        #[cfg(test)]
+        if let Some(faults) = &self.faults {
+            return faults.write(|seamed| self.write_backend(order, |tx| seamed(tx)), f);
+        }
+        self.write_backend(order, f)
+    }
+
+    fn write_backend<R, E: From<StoreError>>(
         &self,
         order: Order,
         f: impl FnOnce(&Conn) -> Result<R, E>,
@@ -213,6 +259,13 @@ impl Store {
             Backend::Postgres(db) => Some(db.own_connection()?),
         };
         Ok(Writer { store: self.clone(), own })
+    }
+
+    /// A writer through the store's own transactions (its faults too), for
+    /// the simulation's group commits, which run on its one thread.
+    #[cfg(test)]
+    pub fn shared_writer(&self) -> Writer {
+        Writer { store: self.clone(), own: None }
     }
 
     /// How many transactions the capture queue's group commits run at once
@@ -264,6 +317,11 @@ impl Store {
         R: Send + 'static,
         F: FnOnce(&Conn) -> StoreResult<R> + Send + 'static,
     {
+        #[cfg(test)]
+        if crate::blocking::inline() {
+            self.alive().await;
+            return read_on(&self.backend, f);
+        }
         let backend = self.backend.clone();
         self.readers.run(move || read_on(&backend, f)).await
     }
@@ -282,6 +340,8 @@ impl Store {
         R: Send + 'static,
         F: FnOnce(&Conn) -> StoreResult<R> + Send + 'static,
     {
+        #[cfg(test)]
+        self.alive().await;
         match &*self.backend {
             Backend::Sqlite(db) => db.read(f),
             Backend::Postgres(_) => self.read(f).await,

@@ -137,7 +137,7 @@ impl JobDriver {
         let (scratch, jid) = (self.scratch.clone(), id.to_string());
         // The engine's log of the container takes the rest of ephemeral storage.
         let bound = docker::scratch_limit(request.resources.ephemeral_storage_bytes.limit);
-        let scratch = tokio::task::spawn_blocking(move || scratch.create(&jid, attempt, bound))
+        let scratch = crate::blocking::run(move || scratch.create(&jid, attempt, bound))
             .await
             .map_err(std::io::Error::other)??;
         let spec = ContainerSpec {
@@ -225,7 +225,7 @@ impl JobDriver {
     /// scratch was on disk has none) is not.
     async fn scratch_over(&self, id: &str, attempt: u32, limit: u64) -> bool {
         let (scratch, jid) = (self.scratch.clone(), id.to_string());
-        let usage = tokio::task::spawn_blocking(move || scratch.usage(&jid, attempt, limit))
+        let usage = crate::blocking::run(move || scratch.usage(&jid, attempt, limit))
             .await
             .unwrap_or_else(|e| Err(std::io::Error::other(e)));
         match usage {

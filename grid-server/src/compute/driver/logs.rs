@@ -75,7 +75,7 @@ impl JobDriver {
     /// Removes the attempt's scratch (its container has exited or is gone).
     pub(super) async fn remove_scratch(&self, job_id: &str, attempt: u32) {
         let (scratch, id) = (self.scratch.clone(), job_id.to_string());
-        if let Err(e) = tokio::task::spawn_blocking(move || scratch.remove(&id, attempt)).await {
+        if let Err(e) = crate::blocking::run(move || scratch.remove(&id, attempt)).await {
             tracing::warn!(job = job_id, error = %e, "job scratch removal did not run");
         }
     }
@@ -88,7 +88,7 @@ impl JobDriver {
         let artifact_id = log.artifact.artifact_id.clone();
         let inline = self.store.read(move |c| jobs::log_content(c, &artifact_id)).await?;
         let (root, name, sha) = (self.logs_dir.clone(), log.storage_name.clone(), log.sha256.clone());
-        let read = tokio::task::spawn_blocking(move || match inline {
+        let read = crate::blocking::run(move || match inline {
             Some(bytes) if crate::ids::sha256_hex(&bytes) == sha => Ok(bytes),
             Some(_) => Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{name} failed its checksum"))),
             None => files::read_checked(&root, &name, &sha),
@@ -211,7 +211,7 @@ impl JobDriver {
         } else {
             let root = self.logs_dir.clone();
             let (dir, stem) = (job_id.to_string(), format!("attempt-{attempt}"));
-            let written = tokio::task::spawn_blocking(move || files::write_checked(&root, &dir, &stem, &bytes)).await;
+            let written = crate::blocking::run(move || files::write_checked(&root, &dir, &stem, &bytes)).await;
             let Ok(Ok((storage_name, sha256))) = written else {
                 tracing::error!(job = job_id, "log could not be stored");
                 return None;

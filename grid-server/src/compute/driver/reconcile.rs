@@ -126,7 +126,7 @@ impl JobDriver {
             })
             .await?;
         let scratch = self.scratch.clone();
-        let swept = tokio::task::spawn_blocking(move || {
+        let swept = crate::blocking::run(move || {
             scratch.remove_all_but(|job, attempt| live.iter().any(|(j, a)| j == job && *a == attempt))
         })
         .await;
