@@ -233,13 +233,15 @@ fn exempt_ranges(code: &str) -> Vec<(usize, usize)> {
     ranges
 }
 
-/// Files that are test modules: declared as `#[cfg(test)] mod name;`.
+/// Files that are test modules: declared as `#[cfg(test)] mod name;` (or
+/// `pub mod name;`, `pub(crate) mod name;`).
 fn test_module_files(files: &[PathBuf]) -> BTreeSet<PathBuf> {
     let mut out = BTreeSet::new();
     for file in files {
         let code = code_only(&read(file));
         for (at, _) in code.match_indices("#[cfg(test)]") {
             let item = code[at + "#[cfg(test)]".len()..item_end(code.as_str(), at + "#[cfg(test)]".len())].trim();
+            let item = ["pub(crate) ", "pub(super) ", "pub "].iter().fold(item, |i, v| i.strip_prefix(v).unwrap_or(i));
             let Some(name) = item.strip_prefix("mod ").and_then(|m| m.strip_suffix(';')) else { continue };
             let name = name.trim();
             let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("");

@@ -395,13 +395,16 @@ impl<W> Seats<W> {
         // A slot serving nobody adds to what the accounts hold: past the
         // cap only an account holding no browser (a newcomer) takes one.
         let may_add = self.held() < self.cap() || self.browsers_of(account) == 0;
-        // Another account's idle browser: one emptied for this account, or
-        // one past its grace (an account's own idle browser was `own`).
+        // An idle browser changing hands or engine: the account's own (of
+        // the other engine: the grace keeps a browser from other accounts
+        // only), one emptied for it, or another's past its grace.
         let taken_over = |s: &SlotUse| {
             s.serves.is_some()
                 && s.active == 0
                 && !kept_for_other(s)
-                && (s.drains_for.as_deref() == Some(account) || self.idle_past_grace(s))
+                && (s.drains_for.as_deref() == Some(account)
+                    || s.serves.as_ref().is_some_and(|(a, _)| a == account)
+                    || self.idle_past_grace(s))
         };
         let chosen = own
             .or_else(|| self.slots.iter().position(|s| s.serves.is_none()).filter(|_| may_add))
@@ -649,20 +652,25 @@ async fn keep(config: PoolConfig, assignments: Arc<Assignments>, slots: Arc<[Slo
                 }
             }
         }
-        let (now, grace_end) = {
-            let seats = assignments.lock();
-            (seats.now, seats.next_grace_end())
+        // Serve the waiters a grace that ended meanwhile frees (a start
+        // above can outlast one), and find when the next one ends.
+        let (now, grace_end, granted) = {
+            let mut seats = assignments.lock();
+            let granted = seats.grant();
+            (seats.now, seats.next_grace_end(), granted)
         };
+        if !granted.is_empty() {
+            // They may have taken a spare: look again at once.
+            assignments.hand_out(granted);
+            continue;
+        }
         let Some(end) = grace_end else {
             assignments.changed.notified().await;
             continue;
         };
         tokio::select! {
             _ = assignments.changed.notified() => {}
-            _ = tokio::time::sleep(Duration::from_millis(end.saturating_sub(now))) => {
-                let granted = assignments.lock().grant();
-                assignments.hand_out(granted);
-            }
+            _ = tokio::time::sleep(Duration::from_millis(end.saturating_sub(now))) => {}
         }
     }
 }
@@ -751,8 +759,7 @@ mod tests {
         assert_ne!(full, shell, "same account, other engine: another browser");
         assert_eq!(take(a, "acc_a", Engine::HeadlessShell, 1), None, "both busy: the shell item waits");
         a.release(full);
-        a.now += a.grace;
-        assert_eq!(take(a, "acc_a", Engine::HeadlessShell, 1), Some(full), "an idle slot changes engine");
+        assert_eq!(take(a, "acc_a", Engine::HeadlessShell, 1), Some(full), "its own idle slot changes engine at once");
     }
 
     /// Fills every page with `account`'s items through the waiting queue,
