@@ -146,8 +146,9 @@ fi
 build_log="$(mktemp)"
 say "building the workspace (linted): cargo build --workspace --bins --tests"
 cargo build --workspace --bins --tests 2>&1 | tee "$build_log"
-if [ "$#" -eq 0 ] && grep -Eq '^warning: .* generated [0-9]+ warnings?' "$build_log"; then
-    failed_checks+=("warnings in the build (clippy lints included): $(grep -E '^warning: .* generated [0-9]+ warnings?' "$build_log" | tr '\n' ' ')")
+warned="$(grep -E '^warning: .* generated [0-9]+ warnings?' "$build_log" || true)"
+if [ "$#" -eq 0 ] && [ -n "$warned" ]; then
+    failed_checks+=("warnings in the build (clippy lints included): $(printf '%s' "$warned" | tr '\n' ' ')")
 fi
 rm -f "$build_log"
 

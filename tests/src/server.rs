@@ -597,6 +597,26 @@ impl GridServer {
     }
 
     /// The last `n` lines of the server log (stderr plus stdout lines).
+    /// The server log without its colours (the server writes ANSI escapes).
+    pub fn plain_log(&self) -> String {
+        let log = std::fs::read_to_string(&self.log_path).unwrap_or_default();
+        let mut plain = String::with_capacity(log.len());
+        let mut chars = log.chars();
+        while let Some(c) = chars.next() {
+            if c == '\u{1b}' {
+                // CSI: ESC [ parameters, ended by a letter.
+                for e in chars.by_ref() {
+                    if e.is_ascii_alphabetic() {
+                        break;
+                    }
+                }
+            } else {
+                plain.push(c);
+            }
+        }
+        plain
+    }
+
     pub fn log_tail(&self, n: usize) -> String {
         let log = std::fs::read_to_string(&self.log_path).unwrap_or_else(|e| format!("(no log: {e})"));
         let lines: Vec<&str> = log.lines().collect();

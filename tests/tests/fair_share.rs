@@ -95,10 +95,8 @@ async fn another_accounts_call_is_served_in_turn_behind_a_burst() {
 /// Ids of the pool's browsers started as spares (`spare=true` in the
 /// server log's "browser started" lines), in order.
 fn spares_started(server: &GridServer) -> Vec<String> {
-    let log = std::fs::read_to_string(server.log_path()).unwrap_or_default();
-    let plain = regex::Regex::new("\x1b\\[[0-9;]*m").unwrap().replace_all(&log, "").to_string();
     let line = regex::Regex::new(r"browser started browser=(b[0-9]+\.[0-9]+) .*spare=true").unwrap();
-    line.captures_iter(&plain).map(|c| c[1].to_string()).collect()
+    line.captures_iter(&server.plain_log()).map(|c| c[1].to_string()).collect()
 }
 
 /// The pool keeps a spare browser (`--spare-browsers`, default 1) started

@@ -275,26 +275,6 @@ async fn assert_exactly_once(grid: &Grid, settled_via: &GridServer, submitted: &
     assert!(split > 0, "no batch was run by more than one node: the nodes never raced on the same items");
 }
 
-/// The node's log without its colours (the server's log writes ANSI escapes).
-fn plain_log(n: &GridServer) -> String {
-    let log = std::fs::read_to_string(n.log_path()).unwrap_or_default();
-    let mut plain = String::with_capacity(log.len());
-    let mut chars = log.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            // CSI: ESC [ parameters, ended by a letter.
-            for e in chars.by_ref() {
-                if e.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            plain.push(c);
-        }
-    }
-    plain
-}
-
 /// The number after `name` (`items=`) in a log line; 0 when absent.
 fn field(line: &str, name: &str) -> i64 {
     line.split_whitespace().find_map(|w| w.strip_prefix(name)).and_then(|v| v.parse().ok()).unwrap_or(0)
@@ -408,7 +388,7 @@ async fn a_node_killed_while_accounts_race_loses_and_doubles_nothing() {
     // The dead node's items were taken over, and it was removed.
     let takeovers: Vec<String> = grid.nodes[1..]
         .iter()
-        .flat_map(|n| plain_log(n).lines().map(str::to_string).collect::<Vec<_>>())
+        .flat_map(|n| n.plain_log().lines().map(str::to_string).collect::<Vec<_>>())
         .filter(|l| l.contains("took over a dead node's work") && l.contains("node=n1 "))
         .collect();
     eprintln!("race: {takeovers:#?}");

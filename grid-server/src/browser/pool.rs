@@ -418,16 +418,21 @@ impl<W> Seats<W> {
         Some(chosen)
     }
 
+    /// When an idle browser stops being kept for its account (None while
+    /// busy or serving nobody).
+    fn grace_end(&self, s: &SlotUse) -> Option<u64> {
+        (s.serves.is_some() && s.active == 0).then_some(s.idle_since + self.grace)
+    }
+
     /// Idle and no longer kept for its account.
     fn idle_past_grace(&self, s: &SlotUse) -> bool {
-        s.serves.is_some() && s.active == 0 && self.now >= s.idle_since + self.grace
+        self.grace_end(s).is_some_and(|end| self.now >= end)
     }
 
     /// When the next idle browser's grace ends, if one is in its grace:
     /// the pool looks at its waiters again then.
     fn next_grace_end(&self) -> Option<u64> {
-        let in_grace = |s: &&SlotUse| s.serves.is_some() && s.active == 0 && s.idle_since + self.grace > self.now;
-        self.slots.iter().filter(in_grace).map(|s| s.idle_since + self.grace).min()
+        self.slots.iter().filter_map(|s| self.grace_end(s)).filter(|end| *end > self.now).min()
     }
 
     fn pages_of(&self, account: &str) -> usize {
@@ -455,7 +460,7 @@ impl<W> Seats<W> {
         // grace (an account calling one call after another).
         for s in &self.slots {
             if let Some((a, _)) = &s.serves {
-                if (s.active > 0 || !self.idle_past_grace(s)) && !wanting.contains(&a.as_str()) {
+                if !self.idle_past_grace(s) && !wanting.contains(&a.as_str()) {
                     wanting.push(a);
                 }
             }
@@ -694,13 +699,9 @@ async fn launch(config: &PoolConfig, id: String, account: Option<&str>, engine: 
         process::start(&config.sandbox, executable, &flags, &env, policy, None).await.map_err(|e| e.to_string())?;
     crate::metrics::get().browser_starts.with_label_values(&["capture"]).inc();
     tracing::info!(browser = %id, pid = process.pid, uid = process.uid(), product = %process.version.product, spare = account.is_none(), ms = started.elapsed().as_millis() as u64, "browser started");
-    let claimed = OnceLock::new();
-    if let Some(account) = account {
-        let _ = claimed.set(account.to_string());
-    }
     Ok(Chromium {
         id,
-        account: claimed,
+        account: account.map(|a| OnceLock::from(a.to_string())).unwrap_or_default(),
         engine,
         process,
         started: Instant::now(),
