@@ -37,7 +37,7 @@ type Connector = hyper_rustls::HttpsConnector<HttpConnector<Resolver>>;
 /// layers of its own (a redirect policy that parses every request's URL
 /// again, a retry layer, a timeout, a response URL parsed once more), paid
 /// on every exchange at tens of thousands of items a second (measured in
-/// docs/performance.md, fourth pass).
+/// docs/performance.md, "What makes a fetch item fast").
 pub struct Fetcher {
     client: Client<Connector, Empty<Bytes>>,
     allow_private: bool,

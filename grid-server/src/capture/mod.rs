@@ -61,7 +61,7 @@ const IDLE_POLL: Duration = Duration::from_millis(500);
 const CLAIM_MAX: usize = 1024;
 /// Most items a node claims beyond its free workers: enough for fast local
 /// fetches to keep every worker busy while a claim waits behind a
-/// submission (docs/performance.md, fifth pass) or, on PostgreSQL, behind
+/// submission (docs/performance.md, "What makes a fetch item fast") or, on PostgreSQL, behind
 /// the round trips of the transaction in flight. 512 bound the claims
 /// there (twice what 16 workers finish in a claim of 10 to 30 ms). Raised
 /// to 2,048 (bench/scale_out.sh, three pairs of runs): one node 14,599 /
@@ -363,7 +363,7 @@ fn moving_average(old: u64, sample: Duration) -> u64 {
 /// submission's transaction, or the writer's share of a checkpoint), and
 /// such claims come every few dozen claims under load: the peak must last
 /// until the next one, or the items claimed ahead run out during it and
-/// every worker waits (measured in docs/performance.md, fifth pass).
+/// every worker waits (measured in docs/performance.md, "What makes a fetch item fast").
 fn recent_peak(old: u64, sample: Duration) -> u64 {
     let micros = sample.as_micros().min(u128::from(u32::MAX)) as u64;
     if micros >= old {

@@ -5,7 +5,7 @@
 //! into the database file and both files are fsynced, several milliseconds
 //! under the capture queue's load. The capture queue's claims go through
 //! the same writer, so every checkpoint left the workers without items
-//! (measured in docs/performance.md, fourth pass).
+//! (measured in docs/performance.md, "What makes a fetch item fast").
 //!
 //! Here a thread of its own copies pages with a connection of its own
 //! (`PASSIVE`: beside the writer, never blocking it) each time the writer
