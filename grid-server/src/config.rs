@@ -38,6 +38,9 @@ pub struct ServeConfig {
     pub max_pages_per_account: usize,
     /// Pool browsers kept started for accounts holding none.
     pub spare_browsers: usize,
+    /// Time an item may take beyond its `timeoutMs` before its browser
+    /// counts as hung (`capture::scripts::COLLECT_ALLOWANCE`; shorter only in tests).
+    pub collect_allowance: std::time::Duration,
     /// The Chromium executable.
     pub chromium: std::path::PathBuf,
     pub headless_shell: std::path::PathBuf,

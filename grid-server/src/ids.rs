@@ -4,9 +4,11 @@
 use grid_core::time::Millis;
 use rand::RngCore;
 
+/// The server's time: the system's, plus the skew a test set
+/// (`crate::clock::follow_skew_file`; zero in production).
 pub fn now() -> Millis {
     let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    Millis(d.as_millis() as i64)
+    Millis(d.as_millis() as i64 + crate::clock::skew())
 }
 
 /// A new time-ordered id with the given prefix (`bt_01J...`).

@@ -306,6 +306,14 @@ struct ServeArgs {
     compute: ComputeArgs,
     #[command(flatten)]
     tls: TlsArgs,
+    /// For the black-box tests only: the server's clock runs ahead of the system's by the
+    /// milliseconds this file holds, read every 20 ms (`clock::follow_skew_file`).
+    #[arg(long, hide = true, value_name = "PATH")]
+    clock_skew_file: Option<PathBuf>,
+    /// For the black-box tests only: the time an item may take beyond its timeoutMs before its
+    /// browser counts as hung (`capture::scripts::COLLECT_ALLOWANCE`), so a hang is caught sooner.
+    #[arg(long, hide = true, default_value_t = capture::scripts::COLLECT_ALLOWANCE.as_millis() as u64)]
+    collect_allowance_ms: u64,
 }
 
 /// HTTPS (docs/tls.md). Without these the server speaks plain HTTP: for
@@ -544,6 +552,9 @@ fn tls_setup(args: &ServeArgs) -> anyhow::Result<Option<http::tls::Tls>> {
 /// last alive, spawn the loops, recover what the last run left live and
 /// start what follows recovery, serve until SIGTERM, shut down.
 async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
+    if let Some(path) = &args.clock_skew_file {
+        clock::follow_skew_file(path.clone());
+    }
     let (tls, store, accounting_timeout) = open_store(&args)?;
     let bound = bind(&args, tls.is_some()).await?;
     let (node, last_heartbeat) = register_node(&args, &store, tls.is_some(), bound.addr).await?;
@@ -700,6 +711,7 @@ fn configs(
         pages_per_browser: args.pages_per_browser as usize,
         max_pages_per_account: args.max_pages_per_account as usize,
         spare_browsers: args.spare_browsers as usize,
+        collect_allowance: Duration::from_millis(args.collect_allowance_ms),
         chromium: args.chromium.clone(),
         headless_shell: args.headless_shell.clone(),
         sandbox: browser::sandbox::SandboxConfig {
@@ -1076,6 +1088,7 @@ fn browser_pool(config: &ServeConfig) -> Option<Arc<browser::pool::BrowserPool>>
         pages_per_browser: config.pages_per_browser,
         max_pages_per_account: config.max_pages_per_account,
         spare_browsers: config.spare_browsers,
+        collect_allowance: config.collect_allowance,
         sandbox: config.sandbox.clone(),
         allow_private_networks: config.allow_private_networks,
     };

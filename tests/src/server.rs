@@ -41,6 +41,11 @@ pub struct ServerOptions {
     /// lease a session. Tests about leasing set `Some(1)` or leave the
     /// server's default with `None`.
     pub warm_sessions: Option<u32>,
+    /// `--spare-browsers`: 0 by default here, unlike the server's 1, for
+    /// the same reason: a spare is one more Chromium started beside the
+    /// first item's, in every test that runs a browser item. Tests about
+    /// the spare leave the server's default with `None`.
+    pub spare_browsers: Option<u32>,
     pub extra_args: Vec<String>,
     /// Variables set (`Some`) or removed (`None`) in the server's
     /// environment after the harness scrubbed it (see `bins::scrub_env`).
@@ -84,6 +89,7 @@ impl Default for ServerOptions {
             auth_url: None,
             accounting_timeout_ms: None,
             warm_sessions: Some(0),
+            spare_browsers: Some(0),
             extra_args: Vec::new(),
             env: Vec::new(),
             umask: None,
@@ -119,6 +125,7 @@ impl ServerOptions {
         flag("--auth-url", self.auth_url.clone());
         flag("--accounting-timeout-ms", self.accounting_timeout_ms.map(|v| v.to_string()));
         flag("--warm-sessions", self.warm_sessions.map(|v| v.to_string()));
+        flag("--spare-browsers", self.spare_browsers.map(|v| v.to_string()));
         if self.allow_private_networks {
             args.push("--allow-private-networks".into());
         }
@@ -330,7 +337,9 @@ impl GridServer {
     /// event when one was printed.
     fn spawn(&mut self, first: bool) -> Result<Option<FirstStart>, StartError> {
         let mut log = OpenOptions::new().create(true).append(true).open(&self.log_path).expect("open server log");
-        let args = self.opts.serve_args(self.port, &self.data_dir);
+        let mut args = self.opts.serve_args(self.port, &self.data_dir);
+        // Every test server's clock can be moved forward (`advance_clock`).
+        args.extend(["--clock-skew-file".to_string(), self.skew_path().display().to_string()]);
         writeln!(log, "===== harness: {} {}", self.bin.display(), args.join(" ")).ok();
         let mut cmd = Command::new(&self.bin);
         cmd.args(&args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::from(log));
@@ -463,6 +472,54 @@ impl GridServer {
 
     pub fn data_dir(&self) -> &Path {
         &self.data_dir
+    }
+
+    fn skew_path(&self) -> PathBuf {
+        self.root.path().join("clock-skew")
+    }
+
+    fn skew_ms(&self) -> i64 {
+        std::fs::read_to_string(self.skew_path()).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
+    }
+
+    /// The server's clock, in ms since the epoch: the wall clock plus what
+    /// the test moved it forward by (`advance_clock`).
+    pub fn now_ms(&self) -> i64 {
+        let wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock after 1970");
+        wall.as_millis() as i64 + self.skew_ms()
+    }
+
+    /// Moves the server's clock forward by `ms` (the hidden `serve
+    /// --clock-skew-file`, read by the server every 20 ms), so a test
+    /// reaches an expiry or a due time without waiting for it on the wall
+    /// clock. Returns once a running server logged that it took the new
+    /// skew (a stopped one reads it as it starts). The skew outlives
+    /// restarts; the server's clock never goes back. Answers the server's
+    /// new time.
+    pub fn advance_clock(&self, ms: i64) -> i64 {
+        assert!(ms >= 0, "the server's clock only moves forward");
+        let skew = self.skew_ms() + ms;
+        // Written whole, then renamed: the server never reads half a number.
+        let tmp = self.root.path().join("clock-skew.tmp");
+        std::fs::write(&tmp, skew.to_string()).expect("writing the clock skew");
+        std::fs::rename(&tmp, self.skew_path()).expect("moving the clock skew in place");
+        if self.child.is_some() && ms > 0 {
+            let taken = format!("skew_ms={skew}");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !self.plain_log().split_whitespace().any(|w| w == taken) {
+                if Instant::now() >= deadline {
+                    self.fail(&format!("the server did not take the clock skew {skew} ms within 10 s"));
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        self.now_ms()
+    }
+
+    /// Moves the server's clock forward to `t` (ms since the epoch), if it
+    /// is not there yet.
+    pub fn advance_clock_to(&self, t: i64) -> i64 {
+        self.advance_clock((t - self.now_ms()).max(0))
     }
 
     /// The server's PostgreSQL database, when the run is on PostgreSQL.

@@ -30,12 +30,11 @@ fn opts() -> ServerOptions {
     }
 }
 
-/// [`opts`] without the pool's spare browser, so the item's browser is the
+/// [`opts`] without the pool's spare browser (the harness's default, said
+/// here because the tests count on it), so the item's browser is the
 /// server's one Chromium.
 fn no_spare() -> ServerOptions {
-    let mut o = opts();
-    o.extra_args.extend(["--spare-browsers".into(), "0".into()]);
-    o
+    ServerOptions { spare_browsers: Some(0), ..opts() }
 }
 
 /// Runs one item to its end and asserts it completed.
@@ -566,8 +565,14 @@ async fn browser_items_are_charged_their_contract_price_once() {
 
 #[tokio::test]
 async fn hung_browser_is_killed_and_replaced() {
+    const ALLOWANCE_MS: u64 = 8_000;
     let target = Target::start();
-    let server = GridServer::start(no_spare());
+    // The allowance past an item's budget before its browser counts as hung
+    // is 30 s; a test-only bound shortens it, with room for the replacement
+    // browser's page on a busy 2-core machine.
+    let mut options = no_spare();
+    options.extra_args.extend(["--collect-allowance-ms".into(), ALLOWANCE_MS.to_string()]);
+    let server = GridServer::start(options);
     completed(&server, json!({"urls": [target.url("/page/1")], "script": "render-fetch"})).await;
     let browsers = chromium_children(server.pid().expect("server pid"));
     assert_eq!(browsers.len(), 1, "{browsers:?}");
@@ -579,8 +584,7 @@ async fn hung_browser_is_killed_and_replaced() {
     let started = Instant::now();
     let id = server
         .submit_one(
-            // Short, so the watchdog (budget + 30 s) fires soon, yet room for the
-            // replacement browser's first page on a busy 2-core machine.
+            // Short, so the watchdog (budget + allowance) fires soon.
             &json!({"urls": [target.url("/page/2")], "script": "render-fetch", "params": {"timeoutMs": 5000}}),
         )
         .await;
@@ -588,8 +592,9 @@ async fn hung_browser_is_killed_and_replaced() {
     assert_eq!(item["state"], json!("completed"), "states seen {seen:?}: {item}");
     assert_eq!(item["attemptsMade"], json!(2), "{item}");
     assert!(seen.iter().any(|s| s == "delayed"), "states seen {seen:?}");
-    // The watchdog waits for the budget plus the collect allowance (30 s).
-    assert!(started.elapsed() >= Duration::from_secs(30), "replaced after only {:?}", started.elapsed());
+    // The watchdog waits for the budget plus the collect allowance.
+    let watchdog = Duration::from_millis(5_000 + ALLOWANCE_MS);
+    assert!(started.elapsed() >= watchdog, "replaced after only {:?}", started.elapsed());
     let now = chromium_children(server.pid().unwrap());
     assert_eq!(now.len(), 1, "{now:?}");
     assert_ne!(now[0], browsers[0], "the hung browser was not replaced");

@@ -110,6 +110,7 @@ async fn another_accounts_first_call_runs_on_the_spare_at_once() {
     let target = Target::start();
     let server = GridServer::start(ServerOptions {
         extra_args: vec!["--browsers".into(), "1".into()],
+        spare_browsers: None,
         ..ServerOptions::default()
     });
     let (_, b_key) = server.create_account("b", 10_000_000);

@@ -17,6 +17,7 @@ use serde_json::{json, Value};
 use grid_tests::cdp::{self, Cdp, ConnectError};
 use grid_tests::http::{assert_error, http_client};
 use grid_tests::server::{GridServer, ServerOptions};
+use grid_tests::wait::{wait_for, wait_until};
 use grid_tests::sessions::{self, iso_ms, release_as, wall_ms};
 use grid_tests::stored::StoredSession;
 use grid_tests::target::Target;
@@ -250,49 +251,45 @@ async fn release_cuts_a_live_connection_and_charges_the_measured_ready_time() {
 async fn session_expires_after_its_ttl_and_is_charged_to_expiry() {
     let server = GridServer::start(ServerOptions::default());
     let account = server.account_id().to_string();
-    let post_sent = wall_ms();
+    let post_sent = server.now_ms();
     let lease = lease(&server, json!({"ttlMinutes": 1})).await;
     let (id, cdp_url) = (lease["sessionId"].as_str().unwrap(), lease["cdpUrl"].as_str().unwrap());
     let expires = iso_ms(&lease["expiresAt"]);
-    assert!((post_sent + 59_000..=wall_ms() + 61_000).contains(&expires), "expiresAt not 1 min ahead: {lease}");
+    assert!(
+        (post_sent + 59_000..=server.now_ms() + 61_000).contains(&expires),
+        "expiresAt not 1 min ahead: {lease}"
+    );
     wait_running(&server, id).await;
-    let running_seen = wall_ms();
+    let running_seen = server.now_ms();
     let mut cdp = sessions::connect(&server, cdp_url).await;
 
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let listed = find(&list_as(&server, server.api_key()).await, id).is_some();
-        let now = wall_ms();
-        if !listed {
-            assert!(now >= expires - 1_000, "ended {} ms before expiresAt", expires - now);
-            break;
-        }
-        if Instant::now() >= deadline {
-            server.fail(&format!("session {id} still listed 90 s after leasing (expiresAt {})", lease["expiresAt"]));
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    // The server's clock just short of expiresAt: the session lives on.
+    server.advance_clock_to(expires - 2_000);
+    assert!(find(&list_as(&server, server.api_key()).await, id).is_some(), "ended before expiresAt");
+    // Then past it: the session ends at once (the due loop's next pass).
+    server.advance_clock_to(expires + 100);
+    wait_unlisted(&server, id, Duration::from_secs(10), "the server's clock passed expiresAt").await;
     assert!(cdp.closes_within(CUT_WITHIN).await, "the open CDP connection survived the expiry");
     let r = server.request(reqwest::Method::GET, &format!("{cdp_url}/json/version"), None, None).await;
     assert_error(&r, 404, "unknown session");
     assert_error(&release_as(&server, server.api_key(), id).await, 404, "unknown session");
 
     // Ready time runs to expiresAt, never past it, and within the reservation.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let settled = loop {
+    let settled = wait_for("the expired session settled", Duration::from_secs(30), || async {
         let acc = server.account_show(&account);
         if acc["reservedMicros"].as_i64() == Some(0) {
-            break acc;
+            Ok(acc)
+        } else {
+            Err(acc.to_string())
         }
-        if Instant::now() >= deadline {
-            server.fail(&format!("expired session not settled within 30 s: {acc}"));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    })
+    .await;
     let charge = DEFAULT_INITIAL_CREDIT_MICROS - settled["creditMicros"].as_i64().unwrap();
     let (low, high) = (session_charge(expires - running_seen - 1), session_charge(expires - post_sent + 1));
     assert!((low..=high).contains(&charge), "charge {charge} outside [{low}, {high}]: {settled}");
     assert!(charge <= session_reservation(1), "charge {charge} above the reservation");
+    let StoredSession { machine, .. } = server.stored().session(id);
+    assert_eq!((machine["ended"]["cause"].as_str(), iso_ms(&machine["ended"]["at"])), (Some("expired"), expires), "{machine}");
 }
 
 #[tokio::test]
@@ -505,12 +502,6 @@ async fn wait_unlisted(server: &GridServer, id: &str, within: Duration, why: &st
     }
 }
 
-/// Sleeps until the wall clock reads `at` (Unix ms).
-async fn sleep_until_wall(at: i64) {
-    let left = at - wall_ms();
-    if left > 0 {
-        tokio::time::sleep(Duration::from_millis(left as u64)).await;
-    }
 }
 
 /// Defect: a session whose launch failed on an early return of its task
@@ -562,10 +553,17 @@ async fn expiry_fires_after_the_task_that_set_it_is_gone() {
     let expires = iso_ms(&lease["expiresAt"]);
     wait_running(&server, id).await;
 
-    sleep_until_wall(expires - 2_000).await;
     let lock = server.lock_db_writes();
-    sleep_until_wall(expires + 5_000).await;
-    // Reads go on: the session is still listed while nothing can end it.
+    server.advance_clock_to(expires + 5_000);
+    // The due loop tries, and fails, to end it; reads go on: the session
+    // is still listed while nothing can end it.
+    let failed = format!("session={id} ");
+    wait_until("a failed attempt to fire the expiry", Duration::from_secs(20), || {
+        let log = server.plain_log();
+        let tried = log.lines().any(|l| l.contains("due session not fired") && l.contains(&failed));
+        tried.then_some(()).ok_or_else(|| "no failed attempt logged yet".to_string())
+    })
+    .await;
     assert!(find(&list_as(&server, server.api_key()).await, id).is_some(), "ended without a write");
     drop(lock);
 
@@ -597,8 +595,15 @@ async fn session_of_a_killed_server_is_lost_at_its_last_heartbeat_after_expires_
     let id = lease["sessionId"].as_str().unwrap().to_string();
     let expires = iso_ms(&lease["expiresAt"]);
     wait_running(&server, &id).await;
-    // A settlement pass (1 s apart here) after the ready moment.
-    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    // A heartbeat (a settlement pass, 1 s apart here) after the ready moment.
+    let ready_at = iso_ms(&server.stored().session(&id).machine["readyAt"]);
+    wait_until("a heartbeat after the session's ready moment", Duration::from_secs(20), || {
+        let stored = server.stored();
+        let settled = stored.setting("settlement_heartbeat").and_then(|v| v.parse::<i64>().ok());
+        let beat = settled.max(stored.last_node_heartbeat()).unwrap_or(0);
+        (beat > ready_at).then_some(()).ok_or_else(|| format!("last heartbeat {beat}, ready at {ready_at}"))
+    })
+    .await;
     server.kill9();
     let settled: i64 = server
         .stored()
@@ -609,7 +614,7 @@ async fn session_of_a_killed_server_is_lost_at_its_last_heartbeat_after_expires_
     let heartbeat = settled.max(node);
     assert!(heartbeat < expires, "heartbeat {heartbeat} not before expiresAt {expires}");
 
-    sleep_until_wall(expires + 1_000).await;
+    server.advance_clock_to(expires + 1_000);
     server.restart();
     assert!(find(&list_as(&server, server.api_key()).await, &id).is_none(), "still listed after the restart");
     let StoredSession { machine, live, due_at, .. } = server.stored().session(&id);

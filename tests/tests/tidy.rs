@@ -63,6 +63,19 @@ fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// A file's code without comments and literals (`code_only`), lexed once
+/// per test thread: the ARCHITECTURE.md check asks for every file of a
+/// crate for each name it checks.
+fn code_of(path: &Path) -> std::rc::Rc<String> {
+    thread_local! {
+        static LEXED: std::cell::RefCell<std::collections::HashMap<PathBuf, std::rc::Rc<String>>> =
+            Default::default();
+    }
+    LEXED.with(|lexed| {
+        lexed.borrow_mut().entry(path.to_path_buf()).or_insert_with(|| std::rc::Rc::new(code_only(&read(path)))).clone()
+    })
+}
+
 fn rel(path: &Path) -> String {
     path.strip_prefix(root()).unwrap_or(path).display().to_string()
 }
@@ -238,7 +251,7 @@ fn exempt_ranges(code: &str) -> Vec<(usize, usize)> {
 fn test_module_files(files: &[PathBuf]) -> BTreeSet<PathBuf> {
     let mut out = BTreeSet::new();
     for file in files {
-        let code = code_only(&read(file));
+        let code = code_of(file);
         for (at, _) in code.match_indices("#[cfg(test)]") {
             let item = code[at + "#[cfg(test)]".len()..item_end(code.as_str(), at + "#[cfg(test)]".len())].trim();
             let item = ["pub(crate) ", "pub(super) ", "pub "].iter().fold(item, |i, v| i.strip_prefix(v).unwrap_or(i));
@@ -372,7 +385,7 @@ fn grid_core_sources_read_no_clock_draw_no_randomness_and_do_no_io() {
     let files = rust_files(&root().join("grid-core/src"));
     let test_files = test_module_files(&files);
     for file in files.iter().filter(|f| !test_files.contains(*f)) {
-        let code = code_only(&read(file));
+        let code = code_of(file);
         // Tests may read files (the contract) and clocks; the domain may not.
         let exempt = exempt_ranges(&code);
         for (word, what) in CORE_FORBIDDEN {
@@ -463,7 +476,7 @@ fn no_unwrap_or_expect_outside_tests_and_main() {
         let files = rust_files(&root().join(krate).join("src"));
         let test_files = test_module_files(&files);
         for file in files.iter().filter(|f| !test_files.contains(*f)) {
-            let code = code_only(&read(file));
+            let code = code_of(file);
             let exempt = exempt_ranges(&code);
             for pattern in [".unwrap()", ".expect("] {
                 for (at, _) in code.match_indices(pattern) {
@@ -601,7 +614,7 @@ fn no_subsystem_imports_the_http_transport() {
     let mut offenders = vec![];
     for dir in ["api", "capture", "compute", "sessions", "store", "browser"] {
         for file in rust_files(&src.join(dir)) {
-            let code = code_only(&read(&file));
+            let code = code_of(&file);
             for needle in ["crate::http", "hyper::", "use hyper;"] {
                 for at in code.match_indices(needle).map(|(i, _)| i) {
                     offenders.push(format!("{}:{}: {needle}", rel(&file), line_of(&code, at)));
@@ -844,8 +857,8 @@ fn check_symbol(root: &Path, krate: Option<&str>, token: &str) -> Result<(), Str
     let Some(first) = rest.first() else { return Ok(()) };
     if first.starts_with(char::is_uppercase) {
         // `Type` or `Type::member`, anywhere in the crates that define the type.
-        let crates: Vec<Vec<String>> =
-            srcs.iter().map(|src| rust_files(src).iter().map(|f| code_only(&read(f))).collect()).collect();
+        let crates: Vec<Vec<std::rc::Rc<String>>> =
+            srcs.iter().map(|src| rust_files(src).iter().map(|f| code_of(f)).collect()).collect();
         let defining: Vec<usize> =
             (0..srcs.len()).filter(|&k| crates[k].iter().any(|code| defines_type(code, first))).collect();
         // A lone name may also be an enum's variant (`StopBrowser`).
@@ -877,7 +890,7 @@ fn check_symbol(root: &Path, krate: Option<&str>, token: &str) -> Result<(), Str
         file = found;
         i += 1;
     }
-    let code = code_only(&read(&file));
+    let code = code_of(&file);
     match &rest[i..] {
         [] => Ok(()),
         [item] if defines(&code, item) => Ok(()),
@@ -924,7 +937,7 @@ fn check_path(
         return Err(format!("no such file or directory (tried against {})", rel(&src)));
     };
     match item {
-        Some(item) if !defines(&code_only(&read(&found)), item) => Err(format!("{} defines no `{item}`", rel(&found))),
+        Some(item) if !defines(&code_of(&found), item) => Err(format!("{} defines no `{item}`", rel(&found))),
         _ => Ok(()),
     }
 }
@@ -936,7 +949,7 @@ fn check_impl(root: &Path, krate: Option<&str>, token: &str) -> Result<(), Strin
     let found = crate_srcs(root, krate)
         .iter()
         .filter(|s| s.is_dir())
-        .any(|src| rust_files(src).iter().any(|f| code_only(&read(f)).contains(&needle)));
+        .any(|src| rust_files(src).iter().any(|f| code_of(f).contains(&needle)));
     if found {
         Ok(())
     } else {
@@ -1109,7 +1122,7 @@ fn effect_executors_in_drivers_have_no_wildcard_arm() {
     assert!(areas >= 3, "the machines' drivers are not where this rule looks: {drivers:?}");
     let mut found = vec![];
     for file in &drivers {
-        let code = code_only(&read(file));
+        let code = code_of(file);
         for (name, at) in wildcard_arms_in_executors(&code) {
             found.push(format!("{}:{}: a `_` or do-nothing arm in `{name}`", rel(file), line_of(&code, at)));
         }
@@ -1165,7 +1178,7 @@ fn api_calls_drivers_and_reads_but_no_store_writer() {
     assert!(files.len() >= 4, "the API's calls are not where this rule looks: {files:?}");
     let mut found = vec![];
     for file in &files {
-        let code = code_only(&read(file));
+        let code = code_of(file);
         for (line, writer) in store_writes_in(&code) {
             found.push(format!("{}:{line}: `{writer}`", rel(file)));
         }
@@ -1347,7 +1360,7 @@ fn server_module_graph() -> std::collections::BTreeMap<String, std::collections:
         let from = inner.components().next().unwrap().as_os_str().to_string_lossy().trim_end_matches(".rs").to_string();
         let depth = inner.components().count() - 1;
         let is_mod_rs = file.file_name().is_some_and(|n| n == "mod.rs");
-        let code = code_only(&read(file));
+        let code = code_of(file);
         for (to, line) in module_references(&code, depth, is_mod_rs) {
             if to != from && modules.contains(&to) {
                 graph.get_mut(&from).unwrap().entry(to).or_insert_with(|| format!("{}:{line}", rel(file)));
@@ -1568,11 +1581,11 @@ fn browser_tools_run_in_api_and_mcp_only_maps_calls() {
     let src = root().join("grid-server/src");
     let mut found = vec![];
     for file in MCP_MODULE.map(|f| src.join(f)) {
-        let code = code_only(&read(&file));
+        let code = code_of(&file);
         found.extend(mcp_module_overreach(&code, 1).into_iter().map(|f| format!("{}:{f}", rel(&file))));
     }
     for file in rust_files(&src.join("http")) {
-        let code = code_only(&read(&file));
+        let code = code_of(&file);
         for (line, needle) in browser_tool_logic_in(&code) {
             found.push(format!("{}:{line}: `{needle}`", rel(&file)));
         }

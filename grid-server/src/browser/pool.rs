@@ -74,6 +74,9 @@ pub struct PoolConfig {
     pub max_pages_per_account: usize,
     pub sandbox: SandboxConfig,
     pub allow_private_networks: bool,
+    /// Time an item may take beyond its budget before its browser counts
+    /// as hung (`capture::scripts::COLLECT_ALLOWANCE`).
+    pub collect_allowance: Duration,
 }
 
 /// One running Chromium.

@@ -67,7 +67,7 @@ pub async fn run(
     let chromium = lease.chromium.clone();
     let browser_id = chromium.id.clone();
     let product = chromium.process.version.product.clone();
-    let hard_limit = spec.timeout() + COLLECT_ALLOWANCE;
+    let hard_limit = spec.timeout() + pool.config.collect_allowance;
     let outcome = match tokio::time::timeout(hard_limit, page::run(&chromium, &spec)).await {
         Ok(r) => r,
         Err(_) => {

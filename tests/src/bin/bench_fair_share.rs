@@ -92,7 +92,7 @@ async fn main() {
     let target = Target::start();
     let server = GridServer::start(ServerOptions {
         initial_credit_micros: Some(1_000_000_000),
-        extra_args: vec!["--spare-browsers".into(), spares.to_string()],
+        spare_browsers: Some(spares as u32),
         ..ServerOptions::default()
     });
     let (_, b_key) = server.create_account("b", 1_000_000_000);

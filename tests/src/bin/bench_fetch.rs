@@ -155,6 +155,8 @@ fn poll_pause(items: u64, done: u64, elapsed: Duration) -> Duration {
 async fn run_round(config: &FetchConfig, grid_workers: u32, urls: &Arc<Vec<String>>, deadline: Instant) -> Round {
     let server = GridServer::start(ServerOptions {
         workers: Some(grid_workers),
+        // The server's default spare browser, as operators run it.
+        spare_browsers: None,
         initial_credit_micros: Some(1_000_000_000),
         ..Default::default()
     });

@@ -271,6 +271,8 @@ async fn main() {
     // ----- the grid -----
     let server = GridServer::start(ServerOptions {
         workers: Some(conc as u32),
+        // The server's default spare browser, as operators run it.
+        spare_browsers: None,
         initial_credit_micros: Some(1_000_000_000),
         extra_args: vec![
             "--browsers".into(),

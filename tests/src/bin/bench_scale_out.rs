@@ -187,6 +187,8 @@ async fn run(
     let opts = |name: String| ServerOptions {
         postgres,
         workers: Some(config.workers),
+        // The server's default spare browser, as operators run it.
+        spare_browsers: None,
         initial_credit_micros: Some(1_000_000_000),
         extra_args: vec!["--node".into(), name],
         database_port: proxy.map(DelayProxy::port),

@@ -150,6 +150,8 @@ async fn main() {
     for profile in &c.profiles {
         let server = GridServer::start(ServerOptions {
             workers: Some(concurrency as u32),
+            // The server's default spare browser, as operators run it.
+            spare_browsers: None,
             initial_credit_micros: Some(1_000_000_000),
             extra_args: vec![
                 "--browsers".into(),
