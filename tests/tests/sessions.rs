@@ -17,10 +17,10 @@ use serde_json::{json, Value};
 use grid_tests::cdp::{self, Cdp, ConnectError};
 use grid_tests::http::{assert_error, http_client};
 use grid_tests::server::{GridServer, ServerOptions};
-use grid_tests::wait::{wait_for, wait_until};
 use grid_tests::sessions::{self, iso_ms, release_as, wall_ms};
 use grid_tests::stored::StoredSession;
 use grid_tests::target::Target;
+use grid_tests::wait::{wait_for, wait_until};
 use grid_tests::DEFAULT_INITIAL_CREDIT_MICROS;
 
 /// Longest a released session's open CDP connection may stay open.
@@ -255,10 +255,7 @@ async fn session_expires_after_its_ttl_and_is_charged_to_expiry() {
     let lease = lease(&server, json!({"ttlMinutes": 1})).await;
     let (id, cdp_url) = (lease["sessionId"].as_str().unwrap(), lease["cdpUrl"].as_str().unwrap());
     let expires = iso_ms(&lease["expiresAt"]);
-    assert!(
-        (post_sent + 59_000..=server.now_ms() + 61_000).contains(&expires),
-        "expiresAt not 1 min ahead: {lease}"
-    );
+    assert!((post_sent + 59_000..=server.now_ms() + 61_000).contains(&expires), "expiresAt not 1 min ahead: {lease}");
     wait_running(&server, id).await;
     let running_seen = server.now_ms();
     let mut cdp = sessions::connect(&server, cdp_url).await;
@@ -289,7 +286,11 @@ async fn session_expires_after_its_ttl_and_is_charged_to_expiry() {
     assert!((low..=high).contains(&charge), "charge {charge} outside [{low}, {high}]: {settled}");
     assert!(charge <= session_reservation(1), "charge {charge} above the reservation");
     let StoredSession { machine, .. } = server.stored().session(id);
-    assert_eq!((machine["ended"]["cause"].as_str(), iso_ms(&machine["ended"]["at"])), (Some("expired"), expires), "{machine}");
+    assert_eq!(
+        (machine["ended"]["cause"].as_str(), iso_ms(&machine["ended"]["at"])),
+        (Some("expired"), expires),
+        "{machine}"
+    );
 }
 
 #[tokio::test]
@@ -500,8 +501,6 @@ async fn wait_unlisted(server: &GridServer, id: &str, within: Duration, why: &st
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
 }
 
 /// Defect: a session whose launch failed on an early return of its task
