@@ -1,14 +1,58 @@
 //! The driver's sources of time and identity: the only places the server
 //! reads the clock or draws randomness for ids and secrets.
 
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
 use grid_core::time::Millis;
 use rand::RngCore;
 
 /// The server's time: the system's, plus the skew a test set
-/// (`crate::clock::follow_skew_file`; zero in production).
+/// (`follow_skew_file`; zero in production).
 pub fn now() -> Millis {
     let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    Millis(d.as_millis() as i64 + crate::clock::skew())
+    Millis(d.as_millis() as i64 + skew())
+}
+
+/// Milliseconds the server's clock runs ahead of the system's: always 0,
+/// unless a test made the server follow a skew file.
+static SKEW: AtomicI64 = AtomicI64::new(0);
+
+/// How often a followed skew file is read again.
+const SKEW_POLL: Duration = Duration::from_millis(20);
+
+fn skew() -> i64 {
+    SKEW.load(Ordering::Relaxed)
+}
+
+/// For black-box tests only (the hidden `serve --clock-skew-file`): from now
+/// on the server's clock runs ahead of the system's by the milliseconds
+/// `path` holds (a decimal number, 0 when the file is absent or unreadable),
+/// read again every 20 ms. A test moves the server to a session's expiry, a
+/// due retry or a dead node's lease end at once instead of waiting on the
+/// wall clock for it; every reading of the time in the server goes through
+/// `now`, so they all move together. The skew only grows forward:
+/// a smaller number than the last is ignored, so the server's clock never
+/// goes back.
+pub fn follow_skew_file(path: PathBuf) -> std::io::Result<()> {
+    read_skew(&path);
+    std::thread::Builder::new()
+        .name("clock-skew".into())
+        .spawn(move || loop {
+            std::thread::sleep(SKEW_POLL);
+            read_skew(&path);
+        })
+        .map(drop)
+}
+
+fn read_skew(path: &Path) {
+    if let Some(ms) = std::fs::read_to_string(path).ok().and_then(|s| s.trim().parse::<i64>().ok()) {
+        if SKEW.fetch_max(ms, Ordering::Relaxed) < ms {
+            // What the test waits for before it looks at what the move did.
+            tracing::info!(skew_ms = ms, "the server's clock moved forward (--clock-skew-file)");
+        }
+    }
 }
 
 /// A new time-ordered id with the given prefix (`bt_01J...`).

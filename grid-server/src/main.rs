@@ -307,7 +307,7 @@ struct ServeArgs {
     #[command(flatten)]
     tls: TlsArgs,
     /// For the black-box tests only: the server's clock runs ahead of the system's by the
-    /// milliseconds this file holds, read every 20 ms (`clock::follow_skew_file`).
+    /// milliseconds this file holds, read every 20 ms (`ids::follow_skew_file`).
     #[arg(long, hide = true, value_name = "PATH")]
     clock_skew_file: Option<PathBuf>,
     /// For the black-box tests only: the time an item may take beyond its timeoutMs before its
@@ -553,7 +553,7 @@ fn tls_setup(args: &ServeArgs) -> anyhow::Result<Option<http::tls::Tls>> {
 /// start what follows recovery, serve until SIGTERM, shut down.
 async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.clock_skew_file {
-        clock::follow_skew_file(path.clone());
+        ids::follow_skew_file(path.clone()).context("starting the clock-skew thread")?;
     }
     let (tls, store, accounting_timeout) = open_store(&args)?;
     let bound = bind(&args, tls.is_some()).await?;
