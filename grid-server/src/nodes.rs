@@ -78,7 +78,7 @@ pub async fn run(app: Arc<Node>, mut shutdown: watch::Receiver<bool>) {
         take_over(&app).await;
         // What another node decided for work running here, should its
         // call not have arrived.
-        crate::sessions::reconcile(&app.sessions).await;
+        crate::sessions::task::reconcile(&app.sessions).await;
         if let Err(e) = app.jobs.stop_recorded().await {
             tracing::warn!(error = %e, "recorded job stops not checked; the next heartbeat tries again");
         }

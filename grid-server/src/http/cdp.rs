@@ -38,7 +38,8 @@ use super::limits;
 use super::respond::{self, Resp};
 use crate::app::App;
 use crate::browser::cdp::{ClientLink, CLIENT_BACKLOG_BYTES};
-use crate::sessions::{self, gate, token_hash, Endpoint, Live};
+use crate::sessions::live::{token_hash, Endpoint, Live};
+use crate::sessions::{self, gate};
 
 /// How long a connection to a still-starting session waits for its browser.
 const READY_WAIT: Duration = Duration::from_secs(30);
@@ -113,7 +114,7 @@ async fn locate(app: &Arc<App>, id: &str, token: &str, headers: &hyper::HeaderMa
         Served::At(node) => Ok(Located::At(node)),
         Served::Unreachable => Err(ApiError::UnknownSession),
         Served::Here => {
-            sessions::sync(&app.sessions.driver, id).await?;
+            sessions::task::sync(&app.sessions.driver, id).await?;
             app.sessions.live(id).map(Located::Here).ok_or(ApiError::UnknownSession)
         }
     }

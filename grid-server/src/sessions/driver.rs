@@ -31,7 +31,7 @@ use grid_core::wire::session::{Attestation, NetworkAttestation};
 use grid_core::wire::session::{SessionLease, SessionSubmission};
 use tokio::sync::{mpsc, watch};
 
-use super::{Endpoint, Live};
+use super::live::{Endpoint, Live};
 use crate::clock::Clock;
 use crate::peers::{Peers, Subject};
 use crate::store::accounts::Caller;
@@ -604,7 +604,7 @@ pub(crate) mod tests {
 
     /// A temp store at `T0` on a virtual clock, with an account (and its
     /// key) and node `n1` offering four session slots (also for the
-    /// session tasks' tests, `sessions/mod.rs`).
+    /// session tasks' tests, `sessions/task.rs`).
     pub(crate) fn grid() -> (tempfile::TempDir, Store, Arc<VirtualClock>, Caller) {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), Duration::from_secs(1)).unwrap();

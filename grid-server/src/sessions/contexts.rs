@@ -1,0 +1,221 @@
+//! A lease's persistent context (docs/sessions.md, "Contexts"), on the
+//! session's side: contexts created and deleted, a context's state opened
+//! for the browser that holds it, its save points while the session lives,
+//! its save at a `persist` session's end, and the context let go however
+//! the task ends (`finish_context`). What the state is, and how it is read
+//! from and written into a browser, is `context_state.rs`.
+
+use std::time::Duration;
+
+use super::context_state;
+use super::Sessions;
+use crate::browser::process::BrowserProcess;
+use crate::store::contexts::{self, Finish};
+use crate::store::StoreError;
+use crate::vault::Purpose;
+
+/// The end of a session on its context, stored: the context free again,
+/// its state saved back (or the refusal recorded) as `finish` says. A
+/// failed write leaves the holder set; the next lease takes it over.
+pub(super) async fn finish_context(app: &Sessions, context_id: &str, session: &str, finish: Finish) {
+    let (c, s, at) = (context_id.to_string(), session.to_string(), app.driver.now());
+    let kind = match &finish {
+        Finish::Keep => "kept",
+        Finish::Save(_) => "saved",
+        Finish::Refused(_) => "refused",
+    };
+    // Ordered by rows: `finish` is one update fenced by the holder.
+    match app.store.write_rows(move |tx| contexts::finish(tx, &c, &s, &finish, at)).await {
+        Ok(true) => tracing::info!(context = context_id, state = kind, "context released"),
+        Ok(false) => tracing::warn!(context = context_id, "the context was taken over or deleted; nothing saved"),
+        Err(e) => tracing::error!(context = context_id, error = %e, "the context's end was not stored"),
+    }
+}
+
+/// What a `persist` session's end saves: its state read from the browser,
+/// sealed and held to the bound.
+pub(super) async fn save_context(
+    app: &Sessions,
+    browser: &BrowserProcess,
+    account: &str,
+    context_id: &str,
+    origins: &context_state::Origins,
+) -> Finish {
+    // An origin's databases may take half the bound: a site's large cache
+    // is left out rather than making the whole state too big to save.
+    let max = app.config.context_max_bytes;
+    let read = tokio::time::timeout(
+        context_state::STATE_TIMEOUT,
+        context_state::capture(&browser.cdp, &origins.get(), max / 2, max),
+    )
+    .await;
+    sealed_within_bound(app, account, context_id, read).await
+}
+
+/// A state read for a save, sealed and held to the bound; a read that
+/// failed or took too long keeps the state saved before.
+async fn sealed_within_bound(
+    app: &Sessions,
+    account: &str,
+    context_id: &str,
+    read: Result<Result<context_state::State, context_state::ReadError>, tokio::time::error::Elapsed>,
+) -> Finish {
+    let state = match read {
+        Ok(Ok(state)) => state,
+        Ok(Err(context_state::ReadError::OverBound(why))) => {
+            tracing::warn!(context = context_id, reason = %why, "context save refused");
+            return Finish::Refused(why);
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(context = context_id, error = %e, "the context's state could not be read; the saved one is kept");
+            return Finish::Keep;
+        }
+        Err(_) => {
+            tracing::warn!(context = context_id, "the context's state was not read in time; the saved one is kept");
+            return Finish::Keep;
+        }
+    };
+    let sealed = match app.vault.seal(account, Purpose::ContextState, context_id, &state.to_bytes()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(context = context_id, error = %e, "the context's state was not sealed; the saved one is kept");
+            return Finish::Keep;
+        }
+    };
+    match context_state::check_bound(sealed.len(), app.config.context_max_bytes) {
+        Ok(()) => Finish::Save(sealed),
+        Err(why) => {
+            tracing::warn!(context = context_id, reason = %why, "context save refused");
+            Finish::Refused(why)
+        }
+    }
+}
+
+/// Save points of a live `persist` session's context, every
+/// `--context-save-every-secs` (docs/sessions.md, "Contexts"), so that a
+/// browser lost later does not take everything since its lease with it.
+/// `last` is the state as loaded, then as last stored; a state unchanged
+/// since is not stored again.
+pub(super) struct SavePoints {
+    every: Duration,
+    next: tokio::time::Instant,
+    last: context_state::State,
+}
+
+impl SavePoints {
+    pub(super) fn new(every: Duration, loaded: context_state::State) -> SavePoints {
+        SavePoints { every, next: tokio::time::Instant::now() + every, last: loaded }
+    }
+
+    /// Resolves when the next save point is due; never without save points.
+    pub(super) async fn due(points: &Option<SavePoints>) {
+        match points {
+            Some(p) => tokio::time::sleep_until(p.next).await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// One save point of session `id` on `context_id`; whether to go on
+    /// (not once the session no longer holds the context).
+    pub(super) async fn save(
+        &mut self,
+        app: &Sessions,
+        browser: &BrowserProcess,
+        account: &str,
+        context_id: &str,
+        id: &str,
+    ) -> bool {
+        self.next = tokio::time::Instant::now() + self.every;
+        // Stamped with the moment the read began: the state is at least as
+        // new as `savedAt` says.
+        let at = app.driver.now();
+        let read = tokio::time::timeout(
+            context_state::STATE_TIMEOUT,
+            context_state::save_point(&browser.cdp, &self.last, app.config.context_max_bytes),
+        )
+        .await;
+        let state = match &read {
+            Ok(Ok(state)) if *state == self.last => return true,
+            Ok(Ok(state)) => Some(state.clone()),
+            _ => None,
+        };
+        let how = sealed_within_bound(app, account, context_id, read).await;
+        if matches!(how, Finish::Keep) {
+            return true;
+        }
+        let (c, s) = (context_id.to_string(), id.to_string());
+        let stored = app.store.write_rows(move |tx| contexts::save_point(tx, &c, &s, &how, at)).await;
+        match stored {
+            Ok(true) => {
+                if let Some(state) = state {
+                    self.last = state;
+                }
+                tracing::debug!(context = context_id, "context save point stored");
+                true
+            }
+            Ok(false) => {
+                tracing::warn!(context = context_id, "the context was taken over or deleted; no more save points");
+                false
+            }
+            Err(e) => {
+                tracing::warn!(context = context_id, error = %e, "the context's save point was not stored");
+                true
+            }
+        }
+    }
+}
+
+impl Sessions {
+    /// POST /contexts: a new empty context of `account` (docs/sessions.md,
+    /// "Contexts"); its id. Ordered by rows: it checks nothing.
+    pub async fn create_context(&self, account: &str) -> Result<String, StoreError> {
+        let (account, at) = (account.to_string(), self.driver.now());
+        self.store.write_rows(move |tx| contexts::create(tx, &account, at)).await
+    }
+
+    /// DELETE /contexts/{id}: the context and its state, unless it is none
+    /// of `account`'s or a live session holds it. Ordered by rows: the
+    /// account's row first, as a lease taking the context locks it.
+    pub async fn delete_context(&self, account: &str, id: &str) -> Result<(), contexts::ContextError> {
+        let (account, id) = (account.to_string(), id.to_string());
+        self.store.write_rows(move |tx| contexts::delete(tx, &account, &id)).await
+    }
+
+    /// Whether `account`'s context `id` opens (its state unsealed and
+    /// read), for a lease to refuse one that does not before it is made;
+    /// `Ok` for a context that is not the account's (the lease answers
+    /// `unknown context` for it).
+    pub async fn check_context(&self, account: &str, id: &str) -> Result<(), String> {
+        let (a, i) = (account.to_string(), id.to_string());
+        match self.store.read(move |c| contexts::owned(c, &a, &i)).await {
+            Ok(true) => load_context(self, account, id).await.map(drop),
+            Ok(false) => Ok(()),
+            Err(e) => Err(format!("the context's state was not read: {e}")),
+        }
+    }
+}
+
+/// The state of `context_id` opened for `account` (empty before a first
+/// save).
+pub(super) async fn load_context(
+    app: &Sessions,
+    account: &str,
+    context_id: &str,
+) -> Result<(context_state::State, Vec<u8>), String> {
+    let id = context_id.to_string();
+    let sealed = app
+        .store
+        .read(move |c| contexts::sealed_state(c, &id))
+        .await
+        .map_err(|e| format!("the context's state was not read: {e}"))?;
+    let Some(sealed) = sealed else {
+        let empty = context_state::State::default();
+        let bytes = empty.to_bytes();
+        return Ok((empty, bytes));
+    };
+    let plain = app
+        .vault
+        .open(account, Purpose::ContextState, context_id, &sealed)
+        .map_err(|e| format!("the context's state: {e}"))?;
+    Ok((context_state::State::from_bytes(&plain)?, plain))
+}
