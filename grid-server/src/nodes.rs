@@ -205,11 +205,8 @@ mod tests {
             ttl_minutes: 30,
             ..SessionSubmission::default_for(grid_core::catalog::Profile::DEFAULT)
         };
-        let leased = n1
-            .sessions
-            .lease(&g.caller, sub, None, None, "t".into(), crate::sessions::driver::tests::lease_answer)
-            .await
-            .unwrap();
+        let leased =
+            n1.sessions.lease(&g.caller, sub, None, None, crate::sessions::driver::tests::reach()).await.unwrap();
         let crate::store::idempotency::Outcome::Performed(session, _) = leased else { panic!("replayed") };
         n1.sessions.apply(&session.id, SessionEvent::Ready, t0.plus_ms(1_000)).await.unwrap();
         // n1's last heartbeat.

@@ -2,10 +2,15 @@
 //! session's side: contexts created and deleted, a context's state opened
 //! for the browser that holds it, its save points while the session lives,
 //! its save at a `persist` session's end, and the context let go however
-//! the task ends (`finish_context`). What the state is, and how it is read
-//! from and written into a browser, is `context_state.rs`.
+//! the task ends (`finish_context`), which wakes the leases waiting for that
+//! save (`SaveWaits`, `Sessions::wait_for_save`). What the state is, and
+//! how it is read from and written into a browser, is `context_state.rs`.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::Duration;
+
+use tokio::sync::watch;
 
 use super::context_state;
 use super::Sessions;
@@ -30,6 +35,9 @@ pub(super) async fn finish_context(app: &Sessions, context_id: &str, session: &s
         Ok(false) => tracing::warn!(context = context_id, "the context was taken over or deleted; nothing saved"),
         Err(e) => tracing::error!(context = context_id, error = %e, "the context's end was not stored"),
     }
+    // Stored or not: a waiting lease looks again (and waits on if the
+    // holder is still set).
+    app.saves.finished(context_id);
 }
 
 /// What a `persist` session's end saves: its state read from the browser,
@@ -181,6 +189,30 @@ impl Sessions {
         self.store.write_rows(move |tx| contexts::delete(tx, &account, &id)).await
     }
 
+    /// Waits while the context's last session has ended but not yet saved
+    /// it back (its end answered before its browser gave up the state), so
+    /// a lease right after a release starts from what that session saved.
+    /// Woken by the save when this node's session task stores it; a save
+    /// stored by another node sharing a PostgreSQL store is not announced
+    /// here, so the store is also looked at every `SAVE_LOOK_EVERY`. Past
+    /// `SAVE_WAIT` the lease takes the context over with the state saved
+    /// before (the holder's node may be dead).
+    pub async fn wait_for_save(&self, context_id: &str) -> Result<(), StoreError> {
+        let deadline = tokio::time::Instant::now() + SAVE_WAIT;
+        // Subscribed before the store is read: a save stored between the
+        // read and the wait still wakes it.
+        let mut waiting = self.saves.wait(context_id);
+        loop {
+            let id = context_id.to_string();
+            let saving = self.store.lookup(move |c| contexts::saving(c, &id)).await?;
+            let now = tokio::time::Instant::now();
+            if saving.is_none() || now >= deadline {
+                return Ok(());
+            }
+            let _ = tokio::time::timeout_at(deadline.min(now + SAVE_LOOK_EVERY), waiting.saved()).await;
+        }
+    }
+
     /// Whether `account`'s context `id` opens (its state unsealed and
     /// read), for a lease to refuse one that does not before it is made;
     /// `Ok` for a context that is not the account's (the lease answers
@@ -191,6 +223,66 @@ impl Sessions {
             Ok(true) => load_context(self, account, id).await.map(drop),
             Ok(false) => Ok(()),
             Err(e) => Err(format!("the context's state was not read: {e}")),
+        }
+    }
+}
+
+/// Longest a lease waits for the context's last session to save it back.
+pub(super) const SAVE_WAIT: Duration = Duration::from_secs(20);
+
+/// How often a waiting lease looks at the store for a save no notification
+/// announces: one stored by another node.
+const SAVE_LOOK_EVERY: Duration = Duration::from_millis(250);
+
+/// The leases waiting for a context's save, by context id: one channel per
+/// context while anyone waits on it, which `finish_context` signals.
+#[derive(Default)]
+pub(super) struct SaveWaits(Mutex<HashMap<String, watch::Sender<()>>>);
+
+impl SaveWaits {
+    /// A wait on `context_id`'s next save.
+    pub(super) fn wait(&self, context_id: &str) -> SaveWait<'_> {
+        let mut waits = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let saved = waits.entry(context_id.to_string()).or_insert_with(|| watch::channel(()).0).subscribe();
+        SaveWait { waits: self, context_id: context_id.to_string(), saved }
+    }
+
+    /// Whether a lease waits on `context_id`.
+    #[cfg(test)]
+    pub(super) fn waiting_on(&self, context_id: &str) -> bool {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).contains_key(context_id)
+    }
+
+    /// `context_id`'s holder finished: every lease waiting on it looks again.
+    pub(super) fn finished(&self, context_id: &str) {
+        if let Some(waits) = self.0.lock().unwrap_or_else(|p| p.into_inner()).get(context_id) {
+            waits.send_replace(());
+        }
+    }
+}
+
+/// One lease's wait on a context's save; its channel goes with the last.
+pub(super) struct SaveWait<'a> {
+    waits: &'a SaveWaits,
+    context_id: String,
+    saved: watch::Receiver<()>,
+}
+
+impl SaveWait<'_> {
+    /// Resolves at the next save signalled since the last.
+    pub(super) async fn saved(&mut self) {
+        // The sender lives while this receiver does (dropped only with the
+        // last one, below): `changed` fails never.
+        let _ = self.saved.changed().await;
+    }
+}
+
+impl Drop for SaveWait<'_> {
+    fn drop(&mut self) {
+        let mut waits = self.waits.0.lock().unwrap_or_else(|p| p.into_inner());
+        // Subscribed under this lock: only this receiver left, none is coming.
+        if waits.get(&self.context_id).is_some_and(|w| w.receiver_count() == 1) {
+            waits.remove(&self.context_id);
         }
     }
 }
@@ -218,4 +310,38 @@ pub(super) async fn load_context(
         .open(account, Purpose::ContextState, context_id, &sealed)
         .map_err(|e| format!("the context's state: {e}"))?;
     Ok((context_state::State::from_bytes(&plain)?, plain))
+}
+
+#[cfg(test)]
+mod tests {
+    use futures_util::FutureExt;
+
+    use super::*;
+
+    /// A finish wakes every wait on its context, once, and no other.
+    #[test]
+    fn a_finish_wakes_the_waits_on_its_context_only() {
+        let waits = SaveWaits::default();
+        let (mut a, mut b, mut other) = (waits.wait("ctx_a"), waits.wait("ctx_a"), waits.wait("ctx_b"));
+        assert!(a.saved().now_or_never().is_none(), "nothing saved yet");
+        waits.finished("ctx_a");
+        assert!(a.saved().now_or_never().is_some());
+        assert!(b.saved().now_or_never().is_some());
+        assert!(other.saved().now_or_never().is_none(), "another context's wait sleeps on");
+        assert!(a.saved().now_or_never().is_none(), "woken once per finish");
+    }
+
+    /// A finish with nobody waiting keeps nothing; a wait's channel goes
+    /// with its last wait, not before.
+    #[test]
+    fn a_context_s_channel_lives_while_a_lease_waits_on_it() {
+        let waits = SaveWaits::default();
+        waits.finished("ctx_a");
+        assert!(!waits.waiting_on("ctx_a"));
+        let (a, b) = (waits.wait("ctx_a"), waits.wait("ctx_a"));
+        drop(a);
+        assert!(waits.waiting_on("ctx_a"));
+        drop(b);
+        assert!(!waits.waiting_on("ctx_a"));
+    }
 }

@@ -56,6 +56,12 @@ impl Live {
     }
 }
 
+/// A session's CDP address under the grid's public `base_url`, as a
+/// lease answers it and its discovery serves it.
+pub fn cdp_url(base_url: &str, session_id: &str, token: &str) -> String {
+    format!("{base_url}/cdp/{session_id}/{token}")
+}
+
 /// The token's hash, as stored.
 pub fn token_hash(token: &str) -> String {
     sha256_hex(token.as_bytes())

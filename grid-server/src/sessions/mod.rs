@@ -60,6 +60,7 @@ use crate::egress::EgressPolicy;
 use crate::peers::Peers;
 use crate::store::Store;
 use crate::vault::Vault;
+use contexts::SaveWaits;
 use downloads::{DownloadConfig, Downloads};
 use driver::SessionDriver;
 use launch::BrowserBuild;
@@ -119,6 +120,8 @@ pub struct Sessions {
     /// Seals and opens contexts' states, opens a lease's sealed proxy
     /// credentials.
     vault: Arc<Vault>,
+    /// The leases waiting for a context's last session to save it.
+    saves: SaveWaits,
 }
 
 impl Sessions {
@@ -143,6 +146,7 @@ impl Sessions {
             recorders: Mutex::new(Vec::new()),
             store,
             vault,
+            saves: SaveWaits::default(),
         }
     }
 

@@ -275,6 +275,7 @@ mod tests {
     use driver::tests::T0;
     use grid_core::catalog::Profile;
     use grid_core::session::{EndCause, Event};
+    use grid_core::wire::session::SessionContext;
 
     /// The session tasks' handle on node `n1` over a temp store and a
     /// virtual clock, with no Chromium: a task's browser never starts.
@@ -319,13 +320,15 @@ mod tests {
 
     impl Fixture {
         async fn lease(&self) -> String {
-            let sub = SessionSubmission { ttl_minutes: 30, ..SessionSubmission::default_for(Profile::DEFAULT) };
-            let leased = self
-                .sessions
-                .driver
-                .lease(&self.caller, sub, None, None, "t".into(), driver::tests::lease_answer)
-                .await
-                .unwrap();
+            self.lease_holding(None).await
+        }
+
+        /// A lease holding `context` when it names one.
+        async fn lease_holding(&self, context: Option<SessionContext>) -> String {
+            let sub =
+                SessionSubmission { ttl_minutes: 30, context, ..SessionSubmission::default_for(Profile::DEFAULT) };
+            let leased =
+                self.sessions.driver.lease(&self.caller, sub, None, None, driver::tests::reach()).await.unwrap();
             let crate::store::idempotency::Outcome::Performed(row, _) = leased else { panic!("replayed") };
             row.id
         }
@@ -333,6 +336,21 @@ mod tests {
         fn row(&self, id: &str) -> SessionRow {
             let id = id.to_string();
             self.store.read_blocking(move |c| crate::store::sessions::load(c, &id)).unwrap().unwrap()
+        }
+
+        /// A `persist` context held by a session that was released while
+        /// its browser started: its save is owed. The context's and the
+        /// session's ids.
+        async fn context_owing_a_save(&self) -> (String, String) {
+            let context = self.sessions.create_context(&self.caller.account_id).await.unwrap();
+            let id = self.lease_holding(Some(SessionContext { id: context.clone(), persist: true })).await;
+            self.sessions.driver.release(&self.caller.account_id, &id).await.unwrap();
+            (context, id)
+        }
+
+        fn saving(&self, context: &str) -> Option<String> {
+            let context = context.to_string();
+            self.store.read_blocking(move |c| crate::store::contexts::saving(c, &context)).unwrap()
         }
 
         /// A leased session, running since `T0` + 1 s; its start's `ended`.
@@ -386,6 +404,44 @@ mod tests {
         }
         let s = f.row(&id).session.ended.expect("the failed task ended its session");
         assert_eq!((s.cause, s.at), (EndCause::Lost, T0));
+    }
+
+    /// A lease naming a context whose last session has ended waits for
+    /// that session's save, and is woken when its task stores it; the
+    /// wait's channel goes with it.
+    #[tokio::test]
+    async fn a_lease_waits_for_the_context_s_save_and_the_session_s_end_wakes_it() {
+        let f = fixture();
+        let (context, id) = f.context_owing_a_save().await;
+        assert_eq!(f.saving(&context), Some(id.clone()), "the released session owes its save");
+        let waiting = tokio::spawn({
+            let (sessions, context) = (f.sessions.clone(), context.clone());
+            async move { sessions.wait_for_save(&context).await }
+        });
+        while !f.sessions.saves.waiting_on(&context) {
+            tokio::task::yield_now().await;
+        }
+        assert!(!waiting.is_finished(), "the wait ends only with the save");
+        let mut signalled = f.sessions.saves.wait(&context);
+        finish_context(&f.sessions, &context, &id, Finish::Keep).await;
+        assert!(signalled.saved().now_or_never().is_some(), "the save signals the waits, not only the store");
+        drop(signalled);
+        tokio::time::timeout(Duration::from_secs(10), waiting).await.expect("woken by the save").unwrap().unwrap();
+        assert_eq!(f.saving(&context), None);
+        assert!(!f.sessions.saves.waiting_on(&context), "no wait left on the context");
+    }
+
+    /// A save that never comes (its holder's node died) holds a lease up
+    /// no longer than the bound; the context stays held for the lease to
+    /// take over.
+    #[tokio::test(start_paused = true)]
+    async fn a_save_that_never_comes_holds_a_lease_up_for_the_bound_only() {
+        let f = fixture();
+        let (context, id) = f.context_owing_a_save().await;
+        let started = tokio::time::Instant::now();
+        f.sessions.wait_for_save(&context).await.unwrap();
+        assert!(started.elapsed() >= crate::sessions::contexts::SAVE_WAIT, "{:?}", started.elapsed());
+        assert_eq!(f.saving(&context), Some(id));
     }
 
     /// A launch the task is still allowed to finish is never cut by the
