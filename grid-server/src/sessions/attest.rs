@@ -23,7 +23,7 @@ use crate::ids::now;
 /// Sets a started browser up (its downloads go to `folder`, its pages get
 /// the session's viewport) and attests it, within `ATTEST_TIMEOUT`.
 pub(super) async fn prepare(
-    app: &Sessions,
+    sessions: &Sessions,
     browser: &BrowserProcess,
     folder: Folder,
     build: &BrowserBuild,
@@ -31,12 +31,12 @@ pub(super) async fn prepare(
     sub: &SessionSubmission,
     public_web_only: bool,
 ) -> Result<(Attestation, Option<NetworkAttestation>), String> {
-    let limit = app.downloads.config.limit_bytes;
+    let limit = sessions.downloads.config.limit_bytes;
     let facts = tokio::time::timeout(ATTEST_TIMEOUT, async {
         keeper::start(&browser.cdp, Arc::new(folder), limit, sub.overrides.viewport)
             .await
             .map_err(|e| format!("setting the browser up: {e}"))?;
-        attest(browser, build, manifest, sub.profile, public_web_only, &app.config.probe_url).await
+        attest(browser, build, manifest, sub.profile, public_web_only, &sessions.config.probe_url).await
     })
     .await
     .unwrap_or_else(|_| Err(format!("no answer within {ATTEST_TIMEOUT:?}")));

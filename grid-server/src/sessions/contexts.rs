@@ -22,28 +22,28 @@ use crate::vault::Purpose;
 /// The end of a session on its context, stored: the context free again,
 /// its state saved back (or the refusal recorded) as `finish` says. A
 /// failed write leaves the holder set; the next lease takes it over.
-pub(super) async fn finish_context(app: &Sessions, context_id: &str, session: &str, finish: Finish) {
-    let (c, s, at) = (context_id.to_string(), session.to_string(), app.driver.now());
+pub(super) async fn finish_context(sessions: &Sessions, context_id: &str, session: &str, finish: Finish) {
+    let (c, s, at) = (context_id.to_string(), session.to_string(), sessions.driver.now());
     let kind = match &finish {
         Finish::Keep => "kept",
         Finish::Save(_) => "saved",
         Finish::Refused(_) => "refused",
     };
     // Ordered by rows: `finish` is one update fenced by the holder.
-    match app.store.write_rows(move |tx| contexts::finish(tx, &c, &s, &finish, at)).await {
+    match sessions.store.write_rows(move |tx| contexts::finish(tx, &c, &s, &finish, at)).await {
         Ok(true) => tracing::info!(context = context_id, state = kind, "context released"),
         Ok(false) => tracing::warn!(context = context_id, "the context was taken over or deleted; nothing saved"),
         Err(e) => tracing::error!(context = context_id, error = %e, "the context's end was not stored"),
     }
     // Stored or not: a waiting lease looks again (and waits on if the
     // holder is still set).
-    app.saves.finished(context_id);
+    sessions.saves.finished(context_id);
 }
 
 /// What a `persist` session's end saves: its state read from the browser,
 /// sealed and held to the bound.
 pub(super) async fn save_context(
-    app: &Sessions,
+    sessions: &Sessions,
     browser: &BrowserProcess,
     account: &str,
     context_id: &str,
@@ -51,19 +51,19 @@ pub(super) async fn save_context(
 ) -> Finish {
     // An origin's databases may take half the bound: a site's large cache
     // is left out rather than making the whole state too big to save.
-    let max = app.config.context_max_bytes;
+    let max = sessions.config.context_max_bytes;
     let read = tokio::time::timeout(
         context_state::STATE_TIMEOUT,
         context_state::capture(&browser.cdp, &origins.get(), max / 2, max),
     )
     .await;
-    sealed_within_bound(app, account, context_id, read).await
+    sealed_within_bound(sessions, account, context_id, read).await
 }
 
 /// A state read for a save, sealed and held to the bound; a read that
 /// failed or took too long keeps the state saved before.
 async fn sealed_within_bound(
-    app: &Sessions,
+    sessions: &Sessions,
     account: &str,
     context_id: &str,
     read: Result<Result<context_state::State, context_state::ReadError>, tokio::time::error::Elapsed>,
@@ -83,14 +83,14 @@ async fn sealed_within_bound(
             return Finish::Keep;
         }
     };
-    let sealed = match app.vault.seal(account, Purpose::ContextState, context_id, &state.to_bytes()) {
+    let sealed = match sessions.vault.seal(account, Purpose::ContextState, context_id, &state.to_bytes()) {
         Ok(s) => s,
         Err(e) => {
             tracing::error!(context = context_id, error = %e, "the context's state was not sealed; the saved one is kept");
             return Finish::Keep;
         }
     };
-    match context_state::check_bound(sealed.len(), app.config.context_max_bytes) {
+    match context_state::check_bound(sealed.len(), sessions.config.context_max_bytes) {
         Ok(()) => Finish::Save(sealed),
         Err(why) => {
             tracing::warn!(context = context_id, reason = %why, "context save refused");
@@ -127,7 +127,7 @@ impl SavePoints {
     /// (not once the session no longer holds the context).
     pub(super) async fn save(
         &mut self,
-        app: &Sessions,
+        sessions: &Sessions,
         browser: &BrowserProcess,
         account: &str,
         context_id: &str,
@@ -136,10 +136,10 @@ impl SavePoints {
         self.next = tokio::time::Instant::now() + self.every;
         // Stamped with the moment the read began: the state is at least as
         // new as `savedAt` says.
-        let at = app.driver.now();
+        let at = sessions.driver.now();
         let read = tokio::time::timeout(
             context_state::STATE_TIMEOUT,
-            context_state::save_point(&browser.cdp, &self.last, app.config.context_max_bytes),
+            context_state::save_point(&browser.cdp, &self.last, sessions.config.context_max_bytes),
         )
         .await;
         let state = match &read {
@@ -147,12 +147,12 @@ impl SavePoints {
             Ok(Ok(state)) => Some(state.clone()),
             _ => None,
         };
-        let how = sealed_within_bound(app, account, context_id, read).await;
+        let how = sealed_within_bound(sessions, account, context_id, read).await;
         if matches!(how, Finish::Keep) {
             return true;
         }
         let (c, s) = (context_id.to_string(), id.to_string());
-        let stored = app.store.write_rows(move |tx| contexts::save_point(tx, &c, &s, &how, at)).await;
+        let stored = sessions.store.write_rows(move |tx| contexts::save_point(tx, &c, &s, &how, at)).await;
         match stored {
             Ok(true) => {
                 if let Some(state) = state {
@@ -290,12 +290,12 @@ impl Drop for SaveWait<'_> {
 /// The state of `context_id` opened for `account` (empty before a first
 /// save).
 pub(super) async fn load_context(
-    app: &Sessions,
+    sessions: &Sessions,
     account: &str,
     context_id: &str,
 ) -> Result<(context_state::State, Vec<u8>), String> {
     let id = context_id.to_string();
-    let sealed = app
+    let sealed = sessions
         .store
         .read(move |c| contexts::sealed_state(c, &id))
         .await
@@ -305,7 +305,7 @@ pub(super) async fn load_context(
         let bytes = empty.to_bytes();
         return Ok((empty, bytes));
     };
-    let plain = app
+    let plain = sessions
         .vault
         .open(account, Purpose::ContextState, context_id, &sealed)
         .map_err(|e| format!("the context's state: {e}"))?;

@@ -172,15 +172,15 @@ impl Sessions {
 
 /// On start: sessions left live by the last run end (see
 /// `SessionDriver::recover`); `last_alive` is its last settlement heartbeat.
-pub async fn recover(app: &Sessions, last_alive: Option<Millis>) {
-    app.driver.recover(&app.node, last_alive).await;
+pub async fn recover(sessions: &Sessions, last_alive: Option<Millis>) {
+    sessions.driver.recover(&sessions.node, last_alive).await;
 }
 
 /// On shutdown: every live session is lost now, its browser stopped; the
 /// warm browsers are stopped too.
-pub async fn shutdown(app: &Sessions) {
-    app.driver.shutdown(&app.node).await;
-    warm::stop_all(app);
+pub async fn shutdown(sessions: &Sessions) {
+    sessions.driver.shutdown(&sessions.node).await;
+    warm::stop_all(sessions);
     // Their browsers stopped, the recordings write their pages.
-    recorder::written(app).await;
+    recorder::written(sessions).await;
 }

@@ -345,7 +345,7 @@ fn ack_slot(
 /// into the session's folder (`recorder.rs`), once it is set up and
 /// attested (the attestation's own pages are not recorded).
 pub(super) async fn record(
-    app: &Sessions,
+    sessions: &Sessions,
     browser: &BrowserProcess,
     id: &str,
     sub: &SessionSubmission,
@@ -353,17 +353,17 @@ pub(super) async fn record(
     if !sub.recording {
         return Ok(());
     }
-    let folder = app
+    let folder = sessions
         .downloads
         .open(id)
         .map_err(|e| format!("recording: the session's folder not opened: {e}"))?
         .ok_or("recording: the session has no folder")?;
-    let recording = tokio::time::timeout(ATTEST_TIMEOUT, start(&browser.cdp, id, folder, app.config.recording))
+    let recording = tokio::time::timeout(ATTEST_TIMEOUT, start(&browser.cdp, id, folder, sessions.config.recording))
         .await
         .map_err(|_| format!("recording: no answer within {ATTEST_TIMEOUT:?}"))?
         .map_err(|e| format!("recording not started: {e}"))?;
     if let Some(task) = recording {
-        let mut recorders = app.recorders.lock().unwrap_or_else(|p| p.into_inner());
+        let mut recorders = sessions.recorders.lock().unwrap_or_else(|p| p.into_inner());
         recorders.retain(|t| !t.is_finished());
         recorders.push(task);
     }
@@ -376,8 +376,8 @@ const RECORDINGS_WRITTEN_WITHIN: Duration = Duration::from_secs(20);
 
 /// On shutdown, the browsers stopped: waits (at most
 /// `RECORDINGS_WRITTEN_WITHIN`) for the recordings to write their pages.
-pub(super) async fn written(app: &Sessions) {
-    let recorders: Vec<_> = app.recorders.lock().unwrap_or_else(|p| p.into_inner()).drain(..).collect();
+pub(super) async fn written(sessions: &Sessions) {
+    let recorders: Vec<_> = sessions.recorders.lock().unwrap_or_else(|p| p.into_inner()).drain(..).collect();
     if tokio::time::timeout(RECORDINGS_WRITTEN_WITHIN, futures_util::future::join_all(recorders)).await.is_err() {
         tracing::warn!("session recordings not all written within {RECORDINGS_WRITTEN_WITHIN:?}");
     }

@@ -33,11 +33,11 @@ use crate::store::StoreError;
 /// Runs the session tasks the driver asks for (`driver::Start`, from its
 /// `StartBrowser` effect and from `sync` and `reconcile` below), until the
 /// driver is gone. Started once by `main`.
-pub fn run_starts(app: Arc<Sessions>) {
-    let Some(mut starts) = app.take_starts() else { return };
+pub fn run_starts(sessions: Arc<Sessions>) {
+    let Some(mut starts) = sessions.take_starts() else { return };
     tokio::spawn(async move {
         while let Some(start) = starts.recv().await {
-            spawn(app.clone(), start);
+            spawn(sessions.clone(), start);
         }
     });
 }
@@ -46,7 +46,7 @@ pub fn run_starts(app: Arc<Sessions>) {
 /// ends (its browser lost, a launch or an attestation that failed, an error
 /// on the way, a panic), its session does not outlive it: the driver ends it
 /// as lost at once unless something else ended it first.
-fn spawn(app: Arc<Sessions>, start: driver::Start) {
+fn spawn(sessions: Arc<Sessions>, start: driver::Start) {
     let driver::Start { row, endpoint, ended } = start;
     let id = row.id.clone();
     // A session leased before its request was stored (started by the node
@@ -58,24 +58,24 @@ fn spawn(app: Arc<Sessions>, start: driver::Start) {
     let span = tracing::info_span!("session", id = %id);
     let account = row.account_id.clone();
     let context_id = sub.context.as_ref().map(|c| c.id.clone());
-    let sub = with_credentials(&app.vault, &row, sub);
+    let sub = with_credentials(&sessions.vault, &row, sub);
     tokio::spawn(
         async move {
             let mut finish = Finish::Keep;
             let task = async {
                 let sub = sub?;
-                run(&app, &id, &account, &sub, endpoint, ended, &mut finish).await
+                run(&sessions, &id, &account, &sub, endpoint, ended, &mut finish).await
             };
             match AssertUnwindSafe(task).catch_unwind().await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => tracing::warn!(error = %e, "session task failed"),
                 Err(_) => tracing::error!("session task panicked"),
             }
-            app.driver.task_exited(&id).await;
+            sessions.driver.task_exited(&id).await;
             if let Some(context_id) = &context_id {
-                finish_context(&app, context_id, &id, finish).await;
+                finish_context(&sessions, context_id, &id, finish).await;
             }
-            refill_warm(app.clone());
+            refill_warm(sessions.clone());
         }
         .instrument(span),
     );
@@ -127,7 +127,7 @@ struct Started {
 /// Runs one session until its browser is lost (an error) or an end stops it
 /// (`Ok`). The browser dies with this function, whichever way it returns.
 async fn run(
-    app: &Sessions,
+    sessions: &Sessions,
     id: &str,
     account: &str,
     sub: &SessionSubmission,
@@ -135,14 +135,14 @@ async fn run(
     mut ended: watch::Receiver<bool>,
     finish: &mut Finish,
 ) -> Result<(), String> {
-    let driver = &app.driver;
+    let driver = &sessions.driver;
     let started = tokio::select! {
-        started = start(app, id, account, sub) => started?,
+        started = start(sessions, id, account, sub) => started?,
         // Released, or lost at its launch deadline, while starting.
         _ = stopped(&mut ended) => return Ok(()),
     };
     let Started { mut browser, ready_at, attestation, network, origins } = started;
-    let mut save_points = match (&sub.context, &origins, app.config.context_save_every) {
+    let mut save_points = match (&sub.context, &origins, sessions.config.context_save_every) {
         (Some(c), Some((_, loaded)), Some(every)) if c.persist => Some(SavePoints::new(every, loaded.clone())),
         _ => None,
     };
@@ -163,7 +163,7 @@ async fn run(
             _ = stopped(&mut ended) => break Ok(()),
             _ = SavePoints::due(&save_points) => {
                 let go_on = match (&mut save_points, &sub.context) {
-                    (Some(points), Some(c)) => points.save(app, &browser, account, &c.id, id).await,
+                    (Some(points), Some(c)) => points.save(sessions, &browser, account, &c.id, id).await,
                     _ => false,
                 };
                 if !go_on {
@@ -177,7 +177,7 @@ async fn run(
     // more: its last save point stays.
     if let (Ok(()), Some(c), Some((origins, _))) = (&outcome, &sub.context, &origins) {
         if c.persist {
-            *finish = save_context(app, &browser, account, &c.id, origins).await;
+            *finish = save_context(sessions, &browser, account, &c.id, origins).await;
         }
     }
     browser.stop();
@@ -192,20 +192,20 @@ async fn stopped(ended: &mut watch::Receiver<bool>) {
 /// Launches (or takes a warm) browser for the session, sets it up (its
 /// downloads, its viewport) and attests it. A lease with a network policy
 /// or with overrides gets a browser launched for it: both are launch flags.
-async fn start(app: &Sessions, id: &str, account: &str, sub: &SessionSubmission) -> Result<Started, String> {
-    let build = app.build().map_err(|e| e.to_string())?.clone();
+async fn start(sessions: &Sessions, id: &str, account: &str, sub: &SessionSubmission) -> Result<Started, String> {
+    let build = sessions.build().map_err(|e| e.to_string())?.clone();
     let public_web_only = wants_policy(sub);
-    let upstream = upstream_for(&app.config, sub);
+    let upstream = upstream_for(&sessions.config, sub);
     let upstream_proxy = upstream.as_ref().map(|u| u.proxy.server());
-    let (policy, network) = policy(&app.config, public_web_only, upstream);
+    let (policy, network) = policy(&sessions.config, public_web_only, upstream);
     let mut manifest = LaunchManifest::new(sub.profile, &build, network, &sub.overrides);
     manifest.upstream_proxy = upstream_proxy;
-    let downloads = &app.downloads;
+    let downloads = &sessions.downloads;
     // A context's state is loaded before the lessee connects, and its pages
     // followed from the start: a browser started for the session.
     // A warm browser runs behind the grid's default upstream, if any.
     let plain = !public_web_only && sub.overrides.is_empty() && sub.context.is_none() && sub.proxy.is_none();
-    let warm = if plain { app.take_warm(sub.profile) } else { None };
+    let warm = if plain { sessions.take_warm(sub.profile) } else { None };
     if let Some(w) = warm {
         // Set up and attested before the lease: ready as soon as its folder
         // is the session's.
@@ -214,26 +214,27 @@ async fn start(app: &Sessions, id: &str, account: &str, sub: &SessionSubmission)
             downloads.discard_warm(&w.folder_name);
             return Err(format!("download folder not adopted: {e}"));
         }
-        if let Err(e) = record(app, &w.browser, id, sub).await {
+        if let Err(e) = record(sessions, &w.browser, id, sub).await {
             w.browser.stop();
             return Err(e);
         }
-        let ready_at = app.driver.now();
+        let ready_at = sessions.driver.now();
         return Ok(Started { browser: w.browser, ready_at, attestation: w.attestation, network: None, origins: None });
     }
     let folder = downloads.create(id).map_err(|e| format!("download folder not created: {e}"))?;
-    let browser = launch::start(&app.config.sandbox, &build, &manifest, policy, folder.files())
+    let browser = launch::start(&sessions.config.sandbox, &build, &manifest, policy, folder.files())
         .await
         .map_err(|e| format!("browser did not start: {e}"))?;
-    let ready_at = app.driver.now();
-    let (mut attestation, network) = prepare(app, &browser, folder, &build, &manifest, sub, public_web_only).await?;
+    let ready_at = sessions.driver.now();
+    let (mut attestation, network) =
+        prepare(sessions, &browser, folder, &build, &manifest, sub, public_web_only).await?;
     if network.as_ref().is_some_and(|n| n.probes.iter().any(|p| p.outcome != "refused")) {
         return Err("network policy not enforced: the probe was reached".into());
     }
     let origins = match &sub.context {
         None => None,
         Some(c) => {
-            let (state, plain) = load_context(app, account, &c.id).await?;
+            let (state, plain) = load_context(sessions, account, &c.id).await?;
             let set_up = async {
                 let origins = context_state::follow(&browser.cdp).await?;
                 origins.extend(&state);
@@ -255,7 +256,7 @@ async fn start(app: &Sessions, id: &str, account: &str, sub: &SessionSubmission)
     };
     // After the context's state is in: the grid's own pages that load it
     // are not the session's.
-    record(app, &browser, id, sub).await?;
+    record(sessions, &browser, id, sub).await?;
     Ok(Started { browser, ready_at, attestation, network, origins })
 }
 

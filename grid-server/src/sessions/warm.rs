@@ -22,24 +22,24 @@ pub(super) struct Warm {
 }
 
 /// Keeps `warm` started browsers per profile.
-pub fn refill_warm(app: Arc<Sessions>) {
-    if app.config.warm == 0 || app.config.disabled {
+pub fn refill_warm(sessions: Arc<Sessions>) {
+    if sessions.config.warm == 0 || sessions.config.disabled {
         return;
     }
     tokio::spawn(async move {
-        let Ok(build) = app.build().cloned() else { return };
+        let Ok(build) = sessions.build().cloned() else { return };
         for profile in Profile::LEASABLE {
             loop {
-                let have = app.warm.lock().unwrap_or_else(|p| p.into_inner()).get(&profile).map_or(0, Vec::len);
-                if have >= app.config.warm {
+                let have = sessions.warm.lock().unwrap_or_else(|p| p.into_inner()).get(&profile).map_or(0, Vec::len);
+                if have >= sessions.config.warm {
                     break;
                 }
                 let sub = SessionSubmission::default_for(profile);
-                let upstream = upstream_for(&app.config, &sub);
+                let upstream = upstream_for(&sessions.config, &sub);
                 let mut manifest = LaunchManifest::new(profile, &build, ORDINARY, &SessionOverrides::default());
                 manifest.upstream_proxy = upstream.as_ref().map(|u| u.proxy.server());
-                let (policy, _) = policy(&app.config, false, upstream);
-                let downloads = &app.downloads;
+                let (policy, _) = policy(&sessions.config, false, upstream);
+                let downloads = &sessions.downloads;
                 let (folder_name, folder) = match downloads.create_warm() {
                     Ok(f) => f,
                     Err(e) => {
@@ -47,19 +47,19 @@ pub fn refill_warm(app: Arc<Sessions>) {
                         break;
                     }
                 };
-                let browser = match launch::start(&app.config.sandbox, &build, &manifest, policy, folder.files()).await
-                {
-                    Ok(b) => b,
-                    Err(e) => {
-                        downloads.discard_warm(&folder_name);
-                        tracing::warn!(error = %e, "warm browser did not start");
-                        break;
-                    }
-                };
-                match prepare(&app, &browser, folder, &build, &manifest, &sub, false).await {
+                let browser =
+                    match launch::start(&sessions.config.sandbox, &build, &manifest, policy, folder.files()).await {
+                        Ok(b) => b,
+                        Err(e) => {
+                            downloads.discard_warm(&folder_name);
+                            tracing::warn!(error = %e, "warm browser did not start");
+                            break;
+                        }
+                    };
+                match prepare(&sessions, &browser, folder, &build, &manifest, &sub, false).await {
                     Ok((attestation, _)) => {
                         tracing::info!(profile = profile.as_str(), pid = browser.pid, "warm browser ready");
-                        app.warm.lock().unwrap_or_else(|p| p.into_inner()).entry(profile).or_default().push(Warm {
+                        sessions.warm.lock().unwrap_or_else(|p| p.into_inner()).entry(profile).or_default().push(Warm {
                             browser,
                             folder_name,
                             attestation,
@@ -84,10 +84,11 @@ impl Sessions {
 }
 
 /// On shutdown: the warm browsers stopped, their folders discarded.
-pub(super) fn stop_all(app: &Sessions) {
-    let warm: Vec<Warm> = app.warm.lock().unwrap_or_else(|p| p.into_inner()).drain().flat_map(|(_, w)| w).collect();
+pub(super) fn stop_all(sessions: &Sessions) {
+    let warm: Vec<Warm> =
+        sessions.warm.lock().unwrap_or_else(|p| p.into_inner()).drain().flat_map(|(_, w)| w).collect();
     for w in warm {
         w.browser.stop();
-        app.downloads.discard_warm(&w.folder_name);
+        sessions.downloads.discard_warm(&w.folder_name);
     }
 }
