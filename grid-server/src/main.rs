@@ -258,7 +258,7 @@ struct ServeArgs {
     session_download_limit_mib: u64,
     /// The bound of one persistent context's saved state, sealed, in KiB (docs/sessions.md,
     /// "Contexts"): a session's end whose state is larger saves nothing and keeps the state before.
-    #[arg(long, default_value_t = sessions::context::DEFAULT_MAX_BYTES / 1024, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+    #[arg(long, default_value_t = sessions::context_state::DEFAULT_MAX_BYTES / 1024, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
     context_max_kib: u64,
     /// How often a live session that persists its context saves a save point of it, in seconds:
     /// every cookie and the storage of the origins its pages show (docs/sessions.md, "Contexts"),
@@ -984,7 +984,7 @@ async fn resume(
     sessions::recover(&app.sessions, last_alive).await;
     // The session tasks: every browser a lease, a sync or a reconciliation
     // starts here.
-    sessions::run_starts(app.sessions.clone());
+    sessions::task::run_starts(app.sessions.clone());
     // After recovery: its first beat reconciles this node's sessions, and
     // those the last run left must be ended first, not started again.
     tokio::spawn(nodes::run(this_node, stop_rx.clone()));
@@ -997,7 +997,7 @@ async fn resume(
         Arc::new(download_sweep),
     ];
     tokio::spawn(due::run(due_drivers, app.clock.clone(), app.due_wake.clone(), stop_rx.clone()));
-    sessions::refill_warm(app.sessions.clone());
+    sessions::warm::refill_warm(app.sessions.clone());
 }
 
 /// Serves metrics and the API, announcing where, until the stop.

@@ -65,8 +65,8 @@ pub struct Node {
 }
 
 /// Beats every third of the lease and takes over dead nodes, until shutdown.
-pub async fn run(app: Arc<Node>, mut shutdown: watch::Receiver<bool>) {
-    let config = &app.config;
+pub async fn run(this_node: Arc<Node>, mut shutdown: watch::Receiver<bool>) {
+    let config = &this_node.config;
     let mut tick = tokio::time::interval((config.lease / 3).max(Duration::from_millis(100)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -74,12 +74,12 @@ pub async fn run(app: Arc<Node>, mut shutdown: watch::Receiver<bool>) {
             _ = tick.tick() => {}
             _ = shutdown.changed() => return,
         }
-        beat(&app).await;
-        take_over(&app).await;
+        beat(&this_node).await;
+        take_over(&this_node).await;
         // What another node decided for work running here, should its
         // call not have arrived.
-        crate::sessions::reconcile(&app.sessions).await;
-        if let Err(e) = app.jobs.stop_recorded().await {
+        crate::sessions::task::reconcile(&this_node.sessions).await;
+        if let Err(e) = this_node.jobs.stop_recorded().await {
             tracing::warn!(error = %e, "recorded job stops not checked; the next heartbeat tries again");
         }
     }
@@ -92,16 +92,16 @@ pub async fn last_heartbeat(store: &Store, config: &NodeConfig) -> Result<Option
     store.read(move |c| nodes::heartbeat_of(c, &name)).await
 }
 
-pub(crate) async fn beat(app: &Node) {
-    let config = &app.config;
-    let (name, now) = (config.name.clone(), app.clock.now());
+pub(crate) async fn beat(this_node: &Node) {
+    let config = &this_node.config;
+    let (name, now) = (config.name.clone(), this_node.clock.now());
     // One row written, nothing checked: no grid-wide order, so a heartbeat
     // never waits for the capture queue's transactions in flight.
-    match app.store.write_rows(move |tx| nodes::heartbeat(tx, &name, now)).await {
+    match this_node.store.write_rows(move |tx| nodes::heartbeat(tx, &name, now)).await {
         Ok(true) => {}
         Ok(false) => {
             tracing::warn!(node = %config.name, "this node was taken for dead and its work taken over; registering again");
-            if let Err(e) = register(&app.store, config, now).await {
+            if let Err(e) = register(&this_node.store, config, now).await {
                 tracing::error!(error = %e, "node not registered again");
             }
         }
@@ -109,10 +109,10 @@ pub(crate) async fn beat(app: &Node) {
     }
 }
 
-pub(crate) async fn take_over(app: &Node) {
-    let before = nodes::live_after(app.clock.now(), app.config.lease);
-    let me = app.config.name.clone();
-    let dead = match app.store.read(move |c| nodes::dead(c, &me, before)).await {
+pub(crate) async fn take_over(this_node: &Node) {
+    let before = nodes::live_after(this_node.clock.now(), this_node.config.lease);
+    let me = this_node.config.name.clone();
+    let dead = match this_node.store.read(move |c| nodes::dead(c, &me, before)).await {
         Ok(d) => d,
         Err(e) => {
             tracing::warn!(error = %e, "dead nodes not read");
@@ -120,15 +120,15 @@ pub(crate) async fn take_over(app: &Node) {
         }
     };
     for (node, last_heartbeat) in dead {
-        let items = match app.items.recover_node(&node).await {
+        let items = match this_node.items.recover_node(&node).await {
             Ok(n) => n,
             Err(e) => {
                 tracing::error!(%node, error = %e, "items of a dead node not taken over; the next pass tries again");
                 continue;
             }
         };
-        app.sessions.recover(&node, Some(last_heartbeat)).await;
-        let jobs = match app.jobs.take_over(&node).await {
+        this_node.sessions.recover(&node, Some(last_heartbeat)).await;
+        let jobs = match this_node.jobs.take_over(&node).await {
             Ok(n) => n,
             Err(e) => {
                 tracing::error!(%node, error = %e, "jobs of a dead node not taken over; the next pass tries again");
@@ -136,7 +136,7 @@ pub(crate) async fn take_over(app: &Node) {
             }
         };
         let name = node.clone();
-        if let Err(e) = app.store.write(move |tx| nodes::remove(tx, &name)).await {
+        if let Err(e) = this_node.store.write(move |tx| nodes::remove(tx, &name)).await {
             tracing::warn!(%node, error = %e, "dead node not removed; the next pass takes it over again");
         }
         tracing::warn!(%node, last_heartbeat = %last_heartbeat.to_iso(), items, jobs, "took over a dead node's work");
@@ -205,11 +205,8 @@ mod tests {
             ttl_minutes: 30,
             ..SessionSubmission::default_for(grid_core::catalog::Profile::DEFAULT)
         };
-        let leased = n1
-            .sessions
-            .lease(&g.caller, sub, None, None, "t".into(), crate::sessions::driver::tests::lease_answer)
-            .await
-            .unwrap();
+        let leased =
+            n1.sessions.lease(&g.caller, sub, None, None, crate::sessions::driver::tests::reach()).await.unwrap();
         let crate::store::idempotency::Outcome::Performed(session, _) = leased else { panic!("replayed") };
         n1.sessions.apply(&session.id, SessionEvent::Ready, t0.plus_ms(1_000)).await.unwrap();
         // n1's last heartbeat.

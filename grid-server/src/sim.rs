@@ -642,14 +642,7 @@ impl Sim {
             proxy: None,
         };
         let node = &self.nodes[i];
-        let lease = node.sessions.lease(
-            &self.caller,
-            sub,
-            None,
-            None,
-            "t".into(),
-            crate::sessions::driver::tests::lease_answer,
-        );
+        let lease = node.sessions.lease(&self.caller, sub, None, None, crate::sessions::driver::tests::reach());
         match on(&node.faults, lease).await {
             Some(Ok(Outcome::Performed(row, _))) => {
                 self.log.push(format!("{}: lease {} on {:?}", NODES[i], row.id, row.node))

@@ -6,13 +6,14 @@ use std::sync::Arc;
 use grid_core::error::ApiError;
 use grid_core::time::Millis;
 use grid_core::validate;
-use grid_core::wire::session::{SessionDownload, SessionDownloads, SessionLease, SessionRecording};
+use grid_core::wire::session::{SessionDownload, SessionDownloads, SessionRecording};
 use serde_json::Value;
 
 use super::Reply;
 use crate::app::App;
 use crate::ids::{new_id, now, random_hex};
 use crate::sessions::downloads::{Folder, Recording};
+use crate::sessions::driver::Reach;
 use crate::store::accounts::Caller;
 use crate::store::idempotency::{self, Outcome};
 use crate::store::sessions as store;
@@ -38,7 +39,7 @@ pub async fn lease(
     enabled(app)?;
     let sub = validate::session::validate(&body)?;
     if let Some(c) = &sub.context {
-        wait_for_save(app, &c.id).await?;
+        app.sessions.wait_for_save(&c.id).await?;
         // Opened now, so a state that cannot be is refused before anything
         // is reserved, not found by the session's start after a 201.
         if let Err(detail) = app.sessions.check_context(&caller.account_id, &c.id).await {
@@ -56,42 +57,12 @@ pub async fn lease(
         None => None,
     };
     let key = idempotency_key.map(|k| idempotency::Key::new(k, "POST /sessions", &body));
-    let token = random_hex(32);
-    let (base_url, t) = (app.config.base_url.clone(), token.clone());
-    let answer = move |row: &store::SessionRow| SessionLease {
-        cdp_url: format!("{base_url}/cdp/{}/{t}", row.id),
-        live_view_url: format!("{base_url}/cdp/{}/{t}/view", row.id),
-        session_id: row.id.clone(),
-        expires_at: row.session.expires_at,
-        profile_id: row.profile.as_str().to_string(),
-        attestation: None,
-        network_policy: row.network_policy.clone(),
-        network_attestation: None,
-    };
-    Ok(match app.sessions.driver.lease(caller, sub, sealed, key, token, answer).await? {
+    let reach = Reach { base_url: app.config.base_url.clone(), token: random_hex(32) };
+    Ok(match app.sessions.driver.lease(caller, sub, sealed, key, reach).await? {
         Outcome::Performed(_, answer) => Reply::answer(answer, false),
         // The first request started the browser; nothing more to do.
         Outcome::Replayed(answer) => Reply::answer(answer, true),
     })
-}
-
-/// Longest a lease waits for the context's last session to save it back
-/// (its end answered before its browser gave up the state). Past it the
-/// lease takes the context over with the state saved before.
-const SAVE_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
-
-/// Waits while the context's last session has ended but not yet saved it,
-/// so a lease right after a release starts from what that session saved.
-async fn wait_for_save(app: &App, context_id: &str) -> Result<(), ApiError> {
-    let deadline = tokio::time::Instant::now() + SAVE_WAIT;
-    loop {
-        let id = context_id.to_string();
-        let saving = app.store.lookup(move |c| crate::store::contexts::saving(c, &id)).await?;
-        if saving.is_none() || tokio::time::Instant::now() >= deadline {
-            return Ok(());
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
 }
 
 /// A row id drawn for a submission naming a proxy with credentials, and

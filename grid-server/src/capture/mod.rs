@@ -241,19 +241,19 @@ impl crate::metrics::GaugeSource for Runner {
 
 /// Starts the dispatcher. The returned set ends once the pool stopped after
 /// `shutdown` and its running attempts ended; aborting it cuts them short.
-pub fn spawn_workers(app: Arc<Runner>, shutdown: watch::Receiver<bool>) -> Result<JoinSet<()>, rustls::Error> {
-    let fetcher = Arc::new(Fetcher::new(app.allow_private_networks, app.max_workers)?);
+pub fn spawn_workers(runner: Arc<Runner>, shutdown: watch::Receiver<bool>) -> Result<JoinSet<()>, rustls::Error> {
+    let fetcher = Arc::new(Fetcher::new(runner.allow_private_networks, runner.max_workers)?);
     let mut set = JoinSet::new();
-    set.spawn(dispatch(app, fetcher, shutdown));
+    set.spawn(dispatch(runner, fetcher, shutdown));
     Ok(set)
 }
 
 type Claiming = Pin<Box<dyn Future<Output = (usize, Duration, Result<Vec<ItemRow>, ItemError>)> + Send>>;
 
-async fn dispatch(app: Arc<Runner>, fetcher: Arc<Fetcher>, mut shutdown: watch::Receiver<bool>) {
-    let max = app.max_workers.max(1);
-    let browser_max = app.browsers.as_ref().map_or(usize::MAX, |pool| pool.pages().1);
-    let workers = app.workers.clone();
+async fn dispatch(runner: Arc<Runner>, fetcher: Arc<Fetcher>, mut shutdown: watch::Receiver<bool>) {
+    let max = runner.max_workers.max(1);
+    let browser_max = runner.browsers.as_ref().map_or(usize::MAX, |pool| pool.pages().1);
+    let workers = runner.workers.clone();
     let mut running = JoinSet::new();
     let mut claiming: Option<Claiming> = None;
     let mut claim_micros: u64 = 0;
@@ -263,7 +263,7 @@ async fn dispatch(app: Arc<Runner>, fetcher: Arc<Fetcher>, mut shutdown: watch::
     // the claim answers.
     let mut drained = false;
     let mut woken_while_claiming = false;
-    let ready_on = app.queue_ready.clone();
+    let ready_on = runner.queue_ready.clone();
     let mut ready = Box::pin(ready_on.clone().notified_owned());
     loop {
         while running.try_join_next().is_some() {}
@@ -279,7 +279,7 @@ async fn dispatch(app: Arc<Runner>, fetcher: Arc<Fetcher>, mut shutdown: watch::
                 let claimed_browsers = workers.queue().rows.iter().filter(|r| r.script.needs_browser()).count();
                 let browser_room =
                     browser_max.saturating_sub(workers.browsers.load(Ordering::Relaxed) + claimed_browsers);
-                let items = app.items.clone();
+                let items = runner.items.clone();
                 workers.claiming.store(true, Ordering::SeqCst);
                 claiming = Some(Box::pin(async move {
                     let started = Instant::now();
@@ -297,7 +297,7 @@ async fn dispatch(app: Arc<Runner>, fetcher: Arc<Fetcher>, mut shutdown: watch::
                     Ok(rows) => {
                         drained = rows.len() < want && !std::mem::take(&mut woken_while_claiming);
                         for row in workers.hand_out(rows, max) {
-                            running.spawn(work(app.clone(), fetcher.clone(), row));
+                            running.spawn(work(runner.clone(), fetcher.clone(), row));
                         }
                     }
                     Err(e) => {
@@ -329,17 +329,17 @@ async fn dispatch(app: Arc<Runner>, fetcher: Arc<Fetcher>, mut shutdown: watch::
     workers.stop();
     while running.join_next().await.is_some() {}
     // The workers' last ends, stored before the pool counts as stopped.
-    app.items.ends_stored().await;
+    runner.items.ends_stored().await;
 }
 
 /// A worker: runs items one after another, from the one it was started
 /// with, while the dispatcher keeps the queue filled.
-async fn work(app: Arc<Runner>, fetcher: Arc<Fetcher>, first: Arc<ItemRow>) {
+async fn work(runner: Arc<Runner>, fetcher: Arc<Fetcher>, first: Arc<ItemRow>) {
     let mut row = first;
     loop {
-        let slot = app.workers.take(row.script.needs_browser());
-        run_item(&app, &fetcher, row, slot).await;
-        match app.workers.next() {
+        let slot = runner.workers.take(row.script.needs_browser());
+        run_item(&runner, &fetcher, row, slot).await;
+        match runner.workers.next() {
             Some(next) => row = next,
             None => return,
         }
@@ -399,40 +399,40 @@ fn ahead(max: usize, claim_micros: u64, attempt_micros: u64) -> usize {
 /// docs/operations.md). Completed attempts log at debug; every other end,
 /// and every warning, names its item itself, so an info-level log still
 /// shows what went wrong and where.
-async fn run_item(app: &Runner, fetcher: &Fetcher, row: Arc<ItemRow>, slot: Slot) {
+async fn run_item(runner: &Runner, fetcher: &Fetcher, row: Arc<ItemRow>, slot: Slot) {
     let span =
         tracing::debug_span!("item", id = %row.id, script = row.script.as_str(), attempt = row.item.attempts_made + 1);
-    run_attempt(app, fetcher, row, slot).instrument(span).await
+    run_attempt(runner, fetcher, row, slot).instrument(span).await
 }
 
-async fn run_attempt(app: &Runner, fetcher: &Fetcher, row: Arc<ItemRow>, slot: Slot) {
+async fn run_attempt(runner: &Runner, fetcher: &Fetcher, row: Arc<ItemRow>, slot: Slot) {
     let started = Instant::now();
     let cookies = match &row.context_id {
         None => Ok(vec![]),
-        Some(context) => context_cookies(app, &row.account_id, context).await,
+        Some(context) => context_cookies(runner, &row.account_id, context).await,
     };
-    let result = match (item_upstream(app, &row), cookies) {
+    let result = match (item_upstream(runner, &row), cookies) {
         (Err(failure), _) | (_, Err(failure)) => Err(failure),
         (Ok(upstream), Ok(cookies)) => match row.script.row().needs {
-            Needs::Browser => browser_script(app, &row, upstream, &cookies).await,
+            Needs::Browser => browser_script(runner, &row, upstream, &cookies).await,
             Needs::Http => fetcher.run(&row, upstream.as_ref(), &cookies).await,
         },
     };
-    let end = stored_end(app, &row.id, result).await;
+    let end = stored_end(runner, &row.id, result).await;
     let took = started.elapsed();
     // The worker is free once its files are stored and checked: it takes
     // the next item while this end travels to the database.
     drop(slot);
-    app.workers.observe(took);
+    runner.workers.observe(took);
     observe_item(&row, took);
-    app.items.end(row, end);
+    runner.items.end(row, end);
 }
 
 /// The cookies of a signed-in capture's context, opened for its account;
 /// a context deleted since the submission fails the item.
-async fn context_cookies(app: &Runner, account: &str, context: &str) -> Result<Vec<serde_json::Value>, Failure> {
+async fn context_cookies(runner: &Runner, account: &str, context: &str) -> Result<Vec<serde_json::Value>, Failure> {
     let (acc, id) = (account.to_string(), context.to_string());
-    let sealed = app
+    let sealed = runner
         .store
         .read(move |c| {
             Ok(match crate::store::contexts::owned(c, &acc, &id)? {
@@ -446,7 +446,7 @@ async fn context_cookies(app: &Runner, account: &str, context: &str) -> Result<V
         return Err(Failure::Terminal(format!("context {context} was deleted")));
     };
     let Some(sealed) = sealed else { return Ok(vec![]) };
-    let plain = app
+    let plain = runner
         .vault
         .open(account, crate::vault::Purpose::ContextState, context, &sealed)
         .map_err(|e| Failure::Terminal(format!("context {context}: {e}")))?;
@@ -458,12 +458,12 @@ async fn context_cookies(app: &Runner, account: &str, context: &str) -> Result<V
 /// A browser script's attempt on the pool, or the failure of a grid that
 /// runs no browsers.
 async fn browser_script(
-    app: &Runner,
+    runner: &Runner,
     row: &ItemRow,
     upstream: Option<Upstream>,
     cookies: &[serde_json::Value],
 ) -> Result<Vec<FileContent>, Failure> {
-    match &app.browsers {
+    match &runner.browsers {
         // Boxed: a browser script's state machine is about 14 KiB, and
         // inline it would make every fetch item's task that large too,
         // copied as the task is spawned and as it finishes.
@@ -478,23 +478,23 @@ async fn browser_script(
 /// The upstream proxy an item's traffic goes through: its batch's (the
 /// credentials opened from their sealed column), else the grid's default
 /// (docs/proxies.md, precedence).
-fn item_upstream(app: &Runner, row: &ItemRow) -> Result<Option<Upstream>, Failure> {
-    let Some(mut proxy) = row.proxy.clone().or_else(|| app.upstream_proxy.clone()) else { return Ok(None) };
+fn item_upstream(runner: &Runner, row: &ItemRow) -> Result<Option<Upstream>, Failure> {
+    let Some(mut proxy) = row.proxy.clone().or_else(|| runner.upstream_proxy.clone()) else { return Ok(None) };
     if let (Some(sealed), true) = (&row.proxy_sealed, row.proxy.is_some()) {
-        let plain = app
+        let plain = runner
             .vault
             .open(&row.account_id, Purpose::ProxyCredentials, &row.batch_id, sealed)
             .map_err(|e| Failure::Terminal(format!("the batch's proxy credentials could not be opened: {e}")))?;
         proxy.credentials = ProxyCredentials::from_sealable(&plain);
     }
-    Ok(Some(Upstream { proxy, allow_private: app.allow_private_networks }))
+    Ok(Some(Upstream { proxy, allow_private: runner.allow_private_networks }))
 }
 
 /// An attempt's end from what its script gave: its files written and
 /// checked, or its failure.
-async fn stored_end(app: &Runner, item_id: &str, result: Result<Vec<FileContent>, Failure>) -> AttemptEnd {
+async fn stored_end(runner: &Runner, item_id: &str, result: Result<Vec<FileContent>, Failure>) -> AttemptEnd {
     match result {
-        Ok(files) => match write_files(app, item_id, files).await {
+        Ok(files) => match write_files(runner, item_id, files).await {
             Ok(stored) => AttemptEnd::Succeeded(stored),
             Err(e) => AttemptEnd::Failed(Failure::Transient(format!("storing files failed: {e}"))),
         },
@@ -523,18 +523,18 @@ pub enum Attended {
 /// and released. The attempt holds a worker's browser place meanwhile, so
 /// the dispatcher claims no more browser items than the pool has room for.
 pub async fn run_attended(
-    app: &Runner,
+    runner: &Runner,
     claim: Arc<ItemRow>,
     answers: grid_core::catalog::ArtifactKind,
 ) -> Result<Attended, ItemError> {
-    let slot = app.workers.take(true);
+    let slot = runner.workers.take(true);
     let started = Instant::now();
-    let result = match item_upstream(app, &claim) {
+    let result = match item_upstream(runner, &claim) {
         Err(failure) => Err(failure),
         Ok(upstream) => match &claim.context_id {
-            None => browser_script(app, &claim, upstream, &[]).await,
-            Some(context) => match context_cookies(app, &claim.account_id, context).await {
-                Ok(cookies) => browser_script(app, &claim, upstream, &cookies).await,
+            None => browser_script(runner, &claim, upstream, &[]).await,
+            Some(context) => match context_cookies(runner, &claim.account_id, context).await {
+                Ok(cookies) => browser_script(runner, &claim, upstream, &cookies).await,
                 Err(failure) => Err(failure),
             },
         },
@@ -548,7 +548,7 @@ pub async fn run_attended(
             .and_then(|meta| meta["status"].as_u64());
         (files.iter().find(|f| f.kind == answers).cloned(), target_status)
     });
-    let end = match (stored_end(app, &claim.id, result).await, &kept) {
+    let end = match (stored_end(runner, &claim.id, result).await, &kept) {
         (AttemptEnd::Succeeded(_), Some((None, _))) => {
             AttemptEnd::Failed(Failure::Transient(format!("the page gave no {answers:?} file")))
         }
@@ -560,7 +560,7 @@ pub async fn run_attended(
         AttemptEnd::Failed(f) => Some(f.clone()),
         AttemptEnd::Succeeded(_) => None,
     };
-    let outcome = app.items.finish(&claim, end).await?;
+    let outcome = runner.items.finish(&claim, end).await?;
     let charge = grid_core::item::TxEffect::Settle(grid_core::item::Settlement::Charge);
     let charged_micros = if outcome.effects.in_tx.contains(&charge) { claim.price_micros } else { 0 };
     Ok(match (failure, kept) {
@@ -573,14 +573,14 @@ pub async fn run_attended(
 /// Writes and checks an attempt's files; the driver publishes them if the
 /// item machine says so. A small family kept in the database is checked
 /// here, without a hop to the blocking pool.
-async fn write_files(app: &Runner, item_id: &str, files: Vec<FileContent>) -> std::io::Result<Vec<PublishedFile>> {
-    let all_inline = app.store.files_inline();
+async fn write_files(runner: &Runner, item_id: &str, files: Vec<FileContent>) -> std::io::Result<Vec<PublishedFile>> {
+    let all_inline = runner.store.files_inline();
     let bytes: usize = files.iter().map(|f| f.bytes.len()).sum();
     let stays_inline = all_inline || files.iter().all(|f| f.bytes.len() <= files::INLINE_MAX_BYTES);
     if stays_inline && bytes <= CHECK_ON_RUNTIME_BYTES {
         return Ok(files.into_iter().map(|f| files::inline(item_id, f)).collect());
     }
-    let (root, id) = (app.artifacts_dir.clone(), item_id.to_string());
+    let (root, id) = (runner.artifacts_dir.clone(), item_id.to_string());
     tokio::task::spawn_blocking(move || files::write_family(&root, &id, files, all_inline))
         .await
         .map_err(std::io::Error::other)?

@@ -38,7 +38,8 @@ use super::limits;
 use super::respond::{self, Resp};
 use crate::app::App;
 use crate::browser::cdp::{ClientLink, CLIENT_BACKLOG_BYTES};
-use crate::sessions::{self, gate, token_hash, Endpoint, Live};
+use crate::sessions::live::{cdp_url, token_hash, Endpoint, Live};
+use crate::sessions::{self, gate};
 
 /// How long a connection to a still-starting session waits for its browser.
 const READY_WAIT: Duration = Duration::from_secs(30);
@@ -83,7 +84,7 @@ pub async fn handle(app: &Arc<App>, route: Route, params: &[String], req: Reques
     if let Some(page) = socket {
         return upgrade(endpoint, page, req, live).await;
     }
-    let public = format!("{public_base}/cdp/{id}/{token}");
+    let public = cdp_url(&public_base, id, token);
     let query = req.uri().query().map(str::to_string);
     let answer =
         tokio::time::timeout(DISCOVERY_TIMEOUT, discovery(&endpoint, id, route, target.as_deref(), query, &public))
@@ -113,7 +114,7 @@ async fn locate(app: &Arc<App>, id: &str, token: &str, headers: &hyper::HeaderMa
         Served::At(node) => Ok(Located::At(node)),
         Served::Unreachable => Err(ApiError::UnknownSession),
         Served::Here => {
-            sessions::sync(&app.sessions.driver, id).await?;
+            sessions::task::sync(&app.sessions.driver, id).await?;
             app.sessions.live(id).map(Located::Here).ok_or(ApiError::UnknownSession)
         }
     }

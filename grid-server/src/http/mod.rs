@@ -290,7 +290,7 @@ async fn dispatch(app: &Arc<App>, edge: &Edge, req: Request<Incoming>) -> Result
         | Route::CdpBrowserSocket
         | Route::CdpPageSocket => return cdp::handle(app, route, &params, req).await,
         Route::NodeSessionSync => {
-            crate::sessions::sync(&app.sessions.driver, &p(0)).await?;
+            crate::sessions::task::sync(&app.sessions.driver, &p(0)).await?;
             return Ok(respond::reply(api::Reply::no_content()));
         }
         Route::NodeSessionTool => {

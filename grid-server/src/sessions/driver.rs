@@ -31,7 +31,7 @@ use grid_core::wire::session::{Attestation, NetworkAttestation};
 use grid_core::wire::session::{SessionLease, SessionSubmission};
 use tokio::sync::{mpsc, watch};
 
-use super::{Endpoint, Live};
+use super::live::{cdp_url, Endpoint, Live};
 use crate::clock::Clock;
 use crate::peers::{Peers, Subject};
 use crate::store::accounts::Caller;
@@ -142,6 +142,33 @@ pub struct Start {
     pub ended: watch::Receiver<bool>,
 }
 
+/// Where a lease's browser is reached: the grid's public URL and the
+/// lease's token (stored only as its hash).
+pub struct Reach {
+    pub base_url: String,
+    pub token: String,
+}
+
+impl Reach {
+    /// POST /sessions's answer for the leased `row`. Built inside the
+    /// lease's transaction, as the batch driver builds `BatchCreated`: a
+    /// resend with the same Idempotency-Key replays it whole, the token
+    /// included, which is kept nowhere else in clear.
+    fn answer(&self, row: &SessionRow) -> SessionLease {
+        let cdp_url = cdp_url(&self.base_url, &row.id, &self.token);
+        SessionLease {
+            live_view_url: format!("{cdp_url}/view"),
+            cdp_url,
+            session_id: row.id.clone(),
+            expires_at: row.session.expires_at,
+            profile_id: row.profile.as_str().to_string(),
+            attestation: None,
+            network_policy: row.network_policy.clone(),
+            network_attestation: None,
+        }
+    }
+}
+
 pub struct SessionDriver {
     store: Store,
     clock: Arc<dyn Clock>,
@@ -176,22 +203,18 @@ impl SessionDriver {
     /// (`grid_core::session::lease`) in one transaction, under the
     /// request's Idempotency-Key if it has one: a slot taken somewhere in
     /// the grid (`store::place`; none free is SESSION_LIMIT_REACHED), the
-    /// session stored with its reservation, the answer (`answer` of the
-    /// stored row) sealed with the key. Once that commits the browser is
-    /// started where the session was placed. A resend is answered the
-    /// first answer and starts nothing.
-    pub async fn lease<A>(
+    /// session stored with its reservation, its answer (`Reach::answer`)
+    /// sealed with the key. Once that commits the browser is started where
+    /// the session was placed. A resend is answered the first answer and
+    /// starts nothing.
+    pub async fn lease(
         &self,
         caller: &Caller,
         sub: SessionSubmission,
         sealed: Option<crate::store::SealedProxy>,
         key: Option<idempotency::Key>,
-        token: String,
-        answer: A,
-    ) -> Result<idempotency::Outcome<SessionRow>, SessionError>
-    where
-        A: Fn(&SessionRow) -> SessionLease + Send + 'static,
-    {
+        reach: Reach,
+    ) -> Result<idempotency::Outcome<SessionRow>, SessionError> {
         let (caller, node, lease, clock) = (caller.clone(), self.node.clone(), self.node_lease, self.clock.clone());
         // Ordered by rows (docs/scale-out.md "Locking"): `create` locks the
         // account, then the nodes whose slots it counts.
@@ -201,8 +224,8 @@ impl SessionDriver {
                 let at = clock.now();
                 idempotency::once(tx, &caller.account_id, key.as_ref(), at, |tx| {
                     let placement = store::Placement { me: &node, live_after: live_after(at, lease) };
-                    let stepped = create(tx, &caller, &sub, sealed.as_ref(), &token, placement, at)?;
-                    let answer = Answer::json(201, &answer(&stepped.row))?;
+                    let stepped = create(tx, &caller, &sub, sealed.as_ref(), &reach.token, placement, at)?;
+                    let answer = Answer::json(201, &reach.answer(&stepped.row))?;
                     Ok(Created { subject: stepped.row.id.clone(), answer, value: stepped })
                 })
             })
@@ -604,7 +627,7 @@ pub(crate) mod tests {
 
     /// A temp store at `T0` on a virtual clock, with an account (and its
     /// key) and node `n1` offering four session slots (also for the
-    /// session tasks' tests, `sessions/mod.rs`).
+    /// session tasks' tests, `sessions/task.rs`).
     pub(crate) fn grid() -> (tempfile::TempDir, Store, Arc<VirtualClock>, Caller) {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path(), Duration::from_secs(1)).unwrap();
@@ -656,7 +679,7 @@ pub(crate) mod tests {
         /// tells its task to stop.
         async fn lease(&self, ttl_minutes: u32) -> (String, watch::Receiver<bool>) {
             let sub = World::submission(ttl_minutes);
-            let leased = self.driver.lease(&self.caller, sub, None, None, "token".into(), lease_answer).await.unwrap();
+            let leased = self.driver.lease(&self.caller, sub, None, None, reach()).await.unwrap();
             let idempotency::Outcome::Performed(row, _) = leased else { panic!("a lease without a key replayed") };
             let start = self.starts.lock().unwrap().try_recv().expect("the lease started no browser");
             assert_eq!(start.row.id, row.id);
@@ -683,18 +706,9 @@ pub(crate) mod tests {
         }
     }
 
-    /// The answer of a lease, as POST /sessions gives it, for the tests.
-    pub(crate) fn lease_answer(row: &SessionRow) -> SessionLease {
-        SessionLease {
-            cdp_url: format!("ws://grid/cdp/{}/token", row.id),
-            live_view_url: format!("ws://grid/cdp/{}/token/view", row.id),
-            session_id: row.id.clone(),
-            expires_at: row.session.expires_at,
-            profile_id: row.profile.as_str().to_string(),
-            attestation: None,
-            network_policy: None,
-            network_attestation: None,
-        }
+    /// Where a lease of the tests is reached.
+    pub(crate) fn reach() -> Reach {
+        Reach { base_url: "ws://grid".into(), token: "token".into() }
     }
 
     #[tokio::test]
@@ -718,7 +732,7 @@ pub(crate) mod tests {
             w.lease(30).await;
         }
         let reserved = w.balance().1;
-        let refused = w.driver.lease(&w.caller, World::submission(30), None, None, "t".into(), lease_answer).await;
+        let refused = w.driver.lease(&w.caller, World::submission(30), None, None, reach()).await;
         assert!(
             matches!(
                 refused,

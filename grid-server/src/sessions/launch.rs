@@ -8,13 +8,20 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::browser::hosts::RequestRules;
 use crate::browser::process::{self, BrowserProcess};
 use crate::browser::profiles::{self, UserAgent};
 use crate::browser::sandbox::SandboxConfig;
-use crate::egress::Policy;
+use crate::egress::{self, Policy};
 use crate::ids::sha256_hex;
-use grid_core::catalog::Profile;
-use grid_core::wire::session::SessionOverrides;
+use crate::store::sessions::SessionRow;
+use crate::upstream::Upstream;
+use crate::vault::{Purpose, Vault};
+use grid_core::catalog::{Profile, PUBLIC_WEB_ONLY_V1};
+use grid_core::wire::proxy::ProxyCredentials;
+use grid_core::wire::session::{SessionOverrides, SessionSubmission};
+
+use super::SessionConfig;
 use serde_json::{json, Value};
 
 /// Flags of every session browser on top of the grid's Chromium baseline
@@ -141,6 +148,55 @@ pub async fn start(
     downloads: &std::os::fd::OwnedFd,
 ) -> std::io::Result<BrowserProcess> {
     process::start(sandbox, &build.executable, &manifest.flags, &manifest.env, policy, Some(downloads)).await
+}
+
+/// Whether the session asked for `public-web-only/v1`.
+pub(super) fn wants_policy(sub: &SessionSubmission) -> bool {
+    sub.network_policy.as_deref() == Some(PUBLIC_WEB_ONLY_V1)
+}
+
+/// Name of the grid's ordinary network access in launch manifests.
+pub(super) const ORDINARY: &str = "ordinary";
+
+/// The browser-wide egress policy of a session and its name, its allowed
+/// traffic sent through `upstream` when there is one.
+pub(super) fn policy(
+    config: &SessionConfig,
+    public_web_only: bool,
+    upstream: Option<Upstream>,
+) -> (Arc<dyn Policy>, &'static str) {
+    let (policy, name): (Arc<dyn Policy>, _) = if public_web_only {
+        (Arc::new(config.egress.clone()), PUBLIC_WEB_ONLY_V1)
+    } else {
+        (Arc::new(RequestRules::ordinary(config.allow_private_networks)), ORDINARY)
+    };
+    (egress::routed(policy, upstream), name)
+}
+
+/// The upstream proxy of a session: the lease's, else the grid's default
+/// (docs/proxies.md, precedence).
+pub(super) fn upstream_for(config: &SessionConfig, sub: &SessionSubmission) -> Option<Upstream> {
+    let proxy = sub.proxy.clone().or_else(|| config.upstream_proxy.clone())?;
+    Some(Upstream { proxy, allow_private: config.allow_private_networks })
+}
+
+/// The submission with its proxy's credentials opened from the row's sealed
+/// column (they are never in the stored submission).
+pub(super) fn with_credentials(
+    vault: &Vault,
+    row: &SessionRow,
+    mut sub: SessionSubmission,
+) -> Result<SessionSubmission, String> {
+    if let (Some(proxy), Some(sealed)) = (sub.proxy.as_mut(), row.proxy_sealed.as_ref()) {
+        let plain = vault
+            .open(&row.account_id, Purpose::ProxyCredentials, &row.id, sealed)
+            .map_err(|e| format!("the proxy's credentials could not be opened: {e}"))?;
+        proxy.credentials = Some(
+            ProxyCredentials::from_sealable(&plain)
+                .ok_or("the proxy's sealed credentials are not a user and password")?,
+        );
+    }
+    Ok(sub)
 }
 
 #[cfg(test)]

@@ -30,8 +30,13 @@ use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
+use grid_core::wire::session::SessionSubmission;
+
+use super::attest::ATTEST_TIMEOUT;
 use super::downloads::{Folder, RecordingFacts};
+use super::Sessions;
 use crate::browser::cdp::{CdpError, Connection, Event};
+use crate::browser::process::BrowserProcess;
 use crate::ids::now;
 
 /// The screencast's JPEG quality (0 to 100).
@@ -334,6 +339,48 @@ fn ack_slot(
 ) -> (tokio::time::Instant, tokio::time::Instant) {
     let at = next.unwrap_or(now).max(now);
     (at, at + pace)
+}
+
+/// For a lease with `recording`, starts recording the browser's pages
+/// into the session's folder (`recorder.rs`), once it is set up and
+/// attested (the attestation's own pages are not recorded).
+pub(super) async fn record(
+    sessions: &Sessions,
+    browser: &BrowserProcess,
+    id: &str,
+    sub: &SessionSubmission,
+) -> Result<(), String> {
+    if !sub.recording {
+        return Ok(());
+    }
+    let folder = sessions
+        .downloads
+        .open(id)
+        .map_err(|e| format!("recording: the session's folder not opened: {e}"))?
+        .ok_or("recording: the session has no folder")?;
+    let recording = tokio::time::timeout(ATTEST_TIMEOUT, start(&browser.cdp, id, folder, sessions.config.recording))
+        .await
+        .map_err(|_| format!("recording: no answer within {ATTEST_TIMEOUT:?}"))?
+        .map_err(|e| format!("recording not started: {e}"))?;
+    if let Some(task) = recording {
+        let mut recorders = sessions.recorders.lock().unwrap_or_else(|p| p.into_inner());
+        recorders.retain(|t| !t.is_finished());
+        recorders.push(task);
+    }
+    Ok(())
+}
+
+/// Longest shutdown waits for the recordings of the sessions it ended to
+/// be written.
+const RECORDINGS_WRITTEN_WITHIN: Duration = Duration::from_secs(20);
+
+/// On shutdown, the browsers stopped: waits (at most
+/// `RECORDINGS_WRITTEN_WITHIN`) for the recordings to write their pages.
+pub(super) async fn written(sessions: &Sessions) {
+    let recorders: Vec<_> = sessions.recorders.lock().unwrap_or_else(|p| p.into_inner()).drain(..).collect();
+    if tokio::time::timeout(RECORDINGS_WRITTEN_WITHIN, futures_util::future::join_all(recorders)).await.is_err() {
+        tracing::warn!("session recordings not all written within {RECORDINGS_WRITTEN_WITHIN:?}");
+    }
 }
 
 #[cfg(test)]

@@ -20,7 +20,8 @@ use base64::Engine as _;
 use grid_core::browser_tools::{Answer, BrowserTool, Cut, Ref, TabAction, MAX_RESULT_CHARS};
 use serde_json::{json, Value};
 
-use super::{gate, Live};
+use super::gate;
+use super::live::Live;
 use crate::browser::cdp::ClientLink;
 
 /// Longest one command may take to answer.
