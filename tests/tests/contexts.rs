@@ -286,9 +286,9 @@ async fn sign_in_until_a_save_point_then_crash(
     let signed_in = playwright(server, cdp_url, page, &["signin-open", &secret]).await;
     assert_eq!(signed_in["user"], json!(secret), "{signed_in}");
     // A save point that began once the sign-in was in the browser, stored
-    // while the session still holds the context. (Not the moment the
-    // script ended: one may have stored the sign-in before it, and with the
-    // state unchanged no later one would be stored.)
+    // while the session still holds the context. (One that began before
+    // the script ended may have stored the sign-in already; the next one
+    // finds the state unchanged and only moves `savedAt` on.)
     let settled_at = signed_in["settledAt"].as_i64().unwrap_or_else(|| panic!("no settledAt: {signed_in}"));
     let saved = wait_context(server, key, id, "a save point after the sign-in", |c| {
         c["sessionId"] == json!(session) && c["savedAt"].is_string() && iso_ms(&c["savedAt"]) > settled_at

@@ -142,8 +142,13 @@ impl SavePoints {
             context_state::save_point(&browser.cdp, &self.last, sessions.config.context_max_bytes),
         )
         .await;
+        let (c, s) = (context_id.to_string(), id.to_string());
         let state = match &read {
-            Ok(Ok(state)) if *state == self.last => return true,
+            Ok(Ok(state)) if *state == self.last => {
+                // Nothing to seal: only `savedAt` moves on.
+                let stored = sessions.store.write_rows(move |tx| contexts::save_point_unchanged(tx, &c, &s, at)).await;
+                return self.stored(stored, context_id, None);
+            }
             Ok(Ok(state)) => Some(state.clone()),
             _ => None,
         };
@@ -151,8 +156,17 @@ impl SavePoints {
         if matches!(how, Finish::Keep) {
             return true;
         }
-        let (c, s) = (context_id.to_string(), id.to_string());
         let stored = sessions.store.write_rows(move |tx| contexts::save_point(tx, &c, &s, &how, at)).await;
+        self.stored(stored, context_id, state)
+    }
+
+    /// What a save point's write did: whether to go on.
+    fn stored(
+        &mut self,
+        stored: Result<bool, crate::store::StoreError>,
+        context_id: &str,
+        state: Option<context_state::State>,
+    ) -> bool {
         match stored {
             Ok(true) => {
                 if let Some(state) = state {

@@ -170,6 +170,19 @@ pub fn save_point(tx: &Conn, id: &str, session: &str, how: &Finish, now: Millis)
     store(tx, id, session, how, now, "holder = holder")
 }
 
+/// A save point that read the state the context already holds: `savedAt`
+/// moves to `now` (the moment that read began), so it still says as of when
+/// the stored state is known current; a context never saved stays so.
+/// Whether `session` still holds `id`.
+pub fn save_point_unchanged(tx: &Conn, id: &str, session: &str, now: Millis) -> StoreResult<bool> {
+    let n = tx.execute(
+        "UPDATE contexts SET saved_at = CASE WHEN saved_at IS NOT NULL AND saved_at < ?1 THEN ?1 ELSE saved_at END
+          WHERE id = ?2 AND holder = ?3",
+        params![now.0, id, session],
+    )?;
+    Ok(n == 1)
+}
+
 /// `how` stored for `session`'s hold on `id`, the holder set as `holder`
 /// says (a constant assignment of this module's).
 fn store(tx: &Conn, id: &str, session: &str, how: &Finish, now: Millis, holder: &str) -> StoreResult<bool> {
