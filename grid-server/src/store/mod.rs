@@ -18,6 +18,7 @@ pub mod idempotency;
 pub mod items;
 pub mod jobs;
 pub mod metrics;
+pub mod migrations;
 pub mod nodes;
 pub mod postgres;
 mod readers;
