@@ -84,7 +84,7 @@ pub fn account(conn: &Conn, account_id: &str) -> StoreResult<AccountView> {
 
 /// A page of an account's ledger, newest first, read through `ledger_pages`
 /// (account, id): as many entries as the page holds, however long the
-/// ledger (schema step 14). A page of one kind skips the other kinds' entries
+/// ledger (schema step 14, `balances`). A page of one kind skips the other kinds' entries
 /// on its way.
 pub(crate) const LEDGER_PAGE: &str = "SELECT id, kind, amount, subject, key_id, created_at FROM ledger
      WHERE account_id = ?1 AND id < ?2 AND (CAST(?3 AS TEXT) IS NULL OR kind = ?3)
@@ -314,7 +314,7 @@ fn balance_of(rows: &[Row]) -> StoreResult<Balance> {
 
 /// A key's use of a day: its reservations of that day less what was
 /// released of them. The `kind` filter lets it read `ledger_by_key_day`,
-/// which holds no charges (schema step 13).
+/// which holds no charges (schema step 13, `daily_use_index`).
 pub(crate) const DAILY_USE: &str =
     "SELECT CAST(COALESCE(SUM(CASE kind WHEN 'reserve' THEN amount WHEN 'release' THEN -amount ELSE 0 END), 0) AS BIGINT)
        FROM ledger WHERE key_id = ?1 AND reservation_day = ?2 AND kind IN ('reserve', 'release')";
@@ -512,7 +512,7 @@ fn sums_of<'a>(entries: impl Iterator<Item = (&'a str, &'a str, i64)>) -> BTreeM
 /// their locks in one order.
 ///
 /// On PostgreSQL each connection adds to a shard of the sum of its own
-/// (its backend's pid modulo 64, schema step 10): a transaction holds at
+/// (its backend's pid modulo 64, schema step 18, `balance_shards`): a transaction holds at
 /// most one row per account and kind, and transactions running at once on
 /// other connections seldom hold the same one, so ends charging one
 /// account do not queue on its sums. SQLite's one writer keeps one row.

@@ -277,7 +277,7 @@ const _: () = assert!(grid_core::validate::batch::MAX_URLS < SEQ_PER_BATCH as us
 
 /// A batch's first and last item id (`batches.first_item`, `last_item`):
 /// its items are the items' ids in that range (`ids::ordered_ids`; a batch
-/// stored before schema step 19, PostgreSQL's 12, may share its range with
+/// stored before schema step 19 (`batch_item_ranges`; PostgreSQL's 21, `fewer_index_entries`) may share its range with
 /// other batches' items, so every read also filters by `batch_id`).
 type ItemRange = (Option<String>, Option<String>);
 
@@ -498,7 +498,7 @@ pub fn save_ends(conn: &Conn, claims: &[&ItemRow], lease_token: i64, it: &Item, 
 /// those `machine_values` binds). On SQLite by `seq`, the rowid
 /// (one seek, where the `id` took two: its index, then the row), in chunks
 /// (`seq IN (...)`, `CHUNKS`). On PostgreSQL by `id`, the primary key since
-/// schema step 12 (`seq` has no index of its own there: each of an item's
+/// schema step 21, `fewer_index_entries` (`seq` has no index of its own there: each of an item's
 /// insert and two non-HOT updates wrote an entry to it, and index entries
 /// were a third of PostgreSQL's CPU per item), all in one statement (`id =
 /// ANY(array)`), whose own cost is then paid once (`ManyRows` says what it

@@ -197,8 +197,10 @@ pub fn pending(dialect: Dialect, applied: usize) -> String {
     let mut sql = String::new();
     for step in &STEPS[applied.min(LATEST)..] {
         if let Sql(body) = step.body(dialect) {
+            // Right after the body, as the old runners ran it: SQLite keeps a
+            // statement's text as written, up to its semicolon.
             sql.push_str(body);
-            sql.push_str("\n;\n");
+            sql.push_str(";\n");
         }
     }
     sql
@@ -354,5 +356,133 @@ pub(crate) mod tests {
         let db = TestDatabase::create();
         let store = Store::connect(&db.url, Duration::from_secs(5)).unwrap();
         check_schema(Dialect::Postgres, &store);
+    }
+
+    /// A SQLite database in `dir` as the old list left it at `count`: its
+    /// first `count` steps, each run as the old runner ran it.
+    fn sqlite_at_old_count(dir: &std::path::Path, count: usize) {
+        let conn = rusqlite::Connection::open(dir.join(crate::store::sqlite::DB_FILE)).unwrap();
+        for (i, sql) in old_list(Dialect::Sqlite).iter().take(count).enumerate() {
+            let step = i + 1;
+            conn.execute_batch(&format!("BEGIN IMMEDIATE; {sql}; PRAGMA user_version = {step}; COMMIT;")).unwrap();
+        }
+    }
+
+    /// The same on PostgreSQL, counted in `schema_version`.
+    fn postgres_at_old_count(url: &str, count: usize) {
+        TestDatabase::admin(url, "CREATE TABLE schema_version (version BIGINT NOT NULL); INSERT INTO schema_version VALUES (0)");
+        for (i, sql) in old_list(Dialect::Postgres).iter().take(count).enumerate() {
+            let step = i + 1;
+            TestDatabase::admin(url, &format!("BEGIN; {sql}; UPDATE schema_version SET version = {step}; COMMIT;"));
+        }
+    }
+
+    fn count_of(store: &Store) -> i64 {
+        store
+            .read_blocking(|c| {
+                let sql = match c.dialect() {
+                    Dialect::Sqlite => "PRAGMA user_version",
+                    Dialect::Postgres => "SELECT version FROM schema_version",
+                };
+                c.query_row(sql, (), |r| r.get(0))
+            })
+            .unwrap()
+    }
+
+    #[test]
+    fn a_sqlite_database_at_every_old_count_migrates_to_the_recorded_schema() {
+        for count in 0..=old_list(Dialect::Sqlite).len() {
+            let dir = tempfile::tempdir().unwrap();
+            sqlite_at_old_count(dir.path(), count);
+            let store = Store::open(dir.path(), Duration::from_secs(5))
+                .unwrap_or_else(|e| panic!("opening at old count {count}: {e}"));
+            assert_eq!(count_of(&store), LATEST as i64, "from old count {count}");
+            check_schema(Dialect::Sqlite, &store);
+        }
+    }
+
+    #[test]
+    fn a_postgres_database_at_old_counts_migrates_to_the_recorded_schema() {
+        // Each count a database of its own: the base alone, the last step
+        // both old lists shared, the first and last of PostgreSQL's own, the
+        // one after them (0 is a fresh one's, the last count has its own test).
+        for count in [1, 10, 11, 14, 15] {
+            let db = TestDatabase::create();
+            postgres_at_old_count(&db.url, count);
+            let store = Store::connect(&db.url, Duration::from_secs(5))
+                .unwrap_or_else(|e| panic!("opening at old count {count}: {e}"));
+            assert_eq!(count_of(&store), LATEST as i64, "from old count {count}");
+            check_schema(Dialect::Postgres, &store);
+        }
+    }
+
+    /// Every row of every table but the step count's, each as its debug
+    /// text, sorted.
+    fn rows_of(store: &Store) -> Vec<String> {
+        store
+            .read_blocking(|c| {
+                let (tables, select): (&str, fn(&str) -> String) = match c.dialect() {
+                    Dialect::Sqlite => (
+                        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
+                        |t| format!("SELECT * FROM {t}"),
+                    ),
+                    Dialect::Postgres => (
+                        "SELECT tablename::text FROM pg_tables WHERE schemaname = current_schema() \
+                         AND tablename <> 'schema_version'",
+                        |t| format!("SELECT x::text FROM {t} x"),
+                    ),
+                };
+                let mut rows = vec![];
+                for t in c.query_map(tables, (), |r| r.get::<String>(0))? {
+                    rows.extend(c.query_values(&select(&t), vec![])?.iter().map(|r| format!("{t}: {r:?}")));
+                }
+                rows.sort();
+                Ok(rows)
+            })
+            .unwrap()
+    }
+
+    /// Accounts, keys, a batch of items with their reservation, and a
+    /// setting, written by the store itself.
+    fn some_data(store: &Store) {
+        use crate::store::items::tests::{caller, submit};
+        let c = caller(store, 10_000, Some(5_000));
+        submit(store, &c, 3, None).unwrap();
+        store.write_blocking(|tx| crate::store::set_setting(tx, "download_signing_secret", "ab12")).unwrap();
+    }
+
+    /// The database a server before this list left at its last count (the
+    /// same schema as now: `check_schema` of both) opens with this one, its
+    /// count this list's and not a row changed.
+    fn reopens_unchanged(store: Store, old_count: usize, reopen: impl Fn() -> Store) {
+        let dialect = store.read_blocking(|c| Ok(c.dialect())).unwrap();
+        some_data(&store);
+        let set_count = match dialect {
+            Dialect::Sqlite => format!("PRAGMA user_version = {old_count}"),
+            Dialect::Postgres => format!("UPDATE schema_version SET version = {old_count}"),
+        };
+        store.write_blocking(|tx| tx.execute(&set_count, ())).unwrap();
+        assert_eq!(count_of(&store), old_count as i64);
+        let before = rows_of(&store);
+        assert!(before.len() > 10, "{before:#?}");
+        drop(store);
+        let store = reopen();
+        assert_eq!(count_of(&store), LATEST as i64);
+        assert_eq!(rows_of(&store), before);
+        check_schema(dialect, &store);
+    }
+
+    #[test]
+    fn a_sqlite_database_at_the_old_last_count_opens_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = || Store::open(dir.path(), Duration::from_secs(5)).unwrap();
+        reopens_unchanged(open(), old_list(Dialect::Sqlite).len(), open);
+    }
+
+    #[test]
+    fn a_postgres_database_at_the_old_last_count_opens_unchanged() {
+        let db = TestDatabase::create();
+        let open = || Store::connect(&db.url, Duration::from_secs(5)).unwrap();
+        reopens_unchanged(open(), old_list(Dialect::Postgres).len(), open);
     }
 }

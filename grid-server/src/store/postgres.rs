@@ -33,6 +33,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{to_sql_checked, IsNull, ToSql, Type};
 use tokio_postgres::NoTls;
 
+use super::migrations;
 use super::sql::{numbered_placeholders, Conn, Dialect, Row, Sql, Statement, Value};
 use super::{Order, StoreError, StoreResult};
 
@@ -48,26 +49,6 @@ macro_rules! write_lock {
 /// nodes starting at once apply each step once.
 const MIGRATE_LOCK: i64 = 0x6772_6964_6d69;
 
-/// Each step runs once, in order; a released step is never edited. The
-/// `schema_version` table holds the number applied.
-const STEPS: [&str; 16] = [
-    include_str!("postgres_schema.sql"),
-    include_str!("postgres_v2_nodes.sql"),
-    include_str!("postgres_v3_placement.sql"),
-    include_str!("postgres_v4_queue_indexes.sql"),
-    include_str!("postgres_v5_daily_use_index.sql"),
-    include_str!("postgres_v6_balances.sql"),
-    include_str!("postgres_v7_attended_batches.sql"),
-    include_str!("postgres_v8_contexts.sql"),
-    include_str!("postgres_v9_proxies.sql"),
-    include_str!("postgres_v10_balance_shards.sql"),
-    include_str!("postgres_v11_hot_references.sql"),
-    include_str!("postgres_v12_fewer_index_entries.sql"),
-    include_str!("postgres_v13_byte_order_text.sql"),
-    include_str!("postgres_v14_items_fillfactor.sql"),
-    include_str!("postgres_v15_meta_beside.sql"),
-    include_str!("postgres_v16_fair_share.sql"),
-];
 
 /// Connections of the pool (16): one per reader thread, and four for the
 /// other writes (heartbeats, sessions, jobs, settlement), which then never
@@ -177,38 +158,43 @@ impl Postgres {
         })
     }
 
+    /// Brings the schema up to date (`migrations.rs`): under a session
+    /// lock, so nodes starting at once migrate it once, the count in
+    /// `schema_version` read and every pending step run in one read-write
+    /// transaction with the new count.
     fn migrate(&self) -> StoreResult<()> {
         let client = self.client()?;
         self.block_on(async {
             client.execute("SELECT pg_advisory_lock($1)", &[&MIGRATE_LOCK]).await?;
             let applied = async {
-                client.batch_execute("CREATE TABLE IF NOT EXISTS schema_version (version BIGINT NOT NULL)").await?;
-                let version: i64 = match client.query_opt("SELECT version FROM schema_version", &[]).await? {
+                client
+                    .batch_execute(
+                        "BEGIN READ WRITE; CREATE TABLE IF NOT EXISTS schema_version (version BIGINT NOT NULL)",
+                    )
+                    .await?;
+                let count: i64 = match client.query_opt("SELECT version FROM schema_version", &[]).await? {
                     Some(row) => row.get(0),
                     None => {
                         client.execute("INSERT INTO schema_version (version) VALUES (0)", &[]).await?;
                         0
                     }
                 };
-                let known = STEPS.len() as i64;
-                if version > known {
-                    return Err(StoreError::Invalid(format!(
-                        "the database was written by a newer grid-server (schema {version}, this one knows {known})"
-                    )));
-                }
-                for (i, sql) in STEPS.iter().enumerate() {
-                    let step = i as i64 + 1;
-                    if version < step {
-                        client
-                            .batch_execute(&format!(
-                                "BEGIN; {sql}; UPDATE schema_version SET version = {step}; COMMIT;"
-                            ))
-                            .await?;
-                    }
-                }
+                let applied = migrations::applied(Dialect::Postgres, count)?;
+                let (pending, latest) = (migrations::pending(Dialect::Postgres, applied), migrations::LATEST);
+                // Written even with nothing pending: a count of the old list becomes this list's.
+                let sql = if count == latest as i64 {
+                    "COMMIT".to_string()
+                } else {
+                    format!("{pending}; UPDATE schema_version SET version = {latest}; COMMIT")
+                };
+                client.batch_execute(&sql).await?;
                 Ok(())
             }
             .await;
+            if applied.is_err() {
+                // The transaction may be open; the session lock is released below either way.
+                let _ = client.batch_execute("ROLLBACK").await;
+            }
             client.execute("SELECT pg_advisory_unlock($1)", &[&MIGRATE_LOCK]).await?;
             applied
         })
@@ -808,8 +794,9 @@ impl TestDatabase {
         TestDatabase { admin, name, url }
     }
 
-    /// On a thread of its own: tests call it from their runtime, too.
-    fn admin(url: &str, sql: &str) {
+    /// Runs `sql` on the database at `url`, on a thread of its own: tests
+    /// call it from their runtime, too.
+    pub(crate) fn admin(url: &str, sql: &str) {
         std::thread::scope(|scope| {
             scope.spawn(|| {
                 let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");

@@ -11,6 +11,7 @@ use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 use super::checkpoints::{self, Checkpointer, Thresholds};
+use super::migrations;
 use super::sql::{Conn, Dialect, Row, Sql, Value};
 use super::{StoreError, StoreResult};
 
@@ -44,8 +45,8 @@ impl Sqlite {
         owner_only(data_dir, &path).map_err(|e| {
             StoreError::Invalid(format!("cannot make data dir {} private to its owner: {e}", data_dir.display()))
         })?;
-        let writer = connect(&path, busy_timeout)?;
-        migrate(&writer)?;
+        let mut writer = connect(&path, busy_timeout)?;
+        migrate(&mut writer)?;
         checkpoints::hook(&writer);
         let writer = Mutex::new(writer);
         let checkpoints = Checkpointer::start(&path, busy_timeout, at)?;
@@ -227,45 +228,21 @@ pub(super) fn connect(path: &Path, busy_timeout: Duration) -> StoreResult<Connec
     Ok(conn)
 }
 
-/// Each step runs once, in order; a released step is never edited. The
-/// database's `user_version` is the number of steps applied.
-const STEPS: [&str; 21] = [
-    include_str!("schema.sql"),
-    include_str!("schema_v2_jobs.sql"),
-    include_str!("schema_v3_identities.sql"),
-    include_str!("schema_v4_sessions.sql"),
-    include_str!("schema_v5_inline_artifacts.sql"),
-    include_str!("schema_v6_idempotency_keys.sql"),
-    include_str!("schema_v7_due_times.sql"),
-    include_str!("schema_v8_key_rate_limits.sql"),
-    include_str!("schema_v9_inline_logs.sql"),
-    include_str!("schema_v10_nodes.sql"),
-    include_str!("schema_v11_placement.sql"),
-    include_str!("schema_v12_queue_indexes.sql"),
-    include_str!("schema_v13_daily_use_index.sql"),
-    include_str!("schema_v14_balances.sql"),
-    include_str!("schema_v15_attended_batches.sql"),
-    include_str!("schema_v16_contexts.sql"),
-    include_str!("schema_v17_proxies.sql"),
-    include_str!("schema_v18_balance_shards.sql"),
-    include_str!("schema_v19_batch_item_ranges.sql"),
-    include_str!("schema_v20_meta_beside.sql"),
-    include_str!("schema_v21_fair_share.sql"),
-];
-
-fn migrate(conn: &Connection) -> StoreResult<()> {
-    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-    let known = STEPS.len() as i64;
-    if version > known {
-        return Err(StoreError::Invalid(format!(
-            "data dir was written by a newer grid-server (schema {version}, this one knows {known})"
-        )));
+/// Brings the schema up to date (`migrations.rs`): the count in
+/// `user_version` read and every pending step run in one transaction,
+/// which takes the write lock first, so two processes opening the
+/// database at once (`serve` and an admin subcommand) migrate it once.
+fn migrate(conn: &mut Connection) -> StoreResult<()> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let count: i64 = tx.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    let applied = migrations::applied(Dialect::Sqlite, count)?;
+    if applied < migrations::LATEST {
+        tx.execute_batch(&migrations::pending(Dialect::Sqlite, applied))?;
     }
-    for (i, sql) in STEPS.iter().enumerate() {
-        let step = i as i64 + 1;
-        if version < step {
-            conn.execute_batch(&format!("BEGIN IMMEDIATE; {sql}; PRAGMA user_version = {step}; COMMIT;"))?;
-        }
+    // Written even with nothing pending: a count of the old list becomes this list's.
+    if count != migrations::LATEST as i64 {
+        tx.pragma_update(None, "user_version", migrations::LATEST as i64)?;
     }
+    tx.commit()?;
     Ok(())
 }
