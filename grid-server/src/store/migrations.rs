@@ -160,6 +160,7 @@ pub const LATEST: usize = STEPS.len();
 /// The least count this list writes besides 0: every step the two lists
 /// before it knew. Any count below it (and above 0) was written by them.
 pub const FIRST_COUNT: usize = 25;
+const _: () = assert!(LATEST >= FIRST_COUNT);
 
 impl Step {
     pub fn body(&self, dialect: Dialect) -> &Body {
@@ -206,6 +207,19 @@ pub fn pending(dialect: Dialect, applied: usize) -> String {
     sql
 }
 
+/// Says which steps after the first `applied` ran on `dialect`: one line
+/// naming them, and one per step with nothing to run there, saying why.
+pub fn log_ran(dialect: Dialect, applied: usize) {
+    let mut ran = vec![];
+    for (i, step) in STEPS.iter().enumerate().skip(applied) {
+        match step.body(dialect) {
+            Sql(_) => ran.push(step.name),
+            Empty(why) => tracing::debug!(step = i + 1, name = step.name, why, "schema step with nothing to run here"),
+        }
+    }
+    tracing::info!(from = applied, to = LATEST, steps = %ran.join(", "), "schema migrated");
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use std::time::Duration;
@@ -234,7 +248,6 @@ pub(crate) mod tests {
         // Both old lists' last counts are every step they knew: FIRST_COUNT.
         assert_eq!(applied(Dialect::Sqlite, 21).unwrap(), FIRST_COUNT);
         assert_eq!(applied(Dialect::Postgres, 16).unwrap(), FIRST_COUNT);
-        assert!(LATEST >= FIRST_COUNT);
         // SQLite's old 19 (batch_item_ranges) is step 19; its 20 (meta_beside) step 24.
         assert_eq!(applied(Dialect::Sqlite, 19).unwrap(), 19);
         assert_eq!(applied(Dialect::Sqlite, 20).unwrap(), 24);
@@ -334,7 +347,8 @@ pub(crate) mod tests {
             std::fs::write(&path, &found).unwrap();
         }
         let recorded = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let (found_lines, recorded_lines): (Vec<&str>, Vec<&str>) = (found.lines().collect(), recorded.lines().collect());
+        let (found_lines, recorded_lines): (Vec<&str>, Vec<&str>) =
+            (found.lines().collect(), recorded.lines().collect());
         let missing: Vec<&&str> = recorded_lines.iter().filter(|l| !found_lines.contains(l)).collect();
         let extra: Vec<&&str> = found_lines.iter().filter(|l| !recorded_lines.contains(l)).collect();
         assert!(
@@ -370,7 +384,10 @@ pub(crate) mod tests {
 
     /// The same on PostgreSQL, counted in `schema_version`.
     fn postgres_at_old_count(url: &str, count: usize) {
-        TestDatabase::admin(url, "CREATE TABLE schema_version (version BIGINT NOT NULL); INSERT INTO schema_version VALUES (0)");
+        TestDatabase::admin(
+            url,
+            "CREATE TABLE schema_version (version BIGINT NOT NULL); INSERT INTO schema_version VALUES (0)",
+        );
         for (i, sql) in old_list(Dialect::Postgres).iter().take(count).enumerate() {
             let step = i + 1;
             TestDatabase::admin(url, &format!("BEGIN; {sql}; UPDATE schema_version SET version = {step}; COMMIT;"));
@@ -422,10 +439,11 @@ pub(crate) mod tests {
         store
             .read_blocking(|c| {
                 let (tables, select): (&str, fn(&str) -> String) = match c.dialect() {
-                    Dialect::Sqlite => (
-                        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
-                        |t| format!("SELECT * FROM {t}"),
-                    ),
+                    Dialect::Sqlite => {
+                        ("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'", |t| {
+                            format!("SELECT * FROM {t}")
+                        })
+                    }
                     Dialect::Postgres => (
                         "SELECT tablename::text FROM pg_tables WHERE schemaname = current_schema() \
                          AND tablename <> 'schema_version'",

@@ -12,7 +12,7 @@ use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 use super::checkpoints::{self, Checkpointer, Thresholds};
 use super::migrations;
-use super::sql::{Conn, Dialect, Row, Sql, Value};
+use super::sql::{Conn, Dialect, Query, ReadConn, Row, Sql, Value};
 use super::{StoreError, StoreResult};
 
 pub const DB_FILE: &str = "grid.db";
@@ -70,11 +70,13 @@ impl Sqlite {
         Ok(r)
     }
 
-    pub fn read<R>(&self, f: impl FnOnce(&Conn) -> StoreResult<R>) -> StoreResult<R> {
+    /// Runs `f` in one read transaction on a reader connection, which
+    /// refuses writes (`reader`).
+    pub fn read<R>(&self, f: impl FnOnce(&ReadConn) -> StoreResult<R>) -> StoreResult<R> {
         let pooled = self.readers.lock().unwrap_or_else(|p| p.into_inner()).pop();
         let conn = match pooled {
             Some(c) => c,
-            None => connect(&self.path, self.busy_timeout)?,
+            None => reader(&self.path, self.busy_timeout)?,
         };
         let r = read_snapshot(&conn, f);
         // One left inside a transaction (its end failed) is not reused.
@@ -94,7 +96,7 @@ impl Sqlite {
 /// Runs `f` in one read transaction: its queries see one snapshot, and the
 /// WAL's read lock (a lock and an unlock of the `-shm` file each) is taken
 /// once for all of them rather than once per query.
-fn read_snapshot<R>(conn: &Connection, f: impl FnOnce(&Conn) -> StoreResult<R>) -> StoreResult<R> {
+fn read_snapshot<R>(conn: &Connection, f: impl FnOnce(&ReadConn) -> StoreResult<R>) -> StoreResult<R> {
     conn.prepare_cached("BEGIN")?.execute([])?;
     let r = f(conn);
     // Ending a read transaction writes nothing: what `f` read stands even
@@ -115,14 +117,16 @@ impl From<rusqlite::Error> for StoreError {
 }
 
 impl Sql for Connection {
-    fn dialect(&self) -> Dialect {
-        Dialect::Sqlite
-    }
-
     fn execute_values(&self, sql: &str, params: Vec<Value>) -> StoreResult<usize> {
         // Cached like queries: parsing a statement cost more than running it
         // on the capture hot path (a claim, an attempt's end, a settlement).
         Ok(self.prepare_cached(sql)?.execute(rusqlite::params_from_iter(params.iter()))?)
+    }
+}
+
+impl Query for Connection {
+    fn dialect(&self) -> Dialect {
+        Dialect::Sqlite
     }
 
     fn query_values(&self, sql: &str, params: Vec<Value>) -> StoreResult<Vec<Row>> {
@@ -228,6 +232,14 @@ pub(super) fn connect(path: &Path, busy_timeout: Duration) -> StoreResult<Connec
     Ok(conn)
 }
 
+/// A reader connection: `query_only`, so SQLite refuses any write through
+/// it (SQLITE_READONLY), whatever SQL a read runs.
+fn reader(path: &Path, busy_timeout: Duration) -> StoreResult<Connection> {
+    let conn = connect(path, busy_timeout)?;
+    conn.pragma_update(None, "query_only", "ON")?;
+    Ok(conn)
+}
+
 /// Brings the schema up to date (`migrations.rs`): the count in
 /// `user_version` read and every pending step run in one transaction,
 /// which takes the write lock first, so two processes opening the
@@ -244,5 +256,8 @@ fn migrate(conn: &mut Connection) -> StoreResult<()> {
         tx.pragma_update(None, "user_version", migrations::LATEST as i64)?;
     }
     tx.commit()?;
+    if applied < migrations::LATEST {
+        migrations::log_ran(Dialect::Sqlite, applied);
+    }
     Ok(())
 }
