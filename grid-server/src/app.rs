@@ -1,8 +1,8 @@
 //! The wiring of one running server, built once at start by `main` and
 //! shared by the program's top: the transports (`http`) and the API's
 //! dispatch (`api`) reach what they need through it. The runners below them
-//! (the worker pool, the session tasks, the node's heartbeat, the
-//! settlement pass, the engine's health loop) get handles of their own from
+//! (the worker pool, the session tasks, the node's heartbeat, the engine's
+//! health loop) get handles of their own from
 //! `main` instead, and no module below the top names `App`.
 
 use std::sync::Arc;

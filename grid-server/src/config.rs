@@ -16,7 +16,6 @@ pub struct ServeConfig {
     pub base_url: String,
     /// The OpenID issuer named in the protected-resource metadata.
     pub auth_url: Option<String>,
-    pub settlement_interval: Duration,
     /// Lets captures reach loopback, private and link-local addresses.
     pub allow_private_networks: bool,
     /// The ceiling of this node's capture workers (`--max-workers`): how

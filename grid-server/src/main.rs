@@ -57,7 +57,7 @@ struct Cli {
 #[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
-    /// Run the API server, capture workers and settlement pass.
+    /// Run the API server and capture workers.
     Serve(ServeArgs),
     /// Manage accounts and their credit.
     #[command(subcommand)]
@@ -202,9 +202,10 @@ struct ServeArgs {
     /// The issuer's JWKS address [default: jwks_uri from AUTH_URL/.well-known/openid-configuration]
     #[arg(long)]
     jwks_url: Option<String>,
-    /// Seconds between settlement passes (charges and releases).
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
-    settlement_interval_secs: u64,
+    /// Ignored, kept so command lines from before still start: there are no settlement passes any
+    /// more (old debts are settled once at start, docs/metering.md).
+    #[arg(long, hide = true, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    settlement_interval_secs: Option<u64>,
     /// Let captures reach loopback, private and link-local addresses.
     #[arg(long)]
     allow_private_networks: bool,
@@ -556,6 +557,10 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         ids::follow_skew_file(path.clone()).context("starting the clock-skew thread")?;
     }
     let (tls, store, accounting_timeout) = open_store(&args)?;
+    if args.settlement_interval_secs.is_some() {
+        tracing::warn!("--settlement-interval-secs is ignored: old debts are settled once, now; there are no passes");
+    }
+    settlement::settle_old_debts(&store, ids::now()).await.context("settling the debts an older server left")?;
     let bound = bind(&args, tls.is_some()).await?;
     let (node, last_heartbeat) = register_node(&args, &store, tls.is_some(), bound.addr).await?;
     let configs = configs(&args, &node, &bound.base_url, accounting_timeout)?;
@@ -567,11 +572,9 @@ async fn serve_async(args: ServeArgs) -> anyhow::Result<()> {
         ..Default::default()
     };
     tokio::task::spawn_blocking(move || browser::sandbox::reap_free_uids(&uids)).await?;
-    let Built { app, edge, runner, settlement, node } =
-        build_app(&args, store, &node, &bound.base_url, configs).await?;
-    let last_alive = last_alive(&app, last_heartbeat).await?;
-    let running = spawn_loops(&app, runner, settlement)?;
-    resume(&app, node, last_alive, &running.stop_rx).await;
+    let Built { app, edge, runner, node } = build_app(&args, store, &node, &bound.base_url, configs).await?;
+    let running = spawn_loops(&app, runner)?;
+    resume(&app, node, last_heartbeat, &running.stop_rx).await;
     serve_until_stopped(&app, edge, bound, tls, running.stop_rx.clone()).await?;
     shut_down(&app, running).await
 }
@@ -700,7 +703,6 @@ fn configs(
         data_dir: args.data.data_dir.clone(),
         base_url: base_url.to_string(),
         auth_url: args.auth_url.clone(),
-        settlement_interval: Duration::from_secs(args.settlement_interval_secs),
         allow_private_networks: args.allow_private_networks,
         max_workers: args.max_workers as usize,
         backoff: Backoff { base_ms: args.retry_backoff_ms as i64 },
@@ -769,14 +771,13 @@ fn configs(
 }
 
 /// Every subsystem, built: the `App` the transports reach them through, and
-/// the handles of the loops that run beside them (the capture workers, the
-/// settlement pass, this node's heartbeat), each holding what it uses.
+/// the handles of the loops that run beside them (the capture workers, this
+/// node's heartbeat), each holding what it uses.
 struct Built {
     app: Arc<App>,
     /// The HTTP transport's own bounds and key cache.
     edge: Arc<http::Edge>,
     runner: Arc<capture::Runner>,
-    settlement: Arc<settlement::Settlement>,
     node: Arc<nodes::Node>,
 }
 
@@ -852,13 +853,6 @@ async fn build_app(
         vault: vault.clone(),
         upstream_proxy: default_upstream,
     });
-    let settlement = Arc::new(settlement::Settlement {
-        store: store.clone(),
-        clock: clock.clone(),
-        node: config.node.clone(),
-        node_lease: config.node_lease,
-        interval: config.settlement_interval,
-    });
     let this_node = Arc::new(nodes::Node {
         config: node.clone(),
         store: store.clone(),
@@ -906,7 +900,7 @@ async fn build_app(
         vault,
         config,
     });
-    Ok(Built { app, edge, runner, settlement, node: this_node })
+    Ok(Built { app, edge, runner, node: this_node })
 }
 
 /// The grid's vault, its key checked against the one the store was first
@@ -928,37 +922,18 @@ async fn open_vault(args: &ServeArgs, store: &Store) -> anyhow::Result<Arc<vault
     Ok(Arc::new(vault))
 }
 
-/// The last moment this node is known alive: the later of its node
-/// heartbeat and its own last settlement pass (read before the pass
-/// starts: its first heartbeat is now). Another node's passes say
-/// nothing of this one.
-async fn last_alive(
-    app: &App,
-    last_heartbeat: Option<grid_core::time::Millis>,
-) -> anyhow::Result<Option<grid_core::time::Millis>> {
-    let me = app.config.node.clone();
-    let settled_at = app.store.read(move |c| settlement::last_pass_of(c, &me)).await?;
-    Ok(last_heartbeat.max(settled_at))
-}
-
 /// What shutting down waits for, and the stop it waits on.
 struct Running {
     stop_rx: watch::Receiver<bool>,
     workers: tokio::task::JoinSet<()>,
-    settlement: tokio::task::JoinHandle<()>,
 }
 
-/// Spawns the loops that run until the stop: the capture workers, the
-/// settlement pass, compute's health and scheduler loops, and the SIGTERM
-/// handler that sends the stop.
-fn spawn_loops(
-    app: &Arc<App>,
-    runner: Arc<capture::Runner>,
-    settlement: Arc<settlement::Settlement>,
-) -> anyhow::Result<Running> {
+/// Spawns the loops that run until the stop: the capture workers,
+/// compute's health and scheduler loops, and the SIGTERM handler that sends
+/// the stop.
+fn spawn_loops(app: &Arc<App>, runner: Arc<capture::Runner>) -> anyhow::Result<Running> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let workers = capture::spawn_workers(runner, stop_rx.clone()).context("building the fetch client")?;
-    let settlement = tokio::spawn(settlement::run(settlement, stop_rx.clone()));
     tokio::spawn(compute::health(app.compute.clone(), stop_rx.clone()));
     tokio::spawn(compute::scheduler(app.compute.driver.clone(), stop_rx.clone()));
     let stop_signal = shutdown_signal().context("installing the SIGTERM handler")?;
@@ -967,7 +942,7 @@ fn spawn_loops(
         tracing::info!("shutting down: no new work; in-flight items may finish");
         let _ = stop_tx.send(true);
     });
-    Ok(Running { stop_rx, workers, settlement })
+    Ok(Running { stop_rx, workers })
 }
 
 /// Recovers the sessions the last run left live, then starts what must
@@ -1034,9 +1009,9 @@ async fn serve_until_stopped(
 }
 
 /// After the stop: sessions end, in-flight items finish within the grace
-/// (the rest go back to the queue), the settlement pass ends.
+/// (the rest go back to the queue).
 async fn shut_down(app: &App, running: Running) -> anyhow::Result<()> {
-    let Running { mut workers, settlement, .. } = running;
+    let Running { mut workers, .. } = running;
     sessions::shutdown(&app.sessions).await;
     let grace = app.config.shutdown_grace;
     if tokio::time::timeout(grace, async { while workers.join_next().await.is_some() {} }).await.is_err() {
@@ -1048,7 +1023,6 @@ async fn shut_down(app: &App, running: Running) -> anyhow::Result<()> {
     if requeued > 0 {
         tracing::info!(items = requeued, "put unfinished items back in the queue");
     }
-    let _ = settlement.await;
     tracing::info!("stopped");
     Ok(())
 }

@@ -54,7 +54,6 @@ pub struct Metrics {
     pub browser_kills: IntCounter,
     pub engine_errors: IntCounterVec,
     pub registry_errors: IntCounter,
-    pub settlement_seconds: Histogram,
     pub credential_timeouts: IntCounter,
     pub queue_announcements: IntCounterVec,
     pub queue: IntGaugeVec,
@@ -142,8 +141,6 @@ impl Metrics {
                 .with_label_values(NO_LABELS),
             engine_errors: counter(&r, "docker_errors_total", "Docker Engine calls that failed, by call.", &["call"]),
             registry_errors: counter(&r, "registry_errors_total", "Image resolutions that failed at the registry.", &[])
-                .with_label_values(NO_LABELS),
-            settlement_seconds: histogram(&r, "settlement_pass_duration_seconds", "One settlement pass.", &[])
                 .with_label_values(NO_LABELS),
             credential_timeouts: counter(
                 &r,

@@ -976,7 +976,7 @@ impl Sim {
 }
 
 /// (id, attempt) of every RUNNING job, oldest first.
-fn running_jobs_in(c: &crate::store::Conn) -> Result<Vec<(String, u32)>, StoreError> {
+fn running_jobs_in(c: &crate::store::ReadConn) -> Result<Vec<(String, u32)>, StoreError> {
     let ids =
         c.query_map("SELECT id FROM jobs WHERE phase = 'RUNNING' ORDER BY seq", (), |r: &Row| r.get::<String>(0))?;
     let mut running = vec![];
@@ -989,7 +989,7 @@ fn running_jobs_in(c: &crate::store::Conn) -> Result<Vec<(String, u32)>, StoreEr
 }
 
 /// Every way the stored state can be wrong that this checks, as sentences.
-fn invariants(c: &crate::store::Conn, account: &str) -> Vec<String> {
+fn invariants(c: &crate::store::ReadConn, account: &str) -> Vec<String> {
     let mut problems = vec![];
     let q = |sql: &str| -> Vec<(String, i64, i64)> {
         c.query_map(sql, (), |r: &Row| Ok((r.get::<String>(0)?, r.get::<i64>(1)?, r.get::<i64>(2)?))).unwrap()

@@ -20,6 +20,11 @@ use crate::store::{cluster_url, test_store, Database, TestStore};
 
 /// How long to wait for `{"event":"listening"}` after spawning.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long `wait_settled` watches a settled account's ledger hold still.
+/// Every charge and release is written by the transaction that ends its
+/// work, so nothing is expected to move at all; this bounds how long a
+/// late double charge goes unseen.
+const SETTLED_HOLDS: Duration = Duration::from_secs(1);
 /// Lines of server log shown with a failure.
 const LOG_TAIL_LINES: usize = 60;
 
@@ -27,7 +32,6 @@ const LOG_TAIL_LINES: usize = 60;
 /// The defaults here are the suite's short timings, not the server's.
 #[derive(Debug, Clone)]
 pub struct ServerOptions {
-    pub settlement_interval_secs: Option<u64>,
     /// Tests fetch from a `Target` on 127.0.0.1, so this is on by default.
     pub allow_private_networks: bool,
     pub workers: Option<u32>,
@@ -81,7 +85,6 @@ pub enum Tls {
 impl Default for ServerOptions {
     fn default() -> Self {
         ServerOptions {
-            settlement_interval_secs: Some(1),
             allow_private_networks: true,
             workers: None,
             retry_backoff_ms: Some(200),
@@ -118,7 +121,6 @@ impl ServerOptions {
                 args.push(v);
             }
         };
-        flag("--settlement-interval-secs", self.settlement_interval_secs.map(|v| v.to_string()));
         flag("--workers", self.workers.map(|v| v.to_string()));
         flag("--retry-backoff-ms", self.retry_backoff_ms.map(|v| v.to_string()));
         flag("--initial-credit-micros", self.initial_credit_micros.map(|v| v.to_string()));
@@ -1024,15 +1026,15 @@ impl GridServer {
     }
 
     /// Polls `account show` until reservedMicros is 0 and creditMicros equals
-    /// `expected_credit`; then checks that two more settlement passes change
-    /// nothing (no late double charge).
+    /// `expected_credit`; then checks that the ledger holds still for
+    /// `SETTLED_HOLDS` (no late double charge: an attempt's end stored
+    /// twice, a stale end of a node taken for dead).
     pub async fn wait_settled(&self, account_id: &str, expected_credit: i64, timeout: Duration) -> Value {
         let deadline = Instant::now() + timeout;
         loop {
             let acc = self.account_show(account_id);
             if acc["reservedMicros"].as_i64() == Some(0) && acc["creditMicros"].as_i64() == Some(expected_credit) {
-                let interval = self.opts.settlement_interval_secs.unwrap_or(30);
-                tokio::time::sleep(Duration::from_secs(2 * interval) + Duration::from_millis(300)).await;
+                tokio::time::sleep(SETTLED_HOLDS).await;
                 let again = self.account_show(account_id);
                 if again != acc {
                     self.fail(&format!("ledger moved after settling: {acc} then {again}"));

@@ -372,7 +372,7 @@ impl Stored<'_> {
     // ----- settings and nodes -----
 
     /// The value of a server setting (`node_credential`,
-    /// `download_signing_secret`, `settlement_heartbeat`, ...); `None` when unset.
+    /// `download_signing_secret`, `vault_key_check`, ...); `None` when unset.
     pub fn setting(&self, key: &str) -> Option<String> {
         let rows = self.rows(&format!("SELECT value FROM settings WHERE key = {}", quoted(key)));
         rows.into_iter().next().and_then(|r| r.into_iter().next().flatten())

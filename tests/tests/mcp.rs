@@ -291,7 +291,6 @@ async fn protected_resource_metadata_names_the_mcp_resource() {
 #[tokio::test]
 async fn every_billable_tool_reserves_what_its_call_reserves() {
     let opts = ServerOptions {
-        settlement_interval_secs: Some(600),
         extra_args: vec!["--admit-registry".into(), "127.0.0.1:5000/tools".into()],
         ..Default::default()
     };

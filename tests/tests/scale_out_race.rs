@@ -1,8 +1,7 @@
 //! Three real grid-server nodes on one PostgreSQL database racing on the
 //! same queue (issue 30): several accounts submit fetch batches, each
 //! through a different node in turn, for 20 s, while every node's 16
-//! workers claim from the same queue heads and the settlement pass runs
-//! every second. Then every item ran and was charged exactly once and each
+//! workers claim from the same queue heads. Then every item ran and was charged exactly once and each
 //! account's ledger balances to the micro-euro; with a node killed
 //! (kill -9) in the middle of the race, too.
 //!
@@ -63,8 +62,6 @@ fn node(name: &str, lease_secs: u32) -> ServerOptions {
         postgres: true,
         initial_credit_micros: Some(CREDIT),
         workers: Some(WORKERS),
-        // A settlement pass every second, racing with the items' ends.
-        settlement_interval_secs: Some(1),
         extra_args: vec!["--node".into(), name.into(), "--node-lease-secs".into(), lease_secs.to_string()],
         ..ServerOptions::default()
     }
@@ -240,7 +237,7 @@ async fn assert_exactly_once(grid: &Grid, settled_via: &GridServer, submitted: &
     for (a, account) in grid.accounts.iter().enumerate() {
         assert!(items_of(a) > 0, "account {a} submitted nothing");
         // Settled: the credit less the items' price, nothing reserved, and
-        // two more settlement passes change nothing.
+        // the ledger holds still after (`wait_settled`).
         settled_via.wait_settled(&account.id, account.credit - price * items_of(a), Duration::from_secs(120)).await;
     }
     let stored = settled_via.stored();
@@ -318,8 +315,7 @@ async fn a_node_killed_while_accounts_race_loses_and_doubles_nothing() {
     // As in scale_out.rs's takeover tests: short, so the race is still on
     // when the dead node's items are taken over.
     const LEASE_SECS: u32 = 3;
-    // n1: the node that leads the settlement passes (its name sorts first)
-    // and the one the others' items run beside until it dies.
+    // n1: the node the others' items run beside until it dies.
     const DOOMED: usize = 0;
     let grid = Grid::start(LEASE_SECS);
     let routing = Routing::default();

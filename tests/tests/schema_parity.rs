@@ -1,7 +1,8 @@
-//! Schema parity of the two stores (issue 26): SQLite's migration steps
-//! (grid-server/src/store/schema*.sql, applied by `PRAGMA user_version`) and
-//! PostgreSQL's (postgres_*.sql, counted in `schema_version`) must end in
-//! the same schema, since one SQL text of the store modules serves both.
+//! Schema parity of the two stores (issue 26): the migration steps
+//! (grid-server/src/store/migrations.rs, each with a SQLite body,
+//! schema*.sql, counted in `PRAGMA user_version`, and a PostgreSQL one,
+//! postgres_*.sql, counted in `schema_version`) must end in the same schema
+//! on both, since one SQL text of the store modules serves both.
 //!
 //! A real grid-server is started on each store (each migrates at open) and
 //! its schema read back from the database: on SQLite from `sqlite_master`
@@ -74,14 +75,14 @@ use grid_tests::stored::Row;
 const ALLOWED: &[(&str, &str)] = &[
     (
         "table schema_version: postgres only",
-        "PostgreSQL's count of applied migration steps (store/postgres.rs); SQLite's is PRAGMA user_version",
+        "PostgreSQL's count of applied migration steps (store/migrations.rs); SQLite's is PRAGMA user_version",
     ),
-    // PostgreSQL's step 11 (postgres_v11_hot_references.sql): there each
+    // Schema step 20, PostgreSQL's only (`hot_references`): there each
     // check locked the referenced row, once per file, charge and item.
-    ("foreign key artifacts (item_id): sqlite only", "not checked on PostgreSQL's hot inserts (its step 11)"),
-    ("foreign key items (batch_id): sqlite only", "not checked on PostgreSQL's hot inserts (its step 11)"),
-    ("foreign key ledger (account_id): sqlite only", "not checked on PostgreSQL's hot inserts (its step 11)"),
-    // PostgreSQL's step 12 (postgres_v12_fewer_index_entries.sql): one
+    ("foreign key artifacts (item_id): sqlite only", "not checked on PostgreSQL's hot inserts (schema step 20, `hot_references`)"),
+    ("foreign key items (batch_id): sqlite only", "not checked on PostgreSQL's hot inserts (schema step 20, `hot_references`)"),
+    ("foreign key ledger (account_id): sqlite only", "not checked on PostgreSQL's hot inserts (schema step 20, `hot_references`)"),
+    // Schema step 21, PostgreSQL's only (`fewer_index_entries`): one
     // index fewer on each of `items` and `ledger`, whose keys SQLite keeps
     // in the rowid.
     ("column items.id: sqlite `text not null`, postgres `text not null primary key #1`", WHY_ITEMS),
@@ -96,8 +97,8 @@ const ALLOWED: &[(&str, &str)] = &[
     ("primary key ledger (id): sqlite only", WHY_LEDGER),
 ];
 
-const WHY_ITEMS: &str = "PostgreSQL finds an item by its id (its step 12: no index entry per write for seq); on SQLite seq is the rowid, which costs none";
-const WHY_LEDGER: &str = "PostgreSQL's ledger is keyed by the pages' index (its step 12: one index where there were two); on SQLite id is the rowid and ledger_pages the one index";
+const WHY_ITEMS: &str = "PostgreSQL finds an item by its id (schema step 21: no index entry per write for seq); on SQLite seq is the rowid, which costs none";
+const WHY_LEDGER: &str = "PostgreSQL's ledger is keyed by the pages' index (schema step 21: one index where there were two); on SQLite id is the rowid and ledger_pages the one index";
 
 /// A schema as facts: what each is about -> its value.
 type Facts = BTreeMap<String, String>;
@@ -483,7 +484,7 @@ fn sqlite_and_postgres_migrate_to_the_same_schema() {
         }
     }
     // Text compares as bytes on either store: SQLite's BINARY, PostgreSQL's
-    // "C" (its step 13), whatever the database's own collation.
+    // "C" (schema step 22), whatever the database's own collation.
     let by_locale = postgres.stored().catalog(
         "SELECT table_name || '.' || column_name || ' ' || coalesce(collation_name, '(the database''s)') \
          FROM information_schema.columns WHERE table_schema = 'public' AND data_type = 'text' \

@@ -506,12 +506,11 @@ async fn wait_unlisted(server: &GridServer, id: &str, within: Duration, why: &st
 /// Defect: a session whose launch failed on an early return of its task
 /// (here the Chromium executable cannot even be inspected) stayed live
 /// until a restart: its slot taken, its reservation held. The contract
-/// settles a lost session within one settlement interval: the server's own
-/// (30 s, its default) bounds the wait here.
+/// settles a lost session within one settlement interval (30 s), which
+/// bounds the wait here.
 #[tokio::test]
 async fn failed_launch_frees_its_slot_and_reservation() {
     let server = GridServer::start(ServerOptions {
-        settlement_interval_secs: None,
         extra_args: vec!["--max-sessions".into(), "1".into(), "--chromium".into(), "/nonexistent/chromium".into()],
         ..Default::default()
     });
@@ -583,34 +582,30 @@ async fn expiry_fires_after_the_task_that_set_it_is_gone() {
 /// What a restart does with a session its killed server left live, once
 /// `expiresAt` has passed: the browser died with the server, so the session
 /// did not run to `expiresAt`; it is lost at the last moment the server is
-/// known to have been alive (the later of its last settlement pass and its
-/// node heartbeat) and charged to that moment, before the restarted server
-/// listens (docs/sessions.md).
+/// known to have been alive (its node's last heartbeat) and charged to that
+/// moment, before the restarted server listens (docs/sessions.md).
 #[tokio::test]
 async fn session_of_a_killed_server_is_lost_at_its_last_heartbeat_after_expires_at() {
-    let mut server = GridServer::start(ServerOptions::default());
+    // A heartbeat every second (a third of the lease).
+    let mut server = GridServer::start(ServerOptions {
+        extra_args: vec!["--node-lease-secs".into(), "3".into()],
+        ..ServerOptions::default()
+    });
     let account = server.account_id().to_string();
     let lease = lease(&server, json!({"ttlMinutes": 1})).await;
     let id = lease["sessionId"].as_str().unwrap().to_string();
     let expires = iso_ms(&lease["expiresAt"]);
     wait_running(&server, &id).await;
-    // A heartbeat (a settlement pass, 1 s apart here) after the ready moment.
     let ready_at = iso_ms(&server.stored().session(&id).machine["readyAt"]);
-    wait_until("a heartbeat after the session's ready moment", Duration::from_secs(20), || {
-        let stored = server.stored();
-        let settled = stored.setting("settlement_heartbeat").and_then(|v| v.parse::<i64>().ok());
-        let beat = settled.max(stored.last_node_heartbeat()).unwrap_or(0);
-        (beat > ready_at).then_some(()).ok_or_else(|| format!("last heartbeat {beat}, ready at {ready_at}"))
+    wait_until("a node heartbeat after the ready moment", Duration::from_secs(20), || {
+        match server.stored().last_node_heartbeat() {
+            Some(beat) if beat > ready_at => Ok(()),
+            other => Err(format!("last heartbeat {other:?}, ready at {ready_at}")),
+        }
     })
     .await;
     server.kill9();
-    let settled: i64 = server
-        .stored()
-        .setting("settlement_heartbeat")
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| server.fail("no heartbeat in settings"));
-    let node: i64 = server.stored().last_node_heartbeat().unwrap_or_else(|| server.fail("no node heartbeat"));
-    let heartbeat = settled.max(node);
+    let heartbeat: i64 = server.stored().last_node_heartbeat().unwrap_or_else(|| server.fail("no node heartbeat"));
     assert!(heartbeat < expires, "heartbeat {heartbeat} not before expiresAt {expires}");
 
     server.advance_clock_to(expires + 1_000);
@@ -619,7 +614,7 @@ async fn session_of_a_killed_server_is_lost_at_its_last_heartbeat_after_expires_
     let StoredSession { machine, live, due_at, .. } = server.stored().session(&id);
     assert_eq!((machine["ended"]["cause"].as_str(), live, due_at), (Some("lost"), false, None), "{machine}");
     assert_eq!(iso_ms(&machine["ended"]["at"]), heartbeat, "{machine}");
-    let ready_at = iso_ms(&machine["readyAt"]);
+    assert_eq!(iso_ms(&machine["readyAt"]), ready_at, "{machine}");
     let acc = server.account_show(&account);
     assert_eq!(acc["reservedMicros"].as_i64(), Some(0), "{acc}");
     assert_eq!(

@@ -20,6 +20,9 @@
 //! - Every black-box test file says which stores it runs on (`//! Runs on:`),
 //!   scripts/test.sh's PostgreSQL pass takes its files from those lines,
 //!   and a file touching the store directly runs on both.
+//! - No write goes through a reader connection: the closures given to
+//!   `Store::read`, `lookup` and `read_blocking`, and the functions taking
+//!   a `ReadConn`, call no `execute` and hold no SQL that writes.
 //! - The browser tools run in `api` only: nothing in grid-server's `http/`
 //!   names the sessions' tool runner, the tools' argument reader or the
 //!   call to another node's, and the MCP module (`http/mcp.rs`,
@@ -1186,6 +1189,134 @@ fn api_calls_drivers_and_reads_but_no_store_writer() {
     assert!(
         found.is_empty(),
         "api/ writes only through the machines' drivers (creation is their first step), and reads:\n{}",
+        found.join("\n")
+    );
+}
+
+// ----- reads do not write -----
+
+/// What opens a read on the store: the closures these take get a reader
+/// connection (`store::ReadConn`), read-only at the database too.
+const STORE_READERS: [&str; 3] = [".read(", ".lookup(", ".read_blocking("];
+
+/// What writes through a connection: its calls, and SQL that changes rows
+/// or the schema, or locks rows (`FOR UPDATE`, which PostgreSQL's read-only
+/// transactions refuse).
+const WRITE_CALLS: [&str; 6] =
+    [".execute(", ".execute_values(", ".send_all(", "set_setting(", "setting_or_init(", ".lock_rows("];
+const WRITE_SQL: [&str; 7] = ["INSERT", "UPDATE", "DELETE", "CREATE", "ALTER", "DROP", "REPLACE"];
+
+/// Where the byte range `from..` of `code` opening with `(` closes.
+fn closing_paren(code: &str, open: usize) -> usize {
+    let mut depth = 0i32;
+    for (k, ch) in code[open..].char_indices() {
+        match ch {
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' | '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return open + k + 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    code.len()
+}
+
+/// The spans of `code` a reader connection reaches: the arguments of each
+/// `STORE_READERS` call, and the signature and body of each function with
+/// a `ReadConn` parameter. As byte ranges of `code`, which `code_only`
+/// keeps char for char (so they are taken of the source by chars).
+fn reader_spans(code: &str) -> Vec<(usize, usize)> {
+    let mut spans = vec![];
+    for reader in STORE_READERS {
+        for (at, _) in code.match_indices(reader) {
+            let open = at + reader.len() - 1;
+            spans.push((open, closing_paren(code, open)));
+        }
+    }
+    for at in word_hits(code, "fn") {
+        let Some(body) = code[at..].find(['{', ';']).map(|k| at + k) else { continue };
+        if takes_reader(&code[at..body]) && code[body..].starts_with('{') {
+            spans.push((at, item_end(code, at)));
+        }
+    }
+    spans.sort();
+    spans
+}
+
+/// Whether a function's signature has a parameter of type `&ReadConn`
+/// (not a closure's, as `f: impl FnOnce(&ReadConn)` is).
+fn takes_reader(signature: &str) -> bool {
+    signature.match_indices("ReadConn").any(|(at, _)| {
+        signature[..at].trim_end_matches(|c: char| c.is_alphanumeric() || c == '_' || c == ':').ends_with(": &")
+    })
+}
+
+/// Writes (`WRITE_CALLS` in code, `WRITE_SQL` as whole uppercase words in
+/// string literals) inside the reader spans of `src`, as (line, what).
+fn writes_through_readers(src: &str) -> Vec<(usize, String)> {
+    let code = code_only(src);
+    let (chars, code_chars): (Vec<char>, Vec<char>) = (src.chars().collect(), code.chars().collect());
+    let to_char = |byte: usize| code[..byte].chars().count();
+    let mut found = vec![];
+    for (from, to) in reader_spans(&code) {
+        let span_code: String = code_chars[to_char(from)..to_char(to)].iter().collect();
+        let span_src: String = chars[to_char(from)..to_char(to)].iter().collect();
+        let line = line_of(&code, from);
+        for call in WRITE_CALLS {
+            for (k, _) in span_code.match_indices(call) {
+                found.push((line + span_code[..k].matches('\n').count(), format!("`{call}`")));
+            }
+        }
+        for (l, text) in string_literals(&span_src) {
+            for keyword in WRITE_SQL {
+                for at in word_hits(&text, keyword) {
+                    let after = text[at + keyword.len()..].chars().next();
+                    if after.is_none_or(char::is_whitespace) {
+                        found.push((line + l - 1 + text[..at].matches('\n').count(), format!("SQL `{keyword}`")));
+                    }
+                }
+            }
+        }
+    }
+    found.sort();
+    found.dedup();
+    found
+}
+
+#[test]
+fn writes_through_readers_are_found_in_read_closures_and_reader_functions_only() {
+    let src = "fn a(c: &ReadConn) -> R {\n    c.query_row(\"SELECT 1 FROM t FOR UPDATE\", (), f)\n}\n\
+               fn b(tx: &Conn) { tx.execute(\"DELETE FROM t\", ()) }\n\
+               store.read(move |c| c.execute(\"SELECT pg_notify(?1)\", x)).await;\n\
+               store.write(|tx| tx.execute(\"UPDATE t SET a = 1\", ()));\n\
+               store.lookup(|c| c.query_row(\"SELECT updated FROM t\", (), f));\n\
+               let s = \"INSERT INTO t\"; x.read(&mut buf); // .read(|c| c.execute(\n";
+    assert_eq!(writes_through_readers(src), [(2, "SQL `UPDATE`".to_string()), (5, "`.execute(`".to_string())]);
+    assert!(takes_reader("fn a(&self, conn: &crate::store::ReadConn, n: usize) -> R "));
+    assert!(!takes_reader("fn read<R>(&self, f: impl FnOnce(&ReadConn) -> StoreResult<R>) -> StoreResult<R> "));
+}
+
+/// Reads never write: reader connections refuse writes at the database
+/// (SQLite's `query_only`, PostgreSQL's `default_transaction_read_only`)
+/// and reads get a type without `execute` (`store::ReadConn`), and this
+/// rule keeps SQL that writes out of the closures reads run and the
+/// functions that take a reader, where the type cannot see it.
+#[test]
+fn no_write_goes_through_a_reader_connection() {
+    let src = root().join("grid-server").join("src");
+    let mut found = vec![];
+    for file in rust_files(&src) {
+        for (line, what) in writes_through_readers(&read(&file)) {
+            found.push(format!("{}:{line}: {what}", rel(&file)));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "a write through a reader connection (a `Store::read`/`lookup`/`read_blocking` closure, or a function \
+         taking `ReadConn`); write in `Store::write` instead:\n{}",
         found.join("\n")
     );
 }

@@ -960,7 +960,7 @@ mod tests {
         }
 
         /// The item's settlement in the ledger (`charge` or `release`), if
-        /// any; and that no debt was left for the settlement pass.
+        /// any; and that no debt was left on the item.
         async fn settled(&self, id: &str) -> Option<String> {
             let id = id.to_string();
             let (kinds, debt): (Vec<String>, Option<String>) = self
@@ -974,7 +974,7 @@ mod tests {
                 })
                 .await
                 .unwrap();
-            assert_eq!(debt, None, "a debt left for the settlement pass");
+            assert_eq!(debt, None, "a debt left on the item");
             assert!(kinds.len() <= 1, "{kinds:?}");
             kinds.into_iter().next()
         }

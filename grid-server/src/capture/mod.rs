@@ -611,7 +611,7 @@ mod tests {
         let (_dir, store) = crate::store::items::tests::store();
         let c = crate::store::items::tests::caller(&store, 10_000, None);
         crate::store::items::tests::submit(&store, &c, 6, None).unwrap();
-        let rows = store.read_blocking(|conn| crate::store::items::queue_head(conn, 6)).unwrap();
+        let rows = store.write_blocking(|tx| crate::store::items::queue_head(tx, 6)).unwrap();
         let ids: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
         let workers = Workers::default();
         let started: Vec<String> = workers.hand_out(rows[..5].to_vec(), 2).iter().map(|r| r.id.clone()).collect();

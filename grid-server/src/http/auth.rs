@@ -22,7 +22,7 @@ use tokio::sync::oneshot;
 use crate::app::App;
 use crate::clock::Clock;
 use crate::store::accounts::{self, Caller};
-use crate::store::{Conn, Store, StoreError, StoreResult};
+use crate::store::{ReadConn, Store, StoreError, StoreResult};
 
 /// `audience` is the resource the request is for: the base URL, or the
 /// base URL + `/mcp` on the MCP endpoint.
@@ -212,7 +212,7 @@ async fn read_generations(store: Store, shared: Arc<Shared>) {
             std::mem::take(&mut reads.waiting)
         };
         // Starts after every request taken above arrived.
-        let read = store.lookup(|c: &Conn| accounts::credentials_generation(c)).await.map_err(|e| match e {
+        let read = store.lookup(|c: &ReadConn| accounts::credentials_generation(c)).await.map_err(|e| match e {
             StoreError::Busy => Failed::Busy,
             other => {
                 tracing::error!(error = %other, "credentials generation unreadable");

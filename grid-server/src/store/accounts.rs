@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use super::sql::{Conn, Dialect, ManyRows, Optional, Row, Statement};
+use super::sql::{Conn, Dialect, ManyRows, Optional, ReadConn, Row, Statement};
 use grid_core::error::ApiError;
 use grid_core::ids;
 use grid_core::ledger::{Balance, DailyUse, EntryKind};
@@ -66,7 +66,7 @@ pub fn create_account(conn: &Conn, name: &str, credit_micros: i64, now: Millis) 
     Ok(id)
 }
 
-pub fn account(conn: &Conn, account_id: &str) -> StoreResult<AccountView> {
+pub fn account(conn: &ReadConn, account_id: &str) -> StoreResult<AccountView> {
     let (name, suspended): (String, bool) = conn
         .query_row("SELECT name, suspended FROM accounts WHERE id = ?1", [account_id], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?
@@ -84,7 +84,7 @@ pub fn account(conn: &Conn, account_id: &str) -> StoreResult<AccountView> {
 
 /// A page of an account's ledger, newest first, read through `ledger_pages`
 /// (account, id): as many entries as the page holds, however long the
-/// ledger (schema step 14). A page of one kind skips the other kinds' entries
+/// ledger (schema step 14, `balances`). A page of one kind skips the other kinds' entries
 /// on its way.
 pub(crate) const LEDGER_PAGE: &str = "SELECT id, kind, amount, subject, key_id, created_at FROM ledger
      WHERE account_id = ?1 AND id < ?2 AND (CAST(?3 AS TEXT) IS NULL OR kind = ?3)
@@ -94,7 +94,7 @@ pub(crate) const LEDGER_PAGE: &str = "SELECT id, kind, amount, subject, key_id, 
 /// `before` (all when `None`), of `kind` when given. Answers the entries and,
 /// when more remain, the id to continue before.
 pub fn ledger_page(
-    conn: &Conn,
+    conn: &ReadConn,
     account_id: &str,
     kind: Option<EntryKind>,
     before: Option<i64>,
@@ -134,7 +134,7 @@ pub fn ledger_page(
     Ok((lines, None))
 }
 
-pub fn count_accounts(conn: &Conn) -> StoreResult<i64> {
+pub fn count_accounts(conn: &ReadConn) -> StoreResult<i64> {
     conn.query_row("SELECT COUNT(*) FROM accounts", (), |r| r.get(0))
 }
 
@@ -209,7 +209,7 @@ fn credentials_changed(conn: &Conn) -> StoreResult<()> {
 }
 
 /// The current credentials generation (empty before the first change).
-pub fn credentials_generation(conn: &Conn) -> StoreResult<String> {
+pub fn credentials_generation(conn: &ReadConn) -> StoreResult<String> {
     Ok(super::setting(conn, CREDENTIALS_GENERATION)?.unwrap_or_default())
 }
 
@@ -223,7 +223,7 @@ pub fn key_hash(api_key: &str) -> String {
 /// key of a suspended account still identifies, marked `suspended_internal`).
 /// Unknown, revoked and suspended look alike to the caller (401), so nothing
 /// here tells them apart.
-pub fn caller_for_key_hash(conn: &Conn, hash: &str) -> StoreResult<Option<Caller>> {
+pub fn caller_for_key_hash(conn: &ReadConn, hash: &str) -> StoreResult<Option<Caller>> {
     let found = conn
         .query_row(
             "SELECT k.id, k.account_id, k.daily_cap_micros, k.internal, a.suspended, k.rate_per_second, k.rate_burst
@@ -250,7 +250,7 @@ pub fn caller_for_key_hash(conn: &Conn, hash: &str) -> StoreResult<Option<Caller
 }
 
 /// The account a sign-in identity acts for, and whether it is suspended.
-pub fn account_for_identity(conn: &Conn, issuer: &str, subject: &str) -> StoreResult<Option<(String, bool)>> {
+pub fn account_for_identity(conn: &ReadConn, issuer: &str, subject: &str) -> StoreResult<Option<(String, bool)>> {
     conn.query_row(
         "SELECT a.id, a.suspended FROM identities i JOIN accounts a ON a.id = i.account_id
               WHERE i.issuer = ?1 AND i.subject = ?2",
@@ -297,7 +297,7 @@ const LOCK_ACCOUNT_CLAUSE: &str = "FOR NO KEY UPDATE";
 /// account's ledger.
 pub(crate) const BALANCE: &str = "SELECT kind, amount FROM balances WHERE account_id = ?1";
 
-pub fn balance(conn: &Conn, account_id: &str) -> StoreResult<Balance> {
+pub fn balance(conn: &ReadConn, account_id: &str) -> StoreResult<Balance> {
     balance_of(&conn.query_values(BALANCE, params![account_id])?)
 }
 
@@ -314,13 +314,13 @@ fn balance_of(rows: &[Row]) -> StoreResult<Balance> {
 
 /// A key's use of a day: its reservations of that day less what was
 /// released of them. The `kind` filter lets it read `ledger_by_key_day`,
-/// which holds no charges (schema step 13).
+/// which holds no charges (schema step 13, `daily_use_index`).
 pub(crate) const DAILY_USE: &str =
     "SELECT CAST(COALESCE(SUM(CASE kind WHEN 'reserve' THEN amount WHEN 'release' THEN -amount ELSE 0 END), 0) AS BIGINT)
        FROM ledger WHERE key_id = ?1 AND reservation_day = ?2 AND kind IN ('reserve', 'release')";
 
 /// What the key's reservations made on `day` still hold or were charged.
-pub fn daily_use(conn: &Conn, key_id: &str, day: i64) -> StoreResult<DailyUse> {
+pub fn daily_use(conn: &ReadConn, key_id: &str, day: i64) -> StoreResult<DailyUse> {
     daily_use_of(&conn.query_values(DAILY_USE, params![key_id, day])?)
 }
 
@@ -409,7 +409,7 @@ pub fn append(conn: &Conn, e: &Entry, now: Millis) -> StoreResult<()> {
 }
 
 /// Appends ledger entries in one statement, as `append` does each (the
-/// settlement pass writes many at once), and adds them to their accounts'
+/// old debts are settled many at once), and adds them to their accounts'
 /// `balances` in the same transaction: one row per account and kind, not
 /// one per entry.
 pub fn append_all(conn: &Conn, entries: &[Entry], now: Millis) -> StoreResult<()> {
@@ -512,7 +512,7 @@ fn sums_of<'a>(entries: impl Iterator<Item = (&'a str, &'a str, i64)>) -> BTreeM
 /// their locks in one order.
 ///
 /// On PostgreSQL each connection adds to a shard of the sum of its own
-/// (its backend's pid modulo 64, schema step 10): a transaction holds at
+/// (its backend's pid modulo 64, schema step 18, `balance_shards`): a transaction holds at
 /// most one row per account and kind, and transactions running at once on
 /// other connections seldom hold the same one, so ends charging one
 /// account do not queue on its sums. SQLite's one writer keeps one row.

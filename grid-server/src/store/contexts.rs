@@ -17,7 +17,7 @@ use grid_core::ids;
 use grid_core::time::Millis;
 use grid_core::wire::session::ContextView;
 
-use super::sql::{Conn, Optional, Row};
+use super::sql::{Conn, Optional, ReadConn, Row};
 use super::{StoreError, StoreResult};
 use crate::ids::new_id;
 use crate::params;
@@ -66,13 +66,13 @@ fn view(r: &Row) -> StoreResult<ContextView> {
 }
 
 /// GET /contexts: `account`'s contexts, oldest first.
-pub fn list(conn: &Conn, account: &str) -> StoreResult<Vec<ContextView>> {
+pub fn list(conn: &ReadConn, account: &str) -> StoreResult<Vec<ContextView>> {
     let sql = format!("SELECT {VIEW} WHERE c.account_id = ?1 ORDER BY c.created_at, c.id");
     conn.query_map(&sql, [account], view)
 }
 
 /// Whether `id` is one of `account`'s contexts.
-pub fn owned(conn: &Conn, account: &str, id: &str) -> StoreResult<bool> {
+pub fn owned(conn: &ReadConn, account: &str, id: &str) -> StoreResult<bool> {
     Ok(conn
         .query_row("SELECT 1 FROM contexts WHERE id = ?1 AND account_id = ?2", [id, account], |r| r.get::<i64>(0))
         .optional()?
@@ -86,7 +86,7 @@ struct Holder {
     live: bool,
 }
 
-fn holder(conn: &Conn, id: &str) -> StoreResult<Option<Holder>> {
+fn holder(conn: &ReadConn, id: &str) -> StoreResult<Option<Holder>> {
     conn.query_row(
         "SELECT c.account_id, c.holder, COALESCE(s.live, 0)
            FROM contexts c LEFT JOIN sessions s ON s.id = c.holder WHERE c.id = ?1",
@@ -101,7 +101,7 @@ fn holder(conn: &Conn, id: &str) -> StoreResult<Option<Holder>> {
 
 /// `account`'s context `id`, refused when it is none of its own or a live
 /// session holds it.
-fn free_of(conn: &Conn, account: &str, id: &str) -> Result<Holder, ContextError> {
+fn free_of(conn: &ReadConn, account: &str, id: &str) -> Result<Holder, ContextError> {
     let h =
         holder(conn, id)?.filter(|h| h.account == account).ok_or(ContextError::Refused(ApiError::UnknownContext))?;
     match &h.session {
@@ -134,13 +134,13 @@ pub fn take(tx: &Conn, account: &str, id: &str, session: &str, now: Millis) -> R
 
 /// The session that holds `id` and has ended, while its save is owed
 /// (a lease waits a little for it, so it starts from what it saved).
-pub fn saving(conn: &Conn, id: &str) -> StoreResult<Option<String>> {
+pub fn saving(conn: &ReadConn, id: &str) -> StoreResult<Option<String>> {
     Ok(holder(conn, id)?.and_then(|h| h.session.filter(|_| !h.live)))
 }
 
 /// The sealed state of `id` (none saved yet: `None`), for the session
 /// holding it.
-pub fn sealed_state(conn: &Conn, id: &str) -> StoreResult<Option<Vec<u8>>> {
+pub fn sealed_state(conn: &ReadConn, id: &str) -> StoreResult<Option<Vec<u8>>> {
     Ok(conn.query_row("SELECT state FROM contexts WHERE id = ?1", [id], |r| r.get(0)).optional()?.flatten())
 }
 

@@ -14,7 +14,7 @@ use std::sync::Mutex;
 
 use tokio::sync::Notify;
 
-use super::sql::{Dialect, Row, Sql, Statement, Value};
+use super::sql::{Dialect, Query, Row, Sql, Statement, Value};
 use super::{StoreError, StoreResult};
 
 /// What the next write transaction of a node meets.
@@ -169,16 +169,27 @@ impl Planted<'_, '_> {
 }
 
 impl Sql for Planted<'_, '_> {
-    fn dialect(&self) -> Dialect {
-        self.inner.dialect()
-    }
-
     fn execute_values(&self, sql: &str, params: Vec<Value>) -> StoreResult<usize> {
         let mut changed = 0;
         for (sql, params) in self.statements(vec![(sql, params)]) {
             changed = self.inner.execute_values(&sql, params)?;
         }
         Ok(changed)
+    }
+
+    fn send_all(&self, statements: Vec<Statement>) -> StoreResult<()> {
+        let owned = self.statements(statements);
+        self.inner.send_all(owned.iter().map(|(s, p)| (s.as_str(), p.clone())).collect())
+    }
+
+    fn flush(&self) -> StoreResult<()> {
+        self.inner.flush()
+    }
+}
+
+impl Query for Planted<'_, '_> {
+    fn dialect(&self) -> Dialect {
+        self.inner.dialect()
     }
 
     fn query_values(&self, sql: &str, params: Vec<Value>) -> StoreResult<Vec<Row>> {
@@ -196,14 +207,5 @@ impl Sql for Planted<'_, '_> {
         }
         let owned = self.statements(statements);
         self.inner.query_all(owned.iter().map(|(s, p)| (s.as_str(), p.clone())).collect())
-    }
-
-    fn send_all(&self, statements: Vec<Statement>) -> StoreResult<()> {
-        let owned = self.statements(statements);
-        self.inner.send_all(owned.iter().map(|(s, p)| (s.as_str(), p.clone())).collect())
-    }
-
-    fn flush(&self) -> StoreResult<()> {
-        self.inner.flush()
     }
 }

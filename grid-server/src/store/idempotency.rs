@@ -15,7 +15,7 @@
 //! sessions table keeps only as a hash: a copy of grid.db alone does not
 //! give it away.
 
-use super::sql::{Conn, Optional};
+use super::sql::{Conn, Optional, ReadConn};
 use crate::params;
 use grid_core::idempotency::{self as rules, Decision, StoredKey};
 use grid_core::time::Millis;
@@ -123,7 +123,7 @@ struct Found {
     sealed: Vec<u8>,
 }
 
-fn find(conn: &Conn, account_id: &str, key: &Key) -> StoreResult<Option<Found>> {
+fn find(conn: &ReadConn, account_id: &str, key: &Key) -> StoreResult<Option<Found>> {
     conn.query_row(
         "SELECT request_sha256, expires_at, status, response FROM idempotency_keys
               WHERE account_id = ?1 AND key_sha256 = ?2",

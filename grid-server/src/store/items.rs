@@ -9,7 +9,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::OnceLock;
 
 use super::sql::{
-    chunk_sql, chunks, placeholders, Conn, Dialect, ManyRows, Optional, Row, Statement, ToValue, Value as SqlValue,
+    chunk_sql, chunks, placeholders, Conn, Dialect, ManyRows, Optional, ReadConn, Row, Statement, ToValue,
+    Value as SqlValue,
 };
 use super::to_json;
 use crate::params;
@@ -277,11 +278,11 @@ const _: () = assert!(grid_core::validate::batch::MAX_URLS < SEQ_PER_BATCH as us
 
 /// A batch's first and last item id (`batches.first_item`, `last_item`):
 /// its items are the items' ids in that range (`ids::ordered_ids`; a batch
-/// stored before schema step 19, PostgreSQL's 12, may share its range with
+/// stored before schema step 19 (`batch_item_ranges`; PostgreSQL's 21, `fewer_index_entries`) may share its range with
 /// other batches' items, so every read also filters by `batch_id`).
 type ItemRange = (Option<String>, Option<String>);
 
-pub fn batch_view(conn: &Conn, account_id: &str, batch_id: &str) -> StoreResult<Option<BatchView>> {
+pub fn batch_view(conn: &ReadConn, account_id: &str, batch_id: &str) -> StoreResult<Option<BatchView>> {
     let range: Option<ItemRange> = conn
         .query_row(
             "SELECT first_item, last_item FROM batches WHERE id = ?1 AND account_id = ?2",
@@ -314,7 +315,7 @@ pub fn batch_view(conn: &Conn, account_id: &str, batch_id: &str) -> StoreResult<
 /// `limit` of them with an id below `before`, each with its counts by
 /// state. Returns them and the id to continue from when there are more.
 pub fn list_batches(
-    conn: &Conn,
+    conn: &ReadConn,
     account_id: &str,
     before: Option<&str>,
     limit: usize,
@@ -405,7 +406,7 @@ fn item_row_owned(mut r: Row) -> StoreResult<ItemRow> {
 const LOAD_ITEM: &str =
     concat!("SELECT ", item_columns!(), " FROM items i JOIN batches b ON b.id = i.batch_id WHERE i.id = ?1");
 
-pub fn load_item(conn: &Conn, id: &str) -> StoreResult<Option<ItemRow>> {
+pub fn load_item(conn: &ReadConn, id: &str) -> StoreResult<Option<ItemRow>> {
     conn.query_row(LOAD_ITEM, [id], item_row).optional()
 }
 
@@ -498,7 +499,7 @@ pub fn save_ends(conn: &Conn, claims: &[&ItemRow], lease_token: i64, it: &Item, 
 /// those `machine_values` binds). On SQLite by `seq`, the rowid
 /// (one seek, where the `id` took two: its index, then the row), in chunks
 /// (`seq IN (...)`, `CHUNKS`). On PostgreSQL by `id`, the primary key since
-/// schema step 12 (`seq` has no index of its own there: each of an item's
+/// schema step 21, `fewer_index_entries` (`seq` has no index of its own there: each of an item's
 /// insert and two non-HOT updates wrote an entry to it, and index entries
 /// were a third of PostgreSQL's CPU per item), all in one statement (`id =
 /// ANY(array)`), whose own cost is then paid once (`ManyRows` says what it
@@ -753,14 +754,14 @@ fn due_delayed_sql(conn: &Conn) -> String {
 }
 
 /// When the earliest delayed item becomes due, if any.
-pub fn next_wake(conn: &Conn) -> StoreResult<Option<Millis>> {
+pub fn next_wake(conn: &ReadConn) -> StoreResult<Option<Millis>> {
     let t: Option<i64> = conn.query_row("SELECT MIN(run_at) FROM items WHERE state = 'delayed'", (), |r| r.get(0))?;
     Ok(t.map(Millis))
 }
 
 /// Active items `node` holds (or that no node holds: claimed before nodes
 /// were recorded): those its workers were running when it stopped or died.
-pub fn active_ids(conn: &Conn, node: &str) -> StoreResult<Vec<String>> {
+pub fn active_ids(conn: &ReadConn, node: &str) -> StoreResult<Vec<String>> {
     conn.query_map(
         "SELECT id FROM items WHERE state = 'active' AND (lease_node = ?1 OR lease_node IS NULL)",
         [node],
@@ -768,7 +769,7 @@ pub fn active_ids(conn: &Conn, node: &str) -> StoreResult<Vec<String>> {
     )
 }
 
-pub fn item_view(conn: &Conn, account_id: &str, id: &str) -> StoreResult<Option<CaptureItem>> {
+pub fn item_view(conn: &ReadConn, account_id: &str, id: &str) -> StoreResult<Option<CaptureItem>> {
     let Some(row) = load_item(conn, id)?.filter(|r| r.account_id == account_id) else { return Ok(None) };
     let artifacts: BTreeMap<String, String> = conn
         .query_map("SELECT kind, storage_name FROM item_files WHERE item_id = ?1", [id], |r| {
@@ -792,7 +793,7 @@ pub fn item_view(conn: &Conn, account_id: &str, id: &str) -> StoreResult<Option<
 /// Whether an item the account owns has a published file of this kind:
 /// refused `UnknownItemOrJob` for another account's (or no) item,
 /// `ArtifactNotPresent` when the item has no such file.
-pub fn check_artifact(conn: &Conn, account_id: &str, id: &str, kind: ArtifactKind) -> Result<(), ItemError> {
+pub fn check_artifact(conn: &ReadConn, account_id: &str, id: &str, kind: ArtifactKind) -> Result<(), ItemError> {
     let owned = load_item(conn, id)?.is_some_and(|r| r.account_id == account_id);
     if !owned {
         return Err(TransitionError::Refused(ApiError::UnknownItemOrJob).into());
@@ -807,7 +808,7 @@ pub fn check_artifact(conn: &Conn, account_id: &str, id: &str, kind: ArtifactKin
 /// at most `load_max` bytes long; a larger one kept there is read in slices
 /// (`file_slice`), so a download never holds a whole large file.
 pub fn published_file(
-    conn: &Conn,
+    conn: &ReadConn,
     id: &str,
     kind: ArtifactKind,
     load_max: usize,
@@ -833,7 +834,13 @@ pub fn published_file(
 
 /// `len` bytes from `offset` of a file kept in the database (fewer at its
 /// end); `None` when there is no such file.
-pub fn file_slice(conn: &Conn, id: &str, kind: ArtifactKind, offset: u64, len: usize) -> StoreResult<Option<Vec<u8>>> {
+pub fn file_slice(
+    conn: &ReadConn,
+    id: &str,
+    kind: ArtifactKind,
+    offset: u64,
+    len: usize,
+) -> StoreResult<Option<Vec<u8>>> {
     Ok(conn
         .query_row(
             "SELECT substr(content, ?3, ?4) FROM item_files WHERE item_id = ?1 AND kind = ?2",
@@ -847,7 +854,7 @@ pub fn file_slice(conn: &Conn, id: &str, kind: ArtifactKind, offset: u64, len: u
 /// Whether a large file kept in the database still has its SHA-256,
 /// checked where it lives instead of by reading it out (PostgreSQL only:
 /// SQLite keeps large files on disk).
-pub fn file_intact(conn: &Conn, id: &str, kind: ArtifactKind) -> StoreResult<bool> {
+pub fn file_intact(conn: &ReadConn, id: &str, kind: ArtifactKind) -> StoreResult<bool> {
     let same: Option<i64> = conn
         .query_row(
             "SELECT 1 FROM item_files
@@ -861,7 +868,7 @@ pub fn file_intact(conn: &Conn, id: &str, kind: ArtifactKind) -> StoreResult<boo
 }
 
 /// Grid-wide queue figures: each state counted on its own partial index.
-pub fn queue_counts(conn: &Conn) -> StoreResult<(QueueCounts, u32)> {
+pub fn queue_counts(conn: &ReadConn) -> StoreResult<(QueueCounts, u32)> {
     let rows = conn.query_map(
         "SELECT 'waiting', COUNT(*) FROM items WHERE state = 'waiting'
          UNION ALL SELECT 'prioritized', COUNT(*) FROM items WHERE state = 'prioritized'
@@ -913,7 +920,7 @@ fn item_entry<'a>(
     }
 }
 
-/// The settlement pass, for debts a server before this one left in the
+/// Settles old debts (`settlement::settle_old_debts`), those a server before this one left in the
 /// items' `settlement_due` (it wrote the entry in a later pass, not with the
 /// end): writes the ledger entry each owes and clears the debt, in one
 /// transaction. Returns how many items it settled. Entries are written up
@@ -1056,12 +1063,12 @@ pub(crate) mod tests {
     }
 
     fn next(store: &Store) -> Option<String> {
-        store.read_blocking(|c| queue_head(c, 1)).unwrap().pop().map(|r| r.id)
+        store.write_blocking(|tx| queue_head(tx, 1)).unwrap().pop().map(|r| r.id)
     }
 
     /// The accounts of the queue's head, in claim order.
     fn head_accounts(store: &Store, n: usize) -> Vec<String> {
-        store.read_blocking(move |c| queue_head(c, n)).unwrap().into_iter().map(|r| r.account_id).collect()
+        store.write_blocking(move |tx| queue_head(tx, n)).unwrap().into_iter().map(|r| r.account_id).collect()
     }
 
     /// A long batch of one account and a short one of another submitted
@@ -1082,7 +1089,7 @@ pub(crate) mod tests {
         assert_eq!(head_accounts(&store, 7), [&ta, &ta, &tb, &ta, &tb, &ta, &tb].map(String::clone));
         // A's items stay in their batch's order among themselves.
         let urls: Vec<String> = store
-            .read_blocking(|c| queue_head(c, 20))
+            .write_blocking(|tx| queue_head(tx, 20))
             .unwrap()
             .into_iter()
             .filter(|r| r.account_id == ta)
@@ -1097,7 +1104,7 @@ pub(crate) mod tests {
         // without one), accounts in turn within a priority.
         submit(&store, &a, 5, Some(1)).unwrap();
         submit(&store, &b, 1, Some(1)).unwrap();
-        let all = store.read_blocking(|c| queue_head(c, 200)).unwrap();
+        let all = store.write_blocking(|tx| queue_head(tx, 200)).unwrap();
         let prioritized: Vec<&str> =
             all.iter().filter(|r| r.item.priority.is_some()).map(|r| r.account_id.as_str()).collect();
         assert_eq!(prioritized[..3], [ta.as_str(), ta.as_str(), tb.as_str()], "{prioritized:?}");
@@ -1360,7 +1367,7 @@ pub(crate) mod tests {
         let (_d, s) = store();
         let c = caller(&s, 10_000, None);
         submit(&s, &c, 3, None).unwrap();
-        let ids: Vec<String> = s.read_blocking(|c| queue_head(c, 3)).unwrap().into_iter().map(|r| r.id).collect();
+        let ids: Vec<String> = s.write_blocking(|tx| queue_head(tx, 3)).unwrap().into_iter().map(|r| r.id).collect();
         let file = |id: &str, kind: ArtifactKind, content_type: &str, bytes: &[u8]| PublishedFile {
             kind,
             storage_name: format!("db:{id}/{}", kind.as_str()),

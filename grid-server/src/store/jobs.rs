@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::sql::{Conn, Optional, Row};
+use super::sql::{Conn, Optional, ReadConn, Row};
 use crate::params;
 use grid_core::error::ApiError;
 use grid_core::ids;
@@ -126,7 +126,7 @@ pub fn attempt_reservation(sub: &JobSubmission) -> i64 {
 }
 
 /// The job of an idempotency key, with its body hash.
-pub fn find_by_idempotency_key(conn: &Conn, account_id: &str, key: &str) -> StoreResult<Option<(JobRow, String)>> {
+pub fn find_by_idempotency_key(conn: &ReadConn, account_id: &str, key: &str) -> StoreResult<Option<(JobRow, String)>> {
     let found: Option<(String, String)> = conn
         .query_row(
             "SELECT id, body_hash FROM jobs WHERE account_id = ?1 AND idempotency_key = ?2",
@@ -209,7 +209,7 @@ fn job_row(r: &Row) -> StoreResult<JobRow> {
     })
 }
 
-pub fn load(conn: &Conn, id: &str) -> StoreResult<Option<JobRow>> {
+pub fn load(conn: &ReadConn, id: &str) -> StoreResult<Option<JobRow>> {
     load_locked(conn, id, "")
 }
 
@@ -221,14 +221,14 @@ pub fn load_for_step(conn: &Conn, id: &str) -> StoreResult<Option<JobRow>> {
     load_locked(conn, id, conn.row_lock("FOR UPDATE"))
 }
 
-fn load_locked(conn: &Conn, id: &str, lock: &str) -> StoreResult<Option<JobRow>> {
+fn load_locked(conn: &ReadConn, id: &str, lock: &str) -> StoreResult<Option<JobRow>> {
     let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?1 {lock}");
     let Some(mut row) = conn.query_row(&sql, [id], job_row).optional()? else { return Ok(None) };
     row.labels = labels(conn, id)?;
     Ok(Some(row))
 }
 
-fn labels(conn: &Conn, id: &str) -> StoreResult<BTreeMap<String, String>> {
+fn labels(conn: &ReadConn, id: &str) -> StoreResult<BTreeMap<String, String>> {
     Ok(conn
         .query_map("SELECT key, value FROM job_labels WHERE job_id = ?1", [id], |r| Ok((r.get(0)?, r.get(1)?)))?
         .into_iter()
@@ -240,7 +240,7 @@ fn labels(conn: &Conn, id: &str) -> StoreResult<BTreeMap<String, String>> {
 /// one statement. The job row, its labels and its logs come as rows of one
 /// query, each part filtered by the account in SQL; only what the record
 /// shows is read (not the stored request, which `load` parses).
-pub fn owned_record(conn: &Conn, account_id: &str, id: &str) -> StoreResult<Option<JobRecord>> {
+pub fn owned_record(conn: &ReadConn, account_id: &str, id: &str) -> StoreResult<Option<JobRecord>> {
     enum Part {
         Job { image_digest: String, machine: String, executors: String, priority: u32, created_at: i64 },
         Label(String, String),
@@ -312,7 +312,7 @@ pub fn owned_record(conn: &Conn, account_id: &str, id: &str) -> StoreResult<Opti
 }
 
 /// A job of this account, or `None` (another account's jobs do not exist).
-pub fn load_owned(conn: &Conn, account_id: &str, id: &str) -> StoreResult<Option<JobRow>> {
+pub fn load_owned(conn: &ReadConn, account_id: &str, id: &str) -> StoreResult<Option<JobRow>> {
     Ok(load(conn, id)?.filter(|r| r.account_id == account_id))
 }
 
@@ -380,14 +380,14 @@ pub fn insert_log(conn: &Conn, job_id: &str, log: &StoredLog) -> StoreResult<()>
 }
 
 /// The bytes of a log kept in the database (`None` for one on disk).
-pub fn log_content(conn: &Conn, artifact_id: &str) -> StoreResult<Option<Vec<u8>>> {
+pub fn log_content(conn: &ReadConn, artifact_id: &str) -> StoreResult<Option<Vec<u8>>> {
     Ok(conn
         .query_row("SELECT content FROM job_logs WHERE artifact_id = ?1", [artifact_id], |r| r.get(0))
         .optional()?
         .flatten())
 }
 
-pub fn logs(conn: &Conn, job_id: &str) -> StoreResult<Vec<StoredLog>> {
+pub fn logs(conn: &ReadConn, job_id: &str) -> StoreResult<Vec<StoredLog>> {
     Ok(conn
         .query_map(
             "SELECT artifact_id, attempt, storage_name, sha256, byte_length, truncated, created_at
@@ -414,7 +414,7 @@ pub fn logs(conn: &Conn, job_id: &str) -> StoreResult<Vec<StoredLog>> {
         .collect())
 }
 
-pub fn record_of(conn: &Conn, row: &JobRow) -> StoreResult<JobRecord> {
+pub fn record_of(conn: &ReadConn, row: &JobRow) -> StoreResult<JobRecord> {
     let logs: Vec<JobArtifact> = logs(conn, &row.id)?.into_iter().map(|l| l.artifact).collect();
     Ok(JobRecord::build(RecordParts {
         job_id: &row.id,
@@ -438,7 +438,7 @@ pub struct ListFilter {
 /// Newest first, `limit` records with `seq` below `before`. Returns the
 /// records and the `seq` to continue from when there are more.
 pub fn list(
-    conn: &Conn,
+    conn: &ReadConn,
     account_id: &str,
     filter: &ListFilter,
     before: Option<i64>,
@@ -480,7 +480,7 @@ pub fn list(
 }
 
 /// Ids of jobs in a phase, in queue order (higher priority first, then older).
-pub fn ids_in_phase(conn: &Conn, phase: JobPhase) -> StoreResult<Vec<String>> {
+pub fn ids_in_phase(conn: &ReadConn, phase: JobPhase) -> StoreResult<Vec<String>> {
     Ok(conn
         .query_map("SELECT id FROM jobs WHERE phase = ?1 ORDER BY priority DESC, seq", [phase.as_str()], |r| r.get(0))?
         .into_iter()
@@ -489,7 +489,7 @@ pub fn ids_in_phase(conn: &Conn, phase: JobPhase) -> StoreResult<Vec<String>> {
 
 /// Jobs in `phase` whose attempt `node` runs (or no recorded node: started
 /// before nodes were recorded), highest priority first, then oldest.
-pub fn ids_in_phase_on(conn: &Conn, phase: JobPhase, node: &str) -> StoreResult<Vec<String>> {
+pub fn ids_in_phase_on(conn: &ReadConn, phase: JobPhase, node: &str) -> StoreResult<Vec<String>> {
     conn.query_map(
         "SELECT id FROM jobs WHERE phase = ?1 AND (node = ?2 OR node IS NULL) ORDER BY priority DESC, seq",
         (phase.as_str(), node),
@@ -498,7 +498,7 @@ pub fn ids_in_phase_on(conn: &Conn, phase: JobPhase, node: &str) -> StoreResult<
 }
 
 /// Jobs whose attempt `node` holds (a container, or its log to publish).
-pub fn held_by(conn: &Conn, node: &str) -> StoreResult<Vec<(String, String)>> {
+pub fn held_by(conn: &ReadConn, node: &str) -> StoreResult<Vec<(String, String)>> {
     conn.query_map(
         "SELECT id, phase FROM jobs WHERE node = ?1 AND phase IN ('PROVISIONING', 'RUNNING', 'PUBLISHING') ORDER BY seq",
         [node],
@@ -507,7 +507,7 @@ pub fn held_by(conn: &Conn, node: &str) -> StoreResult<Vec<(String, String)>> {
 }
 
 /// The node whose engine runs (or last ran) the job's attempt.
-pub fn node_of(conn: &Conn, id: &str) -> StoreResult<Option<String>> {
+pub fn node_of(conn: &ReadConn, id: &str) -> StoreResult<Option<String>> {
     Ok(conn
         .query_row("SELECT node FROM jobs WHERE id = ?1", [id], |r| r.get::<Option<String>>(0))
         .optional()?
@@ -516,7 +516,7 @@ pub fn node_of(conn: &Conn, id: &str) -> StoreResult<Option<String>> {
 
 /// CPU millicores and memory bytes requested by jobs holding a container
 /// on `node`'s engine.
-pub fn capacity_in_use(conn: &Conn, node: &str) -> StoreResult<(u64, u64)> {
+pub fn capacity_in_use(conn: &ReadConn, node: &str) -> StoreResult<(u64, u64)> {
     let (cpu, mem): (i64, i64) = conn.query_row(
         "SELECT CAST(COALESCE(SUM(cpu_millis), 0) AS BIGINT), CAST(COALESCE(SUM(memory_bytes), 0) AS BIGINT) FROM jobs
           WHERE phase IN ('PROVISIONING', 'RUNNING') AND (node = ?1 OR node IS NULL)",
@@ -532,7 +532,7 @@ pub fn capacity_in_use(conn: &Conn, node: &str) -> StoreResult<(u64, u64)> {
 const DUE_ON_NODE: &str = "(node = ?2 OR node IS NULL OR phase NOT IN ('PROVISIONING', 'RUNNING', 'PUBLISHING'))";
 
 /// Jobs due at or before `now` that `node` fires, earliest first.
-pub fn due_ids(conn: &Conn, now: Millis, node: &str) -> StoreResult<Vec<String>> {
+pub fn due_ids(conn: &ReadConn, now: Millis, node: &str) -> StoreResult<Vec<String>> {
     conn.query_map(
         &format!("SELECT id FROM jobs WHERE due_at <= ?1 AND {DUE_ON_NODE} ORDER BY due_at"),
         (now.0, node),
@@ -541,7 +541,7 @@ pub fn due_ids(conn: &Conn, now: Millis, node: &str) -> StoreResult<Vec<String>>
 }
 
 /// The earliest due time after `now` that `node` fires.
-pub fn next_due_after(conn: &Conn, now: Millis, node: &str) -> StoreResult<Option<Millis>> {
+pub fn next_due_after(conn: &ReadConn, now: Millis, node: &str) -> StoreResult<Option<Millis>> {
     let t: Option<i64> = conn.query_row(
         &format!("SELECT MIN(due_at) FROM jobs WHERE due_at > ?1 AND {DUE_ON_NODE}"),
         (now.0, node),
@@ -552,7 +552,7 @@ pub fn next_due_after(conn: &Conn, now: Millis, node: &str) -> StoreResult<Optio
 
 /// Jobs that may owe a due time but have none stored: running ones, and
 /// failed ones whose reservation is still open (a replay owed).
-pub fn undated_ids(conn: &Conn) -> StoreResult<Vec<String>> {
+pub fn undated_ids(conn: &ReadConn) -> StoreResult<Vec<String>> {
     let open = super::sql::json_text(conn.dialect(), "machine", "reservationOpen");
     Ok(conn
         .query_map(

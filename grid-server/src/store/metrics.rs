@@ -5,7 +5,7 @@ use grid_core::ledger::EntryKind;
 use grid_core::wire::job::JobPhase;
 
 use super::sql::json_text;
-use super::Conn;
+use super::ReadConn;
 
 use super::StoreResult;
 
@@ -21,7 +21,7 @@ pub struct Snapshot {
     pub ledger: Vec<(String, i64)>,
 }
 
-pub fn snapshot(conn: &Conn) -> StoreResult<Snapshot> {
+pub fn snapshot(conn: &ReadConn) -> StoreResult<Snapshot> {
     let (q, active) = super::items::queue_counts(conn)?;
     let queue = vec![
         ("waiting", i64::from(q.wait)),

@@ -18,6 +18,7 @@ pub mod idempotency;
 pub mod items;
 pub mod jobs;
 pub mod metrics;
+pub mod migrations;
 pub mod nodes;
 pub mod postgres;
 mod readers;
@@ -32,7 +33,7 @@ use std::time::Duration;
 
 use grid_core::error::ApiError;
 
-pub use sql::{Conn, Optional};
+pub use sql::{Conn, Optional, ReadConn};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -306,8 +307,17 @@ impl Store {
         if let Backend::Sqlite(_) = &*self.backend {
             return Ok(());
         }
-        // `execute`: pg_notify answers `void`, which no reader decodes.
-        self.read(move |conn| conn.execute("SELECT pg_notify(?1, ?2)", (channel, payload)).map(drop)).await
+        let backend = self.backend.clone();
+        // Not a read (`read` refuses writes), but as short: on a reader thread.
+        let send = move || match &*backend {
+            Backend::Postgres(db) => db.notify(channel, &payload),
+            Backend::Sqlite(_) => Ok(()),
+        };
+        #[cfg(test)]
+        if crate::blocking::inline() {
+            return send();
+        }
+        self.readers.run(send).await
     }
 
     /// Runs `f` on a reader connection, on one of the store's reader
@@ -315,7 +325,7 @@ impl Store {
     pub async fn read<R, F>(&self, f: F) -> StoreResult<R>
     where
         R: Send + 'static,
-        F: FnOnce(&Conn) -> StoreResult<R> + Send + 'static,
+        F: FnOnce(&ReadConn) -> StoreResult<R> + Send + 'static,
     {
         #[cfg(test)]
         if crate::blocking::inline() {
@@ -338,7 +348,7 @@ impl Store {
     pub async fn lookup<R, F>(&self, f: F) -> StoreResult<R>
     where
         R: Send + 'static,
-        F: FnOnce(&Conn) -> StoreResult<R> + Send + 'static,
+        F: FnOnce(&ReadConn) -> StoreResult<R> + Send + 'static,
     {
         #[cfg(test)]
         self.alive().await;
@@ -348,7 +358,7 @@ impl Store {
         }
     }
 
-    pub fn read_blocking<R>(&self, f: impl FnOnce(&Conn) -> StoreResult<R>) -> StoreResult<R> {
+    pub fn read_blocking<R>(&self, f: impl FnOnce(&ReadConn) -> StoreResult<R>) -> StoreResult<R> {
         read_on(&self.backend, f)
     }
 }
@@ -373,14 +383,14 @@ impl Writer {
     }
 }
 
-fn read_on<R>(backend: &Backend, f: impl FnOnce(&Conn) -> StoreResult<R>) -> StoreResult<R> {
+fn read_on<R>(backend: &Backend, f: impl FnOnce(&ReadConn) -> StoreResult<R>) -> StoreResult<R> {
     match backend {
         Backend::Sqlite(db) => db.read(f),
         Backend::Postgres(db) => db.read(f),
     }
 }
 
-pub fn setting(conn: &Conn, key: &str) -> StoreResult<Option<String>> {
+pub fn setting(conn: &ReadConn, key: &str) -> StoreResult<Option<String>> {
     conn.query_row("SELECT value FROM settings WHERE key = ?1", [key], |r| r.get(0)).optional()
 }
 
@@ -501,6 +511,64 @@ mod tests {
         assert_eq!(ApiError::from(not_allowed.1), ApiError::JobStateConflict);
         assert_eq!(ApiError::from(not_allowed.2), ApiError::UnknownSession);
         assert_eq!(ApiError::from(JobError::Transition(job::TransitionError::Inconsistent("x"))), ApiError::Internal);
+    }
+
+    /// What reads may not do: a write run as a query (`ReadConn` has no
+    /// `execute`, but any SQL text goes through `query_values`), refused by
+    /// the reader connection itself; the setting is not there after.
+    fn a_write_through_a_reader_fails_at_the_database(store: &Store, refusal: &str) {
+        for sql in [
+            "INSERT INTO settings (key, value) VALUES ('planted', 'x') RETURNING key",
+            "UPDATE settings SET value = 'x' RETURNING key",
+            "DELETE FROM settings RETURNING key",
+        ] {
+            let refused = store.read_blocking(|c| c.query_values(sql, vec![])).unwrap_err().to_string();
+            assert!(refused.contains(refusal), "{sql}: {refused}");
+        }
+        // Row locks are writes too (PostgreSQL's read-only transactions refuse them).
+        if store.read_blocking(|c| Ok(c.dialect())).unwrap() == sql::Dialect::Postgres {
+            let lock = "SELECT key FROM settings FOR UPDATE";
+            let refused = store.read_blocking(|c| c.query_values(lock, vec![])).unwrap_err().to_string();
+            assert!(refused.contains(refusal), "{refused}");
+        }
+        assert_eq!(store.read_blocking(|c| setting(c, "planted")).unwrap(), None);
+        // The connections still serve reads, and writes go on through `write`.
+        store.write_blocking(|tx| set_setting(tx, "k", "v")).unwrap();
+        assert_eq!(store.read_blocking(|c| setting(c, "k")).unwrap().as_deref(), Some("v"));
+    }
+
+    #[test]
+    fn a_write_through_a_sqlite_reader_fails_at_the_database() {
+        let root = tempfile::tempdir().unwrap();
+        let store = Store::open(root.path(), Duration::from_secs(1)).unwrap();
+        store.write_blocking(|tx| set_setting(tx, "k", "v0")).unwrap();
+        a_write_through_a_reader_fails_at_the_database(&store, "attempt to write a readonly database");
+    }
+
+    #[test]
+    fn a_write_through_a_postgres_reader_fails_at_the_database() {
+        let db = postgres::TestDatabase::create();
+        let store = Store::connect(&db.url, Duration::from_secs(5)).unwrap();
+        store.write_blocking(|tx| set_setting(tx, "k", "v0")).unwrap();
+        a_write_through_a_reader_fails_at_the_database(&store, "read-only transaction (25006)");
+    }
+
+    /// NOTIFY is no table write: it goes out on the pool's read-only
+    /// connections, and a listener hears it.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_notification_goes_out_on_postgres_read_only_pool() {
+        let db = postgres::TestDatabase::create();
+        let store = Store::connect(&db.url, Duration::from_secs(5)).unwrap();
+        let (heard_tx, mut heard) = tokio::sync::mpsc::unbounded_channel();
+        let (_stop_tx, stop) = tokio::sync::oneshot::channel::<()>();
+        assert!(store.listen("grid_test", move |p| drop(heard_tx.send(p.map(str::to_string))), async move {
+            let _ = stop.await;
+        }));
+        // The first call says the listener (re)opened.
+        assert_eq!(tokio::time::timeout(Duration::from_secs(10), heard.recv()).await.unwrap(), Some(None));
+        store.notify("grid_test", "hello".into()).await.unwrap();
+        let payload = tokio::time::timeout(Duration::from_secs(10), heard.recv()).await.unwrap();
+        assert_eq!(payload, Some(Some("hello".to_string())));
     }
 
     #[test]

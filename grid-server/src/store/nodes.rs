@@ -3,7 +3,7 @@
 
 use grid_core::time::Millis;
 
-use super::sql::Conn;
+use super::sql::{Conn, ReadConn};
 use super::StoreResult;
 
 /// The oldest heartbeat of a live node at `now`: older is dead.
@@ -74,7 +74,7 @@ pub fn lock(conn: &Conn, name: &str) -> StoreResult<()> {
 /// `memory_bytes`; when none could, the largest capacities offered, for the
 /// refusal's detail.
 pub fn job_fits(
-    conn: &Conn,
+    conn: &ReadConn,
     me: &str,
     live_after: Millis,
     cpu_millis: u64,
@@ -98,7 +98,7 @@ pub fn job_fits(
 
 /// Session slots summed over live nodes (heartbeat at or after
 /// `live_after`), `me` counted whatever its heartbeat says.
-pub fn live_max_sessions(conn: &Conn, me: &str, live_after: Millis) -> StoreResult<u32> {
+pub fn live_max_sessions(conn: &ReadConn, me: &str, live_after: Millis) -> StoreResult<u32> {
     conn.query_row(
         "SELECT CAST(COALESCE(SUM(max_sessions), 0) AS BIGINT) FROM nodes WHERE heartbeat_at >= ?2 OR name = ?1",
         (me, live_after.0),
@@ -106,19 +106,8 @@ pub fn live_max_sessions(conn: &Conn, me: &str, live_after: Millis) -> StoreResu
     )
 }
 
-/// The live node (heartbeat at or after `live_after`; `me` always counts
-/// while it has a row) whose name sorts first: the one that runs the grid's settlement passes.
-pub fn leader(conn: &Conn, me: &str, live_after: Millis) -> StoreResult<String> {
-    let first: Option<String> =
-        conn.query_row("SELECT MIN(name) FROM nodes WHERE heartbeat_at >= ?2 OR name = ?1", (me, live_after.0), |r| {
-            r.get(0)
-        })?;
-    // Ordered by the database, so every node sees the same first name.
-    Ok(first.unwrap_or_else(|| me.to_string()))
-}
-
 /// The node's last heartbeat, if it has a row.
-pub fn heartbeat_of(conn: &Conn, name: &str) -> StoreResult<Option<Millis>> {
+pub fn heartbeat_of(conn: &ReadConn, name: &str) -> StoreResult<Option<Millis>> {
     use super::sql::Optional;
     Ok(conn.query_row("SELECT heartbeat_at FROM nodes WHERE name = ?1", [name], |r| r.get(0)).optional()?.map(Millis))
 }
@@ -130,7 +119,7 @@ pub fn heartbeat(conn: &Conn, name: &str, now: Millis) -> StoreResult<bool> {
 }
 
 /// Other nodes whose heartbeat is older than `before`, with that heartbeat.
-pub fn dead(conn: &Conn, me: &str, before: Millis) -> StoreResult<Vec<(String, Millis)>> {
+pub fn dead(conn: &ReadConn, me: &str, before: Millis) -> StoreResult<Vec<(String, Millis)>> {
     conn.query_map(
         "SELECT name, heartbeat_at FROM nodes WHERE heartbeat_at < ?2 AND name <> ?1 ORDER BY name",
         (me, before.0),
@@ -145,7 +134,7 @@ pub fn remove(conn: &Conn, name: &str) -> StoreResult<()> {
 }
 
 /// Every node known, live ones (heartbeat at or after `live_after`) marked.
-pub fn list(conn: &Conn, live_after: Millis) -> StoreResult<Vec<NodeView>> {
+pub fn list(conn: &ReadConn, live_after: Millis) -> StoreResult<Vec<NodeView>> {
     conn.query_map(
         "SELECT n.name, n.advertise_url, n.started_at, n.heartbeat_at,
                 (SELECT COUNT(*) FROM items i WHERE i.state = 'active' AND i.lease_node = n.name),
@@ -172,7 +161,7 @@ pub fn list(conn: &Conn, live_after: Millis) -> StoreResult<Vec<NodeView>> {
 
 /// Where the other nodes reach `node` (`--advertise-url`), if it is known
 /// and advertises an address.
-pub fn advertise_url(conn: &Conn, node: &str) -> StoreResult<Option<String>> {
+pub fn advertise_url(conn: &ReadConn, node: &str) -> StoreResult<Option<String>> {
     use super::sql::Optional;
     Ok(conn
         .query_row("SELECT advertise_url FROM nodes WHERE name = ?1", [node], |r| r.get::<Option<String>>(0))

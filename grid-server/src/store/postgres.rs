@@ -33,7 +33,8 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{to_sql_checked, IsNull, ToSql, Type};
 use tokio_postgres::NoTls;
 
-use super::sql::{numbered_placeholders, Conn, Dialect, Row, Sql, Statement, Value};
+use super::migrations;
+use super::sql::{numbered_placeholders, Conn, Dialect, Query, ReadConn, Row, Sql, Statement, Value};
 use super::{Order, StoreError, StoreResult};
 
 /// The advisory lock every write transaction takes, exclusively or shared
@@ -47,27 +48,6 @@ macro_rules! write_lock {
 /// The session-level advisory lock held while the schema is migrated, so
 /// nodes starting at once apply each step once.
 const MIGRATE_LOCK: i64 = 0x6772_6964_6d69;
-
-/// Each step runs once, in order; a released step is never edited. The
-/// `schema_version` table holds the number applied.
-const STEPS: [&str; 16] = [
-    include_str!("postgres_schema.sql"),
-    include_str!("postgres_v2_nodes.sql"),
-    include_str!("postgres_v3_placement.sql"),
-    include_str!("postgres_v4_queue_indexes.sql"),
-    include_str!("postgres_v5_daily_use_index.sql"),
-    include_str!("postgres_v6_balances.sql"),
-    include_str!("postgres_v7_attended_batches.sql"),
-    include_str!("postgres_v8_contexts.sql"),
-    include_str!("postgres_v9_proxies.sql"),
-    include_str!("postgres_v10_balance_shards.sql"),
-    include_str!("postgres_v11_hot_references.sql"),
-    include_str!("postgres_v12_fewer_index_entries.sql"),
-    include_str!("postgres_v13_byte_order_text.sql"),
-    include_str!("postgres_v14_items_fillfactor.sql"),
-    include_str!("postgres_v15_meta_beside.sql"),
-    include_str!("postgres_v16_fair_share.sql"),
-];
 
 /// Connections of the pool (16): one per reader thread, and four for the
 /// other writes (heartbeats, sessions, jobs, settlement), which then never
@@ -131,8 +111,14 @@ impl Postgres {
         // The store lives as long as the process; a runtime dropped from
         // inside another one's context panics, so it is never dropped.
         let runtime: &'static tokio::runtime::Runtime = Box::leak(Box::new(runtime));
-        let manager =
-            Manager::from_config(config.clone(), NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+        // The pool's connections are read-only unless a transaction says
+        // otherwise: reads run on them outside any transaction, so a write
+        // a read ran would fail at the database (25006); every write
+        // transaction begins READ WRITE (`BEGIN_GRID`, `BEGIN_ROWS`,
+        // `migrate`).
+        let mut pooled = config.clone();
+        pooled.options(format!("{options} -c default_transaction_read_only=on"));
+        let manager = Manager::from_config(pooled, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
         let pool = Pool::builder(manager)
             .max_size(POOL_SIZE)
             .runtime(deadpool_postgres::Runtime::Tokio1)
@@ -177,38 +163,46 @@ impl Postgres {
         })
     }
 
+    /// Brings the schema up to date (`migrations.rs`): under a session
+    /// lock, so nodes starting at once migrate it once, the count in
+    /// `schema_version` read and every pending step run in one read-write
+    /// transaction with the new count.
     fn migrate(&self) -> StoreResult<()> {
         let client = self.client()?;
         self.block_on(async {
             client.execute("SELECT pg_advisory_lock($1)", &[&MIGRATE_LOCK]).await?;
             let applied = async {
-                client.batch_execute("CREATE TABLE IF NOT EXISTS schema_version (version BIGINT NOT NULL)").await?;
-                let version: i64 = match client.query_opt("SELECT version FROM schema_version", &[]).await? {
+                client
+                    .batch_execute(
+                        "BEGIN READ WRITE; CREATE TABLE IF NOT EXISTS schema_version (version BIGINT NOT NULL)",
+                    )
+                    .await?;
+                let count: i64 = match client.query_opt("SELECT version FROM schema_version", &[]).await? {
                     Some(row) => row.get(0),
                     None => {
                         client.execute("INSERT INTO schema_version (version) VALUES (0)", &[]).await?;
                         0
                     }
                 };
-                let known = STEPS.len() as i64;
-                if version > known {
-                    return Err(StoreError::Invalid(format!(
-                        "the database was written by a newer grid-server (schema {version}, this one knows {known})"
-                    )));
-                }
-                for (i, sql) in STEPS.iter().enumerate() {
-                    let step = i as i64 + 1;
-                    if version < step {
-                        client
-                            .batch_execute(&format!(
-                                "BEGIN; {sql}; UPDATE schema_version SET version = {step}; COMMIT;"
-                            ))
-                            .await?;
-                    }
+                let applied = migrations::applied(Dialect::Postgres, count)?;
+                let (pending, latest) = (migrations::pending(Dialect::Postgres, applied), migrations::LATEST);
+                // Written even with nothing pending: a count of the old list becomes this list's.
+                let sql = if count == latest as i64 {
+                    "COMMIT".to_string()
+                } else {
+                    format!("{pending}; UPDATE schema_version SET version = {latest}; COMMIT")
+                };
+                client.batch_execute(&sql).await?;
+                if applied < latest {
+                    migrations::log_ran(Dialect::Postgres, applied);
                 }
                 Ok(())
             }
             .await;
+            if applied.is_err() {
+                // The transaction may be open; the session lock is released below either way.
+                let _ = client.batch_execute("ROLLBACK").await;
+            }
             client.execute("SELECT pg_advisory_unlock($1)", &[&MIGRATE_LOCK]).await?;
             applied
         })
@@ -226,9 +220,21 @@ impl Postgres {
         Ok(r)
     }
 
-    pub fn read<R>(&self, f: impl FnOnce(&Conn) -> StoreResult<R>) -> StoreResult<R> {
+    /// Runs `f` on a connection of the pool, outside any transaction: each
+    /// query is a read-only transaction of its own (the pool's connections
+    /// default to read-only; `open`).
+    pub fn read<R>(&self, f: impl FnOnce(&ReadConn) -> StoreResult<R>) -> StoreResult<R> {
         let client = self.client()?;
         f(&PgConn { driver: Driver::Shared(self), tx: Tx::Client(&client), pending: None })
+    }
+
+    /// NOTIFY `channel` with `payload`, outside any transaction
+    /// (`Store::notify`): allowed on the pool's read-only connections, as
+    /// it changes no table.
+    pub fn notify(&self, channel: &str, payload: &str) -> StoreResult<()> {
+        let client = self.client()?;
+        self.block_on(client.execute("SELECT pg_notify($1, $2)", &[&channel, &payload]))?;
+        Ok(())
     }
 
     /// Calls `on` with the payload of each notification sent on `channel`
@@ -315,8 +321,9 @@ impl OwnConnection {
     }
 }
 
-const BEGIN_GRID: &str = concat!("BEGIN; SELECT pg_advisory_xact_lock(", write_lock!(), ")");
-const BEGIN_ROWS: &str = concat!("BEGIN; SELECT pg_advisory_xact_lock_shared(", write_lock!(), ")");
+// READ WRITE: the pool's connections default to read-only (`Postgres::open`).
+const BEGIN_GRID: &str = concat!("BEGIN READ WRITE; SELECT pg_advisory_xact_lock(", write_lock!(), ")");
+const BEGIN_ROWS: &str = concat!("BEGIN READ WRITE; SELECT pg_advisory_xact_lock_shared(", write_lock!(), ")");
 
 /// A write transaction on a connection (the pool's or an `OwnConnection`):
 /// rolled back when dropped uncommitted (its lock or its work failed, or
@@ -593,15 +600,9 @@ fn refs(params: &[Value]) -> Vec<&(dyn ToSql + Sync)> {
     params.iter().map(|v| v as &(dyn ToSql + Sync)).collect()
 }
 
-impl Sql for PgConn<'_, '_> {
+impl Query for PgConn<'_, '_> {
     fn dialect(&self) -> Dialect {
         Dialect::Postgres
-    }
-
-    fn execute_values(&self, sql: &str, params: Vec<Value>) -> StoreResult<usize> {
-        let (sql, params) = (numbered_placeholders(sql), refs(&params));
-        let n = self.run(async { self.tx.execute(&self.tx.prepared(&sql).await?, &params).await })?;
-        Ok(n as usize)
     }
 
     fn query_values(&self, sql: &str, params: Vec<Value>) -> StoreResult<Vec<Row>> {
@@ -630,6 +631,14 @@ impl Sql for PgConn<'_, '_> {
             futures_util::future::try_join_all(queries).await
         })?;
         answers.iter().map(|rows| rows.iter().map(row).collect()).collect()
+    }
+}
+
+impl Sql for PgConn<'_, '_> {
+    fn execute_values(&self, sql: &str, params: Vec<Value>) -> StoreResult<usize> {
+        let (sql, params) = (numbered_placeholders(sql), refs(&params));
+        let n = self.run(async { self.tx.execute(&self.tx.prepared(&sql).await?, &params).await })?;
+        Ok(n as usize)
     }
 
     /// In a write transaction on an `OwnConnection` (the group commits'),
@@ -808,8 +817,9 @@ impl TestDatabase {
         TestDatabase { admin, name, url }
     }
 
-    /// On a thread of its own: tests call it from their runtime, too.
-    fn admin(url: &str, sql: &str) {
+    /// Runs `sql` on the database at `url`, on a thread of its own: tests
+    /// call it from their runtime, too.
+    pub(crate) fn admin(url: &str, sql: &str) {
         std::thread::scope(|scope| {
             scope.spawn(|| {
                 let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
@@ -839,8 +849,8 @@ mod tests {
     #[test]
     fn a_write_begins_with_the_write_lock_in_either_order() {
         assert_eq!(write_lock!(), i64::from_be_bytes(*b"\0\0\0\0grid"));
-        assert_eq!(BEGIN_GRID, "BEGIN; SELECT pg_advisory_xact_lock(1735551332)");
-        assert_eq!(BEGIN_ROWS, "BEGIN; SELECT pg_advisory_xact_lock_shared(1735551332)");
+        assert_eq!(BEGIN_GRID, "BEGIN READ WRITE; SELECT pg_advisory_xact_lock(1735551332)");
+        assert_eq!(BEGIN_ROWS, "BEGIN READ WRITE; SELECT pg_advisory_xact_lock_shared(1735551332)");
     }
 
     /// The ends' and the claims' update of many items by id (`id =
@@ -853,8 +863,8 @@ mod tests {
         let store = crate::store::Store::connect(&db.url, Duration::from_secs(5)).unwrap();
         let ids: Vec<String> = (0..500).map(|i| format!("it_{i:05}")).collect();
         let sql = format!("EXPLAIN UPDATE items SET updated_at = 0 WHERE id = ANY('{{{}}}'::text[])", ids.join(","));
-        let explain = |c: &Conn| Ok(c.query_map(&sql, (), |r| r.get::<String>(0))?.join("\n"));
-        let own = store.writer().unwrap().write_ordered(Order::Rows, explain).unwrap();
+        let explain = |c: &ReadConn| Ok(c.query_map(&sql, (), |r| r.get::<String>(0))?.join("\n"));
+        let own = store.writer().unwrap().write_ordered(Order::Rows, |tx: &Conn| explain(tx)).unwrap();
         assert!(own.contains("items_pkey") && !own.contains("Seq Scan"), "{own}");
         let pooled = store.read_blocking(explain).unwrap();
         assert!(pooled.contains("Seq Scan on items"), "the planner's default changed: {pooled}");

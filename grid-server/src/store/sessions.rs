@@ -1,6 +1,6 @@
 //! Browser sessions: the lease record, its state machine and its money.
 
-use super::sql::{Conn, Optional, Row};
+use super::sql::{Conn, Optional, ReadConn, Row};
 use crate::params;
 use grid_core::catalog::Profile;
 use grid_core::error::ApiError;
@@ -86,7 +86,7 @@ impl From<ReserveError> for SessionError {
     }
 }
 
-pub fn live_count(conn: &Conn) -> StoreResult<u32> {
+pub fn live_count(conn: &ReadConn) -> StoreResult<u32> {
     conn.query_row("SELECT COUNT(*) FROM sessions WHERE live = 1", (), |r| r.get(0))
 }
 
@@ -117,7 +117,7 @@ pub fn lock_slots(conn: &Conn, p: Placement<'_>) -> StoreResult<()> {
 /// The node a new session's browser runs on, or `None` when every live
 /// node's slots are taken. A session leased before nodes were recorded
 /// counts against `me`.
-pub fn place(conn: &Conn, p: Placement<'_>) -> StoreResult<Option<String>> {
+pub fn place(conn: &ReadConn, p: Placement<'_>) -> StoreResult<Option<String>> {
     conn.query_row(
         "SELECT name FROM (
            SELECT n.name,
@@ -192,7 +192,7 @@ pub struct Route {
     pub advertise_url: Option<String>,
 }
 
-pub fn route(conn: &Conn, id: &str) -> StoreResult<Option<Route>> {
+pub fn route(conn: &ReadConn, id: &str) -> StoreResult<Option<Route>> {
     conn.query_row(
         "SELECT s.token_sha256, s.live, s.node, n.advertise_url
            FROM sessions s LEFT JOIN nodes n ON n.name = s.node WHERE s.id = ?1",
@@ -207,7 +207,7 @@ pub fn route(conn: &Conn, id: &str) -> StoreResult<Option<Route>> {
 
 /// Live sessions whose browser runs on `node`, as the node reconciles
 /// what it runs with the records.
-pub fn live_on(conn: &Conn, node: &str) -> StoreResult<Vec<SessionRow>> {
+pub fn live_on(conn: &ReadConn, node: &str) -> StoreResult<Vec<SessionRow>> {
     let sql = format!("SELECT {COLUMNS} FROM sessions WHERE live = 1 AND node = ?1 ORDER BY seq");
     conn.query_map(&sql, [node], row)
 }
@@ -240,7 +240,7 @@ fn row(r: &Row) -> StoreResult<SessionRow> {
     })
 }
 
-pub fn load(conn: &Conn, id: &str) -> StoreResult<Option<SessionRow>> {
+pub fn load(conn: &ReadConn, id: &str) -> StoreResult<Option<SessionRow>> {
     load_locked(conn, id, "")
 }
 
@@ -252,25 +252,25 @@ pub fn load_for_step(conn: &Conn, id: &str) -> StoreResult<Option<SessionRow>> {
     load_locked(conn, id, conn.row_lock("FOR UPDATE"))
 }
 
-fn load_locked(conn: &Conn, id: &str, lock: &str) -> StoreResult<Option<SessionRow>> {
+fn load_locked(conn: &ReadConn, id: &str, lock: &str) -> StoreResult<Option<SessionRow>> {
     let sql = format!("SELECT {COLUMNS} FROM sessions WHERE id = ?1 {lock}");
     conn.query_row(&sql, [id], row).optional()
 }
 
 /// The caller's live sessions, oldest first.
-pub fn live_of(conn: &Conn, account_id: &str) -> StoreResult<Vec<SessionRow>> {
+pub fn live_of(conn: &ReadConn, account_id: &str) -> StoreResult<Vec<SessionRow>> {
     let sql = format!("SELECT {COLUMNS} FROM sessions WHERE live = 1 AND account_id = ?1 ORDER BY seq");
     Ok(conn.query_map(&sql, [account_id], row)?.into_iter().collect())
 }
 
 /// Live sessions whose browser runs on `node` (or on no recorded node:
 /// leased before nodes were recorded).
-pub fn live_ids(conn: &Conn, node: &str) -> StoreResult<Vec<String>> {
+pub fn live_ids(conn: &ReadConn, node: &str) -> StoreResult<Vec<String>> {
     conn.query_map("SELECT id FROM sessions WHERE live = 1 AND (node = ?1 OR node IS NULL)", [node], |r| r.get(0))
 }
 
 /// Live sessions due at or before `now`, soonest first.
-pub fn due_ids(conn: &Conn, now: Millis, limit: usize) -> StoreResult<Vec<String>> {
+pub fn due_ids(conn: &ReadConn, now: Millis, limit: usize) -> StoreResult<Vec<String>> {
     Ok(conn
         .query_map(
             "SELECT id FROM sessions WHERE due_at <= ?1 ORDER BY due_at LIMIT ?2",
@@ -282,7 +282,7 @@ pub fn due_ids(conn: &Conn, now: Millis, limit: usize) -> StoreResult<Vec<String
 }
 
 /// The earliest due time after `now`.
-pub fn next_due_after(conn: &Conn, now: Millis) -> StoreResult<Option<Millis>> {
+pub fn next_due_after(conn: &ReadConn, now: Millis) -> StoreResult<Option<Millis>> {
     let at: Option<i64> =
         conn.query_row("SELECT MIN(due_at) FROM sessions WHERE due_at > ?1", [now.0], |r| r.get(0))?;
     Ok(at.map(Millis))

@@ -36,11 +36,12 @@ pub enum Dialect {
 /// One statement and its parameters, for `Sql::query_all`.
 pub type Statement<'a> = (&'a str, Vec<Value>);
 
-/// A connection or transaction of either backend.
-pub trait Sql {
+/// What reads may do on a connection of either backend: query. Reads get
+/// only this (`ReadConn`, `Store::read`), and their connections refuse
+/// writes at the database too (SQLite's `query_only`, PostgreSQL's
+/// `default_transaction_read_only`).
+pub trait Query {
     fn dialect(&self) -> Dialect;
-    /// Runs one statement; answers the number of rows it changed.
-    fn execute_values(&self, sql: &str, params: Vec<Value>) -> StoreResult<usize>;
     /// Runs one query; answers every row.
     fn query_values(&self, sql: &str, params: Vec<Value>) -> StoreResult<Vec<Row>>;
     /// Runs `statements` in order, each as `query_values`; answers each
@@ -50,6 +51,12 @@ pub trait Sql {
     fn query_all(&self, statements: Vec<Statement>) -> StoreResult<Vec<Vec<Row>>> {
         statements.into_iter().map(|(sql, params)| self.query_values(sql, params)).collect()
     }
+}
+
+/// A write transaction of either backend: it queries and writes.
+pub trait Sql: Query {
+    /// Runs one statement; answers the number of rows it changed.
+    fn execute_values(&self, sql: &str, params: Vec<Value>) -> StoreResult<usize>;
     /// Runs `statements` whose answers nobody reads (writes without
     /// `RETURNING`). PostgreSQL's group commits send them at once and read
     /// their answers with the next statement's or the commit's, one round
@@ -64,9 +71,48 @@ pub trait Sql {
     }
 }
 
-/// What store functions take: a connection for reads, the open transaction
-/// for writes (`Store::read`, `Store::write`).
+/// What reads take: a reader connection (`Store::read`, `Store::lookup`),
+/// which has no way to write. A write transaction is one too (`&Conn`
+/// coerces to `&ReadConn`), so a read function serves both.
+pub type ReadConn<'a> = dyn Query + 'a;
+
+/// What writes take: the open write transaction (`Store::write`).
 pub type Conn<'a> = dyn Sql + 'a;
+
+/// A write transaction reads as a reader does (`query_row`, `query_map`).
+impl<'a> std::ops::Deref for Conn<'a> {
+    type Target = ReadConn<'a>;
+
+    fn deref(&self) -> &ReadConn<'a> {
+        self
+    }
+}
+
+impl ReadConn<'_> {
+    /// The first row of a query through `f`; `StoreError::NoRow` when there
+    /// is none (see [`Optional`]).
+    pub fn query_row<T>(
+        &self,
+        sql: &str,
+        params: impl Params,
+        f: impl FnOnce(&Row) -> StoreResult<T>,
+    ) -> StoreResult<T> {
+        match self.query_values(sql, params.values())?.first() {
+            Some(row) => f(row),
+            None => Err(StoreError::NoRow),
+        }
+    }
+
+    /// Every row of a query through `f`.
+    pub fn query_map<T>(
+        &self,
+        sql: &str,
+        params: impl Params,
+        f: impl FnMut(&Row) -> StoreResult<T>,
+    ) -> StoreResult<Vec<T>> {
+        self.query_values(sql, params.values())?.iter().map(f).collect()
+    }
+}
 
 impl Conn<'_> {
     /// `clause`, a row-locking clause (`FOR UPDATE`, `FOR UPDATE SKIP
@@ -100,30 +146,6 @@ impl Conn<'_> {
 
     pub fn execute(&self, sql: &str, params: impl Params) -> StoreResult<usize> {
         self.execute_values(sql, params.values())
-    }
-
-    /// The first row of a query through `f`; `StoreError::NoRow` when there
-    /// is none (see [`Optional`]).
-    pub fn query_row<T>(
-        &self,
-        sql: &str,
-        params: impl Params,
-        f: impl FnOnce(&Row) -> StoreResult<T>,
-    ) -> StoreResult<T> {
-        match self.query_values(sql, params.values())?.first() {
-            Some(row) => f(row),
-            None => Err(StoreError::NoRow),
-        }
-    }
-
-    /// Every row of a query through `f`.
-    pub fn query_map<T>(
-        &self,
-        sql: &str,
-        params: impl Params,
-        f: impl FnMut(&Row) -> StoreResult<T>,
-    ) -> StoreResult<Vec<T>> {
-        self.query_values(sql, params.values())?.iter().map(f).collect()
     }
 }
 

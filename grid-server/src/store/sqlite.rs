@@ -11,7 +11,8 @@ use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 use super::checkpoints::{self, Checkpointer, Thresholds};
-use super::sql::{Conn, Dialect, Row, Sql, Value};
+use super::migrations;
+use super::sql::{Conn, Dialect, Query, ReadConn, Row, Sql, Value};
 use super::{StoreError, StoreResult};
 
 pub const DB_FILE: &str = "grid.db";
@@ -44,8 +45,8 @@ impl Sqlite {
         owner_only(data_dir, &path).map_err(|e| {
             StoreError::Invalid(format!("cannot make data dir {} private to its owner: {e}", data_dir.display()))
         })?;
-        let writer = connect(&path, busy_timeout)?;
-        migrate(&writer)?;
+        let mut writer = connect(&path, busy_timeout)?;
+        migrate(&mut writer)?;
         checkpoints::hook(&writer);
         let writer = Mutex::new(writer);
         let checkpoints = Checkpointer::start(&path, busy_timeout, at)?;
@@ -69,11 +70,13 @@ impl Sqlite {
         Ok(r)
     }
 
-    pub fn read<R>(&self, f: impl FnOnce(&Conn) -> StoreResult<R>) -> StoreResult<R> {
+    /// Runs `f` in one read transaction on a reader connection, which
+    /// refuses writes (`reader`).
+    pub fn read<R>(&self, f: impl FnOnce(&ReadConn) -> StoreResult<R>) -> StoreResult<R> {
         let pooled = self.readers.lock().unwrap_or_else(|p| p.into_inner()).pop();
         let conn = match pooled {
             Some(c) => c,
-            None => connect(&self.path, self.busy_timeout)?,
+            None => reader(&self.path, self.busy_timeout)?,
         };
         let r = read_snapshot(&conn, f);
         // One left inside a transaction (its end failed) is not reused.
@@ -93,7 +96,7 @@ impl Sqlite {
 /// Runs `f` in one read transaction: its queries see one snapshot, and the
 /// WAL's read lock (a lock and an unlock of the `-shm` file each) is taken
 /// once for all of them rather than once per query.
-fn read_snapshot<R>(conn: &Connection, f: impl FnOnce(&Conn) -> StoreResult<R>) -> StoreResult<R> {
+fn read_snapshot<R>(conn: &Connection, f: impl FnOnce(&ReadConn) -> StoreResult<R>) -> StoreResult<R> {
     conn.prepare_cached("BEGIN")?.execute([])?;
     let r = f(conn);
     // Ending a read transaction writes nothing: what `f` read stands even
@@ -114,14 +117,16 @@ impl From<rusqlite::Error> for StoreError {
 }
 
 impl Sql for Connection {
-    fn dialect(&self) -> Dialect {
-        Dialect::Sqlite
-    }
-
     fn execute_values(&self, sql: &str, params: Vec<Value>) -> StoreResult<usize> {
         // Cached like queries: parsing a statement cost more than running it
         // on the capture hot path (a claim, an attempt's end, a settlement).
         Ok(self.prepare_cached(sql)?.execute(rusqlite::params_from_iter(params.iter()))?)
+    }
+}
+
+impl Query for Connection {
+    fn dialect(&self) -> Dialect {
+        Dialect::Sqlite
     }
 
     fn query_values(&self, sql: &str, params: Vec<Value>) -> StoreResult<Vec<Row>> {
@@ -227,45 +232,32 @@ pub(super) fn connect(path: &Path, busy_timeout: Duration) -> StoreResult<Connec
     Ok(conn)
 }
 
-/// Each step runs once, in order; a released step is never edited. The
-/// database's `user_version` is the number of steps applied.
-const STEPS: [&str; 21] = [
-    include_str!("schema.sql"),
-    include_str!("schema_v2_jobs.sql"),
-    include_str!("schema_v3_identities.sql"),
-    include_str!("schema_v4_sessions.sql"),
-    include_str!("schema_v5_inline_artifacts.sql"),
-    include_str!("schema_v6_idempotency_keys.sql"),
-    include_str!("schema_v7_due_times.sql"),
-    include_str!("schema_v8_key_rate_limits.sql"),
-    include_str!("schema_v9_inline_logs.sql"),
-    include_str!("schema_v10_nodes.sql"),
-    include_str!("schema_v11_placement.sql"),
-    include_str!("schema_v12_queue_indexes.sql"),
-    include_str!("schema_v13_daily_use_index.sql"),
-    include_str!("schema_v14_balances.sql"),
-    include_str!("schema_v15_attended_batches.sql"),
-    include_str!("schema_v16_contexts.sql"),
-    include_str!("schema_v17_proxies.sql"),
-    include_str!("schema_v18_balance_shards.sql"),
-    include_str!("schema_v19_batch_item_ranges.sql"),
-    include_str!("schema_v20_meta_beside.sql"),
-    include_str!("schema_v21_fair_share.sql"),
-];
+/// A reader connection: `query_only`, so SQLite refuses any write through
+/// it (SQLITE_READONLY), whatever SQL a read runs.
+fn reader(path: &Path, busy_timeout: Duration) -> StoreResult<Connection> {
+    let conn = connect(path, busy_timeout)?;
+    conn.pragma_update(None, "query_only", "ON")?;
+    Ok(conn)
+}
 
-fn migrate(conn: &Connection) -> StoreResult<()> {
-    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-    let known = STEPS.len() as i64;
-    if version > known {
-        return Err(StoreError::Invalid(format!(
-            "data dir was written by a newer grid-server (schema {version}, this one knows {known})"
-        )));
+/// Brings the schema up to date (`migrations.rs`): the count in
+/// `user_version` read and every pending step run in one transaction,
+/// which takes the write lock first, so two processes opening the
+/// database at once (`serve` and an admin subcommand) migrate it once.
+fn migrate(conn: &mut Connection) -> StoreResult<()> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let count: i64 = tx.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    let applied = migrations::applied(Dialect::Sqlite, count)?;
+    if applied < migrations::LATEST {
+        tx.execute_batch(&migrations::pending(Dialect::Sqlite, applied))?;
     }
-    for (i, sql) in STEPS.iter().enumerate() {
-        let step = i as i64 + 1;
-        if version < step {
-            conn.execute_batch(&format!("BEGIN IMMEDIATE; {sql}; PRAGMA user_version = {step}; COMMIT;"))?;
-        }
+    // Written even with nothing pending: a count of the old list becomes this list's.
+    if count != migrations::LATEST as i64 {
+        tx.pragma_update(None, "user_version", migrations::LATEST as i64)?;
+    }
+    tx.commit()?;
+    if applied < migrations::LATEST {
+        migrations::log_ran(Dialect::Sqlite, applied);
     }
     Ok(())
 }
