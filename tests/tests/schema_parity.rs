@@ -1,7 +1,8 @@
 //! Schema parity of the two stores (issue 26): the migration steps
 //! (grid-server/src/store/migrations.rs, each with a SQLite body,
-//! schema*.sql, counted in `PRAGMA user_version`, and a PostgreSQL one,
-//! postgres_*.sql, counted in `schema_version`) must end in the same schema
+//! migrations/NN_step.sqlite.sql, counted in `PRAGMA user_version`, and a
+//! PostgreSQL one, NN_step.postgres.sql, counted in `schema_version`) must
+//! end in the same schema
 //! on both, since one SQL text of the store modules serves both.
 //!
 //! A real grid-server is started on each store (each migrates at open) and
@@ -35,7 +36,7 @@
 //! 1. Types by SQLite's affinity: INTEGER is PostgreSQL's BIGINT (both 64
 //!    bits; PostgreSQL's INTEGER and SMALLINT are narrower and stay apart);
 //!    TEXT is TEXT, VARCHAR or CHAR; BLOB is BYTEA; REAL is REAL or DOUBLE
-//!    PRECISION. Booleans are integers 0/1 on both (postgres_schema.sql).
+//!    PRECISION. Booleans are integers 0/1 on both (migrations/01_base.postgres.sql).
 //! 2. SQLite's `INTEGER PRIMARY KEY AUTOINCREMENT` (the rowid, never
 //!    reused) is PostgreSQL's BIGSERIAL: both read as default `serial`. An
 //!    INTEGER PRIMARY KEY without AUTOINCREMENT (ids of deleted rows reused)

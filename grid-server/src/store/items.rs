@@ -560,7 +560,7 @@ pub fn file_inserts(dialect: Dialect, files: &[(&str, Cow<PublishedFile>)], now:
         "",
     );
     // The content type `item_files` gives a meta kept in another file's row
-    // (schema_v20_meta_beside.sql); a meta of any other is a row of its own.
+    // (migrations/24_meta_beside.sqlite.sql); a meta of any other is a row of its own.
     let meta_type = ArtifactKind::Meta.default_content_type();
     let rides = |f: &PublishedFile| f.kind == ArtifactKind::Meta && f.content_type == meta_type;
     // The meta that may ride in another row, by its item.

@@ -12,8 +12,9 @@
 //! its dialect, in this order, so the old count `n` is the step holding the
 //! `n`-th such body (`applied`), and the next open carries on from there.
 //!
-//! The bodies are the `.sql` files beside this module; each file's own
-//! header names it by its place in the old list of its dialect.
+//! The bodies are the files of `migrations/`, named for the step they
+//! belong to: `NN_name.sqlite.sql` and `NN_name.postgres.sql`, `NN` the
+//! step's place in this list.
 
 use super::sql::Dialect;
 use super::{StoreError, StoreResult};
@@ -39,118 +40,130 @@ const IN_POSTGRES_FIRST: &str = "PostgreSQL's first step was written after this 
 
 /// Every step of the schema, in order.
 pub const STEPS: &[Step] = &[
-    Step { name: "base", sqlite: Sql(include_str!("schema.sql")), postgres: Sql(include_str!("postgres_schema.sql")) },
-    Step { name: "jobs", sqlite: Sql(include_str!("schema_v2_jobs.sql")), postgres: Empty(IN_POSTGRES_FIRST) },
     Step {
-        name: "identities",
-        sqlite: Sql(include_str!("schema_v3_identities.sql")),
+        name: "base",
+        sqlite: Sql(include_str!("migrations/01_base.sqlite.sql")),
+        postgres: Sql(include_str!("migrations/01_base.postgres.sql")),
+    },
+    Step {
+        name: "jobs",
+        sqlite: Sql(include_str!("migrations/02_jobs.sqlite.sql")),
         postgres: Empty(IN_POSTGRES_FIRST),
     },
-    Step { name: "sessions", sqlite: Sql(include_str!("schema_v4_sessions.sql")), postgres: Empty(IN_POSTGRES_FIRST) },
+    Step {
+        name: "identities",
+        sqlite: Sql(include_str!("migrations/03_identities.sqlite.sql")),
+        postgres: Empty(IN_POSTGRES_FIRST),
+    },
+    Step {
+        name: "sessions",
+        sqlite: Sql(include_str!("migrations/04_sessions.sqlite.sql")),
+        postgres: Empty(IN_POSTGRES_FIRST),
+    },
     Step {
         name: "inline_artifacts",
-        sqlite: Sql(include_str!("schema_v5_inline_artifacts.sql")),
+        sqlite: Sql(include_str!("migrations/05_inline_artifacts.sqlite.sql")),
         postgres: Empty(IN_POSTGRES_FIRST),
     },
     Step {
         name: "idempotency_keys",
-        sqlite: Sql(include_str!("schema_v6_idempotency_keys.sql")),
+        sqlite: Sql(include_str!("migrations/06_idempotency_keys.sqlite.sql")),
         postgres: Empty(IN_POSTGRES_FIRST),
     },
     Step {
         name: "due_times",
-        sqlite: Sql(include_str!("schema_v7_due_times.sql")),
+        sqlite: Sql(include_str!("migrations/07_due_times.sqlite.sql")),
         postgres: Empty(IN_POSTGRES_FIRST),
     },
     Step {
         name: "key_rate_limits",
-        sqlite: Sql(include_str!("schema_v8_key_rate_limits.sql")),
+        sqlite: Sql(include_str!("migrations/08_key_rate_limits.sqlite.sql")),
         postgres: Empty(IN_POSTGRES_FIRST),
     },
     Step {
         name: "inline_logs",
-        sqlite: Sql(include_str!("schema_v9_inline_logs.sql")),
+        sqlite: Sql(include_str!("migrations/09_inline_logs.sqlite.sql")),
         postgres: Empty(IN_POSTGRES_FIRST),
     },
     Step {
         name: "nodes",
-        sqlite: Sql(include_str!("schema_v10_nodes.sql")),
-        postgres: Sql(include_str!("postgres_v2_nodes.sql")),
+        sqlite: Sql(include_str!("migrations/10_nodes.sqlite.sql")),
+        postgres: Sql(include_str!("migrations/10_nodes.postgres.sql")),
     },
     Step {
         name: "placement",
-        sqlite: Sql(include_str!("schema_v11_placement.sql")),
-        postgres: Sql(include_str!("postgres_v3_placement.sql")),
+        sqlite: Sql(include_str!("migrations/11_placement.sqlite.sql")),
+        postgres: Sql(include_str!("migrations/11_placement.postgres.sql")),
     },
     Step {
         name: "queue_indexes",
-        sqlite: Sql(include_str!("schema_v12_queue_indexes.sql")),
-        postgres: Sql(include_str!("postgres_v4_queue_indexes.sql")),
+        sqlite: Sql(include_str!("migrations/12_queue_indexes.sqlite.sql")),
+        postgres: Sql(include_str!("migrations/12_queue_indexes.postgres.sql")),
     },
     Step {
         name: "daily_use_index",
-        sqlite: Sql(include_str!("schema_v13_daily_use_index.sql")),
-        postgres: Sql(include_str!("postgres_v5_daily_use_index.sql")),
+        sqlite: Sql(include_str!("migrations/13_daily_use_index.sqlite.sql")),
+        postgres: Sql(include_str!("migrations/13_daily_use_index.postgres.sql")),
     },
     Step {
         name: "balances",
-        sqlite: Sql(include_str!("schema_v14_balances.sql")),
-        postgres: Sql(include_str!("postgres_v6_balances.sql")),
+        sqlite: Sql(include_str!("migrations/14_balances.sqlite.sql")),
+        postgres: Sql(include_str!("migrations/14_balances.postgres.sql")),
     },
     Step {
         name: "attended_batches",
-        sqlite: Sql(include_str!("schema_v15_attended_batches.sql")),
-        postgres: Sql(include_str!("postgres_v7_attended_batches.sql")),
+        sqlite: Sql(include_str!("migrations/15_attended_batches.sqlite.sql")),
+        postgres: Sql(include_str!("migrations/15_attended_batches.postgres.sql")),
     },
     Step {
         name: "contexts",
-        sqlite: Sql(include_str!("schema_v16_contexts.sql")),
-        postgres: Sql(include_str!("postgres_v8_contexts.sql")),
+        sqlite: Sql(include_str!("migrations/16_contexts.sqlite.sql")),
+        postgres: Sql(include_str!("migrations/16_contexts.postgres.sql")),
     },
     Step {
         name: "proxies",
-        sqlite: Sql(include_str!("schema_v17_proxies.sql")),
-        postgres: Sql(include_str!("postgres_v9_proxies.sql")),
+        sqlite: Sql(include_str!("migrations/17_proxies.sqlite.sql")),
+        postgres: Sql(include_str!("migrations/17_proxies.postgres.sql")),
     },
     Step {
         name: "balance_shards",
-        sqlite: Sql(include_str!("schema_v18_balance_shards.sql")),
-        postgres: Sql(include_str!("postgres_v10_balance_shards.sql")),
+        sqlite: Sql(include_str!("migrations/18_balance_shards.sqlite.sql")),
+        postgres: Sql(include_str!("migrations/18_balance_shards.postgres.sql")),
     },
     Step {
         name: "batch_item_ranges",
-        sqlite: Sql(include_str!("schema_v19_batch_item_ranges.sql")),
+        sqlite: Sql(include_str!("migrations/19_batch_item_ranges.sqlite.sql")),
         postgres: Empty("PostgreSQL dropped items_by_batch with the fewer_index_entries step, as its batches' ranges"),
     },
     Step {
         name: "hot_references",
         sqlite: Empty("SQLite's one writer checks a foreign key without locking the referenced row"),
-        postgres: Sql(include_str!("postgres_v11_hot_references.sql")),
+        postgres: Sql(include_str!("migrations/20_hot_references.postgres.sql")),
     },
     Step {
         name: "fewer_index_entries",
         sqlite: Empty("SQLite keeps items' seq and the ledger's id in the rowid, which costs no index entry"),
-        postgres: Sql(include_str!("postgres_v12_fewer_index_entries.sql")),
+        postgres: Sql(include_str!("migrations/21_fewer_index_entries.postgres.sql")),
     },
     Step {
         name: "byte_order_text",
         sqlite: Empty("SQLite's text columns compare as bytes (BINARY) from the start"),
-        postgres: Sql(include_str!("postgres_v13_byte_order_text.sql")),
+        postgres: Sql(include_str!("migrations/22_byte_order_text.postgres.sql")),
     },
     Step {
         name: "items_fillfactor",
         sqlite: Empty("SQLite updates rows in place; it has no fillfactor"),
-        postgres: Sql(include_str!("postgres_v14_items_fillfactor.sql")),
+        postgres: Sql(include_str!("migrations/23_items_fillfactor.postgres.sql")),
     },
     Step {
         name: "meta_beside",
-        sqlite: Sql(include_str!("schema_v20_meta_beside.sql")),
-        postgres: Sql(include_str!("postgres_v15_meta_beside.sql")),
+        sqlite: Sql(include_str!("migrations/24_meta_beside.sqlite.sql")),
+        postgres: Sql(include_str!("migrations/24_meta_beside.postgres.sql")),
     },
     Step {
         name: "fair_share",
-        sqlite: Sql(include_str!("schema_v21_fair_share.sql")),
-        postgres: Sql(include_str!("postgres_v16_fair_share.sql")),
+        sqlite: Sql(include_str!("migrations/25_fair_share.sqlite.sql")),
+        postgres: Sql(include_str!("migrations/25_fair_share.postgres.sql")),
     },
 ];
 

@@ -6,7 +6,7 @@
 -- its range with items made in the same milliseconds, which the reads
 -- filter out by `batch_id`. `items_by_batch` cost an entry per item on
 -- insert here, and on PostgreSQL one more for each non-HOT update (each
--- claim and end) as well (postgres_v12_fewer_index_entries.sql).
+-- claim and end) as well (21_fewer_index_entries.postgres.sql).
 
 ALTER TABLE batches ADD COLUMN first_item TEXT;
 ALTER TABLE batches ADD COLUMN last_item TEXT;

@@ -1,5 +1,5 @@
 -- Step 2: the nodes of the grid and which node holds what (SQLite's
--- schema_v10_nodes.sql says what each column is for).
+-- 10_nodes.sqlite.sql says what each column is for).
 
 CREATE TABLE IF NOT EXISTS nodes (
     name          TEXT PRIMARY KEY,

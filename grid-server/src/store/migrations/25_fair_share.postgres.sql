@@ -1,5 +1,5 @@
 -- Step 16: accounts take turns in the capture queue (SQLite's
--- schema_v21_fair_share.sql says how). A column with a constant default is
+-- 25_fair_share.sqlite.sql says how). A column with a constant default is
 -- added without rewriting the table.
 
 ALTER TABLE items ADD COLUMN IF NOT EXISTS fair_tag BIGINT NOT NULL DEFAULT 0;

@@ -1,5 +1,5 @@
 -- Step 4: the queue's indexes hold only the items each finds (SQLite's
--- schema_v12_queue_indexes.sql says why).
+-- 12_queue_indexes.sqlite.sql says why).
 
 DROP INDEX IF EXISTS items_queue;
 DROP INDEX IF EXISTS items_delayed;

@@ -1,6 +1,6 @@
 -- Migration 15: an item's meta file is kept in the row of another of its
 -- files (`meta_*`), not in a row of its own; read through the view
--- `item_files`. The same step as SQLite's schema_v20_meta_beside.sql,
+-- `item_files`. The same step as SQLite's 24_meta_beside.sqlite.sql,
 -- which says why.
 --
 -- Measured with pg_stat_statements in bench/scale_out.sh (docs/scale-out.md,

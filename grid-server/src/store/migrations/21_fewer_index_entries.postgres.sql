@@ -11,7 +11,7 @@
 --   (`ledger_pages`, the account's pages). The pages' index becomes the
 --   primary key; no statement finds an entry by its id alone.
 -- * `items_by_batch` found a batch's items, which are now read as a range
---   of the items' primary key (SQLite's schema_v19_batch_item_ranges.sql
+--   of the items' primary key (SQLite's 19_batch_item_ranges.sqlite.sql
 --   says how): it cost an entry per insert, claim and end.
 --
 -- SQLite keeps both keys of the first two: there `seq` and the ledger's

@@ -1,5 +1,5 @@
 -- Grid's PostgreSQL store, step 1: the same tables as SQLite's steps 1 to 8
--- (schema.sql .. schema_v8_key_rate_limits.sql; see them for what each
+-- (01_base.sqlite.sql .. 08_key_rate_limits.sqlite.sql; see them for what each
 -- column holds). Integers are BIGINT and booleans BIGINT 0/1, as SQLite
 -- stores them, so one SQL text serves both. Every change is a new step in
 -- store/postgres.rs; never edit a released step.
