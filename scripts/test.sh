@@ -143,6 +143,11 @@ if [ "$#" -eq 0 ]; then
     fi
     export RUSTC_WORKSPACE_WRAPPER="$clippy_driver"
 fi
+# A clean checkout (CI) gains nothing from incremental compilation's caches:
+# without them the one build is quicker and writes gigabytes less.
+if [ "${CI:-}" = "true" ]; then
+    export CARGO_INCREMENTAL=0
+fi
 build_log="$(mktemp)"
 say "building the workspace (linted): cargo build --workspace --bins --tests"
 cargo build --workspace --bins --tests 2>&1 | tee "$build_log"
