@@ -46,3 +46,27 @@ impl Drop for InlineGuard {
         INLINE.with(|i| i.set(false));
     }
 }
+
+/// Polls `f` to its end on this thread, parking it between wake-ups: for
+/// the simulation's thread, which must wait for a future driven by another
+/// runtime (the PostgreSQL store's) without blocking its own in place.
+#[cfg(test)]
+pub fn park_on<F: std::future::Future>(f: F) -> F::Output {
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park();
+    }
+}

@@ -148,19 +148,16 @@ impl Postgres {
     /// `Store::read`/`write` run closures) that is a plain `block_on`; the
     /// few calls made on a worker of the server's runtime (the start, the
     /// first-start account) first tell that runtime the thread will block.
-    fn block_on<F>(&self, f: F) -> F::Output
-    where
-        F: Future + Send,
-        F::Output: Send,
-    {
+    fn block_on<F: Future>(&self, f: F) -> F::Output {
         // The simulation's one thread runs a current-thread runtime, which
-        // cannot block in place: the store's runtime drives `f` on a scoped
-        // thread while the simulation's waits, so it still takes one step
-        // at a time, and its paused clock does not move meanwhile.
+        // cannot block in place: `f` is polled on this thread in the store
+        // runtime's context (its connections' tasks run on that runtime's
+        // threads and wake this one), so the simulation still takes one
+        // step at a time, its paused clock standing still meanwhile.
         #[cfg(test)]
         if crate::blocking::inline() {
-            return std::thread::scope(|s| s.spawn(|| self.runtime.block_on(f)).join())
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            let _entered = self.runtime.enter();
+            return crate::blocking::park_on(f);
         }
         match tokio::runtime::Handle::try_current() {
             Ok(_) => tokio::task::block_in_place(|| self.runtime.block_on(f)),
@@ -518,11 +515,7 @@ enum Driver<'a> {
 }
 
 impl Driver<'_> {
-    fn block_on<F>(&self, f: F) -> F::Output
-    where
-        F: Future + Send,
-        F::Output: Send,
-    {
+    fn block_on<F: Future>(&self, f: F) -> F::Output {
         match self {
             Driver::Shared(store) => store.block_on(f),
             Driver::Own(runtime) => runtime.block_on(f),
