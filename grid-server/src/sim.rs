@@ -1268,9 +1268,14 @@ fn seeds_3_mod_4_keep_the_invariants_and_end_with_nothing_owed() {
 /// after every step included).
 #[test]
 fn a_seed_replays_byte_for_byte() {
-    for seed in (0..8).chain([1234]) {
-        let [first, second] = [(); 2].map(|()| run_seed(seed, &[]));
-        assert_passed(seed, &first, "a_seed_replays_byte_for_byte");
+    replays((0..8).chain([1234]), On::Sqlite, "a_seed_replays_byte_for_byte");
+}
+
+/// Runs each seed twice on `on` and compares the logs.
+fn replays(seeds: impl Iterator<Item = u64>, on: On, test: &str) {
+    for seed in seeds {
+        let [first, second] = [(); 2].map(|()| run_seed_on(seed, &[], on));
+        assert_passed(seed, &first, test);
         let (first, second) = (first.log.join("\n"), second.log.join("\n"));
         assert!(first.len() > 1_000, "a short log: {first}");
         assert!(first == second, "seed {seed} ran two ways:\n{first}\n---\n{second}");
@@ -1309,13 +1314,7 @@ fn on_postgres_seeds_keep_the_invariants_and_end_with_nothing_owed() {
 /// On PostgreSQL too, the same seed twice writes the same log, byte for byte.
 #[test]
 fn on_postgres_a_seed_replays_byte_for_byte() {
-    for seed in [0, 1234] {
-        let [first, second] = [(); 2].map(|()| run_seed_on(seed, &[], On::Postgres));
-        assert_passed(seed, &first, "on_postgres_a_seed_replays_byte_for_byte");
-        let (first, second) = (first.log.join("\n"), second.log.join("\n"));
-        assert!(first.len() > 1_000, "a short log: {first}");
-        assert!(first == second, "seed {seed} ran two ways:\n{first}\n---\n{second}");
-    }
+    replays([0, 1234].into_iter(), On::Postgres, "on_postgres_a_seed_replays_byte_for_byte");
 }
 
 /// The planted double release is caught on PostgreSQL as on SQLite.
