@@ -216,6 +216,8 @@ impl Cdp {
     /// no longer the initial `about:blank`; returns `readyState location.href` as last seen. Never an error: a
     /// page that does not load is for the caller to judge by what it shows.
     pub async fn settle(&mut self, session: &str, within: Duration) -> String {
+        // A bounded look, not a wait that fails: at the bound it answers
+        // what it saw.
         let deadline = Instant::now() + within;
         let mut last = String::new();
         loop {
@@ -249,24 +251,28 @@ impl Cdp {
     }
 
     /// Opens `url` in a new page, attaches to it and waits until it has
-    /// loaded; returns (targetId, sessionId).
+    /// loaded (failing the test after 20 s); returns (targetId, sessionId),
+    /// or the error of a CDP call.
     pub async fn open_page(&mut self, url: &str) -> Result<(String, String), String> {
         let target = self.call("Target.createTarget", json!({"url": url}), None).await?;
         let target_id = target["targetId"].as_str().ok_or_else(|| format!("no targetId: {target}"))?.to_string();
         let session = self.attach(&target_id).await?;
-        let deadline = Instant::now() + LOAD_TIMEOUT;
-        loop {
-            let state = self.evaluate(&session, "document.readyState + ' ' + location.href").await?;
-            let state = state.as_str().unwrap_or_default().to_string();
+        // The probe's future borrows the connection, so it is lent through a
+        // lock. A failed evaluation ends the wait with its error.
+        let conn = tokio::sync::Mutex::new(&mut *self);
+        let loaded = crate::wait::wait_for(&format!("{url} loaded"), LOAD_TIMEOUT, || async {
+            let state = match conn.lock().await.evaluate(&session, "document.readyState + ' ' + location.href").await {
+                Ok(state) => state.as_str().unwrap_or_default().to_string(),
+                Err(e) => return Ok(Err(e)),
+            };
             // about:blank is complete before the navigation has begun.
-            if state.starts_with("complete ") && !state.ends_with(" about:blank") {
-                return Ok((target_id, session));
+            match state.starts_with("complete ") && !state.ends_with(" about:blank") {
+                true => Ok(Ok(())),
+                false => Err(state),
             }
-            if Instant::now() >= deadline {
-                return Err(format!("{url} not loaded within {LOAD_TIMEOUT:?}: {state}"));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await;
+        loaded.map(|()| (target_id, session))
     }
 
     /// `Runtime.evaluate` in a page session, by value; an exception is an Err.

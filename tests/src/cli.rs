@@ -64,6 +64,8 @@ pub fn run_cli(args: &[&str], env: &[(&str, &str)], timeout: Duration) -> CliOut
         let _ = err.read_to_string(&mut s);
         s
     });
+    // A time limit, not a wait that fails: at the limit the command is
+    // killed and what it printed goes to the caller to judge.
     let deadline = Instant::now() + timeout;
     let code = loop {
         match child.try_wait().expect("wait for grid") {

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use grid_core::time::Millis;
 use serde_json::{json, Value};
@@ -92,15 +92,14 @@ pub const ENGINE_CLOCK_SLACK_MS: i64 = 100;
 /// server starts; the contract says to resend with the same
 /// idempotencyKey), for up to 20 s. Returns the first other answer.
 pub async fn post_job_as(server: &GridServer, key: &str, body: &Value) -> Resp {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    crate::wait::wait_for("POST /jobs answered other than 503 COMPUTE_UNAVAILABLE", Duration::from_secs(20), || async {
         let r = server.post_as(Some(key), "/jobs", Some(body)).await;
-        if r.status == 503 && r.error() == "COMPUTE_UNAVAILABLE" && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            continue;
+        match r.status == 503 && r.error() == "COMPUTE_UNAVAILABLE" {
+            true => Err(r.to_string()),
+            false => Ok(r),
         }
-        return r;
-    }
+    })
+    .await
 }
 
 /// [`post_job_as`], asserting 202 with a new record (ACCEPTED, attempt 0).
@@ -159,19 +158,21 @@ pub fn is_finished(record: &Value) -> bool {
 pub async fn wait_finished(server: &GridServer, id: &str) -> Value {
     let record = wait_job(server, id, JOB_TIMEOUT, is_finished).await.0;
     let attempt = record["attempt"].as_u64().unwrap_or(0) as u32;
-    wait_container_removed(server, id, attempt).await;
+    wait_container_removed(id, attempt).await;
     record
 }
 
 /// Polls until no container of the job's attempt is left on the engine.
-pub async fn wait_container_removed(server: &GridServer, id: &str, attempt: u32) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while attempt > 0 && !all_containers(id, attempt).is_empty() {
-        if Instant::now() >= deadline {
-            server.fail(&format!("container grid-{id}-{attempt} not removed: {:?}", all_containers(id, attempt)));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+pub async fn wait_container_removed(id: &str, attempt: u32) {
+    if attempt == 0 {
+        return;
     }
+    let what = format!("container grid-{id}-{attempt} removed");
+    crate::wait::wait_until(&what, Duration::from_secs(20), || match all_containers(id, attempt) {
+        left if left.is_empty() => Ok(()),
+        left => Err(format!("{left:?}")),
+    })
+    .await;
 }
 
 /// Waits until the job is RUNNING (its container started).

@@ -4,6 +4,7 @@
 //! The server's stderr (its tracing log) goes to a file; when a test panics
 //! while a `GridServer` is alive, its drop prints the log's last lines.
 
+use std::cell::RefCell;
 use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -17,6 +18,7 @@ use serde_json::Value;
 use crate::bins::{grid_server_bin, scrub_env};
 use crate::http::{http_client, http_client_trusting, Resp};
 use crate::store::{cluster_url, test_store, Database, TestStore};
+use crate::wait::{block_until, wait_for, wait_until, Within};
 
 /// How long to wait for `{"event":"listening"}` after spawning.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
@@ -378,6 +380,8 @@ impl GridServer {
             }
         });
         self.child = Some(child);
+        // Not a wait on a condition polled: the lines come through a
+        // channel, each read with what is left of the start's time.
         let deadline = Instant::now() + START_TIMEOUT;
         let mut first_start = None;
         loop {
@@ -507,13 +511,12 @@ impl GridServer {
         std::fs::rename(&tmp, self.skew_path()).expect("moving the clock skew in place");
         if self.child.is_some() && ms > 0 {
             let taken = format!("skew_ms={skew}");
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while !self.plain_log().split_whitespace().any(|w| w == taken) {
-                if Instant::now() >= deadline {
-                    self.fail(&format!("the server did not take the clock skew {skew} ms within 10 s"));
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
+            let what = format!("the server taking the clock skew {skew} ms");
+            let within = Within::new(Duration::from_secs(10)).every(Duration::from_millis(10));
+            block_until(&what, within, || match self.plain_log().split_whitespace().any(|w| w == taken) {
+                true => Ok(()),
+                false => Err("no such line in its log".to_string()),
+            });
         }
         self.now_ms()
     }
@@ -602,26 +605,22 @@ impl GridServer {
 
     /// SIGTERM, then wait up to 20 s for the exit.
     pub fn sigterm(&mut self) -> ExitStatus {
-        let Some(mut child) = self.child.take() else { self.fail("sigterm: server not running") };
+        let Some(child) = self.child.as_mut() else { self.fail("sigterm: server not running") };
         // SAFETY: kill(2) on the pid of a child we have not reaped yet.
         unsafe {
             libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
         }
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            match child.try_wait() {
-                Ok(Some(status)) => {
-                    self.forget_process();
-                    return status;
-                }
-                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
-                _ => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    self.fail("grid-server did not exit within 20 s of SIGTERM")
-                }
-            }
-        }
+        // The child stays in `self.child` while waiting: one that outlives
+        // the wait is killed as the failing test drops the server.
+        let status =
+            block_until("grid-server exiting on SIGTERM", Duration::from_secs(20), || match child.try_wait() {
+                Ok(Some(status)) => Ok(status),
+                Ok(None) => Err("still running".to_string()),
+                Err(e) => panic!("waiting for grid-server: {e}"),
+            });
+        self.child = None;
+        self.forget_process();
+        status
     }
 
     /// Starts the server again on the same data dir and port. A running
@@ -631,17 +630,13 @@ impl GridServer {
             self.sigterm();
         }
         // The old socket may linger a moment; retry while the port is busy.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            match self.spawn(false) {
-                Ok(_) => return,
-                Err(StartError::AddrInUse) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(200))
-                }
-                Err(StartError::AddrInUse) => self.fail(&format!("restart: port {} stayed in use", self.port)),
-                Err(StartError::Other(e)) => self.fail(&format!("restart: {e}")),
-            }
-        }
+        let what = format!("restart: port {} free", self.port);
+        let within = Within::new(Duration::from_secs(10)).every(Duration::from_millis(200));
+        block_until(&what, within, || match self.spawn(false) {
+            Ok(_) => Ok(()),
+            Err(StartError::AddrInUse) => Err("in use".to_string()),
+            Err(StartError::Other(e)) => self.fail(&format!("restart: {e}")),
+        });
     }
 
     /// Replaces the extra `serve` flags used by later `restart`s (for
@@ -797,14 +792,12 @@ impl GridServer {
             .write(true)
             .open(&shm)
             .unwrap_or_else(|e| self.fail(&format!("open {}: {e}", shm.display())));
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            match posix_lock(&file, libc::F_WRLCK as libc::c_short, len) {
-                Ok(()) => return DbLock::Sqlite(file),
-                Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(1)),
-                Err(e) => self.fail(&format!("could not lock {} within 10 s: {e}", shm.display())),
-            }
-        }
+        let what = format!("a write lock on {}", shm.display());
+        let within = Within::new(Duration::from_secs(10)).every(Duration::from_millis(1));
+        block_until(&what, within, || {
+            posix_lock(&file, libc::F_WRLCK as libc::c_short, len).map_err(|e| e.to_string())
+        });
+        DbLock::Sqlite(file)
     }
 
     // ----- raw HTTP -----
@@ -941,23 +934,19 @@ impl GridServer {
     /// within the accounting time-out, which a loaded CI machine can stall
     /// past for a moment.
     pub async fn wait_batch_done_as(&self, key: &str, batch_id: &str, timeout: Duration) -> Value {
-        let deadline = Instant::now() + timeout;
-        loop {
+        wait_for(&format!("batch {batch_id} done"), timeout, || async {
             let r = self.get_as(Some(key), &format!("/batches/{batch_id}")).await;
-            if r.status == 503 && r.error() == "accounting_unavailable" && Instant::now() < deadline {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
+            if r.status == 503 && r.error() == "accounting_unavailable" {
+                return Err(r.to_string());
             }
             let b = self.batch_answer(batch_id, r);
             let count = |k: &str| b["counts"][k].as_u64().unwrap_or(0);
-            if b["total"].as_u64().is_some() && count("completed") + count("failed") == b["total"].as_u64().unwrap() {
-                return b;
+            match b["total"].as_u64() {
+                Some(total) if count("completed") + count("failed") == total => Ok(b),
+                _ => Err(format!("counts {}", b["counts"])),
             }
-            if Instant::now() >= deadline {
-                self.fail(&format!("batch {batch_id} not done within {timeout:?}: counts {}", b["counts"]));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        })
+        .await
     }
 
     pub async fn wait_batch_done(&self, batch_id: &str, timeout: Duration) -> Value {
@@ -1001,23 +990,26 @@ impl GridServer {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Value>,
     {
-        let deadline = Instant::now() + timeout;
-        let mut seen: Vec<String> = Vec::new();
-        loop {
-            let value = read().await;
-            if let Some(s) = value[field].as_str() {
-                if seen.last().map(String::as_str) != Some(s) {
-                    seen.push(s.to_string());
+        let seen: RefCell<Vec<String>> = RefCell::default();
+        let (seen_ref, done) = (&seen, &done);
+        let value = wait_for(&format!("{what} done"), Within::new(timeout).every(poll), || {
+            let reading = read();
+            async move {
+                let value = reading.await;
+                let mut seen = seen_ref.borrow_mut();
+                if let Some(s) = value[field].as_str() {
+                    if seen.last().map(String::as_str) != Some(s) {
+                        seen.push(s.to_string());
+                    }
+                }
+                match done(&value) {
+                    true => Ok(value),
+                    false => Err(format!("{field} values seen {seen:?}; last {value}")),
                 }
             }
-            if done(&value) {
-                return (value, seen);
-            }
-            if Instant::now() >= deadline {
-                self.fail(&format!("{what} not done within {timeout:?}; {field} values seen {seen:?}; last {value}"));
-            }
-            tokio::time::sleep(poll).await;
-        }
+        })
+        .await;
+        (value, seen.into_inner())
     }
 
     /// Waits until the item is completed or failed.
@@ -1030,24 +1022,23 @@ impl GridServer {
     /// `SETTLED_HOLDS` (no late double charge: an attempt's end stored
     /// twice, a stale end of a node taken for dead).
     pub async fn wait_settled(&self, account_id: &str, expected_credit: i64, timeout: Duration) -> Value {
-        let deadline = Instant::now() + timeout;
-        loop {
+        let what = format!("account {account_id} settled to creditMicros {expected_credit}, reservedMicros 0");
+        // Every 200 ms: each look runs `account show`, a process.
+        let within = Within::new(timeout).every(Duration::from_millis(200));
+        let acc = wait_until(&what, within, || {
             let acc = self.account_show(account_id);
-            if acc["reservedMicros"].as_i64() == Some(0) && acc["creditMicros"].as_i64() == Some(expected_credit) {
-                tokio::time::sleep(SETTLED_HOLDS).await;
-                let again = self.account_show(account_id);
-                if again != acc {
-                    self.fail(&format!("ledger moved after settling: {acc} then {again}"));
-                }
-                return acc;
+            match acc["reservedMicros"].as_i64() == Some(0) && acc["creditMicros"].as_i64() == Some(expected_credit) {
+                true => Ok(acc),
+                false => Err(acc.to_string()),
             }
-            if Instant::now() >= deadline {
-                self.fail(&format!(
-                    "account {account_id} not settled to creditMicros {expected_credit}, reservedMicros 0 within {timeout:?}: {acc}"
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+        })
+        .await;
+        tokio::time::sleep(SETTLED_HOLDS).await;
+        let again = self.account_show(account_id);
+        if again != acc {
+            self.fail(&format!("ledger moved after settling: {acc} then {again}"));
         }
+        acc
     }
 
     /// GET /artifacts/{item}/{kind} → the signed URL (asserting 200).

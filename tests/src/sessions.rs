@@ -60,16 +60,14 @@ pub async fn lease_as(server: &GridServer, key: &str, body: Value) -> Lease {
 /// entry and the moment the answer saying so was read. The list never shows
 /// a cdpUrl, nor an attestation while pending.
 pub async fn wait_running_as(server: &GridServer, key: &str, id: &str) -> (Value, Instant) {
-    let deadline = Instant::now() + RUNNING_WITHIN;
-    loop {
+    crate::wait::wait_for(&format!("session {id} running"), RUNNING_WITHIN, || async {
         let r = server.get_as(Some(key), "/sessions").await;
         let seen = Instant::now();
         // A read that found the store too slow (a test's short
         // --accounting-timeout-ms on a busy machine) is retried, as the
         // contract tells clients to.
-        if r.status == 503 && r.json["error"] == "accounting_unavailable" && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            continue;
+        if r.status == 503 && r.json["error"] == "accounting_unavailable" {
+            return Err(format!("GET /sessions: {r}"));
         }
         if r.status != 200 {
             server.fail(&format!("GET /sessions: expected 200, got {r}"));
@@ -79,16 +77,16 @@ pub async fn wait_running_as(server: &GridServer, key: &str, id: &str) -> (Value
             assert!(s.get("cdpUrl").is_none(), "GET /sessions shows the cdpUrl: {s}");
         }
         match listed {
-            Some(s) if s["status"] == "running" => return (s, seen),
-            Some(s) if s["status"] == "pending" => assert_eq!(s["attestation"], Value::Null, "{s}"),
+            Some(s) if s["status"] == "running" => Ok((s, seen)),
+            Some(s) if s["status"] == "pending" => {
+                assert_eq!(s["attestation"], Value::Null, "{s}");
+                Err(s.to_string())
+            }
             Some(s) => server.fail(&format!("session {id}: unexpected status: {s}")),
             None => server.fail(&format!("session {id} ended before it ran: {r}")),
         }
-        if Instant::now() >= deadline {
-            server.fail(&format!("session {id} not running within {RUNNING_WITHIN:?}"));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await
 }
 
 /// Leases with `key`, waits until running and connects a CDP client.

@@ -17,7 +17,7 @@
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub const SQUID: &str = "/usr/sbin/squid";
 const SHIPPED_CONF: &str = "/etc/squid/squid.conf";
@@ -60,14 +60,15 @@ impl Squid {
     }
 
     fn wait_listening(&mut self) {
-        let deadline = Instant::now() + START_TIMEOUT;
-        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+        crate::wait::block_until("squid listening", START_TIMEOUT, || {
+            if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return Ok(());
+            }
             if let Ok(Some(status)) = self.child.try_wait() {
                 panic!("squid exited ({status}) before listening:\n{}", self.logs());
             }
-            assert!(Instant::now() < deadline, "squid not listening within {START_TIMEOUT:?}:\n{}", self.logs());
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            Err(format!("no listener\n{}", self.logs()))
+        })
     }
 
     /// `http://127.0.0.1:<port>`, for a `proxy.server`.

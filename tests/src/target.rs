@@ -718,11 +718,12 @@ mod tests {
         let target = Target::start();
         let c = client();
         let held = tokio::spawn(c.get(target.url("/gate/a")).send());
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while target.hits("/gate/a") == 0 {
-            assert!(std::time::Instant::now() < deadline, "the request never reached the gate");
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let within = crate::wait::Within::new(Duration::from_secs(10)).every(Duration::from_millis(10));
+        crate::wait::wait_until("the request reaching the gate", within, || match target.hits("/gate/a") {
+            0 => Err("no request".to_string()),
+            _ => Ok(()),
+        })
+        .await;
         let closed = c.get(target.url("/gate/b")).timeout(Duration::from_millis(200)).send().await;
         assert!(closed.unwrap_err().is_timeout(), "the closed gate answered");
         assert!(!held.is_finished(), "the closed gate answered");

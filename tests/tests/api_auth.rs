@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 
 use grid_tests::http::assert_error;
 use grid_tests::server::{GridServer, ServerOptions};
+use grid_tests::wait::wait_for;
 
 /// Authenticated endpoints of this release, with a body where they take one.
 fn authenticated_calls() -> Vec<(Method, &'static str, Option<Value>)> {
@@ -150,15 +151,14 @@ async fn locked_accounting_db_is_503_accounting_unavailable() {
 
     // Safe to resend: once the database answers, the same call works and the
     // refused submission left nothing behind.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    wait_for("GET /grid 200 after the lock was released", Duration::from_secs(10), || async {
         let r = server.get("/grid").await;
-        if r.status == 200 {
-            break;
+        match r.status {
+            200 => Ok(()),
+            _ => Err(r.to_string()),
         }
-        assert!(Instant::now() < deadline, "still {r} after the lock was released");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
     let acc = server.account_show(server.account_id());
     assert_eq!(acc["reservedMicros"], json!(0), "{acc}");
 }

@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 
 use grid_tests::server::{GridServer, ServerOptions};
 use grid_tests::target::{browser_pages, Target};
+use grid_tests::wait::wait_until;
 use grid_tests::DEFAULT_INITIAL_CREDIT_MICROS;
 
 /// Chromium on two cores is slow to start; items get generous deadlines.
@@ -194,10 +195,13 @@ async fn websocket_to_a_host_outside_allowed_hosts_is_refused_at_the_edge() {
     // Listed, the host is reached through the same proxy.
     completed(&server, json!({"urls": [url], "script": "render-fetch", "params": {"allowedHosts": ["localhost"]}}))
         .await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while reached.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until("the allowed WebSocket getting through", Duration::from_secs(10), || {
+        match reached.load(Ordering::SeqCst) {
+            0 => Err("not reached".to_string()),
+            _ => Ok(()),
+        }
+    })
+    .await;
     assert_eq!(reached.load(Ordering::SeqCst), 1, "an allowed WebSocket did not get through");
 }
 
@@ -363,11 +367,11 @@ async fn both_engines_run_their_renderers_in_chromiums_own_sandbox() {
         server.submit_one(&json!({"urls": [url], "script": "render-fetch", "profileId": profile})).await;
     }
     // Both pages are being loaded once the target has both requests.
-    let deadline = Instant::now() + DONE;
-    while target.hits("/slow") < 2 {
-        assert!(Instant::now() < deadline, "the browsers never requested the pages");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until("the browsers requesting both pages", DONE, || match target.hits("/slow") {
+        2.. => Ok(()),
+        n => Err(format!("{n} requests")),
+    })
+    .await;
     let chromium: Vec<i32> = host::descendants(server.pid().expect("server pid") as i32)
         .into_iter()
         .filter(|p| host::is_chromium(*p))
@@ -523,11 +527,11 @@ async fn crashed_browser_is_replaced_and_its_item_retried() {
     let server = GridServer::start(no_spare());
     let id = server.submit_one(&json!({"urls": [target.url("/slow?ms=4000")], "script": "render-fetch"})).await;
     // Once the browser asked for the page, kill it.
-    let deadline = Instant::now() + DONE;
-    while target.hits("/slow") == 0 {
-        assert!(Instant::now() < deadline, "the browser never requested the page");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_until("the browser requesting the page", DONE, || match target.hits("/slow") {
+        0 => Err("no request".to_string()),
+        _ => Ok(()),
+    })
+    .await;
     let browsers = chromium_children(server.pid().expect("server pid"));
     assert_eq!(browsers.len(), 1, "expected one Chromium child of the server: {browsers:?}");
     // SAFETY: kill(2) on a process this test found as the server's child.

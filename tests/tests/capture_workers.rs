@@ -6,11 +6,12 @@
 //!
 //! Runs on: both stores, because workers claim from the store's queue.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use grid_tests::metrics::{scrape, value};
 use grid_tests::server::{free_port, GridServer, ServerOptions};
 use grid_tests::target::{Hold, Target};
+use grid_tests::wait::{wait_for, Within};
 
 const CEILING: u32 = 4;
 const WAIT: Duration = Duration::from_secs(60);
@@ -56,11 +57,13 @@ async fn workers_grow_with_the_queue_up_to_the_ceiling_and_none_run_when_idle() 
 
     // Two items: two workers, though four may run.
     let two = server.submit_fetch(&hold_urls(&target, "two-", 2, 3_000)).await;
-    let deadline = Instant::now() + WAIT;
-    while workers(port).await.0 < 2 {
-        assert!(Instant::now() < deadline, "two items never had two workers: {:?}", workers(port).await);
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for("two items having two workers", WAIT, || async {
+        match workers(port).await {
+            (busy, ..) if busy >= 2 => Ok(()),
+            seen => Err(format!("{seen:?}")),
+        }
+    })
+    .await;
     assert_eq!(workers(port).await, (2, 0, u64::from(CEILING)));
     assert_eq!(grid_workers(&server).await, 2);
     server.wait_batch_done(&two, WAIT).await;
@@ -68,28 +71,31 @@ async fn workers_grow_with_the_queue_up_to_the_ceiling_and_none_run_when_idle() 
 
     // Twelve items: the pool grows to the ceiling and no further.
     let many = server.submit_fetch(&hold_urls(&target, "many-", 12, 800)).await;
-    let deadline = Instant::now() + WAIT;
-    let mut most_busy = 0;
-    loop {
+    // Every 20 ms: the pool's size is sampled on the way.
+    let most_busy = std::cell::Cell::new(0);
+    wait_for("the batch done", Within::new(WAIT).every(Duration::from_millis(20)), || async {
         let (busy, _, _) = workers(port).await;
         assert!(busy <= u64::from(CEILING), "{busy} workers over a ceiling of {CEILING}");
-        most_busy = most_busy.max(busy);
+        most_busy.set(most_busy.get().max(busy));
         let b = server.batch(&many).await;
-        if b["counts"]["completed"].as_u64() == Some(12) {
-            break;
+        match b["counts"]["completed"].as_u64() == Some(12) {
+            true => Ok(()),
+            false => Err(b.to_string()),
         }
-        assert!(Instant::now() < deadline, "batch not done: {b}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
+    let most_busy = most_busy.get();
     assert_eq!(most_busy, u64::from(CEILING), "the pool never reached its ceiling");
     let many_holds: Vec<Hold> = target.holds().into_iter().filter(|h| h.tag.starts_with("many-")).collect();
     assert_eq!(many_holds.len(), 12);
     assert_eq!(most_at_once(&many_holds), CEILING as usize, "the target saw another number in flight at once");
 
     // Idle again: the workers are gone and nothing is held for them.
-    let deadline = Instant::now() + WAIT;
-    while workers(port).await != (0, 0, u64::from(CEILING)) || grid_workers(&server).await != 0 {
-        assert!(Instant::now() < deadline, "workers left on an idle grid: {:?}", workers(port).await);
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for("no workers left on an idle grid", WAIT, || async {
+        match (workers(port).await, grid_workers(&server).await) {
+            (w, 0) if w == (0, 0, u64::from(CEILING)) => Ok(()),
+            seen => Err(format!("{seen:?}")),
+        }
+    })
+    .await;
 }

@@ -23,6 +23,7 @@ use grid_tests::host;
 use grid_tests::server::{GridServer, ServerOptions};
 use grid_tests::sessions::{lease_running, lease_running_as};
 use grid_tests::target::Target;
+use grid_tests::wait::{wait_for, wait_until, Within};
 
 const MIB: u64 = 1024 * 1024;
 
@@ -308,13 +309,12 @@ async fn downloads_aimed_at_dev_shm_take_no_host_shared_memory() {
         let path = format!("/attachment/shm-{i}.bin");
         let url = target.url(&format!("{path}?n={SIZE}"));
         cdp.send("Page.navigate", json!({"url": url}), Some(&page)).await.unwrap_or_else(|e| server.fail(&e)).ok();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while target.hits(&path) == 0 {
-            if Instant::now() > deadline {
-                server.fail(&format!("the browser never asked for {url}: the attempt proves nothing"));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let what = format!("the browser asking for {url} (else the attempt proves nothing)");
+        wait_until(&what, Duration::from_secs(30), || match target.hits(&path) {
+            0 => Err("no request".to_string()),
+            _ => Ok(()),
+        })
+        .await;
     }
     // Until every download has ended: no partial file in the browser's
     // /dev/shm or in the session's folder, and neither changed over three
@@ -327,18 +327,21 @@ async fn downloads_aimed_at_dev_shm_take_no_host_shared_memory() {
         }
         seen
     };
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let (mut last, mut same) = (look(), 0);
-    while same < 3 {
-        if Instant::now() > deadline {
-            server.fail(&format!("the downloads never ended: {last:?}"));
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
+    let (mut last, mut same) = (None, 0);
+    let within = Within::new(Duration::from_secs(120)).every(Duration::from_secs(1));
+    wait_until("the downloads ended", within, || {
         let now = look();
         let partial = now.iter().any(|(name, _)| name.ends_with(".crdownload") || name.starts_with(".com.google"));
-        same = if now == last && !partial { same + 1 } else { 0 };
-        last = now;
-    }
+        same = if last.as_ref() == Some(&now) && !partial { same + 1 } else { 0 };
+        let seen = format!("{now:?}");
+        last = Some(now);
+        match same {
+            3.. => Ok(()),
+            _ => Err(seen),
+        }
+    })
+    .await;
+    let last = last.unwrap_or_default();
     let grown = host_shmem().saturating_sub(before);
     let in_shm: Vec<&(String, u64)> = last.iter().filter(|(name, _)| name.starts_with("shm-")).collect();
     assert!(
@@ -464,19 +467,19 @@ async fn a_neighbour_spinning_many_threads_gets_one_browsers_share_of_the_cpu() 
         neighbour.evaluate(&tab, SPIN).await.unwrap_or_else(|e| server.fail(&e));
         tabs.push(tab);
     }
-    let deadline = Instant::now() + Duration::from_secs(60);
-    for tab in &tabs {
-        loop {
-            let n = neighbour.evaluate(tab, "window.spinning").await.unwrap_or_else(|e| server.fail(&e));
-            if n.as_u64() == Some(4) {
-                break;
+    // The probe's future borrows the connection, so it is lent through a lock.
+    let spinner = tokio::sync::Mutex::new(&mut neighbour);
+    wait_for("the neighbour's workers all started", Duration::from_secs(60), || async {
+        let mut spinner = spinner.lock().await;
+        for tab in &tabs {
+            let n = spinner.evaluate(tab, "window.spinning").await.unwrap_or_else(|e| server.fail(&e));
+            if n.as_u64() != Some(4) {
+                return Err(format!("tab {tab}: {n} spinning"));
             }
-            if Instant::now() > deadline {
-                server.fail(&format!("the neighbour's workers never all started: {n}"));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-    }
+        Ok(())
+    })
+    .await;
     let beside = work_ms(&server, &mut victim, &page, rounds).await;
     let ratio = beside / alone;
     assert!(
@@ -531,6 +534,8 @@ async fn a_thread_bomb_stops_at_the_browsers_task_bound() {
     // in a row), keeping the peak: on a busy machine the workers' threads may start only
     // seconds after the page made them, so a count still at its start is not yet an answer.
     let (mut peak, mut last, mut same) = (0, u64::MAX, 0);
+    // Not a wait that fails: it samples for at most 60 s, and the asserts
+    // below judge the peak whether or not the count came to rest.
     let deadline = Instant::now() + Duration::from_secs(60);
     while (same < 5 || peak <= BOUND / 2) && Instant::now() < deadline {
         let now = tasks_of_uid(uid);

@@ -13,12 +13,13 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use grid_tests::http::Resp;
 use grid_tests::server::{GridServer, ServerOptions};
 use grid_tests::sessions::{iso_ms, lease_as, release_as, wait_running_as};
 use grid_tests::target::Target;
+use grid_tests::wait::wait_for;
 use serde_json::{json, Value};
 
 /// The bound the tests run the grid with (`--context-max-kib`): a sign-in
@@ -90,17 +91,14 @@ async fn release(server: &GridServer, key: &str, id: &str) {
 
 /// Waits until `probe` holds for the context's entry.
 async fn wait_context(server: &GridServer, key: &str, id: &str, what: &str, probe: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    wait_for(&format!("context {id}: {what}"), Duration::from_secs(60), || async {
         let c = context_of(server, key, id).await;
-        if probe(&c) {
-            return c;
+        match probe(&c) {
+            true => Ok(c),
+            false => Err(c.to_string()),
         }
-        if Instant::now() > deadline {
-            server.fail(&format!("context {id}: {what} not seen within 60 s: {c}"));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await
 }
 
 /// Files under `dir` holding `needle`, found by reading every regular file.

@@ -7,7 +7,7 @@
 //!
 //! Runs on: both stores, because keys are store rows, read back through grid_tests::stored.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
@@ -16,6 +16,7 @@ use grid_tests::http::{assert_error, http_client, Resp};
 use grid_tests::server::{GridServer, ServerOptions};
 use grid_tests::stored::Table;
 use grid_tests::target::Target;
+use grid_tests::wait::wait_for;
 use grid_tests::FETCH_PRICE_MICROS;
 
 const REPLAYED: &str = "idempotent-replayed";
@@ -186,16 +187,15 @@ async fn a_lease_resend_gives_the_one_session_and_its_working_cdp_url() {
     assert_eq!(server.get("/grid").await.json["sessions"], json!(1));
 
     // The replayed cdpUrl reaches the browser once it runs.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    wait_for("the session running", Duration::from_secs(60), || async {
         let list = server.get("/sessions").await.json;
-        let status = list[0]["status"].clone();
-        if status == "running" {
-            break;
+        match list[0]["status"].as_str() {
+            Some("running") => Ok(()),
+            Some("pending") => Err(list.to_string()),
+            _ => panic!("not running: {list}"),
         }
-        assert!(status == "pending" && Instant::now() < deadline, "not running: {list}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
     let cdp_url = again.json["cdpUrl"].as_str().expect("cdpUrl");
     let version = cdp::json_version(&http_client(), cdp_url).await.unwrap_or_else(|e| server.fail(&e));
     assert!(version["webSocketDebuggerUrl"].is_string(), "{version}");

@@ -32,6 +32,7 @@ use grid_tests::random_secret;
 use grid_tests::server::{GridServer, ServerOptions};
 use grid_tests::sessions::{lease_running, lease_running_as, release};
 use grid_tests::target::{CountingListener, Target};
+use grid_tests::wait::{wait_for, wait_until};
 
 const POLICY: &str = "public-web-only/v1";
 /// The session's own folders, as the browser sees them.
@@ -362,6 +363,8 @@ fn files_below(dir: &Path) -> Vec<String> {
 /// Waits until the target served `path` at least once (bounded), then a
 /// moment longer for the browser to finish writing whatever it got.
 async fn served_then_settled(target: &Target, path: &str) -> bool {
+    // Not a wait that fails: a page never asked for is a finding the
+    // caller reports with the others.
     let deadline = Instant::now() + Duration::from_secs(30);
     while target.hits(path) == 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -527,11 +530,11 @@ async fn control_a_session_without_policy_loads_a_local_page() {
     )
     .await
     .unwrap_or_else(|e| server.fail(&format!("navigating to the counting listener: {e}")));
-    let deadline = Instant::now() + SETTLE;
-    while listener.count() == 0 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(listener.count() >= 1, "a session without policy never reached the counting listener");
+    wait_until("a session without policy reaching the counting listener", SETTLE, || match listener.count() {
+        0 => Err("no connection".to_string()),
+        _ => Ok(()),
+    })
+    .await;
     release(&server, &lease.id).await;
 }
 
@@ -609,13 +612,11 @@ async fn another_browsers_devtools_are_unreachable_from_a_session() {
     cdp_b.open_page(&target.url(&format!("/page/b?secret={secret}"))).await.unwrap_or_else(|e| server.fail(&e));
     // The attacker: session A.
     let (lease_a, mut cdp) = lease_running(&server, json!({"ttlMinutes": 5})).await;
-    let deadline = Instant::now() + ITEMS_DONE;
-    while target.hits(&capture_path) == 0 {
-        if Instant::now() >= deadline {
-            server.fail("the capture browser never asked for its page");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until("the capture browser asking for its page", ITEMS_DONE, || match target.hits(&capture_path) {
+        0 => Err("no request".to_string()),
+        _ => Ok(()),
+    })
+    .await;
     let secrets = [secret.as_str(), capture_secret.as_str()];
 
     // (a) A's own targets.
@@ -839,11 +840,14 @@ async fn a_crashed_session_leaves_no_profile_on_the_host() {
     unsafe {
         libc::kill(browsers[0], libc::SIGKILL);
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while server.get("/sessions").await.json.as_array().is_some_and(|l| l.iter().any(|s| s["sessionId"] == lease.id)) {
-        assert!(Instant::now() < deadline, "the session was not ended as lost");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_for("the session ended as lost", Duration::from_secs(30), || async {
+        let list = server.get("/sessions").await.json;
+        match list.as_array().is_some_and(|l| l.iter().any(|s| s["sessionId"] == lease.id)) {
+            true => Err(list.to_string()),
+            false => Ok(()),
+        }
+    })
+    .await;
     // Its download folder stays for the grace (docs/sessions.md), with
     // nothing in it: the profile never was.
     let downloads = server.data_dir().join("session-downloads").join(&lease.id).join("files");

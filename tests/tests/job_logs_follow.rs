@@ -141,7 +141,7 @@ async fn a_running_attempts_output_is_followed_as_written_through_the_cli_and_ra
     // What was followed is the published log, byte for byte.
     let published = server.get(&format!("/jobs/{id}/logs")).await;
     assert_eq!((published.status, published.text.as_str()), (200, WHOLE), "{published}");
-    wait_container_removed(&server, &id, 1).await;
+    wait_container_removed(&id, 1).await;
 }
 
 #[tokio::test]
@@ -186,8 +186,8 @@ async fn following_an_ended_attempt_answers_its_published_log_and_others_jobs_ar
     assert_eq!(r.status, 401, "{r}");
     server.post(&format!("/jobs/{running}/cancel"), &json!({})).await;
     assert_eq!(wait_finished(&server, &running).await["phase"], "CANCELLED");
-    wait_container_removed(&server, &running, 1).await;
-    wait_container_removed(&server, &id, 1).await;
+    wait_container_removed(&running, 1).await;
+    wait_container_removed(&id, 1).await;
 }
 
 /// The SDK's streaming call sees the first piece of output while the job runs.
@@ -220,5 +220,5 @@ async fn sdk_follow_job_logs_calls_back_as_output_comes() {
     assert_eq!(String::from_utf8_lossy(&all), WHOLE);
     assert_eq!((followed.attempt, followed.byte_length), (1, WHOLE.len() as u64));
     assert_eq!(client.job(&id).await.unwrap().phase.as_str(), "SUCCEEDED");
-    wait_container_removed(&server, &id, 1).await;
+    wait_container_removed(&id, 1).await;
 }

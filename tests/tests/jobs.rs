@@ -8,7 +8,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
@@ -16,6 +16,7 @@ use grid_tests::http::assert_error;
 use grid_tests::jobs::*;
 use grid_tests::server::GridServer;
 use grid_tests::stored::Table;
+use grid_tests::wait::{wait_for, wait_until};
 use grid_tests::DEFAULT_INITIAL_CREDIT_MICROS as INITIAL;
 
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -118,7 +119,7 @@ async fn job_that_prints_hi_succeeds_with_its_log_and_headers() {
     // Tracking has caught up: no degraded header; the container is removed.
     let r = server.get(&format!("/jobs/{id}")).await;
     assert_eq!(r.header("x-grid-compute-degraded"), None, "{:?}", r.headers);
-    wait_container_removed(&server, &id, 1).await;
+    wait_container_removed(&id, 1).await;
     // A SUCCEEDED job is not retryable; cancel leaves it unchanged.
     assert_error(&server.post(&format!("/jobs/{id}/retry"), &json!({})).await, 409, "JOB_NOT_RETRYABLE");
     let c = server.post(&format!("/jobs/{id}/cancel"), &json!({})).await;
@@ -196,7 +197,7 @@ async fn cancel_while_running_ends_cancelled_and_charges_the_run() {
 
     let charge = expected_charge(attempt(&done, 1), 500, 256 * MI, 60);
     server.wait_settled(server.account_id(), INITIAL - charge, SETTLE_TIMEOUT).await;
-    wait_container_removed(&server, &id, 1).await;
+    wait_container_removed(&id, 1).await;
 }
 
 #[tokio::test]
@@ -226,7 +227,7 @@ async fn eviction_with_retries_1_is_replayed_free_and_only_the_replay_is_charged
     let charge = expected_charge(a2, 500, 256 * MI, 60);
     server.wait_settled(server.account_id(), INITIAL - charge, SETTLE_TIMEOUT).await;
     assert_eq!(server.stored().job_ledger(&id), settled_once(&id, DEFAULT_RESERVATION, charge));
-    wait_container_removed(&server, &id, 2).await;
+    wait_container_removed(&id, 2).await;
 }
 
 #[tokio::test]
@@ -586,18 +587,16 @@ async fn reservation_above_credit_is_402_and_creates_no_job() {
 }
 
 async fn wait_finished_as(server: &GridServer, key: &str, id: &str) -> Value {
-    let deadline = Instant::now() + JOB_TIMEOUT;
-    loop {
+    let r = wait_for(&format!("job {id} finished"), JOB_TIMEOUT, || async {
         let r = job_as(server, key, id).await;
-        if is_finished(&r) {
-            wait_container_removed(server, id, 1).await;
-            return r;
+        match is_finished(&r) {
+            true => Ok(r),
+            false => Err(r.to_string()),
         }
-        if Instant::now() >= deadline {
-            server.fail(&format!("job {id} not finished: {r}"));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await;
+    wait_container_removed(id, 1).await;
+    r
 }
 
 #[tokio::test]
@@ -710,7 +709,7 @@ async fn kill_9_while_running_then_restart_finishes_the_job_with_its_log_charged
     let charge = expected_charge(attempt(&done, 1), 500, 256 * MI, 60);
     server.wait_settled(&acc, INITIAL - charge, SETTLE_TIMEOUT).await;
     assert_eq!(server.stored().job_ledger(&id), settled_once(&id, DEFAULT_RESERVATION, charge));
-    wait_container_removed(&server, &id, 1).await;
+    wait_container_removed(&id, 1).await;
 }
 
 // ----- SDK and CLI -----
@@ -727,15 +726,14 @@ async fn sdk_submits_resends_follows_the_log_and_lists() {
         .label("via", "sdk")
         .idempotency_key(unique_key("sdk"))
         .build();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let submitted = loop {
+    let submitted = wait_for("submit_job answered other than retryable", Duration::from_secs(20), || async {
         match client.submit_job(&new_job).await {
-            Err(e) if e.is_retryable() && Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(100)).await
-            }
-            other => break other.unwrap_or_else(|e| server.fail(&format!("submit_job: {e}"))),
+            Err(e) if e.is_retryable() => Err(e.to_string()),
+            other => Ok(other),
         }
-    };
+    })
+    .await
+    .unwrap_or_else(|e| server.fail(&format!("submit_job: {e}")));
     assert!(submitted.created);
     let id = submitted.record.job_id.clone();
     let resent = client.submit_job(&new_job).await.unwrap();
@@ -764,7 +762,7 @@ async fn sdk_submits_resends_follows_the_log_and_lists() {
     assert_eq!((e.status(), e.error_code()), (Some(409), Some("JOB_NOT_RETRYABLE")), "{e}");
     let e = client.job_logs(&id, Some(2)).await.unwrap_err();
     assert_eq!((e.status(), e.error_code()), (Some(404), Some("LOGS_NOT_AVAILABLE")), "{e}");
-    wait_container_removed(&server, &id, 1).await;
+    wait_container_removed(&id, 1).await;
 }
 
 #[tokio::test]
@@ -816,7 +814,7 @@ async fn cli_job_submit_then_logs_follow_prints_hi() {
     assert_eq!(list.stdout.lines().count(), 2, "header and one job: {list}");
     let arts = server.cli(&["job", "artifacts", &id]);
     assert!(arts.success() && arts.stdout.contains(" log "), "{arts}");
-    wait_container_removed(&server, &id, 1).await;
+    wait_container_removed(&id, 1).await;
 }
 
 #[tokio::test]
@@ -839,7 +837,7 @@ async fn cli_job_cancel_and_retry() {
     assert_eq!(retry.json().unwrap()["attempt"], 2, "{retry}");
     let (done, _) = wait_job(&server, &failing, JOB_TIMEOUT, |r| r["attempt"] == 2 && is_finished(r)).await;
     assert_eq!(done["phase"], "FAILED");
-    wait_container_removed(&server, &failing, 2).await;
+    wait_container_removed(&failing, 2).await;
     let first = server.cli(&["job", "logs", &failing, "--attempt", "1"]);
     assert_eq!((first.code, first.stdout.as_str()), (Some(0), "fail\n"), "{first}");
     let missing = server.cli(&["job", "logs", &failing, "--attempt", "3"]);
@@ -882,19 +880,18 @@ async fn the_engine_log_of_a_container_is_capped_within_its_ephemeral_storage() 
             .map(|m| m.len())
             .sum()
     };
-    let mut most = 0;
-    let deadline = Instant::now() + JOB_TIMEOUT;
-    let done = loop {
-        most = most.max(on_host());
+    // The log's size on the host, sampled while the job runs.
+    let most = std::cell::Cell::new(0);
+    let done = wait_for(&format!("job {id} finished"), JOB_TIMEOUT, || async {
+        most.set(most.get().max(on_host()));
         let record = job(&server, &id).await;
-        if is_finished(&record) {
-            break record;
+        match is_finished(&record) {
+            true => Ok(record),
+            false => Err(record.to_string()),
         }
-        if Instant::now() > deadline {
-            server.fail(&format!("job {id} not finished within {JOB_TIMEOUT:?}: {record}"));
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    })
+    .await;
+    let most = most.get();
     assert!(most > BUDGET / 2, "the engine's log never reached one file ({most} bytes): the output was not logged");
     assert!(most <= BUDGET + SLACK, "the engine kept {most} bytes of log on the host, more than {BUDGET}");
 
@@ -904,7 +901,7 @@ async fn the_engine_log_of_a_container_is_capped_within_its_ephemeral_storage() 
     let log = logs(&server, &id, "").await;
     assert_eq!((log.status, log.text.len()), (200, 1_048_576));
     assert!(log.text.bytes().all(|b| b == b'a'));
-    wait_container_removed(&server, &id, 1).await;
+    wait_container_removed(&id, 1).await;
 }
 
 // ----- containment -----
@@ -925,13 +922,12 @@ fn scratch_dir(server: &GridServer, id: &str, attempt: u32) -> std::path::PathBu
 /// after the commit that ends the attempt).
 async fn wait_scratch_removed(server: &GridServer, id: &str, attempt: u32) {
     let dir = scratch_dir(server, id, attempt);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::fs::symlink_metadata(&dir).is_ok() {
-        if Instant::now() > deadline {
-            server.fail(&format!("the scratch {} of job {id} outlived its attempt", dir.display()));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let what = format!("the scratch {} of job {id} removed with its attempt", dir.display());
+    wait_until(&what, Duration::from_secs(20), || match std::fs::symlink_metadata(&dir) {
+        Ok(_) => Err("still there".to_string()),
+        Err(_) => Ok(()),
+    })
+    .await;
 }
 
 /// `docker inspect --format FORMAT container`, trimmed; panics on failure.
@@ -958,15 +954,14 @@ async fn a_job_container_runs_as_non_root_with_no_capabilities_on_a_read_only_ro
     let container = &containers[0];
 
     // The container's first process (the job's `sleep`), as the host's kernel sees it.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let pid = loop {
+    let pid = wait_until(&format!("a process in container {container} of job {id}"), Duration::from_secs(20), || {
         let pid = inspect(container, "{{.State.Pid}}");
         match pid.parse::<u32>() {
-            Ok(p) if p > 0 => break p,
-            _ if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(50)).await,
-            _ => server.fail(&format!("container {container} of job {id} has no process (State.Pid {pid})")),
+            Ok(p) if p > 0 => Ok(p),
+            _ => Err(format!("State.Pid {pid}")),
         }
-    };
+    })
+    .await;
     let path = format!("/proc/{pid}/status");
     let status = std::fs::read_to_string(&path).unwrap_or_else(|e| server.fail(&format!("read {path}: {e}")));
     assert_eq!(status_fields(&status, "Name"), ["sleep"], "State.Pid is not the job's process:\n{status}");

@@ -20,6 +20,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use grid_tests::http::{http_client, Resp};
 use grid_tests::metrics::{scrape, value};
 use grid_tests::server::{free_port, GridServer, ServerOptions};
+use grid_tests::wait::{wait_for, wait_until, Within};
 
 fn limited_server() -> GridServer {
     GridServer::start(ServerOptions {
@@ -181,10 +182,12 @@ async fn slow_clients_are_cut_after_the_header_timeout_while_others_are_served()
         let g = server.get("/grid").await;
         assert_eq!(g.status, 200, "{g}");
     }
-    // Keep trickling until the server closes each slow connection.
+    // Keep trickling, a byte every 200 ms, until the server closes each
+    // slow connection.
     let mut open = slow.len();
     let mut closed = vec![false; slow.len()];
-    while open > 0 && started.elapsed() < Duration::from_secs(60) {
+    let within = Within::new(Duration::from_secs(60)).every(Duration::from_millis(200));
+    wait_until("the server closing every slow connection", within, || {
         for (i, s) in slow.iter_mut().enumerate() {
             if closed[i] {
                 continue;
@@ -202,9 +205,12 @@ async fn slow_clients_are_cut_after_the_header_timeout_while_others_are_served()
                 open -= 1;
             }
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    assert_eq!(open, 0, "{open} slow connections still open after {:?}", started.elapsed());
+        match open {
+            0 => Ok(()),
+            _ => Err(format!("{open} still open after {:?}", started.elapsed())),
+        }
+    })
+    .await;
     assert!(
         started.elapsed() >= Duration::from_secs(5),
         "connections were cut before any header time-out could apply ({:?})",
@@ -442,7 +448,9 @@ async fn connections_that_send_no_request_are_cut_whatever_protocol_they_start()
     const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
     let mut open_silent = vec![true; silent.len()];
     let mut open_preface = vec![true; preface.len()];
-    while (open_silent.contains(&true) || open_preface.contains(&true)) && started.elapsed() < Duration::from_secs(60) {
+    // The preface goes a byte every 200 ms.
+    let within = Within::new(Duration::from_secs(60)).every(Duration::from_millis(200));
+    wait_until("the server closing every connection without a request", within, || {
         for (i, s) in silent.iter_mut().enumerate() {
             if open_silent[i] && closed(s) {
                 open_silent[i] = false;
@@ -458,10 +466,12 @@ async fn connections_that_send_no_request_are_cut_whatever_protocol_they_start()
                 *sent = (*sent + 1).min(PREFACE.len());
             }
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let still = open_silent.iter().chain(&open_preface).filter(|o| **o).count();
-    assert_eq!(still, 0, "{still} connections without a request still open after {:?}", started.elapsed());
+        match open_silent.iter().chain(&open_preface).filter(|o| **o).count() {
+            0 => Ok(()),
+            still => Err(format!("{still} still open after {:?}", started.elapsed())),
+        }
+    })
+    .await;
     assert!(started.elapsed() >= Duration::from_secs(1), "cut before any time-out could apply");
     let g = server.get("/grid").await;
     assert_eq!(g.status, 200, "{g}");
@@ -515,18 +525,14 @@ async fn one_address_holds_at_most_its_connections_while_others_are_served() {
 
     // Once the held ones close, the address is served again.
     drop(held);
-    let mut answered = String::new();
-    for _ in 0..50 {
-        answered = healthz_on(connect_from("127.0.0.2", port).await).await;
-        if answered.starts_with("HTTP/1.1 200") {
-            break;
+    wait_for("the address served again after its connections closed", Duration::from_secs(5), || async {
+        let answered = healthz_on(connect_from("127.0.0.2", port).await).await;
+        match answered.starts_with("HTTP/1.1 200") {
+            true => Ok(()),
+            false => Err(answered),
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(
-        answered.starts_with("HTTP/1.1 200"),
-        "the address stayed refused after its connections closed: {answered}"
-    );
+    })
+    .await;
 
     let text = scrape(metrics_port).await;
     assert!(

@@ -6,7 +6,7 @@
 //!
 //! Runs on: one store, because its subject is the live view's page.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use base64::Engine as _;
 use serde_json::{json, Value};
@@ -16,6 +16,7 @@ use grid_tests::http::{http_client, Resp};
 use grid_tests::server::{GridServer, ServerOptions};
 use grid_tests::sessions::{lease_running, release};
 use grid_tests::target::Target;
+use grid_tests::wait::{wait_for, Within};
 
 /// The RGB of the pixel at the centre of a PNG screenshot.
 fn centre_pixel(png_bytes: &[u8]) -> [u8; 3] {
@@ -31,8 +32,12 @@ fn near(pixel: [u8; 3], want: [u8; 3]) -> bool {
 /// Screenshots the viewer until its centre shows `want` (the screencast is
 /// JPEG, so colours are compared with a tolerance).
 async fn wait_for_colour(viewer: &mut Cdp, session: &str, want: [u8; 3]) -> [u8; 3] {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    // The probe's future borrows the connection, so it is lent through a
+    // lock; a screenshot every 200 ms, as each is a PNG of the whole view.
+    let viewer = tokio::sync::Mutex::new(viewer);
+    let within = Within::new(Duration::from_secs(30)).every(Duration::from_millis(200));
+    wait_for(&format!("the live view showing {want:?}"), within, || async {
+        let mut viewer = viewer.lock().await;
         let shot = viewer.call("Page.captureScreenshot", json!({"format": "png"}), Some(session)).await;
         let pixel = match shot {
             Ok(s) => {
@@ -44,14 +49,12 @@ async fn wait_for_colour(viewer: &mut Cdp, session: &str, want: [u8; 3]) -> [u8;
             Err(e) => panic!("screenshot of the viewer: {e}"),
         };
         if near(pixel, want) {
-            return pixel;
+            return Ok(pixel);
         }
-        if Instant::now() >= deadline {
-            let status = viewer.evaluate(session, "document.getElementById('status').textContent").await;
-            panic!("the live view shows {pixel:?}, not {want:?}, after 30 s (view status: {status:?})");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        let status = viewer.evaluate(session, "document.getElementById('status').textContent").await;
+        Err(format!("{pixel:?} (view status: {status:?})"))
+    })
+    .await
 }
 
 #[tokio::test]
@@ -144,14 +147,17 @@ async fn in_take_over_mode_a_click_in_the_view_clicks_the_page() {
     for kind in ["mousePressed", "mouseReleased"] {
         viewer.call("Input.dispatchMouseEvent", click(kind), Some(&viewing)).await.expect("a click in the view");
     }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let clicks = lessee.evaluate(&page, "window.clicks").await.expect("the counter");
-        if clicks == json!(1) {
-            break;
-        }
-        assert!(clicks == json!(0) && Instant::now() < deadline, "the page counted {clicks} clicks, not 1");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    {
+        let lessee = tokio::sync::Mutex::new(&mut lessee);
+        wait_for("the page counting the click", Duration::from_secs(20), || async {
+            let clicks = lessee.lock().await.evaluate(&page, "window.clicks").await.expect("the counter");
+            match clicks {
+                c if c == json!(1) => Ok(()),
+                c if c == json!(0) => Err("0 clicks".to_string()),
+                c => panic!("the page counted {c} clicks, not 1"),
+            }
+        })
+        .await;
     }
     // Only the click after taking over reached the page (both travelled in order).
     assert_eq!(lessee.evaluate(&page, "window.clicks").await.unwrap(), json!(1));

@@ -18,6 +18,7 @@ use grid_tests::bins::workspace_root;
 use grid_tests::http::{http_client, Resp};
 use grid_tests::server::{GridServer, ServerOptions};
 use grid_tests::target::Target;
+use grid_tests::wait::wait_for;
 
 const ACCEPT_BOTH: &str = "application/json, text/event-stream";
 const PNG_MAGIC: &[u8] = b"\x89PNG\r\n\x1a\n";
@@ -298,11 +299,13 @@ async fn every_billable_tool_reserves_what_its_call_reserves() {
     // A capture item that fails for good on transient errors is retryable.
     let batch = server.submit_fetch(&["http://127.0.0.1:9/refused".to_string()]).await;
     let item = server.batch_as(server.api_key(), &batch).await["jobs"][0]["jobId"].as_str().unwrap().to_string();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while server.get(&format!("/jobs/{item}")).await.json["state"] != "failed" {
-        assert!(std::time::Instant::now() < deadline, "item never failed");
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    }
+    wait_for(&format!("item {item} failed"), Duration::from_secs(30), || async {
+        match server.get(&format!("/jobs/{item}")).await.json {
+            i if i["state"] == "failed" => Ok(()),
+            i => Err(i.to_string()),
+        }
+    })
+    .await;
     let job = json!({
         "image": "127.0.0.1:5000/tools/busybox:1",
         "command": ["sh", "-c", "sleep 30"],

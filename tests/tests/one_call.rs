@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 use grid_tests::http::{assert_error, Resp};
 use grid_tests::server::{GridServer, ServerOptions};
 use grid_tests::target::{browser_pages, Target};
+use grid_tests::wait::wait_until;
 
 /// Chromium on two cores is slow to start; the first page may take long.
 const DONE: Duration = Duration::from_secs(180);
@@ -405,11 +406,11 @@ async fn a_one_call_capture_cut_by_a_crash_fails_released_instead_of_running_una
         }
     });
     // The browser has asked for the page: the attempt is under way.
-    let deadline = std::time::Instant::now() + DONE;
-    while target.hits("/gate/crash") == 0 {
-        assert!(std::time::Instant::now() < deadline, "the page was never asked for");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until("the page asked for", DONE, || match target.hits("/gate/crash") {
+        0 => Err("no request".to_string()),
+        _ => Ok(()),
+    })
+    .await;
     server.kill9();
     assert!(call.await.unwrap().is_err(), "the caller's connection died with the node");
     server.restart();

@@ -8,7 +8,7 @@
 //! Runs on: one store, because its subject is the OpenAPI document and the answers' shapes.
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -18,6 +18,7 @@ use grid_tests::bins::workspace_root;
 use grid_tests::http::{assert_error, Resp};
 use grid_tests::server::{GridServer, ServerOptions, Tls};
 use grid_tests::sessions;
+use grid_tests::wait::wait_for;
 
 const ACCEPT_BOTH: &str = "application/json, text/event-stream";
 
@@ -263,18 +264,16 @@ async fn wait_for_compute(server: &GridServer) {
         "labels": {},
         "idempotencyKey": "openapi-compute-probe"
     });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    let what = "the Docker engine answering (scripts/compute-env.sh starts it)";
+    let r = wait_for(what, Duration::from_secs(30), || async {
         let r = server.post("/jobs", &body).await;
-        if r.status == 400 {
-            assert_error(&r, 400, "INVALID_IMAGE");
-            return;
+        match r.status {
+            400 => Ok(r),
+            _ => Err(r.to_string()),
         }
-        if Instant::now() > deadline {
-            server.fail(&format!("the Docker engine did not answer (scripts/compute-env.sh starts it): {r}"));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    })
+    .await;
+    assert_error(&r, 400, "INVALID_IMAGE");
 }
 
 /// Schemathesis against the live server, every operation, every check

@@ -15,7 +15,7 @@
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -25,6 +25,7 @@ use grid_tests::server::{GridServer, ServerOptions};
 use grid_tests::sessions::{lease_running, release, wait_running_as};
 use grid_tests::squid::Squid;
 use grid_tests::target::Target;
+use grid_tests::wait::wait_until;
 
 const USER: &str = "proxy-user";
 /// The password every test proxy takes: a canary searched for everywhere.
@@ -296,19 +297,6 @@ async fn assert_canary_nowhere(server: &GridServer, answers: &[&Value]) {
     assert!(found.is_empty(), "the password is in clear in {found:?}");
 }
 
-async fn wait_for<T>(what: &str, server: &GridServer, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        if Instant::now() >= deadline {
-            server.fail(&format!("{what} within 20 s"));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// A session leased with `kind`'s proxy loads a local page through it; the
 /// proxy saw the credentials and the target's address, the attestation
 /// names the proxy's host:port, and the password is nowhere.
@@ -483,8 +471,10 @@ async fn the_operators_upstream_proxy_serves_leases_that_name_none() {
     let (lease, mut cdp) = lease_running(&server, json!({"ttlMinutes": 5})).await;
     let text = page_text(&server, &mut cdp, &target.url("/page/3")).await;
     assert!(text.contains("page 3"), "{text}");
-    wait_for("the default proxy's tunnel", &server, || proxy.seen().reached(&target.addr().to_string()).then_some(()))
-        .await;
+    wait_until("the default proxy's tunnel", Duration::from_secs(20), || {
+        proxy.seen().reached(&target.addr().to_string()).then_some(()).ok_or_else(|| "not reached".to_string())
+    })
+    .await;
     let (view, _) = wait_running_as(&server, server.api_key(), &lease.id).await;
     assert_eq!(view["attestation"]["upstreamProxy"], json!(proxy.addr.to_string()), "{view}");
 
@@ -683,8 +673,8 @@ async fn debians_squid_as_shipped_carries_sessions_fetch_and_capture_items() {
     // Each went through squid, in absolute form, and reached the target.
     for page in ["/page/21", "/page/22", "/page/23"] {
         let line = format!("GET {}", target.url(page));
-        wait_for(&format!("squid's access log line {line}"), &server, || {
-            squid.access_log().contains(&line).then_some(())
+        wait_until(&format!("squid's access log line {line}"), Duration::from_secs(20), || {
+            squid.access_log().contains(&line).then_some(()).ok_or_else(|| squid.access_log())
         })
         .await;
         assert_eq!(target.hits(page), 1, "{page}");

@@ -14,13 +14,14 @@
 //! Runs on: both stores, because a recording is a store row that survives a restart.
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use base64::Engine as _;
 use grid_tests::http::assert_error;
 use grid_tests::server::{GridServer, ServerOptions};
 use grid_tests::sessions::{lease_as, release, release_as, wait_running_as};
 use grid_tests::target::Target;
+use grid_tests::wait::wait_for;
 use serde_json::{json, Value};
 
 /// Longest a released session's replay page may take to be written.
@@ -69,16 +70,18 @@ async fn drive_colours(server: &GridServer, target: &Target, cdp_url: &str) {
 /// Polls GET /sessions/{id}/recording until 200 (409 while the page is
 /// being written); the answer.
 async fn wait_recording(server: &GridServer, id: &str) -> Value {
-    let deadline = Instant::now() + WRITTEN_WITHIN;
-    loop {
+    wait_for(&format!("GET /sessions/{id}/recording 200"), WRITTEN_WITHIN, || async {
         let r = server.get(&format!("/sessions/{id}/recording")).await;
         match r.status {
-            200 => return r.json,
-            409 if Instant::now() < deadline => assert_error(&r, 409, "recording not ready"),
-            _ => server.fail(&format!("GET /sessions/{id}/recording: expected 200 within {WRITTEN_WITHIN:?}, got {r}")),
+            200 => Ok(r.json),
+            409 => {
+                assert_error(&r, 409, "recording not ready");
+                Err(r.to_string())
+            }
+            _ => server.fail(&format!("GET /sessions/{id}/recording: expected 200, got {r}")),
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    })
+    .await
 }
 
 /// The frames of a replay page: (ms, url, jpeg bytes).

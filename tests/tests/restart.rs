@@ -9,6 +9,7 @@ use serde_json::json;
 
 use grid_tests::server::{GridServer, ServerOptions};
 use grid_tests::target::{page_html, Target};
+use grid_tests::wait::wait_for;
 use grid_tests::{DEFAULT_INITIAL_CREDIT_MICROS, FETCH_PRICE_MICROS};
 
 /// Submits `n` slow fetches, waits until some (not all) completed, stops the
@@ -21,14 +22,14 @@ async fn interrupt_mid_batch(stop: impl FnOnce(&mut GridServer)) {
     let urls: Vec<String> = (0..n).map(|i| target.url(&format!("/slow?ms=400&i={i}"))).collect();
     let batch_id = server.submit_fetch(&urls).await;
 
-    let mut completed_before = 0;
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while completed_before < 3 {
+    let completed_before = wait_for("progress before the stop", Duration::from_secs(60), || async {
         let b = server.batch(&batch_id).await;
-        completed_before = b["counts"]["completed"].as_u64().unwrap_or(0);
-        assert!(std::time::Instant::now() < deadline, "no progress before the stop: {}", b["counts"]);
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        match b["counts"]["completed"].as_u64().unwrap_or(0) {
+            done if done >= 3 => Ok(done),
+            _ => Err(b["counts"].to_string()),
+        }
+    })
+    .await;
     assert!(completed_before < n, "batch finished before it could be interrupted");
     stop(&mut server);
     server.restart();

@@ -29,7 +29,7 @@ use grid_tests::metrics::{scrape, value};
 use grid_tests::server::{free_port, GridServer, ServerOptions};
 use grid_tests::stored::{ServerConnections, Settlements, Table};
 use grid_tests::target::Target;
-use grid_tests::wait::wait_until;
+use grid_tests::wait::{wait_for, wait_until, Within};
 use serde_json::{json, Value};
 
 /// Credit of the first account: every test's items many times over.
@@ -318,15 +318,14 @@ async fn a_paused_node_cannot_publish_or_charge_items_taken_over() {
     // gate opens and every attempt ends: n2's under stale tokens.
     signal(&n2, libc::SIGCONT);
     target.open_gate();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    wait_until("n2 reporting its fenced attempts", Duration::from_secs(30), || {
         let log = std::fs::read_to_string(n2.log_path()).unwrap_or_default();
-        if log.matches("attempt end dropped").count() >= N {
-            break;
+        match log.matches("attempt end dropped").count() {
+            n if n >= N => Ok(()),
+            n => Err(format!("{n} reported:\n{}", n2.log_tail(40))),
         }
-        assert!(Instant::now() < deadline, "n2 did not report its fenced attempts:\n{}", n2.log_tail(40));
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
     let done = n1.wait_batch_done(&batch, Duration::from_secs(120)).await;
     assert_eq!(done["counts"]["completed"], json!(N), "{}", done["counts"]);
     // Exactly one charge per item and one attempt counted each. The item
@@ -380,16 +379,15 @@ async fn jobs_and_contexts_run_to_their_end_while_the_grid_wide_lock_is_held_sha
     let id = created.json["contextId"].as_str().unwrap_or_else(|| n1.fail("no contextId")).to_string();
     let (lease, _cdp) = lease_running(&n1, json!({"ttlMinutes": 10, "context": {"id": id, "persist": true}})).await;
     release(&n1, &lease.id).await;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    wait_for("the context saved back and freed", Duration::from_secs(60), || async {
         let listed = n1.get("/contexts").await;
         let entry = listed.json.as_array().and_then(|a| a.iter().find(|c| c["contextId"] == id.as_str()).cloned());
-        if entry.as_ref().is_some_and(|c| !c["savedAt"].is_null() && c["sessionId"].is_null()) {
-            break;
+        match entry.as_ref().is_some_and(|c| !c["savedAt"].is_null() && c["sessionId"].is_null()) {
+            true => Ok(()),
+            false => Err(format!("{entry:?}")),
         }
-        assert!(Instant::now() < deadline, "the context was not saved back and freed within 60 s: {entry:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
     let deleted = n1.request(reqwest::Method::DELETE, &format!("/contexts/{id}"), Some(n1.api_key()), None).await;
     assert_eq!(deleted.status, 204, "{deleted}");
 }
@@ -462,14 +460,14 @@ async fn a_job_on_a_killed_node_is_replayed_on_another_and_only_the_replay_is_ch
     assert_eq!(a2["termination"]["reason"], "WORKLOAD_SUCCEEDED", "{done}");
     assert_eq!(n1.stored().job_node(&id), Some("n3".to_string()));
     // One reservation: the evicted attempt free, the replay charged from it.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let ledger = loop {
+    let ledger = wait_until("the job's ledger holding three entries", Duration::from_secs(30), || {
         let l = n1.stored().job_ledger(&id);
-        if l.len() == 3 || Instant::now() >= deadline {
-            break l;
+        match l.len() {
+            3 => Ok(l),
+            _ => Err(format!("{l:?}")),
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    })
+    .await;
     let charge = ledger.iter().find(|e| e.0 == "charge").map(|e| e.1).unwrap_or(-1);
     assert!(charge > 0, "the replay is charged: {ledger:?}");
     assert_eq!(ledger, settled_once(&id, DEFAULT_RESERVATION, charge));
@@ -558,16 +556,15 @@ async fn sessions_are_leased_driven_and_released_through_any_node() {
     assert!(ws.starts_with(&format!("ws://127.0.0.1:{}/cdp/{}/", n2.port(), a.id)), "{ws}");
     click_downloads(&n2, &target, &a_via_n2, &[("report.csv", 1500)]).await;
     // Its download is listed and served through n3 (the file is on n1).
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let listed = loop {
+    let listed = wait_for("the download listed through n3", Duration::from_secs(30), || async {
         let r = n3.get(&format!("/sessions/{}/downloads", a.id)).await;
         assert_eq!(r.status, 200, "{r}");
-        if r.json["downloads"][0]["sizeBytes"] == json!(1500) {
-            break r.json;
+        match r.json["downloads"][0]["sizeBytes"] == json!(1500) {
+            true => Ok(r.json),
+            false => Err(r.to_string()),
         }
-        assert!(Instant::now() < deadline, "the download was not listed through n3: {r}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    })
+    .await;
     let url = listed["downloads"][0]["url"].as_str().unwrap_or_default().to_string();
     let file_via_n3 = through(&url, &n1, &n3);
     assert!(file_via_n3.starts_with(&n3.base_url()), "{file_via_n3}");
@@ -601,16 +598,15 @@ async fn sessions_are_leased_driven_and_released_through_any_node() {
     let r = n2.get(&format!("{}/json/version", a_via_n2.replacen(&n2.base_url(), "", 1))).await;
     assert_error(&r, 404, "unknown session");
     // A's recording (written on n1) is found through n2 and served through n3.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let recording = loop {
+    let recording = wait_for("A's recording written", Duration::from_secs(30), || async {
         let r = n2.get(&format!("/sessions/{}/recording", a.id)).await;
         if r.status == 200 {
-            break r.json;
+            return Ok(r.json);
         }
         assert_error(&r, 409, "recording not ready");
-        assert!(Instant::now() < deadline, "A's recording not written within 30 s: {r}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+        Err(r.to_string())
+    })
+    .await;
     assert!(recording["frames"].as_u64().unwrap_or(0) >= 1, "{recording}");
     let page_via_n3 = through(recording["url"].as_str().unwrap_or_default(), &n1, &n3);
     assert!(page_via_n3.starts_with(&n3.base_url()), "{page_via_n3}");
@@ -628,14 +624,16 @@ async fn sessions_are_leased_driven_and_released_through_any_node() {
     n2.kill9();
     let killed = Instant::now();
     assert!(b_conn.closes_within(Duration::from_secs(10)).await, "B's connection outlived its node");
-    loop {
+    // Within 60 s of the kill.
+    let left = Duration::from_secs(60).saturating_sub(killed.elapsed());
+    wait_for("B ended after its node died", left, || async {
         let live: Vec<Value> = n1.get("/sessions").await.json.as_array().cloned().unwrap_or_default();
-        if !live.iter().any(|s| s["sessionId"] == json!(b.id)) {
-            break;
+        match live.iter().find(|s| s["sessionId"] == json!(b.id)) {
+            Some(s) => Err(format!("still live {:?} after the kill: {s}", killed.elapsed())),
+            None => Ok(()),
         }
-        assert!(killed.elapsed() < Duration::from_secs(60), "B still live {:?} after its node died", killed.elapsed());
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    })
+    .await;
     let stored_b = n1.stored().session(&b.id);
     let settled = n1.stored().charged_and_released(&b.id);
     assert_eq!(settled, Some(stored_b.reserved_micros), "B's reservation is charged and released exactly");
@@ -674,7 +672,7 @@ async fn a_job_cancelled_through_another_node_is_stopped_on_the_engine_running_i
     assert_eq!(done["termination"], json!({"class": "cancelled", "exitCode": 137, "reason": "CANCELLED"}), "{done}");
     let run = grid_tests::jobs::run_millis(&done["attempts"][0]);
     assert!(run < 20_000, "the cancel through n1 did not stop n2's container: it ran {run} ms");
-    wait_container_removed(&n2, &id, 1).await;
+    wait_container_removed(&id, 1).await;
 }
 
 /// A 100-URL capture batch through one node is run by the browsers of all
@@ -782,18 +780,20 @@ fn node_with_metrics(name: &str) -> (ServerOptions, u16) {
 /// whose metrics are on `metrics_port` has heard more than `from`
 /// announcements; answers how many it heard.
 async fn hear_beyond(from: f64, metrics_port: u16, n1: &GridServer, target: &Target, batches: &mut Vec<String>) -> f64 {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    // Every 100 ms: each look submits another batch.
+    let within = Within::new(Duration::from_secs(60)).every(Duration::from_millis(100));
+    let batches = std::cell::RefCell::new(batches);
+    wait_for(&format!("an announcement through n1 heard beyond {from}"), within, || async {
         let heard = announcements(metrics_port, "heard").await;
         if heard > from {
-            return heard;
+            return Ok(heard);
         }
-        if Instant::now() > deadline {
-            n1.fail(&format!("no announcement of {} batches through n1 heard beyond {from}", batches.len()));
-        }
-        batches.push(n1.submit_fetch(&[target.url(&format!("/page/{}", batches.len()))]).await);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        let url = target.url(&format!("/page/{}", batches.borrow().len()));
+        let batch = n1.submit_fetch(&[url]).await;
+        batches.borrow_mut().push(batch);
+        Err(format!("{heard} heard after {} batches", batches.borrow().len()))
+    })
+    .await
 }
 
 /// A node's `grid_queue_announcements_total` of `direction`.
@@ -839,7 +839,7 @@ async fn a_log_followed_through_another_node_streams_from_the_node_running_the_c
     }
     assert_eq!(String::from_utf8_lossy(&got), "first\nsecond\n");
     assert_eq!(job(&n1, &id).await["phase"], "SUCCEEDED");
-    wait_container_removed(&n2, &id, 1).await;
+    wait_container_removed(&id, 1).await;
 }
 
 /// When the node running the container cannot be reached (here it
@@ -869,7 +869,7 @@ async fn a_log_followed_through_a_node_that_cannot_reach_the_runner_comes_whole_
         .unwrap_or_else(|e| n1.fail(&format!("the follow through n1 broke off: {e}")));
     assert_eq!(text, "first\nsecond\n");
     assert_eq!(job(&n1, &id).await["phase"], "SUCCEEDED");
-    wait_container_removed(&n2, &id, 1).await;
+    wait_container_removed(&id, 1).await;
 }
 
 /// An MCP browser tool call reaching a node other than the one running the

@@ -9,6 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use grid_tests::server::{GridServer, ServerOptions};
+use grid_tests::wait::{wait_for, wait_until};
 
 fn mode(path: &Path) -> u32 {
     std::fs::metadata(path).unwrap_or_else(|e| panic!("stat {}: {e}", path.display())).permissions().mode() & 0o777
@@ -64,7 +65,7 @@ fn query_value(url: &str, name: &str) -> String {
 async fn a_trace_level_log_holds_no_key_token_or_signature() {
     use grid_tests::target::Target;
     use serde_json::json;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     let target = Target::start();
     let mut server = GridServer::start(ServerOptions {
@@ -98,19 +99,19 @@ async fn a_trace_level_log_holds_no_key_token_or_signature() {
     let cdp_url = r.json["cdpUrl"].as_str().unwrap().to_string();
     let token = cdp_url.rsplit('/').next().unwrap().to_string();
     assert!(token.len() >= 32, "{cdp_url}");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    wait_for(&format!("session {session} running"), Duration::from_secs(60), || async {
         let list = server.get_as(Some(&key), "/sessions").await.json;
         let status = list
             .as_array()
             .and_then(|l| l.iter().find(|s| s["sessionId"] == session.as_str()))
             .map(|s| s["status"].as_str().unwrap_or("").to_string());
         match status.as_deref() {
-            Some("running") => break,
-            Some("pending") if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(100)).await,
+            Some("running") => Ok(()),
+            Some("pending") => Err("pending".to_string()),
             other => server.fail(&format!("session {session} not running: {other:?}")),
         }
-    }
+    })
+    .await;
     let http = grid_tests::http::http_client();
     let ws = grid_tests::cdp::ws_url(&http, &cdp_url).await.unwrap_or_else(|e| server.fail(&format!("discovery: {e}")));
     let mut cdp = grid_tests::cdp::Cdp::connect(&ws).await.unwrap_or_else(|e| server.fail(&format!("connect: {e:?}")));
@@ -230,7 +231,7 @@ async fn fetch_goes_direct_despite_proxy_variables() {
 /// try; once the connections close it accepts again.
 #[tokio::test]
 async fn accept_backs_off_when_out_of_file_descriptors_and_recovers() {
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
     /// The server uses about 20 descriptors when idle.
     const MAX_OPEN_FILES: u64 = 64;
     const CONNECTIONS: usize = 150;
@@ -245,13 +246,14 @@ async fn accept_backs_off_when_out_of_file_descriptors_and_recovers() {
     for _ in 0..CONNECTIONS {
         held.push(std::net::TcpStream::connect(&addr).unwrap_or_else(|e| server.fail(&format!("connect: {e}"))));
     }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while warnings(&std::fs::read_to_string(server.log_path()).unwrap()) == 0 {
-        if Instant::now() > deadline {
-            server.fail(&format!("{CONNECTIONS} open connections did not exhaust {MAX_OPEN_FILES} descriptors"));
+    let what = format!("{CONNECTIONS} open connections exhausting {MAX_OPEN_FILES} descriptors");
+    wait_until(&what, Duration::from_secs(10), || {
+        match warnings(&std::fs::read_to_string(server.log_path()).unwrap()) {
+            0 => Err("no accept warning in the log".to_string()),
+            _ => Ok(()),
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
     let before = warnings(&std::fs::read_to_string(server.log_path()).unwrap());
     tokio::time::sleep(HELD).await;
     let during = warnings(&std::fs::read_to_string(server.log_path()).unwrap()) - before;
@@ -260,16 +262,13 @@ async fn accept_backs_off_when_out_of_file_descriptors_and_recovers() {
     drop(held);
     let client = grid_tests::http::http_client();
     let url = format!("{}/healthz", server.base_url());
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
+    wait_for("/healthz 200 after the connections closed", Duration::from_secs(15), || async {
         match client.get(&url).timeout(Duration::from_secs(2)).send().await {
-            Ok(r) if r.status() == 200 => break,
-            other if Instant::now() > deadline => {
-                server.fail(&format!("/healthz after the connections closed: {other:?}"))
-            }
-            _ => tokio::time::sleep(Duration::from_millis(100)).await,
+            Ok(r) if r.status() == 200 => Ok(()),
+            other => Err(format!("{other:?}")),
         }
-    }
+    })
+    .await;
     let log = std::fs::read_to_string(server.log_path()).unwrap();
     assert!(log.contains("accepting connections again"), "no recovery line in the log");
 }

@@ -13,12 +13,13 @@
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use grid_tests::http::assert_error;
 use grid_tests::server::{GridServer, ServerOptions};
 use grid_tests::sessions::{click_downloads, lease_as, release, wait_running_as};
 use grid_tests::target::{pattern_bytes, Target};
+use grid_tests::wait::{wait_for, wait_until};
 use serde_json::{json, Value};
 
 /// Longest a clicked download may take to be listed.
@@ -60,17 +61,14 @@ fn names(listing: &Value) -> Vec<String> {
 
 /// Polls the listing until `name` is listed with `bytes`; returns the listing.
 async fn wait_listed(server: &GridServer, id: &str, name: &str, bytes: usize) -> Value {
-    let deadline = Instant::now() + LISTED_WITHIN;
-    loop {
+    wait_for(&format!("{name} ({bytes} bytes) listed"), LISTED_WITHIN, || async {
         let l = listing(server, id).await;
-        if entry(&l, name).is_some_and(|d| d["sizeBytes"] == bytes) {
-            return l;
+        match entry(&l, name).is_some_and(|d| d["sizeBytes"] == bytes) {
+            true => Ok(l),
+            false => Err(l.to_string()),
         }
-        if Instant::now() >= deadline {
-            server.fail(&format!("{name} ({bytes} bytes) not listed within {LISTED_WITHIN:?}: {l}"));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    })
+    .await
 }
 
 /// Fetches a signed URL without a credential: (status, headers, bytes).
@@ -92,13 +90,12 @@ fn folder(server: &GridServer, id: &str) -> PathBuf {
 /// Waits until the session's folder is gone, its file's URL answers 404
 /// `download not present` and its listing 404 `unknown session`.
 async fn wait_swept(server: &GridServer, id: &str, url: &str) {
-    let deadline = Instant::now() + SWEPT_WITHIN;
-    while folder(server, id).exists() {
-        if Instant::now() >= deadline {
-            server.fail(&format!("{} still there {SWEPT_WITHIN:?} after the grace", folder(server, id).display()));
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let what = format!("{} gone after the grace", folder(server, id).display());
+    wait_until(&what, SWEPT_WITHIN, || match folder(server, id).exists() {
+        true => Err("still there".to_string()),
+        false => Ok(()),
+    })
+    .await;
     let gone = server.download(url).await;
     assert_error(&gone, 404, "download not present");
     let r = server.get_as(Some(server.api_key()), &format!("/sessions/{id}/downloads")).await;
@@ -220,18 +217,15 @@ async fn a_playwright_download_is_listed_under_its_guid_with_its_suggested_name(
     let printed: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| server.fail(&format!("{e}: {stdout}")));
     assert_eq!(printed, json!({"suggested": ["quarterly-report.csv"], "failures": [null]}));
 
-    let deadline = Instant::now() + LISTED_WITHIN;
-    let (l, file) = loop {
+    let (l, file) = wait_for("Playwright's download listed", LISTED_WITHIN, || async {
         let l = listing(&server, &id).await;
         let found = l["downloads"].as_array().into_iter().flatten().find(|d| d["sizeBytes"] == size).cloned();
-        if let Some(file) = found {
-            break (l, file);
+        match found {
+            Some(file) => Ok((l, file)),
+            None => Err(l.to_string()),
         }
-        if Instant::now() >= deadline {
-            server.fail(&format!("Playwright's download not listed within {LISTED_WITHIN:?}: {l}"));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    })
+    .await;
     assert_eq!(l["downloads"].as_array().unwrap().len(), 1, "{l}");
     assert_eq!(file["suggestedName"], "quarterly-report.csv", "{file}");
     let saved = file["name"].as_str().unwrap();
@@ -316,17 +310,14 @@ async fn a_download_past_the_sessions_limit_is_cancelled_and_the_listing_says_so
     wait_listed(&server, &id, "first.bin", 600_000).await;
     // 600,000 + 700,000 bytes is more than 1 MiB.
     click_downloads(&server, &target, &cdp_url, &[("second.bin", 700_000)]).await;
-    let deadline = Instant::now() + LISTED_WITHIN;
-    let l = loop {
+    let l = wait_for("second.bin refused", LISTED_WITHIN, || async {
         let l = listing(&server, &id).await;
-        if l["refused"].as_array().is_some_and(|r| r.iter().any(|r| r["name"] == "second.bin")) {
-            break l;
+        match l["refused"].as_array().is_some_and(|r| r.iter().any(|r| r["name"] == "second.bin")) {
+            true => Ok(l),
+            false => Err(l.to_string()),
         }
-        if Instant::now() >= deadline {
-            server.fail(&format!("second.bin not refused within {LISTED_WITHIN:?}: {l}"));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    })
+    .await;
     assert_eq!(target.hits("/attachment/second.bin"), 1);
     assert_eq!(l["limitBytes"], 1024 * 1024, "{l}");
     let refused = l["refused"].as_array().unwrap().iter().find(|r| r["name"] == "second.bin").unwrap();
@@ -334,8 +325,7 @@ async fn a_download_past_the_sessions_limit_is_cancelled_and_the_listing_says_so
     assert!(reason.contains("limit of 1048576"), "{refused}");
     assert!(reason.starts_with("cancelled") || reason.starts_with("removed"), "{refused}");
     // What stays is within the limit, on disk too, whatever the browser managed to write first.
-    let deadline = Instant::now() + LISTED_WITHIN;
-    loop {
+    let l = wait_for("the folder within its limit", LISTED_WITHIN, || async {
         let l = listing(&server, &id).await;
         let on_disk: u64 = std::fs::read_dir(folder(&server, &id).join("files"))
             .unwrap()
@@ -343,15 +333,13 @@ async fn a_download_past_the_sessions_limit_is_cancelled_and_the_listing_says_so
             .filter(|m| m.is_file())
             .map(|m| m.len())
             .sum();
-        if names(&l) == ["first.bin"] && on_disk <= 1024 * 1024 {
-            assert_eq!(l["totalBytes"], 600_000, "{l}");
-            break;
+        match names(&l) == ["first.bin"] && on_disk <= 1024 * 1024 {
+            true => Ok(l),
+            false => Err(format!("{on_disk} bytes on disk: {l}")),
         }
-        if Instant::now() >= deadline {
-            server.fail(&format!("the folder stays over its limit ({on_disk} bytes on disk): {l}"));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    })
+    .await;
+    assert_eq!(l["totalBytes"], 600_000, "{l}");
     // The CLI shows the refusal.
     let cli = server.cli(&["session", "downloads", &id]);
     assert!(cli.success() && cli.stdout.contains("refused second.bin:"), "{cli:?}");

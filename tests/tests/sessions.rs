@@ -494,13 +494,13 @@ async fn cli_leases_with_wait_lists_and_releases() {
 
 /// Polls GET /sessions until `id` is no longer listed; fails at `within`.
 async fn wait_unlisted(server: &GridServer, id: &str, within: Duration, why: &str) {
-    let deadline = Instant::now() + within;
-    while find(&list_as(server, server.api_key()).await, id).is_some() {
-        if Instant::now() >= deadline {
-            server.fail(&format!("session {id} still listed {within:?} after {why}"));
+    wait_for(&format!("session {id} unlisted after {why}"), within, || async {
+        match find(&list_as(server, server.api_key()).await, id) {
+            Some(listed) => Err(listed.to_string()),
+            None => Ok(()),
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
 }
 
 /// Defect: a session whose launch failed on an early return of its task
@@ -632,15 +632,14 @@ async fn session_of_a_killed_server_is_lost_at_its_last_heartbeat_after_expires_
 async fn a_warm_browser_serves_a_lease_already_attested() {
     let target = Target::start();
     let server = GridServer::start(ServerOptions { warm_sessions: Some(1), ..ServerOptions::default() });
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !std::fs::read_to_string(server.log_path())
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.contains("warm browser ready") && l.contains("desktop-browser-nl/v2"))
-    {
-        assert!(Instant::now() < deadline, "no warm browser within 60 s:\n{}", server.log_tail(30));
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until("a warm browser ready", Duration::from_secs(60), || {
+        let log = std::fs::read_to_string(server.log_path()).unwrap_or_default();
+        match log.lines().any(|l| l.contains("warm browser ready") && l.contains("desktop-browser-nl/v2")) {
+            true => Ok(()),
+            false => Err(format!("no such line in the log:\n{}", server.log_tail(30))),
+        }
+    })
+    .await;
     let lease = lease(&server, json!({"ttlMinutes": 5})).await;
     let id = lease["sessionId"].as_str().unwrap();
     let (view, _) = wait_running(&server, id).await;

@@ -28,6 +28,10 @@
 //!   call to another node's, and the MCP module (`http/mcp.rs`,
 //!   `http/mcp_tools.rs`) reaches no state but through `api` (and the
 //!   configuration).
+//! - The black-box suite waits through `grid_tests::wait` (`wait_until`,
+//!   `wait_for`, `block_until`): no deadline (`Instant::now() +`) in
+//!   tests/ outside tests/src/wait.rs but the listed few that are not a
+//!   wait on a condition, each with why.
 //!
 //! The checks work on the sources with comments and the insides of string
 //! and char literals blanked out (`code_only`), so prose and doc examples
@@ -1724,6 +1728,95 @@ fn browser_tools_run_in_api_and_mcp_only_maps_calls() {
     assert!(
         found.is_empty(),
         "browser tool logic outside api/ (the MCP module maps tools to `api::perform` calls and renders replies):\n{}",
+        found.join("\n")
+    );
+}
+
+// ----- black-box tests wait through `grid_tests::wait` -----
+
+/// The deadlines in tests/ that are not a wait on a condition, as (file,
+/// function, why). Everything else that waits goes through `wait_until`,
+/// `wait_for` or `block_until` (tests/src/wait.rs, which holds the one
+/// deadline they share).
+const DEADLINES_ALLOWED: &[(&str, &str, &str)] = &[
+    ("tests/src/wait.rs", "start", "the one deadline every wait shares"),
+    (
+        "tests/src/server.rs",
+        "spawn",
+        "the start's stdout lines come through a channel, each read with what is left of the start's time",
+    ),
+    ("tests/src/cli.rs", "run_cli", "a time limit on a command: killed at the limit, its output goes to the caller"),
+    ("tests/tests/tls.rs", "serve_expecting_exit", "a time limit on a server expected to exit: killed at the limit"),
+    ("tests/src/cdp.rs", "settle", "a bounded look that answers what it saw, never a failure"),
+    ("tests/src/delay_proxy.rs", "delayed", "the time held bytes are due to go on, not a deadline"),
+    (
+        "tests/tests/containment.rs",
+        "a_thread_bomb_stops_at_the_browsers_task_bound",
+        "samples the task count for at most 60 s; the asserts after judge the peak",
+    ),
+    (
+        "tests/tests/isolation.rs",
+        "served_then_settled",
+        "a page never asked for is a finding, reported with the test's others",
+    ),
+    ("tests/src/bin/bench_job_latency.rs", "grid_once", "the poll (5 ms, then 20 ms) is part of what the bench times"),
+    ("tests/src/bin/bench_scale_out.rs", "run", "the time limit of a measured run, shared by its submitters"),
+    ("tests/src/bin/bench_one_call.rs", "main", "the time limit of a measured run, shared by its drivers"),
+    (
+        "tests/src/bin/bench_screenshots.rs",
+        "main",
+        "the time limit of a measured run, and a bounded quiet between sides",
+    ),
+    ("tests/src/bin/bench_fetch.rs", "main", "the time limit of a measured run, shared by its rounds"),
+];
+
+/// Where `code` builds a deadline (`Instant::now() +`): each as (line, the
+/// function it is in).
+fn deadlines_in(code: &str) -> Vec<(usize, String)> {
+    let ident = |c: char| c.is_alphanumeric() || c == '_';
+    word_hits(code, "Instant::now()")
+        .into_iter()
+        .filter(|&at| code[at + "Instant::now()".len()..].trim_start().starts_with('+'))
+        .map(|at| {
+            let function = word_hits(&code[..at], "fn")
+                .last()
+                .map(|&f| code[f + 2..].trim_start().chars().take_while(|&c| ident(c)).collect())
+                .unwrap_or_default();
+            (line_of(code, at), function)
+        })
+        .collect()
+}
+
+#[test]
+fn deadlines_are_found_with_their_function() {
+    let code = code_only(
+        "fn a() {\n    let d = Instant::now() + T;\n    let e = std::time::Instant::now()\n        + T;\n}\n\
+         async fn b() { let t = Instant::now(); t + T; \"Instant::now() +\"; }\n// Instant::now() + T\n",
+    );
+    assert_eq!(deadlines_in(&code), [(2, "a".to_string()), (3, "a".to_string())]);
+}
+
+/// A hand-written deadline loop is a second way to wait, with its own poll,
+/// its own failure message (or none) and its own mistakes (a deadline
+/// checked before the last look, a failure that forgets what was seen).
+/// So the black-box suite waits through `grid_tests::wait` only, and a
+/// deadline elsewhere in tests/ is one of `DEADLINES_ALLOWED` (issue 51).
+#[test]
+fn every_wait_goes_through_wait_rs() {
+    let tests = root().join("tests");
+    let mut found = vec![];
+    for file in rust_files(&tests.join("src")).into_iter().chain(rust_files(&tests.join("tests"))) {
+        let path = rel(&file);
+        for (line, function) in deadlines_in(&code_of(&file)) {
+            if !DEADLINES_ALLOWED.iter().any(|(f, n, _)| *f == path && *n == function) {
+                found.push(format!("{path}:{line} (fn {function})"));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "a deadline loop outside tests/src/wait.rs: wait with `wait_until`, `wait_for` or `block_until`, \
+         or list it in DEADLINES_ALLOWED with why it is not a wait on a condition:\n{}",
         found.join("\n")
     );
 }

@@ -241,6 +241,8 @@ fn serve_expecting_exit(data_dir: &Path, extra: &[&str]) -> (Option<i32>, String
         .stderr(Stdio::piped());
     scrub_env(&mut cmd);
     let mut child = cmd.spawn().expect("spawn grid-server");
+    // A time limit, not a wait that fails: at the limit the server is
+    // killed and what it printed goes to the caller to judge.
     let deadline = Instant::now() + Duration::from_secs(20);
     while child.try_wait().unwrap().is_none() {
         if Instant::now() >= deadline {

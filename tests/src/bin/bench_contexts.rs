@@ -66,16 +66,15 @@ async fn main() {
     }
     drop(cdp);
     release(&server, &lease.id).await;
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let saved = loop {
+    let saved = grid_tests::wait::wait_for("the context saved", Duration::from_secs(120), || async {
         let c = context_entry(&server, &id).await;
         if c["sessionId"].is_null() && c["savedAt"].is_string() {
-            break c;
+            return Ok(c);
         }
         assert!(c["lastSaveRefused"].is_null(), "the fill was refused: {c}");
-        assert!(Instant::now() < deadline, "the context was not saved: {c}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+        Err(c.to_string())
+    })
+    .await;
     let size = saved["sizeBytes"].as_u64().unwrap_or(0);
     println!("context {id}: {size} bytes sealed");
 

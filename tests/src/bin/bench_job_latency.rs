@@ -73,7 +73,7 @@ async fn grid_once(server: &GridServer) -> i64 {
         // The job finished between two polls: its attempt keeps its RUNNING timestamp.
         None => millis(&server.get(&format!("/jobs/{id}")).await.json["attempts"][0]["phaseTimestamps"]["RUNNING"]),
     };
-    wait_container_removed(server, &id, 1).await;
+    wait_container_removed(&id, 1).await;
     running - t0
 }
 

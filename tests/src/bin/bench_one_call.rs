@@ -171,15 +171,12 @@ async fn start_shell() -> Shell {
     // Held from here, so the shell is killed and reaped on every way out.
     let mut shell = Shell { child, ws: String::new(), _dir: dir };
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(ws) = grid_tests::cdp::ws_url(&http, &format!("http://127.0.0.1:{port}")).await {
-            shell.ws = ws;
-            return shell;
-        }
-        assert!(Instant::now() < deadline, "chromium-headless-shell did not open its DevTools port");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let what = "chromium-headless-shell opening its DevTools port";
+    shell.ws = grid_tests::wait::wait_for(what, Duration::from_secs(30), || async {
+        grid_tests::cdp::ws_url(&http, &format!("http://127.0.0.1:{port}")).await
+    })
+    .await;
+    shell
 }
 
 /// One page as the bare loop takes it: a fresh context, 800 x 600, `load`,

@@ -73,15 +73,16 @@ async fn run(server: &GridServer, page: &str, seconds: u64, recording: bool) -> 
     drop(cdp);
     release(server, &lease.id).await;
     let recording = if recording {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
+        let recording = grid_tests::wait::wait_for("the recording written", Duration::from_secs(60), || async {
             let r = server.get(&format!("/sessions/{}/recording", lease.id)).await;
-            if r.status == 200 {
-                break Some(r.json);
+            match r.status {
+                200 => Ok(r.json),
+                409 => Err(r.to_string()),
+                _ => panic!("GET recording: {r}"),
             }
-            assert!(r.status == 409 && Instant::now() < deadline, "GET recording: {r}");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        })
+        .await;
+        Some(recording)
     } else {
         None
     };
