@@ -491,8 +491,7 @@ impl GridServer {
     /// The server's clock, in ms since the epoch: the wall clock plus what
     /// the test moved it forward by (`advance_clock`).
     pub fn now_ms(&self) -> i64 {
-        let wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock after 1970");
-        wall.as_millis() as i64 + self.skew_ms()
+        crate::sessions::wall_ms() + self.skew_ms()
     }
 
     /// Moves the server's clock forward by `ms` (the hidden `serve
